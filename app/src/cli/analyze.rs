@@ -1,0 +1,54 @@
+use super::common::{load_adapter, progress, ModeArgs, ModelArgs};
+use anyhow::{bail, Context, Result};
+use focus_core::analysis::{analyze, AnalyzeOptions};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[arg(long)]
+    pub adapter: PathBuf,
+    #[command(flatten)]
+    pub mode: ModeArgs,
+    /// Texts longer than this are analysed in consecutive segments of this many tokens, each
+    /// from position 0 (capped at the model's context).
+    #[arg(long, default_value_t = 2048)]
+    pub segment: usize,
+    /// Leave per-token memberships out of the JSON.
+    #[arg(long)]
+    pub no_tokens: bool,
+    pub file: PathBuf,
+    /// stats.json (everything) or stats.csv (one row per layer and group).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let ext = a.out.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    if ext != "json" && ext != "csv" {
+        bail!("--out must end in .json or .csv, got {}", a.out.display());
+    }
+    let text = focus_core::text::read_text(&a.file)?;
+    let model = a.model.load()?;
+    let adapter = load_adapter(Some(&a.adapter), &model)?.expect("adapter given");
+    let mode = a.mode.resolve(Some(&adapter))?;
+    let k = mode.k().unwrap_or(a.mode.k.unwrap_or(adapter.config.top_k));
+    let opts = AnalyzeOptions { mode, k, segment_len: a.segment, keep_tokens: !a.no_tokens, cancel: None };
+    let pb = progress(1, "analyze", false);
+    let an = analyze(&model, &adapter, &a.adapter.display().to_string(), &text, &opts, |d, n| {
+        pb.set_length(n as u64);
+        pb.set_position(d as u64);
+    })?;
+    pb.finish_and_clear();
+    let bytes = if ext == "json" { serde_json::to_vec_pretty(&an)? } else { an.to_csv().into_bytes() };
+    focus_core::io::write_atomic(&a.out, &bytes).with_context(|| format!("writing {}", a.out.display()))?;
+    let segs = an.tokens.len().div_ceil(an.segment_len);
+    eprintln!("{} tokens in {segs} segment(s) of <= {} tokens; {} layers", an.tokens.len(), an.segment_len, an.layers.len());
+    println!("layer  dominance  confidence  pairs_retained");
+    for l in &an.layers {
+        println!("{:>5}  {:>9.3}  {:>10.3}  {:>14.3}", l.layer, l.dominance, l.mean_confidence, l.pairs.retained);
+    }
+    eprintln!("wrote {}", a.out.display());
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! Options and helpers shared by the subcommands.
+
+use anyhow::{bail, Context, Result};
+use candle_core::Device;
+use clap::{Args as ClapArgs, ValueEnum};
+use focus_core::{Adapter, Mode, Model};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Where `scripts/fetch-model.sh` puts the default model.
+pub fn default_model_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("FOCUS_LENS_MODEL") {
+        return PathBuf::from(p);
+    }
+    let cache = std::env::var_os("FOCUS_LENS_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/focus-lens"));
+    cache.join(DEFAULT_MODEL_FILE)
+}
+
+#[derive(ClapArgs, Clone)]
+pub struct ModelArgs {
+    /// A .gguf file or a Hugging Face directory (config.json + *.safetensors). Default: the
+    /// SmolLM2-135M model fetched by scripts/fetch-model.sh.
+    #[arg(long, short)]
+    pub model: Option<PathBuf>,
+    /// cpu, or cuda (binaries built with --features cuda).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+}
+
+impl ModelArgs {
+    pub fn device(&self) -> Result<Device> {
+        match self.device.as_str() {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Device::new_cuda(0).context("cannot open CUDA device 0 (was this binary built with --features cuda?)"),
+            other => bail!("unknown device {other:?} (cpu or cuda)"),
+        }
+    }
+    pub fn load(&self) -> Result<Model> {
+        let path = match &self.model {
+            Some(p) => p.clone(),
+            None => {
+                let p = default_model_path();
+                if !p.exists() {
+                    bail!("the default model is not at {}: run scripts/fetch-model.sh first, or pass --model", p.display());
+                }
+                p
+            }
+        };
+        Ok(Model::load(&path, &self.device()?)?)
+    }
+}
+
+#[derive(ValueEnum, Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ModeArg {
+    Dense,
+    Soft,
+    Topk,
+}
+
+#[derive(ClapArgs, Clone)]
+pub struct ModeArgs {
+    /// Attention: dense (the base model), soft (Focus soft gates) or topk (exact hard top-k).
+    #[arg(long, value_enum, default_value = "dense")]
+    pub mode: ModeArg,
+    /// k for topk (default: the adapter's top_k).
+    #[arg(long)]
+    pub k: Option<usize>,
+}
+
+impl ModeArgs {
+    pub fn resolve(&self, adapter: Option<&Adapter>) -> Result<Mode> {
+        Ok(match self.mode {
+            ModeArg::Dense => Mode::Dense,
+            ModeArg::Soft => Mode::Soft,
+            ModeArg::Topk => {
+                let a = adapter.context("--mode topk needs --adapter")?;
+                Mode::TopK(self.k.unwrap_or(a.config.top_k))
+            }
+        })
+    }
+}
+
+pub fn load_adapter(path: Option<&Path>, model: &Model) -> Result<Option<Adapter>> {
+    path.map(|p| Adapter::load(p, model).with_context(|| format!("adapter {}", p.display()))).transpose()
+}
+
+pub fn progress(total: u64, what: &str, quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} ({elapsed}, ETA {eta})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
+
+pub fn print_json(v: &impl serde::Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string_pretty(v)?);
+    Ok(())
+}

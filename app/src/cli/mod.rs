@@ -1,0 +1,65 @@
+//! Command-line interface: argument definitions and dispatch. Each subcommand lives in its own
+//! module and prints either a human-readable summary or, with `--json`, one JSON object.
+
+mod analyze;
+mod bench;
+mod common;
+mod info;
+mod init;
+mod ppl;
+mod tokenize;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "focus-lens", version, about = "Run and inspect Focus sparse attention (arXiv 2604.03260)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Describe a model file or directory.
+    Info(info::Args),
+    /// Print the token ids of a text file.
+    Tokenize(tokenize::Args),
+    /// Perplexity with llama.cpp's chunking convention (comparable with llama-perplexity).
+    Ppl(ppl::Args),
+    /// Per-layer routing statistics of a text, written to JSON or CSV.
+    Analyze(analyze::Args),
+    /// Manage centroid adapters.
+    Adapter {
+        #[command(subcommand)]
+        command: AdapterCommand,
+    },
+    /// Benchmarks (figures are printed, not asserted).
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdapterCommand {
+    /// Make a randomly initialised adapter for a model.
+    Init(init::Args),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Prefill tokens/s of the whole model, dense vs hard top-k, in one run.
+    Forward(bench::ForwardArgs),
+}
+
+pub fn run() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Info(a) => info::run(a),
+        Command::Tokenize(a) => tokenize::run(a),
+        Command::Ppl(a) => ppl::run(a),
+        Command::Analyze(a) => analyze::run(a),
+        Command::Adapter { command: AdapterCommand::Init(a) } => init::run(a),
+        Command::Bench { command: BenchCommand::Forward(a) } => bench::forward(a),
+    }
+}

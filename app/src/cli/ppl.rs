@@ -1,0 +1,50 @@
+use super::common::{load_adapter, print_json, progress, ModeArgs, ModelArgs};
+use anyhow::Result;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// A Focus adapter directory (needed for soft and topk).
+    #[arg(long)]
+    pub adapter: Option<PathBuf>,
+    #[command(flatten)]
+    pub mode: ModeArgs,
+    /// Chunk length in tokens (llama-perplexity's -c).
+    #[arg(long, default_value_t = 512)]
+    pub ctx: usize,
+    #[arg(long)]
+    pub json: bool,
+    pub file: PathBuf,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let mut text = focus_core::text::read_text(&a.file)?;
+    // llama-perplexity strips one trailing newline before tokenizing.
+    if text.ends_with('\n') {
+        text.pop();
+    }
+    let model = a.model.load()?;
+    let adapter = load_adapter(a.adapter.as_deref(), &model)?;
+    let mode = a.mode.resolve(adapter.as_ref())?;
+    let ids = model.tokenizer()?.encode(&text, false)?.ids;
+    let pb = progress((ids.len() / a.ctx.max(1)) as u64, &format!("ppl {mode}"), a.json);
+    let t0 = Instant::now();
+    let r = focus_core::ppl::perplexity(&model, &ids, a.ctx, mode, adapter.as_ref(), None, |d, _| pb.set_position(d as u64))?;
+    pb.finish_and_clear();
+    let seconds = t0.elapsed().as_secs_f64();
+    if a.json {
+        return print_json(&serde_json::json!({
+            "ppl": r.ppl, "mean_nll": r.mean_nll, "tokens": ids.len(), "scored_tokens": r.scored_tokens,
+            "chunks": r.chunks, "mode": mode.name(), "k": mode.k(), "ctx": r.ctx, "seconds": seconds,
+            "per_chunk_nll": r.per_chunk_nll, "model": model.path, "adapter": a.adapter,
+        }));
+    }
+    println!(
+        "PPL {:.4} (mode {mode}, ctx {}, {} chunks, {} scored of {} tokens, {:.1} s)",
+        r.ppl, r.ctx, r.chunks, r.scored_tokens, ids.len(), seconds
+    );
+    Ok(())
+}

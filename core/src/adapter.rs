@@ -1,0 +1,287 @@
+//! Focus centroid adapters, stored like a PEFT adapter: `adapter_config.json` (hyper-parameters,
+//! the base model's identity, provenance) and `adapter_model.safetensors` (`layers.N.proj`
+//! d_model x d_g, `layers.N.centroids` K x d_g). Loading checks the adapter against the model and
+//! names the first field that does not fit.
+
+use crate::error::{Error, Result};
+use crate::model::Model;
+use crate::router::{sinkhorn, LayerRouting};
+use candle_core::{Device, Tensor};
+use rand::{rngs::StdRng, SeedableRng};
+use rand_distr_normal::normal;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+
+pub const CONFIG_FILE: &str = "adapter_config.json";
+pub const WEIGHTS_FILE: &str = "adapter_model.safetensors";
+pub const FORMAT: &str = "focus-lens-adapter";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Gate {
+    /// s_ij = logit * sigmoid(lambda * a_ij) on distant pairs (the paper's gate).
+    Paper,
+    /// s_ij = logit + ln(a_ij + eps) on distant pairs [ours]: tends to the hard mask.
+    Log,
+}
+
+/// Identity of the base model an adapter was made for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaseModel {
+    pub arch: String,
+    pub name: String,
+    pub n_layers: usize,
+    pub d_model: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub vocab: usize,
+    /// `WeightSource::fingerprint` of the base weights.
+    pub fingerprint: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AdapterConfig {
+    pub format: String,
+    pub format_version: u32,
+    /// K
+    pub groups: usize,
+    pub d_g: usize,
+    pub tau: f64,
+    pub sinkhorn_iters: usize,
+    /// Local window w: pairs with i - j <= w always attend.
+    pub window: usize,
+    pub gate: Gate,
+    /// Slope of the paper gate.
+    pub lambda: f64,
+    /// eps of the log gate.
+    pub log_eps: f64,
+    /// Default k for hard top-k inference.
+    pub top_k: usize,
+    pub causal_sinkhorn: bool,
+    /// Which hidden state feeds the router [ours]: the normalised input of attention.
+    pub router_input: String,
+    pub base_model: BaseModel,
+    /// How the router weights were initialised.
+    pub init: String,
+    /// Training provenance (data, split, steps, tokens, seed, time, device), once trained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub training: Option<serde_json::Value>,
+    /// Measured results, once evaluated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results: Option<serde_json::Value>,
+}
+
+/// The hyper-parameters a user picks; everything else comes from the model.
+#[derive(Debug, Clone)]
+pub struct AdapterSpec {
+    pub groups: usize,
+    pub d_g: usize,
+    pub tau: f64,
+    pub sinkhorn_iters: usize,
+    pub window: usize,
+    pub gate: Gate,
+    pub lambda: f64,
+    pub top_k: usize,
+    pub causal_sinkhorn: bool,
+}
+
+impl Default for AdapterSpec {
+    /// The paper's ablation defaults: K=8, d_g=16, tau=0.1, N=10, w=128.
+    fn default() -> Self {
+        AdapterSpec { groups: 8, d_g: 16, tau: 0.1, sinkhorn_iters: 10, window: 128, gate: Gate::Log, lambda: 10.0, top_k: 2, causal_sinkhorn: false }
+    }
+}
+
+/// One layer's router parameters.
+#[derive(Debug, Clone)]
+pub struct Router {
+    /// W_g: (d_model, d_g)
+    pub proj: Tensor,
+    /// C: (K, d_g)
+    pub centroids: Tensor,
+}
+
+#[derive(Debug, Clone)]
+pub struct Adapter {
+    pub config: AdapterConfig,
+    pub layers: Vec<Router>,
+}
+
+mod rand_distr_normal {
+    use rand::Rng;
+    /// A standard normal sample (Box-Muller), so that no extra crate is needed for init.
+    pub fn normal(rng: &mut impl Rng) -> f32 {
+        let u1: f64 = rng.gen_range(f64::MIN_POSITIVE..1.0);
+        let u2: f64 = rng.gen();
+        ((-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()) as f32
+    }
+}
+
+impl AdapterConfig {
+    fn check(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::BadAdapter(m));
+        if self.format != FORMAT {
+            return bad(format!("format is {:?}, expected {FORMAT:?}", self.format));
+        }
+        if self.format_version != 1 {
+            return bad(format!("format_version {} is not supported (1)", self.format_version));
+        }
+        if !(1..=64).contains(&self.groups) {
+            return bad(format!("groups (K) = {} must be in 1..=64", self.groups));
+        }
+        if !(1..=4096).contains(&self.d_g) {
+            return bad(format!("d_g = {} must be in 1..=4096", self.d_g));
+        }
+        if !(self.tau.is_finite() && self.tau > 0.0) {
+            return bad(format!("tau = {} must be positive", self.tau));
+        }
+        if self.sinkhorn_iters > 1000 {
+            return bad(format!("sinkhorn_iters = {} is more than 1000", self.sinkhorn_iters));
+        }
+        if !(1..=self.groups).contains(&self.top_k) {
+            return bad(format!("top_k = {} must be in 1..={}", self.top_k, self.groups));
+        }
+        if !self.lambda.is_finite() || !(self.log_eps.is_finite() && self.log_eps > 0.0) {
+            return bad("lambda must be finite and log_eps positive".into());
+        }
+        Ok(())
+    }
+}
+
+fn mismatch(field: &str, adapter: impl ToString, model: impl ToString) -> Error {
+    Error::AdapterMismatch { field: field.into(), adapter: adapter.to_string(), model: model.to_string() }
+}
+
+impl Adapter {
+    /// A randomly initialised adapter for `model`: W_g ~ N(0, 1/d_model), C ~ N(0, 1/d_g) with
+    /// unit-norm rows. Everything works with it before any training.
+    pub fn random(model: &Model, spec: &AdapterSpec, seed: u64) -> Result<Adapter> {
+        let cfg = &model.decoder.config;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let dev = &model.decoder.device;
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for _ in 0..cfg.n_layers {
+            let s = 1.0 / (cfg.d_model as f32).sqrt();
+            let proj: Vec<f32> = (0..cfg.d_model * spec.d_g).map(|_| normal(&mut rng) * s).collect();
+            let mut cent: Vec<f32> = (0..spec.groups * spec.d_g).map(|_| normal(&mut rng)).collect();
+            for row in cent.chunks_mut(spec.d_g) {
+                let n = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+                row.iter_mut().for_each(|x| *x /= n);
+            }
+            layers.push(Router {
+                proj: Tensor::from_vec(proj, (cfg.d_model, spec.d_g), dev)?,
+                centroids: Tensor::from_vec(cent, (spec.groups, spec.d_g), dev)?,
+            });
+        }
+        let config = AdapterConfig {
+            format: FORMAT.into(),
+            format_version: 1,
+            groups: spec.groups,
+            d_g: spec.d_g,
+            tau: spec.tau,
+            sinkhorn_iters: spec.sinkhorn_iters,
+            window: spec.window,
+            gate: spec.gate,
+            lambda: spec.lambda,
+            log_eps: 1e-6,
+            top_k: spec.top_k,
+            causal_sinkhorn: spec.causal_sinkhorn,
+            router_input: "attention input after the layer's norm".into(),
+            base_model: model.identity(),
+            init: format!("random: W_g ~ N(0, 1/d_model), centroids ~ N(0, 1) rows normalised to 1; seed {seed}"),
+            training: None,
+            results: None,
+        };
+        config.check()?;
+        Ok(Adapter { config, layers })
+    }
+
+    /// Loads an adapter directory and checks it against `model`.
+    pub fn load(dir: &Path, model: &Model) -> Result<Adapter> {
+        let cfg_path = dir.join(CONFIG_FILE);
+        let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
+        let config: AdapterConfig = serde_json::from_str(&text)
+            .map_err(|e| Error::bad_file(&cfg_path, format!("invalid adapter config: {e}")))?;
+        config.check()?;
+        let want = model.identity();
+        let have = &config.base_model;
+        if have.arch != want.arch {
+            return Err(mismatch("base_model.arch", &have.arch, &want.arch));
+        }
+        for (field, a, m) in [
+            ("base_model.n_layers", have.n_layers, want.n_layers),
+            ("base_model.d_model", have.d_model, want.d_model),
+            ("base_model.n_heads", have.n_heads, want.n_heads),
+            ("base_model.n_kv_heads", have.n_kv_heads, want.n_kv_heads),
+            ("base_model.vocab", have.vocab, want.vocab),
+        ] {
+            if a != m {
+                return Err(mismatch(field, a, m));
+            }
+        }
+        if have.fingerprint != want.fingerprint {
+            return Err(mismatch("base_model.fingerprint (the base weights differ)", &have.fingerprint, &want.fingerprint));
+        }
+        let w_path = dir.join(WEIGHTS_FILE);
+        let bytes = std::fs::read(&w_path).map_err(|e| Error::io(&w_path, e))?;
+        let st = safetensors::SafeTensors::deserialize(&bytes)
+            .map_err(|e| Error::bad_file(&w_path, format!("invalid safetensors file: {e}")))?;
+        let dev = &model.decoder.device;
+        let tensor = |name: &str, shape: [usize; 2]| -> Result<Tensor> {
+            let v = st.tensor(name).map_err(|_| Error::BadAdapter(format!("{}: missing tensor {name}", w_path.display())))?;
+            if v.shape() != shape {
+                return Err(mismatch(&format!("tensor {name} shape"), format!("{:?}", v.shape()), format!("{shape:?}")));
+            }
+            if v.dtype() != safetensors::Dtype::F32 {
+                return Err(Error::BadAdapter(format!("tensor {name} is {:?}, expected F32", v.dtype())));
+            }
+            let vals: Vec<f32> = v.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+            if vals.iter().any(|x| !x.is_finite()) {
+                return Err(Error::BadAdapter(format!("tensor {name} holds NaN or infinite values")));
+            }
+            Ok(Tensor::from_vec(vals, (shape[0], shape[1]), dev)?)
+        };
+        let n_tensors = st.names().len();
+        if n_tensors != 2 * want.n_layers {
+            return Err(mismatch("number of router tensors", n_tensors, 2 * want.n_layers));
+        }
+        let layers = (0..want.n_layers)
+            .map(|l| {
+                Ok(Router {
+                    proj: tensor(&format!("layers.{l}.proj"), [want.d_model, config.d_g])?,
+                    centroids: tensor(&format!("layers.{l}.centroids"), [config.groups, config.d_g])?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Adapter { config, layers })
+    }
+
+    /// Writes the adapter directory; each file goes to a temporary name first and is renamed
+    /// into place, so a reader never sees half a file.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let mut tensors: HashMap<String, Tensor> = HashMap::new();
+        for (l, r) in self.layers.iter().enumerate() {
+            tensors.insert(format!("layers.{l}.proj"), r.proj.to_device(&Device::Cpu)?);
+            tensors.insert(format!("layers.{l}.centroids"), r.centroids.to_device(&Device::Cpu)?);
+        }
+        let w_path = dir.join(WEIGHTS_FILE);
+        let tmp = dir.join(format!(".{WEIGHTS_FILE}.tmp"));
+        candle_core::safetensors::save(&tensors, &tmp)?;
+        std::fs::rename(&tmp, &w_path).map_err(|e| Error::io(&w_path, e))?;
+        crate::io::write_atomic(&dir.join(CONFIG_FILE), serde_json::to_string_pretty(&self.config)?.as_bytes())
+    }
+
+    /// Routes the normalised attention input `h` (T x d_model) of layer `l`.
+    pub fn route(&self, l: usize, h: &Tensor, keep_vectors: bool) -> Result<LayerRouting> {
+        let r = &self.layers[l];
+        let c = &self.config;
+        let t = h.dim(0)?;
+        let vecs = h.matmul(&r.proj)?;
+        let scores = vecs.matmul(&r.centroids.t()?)?.flatten_all()?.to_vec1::<f32>()?;
+        let memberships = sinkhorn(&scores, t, c.groups, c.tau, c.sinkhorn_iters, c.causal_sinkhorn);
+        let vectors = if keep_vectors { Some(vecs.flatten_all()?.to_vec1::<f32>()?) } else { None };
+        Ok(LayerRouting { t, groups: c.groups, scores, memberships, vectors, d_g: c.d_g })
+    }
+}

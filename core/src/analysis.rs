@@ -1,0 +1,173 @@
+//! Analysing a text: run the model with the adapter, record every layer's routing, and reduce it
+//! to `LayerStats`. Texts longer than one segment are cut into consecutive, non-overlapping
+//! segments of `segment_len` tokens (the last may be shorter); each runs from position 0 as its
+//! own sequence, so pairs never cross a segment boundary. Per-token results are concatenated and
+//! pair counts summed over segments.
+
+use crate::adapter::Adapter;
+use crate::attention::Mode;
+use crate::error::{Error, Result};
+use crate::model::{ForwardOptions, Model};
+use crate::router::LayerRouting;
+use crate::stats::{layer_stats, pair_stats, LayerStats, PairStats};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::AtomicBool;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TokenInfo {
+    pub id: u32,
+    /// The token's text as it appears in the input.
+    pub text: String,
+    /// Byte offsets in the input text.
+    pub start: usize,
+    pub end: usize,
+    /// Index of the segment the token was analysed in.
+    pub segment: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Analysis {
+    pub model: String,
+    pub adapter: String,
+    pub groups: usize,
+    pub window: usize,
+    pub mode: String,
+    /// k used for top-k groups and pair statistics.
+    pub k: usize,
+    pub segment_len: usize,
+    pub tokens: Vec<TokenInfo>,
+    pub layers: Vec<LayerStats>,
+    /// Raw routing per layer (all segments concatenated), kept for views that need it.
+    #[serde(skip)]
+    pub routing: Vec<LayerRouting>,
+}
+
+pub struct AnalyzeOptions<'a> {
+    pub mode: Mode,
+    pub k: usize,
+    pub segment_len: usize,
+    pub keep_tokens: bool,
+    pub cancel: Option<&'a AtomicBool>,
+}
+
+/// `progress(done_segments, total_segments)` after each segment.
+pub fn analyze(
+    model: &Model,
+    adapter: &Adapter,
+    adapter_name: &str,
+    text: &str,
+    opts: &AnalyzeOptions,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Analysis> {
+    let tok = model.tokenizer()?;
+    let enc = tok.encode(text, false)?;
+    if enc.ids.is_empty() {
+        return Err(Error::BadText("the text produced no tokens".into()));
+    }
+    let seg = opts.segment_len.min(model.config().context);
+    if seg == 0 {
+        return Err(Error::Invalid("segment length must be positive".into()));
+    }
+    let cfg = &adapter.config;
+    if opts.k == 0 || opts.k > cfg.groups {
+        return Err(Error::Invalid(format!("k = {} must be in 1..={}", opts.k, cfg.groups)));
+    }
+    let n_layers = model.config().n_layers;
+    let mut merged: Vec<Option<LayerRouting>> = vec![None; n_layers];
+    let mut pairs = vec![PairStats::default(); n_layers];
+    let segments: Vec<&[u32]> = enc.ids.chunks(seg).collect();
+    for (s, ids) in segments.iter().enumerate() {
+        let mut fo = ForwardOptions::new(opts.mode, Some(adapter));
+        fo.record_routing = true;
+        fo.logits_from = ids.len() - 1;
+        fo.cancel = opts.cancel;
+        let out = model.decoder.forward(ids, &fo)?;
+        for (l, r) in out.routing.into_iter().enumerate() {
+            let p = pair_stats(&r.topk_masks(opts.k), cfg.window);
+            let acc = &mut pairs[l];
+            acc.causal += p.causal;
+            acc.local += p.local;
+            acc.same_group_distant += p.same_group_distant;
+            merged[l] = Some(match merged[l].take() {
+                None => r,
+                Some(mut m) => {
+                    m.t += r.t;
+                    m.scores.extend(r.scores);
+                    m.memberships.extend(r.memberships);
+                    if let (Some(a), Some(b)) = (m.vectors.as_mut(), r.vectors) {
+                        a.extend(b);
+                    }
+                    m
+                }
+            });
+        }
+        progress(s + 1, segments.len());
+    }
+    let routing: Vec<LayerRouting> = merged.into_iter().map(|r| r.expect("every layer routes")).collect();
+    let layers = routing
+        .iter()
+        .enumerate()
+        .map(|(l, r)| {
+            let mut st = layer_stats(l, r, cfg.tau, opts.k, cfg.window, opts.keep_tokens);
+            let p = &pairs[l];
+            st.pairs = PairStats { retained: (p.local + p.same_group_distant) as f64 / p.causal.max(1) as f64, ..p.clone() };
+            st
+        })
+        .collect();
+    let tokens = enc
+        .ids
+        .iter()
+        .zip(&enc.offsets)
+        .enumerate()
+        .map(|(i, (&id, &(start, end)))| TokenInfo {
+            id,
+            text: text.get(start..end).map(str::to_string).unwrap_or_else(|| tok.token_text(id)),
+            start,
+            end,
+            segment: i / seg,
+        })
+        .collect();
+    Ok(Analysis {
+        model: model.config().name.clone(),
+        adapter: adapter_name.to_string(),
+        groups: cfg.groups,
+        window: cfg.window,
+        mode: opts.mode.to_string(),
+        k: opts.k,
+        segment_len: seg,
+        tokens,
+        layers,
+        routing,
+    })
+}
+
+impl Analysis {
+    /// One row per (layer, group) with the layer's summary repeated, for spreadsheets.
+    pub fn to_csv(&self) -> String {
+        let mut s = String::from(
+            "layer,group,size,size_share,mass_before,mass_after,dominance,mean_confidence,mean_entropy,pairs_retained,pairs_local,pairs_same_group_distant,pairs_causal\n",
+        );
+        let t = self.tokens.len().max(1) as f64;
+        for l in &self.layers {
+            for g in 0..self.groups {
+                s += &format!(
+                    "{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{},{},{}\n",
+                    l.layer,
+                    g,
+                    l.group_size[g],
+                    l.group_size[g] as f64 / t,
+                    l.mass_before[g],
+                    l.mass_after[g],
+                    l.dominance,
+                    l.mean_confidence,
+                    l.mean_entropy,
+                    l.pairs.retained,
+                    l.pairs.local,
+                    l.pairs.same_group_distant,
+                    l.pairs.causal
+                );
+            }
+        }
+        s
+    }
+}

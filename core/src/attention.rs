@@ -1,0 +1,163 @@
+//! Attention for one layer, in every mode Focus needs. Dense and soft attention are candle
+//! matrix products (soft adds the router's gate to the scores); hard top-k runs the exact A/B
+//! kernel in `topk.rs`, which never computes a pair outside the mask; `Masked` is dense
+//! attention with an explicit mask, the reference the fast path is tested against.
+
+use crate::adapter::{AdapterConfig, Gate};
+use crate::error::{Error, Result};
+use crate::router::LayerRouting;
+use crate::topk;
+use candle_core::{Device, Tensor};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Dense,
+    /// Soft gates on distant pairs (training, and the "soft" inference mode).
+    Soft,
+    /// Hard top-k group membership: distant pairs attend only when their top-k sets intersect.
+    TopK(usize),
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Mode::Dense => f.write_str("dense"),
+            Mode::Soft => f.write_str("soft"),
+            Mode::TopK(k) => write!(f, "topk({k})"),
+        }
+    }
+}
+
+impl Mode {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Mode::Dense => "dense",
+            Mode::Soft => "soft",
+            Mode::TopK(_) => "topk",
+        }
+    }
+    pub fn k(&self) -> Option<usize> {
+        match self {
+            Mode::TopK(k) => Some(*k),
+            _ => None,
+        }
+    }
+}
+
+/// How one layer attends, resolved from the mode, the adapter and the routing.
+pub enum LayerPlan {
+    Dense,
+    /// Scores are multiplied by `factor` (T x T; paper gate) or `bias` is added (log gate).
+    SoftFactor(Tensor),
+    SoftBias(Tensor),
+    /// Exact hard top-k: per-token group bitmasks and the local window.
+    TopK { masks: Vec<u64>, window: usize },
+    /// Dense attention with an explicit additive mask (0 kept, -inf pruned), T x T.
+    Masked(Tensor),
+}
+
+/// Additive causal mask: 0 on and below the diagonal, -inf above.
+pub fn causal_bias(t: usize, dev: &Device) -> Result<Tensor> {
+    let v: Vec<f32> = (0..t * t).map(|n| if n % t <= n / t { 0.0 } else { f32::NEG_INFINITY }).collect();
+    Ok(Tensor::from_vec(v, (t, t), dev)?)
+}
+
+/// Every causal pair is local when no query is more than `window` tokens after position 0.
+pub fn all_local(t: usize, window: usize) -> bool {
+    t <= window + 1
+}
+
+pub fn plan(
+    mode: Mode,
+    cfg: Option<&AdapterConfig>,
+    routing: Option<&LayerRouting>,
+    t: usize,
+    dev: &Device,
+) -> Result<LayerPlan> {
+    let (cfg, routing) = match (mode, cfg, routing) {
+        (Mode::Dense, _, _) => return Ok(LayerPlan::Dense),
+        (_, Some(c), Some(r)) => (c, r),
+        _ => return Err(Error::Invalid(format!("mode {mode} needs an adapter"))),
+    };
+    // When the mask keeps every causal pair the dense kernel computes exactly the same function,
+    // so short inputs give the base model's logits bit for bit.
+    if all_local(t, cfg.window) {
+        return Ok(LayerPlan::Dense);
+    }
+    match mode {
+        Mode::Dense => unreachable!(),
+        Mode::Soft => {
+            let g = Tensor::from_slice(&routing.memberships, (t, cfg.groups), dev)?;
+            let affinity = g.matmul(&g.t()?)?;
+            let local = local_mask(t, cfg.window, dev)?;
+            Ok(match cfg.gate {
+                Gate::Paper => {
+                    let f = candle_nn::ops::sigmoid(&(affinity * cfg.lambda)?)?;
+                    LayerPlan::SoftFactor(local.where_cond(&f.ones_like()?, &f)?)
+                }
+                Gate::Log => {
+                    let b = (affinity + cfg.log_eps)?.log()?;
+                    LayerPlan::SoftBias(local.where_cond(&b.zeros_like()?, &b)?)
+                }
+            })
+        }
+        Mode::TopK(k) => {
+            if k == 0 || k > cfg.groups {
+                return Err(Error::Invalid(format!("top-k k = {k} must be in 1..={}", cfg.groups)));
+            }
+            Ok(LayerPlan::TopK { masks: routing.topk_masks(k), window: cfg.window })
+        }
+    }
+}
+
+/// 1 where 0 <= i - j <= window (and for j > i, which the causal mask removes anyway), else 0.
+pub fn local_mask(t: usize, window: usize, dev: &Device) -> Result<Tensor> {
+    let v: Vec<u8> = (0..t * t).map(|n| ((n / t).saturating_sub(n % t) <= window) as u8).collect();
+    Ok(Tensor::from_vec(v, (t, t), dev)?)
+}
+
+/// q: (H, T, D); k, v: (Hkv, T, D); returns (H, T, D).
+pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: &Tensor) -> Result<Tensor> {
+    let (h, t, d) = q.dims3()?;
+    let hkv = k.dim(0)?;
+    if let LayerPlan::TopK { masks, window } = plan {
+        let lay = topk::Shape { heads: h, kv_heads: hkv, t, d };
+        let out = topk::focus_attention(
+            &q.flatten_all()?.to_vec1::<f32>()?,
+            &k.flatten_all()?.to_vec1::<f32>()?,
+            &v.flatten_all()?.to_vec1::<f32>()?,
+            lay,
+            masks,
+            *window,
+        );
+        return Ok(Tensor::from_vec(out, (h, t, d), q.device())?);
+    }
+    // GQA without copying K/V: the query heads sharing a KV head become one taller matrix.
+    let rep = h / hkv;
+    let qg = q.reshape((hkv, rep * t, d))?;
+    let scale = 1.0 / (d as f64).sqrt();
+    let scores = (qg.matmul(&k.t()?)? * scale)?.reshape((h, t, t))?;
+    let scores = match plan {
+        LayerPlan::Dense => scores.broadcast_add(causal)?,
+        LayerPlan::SoftFactor(f) => scores.broadcast_mul(f)?.broadcast_add(causal)?,
+        LayerPlan::SoftBias(b) => scores.broadcast_add(b)?.broadcast_add(causal)?,
+        LayerPlan::Masked(m) => scores.broadcast_add(m)?.broadcast_add(causal)?,
+        LayerPlan::TopK { .. } => unreachable!(),
+    };
+    let p = candle_nn::ops::softmax_last_dim(&scores)?;
+    Ok(p.reshape((hkv, rep * t, t))?.matmul(v)?.reshape((h, t, d))?)
+}
+
+/// The hard top-k mask as an additive T x T tensor (0 kept, -inf pruned): the explicit
+/// reference for the fast kernel.
+pub fn topk_mask_bias(masks: &[u64], window: usize, dev: &Device) -> Result<Tensor> {
+    let t = masks.len();
+    let v: Vec<f32> = (0..t * t)
+        .map(|n| {
+            let (i, j) = (n / t, n % t);
+            let keep = j > i || i - j <= window || masks[i] & masks[j] != 0;
+            if keep { 0.0 } else { f32::NEG_INFINITY }
+        })
+        .collect();
+    Ok(Tensor::from_vec(v, (t, t), dev)?)
+}

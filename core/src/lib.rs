@@ -1,0 +1,22 @@
+//! focus-core: the Focus Lens library. Loads pretrained decoders (GGUF and Hugging Face
+//! safetensors), attaches Focus centroid routers, runs dense, soft and exact hard top-k
+//! attention, and reports per-layer routing statistics. No GUI dependency.
+
+pub mod adapter;
+pub mod analysis;
+pub mod attention;
+pub mod error;
+pub mod gguf;
+pub mod io;
+pub mod model;
+pub mod ppl;
+pub mod router;
+pub mod stats;
+pub mod text;
+pub mod tokenizer;
+pub mod topk;
+
+pub use adapter::{Adapter, AdapterConfig, AdapterSpec, Gate};
+pub use attention::Mode;
+pub use error::{Error, Result};
+pub use model::{Model, ModelConfig};

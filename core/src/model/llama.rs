@@ -1,0 +1,135 @@
+//! Llama-style decoders (Llama, Mistral, SmolLM2): RMSNorm, RoPE, GQA, SwiGLU.
+//! From GGUF (arch `llama`) or from a Hugging Face directory.
+
+use super::config::{Arch, MlpKind, ModelConfig, NormKind, Positions};
+use super::decoder::{Block, Decoder, Linear, Mlp, Norm};
+use super::hf::{self, HfConfig};
+use super::weights::WeightSource;
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+use candle_core::Device;
+
+pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig> {
+    let arch = g.str("general.architecture")?;
+    if arch != "llama" {
+        return Err(Error::Unsupported(format!("GGUF architecture {arch:?} (supported: llama)")));
+    }
+    let n = |k: &str| -> Result<usize> { Ok(g.u64(&format!("llama.{k}"))? as usize) };
+    let d_model = n("embedding_length")?;
+    let n_heads = n("attention.head_count")?;
+    let n_kv_heads = g.get("llama.attention.head_count_kv").and_then(|v| v.as_u64()).map_or(n_heads, |v| v as usize);
+    let head_dim = match g.get("llama.rope.dimension_count").and_then(|v| v.as_u64()) {
+        Some(d) => d as usize,
+        None => d_model / n_heads.max(1),
+    };
+    let vocab = g.info("token_embd.weight")?.shape.first().copied().unwrap_or(0);
+    let cfg = ModelConfig {
+        arch: Arch::Llama,
+        name: g.get("general.name").and_then(|v| v.as_str()).unwrap_or("llama").to_string(),
+        n_layers: n("block_count")?,
+        d_model,
+        n_heads,
+        n_kv_heads,
+        head_dim,
+        ffn_dim: n("feed_forward_length")?,
+        vocab,
+        context: n("context_length")?,
+        norm: NormKind::Rms,
+        norm_eps: g.f64("llama.attention.layer_norm_rms_epsilon")?,
+        mlp: MlpKind::SwiGlu,
+        // The GGUF converter permutes Q/K rows so that ggml's rope rotates adjacent pairs.
+        positions: Positions::Rope { theta: g.get("llama.rope.freq_base").and_then(|v| v.as_f64()).unwrap_or(10000.0), interleaved: true },
+        qkv_bias: false,
+        tied_embeddings: !g.tensors.contains_key("output.weight"),
+    };
+    cfg.validate().map_err(|e| Error::bad_file(&g.path, format!("invalid model header: {e}")))?;
+    Ok(cfg)
+}
+
+/// Tensor names of a Llama-style checkpoint, GGUF or Hugging Face.
+pub struct Names {
+    pub embed: &'static str,
+    pub final_norm: &'static str,
+    pub lm_head: &'static str,
+    pub block: fn(usize, &str) -> String,
+}
+
+pub const GGUF_NAMES: Names = Names {
+    embed: "token_embd.weight",
+    final_norm: "output_norm.weight",
+    lm_head: "output.weight",
+    block: |l, part| {
+        let p = match part {
+            "attn_norm" => "attn_norm",
+            "q" => "attn_q",
+            "k" => "attn_k",
+            "v" => "attn_v",
+            "o" => "attn_output",
+            "mlp_norm" => "ffn_norm",
+            "gate" => "ffn_gate",
+            "up" => "ffn_up",
+            "down" => "ffn_down",
+            other => other,
+        };
+        format!("blk.{l}.{p}")
+    },
+};
+
+pub const HF_NAMES: Names = Names {
+    embed: "model.embed_tokens.weight",
+    final_norm: "model.norm.weight",
+    lm_head: "lm_head.weight",
+    block: |l, part| {
+        let p = match part {
+            "attn_norm" => "input_layernorm",
+            "q" => "self_attn.q_proj",
+            "k" => "self_attn.k_proj",
+            "v" => "self_attn.v_proj",
+            "o" => "self_attn.o_proj",
+            "mlp_norm" => "post_attention_layernorm",
+            "gate" => "mlp.gate_proj",
+            "up" => "mlp.up_proj",
+            "down" => "mlp.down_proj",
+            other => other,
+        };
+        format!("model.layers.{l}.{p}")
+    },
+};
+
+/// Builds a Llama-style decoder (also used by Qwen2, which adds Q/K/V biases).
+pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, dev: &Device) -> Result<Decoder> {
+    let (d, hd) = (cfg.d_model, cfg.head_dim);
+    let get = |name: &str, shape: &[usize]| src.tensor(name, shape, dev);
+    let norm = |name: &str| -> Result<Norm> {
+        Ok(Norm { kind: NormKind::Rms, weight: get(name, &[d])?, bias: None, eps: cfg.norm_eps })
+    };
+    let lin = |l: usize, part: &str, out: usize, inp: usize, bias: bool| -> Result<Linear> {
+        let base = (names.block)(l, part);
+        let b = if bias { Some(get(&format!("{base}.bias"), &[out])?) } else { None };
+        Ok(Linear { w: get(&format!("{base}.weight"), &[out, inp])?, b })
+    };
+    let mut blocks = Vec::with_capacity(cfg.n_layers);
+    for l in 0..cfg.n_layers {
+        blocks.push(Block {
+            attn_norm: norm(&format!("{}.weight", (names.block)(l, "attn_norm")))?,
+            q: lin(l, "q", cfg.n_heads * hd, d, cfg.qkv_bias)?,
+            k: lin(l, "k", cfg.n_kv_heads * hd, d, cfg.qkv_bias)?,
+            v: lin(l, "v", cfg.n_kv_heads * hd, d, cfg.qkv_bias)?,
+            o: lin(l, "o", d, cfg.n_heads * hd, false)?,
+            mlp_norm: norm(&format!("{}.weight", (names.block)(l, "mlp_norm")))?,
+            mlp: Mlp {
+                kind: MlpKind::SwiGlu,
+                gate: Some(lin(l, "gate", cfg.ffn_dim, d, false)?),
+                up_or_fc: lin(l, "up", cfg.ffn_dim, d, false)?,
+                down: lin(l, "down", d, cfg.ffn_dim, false)?,
+            },
+        });
+    }
+    let embed = get(names.embed, &[cfg.vocab, d])?;
+    let lm_head = if cfg.tied_embeddings { embed.clone() } else { get(names.lm_head, &[cfg.vocab, d])? };
+    Ok(Decoder { final_norm: norm(names.final_norm)?, embed, pos_embed: None, blocks, lm_head, device: dev.clone(), config: cfg })
+}
+
+pub fn config_from_hf(c: &HfConfig) -> Result<ModelConfig> {
+    hf::llama_style_config(c, Arch::Llama, c.bool_or("attention_bias", false))
+}

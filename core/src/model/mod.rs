@@ -1,0 +1,90 @@
+//! Loading a base model: a GGUF file or a Hugging Face directory, one family per file.
+
+pub mod config;
+pub mod decoder;
+pub mod gpt2;
+pub mod hf;
+pub mod llama;
+pub mod qwen2;
+pub mod weights;
+
+use crate::adapter::BaseModel;
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+use crate::tokenizer::Tokenizer;
+use candle_core::Device;
+pub use config::{Arch, ModelConfig};
+pub use decoder::{Decoder, ForwardOptions, ForwardOutput};
+use std::path::{Path, PathBuf};
+use weights::{SafeTensorsDir, WeightSource};
+
+pub struct Model {
+    pub path: PathBuf,
+    pub decoder: Decoder,
+    /// Absent for checkpoints that ship no tokenizer (e.g. test fixtures).
+    pub tokenizer: Option<Tokenizer>,
+    pub fingerprint: String,
+    /// "gguf" or "safetensors"
+    pub format: &'static str,
+}
+
+impl Model {
+    /// `path` is a `.gguf` file or a directory holding `config.json` and `*.safetensors`.
+    pub fn load(path: &Path, device: &Device) -> Result<Model> {
+        let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+        if meta.is_dir() {
+            return Self::load_hf(path, device);
+        }
+        let g = GgufFile::open(path)?;
+        let cfg = llama::config_from_gguf(&g)?;
+        let tokenizer = Tokenizer::from_gguf(&g)?;
+        if tokenizer.vocab_size() > cfg.vocab {
+            return Err(Error::bad_file(path, format!("tokenizer has {} tokens but the embedding only {}", tokenizer.vocab_size(), cfg.vocab)));
+        }
+        let src = WeightSource::Gguf(g);
+        let decoder = llama::load_weights(cfg, &src, &llama::GGUF_NAMES, device)?;
+        Ok(Model { path: path.to_path_buf(), decoder, tokenizer: Some(tokenizer), fingerprint: src.fingerprint(), format: "gguf" })
+    }
+
+    fn load_hf(dir: &Path, device: &Device) -> Result<Model> {
+        let c = hf::HfConfig::open(&dir.join("config.json"))?;
+        let src = WeightSource::SafeTensors(SafeTensorsDir::open(dir)?);
+        let decoder = match c.model_type().as_str() {
+            "gpt2" => gpt2::load_weights(gpt2::config_from_hf(&c)?, &src, device)?,
+            "llama" | "mistral" => llama::load_weights(llama::config_from_hf(&c)?, &src, &llama::HF_NAMES, device)?,
+            "qwen2" => llama::load_weights(qwen2::config_from_hf(&c)?, &src, &llama::HF_NAMES, device)?,
+            other => {
+                return Err(Error::Unsupported(format!(
+                    "{}: model_type {other:?} (supported: gpt2, llama, mistral, qwen2)",
+                    c.path.display()
+                )))
+            }
+        };
+        let tok_path = dir.join("tokenizer.json");
+        let tokenizer = if tok_path.exists() { Some(Tokenizer::from_file(&tok_path)?) } else { None };
+        Ok(Model { path: dir.to_path_buf(), decoder, tokenizer, fingerprint: src.fingerprint(), format: "safetensors" })
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        &self.decoder.config
+    }
+
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| Error::Unsupported(format!("{} ships no tokenizer", self.path.display())))
+    }
+
+    /// What an adapter records about the model it fits.
+    pub fn identity(&self) -> BaseModel {
+        let c = self.config();
+        BaseModel {
+            arch: c.arch.to_string(),
+            name: c.name.clone(),
+            n_layers: c.n_layers,
+            d_model: c.d_model,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            vocab: c.vocab,
+            fingerprint: self.fingerprint.clone(),
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Where a model's tensors come from: a GGUF file (quantized tensors are dequantized to f32) or a
+//! Hugging Face directory of safetensors files. Every tensor is checked for the expected shape and
+//! for NaN/inf values when it is loaded, so a damaged checkpoint fails at load time with its name.
+
+use crate::error::{Error, Result};
+use crate::gguf::GgufFile;
+use candle_core::{DType, Device, Tensor};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub enum WeightSource {
+    Gguf(GgufFile),
+    SafeTensors(SafeTensorsDir),
+}
+
+/// The tensors of every `*.safetensors` file in a directory (sharded checkpoints included).
+pub struct SafeTensorsDir {
+    pub dir: PathBuf,
+    maps: Vec<(PathBuf, memmap2::Mmap)>,
+    index: BTreeMap<String, StEntry>,
+}
+
+struct StEntry {
+    file: usize,
+    dtype: safetensors::Dtype,
+    shape: Vec<usize>,
+    start: usize,
+    len: usize,
+}
+
+impl SafeTensorsDir {
+    pub fn open(dir: &Path) -> Result<Self> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| Error::io(dir, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(Error::bad_file(dir, "no *.safetensors file in the model directory"));
+        }
+        let mut maps = Vec::new();
+        let mut index = BTreeMap::new();
+        for (fi, path) in files.into_iter().enumerate() {
+            let f = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+            // SAFETY: read-only private map; see gguf.rs.
+            let mmap = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| Error::io(&path, e))?;
+            // `deserialize` validates the header size, the JSON, and every tensor's byte range.
+            let st = safetensors::SafeTensors::deserialize(&mmap)
+                .map_err(|e| Error::bad_file(&path, format!("invalid safetensors file: {e}")))?;
+            let base = mmap.as_ptr() as usize;
+            for (name, view) in st.tensors() {
+                let start = view.data().as_ptr() as usize - base;
+                let entry = StEntry { file: fi, dtype: view.dtype(), shape: view.shape().to_vec(), start, len: view.data().len() };
+                index.insert(name, entry);
+            }
+            drop(st);
+            maps.push((path, mmap));
+        }
+        Ok(SafeTensorsDir { dir: dir.to_path_buf(), maps, index })
+    }
+
+    fn names(&self) -> impl Iterator<Item = &String> {
+        self.index.keys()
+    }
+}
+
+fn check_finite(path: &Path, name: &str, v: &[f32]) -> Result<()> {
+    if let Some(i) = v.iter().position(|x| !x.is_finite()) {
+        return Err(Error::bad_file(path, format!("tensor {name} holds a non-finite value ({}) at element {i}", v[i])));
+    }
+    Ok(())
+}
+
+impl WeightSource {
+    pub fn path(&self) -> &Path {
+        match self {
+            WeightSource::Gguf(g) => &g.path,
+            WeightSource::SafeTensors(s) => &s.dir,
+        }
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        match self {
+            WeightSource::Gguf(g) => g.tensors.contains_key(name),
+            WeightSource::SafeTensors(s) => s.index.contains_key(name),
+        }
+    }
+
+    pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
+        match self {
+            WeightSource::Gguf(g) => g.tensors.get(name).map(|t| t.shape.clone()),
+            WeightSource::SafeTensors(s) => s.index.get(name).map(|t| t.shape.clone()),
+        }
+    }
+
+    /// Loads `name` as f32 with exactly `shape` (candle order), checking that every value is finite.
+    pub fn tensor(&self, name: &str, shape: &[usize], device: &Device) -> Result<Tensor> {
+        let found = self
+            .shape(name)
+            .ok_or_else(|| Error::Unsupported(format!("{}: missing tensor {name}", self.path().display())))?;
+        if found != shape {
+            return Err(Error::bad_file(
+                self.path(),
+                format!("tensor {name} has shape {found:?}, the config implies {shape:?}"),
+            ));
+        }
+        let values: Vec<f32> = match self {
+            WeightSource::Gguf(g) => {
+                let q = g.qtensor(name, &Device::Cpu)?;
+                q.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?
+            }
+            WeightSource::SafeTensors(s) => {
+                let e = &s.index[name];
+                let bytes = &s.maps[e.file].1[e.start..e.start + e.len];
+                let raw = |dt: DType| Tensor::from_raw_buffer(bytes, dt, &e.shape, &Device::Cpu);
+                let t = match e.dtype {
+                    safetensors::Dtype::F32 => raw(DType::F32)?,
+                    safetensors::Dtype::F16 => raw(DType::F16)?,
+                    safetensors::Dtype::BF16 => raw(DType::BF16)?,
+                    d => return Err(Error::Unsupported(format!("tensor {name} has dtype {d:?} (need f32, f16 or bf16)"))),
+                };
+                t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?
+            }
+        };
+        check_finite(self.path(), name, &values)?;
+        Ok(Tensor::from_vec(values, shape, device)?)
+    }
+
+    /// A cheap identity of the weights: sha256 over every tensor's name, shape, type and up to
+    /// 64 KiB of its bytes taken from the start, the middle and the end. Two checkpoints that
+    /// differ anywhere in size or layout, or in most places in value, get different fingerprints.
+    pub fn fingerprint(&self) -> String {
+        let mut h = Sha256::new();
+        let mut feed = |name: &str, shape: &[usize], ty: String, bytes: &[u8]| {
+            h.update(name.as_bytes());
+            h.update(format!("{shape:?}{ty}").as_bytes());
+            let n = bytes.len();
+            let s = 8192.min(n);
+            for start in [0, n / 4, n / 2, 3 * n / 4, n - s] {
+                let start = start.min(n - s);
+                h.update(&bytes[start..start + s]);
+            }
+        };
+        match self {
+            WeightSource::Gguf(g) => {
+                for (name, t) in &g.tensors {
+                    feed(name, &t.shape, format!("{:?}", t.dtype), g.raw(t));
+                }
+            }
+            WeightSource::SafeTensors(s) => {
+                for name in s.names() {
+                    let e = &s.index[name];
+                    feed(name, &e.shape, format!("{:?}", e.dtype), &s.maps[e.file].1[e.start..e.start + e.len]);
+                }
+            }
+        }
+        let d = h.finalize();
+        d.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    }
+}

@@ -1,0 +1,150 @@
+//! The Focus router of one layer: scores S = (h W_g) C^T, then Sinkhorn in the log domain
+//! (FOCUS-METHOD section 1). Sinkhorn runs on the host in f64: it is T x K work, tiny next to
+//! attention, and f64 keeps the log-domain sums exact enough that the causal variant's prefix
+//! sums need no special care.
+
+use serde::{Deserialize, Serialize};
+
+/// One layer's routing for one sequence.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LayerRouting {
+    pub t: usize,
+    pub groups: usize,
+    /// Raw scores S = (h W_g) C^T, T x K row-major.
+    pub scores: Vec<f32>,
+    /// Soft memberships after Sinkhorn, T x K; each row sums to 1.
+    pub memberships: Vec<f32>,
+    /// The routing vectors h W_g (T x d_g), kept only when routing is recorded.
+    pub vectors: Option<Vec<f32>>,
+    pub d_g: usize,
+}
+
+impl LayerRouting {
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.memberships[i * self.groups..(i + 1) * self.groups]
+    }
+
+    /// The k groups with the largest memberships of token i, in descending membership; ties go
+    /// to the lower group index so that the choice is deterministic.
+    pub fn top_groups(&self, i: usize, k: usize) -> Vec<usize> {
+        top_k_indices(self.row(i), k)
+    }
+
+    /// Per-token bitmasks of the top-k groups (K <= 64 is enforced by the adapter).
+    pub fn topk_masks(&self, k: usize) -> Vec<u64> {
+        (0..self.t).map(|i| self.top_groups(i, k).iter().fold(0u64, |m, &g| m | 1 << g)).collect()
+    }
+}
+
+pub fn top_k_indices(row: &[f32], k: usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..row.len()).collect();
+    // Stable sort by descending value keeps lower indices first among ties.
+    idx.sort_by(|&a, &b| row[b].partial_cmp(&row[a]).unwrap_or(std::cmp::Ordering::Equal));
+    idx.truncate(k.min(row.len()));
+    idx
+}
+
+fn log_sum_exp(xs: impl Iterator<Item = f64> + Clone) -> f64 {
+    let m = xs.clone().fold(f64::NEG_INFINITY, f64::max);
+    if m == f64::NEG_INFINITY {
+        return m;
+    }
+    m + xs.map(|x| (x - m).exp()).sum::<f64>().ln()
+}
+
+/// Sinkhorn-balanced soft memberships from raw scores (T x K).
+///
+/// Q = exp(S / tau); `iters` times: divide each column by its sum over tokens, then each row by
+/// its sum over groups. In the log domain. With `causal`, a token's column sum runs over the
+/// tokens up to and including itself (prefix sums), so its routing never depends on later
+/// tokens. With `iters == 0` this is a plain row softmax (the collapse-prone baseline).
+pub fn sinkhorn(scores: &[f32], t: usize, k: usize, tau: f64, iters: usize, causal: bool) -> Vec<f32> {
+    let mut l: Vec<f64> = scores.iter().map(|&s| s as f64 / tau).collect();
+    let row_norm = |l: &mut [f64]| {
+        for row in l.chunks_mut(k) {
+            let z = log_sum_exp(row.iter().cloned());
+            row.iter_mut().for_each(|x| *x -= z);
+        }
+    };
+    for _ in 0..iters {
+        if causal {
+            // Running log-sum-exp per column, over the values of this iteration.
+            let mut run = vec![f64::NEG_INFINITY; k];
+            for i in 0..t {
+                for g in 0..k {
+                    let x = l[i * k + g];
+                    let (a, b) = (run[g].max(x), run[g].min(x));
+                    run[g] = if b == f64::NEG_INFINITY { a } else { a + (b - a).exp().ln_1p() };
+                    l[i * k + g] = x - run[g];
+                }
+            }
+        } else {
+            for g in 0..k {
+                let z = log_sum_exp((0..t).map(|i| l[i * k + g]));
+                (0..t).for_each(|i| l[i * k + g] -= z);
+            }
+        }
+        row_norm(&mut l);
+    }
+    if iters == 0 {
+        row_norm(&mut l);
+    }
+    l.iter().map(|&x| x.exp() as f32).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    fn random_scores(seed: u64, t: usize, k: usize) -> Vec<f32> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        (0..t * k).map(|_| rng.gen::<f32>() * 4.0 - 2.0).collect()
+    }
+
+    #[test]
+    fn rows_sum_to_one_and_columns_balance() {
+        let (t, k) = (300, 8);
+        let s = random_scores(1, t, k);
+        let g = sinkhorn(&s, t, k, 0.1, 50, false);
+        for i in 0..t {
+            let r: f32 = g[i * k..(i + 1) * k].iter().sum();
+            assert!((r - 1.0).abs() < 1e-5);
+        }
+        // After many iterations every group holds about T/K of the mass.
+        for c in 0..k {
+            let m: f32 = (0..t).map(|i| g[i * k + c]).sum();
+            assert!((m - t as f32 / k as f32).abs() < 0.05 * t as f32 / k as f32, "column {c} mass {m}");
+        }
+    }
+
+    #[test]
+    fn causal_routing_ignores_later_tokens() {
+        let (t, k) = (64, 4);
+        let s = random_scores(2, t, k);
+        let full = sinkhorn(&s, t, k, 0.1, 10, true);
+        let prefix = sinkhorn(&s[..40 * k], 40, k, 0.1, 10, true);
+        assert_eq!(&full[..40 * k], &prefix[..]);
+        // The paper's whole-sequence version does look ahead.
+        let whole = sinkhorn(&s, t, k, 0.1, 10, false);
+        let whole_prefix = sinkhorn(&s[..40 * k], 40, k, 0.1, 10, false);
+        assert_ne!(&whole[..40 * k], &whole_prefix[..]);
+    }
+
+    #[test]
+    fn extreme_scores_stay_finite() {
+        let (t, k) = (50, 8);
+        let s: Vec<f32> = (0..t * k).map(|n| if n % 7 == 0 { 400.0 } else { -400.0 }).collect();
+        for causal in [false, true] {
+            let g = sinkhorn(&s, t, k, 0.01, 10, causal);
+            assert!(g.iter().all(|x| x.is_finite()));
+        }
+    }
+
+    #[test]
+    fn top_groups_break_ties_by_index() {
+        let r = LayerRouting { t: 1, groups: 4, scores: vec![0.0; 4], memberships: vec![0.25; 4], vectors: None, d_g: 1 };
+        assert_eq!(r.top_groups(0, 2), vec![0, 1]);
+        assert_eq!(r.topk_masks(3), vec![0b0111]);
+    }
+}

@@ -1,0 +1,402 @@
+//! Text <-> token ids, from a Hugging Face `tokenizer.json` or from a GGUF file's `tokenizer.ggml.*`
+//! metadata. For GGUF we rebuild the tokenizer llama.cpp would use (byte-level BPE plus the same
+//! pre-tokenizer regexes, chosen by `tokenizer.ggml.pre`) as a tokenizer.json-shaped document and
+//! let the `tokenizers` crate parse it, so the ids match llama.cpp's.
+
+use crate::error::{Error, Result};
+use crate::gguf::{GgufFile, Value};
+use serde_json::{json, Value as Json};
+use std::collections::HashSet;
+use std::path::Path;
+
+type HfTokenizer = tokenizers::Tokenizer;
+
+/// GGUF `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
+const TOKEN_TYPE_UNKNOWN: u64 = 2;
+const TOKEN_TYPE_CONTROL: u64 = 3;
+const TOKEN_TYPE_USER_DEFINED: u64 = 4;
+
+// Pre-tokenizer regexes, copied from llama.cpp (`llm_tokenizer_bpe`). Each one splits the pieces
+// the previous one left, keeping both matched and unmatched text as pieces.
+const GPT2_RE: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+const LLAMA3_RE: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_RE: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// The pre-tokenizer of a llama.cpp `tokenizer.ggml.pre` name: its regex list, whether whole
+/// pre-tokenized words found in the vocabulary skip BPE (`ignore_merges`), and llama.cpp's
+/// default for `add_bos` when the file does not say.
+fn pre_tokenizer_for(pre: &str) -> Option<(Vec<&'static str>, bool, bool)> {
+    Some(match pre {
+        "default" | "" => (
+            vec![
+                r"[\p{P}\$\+<=>\^~\|]+",
+                GPT2_RE,
+                r"\p{N}+",
+                "[0-9][0-9][0-9]",
+            ],
+            false,
+            false,
+        ),
+        "gpt2" | "gpt-2" | "phi-2" | "mpt" | "olmo" | "jais" | "exaone4" => {
+            (vec![GPT2_RE], false, false)
+        }
+        // GPT-2's regex after isolating every digit (SmolLM, StarCoder, ...).
+        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" => {
+            (vec![r"\p{N}", GPT2_RE], false, false)
+        }
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" => {
+            (vec![LLAMA3_RE], true, true)
+        }
+        "qwen2" | "deepseek-r1-qwen" | "stablelm2" | "megrez" => (vec![QWEN2_RE], false, false),
+        _ => return None,
+    })
+}
+
+/// Token ids of a text and where each token came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Encoding {
+    pub ids: Vec<u32>,
+    /// Byte offsets (start, end) in the input text of each token, always on character
+    /// boundaries: a token holding only part of a multi-byte character spans the whole
+    /// character, so neighbouring spans can overlap by that character. An added BOS has (0, 0).
+    pub offsets: Vec<(usize, usize)>,
+}
+
+pub struct Tokenizer {
+    /// Splits special-token strings (`<|im_start|>`) out of the text as their ids.
+    special: HfTokenizer,
+    /// The same tokenizer with `encode_special_tokens(true)`: special-token strings are plain text.
+    plain: HfTokenizer,
+    vocab_size: usize,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    add_bos: bool,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab_size", &self.vocab_size)
+            .field("bos", &self.bos)
+            .field("eos", &self.eos)
+            .field("add_bos", &self.add_bos)
+            .finish()
+    }
+}
+
+fn tok_err(e: impl std::fmt::Display) -> Error {
+    Error::Tokenizer(e.to_string())
+}
+
+impl Tokenizer {
+    fn new(
+        mut special: HfTokenizer,
+        vocab_size: usize,
+        bos: Option<u32>,
+        eos: Option<u32>,
+        add_bos: bool,
+    ) -> Self {
+        special.set_encode_special_tokens(false);
+        let mut plain = special.clone();
+        plain.set_encode_special_tokens(true);
+        Tokenizer {
+            special,
+            plain,
+            vocab_size,
+            bos,
+            eos,
+            add_bos,
+        }
+    }
+
+    /// A Hugging Face `tokenizer.json`. BOS/EOS come from `tokenizer_config.json` / `config.json`
+    /// beside it when present; otherwise BOS is whatever the file's post-processor prepends.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let mut hf = HfTokenizer::from_bytes(&bytes)
+            .map_err(|e| Error::bad_file(path, format!("not a valid tokenizer.json: {e}")))?;
+
+        // What the post-processor adds in front of an empty text is the model's BOS (if any).
+        let probe = hf.encode("", true).map_err(tok_err)?;
+        let probed_bos = probe.get_ids().first().copied().filter(|&id| {
+            hf.id_to_token(id)
+                .is_some_and(|t| hf.get_added_vocabulary().is_special_token(&t))
+        });
+        // We add BOS ourselves, so the post-processor (which may also trim offsets) goes, and
+        // so do truncation and padding, which some files carry and would cut long texts.
+        hf.with_post_processor(None::<tokenizers::PostProcessorWrapper>);
+        hf.with_truncation(None).map_err(tok_err)?;
+        hf.with_padding(None);
+
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let read_json = |name: &str| -> Option<Json> {
+            serde_json::from_slice(&std::fs::read(dir.join(name)).ok()?).ok()
+        };
+        let tok_config = read_json("tokenizer_config.json");
+        let model_config = read_json("config.json");
+
+        // A token named in tokenizer_config.json: either a string or {"content": ...}.
+        let named = |key: &str| -> Option<u32> {
+            let v = tok_config.as_ref()?.get(key)?;
+            let s = v.as_str().or_else(|| v.get("content")?.as_str())?;
+            hf.token_to_id(s)
+        };
+        // An id in config.json: an integer or a list (first entry).
+        let config_id = |key: &str| -> Option<u32> {
+            let v = model_config.as_ref()?.get(key)?;
+            let v = v.as_array().and_then(|a| a.first()).unwrap_or(v);
+            v.as_u64().and_then(|i| u32::try_from(i).ok())
+        };
+        let bos = named("bos_token")
+            .or_else(|| config_id("bos_token_id"))
+            .or(probed_bos);
+        let eos = named("eos_token").or_else(|| config_id("eos_token_id"));
+        let add_bos = tok_config
+            .as_ref()
+            .and_then(|c| c.get("add_bos_token")?.as_bool())
+            .unwrap_or(probed_bos.is_some())
+            && bos.is_some();
+
+        let vocab_size = hf
+            .get_vocab(true)
+            .values()
+            .map(|&id| id as usize + 1)
+            .max()
+            .unwrap_or(0);
+        Ok(Self::new(hf, vocab_size, bos, eos, add_bos))
+    }
+
+    /// Rebuilds the tokenizer described by a GGUF file's `tokenizer.ggml.*` metadata. Only
+    /// byte-level BPE (`tokenizer.ggml.model = "gpt2"`) is supported.
+    pub fn from_gguf(g: &GgufFile) -> Result<Self> {
+        let bad = |detail: String| Error::bad_file(&g.path, detail);
+        let model = g
+            .get("tokenizer.ggml.model")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        match model {
+            "gpt2" => {}
+            "llama" => return Err(Error::Tokenizer(
+                "SentencePiece tokenizers (tokenizer.ggml.model = \"llama\") are not supported; \
+                     only byte-level BPE (\"gpt2\")"
+                    .into(),
+            )),
+            "" => return Err(bad("missing metadata key tokenizer.ggml.model".into())),
+            other => {
+                return Err(Error::Tokenizer(format!(
+                    "tokenizer type {other:?} is not supported; only byte-level BPE (\"gpt2\")"
+                )))
+            }
+        }
+        let pre = g
+            .get("tokenizer.ggml.pre")
+            .and_then(Value::as_str)
+            .unwrap_or("default");
+        let (regexes, ignore_merges, default_add_bos) =
+            pre_tokenizer_for(pre).ok_or_else(|| {
+                Error::Tokenizer(format!(
+                    "unsupported pre-tokenizer type {pre:?} (tokenizer.ggml.pre)"
+                ))
+            })?;
+
+        let strings = |key: &str| -> Result<Vec<&str>> {
+            let arr = g
+                .get(key)
+                .ok_or_else(|| bad(format!("missing metadata key {key}")))?
+                .as_array()
+                .ok_or_else(|| bad(format!("metadata {key} is not an array")))?;
+            arr.iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    v.as_str()
+                        .ok_or_else(|| bad(format!("{key}[{i}] is not a string")))
+                })
+                .collect()
+        };
+        let tokens = strings("tokenizer.ggml.tokens")?;
+        let merges = strings("tokenizer.ggml.merges")?;
+        let n = tokens.len();
+        if n == 0 || n > u32::MAX as usize {
+            return Err(bad(format!("tokenizer.ggml.tokens has {n} entries")));
+        }
+        if merges.len() >= n {
+            return Err(bad(format!("{} merges for only {n} tokens", merges.len())));
+        }
+        let types: Vec<u64> = match g.get("tokenizer.ggml.token_type") {
+            None => vec![1; n],
+            Some(v) => {
+                let arr = v
+                    .as_array()
+                    .ok_or_else(|| bad("tokenizer.ggml.token_type is not an array".into()))?;
+                if arr.len() != n {
+                    return Err(bad(format!(
+                        "tokenizer.ggml.token_type has {} entries for {n} tokens",
+                        arr.len()
+                    )));
+                }
+                arr.iter()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        t.as_u64().ok_or_else(|| {
+                            bad(format!("tokenizer.ggml.token_type[{i}] is not an integer"))
+                        })
+                    })
+                    .collect::<Result<_>>()?
+            }
+        };
+
+        let mut vocab = serde_json::Map::with_capacity(n);
+        let mut added = Vec::new();
+        for (id, &text) in tokens.iter().enumerate() {
+            // llama.cpp renames empty tokens the same way and rejects duplicate ones.
+            let text = if text.is_empty() {
+                format!("[EMPTY_{id}]")
+            } else {
+                text.to_string()
+            };
+            let special = matches!(types[id], TOKEN_TYPE_CONTROL | TOKEN_TYPE_UNKNOWN);
+            if special || types[id] == TOKEN_TYPE_USER_DEFINED {
+                // User-defined tokens are matched even when special tokens are plain text.
+                added.push(json!({
+                    "id": id, "content": text, "single_word": false, "lstrip": false,
+                    "rstrip": false, "normalized": false, "special": special,
+                }));
+            }
+            if vocab.insert(text.clone(), json!(id)).is_some() {
+                return Err(bad(format!("tokenizer.ggml.tokens has {text:?} twice")));
+            }
+        }
+        let merges = merges
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                // As llama.cpp: split at the first space after the first character (so a
+                // merge may start with a space).
+                let skip = m.chars().next().map_or(0, char::len_utf8);
+                let pos = m[skip..].find(' ').map(|p| p + skip);
+                let (a, b) = pos
+                    .map(|p| (&m[..p], &m[p + 1..]))
+                    .filter(|(a, b)| !a.is_empty() && !b.is_empty())
+                    .ok_or_else(|| {
+                        bad(format!("tokenizer.ggml.merges[{i}] {m:?} is not \"a b\""))
+                    })?;
+                Ok(json!([a, b]))
+            })
+            .collect::<Result<Vec<_>>>()?;
+
+        let mut pre_tokenizers: Vec<Json> = regexes
+            .iter()
+            .map(|re| json!({"type": "Split", "pattern": {"Regex": re}, "behavior": "Isolated", "invert": false}))
+            .collect();
+        pre_tokenizers.push(json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}));
+        let doc = json!({
+            "version": "1.0",
+            "truncation": null,
+            "padding": null,
+            "added_tokens": added,
+            "normalizer": null,
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": pre_tokenizers},
+            "post_processor": null,
+            "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+            "model": {
+                "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+                "ignore_merges": ignore_merges, "vocab": vocab, "merges": merges,
+            },
+        });
+        let hf = HfTokenizer::from_bytes(serde_json::to_vec(&doc)?).map_err(|e| {
+            bad(format!(
+                "cannot build the tokenizer from tokenizer.ggml.*: {e}"
+            ))
+        })?;
+
+        let id = |key: &str| -> Result<Option<u32>> {
+            match g.get(key) {
+                None => Ok(None),
+                Some(v) => match v.as_u64() {
+                    Some(i) if (i as usize) < n => Ok(Some(i as u32)),
+                    _ => Err(bad(format!(
+                        "metadata {key} = {v:?} is not a token id below {n}"
+                    ))),
+                },
+            }
+        };
+        let bos = id("tokenizer.ggml.bos_token_id")?;
+        let eos = id("tokenizer.ggml.eos_token_id")?;
+        let add_bos = g
+            .get("tokenizer.ggml.add_bos_token")
+            .and_then(Value::as_bool)
+            .unwrap_or(default_add_bos);
+        if add_bos && bos.is_none() {
+            return Err(bad(
+                "tokenizer.ggml.add_bos_token is set but there is no bos_token_id".into(),
+            ));
+        }
+        Ok(Self::new(hf, n, bos, eos, add_bos))
+    }
+
+    /// Token ids of `text`, with BOS in front when the model asks for it. With `parse_special`,
+    /// special-token strings such as `<|im_start|>` become their ids; otherwise they are text.
+    pub fn encode(&self, text: &str, parse_special: bool) -> Result<Encoding> {
+        let hf = if parse_special {
+            &self.special
+        } else {
+            &self.plain
+        };
+        let enc = hf.encode(text, false).map_err(tok_err)?;
+        let mut ids = Vec::with_capacity(enc.len() + 1);
+        let mut offsets = Vec::with_capacity(enc.len() + 1);
+        if self.add_bos {
+            ids.extend(self.bos);
+            offsets.push((0, 0));
+        }
+        ids.extend_from_slice(enc.get_ids());
+        offsets.extend_from_slice(enc.get_offsets());
+        Ok(Encoding { ids, offsets })
+    }
+
+    /// The text of `ids`, special tokens included. Byte sequences that are not valid UTF-8
+    /// (a character cut between tokens) become U+FFFD.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.vocab_size) {
+            return Err(Error::Tokenizer(format!(
+                "token id {bad} is outside the vocabulary of {}",
+                self.vocab_size
+            )));
+        }
+        self.special.decode(ids, false).map_err(tok_err)
+    }
+
+    /// Readable text of one token for display (byte-level decoded, lossy); empty for an unknown id.
+    pub fn token_text(&self, id: u32) -> String {
+        self.special.decode(&[id], false).unwrap_or_default()
+    }
+
+    /// Number of token ids (rows of the embedding the tokenizer can address).
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos
+    }
+
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos
+    }
+
+    /// Whether `encode` puts BOS in front.
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// Ids of the special (control) tokens.
+    pub fn special_ids(&self) -> HashSet<u32> {
+        self.special
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, t)| t.special)
+            .map(|(id, _)| id)
+            .collect()
+    }
+}
