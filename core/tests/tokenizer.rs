@@ -215,6 +215,8 @@ fn from_file_reads_bos_from_post_processor_and_config() {
     assert_eq!(enc.offsets, [(0, 0), (0, 2), (2, 5)]);
     assert_eq!(t.decode(&enc.ids[1..]).unwrap(), "ab ab");
     assert_eq!(t.encode("</s>", true).unwrap().ids, [0, 1]);
+    // The file's truncation (max_length 2) is ignored.
+    assert_eq!(t.encode("ab ab ab", false).unwrap().ids, [0, 4, 6, 6]);
 
     std::fs::write(
         dir.join("tokenizer_config.json"),
