@@ -1,1 +1,359 @@
-// filled in below
+//! The `focus-lens` binary end to end, on the real default model (SmolLM2-135M, Q4_1 GGUF).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use serde_json::Value;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn focus_lens<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    Command::new(env!("CARGO_BIN_EXE_focus-lens"))
+        .args(args)
+        .env("FOCUS_LENS_MODEL", common::model_path())
+        .output()
+        .expect("run focus-lens")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs a command that must succeed and returns its stdout.
+fn ok<I, S>(args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<S> = args.into_iter().collect();
+    let shown: Vec<String> = args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
+    let o = focus_lens(&args);
+    assert!(o.status.success(), "focus-lens {shown:?} failed: {}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    stdout(&o)
+}
+
+fn ok_json<I, S>(args: I) -> Value
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let out = ok(args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {out}"))
+}
+
+/// Runs a command that must fail with one `error: ...` line on stderr; returns that line.
+fn fails<I, S>(args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<S> = args.into_iter().collect();
+    let shown: Vec<String> = args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
+    let o = focus_lens(&args);
+    let err = stderr(&o);
+    assert!(!o.status.success(), "focus-lens {shown:?} succeeded: {}", stdout(&o));
+    assert_eq!(o.status.code(), Some(1), "focus-lens {shown:?}: {err}");
+    assert!(!err.contains("panicked"), "focus-lens {shown:?} panicked: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "focus-lens {shown:?}: stderr is not one line: {err:?}");
+    assert!(lines[0].starts_with("error: "), "focus-lens {shown:?}: {err:?}");
+    assert!(stdout(&o).trim().is_empty(), "focus-lens {shown:?} printed {:?}", stdout(&o));
+    lines[0].to_string()
+}
+
+fn has(line: &str, phrases: &[&str]) {
+    for p in phrases {
+        assert!(line.contains(p), "{line:?} lacks {p:?}");
+    }
+}
+
+/// The first `chars` characters of the Persuasion fixture, written to `dir/name`.
+fn persuasion(dir: &Path, name: &str, chars: usize) -> PathBuf {
+    let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
+    let slice: String = text.chars().take(chars).collect();
+    let p = dir.join(name);
+    std::fs::write(&p, slice).unwrap();
+    p
+}
+
+fn token_count(file: &Path) -> usize {
+    let v = ok_json([OsStr::new("tokenize"), OsStr::new("--json"), file.as_os_str()]);
+    let n = v["count"].as_u64().unwrap() as usize;
+    assert_eq!(v["ids"].as_array().unwrap().len(), n);
+    n
+}
+
+/// `adapter init --groups 4 --seed 3` (for the default model, or `model`).
+fn init_adapter(dir: &Path, model: Option<&Path>) {
+    let mut args: Vec<&OsStr> = vec!["adapter", "init", "--groups", "4", "--seed", "3", "--out"].into_iter().map(OsStr::new).collect();
+    args.push(dir.as_os_str());
+    if let Some(m) = model {
+        args.push(OsStr::new("--model"));
+        args.push(m.as_os_str());
+    }
+    ok(&args);
+    assert!(dir.join("adapter_config.json").is_file());
+    assert!(dir.join("adapter_model.safetensors").is_file());
+}
+
+fn num(v: &Value, key: &str) -> f64 {
+    v[key].as_f64().unwrap_or_else(|| panic!("{key} is not a number in {v}"))
+}
+
+#[test]
+fn info_json() {
+    let v = ok_json(["info", "--json"]);
+    assert_eq!(v["format"], "gguf");
+    assert_eq!(Path::new(v["path"].as_str().unwrap()), common::model_path());
+    let c = &v["config"];
+    assert_eq!(c["arch"], "llama");
+    assert_eq!(c["n_layers"], 30);
+    assert_eq!(c["d_model"], 576);
+    assert_eq!(c["n_heads"], 9);
+    assert_eq!(c["n_kv_heads"], 3);
+    assert_eq!(c["head_dim"], 64);
+    assert_eq!(c["ffn_dim"], 1536);
+    assert_eq!(c["vocab"], 49152);
+    assert_eq!(c["context"], 8192);
+    assert_eq!(c["tied_embeddings"], true);
+    assert_eq!(c["positions"]["Rope"]["theta"].as_f64(), Some(100000.0));
+    assert_eq!(c["positions"]["Rope"]["interleaved"], true);
+    assert_eq!(v["tokenizer_vocab"], 49152);
+    assert_eq!(v["add_bos"], false);
+    let fp = v["fingerprint"].as_str().unwrap();
+    assert!(fp.len() == 32 && fp.chars().all(|c| c.is_ascii_hexdigit()), "{fp}");
+    // The same model given as an argument describes the same file.
+    let again = ok_json([OsStr::new("info"), OsStr::new("--json"), common::model_path().as_os_str()]);
+    assert_eq!(again["fingerprint"], v["fingerprint"]);
+    // A Hugging Face directory (no tokenizer).
+    let tiny = common::fixture("hf_tiny/qwen2");
+    let h = ok_json([OsStr::new("info"), OsStr::new("--json"), tiny.as_os_str()]);
+    assert_eq!(h["format"], "safetensors");
+    assert_eq!(h["config"]["arch"], "qwen2");
+    assert_eq!(h["tokenizer_vocab"], Value::Null);
+}
+
+#[test]
+fn tokenize_matches_llama_cpp() {
+    let cases: Value = serde_json::from_str(&std::fs::read_to_string(common::fixture("tokenizer_smollm2.json")).unwrap()).unwrap();
+    let case = &cases[0];
+    assert_eq!(case["parse_special"], false);
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("case.txt");
+    std::fs::write(&f, case["text"].as_str().unwrap()).unwrap();
+    let v = ok_json([OsStr::new("tokenize"), OsStr::new("--json"), f.as_os_str()]);
+    assert_eq!(v["ids"], case["ids"], "token ids differ from llama.cpp's");
+    assert_eq!(v["count"].as_u64().unwrap() as usize, case["ids"].as_array().unwrap().len());
+    // The plain output lists the same ids.
+    let plain = ok([OsStr::new("tokenize"), f.as_os_str()]);
+    let ids: Vec<u64> = plain.split_whitespace().map(|s| s.parse().unwrap()).collect();
+    let want: Vec<u64> = case["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    assert_eq!(ids, want);
+}
+
+#[test]
+fn ppl_dense_json() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = persuasion(tmp.path(), "p.txt", 8200);
+    let v = ok_json([OsStr::new("ppl"), OsStr::new("--json"), OsStr::new("--ctx"), OsStr::new("128"), f.as_os_str()]);
+    for key in ["ppl", "tokens", "mode", "k", "ctx", "seconds"] {
+        assert!(v.get(key).is_some(), "key {key} missing from {v}");
+    }
+    let tokens = v["tokens"].as_u64().unwrap() as usize;
+    assert!((1800..=2300).contains(&tokens), "tokens {tokens}");
+    assert_eq!(v["mode"], "dense");
+    assert_eq!(v["k"], Value::Null);
+    assert_eq!(v["ctx"], 128);
+    assert_eq!(v["chunks"].as_u64().unwrap() as usize, tokens / 128);
+    assert_eq!(v["scored_tokens"].as_u64().unwrap() as usize, tokens / 128 * 63);
+    let ppl = num(&v, "ppl");
+    // llama.cpp measures 30.7 at ctx 512 on this book; a 128-token context sees less of it.
+    assert!((20.0..80.0).contains(&ppl), "ppl {ppl}");
+    assert!((num(&v, "mean_nll").exp() - ppl).abs() < 1e-6 * ppl);
+    let secs = num(&v, "seconds");
+    assert!(secs > 0.0 && secs < 600.0, "seconds {secs}");
+    let chunks = v["per_chunk_nll"].as_array().unwrap();
+    assert_eq!(chunks.len(), tokens / 128);
+    assert!(chunks.iter().all(|c| c.as_f64().is_some_and(|x| x.is_finite() && x > 0.0)));
+    // `tokens` counts the whole file as `tokenize` does (the file has no trailing newline).
+    assert_eq!(tokens, token_count(&f));
+}
+
+#[test]
+fn adapter_init_and_focus_modes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ad = tmp.path().join("adapter");
+    init_adapter(&ad, None);
+    let cfg: Value = serde_json::from_str(&std::fs::read_to_string(ad.join("adapter_config.json")).unwrap()).unwrap();
+    assert_eq!(cfg["groups"], 4);
+    assert_eq!(cfg["base_model"]["n_layers"], 30);
+    assert!(cfg["init"].as_str().unwrap().contains("seed 3"));
+    let info = ok_json(["info", "--json"]);
+    assert_eq!(cfg["base_model"]["fingerprint"], info["fingerprint"]);
+    // The same seed gives the same adapter.
+    let ad2 = tmp.path().join("again");
+    init_adapter(&ad2, None);
+    assert_eq!(std::fs::read(ad.join("adapter_model.safetensors")).unwrap(), std::fs::read(ad2.join("adapter_model.safetensors")).unwrap());
+
+    // ~600 tokens at ctx 256: with the default window of 128, distant pairs exist.
+    let f = persuasion(tmp.path(), "p.txt", 2600);
+    let ppl = |extra: &[&str]| -> Value {
+        let mut args: Vec<&OsStr> = ["ppl", "--json", "--ctx", "256", "--adapter"].into_iter().map(OsStr::new).collect();
+        args.push(ad.as_os_str());
+        args.extend(extra.iter().map(OsStr::new));
+        args.push(f.as_os_str());
+        ok_json(&args)
+    };
+    let dense = ppl(&[]);
+    let topk = ppl(&["--mode", "topk", "--k", "2"]);
+    let soft = ppl(&["--mode", "soft"]);
+    let all = ppl(&["--mode", "topk", "--k", "4"]);
+    assert_eq!(dense["mode"], "dense");
+    assert_eq!(topk["mode"], "topk");
+    assert_eq!(topk["k"], 2);
+    assert_eq!(soft["mode"], "soft");
+    assert_eq!(soft["k"], Value::Null);
+    assert_eq!(all["k"], 4);
+    for v in [&dense, &topk, &soft, &all] {
+        let p = num(v, "ppl");
+        assert!(p.is_finite() && (5.0..500.0).contains(&p), "ppl {p} in {v}");
+        assert_eq!(v["chunks"], dense["chunks"]);
+    }
+    let (d, t, s, a) = (num(&dense, "ppl"), num(&topk, "ppl"), num(&soft, "ppl"), num(&all, "ppl"));
+    // Top-4 of 4 groups keeps every pair: the dense model, to float tolerance.
+    assert!((a - d).abs() < 1e-3 * d, "topk(K) ppl {a} vs dense {d}");
+    // Top-2 and soft gates do change the attention of distant pairs.
+    assert!((t - d).abs() > 1e-6 * d, "topk(2) ppl {t} equals dense {d}");
+    assert!((s - d).abs() > 1e-6 * d, "soft ppl {s} equals dense {d}");
+    // k beyond K is refused.
+    let mut args: Vec<&OsStr> = ["ppl", "--ctx", "256", "--mode", "topk", "--k", "5", "--adapter"].into_iter().map(OsStr::new).collect();
+    args.push(ad.as_os_str());
+    args.push(f.as_os_str());
+    has(&fails(&args), &["k = 5", "1..=4"]);
+}
+
+#[test]
+fn analyze_writes_json_and_csv() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ad = tmp.path().join("adapter");
+    init_adapter(&ad, None);
+    let f = persuasion(tmp.path(), "p.txt", 2600);
+    let t = token_count(&f);
+    let analyze = |out: &Path| {
+        ok([OsStr::new("analyze"), OsStr::new("--adapter"), ad.as_os_str(), f.as_os_str(), OsStr::new("--out"), out.as_os_str()]);
+    };
+    let json_path = tmp.path().join("stats.json");
+    let csv_path = tmp.path().join("stats.csv");
+    analyze(&json_path);
+    analyze(&csv_path);
+
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    assert_eq!(v["groups"], 4);
+    assert_eq!(v["k"], 2);
+    assert_eq!(v["window"], 128);
+    assert_eq!(v["tokens"].as_array().unwrap().len(), t);
+    let layers = v["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 30);
+    let causal = (t * (t + 1) / 2) as u64;
+    let mut retained_sum = 0.0;
+    for (l, layer) in layers.iter().enumerate() {
+        assert_eq!(layer["layer"], l);
+        let dom = num(layer, "dominance");
+        assert!((0.25 - 1e-9..=1.0).contains(&dom), "layer {l} dominance {dom}");
+        let sizes: Vec<u64> = layer["group_size"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        assert_eq!(sizes.len(), 4);
+        assert_eq!(sizes.iter().sum::<u64>() as usize, t);
+        assert!((dom - *sizes.iter().max().unwrap() as f64 / t as f64).abs() < 1e-9);
+        let p = &layer["pairs"];
+        assert_eq!(p["causal"].as_u64().unwrap(), causal);
+        let (local, distant) = (p["local"].as_u64().unwrap(), p["same_group_distant"].as_u64().unwrap());
+        let retained = num(p, "retained");
+        assert!((retained - (local + distant) as f64 / causal as f64).abs() < 1e-9);
+        assert!(retained > 0.0 && retained <= 1.0, "layer {l} retained {retained}");
+        retained_sum += retained;
+        let toks = layer["tokens"].as_array().unwrap();
+        assert_eq!(toks.len(), t);
+        let m: f64 = toks[t / 2]["memberships"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).sum();
+        assert!((m - 1.0).abs() < 1e-4);
+    }
+    // Two of four groups per token, window 128 over ~600 tokens: some distant pairs are pruned.
+    assert!(retained_sum / 30.0 < 0.999, "mean retained {}", retained_sum / 30.0);
+
+    let csv = std::fs::read_to_string(&csv_path).unwrap();
+    let mut lines = csv.lines();
+    let header = lines.next().unwrap();
+    assert_eq!(
+        header,
+        "layer,group,size,size_share,mass_before,mass_after,dominance,mean_confidence,mean_entropy,pairs_retained,pairs_local,pairs_same_group_distant,pairs_causal"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 30 * 4);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r.len(), 13, "row {i}: {r:?}");
+        let (l, g) = (i / 4, i % 4);
+        assert_eq!((r[0].parse::<usize>().unwrap(), r[1].parse::<usize>().unwrap()), (l, g));
+        // The CSV holds the same numbers as the JSON.
+        let layer = &layers[l];
+        assert_eq!(r[2].parse::<u64>().unwrap(), layer["group_size"][g].as_u64().unwrap());
+        assert!((r[6].parse::<f64>().unwrap() - num(layer, "dominance")).abs() < 1e-5);
+        assert!((r[9].parse::<f64>().unwrap() - num(&layer["pairs"], "retained")).abs() < 1e-5);
+        assert_eq!(r[12].parse::<u64>().unwrap(), causal);
+    }
+    // Any other extension is refused.
+    has(
+        &fails([OsStr::new("analyze"), OsStr::new("--adapter"), ad.as_os_str(), f.as_os_str(), OsStr::new("--out"), OsStr::new("stats.txt")]),
+        &["--out must end in .json or .csv"],
+    );
+}
+
+#[test]
+fn errors_are_one_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    // A missing file.
+    let missing = d.join("missing.txt");
+    has(&fails([OsStr::new("ppl"), missing.as_os_str()]), &["cannot read", "missing.txt"]);
+    has(&fails([OsStr::new("tokenize"), missing.as_os_str()]), &["cannot read", "missing.txt"]);
+    // An empty text file.
+    let empty = d.join("empty.txt");
+    std::fs::write(&empty, b"").unwrap();
+    has(&fails([OsStr::new("ppl"), empty.as_os_str()]), &["empty.txt", "is empty"]);
+    // A text shorter than one chunk.
+    let short = d.join("short.txt");
+    std::fs::write(&short, "Just a few words.").unwrap();
+    has(&fails([OsStr::new("ppl"), OsStr::new("--ctx"), OsStr::new("128"), short.as_os_str()]), &["needs at least 128"]);
+    // --mode topk without --adapter.
+    has(&fails([OsStr::new("ppl"), OsStr::new("--mode"), OsStr::new("topk"), short.as_os_str()]), &["--mode topk needs --adapter"]);
+    // A model that does not exist, and a file that is not a model.
+    has(&fails([OsStr::new("info"), missing.as_os_str()]), &["cannot read", "missing.txt"]);
+    has(&fails([OsStr::new("info"), short.as_os_str()]), &["not a GGUF file"]);
+    // A model without a tokenizer cannot tokenize.
+    let tiny = common::fixture("hf_tiny/llama");
+    has(&fails([OsStr::new("tokenize"), OsStr::new("--model"), tiny.as_os_str(), short.as_os_str()]), &["ships no tokenizer"]);
+    // Benchmark lengths the model cannot run.
+    has(&fails(["bench", "forward", "--lengths", "0", "--repeats", "1"]), &["--lengths 0 must be in 1..=8192"]);
+}
+
+#[test]
+fn adapter_for_another_model_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ad = tmp.path().join("tiny-adapter");
+    init_adapter(&ad, Some(&common::fixture("hf_tiny/llama")));
+    let f = persuasion(tmp.path(), "p.txt", 2000);
+    let line = fails([OsStr::new("ppl"), OsStr::new("--adapter"), ad.as_os_str(), OsStr::new("--mode"), OsStr::new("topk"), f.as_os_str()]);
+    has(&line, &["tiny-adapter", "adapter does not fit the model", "base_model.n_layers", "adapter has 2, model has 30"]);
+    let out = tmp.path().join("s.json");
+    let line = fails([OsStr::new("analyze"), OsStr::new("--adapter"), ad.as_os_str(), f.as_os_str(), OsStr::new("--out"), out.as_os_str()]);
+    has(&line, &["adapter does not fit the model", "base_model.n_layers"]);
+    assert!(!out.exists(), "a failed analyze wrote {}", out.display());
+}

@@ -1,1 +1,250 @@
-// filled in below
+//! Hugging Face checkpoints (tests/fixtures/hf_tiny: tiny random-weight GPT-2, Llama and Qwen2
+//! saved by transformers) against the logits transformers computed for them, plus the Focus
+//! adapter modes on each family.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use focus_core::attention::{self, LayerPlan};
+use focus_core::model::config::Positions;
+use focus_core::model::ForwardOptions;
+use focus_core::{Adapter, AdapterSpec, Mode, Model};
+use std::path::{Path, PathBuf};
+
+const FAMILIES: [&str; 3] = ["gpt2", "llama", "qwen2"];
+const TOL: f32 = 1e-4;
+
+fn tiny(name: &str) -> PathBuf {
+    common::fixture("hf_tiny").join(name)
+}
+
+/// `input_ids` (as u32) and `logits` (T x vocab) of a fixture's reference.safetensors.
+fn reference(dir: &Path) -> (Vec<u32>, Tensor) {
+    let r = candle_core::safetensors::load(dir.join("reference.safetensors"), &Device::Cpu).unwrap();
+    let ids = r["input_ids"].to_dtype(DType::I64).unwrap().flatten_all().unwrap().to_vec1::<i64>().unwrap();
+    assert_eq!(ids.len(), 40);
+    let ids: Vec<u32> = ids.into_iter().map(|i| u32::try_from(i).unwrap()).collect();
+    let logits = r["logits"].squeeze(0).unwrap();
+    assert_eq!(logits.dims(), &[40, 512]);
+    (ids, logits)
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.dims(), b.dims(), "shapes differ");
+    (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+}
+
+fn all_finite(t: &Tensor) -> bool {
+    t.flatten_all().unwrap().to_vec1::<f32>().unwrap().iter().all(|x| x.is_finite())
+}
+
+fn dense_logits(model: &Model, ids: &[u32]) -> Tensor {
+    model.decoder.forward(ids, &ForwardOptions::new(Mode::Dense, None)).unwrap().logits
+}
+
+fn check_family(name: &str) {
+    let dir = tiny(name);
+    let model = Model::load(&dir, &Device::Cpu).unwrap_or_else(|e| panic!("{name}: load failed: {e}"));
+    assert_eq!(model.format, "safetensors");
+    assert_eq!(model.config().arch.to_string(), name);
+    assert_eq!((model.config().n_layers, model.config().d_model, model.config().vocab), (2, 64, 512));
+    let (ids, want) = reference(&dir);
+    // The reference varies far more than the tolerance, so matching it means something.
+    let flat = want.flatten_all().unwrap();
+    let spread = flat.max(0).unwrap().to_scalar::<f32>().unwrap() - flat.min(0).unwrap().to_scalar::<f32>().unwrap();
+    eprintln!("{name}: reference logits span {spread}");
+    assert!(spread > 1000.0 * TOL, "{name}: reference logits are nearly constant ({spread})");
+    let got = dense_logits(&model, &ids);
+    let err = max_abs_diff(&got, &want);
+    eprintln!("{name}: max |logits - transformers| = {err:e}");
+    assert!(err <= TOL, "{name}: logits differ from transformers by {err} (> {TOL})");
+    // A prefix gives the prefix of the logits (causality), to the same tolerance.
+    let pre = model.decoder.forward(&ids[..17], &ForwardOptions::new(Mode::Dense, None)).unwrap().logits;
+    let err = max_abs_diff(&pre, &want.narrow(0, 0, 17).unwrap());
+    assert!(err <= TOL, "{name}: prefix logits differ by {err}");
+    // logits_from returns the tail rows only.
+    let mut o = ForwardOptions::new(Mode::Dense, None);
+    o.logits_from = 30;
+    let tail = model.decoder.forward(&ids, &o).unwrap().logits;
+    let err = max_abs_diff(&tail, &want.narrow(0, 30, 10).unwrap());
+    assert!(err <= TOL, "{name}: logits_from rows differ by {err}");
+}
+
+#[test]
+fn gpt2_matches_transformers() {
+    check_family("gpt2");
+}
+
+#[test]
+fn llama_matches_transformers() {
+    check_family("llama");
+}
+
+#[test]
+fn qwen2_matches_transformers() {
+    check_family("qwen2");
+}
+
+#[test]
+fn families_load_their_own_layout() {
+    let gpt2 = Model::load(&tiny("gpt2"), &Device::Cpu).unwrap();
+    assert_eq!(gpt2.config().positions, Positions::Learned);
+    assert!(gpt2.decoder.pos_embed.is_some());
+    let llama = Model::load(&tiny("llama"), &Device::Cpu).unwrap();
+    let c = llama.config();
+    assert_eq!((c.n_heads, c.n_kv_heads, c.head_dim), (4, 2, 16));
+    assert!(c.tied_embeddings && !c.qkv_bias);
+    assert_eq!(c.positions, Positions::Rope { theta: 10000.0, interleaved: false });
+    let qwen = Model::load(&tiny("qwen2"), &Device::Cpu).unwrap();
+    let c = qwen.config();
+    assert!(!c.tied_embeddings && c.qkv_bias);
+    assert_eq!(c.positions, Positions::Rope { theta: 1e6, interleaved: false });
+    assert!(qwen.tokenizer.is_none(), "the fixtures ship no tokenizer");
+    assert!(qwen.tokenizer().is_err());
+}
+
+/// A copy of a fixture whose config.json is rewritten by `edit`.
+fn copy_with_config(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> tempfile::TempDir {
+    let src = tiny(name);
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(src.join("model.safetensors"), tmp.path().join("model.safetensors")).unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    edit(&mut cfg);
+    std::fs::write(tmp.path().join("config.json"), serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    tmp
+}
+
+#[test]
+fn top_level_rope_theta_reads_like_rope_parameters() {
+    for name in ["llama", "qwen2"] {
+        let orig = Model::load(&tiny(name), &Device::Cpu).unwrap();
+        let theta = match orig.config().positions {
+            Positions::Rope { theta, .. } => theta,
+            p => panic!("{name}: {p:?}"),
+        };
+        // Older configs: a top-level rope_theta and no rope_parameters.
+        let old = copy_with_config(name, |c| {
+            let obj = c.as_object_mut().unwrap();
+            let p = obj.remove("rope_parameters").expect("fixture has rope_parameters");
+            obj.insert("rope_theta".into(), p["rope_theta"].clone());
+        });
+        let m = Model::load(old.path(), &Device::Cpu).unwrap();
+        assert_eq!(m.config().positions, orig.config().positions, "{name}");
+        let (ids, want) = reference(&tiny(name));
+        let err = max_abs_diff(&dense_logits(&m, &ids), &want);
+        assert!(err <= TOL, "{name} with top-level rope_theta: logits differ by {err}");
+        // The value is really read (not a coincidence with the default): a different theta
+        // changes the config and the logits.
+        let other = copy_with_config(name, |c| {
+            let obj = c.as_object_mut().unwrap();
+            obj.remove("rope_parameters");
+            obj.insert("rope_theta".into(), serde_json::json!(theta * 7.0));
+        });
+        let m = Model::load(other.path(), &Device::Cpu).unwrap();
+        assert_eq!(m.config().positions, Positions::Rope { theta: theta * 7.0, interleaved: false });
+        assert!(max_abs_diff(&dense_logits(&m, &ids), &want) > 1e-3, "{name}: theta had no effect");
+    }
+}
+
+fn spec() -> AdapterSpec {
+    AdapterSpec { window: 4, groups: 4, ..Default::default() }
+}
+
+fn check_adapter_modes(name: &str) {
+    let dir = tiny(name);
+    let model = Model::load(&dir, &Device::Cpu).unwrap();
+    let dev = model.decoder.device.clone();
+    let adapter = Adapter::random(&model, &spec(), 1).unwrap();
+    let window = adapter.config.window;
+    let (ids, reference_logits) = reference(&dir);
+    let dense = dense_logits(&model, &ids);
+
+    // Dense mode with an adapter attached is still the base model, and routing is reported.
+    let out = model.decoder.forward(&ids, &ForwardOptions::new(Mode::Dense, Some(&adapter))).unwrap();
+    assert!(max_abs_diff(&out.logits, &reference_logits) <= TOL);
+    assert_eq!(out.routing.len(), 2);
+    for r in &out.routing {
+        assert_eq!((r.t, r.groups), (40, 4));
+        for i in 0..r.t {
+            let s: f32 = r.row(i).iter().sum();
+            assert!((s - 1.0).abs() < 1e-4, "{name}: membership row {i} sums to {s}");
+        }
+    }
+
+    let soft = model.decoder.forward(&ids, &ForwardOptions::new(Mode::Soft, Some(&adapter))).unwrap().logits;
+    assert_eq!(soft.dims(), &[40, 512]);
+    assert!(all_finite(&soft), "{name}: soft logits are not finite");
+    // The first window+1 positions see only local pairs: exactly the dense logits there.
+    let n = window + 1;
+    assert!(max_abs_diff(&soft.narrow(0, 0, n).unwrap(), &dense.narrow(0, 0, n).unwrap()) <= 1e-5);
+    assert!(max_abs_diff(&soft, &dense) > 1e-6, "{name}: soft gates changed nothing");
+
+    for k in 1..=4 {
+        let opts = ForwardOptions::new(Mode::TopK(k), Some(&adapter));
+        let fast = model.decoder.forward(&ids, &opts).unwrap_or_else(|e| panic!("{name} topk({k}): {e}"));
+        assert_eq!(fast.logits.dims(), &[40, 512]);
+        assert!(all_finite(&fast.logits), "{name} topk({k}): logits are not finite");
+        // The explicit reference: dense attention with the top-k mask as an additive bias.
+        let masked = model
+            .decoder
+            .forward_with(&ids, &opts, |_, routing| {
+                let routing = routing.expect("routing is computed when an adapter is attached");
+                Ok(Some(LayerPlan::Masked(attention::topk_mask_bias(&routing.topk_masks(k), window, &dev)?)))
+            })
+            .unwrap();
+        let err = max_abs_diff(&fast.logits, &masked.logits);
+        eprintln!("{name} topk({k}): max |fast - masked dense| = {err:e}");
+        assert!(err <= TOL, "{name} topk({k}): fast kernel differs from masked dense by {err}");
+        // The same routing was used for both.
+        assert_eq!(fast.routing[0].topk_masks(k), masked.routing[0].topk_masks(k));
+        if k == 4 {
+            // Every token holds every group: the mask is the full causal mask.
+            assert!(max_abs_diff(&fast.logits, &dense) <= TOL, "{name}: topk(K) is not dense");
+        }
+        if k == 1 {
+            // One group each of four, window 4 over 40 tokens: many distant pairs are pruned.
+            let masks = fast.routing[1].topk_masks(1);
+            let pruned = (0..40usize).flat_map(|i| (0..i).map(move |j| (i, j))).filter(|&(i, j)| i - j > window && masks[i] & masks[j] == 0).count();
+            assert!(pruned > 0, "{name}: top-1 pruned no pair");
+            assert!(max_abs_diff(&fast.logits, &dense) > 1e-6, "{name}: top-1 mask changed nothing");
+        }
+    }
+    // k outside 1..=K is refused.
+    for k in [0, 5] {
+        let e = model.decoder.forward(&ids, &ForwardOptions::new(Mode::TopK(k), Some(&adapter))).err().expect("k out of range");
+        assert!(e.to_string().contains("1..=4"), "{e}");
+    }
+}
+
+#[test]
+fn adapter_modes_gpt2() {
+    check_adapter_modes("gpt2");
+}
+
+#[test]
+fn adapter_modes_llama() {
+    check_adapter_modes("llama");
+}
+
+#[test]
+fn adapter_modes_qwen2() {
+    check_adapter_modes("qwen2");
+}
+
+#[test]
+fn adapter_round_trips_on_a_tiny_model() {
+    for name in FAMILIES {
+        let model = Model::load(&tiny(name), &Device::Cpu).unwrap();
+        let a = Adapter::random(&model, &spec(), 1).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        a.save(tmp.path()).unwrap();
+        let b = Adapter::load(tmp.path(), &model).unwrap();
+        assert_eq!(b.config.groups, 4);
+        assert_eq!(b.config.base_model, model.identity());
+        for (x, y) in a.layers.iter().zip(&b.layers) {
+            assert_eq!(max_abs_diff(&x.proj, &y.proj), 0.0);
+            assert_eq!(max_abs_diff(&x.centroids, &y.centroids), 0.0);
+        }
+    }
+}

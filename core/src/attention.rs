@@ -5,8 +5,9 @@
 
 use crate::adapter::{AdapterConfig, Gate};
 use crate::error::{Error, Result};
+use crate::kernels::CausalSoftmax;
 use crate::router::LayerRouting;
-use crate::topk;
+use crate::{flash, topk};
 use candle_core::{Device, Tensor};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,7 +118,8 @@ pub fn local_mask(t: usize, window: usize, dev: &Device) -> Result<Tensor> {
 }
 
 /// q: (H, T, D); k, v: (Hkv, T, D); returns (H, T, D).
-pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: &Tensor) -> Result<Tensor> {
+/// `causal` is the additive causal mask (`causal_bias`), needed only off the CPU.
+pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Option<&Tensor>) -> Result<Tensor> {
     let (h, t, d) = q.dims3()?;
     let hkv = k.dim(0)?;
     if let LayerPlan::TopK { masks, window } = plan {
@@ -132,19 +134,42 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: &Ten
         );
         return Ok(Tensor::from_vec(out, (h, t, d), q.device())?);
     }
+    if q.device().is_cpu() && matches!(plan, LayerPlan::Dense) {
+        let out = flash::causal_attention(
+            &q.flatten_all()?.to_vec1::<f32>()?,
+            &k.flatten_all()?.to_vec1::<f32>()?,
+            &v.flatten_all()?.to_vec1::<f32>()?,
+            topk::Shape { heads: h, kv_heads: hkv, t, d },
+        );
+        return Ok(Tensor::from_vec(out, (h, t, d), q.device())?);
+    }
     // GQA without copying K/V: the query heads sharing a KV head become one taller matrix.
     let rep = h / hkv;
     let qg = q.reshape((hkv, rep * t, d))?;
     let scale = 1.0 / (d as f64).sqrt();
-    let scores = (qg.matmul(&k.t()?)? * scale)?.reshape((h, t, t))?;
-    let scores = match plan {
-        LayerPlan::Dense => scores.broadcast_add(causal)?,
-        LayerPlan::SoftFactor(f) => scores.broadcast_mul(f)?.broadcast_add(causal)?,
-        LayerPlan::SoftBias(b) => scores.broadcast_add(b)?.broadcast_add(causal)?,
-        LayerPlan::Masked(m) => scores.broadcast_add(m)?.broadcast_add(causal)?,
+    let scores = qg.matmul(&k.t()?)?.reshape((h, t, t))?;
+    // Scaled scores with the plan's gate or mask; `None` means plain scaled scores.
+    let adjusted = match plan {
+        LayerPlan::Dense => None,
+        LayerPlan::SoftFactor(f) => Some((&scores * scale)?.broadcast_mul(f)?),
+        LayerPlan::SoftBias(b) | LayerPlan::Masked(b) => Some((&scores * scale)?.broadcast_add(b)?),
         LayerPlan::TopK { .. } => unreachable!(),
     };
-    let p = candle_nn::ops::softmax_last_dim(&scores)?;
+    let p = if q.device().is_cpu() {
+        // Fused scale + causal mask + softmax over the causal triangle only.
+        let (x, s) = match adjusted {
+            Some(a) => (a, 1.0),
+            None => (scores, scale as f32),
+        };
+        x.contiguous()?.apply_op1_no_bwd(&CausalSoftmax { scale: s })?
+    } else {
+        let x = match adjusted {
+            Some(a) => a,
+            None => (scores * scale)?,
+        };
+        let causal = causal.ok_or_else(|| Error::Invalid("attention off the CPU needs the causal mask".into()))?;
+        candle_nn::ops::softmax_last_dim(&x.broadcast_add(causal)?)?
+    };
     Ok(p.reshape((hkv, rep * t, t))?.matmul(v)?.reshape((h, t, d))?)
 }
 

@@ -154,10 +154,15 @@ impl<'a> Cursor<'a> {
     fn count(&mut self, min_item: usize, what: &str) -> Result<usize> {
         let n = self.u64()?;
         if n.saturating_mul(min_item as u64) > self.remaining() as u64 {
-            return Err(self.err(&format!(
-                "{what} count {n} cannot fit in the {} bytes left",
-                self.remaining()
-            )));
+            // Either the count is corrupt or the file was cut short: say both.
+            return Err(Error::bad_file(
+                self.path,
+                format!(
+                    "truncated or corrupt GGUF at byte {}: {what} count {n} cannot fit in the {} bytes left",
+                    self.pos,
+                    self.remaining()
+                ),
+            ));
         }
         Ok(n as usize)
     }

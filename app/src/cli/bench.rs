@@ -50,6 +50,9 @@ pub fn forward(a: ForwardArgs) -> Result<()> {
     };
     let base = model.tokenizer()?.encode(&text, false)?.ids;
     anyhow::ensure!(!base.is_empty(), "the text has no tokens");
+    if let Some(&bad) = a.lengths.iter().find(|&&n| n == 0 || n > model.config().context) {
+        anyhow::bail!("--lengths {bad} must be in 1..={} (the model's context)", model.config().context);
+    }
     let threads = rayon::current_num_threads();
     let mut rows = Vec::new();
     for &n in &a.lengths {

@@ -169,7 +169,8 @@ impl Decoder {
             Positions::Rope { theta, .. } => Some(rope_tables(t, cfg.head_dim, theta, dev)?),
             Positions::Learned => None,
         };
-        let causal = attention::causal_bias(t, dev)?;
+        // The CPU kernels apply the causal mask themselves; other devices add it to the scores.
+        let causal = if dev.is_cpu() { None } else { Some(attention::causal_bias(t, dev)?) };
         let mut routing = Vec::new();
         for (l, b) in self.blocks.iter().enumerate() {
             if opts.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
@@ -203,7 +204,7 @@ impl Decoder {
                 Some(p) => p,
                 None => attention::plan(opts.mode, opts.adapter.map(|a| &a.config), layer_routing.as_ref(), t, dev)?,
             };
-            let o = attention::attend(&q, &k, &v, &plan, &causal)?;
+            let o = attention::attend(&q, &k, &v, &plan, causal.as_ref())?;
             let o = o.transpose(0, 1)?.reshape((t, cfg.n_heads * cfg.head_dim))?;
             x = (x + b.o.forward(&o)?)?;
             x = (&x + b.mlp.forward(&b.mlp_norm.forward(&x)?)?)?;
