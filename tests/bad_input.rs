@@ -486,6 +486,42 @@ fn hf_unsupported_model_type() {
 }
 
 #[test]
+fn hf_gpt2_attention_variants() {
+    // Scalings the decoder does not implement are refused, not run wrongly.
+    for (key, value) in [("scale_attn_by_inverse_layer_idx", true), ("scale_attn_weights", false)] {
+        let d = tiny_copy("gpt2");
+        edit_config(d.path(), |c| {
+            c.insert(key.into(), value.into());
+        });
+        assert_has(&load_err(d.path()), &["unsupported model", "GPT-2 attention scaling"]);
+    }
+    let d = tiny_copy("gpt2");
+    edit_config(d.path(), |c| {
+        c.insert("activation_function".into(), "relu".into());
+    });
+    assert_has(&load_err(d.path()), &["unsupported model", "GPT-2 activation \"relu\""]);
+}
+
+#[test]
+fn hf_tensor_in_two_files() {
+    // A stray second checkpoint in the directory: refuse rather than mix the two.
+    let d = tiny_copy("llama");
+    let src = candle_core::safetensors::load(d.path().join("model.safetensors"), &Device::Cpu).unwrap();
+    let one: HashMap<String, Tensor> = src.into_iter().filter(|(n, _)| n == "model.norm.weight").collect();
+    candle_core::safetensors::save(&one, d.path().join("extra.safetensors")).unwrap();
+    assert_has(&load_err(d.path()), &["tensor model.norm.weight is in both", "extra.safetensors", "model.safetensors"]);
+    // Shards with distinct tensors are one checkpoint.
+    let d = tiny_copy("llama");
+    let p = d.path().join("model.safetensors");
+    let all = candle_core::safetensors::load(&p, &Device::Cpu).unwrap();
+    let (a, b): (Vec<_>, Vec<_>) = all.into_iter().partition(|(n, _)| n.contains("layers.0."));
+    std::fs::remove_file(&p).unwrap();
+    candle_core::safetensors::save(&a.into_iter().collect::<HashMap<_, _>>(), d.path().join("model-00001-of-00002.safetensors")).unwrap();
+    candle_core::safetensors::save(&b.into_iter().collect::<HashMap<_, _>>(), d.path().join("model-00002-of-00002.safetensors")).unwrap();
+    Model::load(d.path(), &Device::Cpu).unwrap();
+}
+
+#[test]
 fn hf_bad_config() {
     let d = tiny_copy("llama");
     let cfg = d.path().join("config.json");

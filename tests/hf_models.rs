@@ -9,7 +9,8 @@ use candle_core::{DType, Device, Tensor};
 use focus_core::attention::{self, LayerPlan};
 use focus_core::model::config::Positions;
 use focus_core::model::ForwardOptions;
-use focus_core::{Adapter, AdapterSpec, Mode, Model};
+use focus_core::router::LayerRouting;
+use focus_core::{Adapter, AdapterConfig, AdapterSpec, Gate, Mode, Model};
 use std::path::{Path, PathBuf};
 
 const FAMILIES: [&str; 3] = ["gpt2", "llama", "qwen2"];
@@ -147,6 +148,28 @@ fn top_level_rope_theta_reads_like_rope_parameters() {
     }
 }
 
+/// The soft gate of FOCUS-METHOD section 1, computed entry by entry: a_ij = g_i . g_j; distant
+/// pairs (i - j > w) get + ln(a_ij + eps) (log gate) or x sigmoid(lambda a_ij) (paper gate).
+fn soft_reference(r: &LayerRouting, cfg: &AdapterConfig, dev: &Device) -> LayerPlan {
+    let (t, k) = (r.t, r.groups);
+    let mut v = vec![0f32; t * t];
+    for i in 0..t {
+        for j in 0..=i {
+            let a: f64 = (0..k).map(|g| r.memberships[i * k + g] as f64 * r.memberships[j * k + g] as f64).sum();
+            let local = i - j <= cfg.window;
+            v[i * t + j] = match cfg.gate {
+                Gate::Log => if local { 0.0 } else { (a + cfg.log_eps).ln() as f32 },
+                Gate::Paper => if local { 1.0 } else { (1.0 / (1.0 + (-cfg.lambda * a).exp())) as f32 },
+            };
+        }
+    }
+    let m = Tensor::from_vec(v, (t, t), dev).unwrap();
+    match cfg.gate {
+        Gate::Log => LayerPlan::Masked(m),
+        Gate::Paper => LayerPlan::SoftFactor(m),
+    }
+}
+
 fn spec() -> AdapterSpec {
     AdapterSpec { window: 4, groups: 4, ..Default::default() }
 }
@@ -179,6 +202,28 @@ fn check_adapter_modes(name: &str) {
     let n = window + 1;
     assert!(max_abs_diff(&soft.narrow(0, 0, n).unwrap(), &dense.narrow(0, 0, n).unwrap()) <= 1e-5);
     assert!(max_abs_diff(&soft, &dense) > 1e-6, "{name}: soft gates changed nothing");
+
+    // The masked reference path itself: an all-zero mask is dense attention.
+    let opts = ForwardOptions::new(Mode::Dense, Some(&adapter));
+    let zero = model
+        .decoder
+        .forward_with(&ids, &opts, |_, _| Ok(Some(LayerPlan::Masked(Tensor::zeros((40, 40), DType::F32, &dev)?))))
+        .unwrap();
+    assert!(max_abs_diff(&zero.logits, &dense) <= TOL, "{name}: masked path with no mask is not dense");
+
+    // Soft mode against the gate written out from FOCUS-METHOD section 1, for both gates.
+    for gate in [Gate::Log, Gate::Paper] {
+        let a = Adapter::random(&model, &AdapterSpec { gate, ..spec() }, 1).unwrap();
+        let opts = ForwardOptions::new(Mode::Soft, Some(&a));
+        let soft = model.decoder.forward(&ids, &opts).unwrap().logits;
+        let reference = model
+            .decoder
+            .forward_with(&ids, &opts, |_, r| Ok(Some(soft_reference(r.unwrap(), &a.config, &dev))))
+            .unwrap()
+            .logits;
+        let err = max_abs_diff(&soft, &reference);
+        assert!(err <= TOL, "{name}: soft mode ({gate:?} gate) differs from the written-out gate by {err}");
+    }
 
     for k in 1..=4 {
         let opts = ForwardOptions::new(Mode::TopK(k), Some(&adapter));
@@ -246,5 +291,88 @@ fn adapter_round_trips_on_a_tiny_model() {
             assert_eq!(max_abs_diff(&x.proj, &y.proj), 0.0);
             assert_eq!(max_abs_diff(&x.centroids, &y.centroids), 0.0);
         }
+    }
+}
+
+/// Adds (or replaces) tensors in a directory's model.safetensors.
+fn put_tensors(dir: &Path, tensors: &[(&str, Tensor)]) {
+    let p = dir.join("model.safetensors");
+    let mut ts = candle_core::safetensors::load(&p, &Device::Cpu).unwrap();
+    for (name, t) in tensors {
+        ts.insert(name.to_string(), t.clone());
+    }
+    candle_core::safetensors::save(&ts, &p).unwrap();
+}
+
+fn filled(n: usize, v: f32) -> Tensor {
+    Tensor::full(v, n, &Device::Cpu).unwrap()
+}
+
+#[test]
+fn llama_projection_biases_are_used() {
+    // Llama's attention_bias puts a bias on q, k, v and o; mlp_bias on gate, up and down.
+    let (ids, want) = reference(&tiny("llama"));
+    let with_biases = |o_value: f32, down_value: f32| {
+        let d = copy_with_config("llama", |c| {
+            c["attention_bias"] = true.into();
+            c["mlp_bias"] = true.into();
+        });
+        let mut ts = Vec::new();
+        for l in 0..2 {
+            let p = format!("model.layers.{l}");
+            ts.push((format!("{p}.self_attn.q_proj.bias"), filled(64, 0.0)));
+            ts.push((format!("{p}.self_attn.k_proj.bias"), filled(32, 0.0)));
+            ts.push((format!("{p}.self_attn.v_proj.bias"), filled(32, 0.0)));
+            ts.push((format!("{p}.self_attn.o_proj.bias"), filled(64, if l == 1 { o_value } else { 0.0 })));
+            ts.push((format!("{p}.mlp.gate_proj.bias"), filled(160, 0.0)));
+            ts.push((format!("{p}.mlp.up_proj.bias"), filled(160, 0.0)));
+            ts.push((format!("{p}.mlp.down_proj.bias"), filled(64, if l == 0 { down_value } else { 0.0 })));
+        }
+        let refs: Vec<(&str, Tensor)> = ts.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        put_tensors(d.path(), &refs);
+        let m = Model::load(d.path(), &Device::Cpu).unwrap();
+        assert!(m.config().qkv_bias);
+        max_abs_diff(&dense_logits(&m, &ids), &want)
+    };
+    // Zero biases change nothing...
+    assert!(with_biases(0.0, 0.0) <= TOL);
+    // ...and non-zero ones are applied (an ignored bias would leave the reference logits).
+    assert!(with_biases(0.5, 0.0) > 1e-3, "o_proj bias ignored");
+    assert!(with_biases(0.0, 0.5) > 1e-3, "down_proj bias ignored");
+    // attention_bias without the bias tensors is a broken checkpoint.
+    let d = copy_with_config("llama", |c| c["attention_bias"] = true.into());
+    let e = Model::load(d.path(), &Device::Cpu).err().expect("missing q bias");
+    assert!(e.to_string().contains("missing tensor model.layers.0.self_attn.q_proj.bias"), "{e}");
+}
+
+#[test]
+fn sliding_window_caps_the_context() {
+    let (ids, want) = reference(&tiny("llama"));
+    // Mistral is Llama with a sliding window: exact up to the window, refused beyond it.
+    let d = copy_with_config("llama", |c| {
+        c["model_type"] = "mistral".into();
+        c["sliding_window"] = 32.into();
+    });
+    let m = Model::load(d.path(), &Device::Cpu).unwrap();
+    assert_eq!(m.config().context, 32);
+    let got = dense_logits(&m, &ids[..32]);
+    assert!(max_abs_diff(&got, &want.narrow(0, 0, 32).unwrap()) <= TOL);
+    let e = m.decoder.forward(&ids, &ForwardOptions::new(Mode::Dense, None)).err().expect("40 > window 32");
+    assert!(e.to_string().contains("exceed the model's context of 32"), "{e}");
+    // No window: the full context.
+    let d = copy_with_config("llama", |c| {
+        c["model_type"] = "mistral".into();
+        c["sliding_window"] = serde_json::Value::Null;
+    });
+    let m = Model::load(d.path(), &Device::Cpu).unwrap();
+    assert_eq!(m.config().context, 128);
+    assert!(max_abs_diff(&dense_logits(&m, &ids), &want) <= TOL);
+    // Qwen2 uses its window only when use_sliding_window is set.
+    for (use_it, ctx) in [(true, 16), (false, 128)] {
+        let d = copy_with_config("qwen2", |c| {
+            c["use_sliding_window"] = use_it.into();
+            c["sliding_window"] = 16.into();
+        });
+        assert_eq!(Model::load(d.path(), &Device::Cpu).unwrap().config().context, ctx);
     }
 }

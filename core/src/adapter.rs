@@ -201,7 +201,15 @@ impl Adapter {
     pub fn load(dir: &Path, model: &Model) -> Result<Adapter> {
         let cfg_path = dir.join(CONFIG_FILE);
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
-        let config: AdapterConfig = serde_json::from_str(&text)
+        let w_path = dir.join(WEIGHTS_FILE);
+        let bytes = std::fs::read(&w_path).map_err(|e| Error::io(&w_path, e))?;
+        Self::from_bytes(&text, &bytes, model, dir)
+    }
+
+    /// Parses an adapter from its two files' contents (`origin` names them in errors).
+    pub fn from_bytes(config_json: &str, weights: &[u8], model: &Model, origin: &Path) -> Result<Adapter> {
+        let cfg_path = origin.join(CONFIG_FILE);
+        let config: AdapterConfig = serde_json::from_str(config_json)
             .map_err(|e| Error::bad_file(&cfg_path, format!("invalid adapter config: {e}")))?;
         config.check()?;
         let want = model.identity();
@@ -223,9 +231,8 @@ impl Adapter {
         if have.fingerprint != want.fingerprint {
             return Err(mismatch("base_model.fingerprint (the base weights differ)", &have.fingerprint, &want.fingerprint));
         }
-        let w_path = dir.join(WEIGHTS_FILE);
-        let bytes = std::fs::read(&w_path).map_err(|e| Error::io(&w_path, e))?;
-        let st = safetensors::SafeTensors::deserialize(&bytes)
+        let w_path = origin.join(WEIGHTS_FILE);
+        let st = safetensors::SafeTensors::deserialize(weights)
             .map_err(|e| Error::bad_file(&w_path, format!("invalid safetensors file: {e}")))?;
         let dev = &model.decoder.device;
         let tensor = |name: &str, shape: [usize; 2]| -> Result<Tensor> {

@@ -69,32 +69,73 @@ pub fn score_tile(q: &[f32], rows: usize, d: usize, kt: &[f32], tp: usize, j0: u
     }
 }
 
-/// Online-softmax update of one row with its tile scores `s` (entries set to -inf are skipped)
-/// and the tile's values `v` (BK x D, rows past the end of the sequence never weighted).
+/// Online-softmax update of one row: turns its tile scores `s` into probabilities relative to
+/// the new running max (entries at -inf become exactly 0) and rescales the running sum and
+/// output. Returns the factor the row's accumulator must be multiplied by.
 #[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
-pub fn update_row(s: &mut [f32], v: &[f32], d: usize, max: &mut f32, sum: &mut f32, acc: &mut [f32]) {
+pub fn softmax_tile_row(s: &mut [f32], max: &mut f32, sum: &mut f32) -> f32 {
     let tile_max = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
     if tile_max == f32::NEG_INFINITY {
-        return;
+        s.iter_mut().for_each(|x| *x = 0.0);
+        return 1.0;
     }
     let m = max.max(tile_max);
     let corr = exp(*max - m);
     let mut tsum = 0f32;
     for x in s.iter_mut() {
-        // exp(-inf - m) must be exactly 0: masked keys carry no weight.
-        *x = if *x == f32::NEG_INFINITY { 0.0 } else { exp(*x - m) };
+        // A select, not a branch, so the loop vectorises; masked keys get exactly 0 weight.
+        let e = exp(*x - m);
+        *x = if *x == f32::NEG_INFINITY { 0.0 } else { e };
         tsum += *x;
     }
     *sum = *sum * corr + tsum;
     *max = m;
-    acc.iter_mut().for_each(|a| *a *= corr);
-    for (j, &p) in s.iter().enumerate() {
-        if p != 0.0 {
-            let vj = &v[j * d..(j + 1) * d];
-            for (a, &x) in acc.iter_mut().zip(vj) {
-                *a += p * x;
+    corr
+}
+
+/// acc (rows x D) = acc * corr[row] + P (rows x BK) V (BK x D), register-blocked over rows and
+/// feature chunks so that each loaded value of V feeds several rows.
+#[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+pub fn pv_tile(p: &[f32], rows: usize, v: &[f32], d: usize, corr: &[f32], acc: &mut [f32]) {
+    let mut r0 = 0;
+    while r0 < rows {
+        let nr = RB.min(rows - r0);
+        let mut c0 = 0;
+        while c0 < d {
+            let nc = JC.min(d - c0);
+            let mut a = [[0f32; JC]; RB];
+            for r in 0..nr {
+                let cr = corr[r0 + r];
+                for c in 0..nc {
+                    a[r][c] = acc[(r0 + r) * d + c0 + c] * cr;
+                }
             }
+            if nc == JC {
+                for j in 0..BK {
+                    let vj: &[f32; JC] = v[j * d + c0..j * d + c0 + JC].try_into().unwrap();
+                    for r in 0..RB {
+                        let pr = if r < nr { p[(r0 + r) * BK + j] } else { 0.0 };
+                        for c in 0..JC {
+                            a[r][c] += pr * vj[c];
+                        }
+                    }
+                }
+            } else {
+                for j in 0..BK {
+                    for r in 0..nr {
+                        let pr = p[(r0 + r) * BK + j];
+                        for c in 0..nc {
+                            a[r][c] += pr * v[j * d + c0 + c];
+                        }
+                    }
+                }
+            }
+            for r in 0..nr {
+                acc[(r0 + r) * d + c0..(r0 + r) * d + c0 + nc].copy_from_slice(&a[r][..nc]);
+            }
+            c0 += JC;
         }
+        r0 += RB;
     }
 }
 
@@ -127,20 +168,20 @@ pub fn causal_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape) -> Vec<f32> {
             let qb: Vec<f32> = q[(h * t + i0) * d..(h * t + i0 + rows) * d].iter().map(|x| x * scale).collect();
             let mut st = RowState::new(rows, d);
             let mut sc = vec![0f32; rows * BK];
+            let mut corr = vec![1f32; rows];
             let last_key = i0 + rows - 1;
             for j0 in (0..=last_key).step_by(BK) {
                 score_tile(&qb, rows, d, &kts[kh], tp, j0, &mut sc);
                 for r in 0..rows {
                     let i = i0 + r;
                     let srow = &mut sc[r * BK..(r + 1) * BK];
-                    // Causal mask (also hides the zero padding past T).
-                    for (jj, x) in srow.iter_mut().enumerate() {
-                        if j0 + jj > i {
-                            *x = f32::NEG_INFINITY;
-                        }
+                    // Causal mask on the diagonal tile (also hides the zero padding past T).
+                    if j0 + BK > i {
+                        srow[(i + 1).saturating_sub(j0).min(BK)..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
                     }
-                    update_row(srow, &vp[kh][j0 * d..(j0 + BK) * d], d, &mut st.max[r], &mut st.sum[r], &mut st.acc[r * d..(r + 1) * d]);
+                    corr[r] = softmax_tile_row(srow, &mut st.max[r], &mut st.sum[r]);
                 }
+                pv_tile(&sc, rows, &vp[kh][j0 * d..(j0 + BK) * d], d, &corr, &mut st.acc);
             }
             for r in 0..rows {
                 let inv = 1.0 / st.sum[r];

@@ -3,7 +3,8 @@
 
 use super::common::{load_adapter, print_json, ModelArgs};
 use anyhow::{Context, Result};
-use focus_core::{model::ForwardOptions, Adapter, AdapterSpec, Mode};
+use candle_core::{quantized::QMatMul, Module, Tensor};
+use focus_core::{gguf::GgufFile, model::ForwardOptions, Adapter, AdapterSpec, Mode};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -91,6 +92,64 @@ pub fn forward(a: ForwardArgs) -> Result<()> {
     });
     if a.json {
         print_json(&report)?;
+    }
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct MatmulArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Rows (tokens) of the activation matrix.
+    #[arg(long, default_value_t = 512)]
+    pub tokens: usize,
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `bench matmul`: one layer's projections of a GGUF model, kept quantized (candle's QMatMul)
+/// vs dequantized to f32 (what the engine runs), timed alternately in one run.
+pub fn matmul(a: MatmulArgs) -> Result<()> {
+    let path = a.model.model.clone().unwrap_or_else(super::common::default_model_path);
+    let g = GgufFile::open(&path)?;
+    let dev = candle_core::Device::Cpu;
+    let names = ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"];
+    let mut rows = Vec::new();
+    let (mut tq_all, mut tf_all) = (0.0, 0.0);
+    for name in names {
+        let qt = g.qtensor(name, &dev)?;
+        let dtype = format!("{:?}", qt.dtype());
+        let (out, inp) = qt.shape().dims2()?;
+        let w = qt.dequantize(&dev)?;
+        let qm = QMatMul::from_qtensor(qt)?;
+        let x = Tensor::randn(0f32, 1.0, (a.tokens, inp), &dev)?;
+        let (mut tq, mut tf) = (Vec::new(), Vec::new());
+        for rep in 0..=a.repeats {
+            let t0 = Instant::now();
+            qm.forward(&x)?;
+            let q = t0.elapsed().as_secs_f64();
+            let t0 = Instant::now();
+            x.matmul(&w.t()?)?;
+            let f = t0.elapsed().as_secs_f64();
+            if rep > 0 {
+                tq.push(q);
+                tf.push(f);
+            }
+        }
+        let (q, f) = (median(tq), median(tf));
+        tq_all += q;
+        tf_all += f;
+        rows.push(serde_json::json!({"tensor": name, "dtype": dtype, "out": out, "in": inp, "quantized_ms": q * 1e3, "f32_ms": f * 1e3, "f32_speedup": q / f}));
+        if !a.json {
+            eprintln!("{name:<26} {dtype:>5} {out:>5}x{inp:<5} quantized {:>8.2} ms   f32 {:>8.2} ms   f32 is {:.2}x faster", q * 1e3, f * 1e3, q / f);
+        }
+    }
+    if !a.json {
+        eprintln!("one layer, {} tokens: quantized {:.1} ms, f32 {:.1} ms: f32 {:.2}x faster", a.tokens, tq_all * 1e3, tf_all * 1e3, tq_all / tf_all);
+    } else {
+        print_json(&serde_json::json!({"bench": "matmul", "tokens": a.tokens, "threads": rayon::current_num_threads(), "rows": rows, "quantized_ms": tq_all * 1e3, "f32_ms": tf_all * 1e3}))?;
     }
     Ok(())
 }

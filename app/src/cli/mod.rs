@@ -4,6 +4,7 @@
 mod analyze;
 mod bench;
 mod common;
+mod demo;
 mod info;
 mod init;
 mod ppl;
@@ -14,8 +15,10 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "focus-lens", version, about = "Run and inspect Focus sparse attention (arXiv 2604.03260)")]
 struct Cli {
+    /// Without a subcommand: analyse the embedded sample text with the default model and the
+    /// sample adapter.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
@@ -50,16 +53,20 @@ enum AdapterCommand {
 enum BenchCommand {
     /// Prefill tokens/s of the whole model, dense vs hard top-k, in one run.
     Forward(bench::ForwardArgs),
+    /// A layer's projections: quantized GGUF weights (QMatMul) vs dequantized f32, in one run.
+    Matmul(bench::MatmulArgs),
 }
 
 pub fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    match cli.command {
+    let Some(command) = cli.command else { return demo::run() };
+    match command {
         Command::Info(a) => info::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Ppl(a) => ppl::run(a),
         Command::Analyze(a) => analyze::run(a),
         Command::Adapter { command: AdapterCommand::Init(a) } => init::run(a),
         Command::Bench { command: BenchCommand::Forward(a) } => bench::forward(a),
+        Command::Bench { command: BenchCommand::Matmul(a) } => bench::matmul(a),
     }
 }

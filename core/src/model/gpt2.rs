@@ -14,6 +14,13 @@ pub fn config_from_hf(c: &HfConfig) -> Result<ModelConfig> {
     if !matches!(act.as_str(), "gelu_new" | "gelu_pytorch_tanh") {
         return Err(Error::Unsupported(format!("GPT-2 activation {act:?} (supported: gelu_new)")));
     }
+    // Variants of the attention scaling the decoder does not implement.
+    if c.bool_or("scale_attn_by_inverse_layer_idx", false) || !c.bool_or("scale_attn_weights", true) {
+        return Err(Error::Unsupported(format!(
+            "{}: GPT-2 attention scaling (scale_attn_by_inverse_layer_idx, or scale_attn_weights = false)",
+            c.path.display()
+        )));
+    }
     let d_model = c.usize("n_embd")?;
     let n_heads = c.usize("n_head")?;
     let cfg = ModelConfig {

@@ -72,6 +72,15 @@ pub fn llama_style_config(c: &HfConfig, arch: Arch, qkv_bias: bool) -> Result<Mo
     }
     let d_model = c.usize("hidden_size")?;
     let n_heads = c.usize("num_attention_heads")?;
+    // Sliding-window attention (Mistral; Qwen2 with use_sliding_window) keeps the keys
+    // i - j < W. Up to W tokens that is exactly full attention, so the decoder (which has no
+    // sliding window) is exact there; longer inputs are refused by capping the context.
+    let mut context = c.usize("max_position_embeddings")?;
+    if c.bool_or("use_sliding_window", true) {
+        if let Some(w) = c.opt_usize("sliding_window")? {
+            context = context.min(w);
+        }
+    }
     let cfg = ModelConfig {
         arch,
         name: c.name(),
@@ -82,7 +91,7 @@ pub fn llama_style_config(c: &HfConfig, arch: Arch, qkv_bias: bool) -> Result<Mo
         head_dim: c.opt_usize("head_dim")?.unwrap_or(d_model / n_heads.max(1)),
         ffn_dim: c.usize("intermediate_size")?,
         vocab: c.usize("vocab_size")?,
-        context: c.usize("max_position_embeddings")?,
+        context,
         norm: NormKind::Rms,
         norm_eps: c.f64_or("rms_norm_eps", 1e-6),
         mlp: MlpKind::SwiGlu,

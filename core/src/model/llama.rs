@@ -103,9 +103,12 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, dev: &D
     let norm = |name: &str| -> Result<Norm> {
         Ok(Norm { kind: NormKind::Rms, weight: get(name, &[d])?, bias: None, eps: cfg.norm_eps })
     };
+    // `bias`: the bias is required. Other projections use one when the checkpoint has it
+    // (Llama's `attention_bias` also puts one on o_proj, `mlp_bias` on the MLP).
     let lin = |l: usize, part: &str, out: usize, inp: usize, bias: bool| -> Result<Linear> {
         let base = (names.block)(l, part);
-        let b = if bias { Some(get(&format!("{base}.bias"), &[out])?) } else { None };
+        let bias_name = format!("{base}.bias");
+        let b = if bias || src.has(&bias_name) { Some(get(&bias_name, &[out])?) } else { None };
         Ok(Linear { w: get(&format!("{base}.weight"), &[out, inp])?, b })
     };
     let mut blocks = Vec::with_capacity(cfg.n_layers);

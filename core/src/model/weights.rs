@@ -53,7 +53,14 @@ impl SafeTensorsDir {
             for (name, view) in st.tensors() {
                 let start = view.data().as_ptr() as usize - base;
                 let entry = StEntry { file: fi, dtype: view.dtype(), shape: view.shape().to_vec(), start, len: view.data().len() };
-                index.insert(name, entry);
+                if let Some(prev) = index.insert(name.clone(), entry) {
+                    // Two copies of a tensor (e.g. a stray extra checkpoint): which one is meant
+                    // is unknowable, so refuse rather than pick one silently.
+                    return Err(Error::bad_file(
+                        dir,
+                        format!("tensor {name} is in both {} and {}", maps_path(&maps, prev.file, &path).display(), path.display()),
+                    ));
+                }
             }
             drop(st);
             maps.push((path, mmap));
@@ -64,6 +71,11 @@ impl SafeTensorsDir {
     fn names(&self) -> impl Iterator<Item = &String> {
         self.index.keys()
     }
+}
+
+/// The path of file `i`: an earlier, already mapped file, or the one being read.
+fn maps_path<'a>(maps: &'a [(PathBuf, memmap2::Mmap)], i: usize, current: &'a Path) -> &'a Path {
+    maps.get(i).map_or(current, |(p, _)| p.as_path())
 }
 
 fn check_finite(path: &Path, name: &str, v: &[f32]) -> Result<()> {
