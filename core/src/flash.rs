@@ -43,29 +43,28 @@ impl RowState {
     }
 }
 
-/// Scores of query rows `q` (rows x D, already scaled) against keys j0..j0+BK of `kt`, into
-/// `s` (rows x BK).
+/// Scores of query rows `q` (rows x D, already scaled; rows a multiple of RB, zero padded)
+/// against keys j0..j0+BK of `kt`, into `s` (rows x BK).
 #[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
 pub fn score_tile(q: &[f32], rows: usize, d: usize, kt: &[f32], tp: usize, j0: usize, s: &mut [f32]) {
-    let mut r0 = 0;
-    while r0 < rows {
-        let nr = RB.min(rows - r0);
+    debug_assert_eq!(rows % RB, 0);
+    for r0 in (0..rows).step_by(RB) {
+        let qr: [&[f32]; RB] = std::array::from_fn(|r| &q[(r0 + r) * d..(r0 + r + 1) * d]);
         for jc in (0..BK).step_by(JC) {
             let mut acc = [[0f32; JC]; RB];
             for c in 0..d {
                 let krow: &[f32; JC] = kt[c * tp + j0 + jc..c * tp + j0 + jc + JC].try_into().unwrap();
                 for r in 0..RB {
-                    let qv = if r < nr { q[(r0 + r) * d + c] } else { 0.0 };
+                    let qv = qr[r][c];
                     for j in 0..JC {
-                        acc[r][j] += qv * krow[j];
+                        acc[r][j] = qv.mul_add(krow[j], acc[r][j]);
                     }
                 }
             }
-            for r in 0..nr {
+            for r in 0..RB {
                 s[(r0 + r) * BK + jc..(r0 + r) * BK + jc + JC].copy_from_slice(&acc[r]);
             }
         }
-        r0 += RB;
     }
 }
 
@@ -74,32 +73,44 @@ pub fn score_tile(q: &[f32], rows: usize, d: usize, kt: &[f32], tp: usize, j0: u
 /// output. Returns the factor the row's accumulator must be multiplied by.
 #[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
 pub fn softmax_tile_row(s: &mut [f32], max: &mut f32, sum: &mut f32) -> f32 {
-    let tile_max = s.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    // Lane-wise partial max and sum (8 lanes): a float reduction written as one running value
+    // cannot be vectorised without reassociation.
+    const L: usize = 8;
+    debug_assert_eq!(s.len() % L, 0);
+    let mut mx = [f32::NEG_INFINITY; L];
+    for ch in s.chunks_exact(L) {
+        for l in 0..L {
+            mx[l] = if ch[l] > mx[l] { ch[l] } else { mx[l] };
+        }
+    }
+    let tile_max = mx.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
     if tile_max == f32::NEG_INFINITY {
         s.iter_mut().for_each(|x| *x = 0.0);
         return 1.0;
     }
     let m = max.max(tile_max);
     let corr = exp(*max - m);
-    let mut tsum = 0f32;
-    for x in s.iter_mut() {
-        // A select, not a branch, so the loop vectorises; masked keys get exactly 0 weight.
-        let e = exp(*x - m);
-        *x = if *x == f32::NEG_INFINITY { 0.0 } else { e };
-        tsum += *x;
+    let mut sums = [0f32; L];
+    for ch in s.chunks_exact_mut(L) {
+        for l in 0..L {
+            // A select, not a branch, so the loop vectorises; masked keys get exactly 0 weight.
+            let e = exp(ch[l] - m);
+            ch[l] = if ch[l] == f32::NEG_INFINITY { 0.0 } else { e };
+            sums[l] += ch[l];
+        }
     }
-    *sum = *sum * corr + tsum;
+    *sum = *sum * corr + sums.iter().sum::<f32>();
     *max = m;
     corr
 }
 
 /// acc (rows x D) = acc * corr[row] + P (rows x BK) V (BK x D), register-blocked over rows and
-/// feature chunks so that each loaded value of V feeds several rows.
+/// feature chunks so that each loaded value of V feeds several rows. Rows: a multiple of RB.
 #[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
 pub fn pv_tile(p: &[f32], rows: usize, v: &[f32], d: usize, corr: &[f32], acc: &mut [f32]) {
-    let mut r0 = 0;
-    while r0 < rows {
-        let nr = RB.min(rows - r0);
+    debug_assert_eq!(rows % RB, 0);
+    let nr = RB;
+    for r0 in (0..rows).step_by(RB) {
         let mut c0 = 0;
         while c0 < d {
             let nc = JC.min(d - c0);
@@ -114,9 +125,9 @@ pub fn pv_tile(p: &[f32], rows: usize, v: &[f32], d: usize, corr: &[f32], acc: &
                 for j in 0..BK {
                     let vj: &[f32; JC] = v[j * d + c0..j * d + c0 + JC].try_into().unwrap();
                     for r in 0..RB {
-                        let pr = if r < nr { p[(r0 + r) * BK + j] } else { 0.0 };
+                        let pr = p[(r0 + r) * BK + j];
                         for c in 0..JC {
-                            a[r][c] += pr * vj[c];
+                            a[r][c] = pr.mul_add(vj[c], a[r][c]);
                         }
                     }
                 }
@@ -135,7 +146,6 @@ pub fn pv_tile(p: &[f32], rows: usize, v: &[f32], d: usize, corr: &[f32], acc: &
             }
             c0 += JC;
         }
-        r0 += RB;
     }
 }
 
@@ -165,14 +175,17 @@ pub fn causal_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape) -> Vec<f32> {
             let kh = h / rep;
             let i0 = b * BQ;
             let rows = BQ.min(t - i0);
-            let qb: Vec<f32> = q[(h * t + i0) * d..(h * t + i0 + rows) * d].iter().map(|x| x * scale).collect();
-            let mut st = RowState::new(rows, d);
-            let mut sc = vec![0f32; rows * BK];
-            let mut corr = vec![1f32; rows];
+            // Pad the block to a multiple of RB rows (zero queries, dropped at the end).
+            let rows_p = rows.div_ceil(RB) * RB;
+            let mut qb: Vec<f32> = q[(h * t + i0) * d..(h * t + i0 + rows) * d].iter().map(|x| x * scale).collect();
+            qb.resize(rows_p * d, 0.0);
+            let mut st = RowState::new(rows_p, d);
+            let mut sc = vec![0f32; rows_p * BK];
+            let mut corr = vec![1f32; rows_p];
             let last_key = i0 + rows - 1;
             for j0 in (0..=last_key).step_by(BK) {
-                score_tile(&qb, rows, d, &kts[kh], tp, j0, &mut sc);
-                for r in 0..rows {
+                score_tile(&qb, rows_p, d, &kts[kh], tp, j0, &mut sc);
+                for r in 0..rows_p {
                     let i = i0 + r;
                     let srow = &mut sc[r * BK..(r + 1) * BK];
                     // Causal mask on the diagonal tile (also hides the zero padding past T).
@@ -181,8 +194,9 @@ pub fn causal_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape) -> Vec<f32> {
                     }
                     corr[r] = softmax_tile_row(srow, &mut st.max[r], &mut st.sum[r]);
                 }
-                pv_tile(&sc, rows, &vp[kh][j0 * d..(j0 + BK) * d], d, &corr, &mut st.acc);
+                pv_tile(&sc, rows_p, &vp[kh][j0 * d..(j0 + BK) * d], d, &corr, &mut st.acc);
             }
+            st.acc.truncate(rows * d);
             for r in 0..rows {
                 let inv = 1.0 / st.sum[r];
                 st.acc[r * d..(r + 1) * d].iter_mut().for_each(|x| *x *= inv);

@@ -12,21 +12,26 @@ pub fn exp(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const C1: f32 = 0.693_359_4;
     const C2: f32 = -2.121_944_4e-4;
+    // 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits, which avoids a
+    // float-to-int conversion that would not vectorise.
+    const MAGIC: f32 = 12_582_912.0;
     let x = x.clamp(-87.3, 88.7);
-    let n = (x * LOG2E).round();
-    let r = x - n * C1 - n * C2;
+    let t = x.mul_add(LOG2E, MAGIC);
+    let n = t - MAGIC;
+    let ni = t.to_bits() as i32 - MAGIC.to_bits() as i32;
+    let r = n.mul_add(-C2, n.mul_add(-C1, x));
     let p = 1.987_569_1e-4f32;
-    let p = p * r + 1.398_199_9e-3;
-    let p = p * r + 8.333_452e-3;
-    let p = p * r + 4.166_579_6e-2;
-    let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 0.5;
-    let e = p * r * r + r + 1.0;
-    f32::from_bits(((n as i32 + 127) << 23) as u32) * e
+    let p = p.mul_add(r, 1.398_199_9e-3);
+    let p = p.mul_add(r, 8.333_452e-3);
+    let p = p.mul_add(r, 4.166_579_6e-2);
+    let p = p.mul_add(r, 1.666_666_5e-1);
+    let p = p.mul_add(r, 0.5);
+    let e = (p * r).mul_add(r, r + 1.0);
+    f32::from_bits(((ni + 127) << 23) as u32) * e
 }
 
 /// In-place softmax of `row[..=last]` after multiplying by `scale`; entries past `last` become 0.
-#[inline]
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
 pub fn causal_softmax_row(row: &mut [f32], last: usize, scale: f32) {
     let (live, dead) = row.split_at_mut(last + 1);
     let mut m = f32::NEG_INFINITY;
