@@ -71,11 +71,14 @@ fn topk_forward_equals_masked_dense_model() {
                 .unwrap();
             let err = max_abs_diff(&fast.logits, &reference.logits);
             eprintln!("K={groups} k={k} causal={causal}: max |logit diff| {err:.2e}");
-            assert!(err <= 1e-3, "K={groups} k={k}: logits differ by {err}");
+            // Each attention call matches its reference to ~1e-6 (property tests); through 30
+            // layers that grows to ~1e-3 on logits of magnitude ~30. A pair counted twice or
+            // dropped moves logits by far more than 1e-2.
+            assert!(err <= 5e-3, "K={groups} k={k}: logits differ by {err}");
             // k = K keeps every pair: the base model's logits.
             if k == groups {
                 let dense = model().decoder.forward(&ids, &ForwardOptions::new(Mode::Dense, None)).unwrap();
-                assert!(max_abs_diff(&fast.logits, &dense.logits) <= 1e-3);
+                assert!(max_abs_diff(&fast.logits, &dense.logits) <= 5e-3);
             }
         }
     }

@@ -9,6 +9,8 @@
 //! B (walking only its window), keeping a log-sum-exp for each, and the two are merged exactly.
 //! Pairs outside the mask are never visited, so their dot products are never computed.
 
+use crate::kernels::exp;
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 #[derive(Debug, Clone, Copy)]
@@ -33,7 +35,7 @@ pub fn buckets(masks: &[u64]) -> Vec<Vec<u32>> {
     b
 }
 
-#[inline]
+#[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     // Eight independent accumulators let the compiler vectorise without reassociating.
     let mut acc = [0f32; 8];
@@ -41,7 +43,7 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let (bc, br) = b.split_at(ac.len());
     for (x, y) in ac.chunks_exact(8).zip(bc.chunks_exact(8)) {
         for l in 0..8 {
-            acc[l] += x[l] * y[l];
+            acc[l] = x[l].mul_add(y[l], acc[l]);
         }
     }
     let mut s = acc.iter().sum::<f32>();
@@ -62,17 +64,17 @@ impl Online {
     pub fn new(d: usize) -> Self {
         Online { max: f32::NEG_INFINITY, sum: 0.0, acc: vec![0.0; d] }
     }
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, score: f32, v: &[f32]) {
         if score > self.max {
-            let r = (self.max - score).exp();
+            let r = exp(self.max - score);
             self.sum *= r;
             self.acc.iter_mut().for_each(|a| *a *= r);
             self.max = score;
         }
-        let p = (score - self.max).exp();
+        let p = exp(score - self.max);
         self.sum += p;
-        self.acc.iter_mut().zip(v).for_each(|(a, x)| *a += p * x);
+        self.acc.iter_mut().zip(v).for_each(|(a, x)| *a = p.mul_add(*x, *a));
     }
     /// log of the set's total weight; -inf for an empty set.
     pub fn lse(&self) -> f32 {
@@ -107,35 +109,43 @@ pub fn focus_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64],
         let (h, i) = (row / t, row % t);
         let kh = h / rep;
         let qi = &q[row * d..(row + 1) * d];
-        let key = |j: usize| &k[(kh * t + j) * d..(kh * t + j + 1) * d];
-        let val = |j: usize| &v[(kh * t + j) * d..(kh * t + j + 1) * d];
-        let mi = masks[i];
-        // A: pairs sharing a group, each in its lowest shared group only.
-        let mut a = Online::new(d);
-        let mut bits = mi;
-        while bits != 0 {
-            let g = bits.trailing_zeros();
-            bits &= bits - 1;
-            for &j in &buckets[g as usize] {
-                let j = j as usize;
-                if j > i {
-                    break;
-                }
-                if (mi & masks[j]).trailing_zeros() == g {
-                    a.push(dot(qi, key(j)) * scale, val(j));
-                }
-            }
-        }
-        // B: local pairs that share no group.
-        let mut b = Online::new(d);
-        for j in i.saturating_sub(window)..=i {
-            if mi & masks[j] == 0 {
-                b.push(dot(qi, key(j)) * scale, val(j));
-            }
-        }
-        merge(&a, &b, o);
+        let kv = (&k[kh * t * d..(kh + 1) * t * d], &v[kh * t * d..(kh + 1) * t * d]);
+        query_row(qi, kv, i, d, masks, &buckets, window, scale, o);
     });
     out
+}
+
+/// One query of `focus_attention`: its A set, its B set, and the merge.
+#[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+#[allow(clippy::too_many_arguments)]
+fn query_row(qi: &[f32], (k, v): (&[f32], &[f32]), i: usize, d: usize, masks: &[u64], buckets: &[Vec<u32>], window: usize, scale: f32, o: &mut [f32]) {
+    let key = |j: usize| &k[j * d..(j + 1) * d];
+    let val = |j: usize| &v[j * d..(j + 1) * d];
+    let mi = masks[i];
+    // A: pairs sharing a group, each in its lowest shared group only.
+    let mut a = Online::new(d);
+    let mut bits = mi;
+    while bits != 0 {
+        let g = bits.trailing_zeros();
+        bits &= bits - 1;
+        for &j in &buckets[g as usize] {
+            let j = j as usize;
+            if j > i {
+                break;
+            }
+            if (mi & masks[j]).trailing_zeros() == g {
+                a.push(dot(qi, key(j)) * scale, val(j));
+            }
+        }
+    }
+    // B: local pairs that share no group.
+    let mut b = Online::new(d);
+    for j in i.saturating_sub(window)..=i {
+        if mi & masks[j] == 0 {
+            b.push(dot(qi, key(j)) * scale, val(j));
+        }
+    }
+    merge(&a, &b, o);
 }
 
 /// Number of causal pairs each set holds: (A same-group, B local-only). For statistics and tests.
