@@ -197,17 +197,19 @@ impl Adapter {
         Ok(Adapter { config, layers })
     }
 
-    /// Loads an adapter directory and checks it against `model`.
+    /// Loads an adapter directory and checks it against `model`. The config is checked before
+    /// the weights are read, so an adapter for another model is named as such.
     pub fn load(dir: &Path, model: &Model) -> Result<Adapter> {
         let cfg_path = dir.join(CONFIG_FILE);
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
+        Self::parse_config(&text, model, dir)?;
         let w_path = dir.join(WEIGHTS_FILE);
         let bytes = std::fs::read(&w_path).map_err(|e| Error::io(&w_path, e))?;
         Self::from_bytes(&text, &bytes, model, dir)
     }
 
-    /// Parses an adapter from its two files' contents (`origin` names them in errors).
-    pub fn from_bytes(config_json: &str, weights: &[u8], model: &Model, origin: &Path) -> Result<Adapter> {
+    /// Parses a config and checks that it fits `model`.
+    fn parse_config(config_json: &str, model: &Model, origin: &Path) -> Result<AdapterConfig> {
         let cfg_path = origin.join(CONFIG_FILE);
         let config: AdapterConfig = serde_json::from_str(config_json)
             .map_err(|e| Error::bad_file(&cfg_path, format!("invalid adapter config: {e}")))?;
@@ -231,6 +233,13 @@ impl Adapter {
         if have.fingerprint != want.fingerprint {
             return Err(mismatch("base_model.fingerprint (the base weights differ)", &have.fingerprint, &want.fingerprint));
         }
+        Ok(config)
+    }
+
+    /// Parses an adapter from its two files' contents (`origin` names them in errors).
+    pub fn from_bytes(config_json: &str, weights: &[u8], model: &Model, origin: &Path) -> Result<Adapter> {
+        let config = Self::parse_config(config_json, model, origin)?;
+        let want = model.identity();
         let w_path = origin.join(WEIGHTS_FILE);
         let st = safetensors::SafeTensors::deserialize(weights)
             .map_err(|e| Error::bad_file(&w_path, format!("invalid safetensors file: {e}")))?;
