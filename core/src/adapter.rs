@@ -289,6 +289,18 @@ impl Adapter {
         crate::io::write_atomic(&dir.join(CONFIG_FILE), serde_json::to_string_pretty(&self.config)?.as_bytes())
     }
 
+    /// Differentiable routing for training: memberships (T x K) as a tensor built from candle
+    /// ops, so gradients reach `proj` and `centroids` when they are trainable variables.
+    pub fn route_tensor(&self, l: usize, h: &Tensor) -> Result<Tensor> {
+        let r = &self.layers[l];
+        let c = &self.config;
+        if c.causal_sinkhorn {
+            return Err(Error::Invalid("differentiable causal Sinkhorn is not implemented yet".into()));
+        }
+        let scores = h.matmul(&r.proj)?.matmul(&r.centroids.t()?)?;
+        Ok(crate::router::sinkhorn_tensor(&scores, c.tau, c.sinkhorn_iters)?)
+    }
+
     /// Routes the normalised attention input `h` (T x d_model) of layer `l`.
     pub fn route(&self, l: usize, h: &Tensor, keep_vectors: bool) -> Result<LayerRouting> {
         let r = &self.layers[l];

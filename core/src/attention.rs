@@ -87,21 +87,7 @@ pub fn plan(
     }
     match mode {
         Mode::Dense => unreachable!(),
-        Mode::Soft => {
-            let g = Tensor::from_slice(&routing.memberships, (t, cfg.groups), dev)?;
-            let affinity = g.matmul(&g.t()?)?;
-            let local = local_mask(t, cfg.window, dev)?;
-            Ok(match cfg.gate {
-                Gate::Paper => {
-                    let f = candle_nn::ops::sigmoid(&(affinity * cfg.lambda)?)?;
-                    LayerPlan::SoftFactor(local.where_cond(&f.ones_like()?, &f)?)
-                }
-                Gate::Log => {
-                    let b = (affinity + cfg.log_eps)?.log()?;
-                    LayerPlan::SoftBias(local.where_cond(&b.zeros_like()?, &b)?)
-                }
-            })
-        }
+        Mode::Soft => soft_plan(&Tensor::from_slice(&routing.memberships, (t, cfg.groups), dev)?, cfg),
         Mode::TopK(k) => {
             if k == 0 || k > cfg.groups {
                 return Err(Error::Invalid(format!("top-k k = {k} must be in 1..={}", cfg.groups)));
@@ -111,6 +97,24 @@ pub fn plan(
     }
 }
 
+/// The soft gate of FOCUS-METHOD section 1 from memberships `g` (T x K), as a T x T plan.
+/// Built from candle ops, so gradients flow to `g` when it comes from trainable routers.
+pub fn soft_plan(g: &Tensor, cfg: &AdapterConfig) -> Result<LayerPlan> {
+    let t = g.dim(0)?;
+    let affinity = g.matmul(&g.t()?)?;
+    let local = local_mask(t, cfg.window, g.device())?;
+    Ok(match cfg.gate {
+        Gate::Paper => {
+            let f = candle_nn::ops::sigmoid(&(affinity * cfg.lambda)?)?;
+            LayerPlan::SoftFactor(local.where_cond(&f.ones_like()?, &f)?)
+        }
+        Gate::Log => {
+            let b = (affinity + cfg.log_eps)?.log()?;
+            LayerPlan::SoftBias(local.where_cond(&b.zeros_like()?, &b)?)
+        }
+    })
+}
+
 /// 1 where 0 <= i - j <= window (and for j > i, which the causal mask removes anyway), else 0.
 pub fn local_mask(t: usize, window: usize, dev: &Device) -> Result<Tensor> {
     let v: Vec<u8> = (0..t * t).map(|n| ((n / t).saturating_sub(n % t) <= window) as u8).collect();
@@ -118,8 +122,10 @@ pub fn local_mask(t: usize, window: usize, dev: &Device) -> Result<Tensor> {
 }
 
 /// q: (H, T, D); k, v: (Hkv, T, D); returns (H, T, D).
-/// `causal` is the additive causal mask (`causal_bias`), needed only off the CPU.
-pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Option<&Tensor>) -> Result<Tensor> {
+/// `causal` is the additive causal mask (`causal_bias`), needed off the CPU and when
+/// `differentiable`. Differentiable attention uses only ops with a backward pass (explicit
+/// scores and the composed softmax), for training the routers through the frozen model.
+pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Option<&Tensor>, differentiable: bool) -> Result<Tensor> {
     let (h, t, d) = q.dims3()?;
     let hkv = k.dim(0)?;
     if let LayerPlan::TopK { masks, window } = plan {
@@ -134,7 +140,11 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Opti
         );
         return Ok(Tensor::from_vec(out, (h, t, d), q.device())?);
     }
-    if q.device().is_cpu() && matches!(plan, LayerPlan::Dense) {
+    if differentiable && matches!(plan, LayerPlan::TopK { .. }) {
+        return Err(Error::Invalid("hard top-k attention is not differentiable: train with soft gates".into()));
+    }
+    let fast_cpu = q.device().is_cpu() && !differentiable;
+    if fast_cpu && matches!(plan, LayerPlan::Dense) {
         let out = flash::causal_attention(
             &q.flatten_all()?.to_vec1::<f32>()?,
             &k.flatten_all()?.to_vec1::<f32>()?,
@@ -155,7 +165,7 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Opti
         LayerPlan::SoftBias(b) | LayerPlan::Masked(b) => Some((&scores * scale)?.broadcast_add(b)?),
         LayerPlan::TopK { .. } => unreachable!(),
     };
-    let p = if q.device().is_cpu() {
+    let p = if fast_cpu {
         // Fused scale + causal mask + softmax over the causal triangle only.
         let (x, s) = match adjusted {
             Some(a) => (a, 1.0),
@@ -167,8 +177,13 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Opti
             Some(a) => a,
             None => (scores * scale)?,
         };
-        let causal = causal.ok_or_else(|| Error::Invalid("attention off the CPU needs the causal mask".into()))?;
-        candle_nn::ops::softmax_last_dim(&x.broadcast_add(causal)?)?
+        let causal = causal.ok_or_else(|| Error::Invalid("this attention path needs the causal mask".into()))?;
+        let x = x.broadcast_add(causal)?;
+        if differentiable {
+            candle_nn::ops::softmax(&x, candle_core::D::Minus1)?
+        } else {
+            candle_nn::ops::softmax_last_dim(&x)?
+        }
     };
     Ok(p.reshape((hkv, rep * t, t))?.matmul(v)?.reshape((h, t, d))?)
 }

@@ -92,6 +92,21 @@ pub fn sinkhorn(scores: &[f32], t: usize, k: usize, tau: f64, iters: usize, caus
     l.iter().map(|&x| x.exp() as f32).collect()
 }
 
+/// The same Sinkhorn (whole-sequence column step) in candle ops, differentiable, for training:
+/// scores (T x K) -> memberships (T x K). Agrees with `sinkhorn` (tested).
+pub fn sinkhorn_tensor(scores: &candle_core::Tensor, tau: f64, iters: usize) -> candle_core::Result<candle_core::Tensor> {
+    let mut l = (scores / tau)?;
+    let row_norm = |l: &candle_core::Tensor| l.broadcast_sub(&l.log_sum_exp(1)?.unsqueeze(1)?);
+    for _ in 0..iters {
+        l = l.broadcast_sub(&l.log_sum_exp(0)?.unsqueeze(0)?)?;
+        l = row_norm(&l)?;
+    }
+    if iters == 0 {
+        l = row_norm(&l)?;
+    }
+    l.exp()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,6 +153,19 @@ mod tests {
         for causal in [false, true] {
             let g = sinkhorn(&s, t, k, 0.01, 10, causal);
             assert!(g.iter().all(|x| x.is_finite()));
+        }
+    }
+
+    #[test]
+    fn tensor_sinkhorn_matches_host_sinkhorn() {
+        let (t, k) = (120, 8);
+        let s = random_scores(4, t, k);
+        for iters in [0, 1, 10] {
+            let want = sinkhorn(&s, t, k, 0.1, iters, false);
+            let st = candle_core::Tensor::from_slice(&s, (t, k), &candle_core::Device::Cpu).unwrap();
+            let got = sinkhorn_tensor(&st, 0.1, iters).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(err < 1e-4, "iters {iters}: {err}");
         }
     }
 

@@ -36,9 +36,11 @@ pub struct Norm {
 }
 
 impl Norm {
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// `differentiable`: the composed version with a backward pass (the fused one has none).
+    pub fn forward(&self, x: &Tensor, differentiable: bool) -> Result<Tensor> {
         let eps = self.eps as f32;
         Ok(match self.kind {
+            NormKind::Rms if differentiable => candle_nn::ops::rms_norm_slow(x, &self.weight, eps)?,
             NormKind::Rms => candle_nn::ops::rms_norm(x, &self.weight, eps)?,
             NormKind::Layer => {
                 let zeros;
@@ -49,7 +51,11 @@ impl Norm {
                         &zeros
                     }
                 };
-                candle_nn::ops::layer_norm(x, &self.weight, bias, eps)?
+                if differentiable {
+                    candle_nn::ops::layer_norm_slow(x, &self.weight, bias, eps)?
+                } else {
+                    candle_nn::ops::layer_norm(x, &self.weight, bias, eps)?
+                }
             }
         })
     }
@@ -110,11 +116,14 @@ pub struct ForwardOptions<'a> {
     pub logits_from: usize,
     /// Checked between layers; set it to abort with `Error::Cancelled`.
     pub cancel: Option<&'a AtomicBool>,
+    /// Use only ops with a backward pass and route with differentiable Sinkhorn, so that a loss
+    /// on the logits gives gradients to the router parameters (dense and soft modes).
+    pub differentiable: bool,
 }
 
 impl<'a> ForwardOptions<'a> {
     pub fn new(mode: Mode, adapter: Option<&'a Adapter>) -> Self {
-        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, cancel: None }
+        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, cancel: None, differentiable: false }
     }
 }
 
@@ -169,14 +178,15 @@ impl Decoder {
             Positions::Rope { theta, .. } => Some(rope_tables(t, cfg.head_dim, theta, dev)?),
             Positions::Learned => None,
         };
-        // The CPU kernels apply the causal mask themselves; other devices add it to the scores.
-        let causal = if dev.is_cpu() { None } else { Some(attention::causal_bias(t, dev)?) };
+        let diff = opts.differentiable;
+        // The fast CPU kernels apply the causal mask themselves; other paths add it to the scores.
+        let causal = if dev.is_cpu() && !diff { None } else { Some(attention::causal_bias(t, dev)?) };
         let mut routing = Vec::new();
         for (l, b) in self.blocks.iter().enumerate() {
             if opts.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
                 return Err(Error::Cancelled);
             }
-            let h = b.attn_norm.forward(&x)?;
+            let h = b.attn_norm.forward(&x, diff)?;
             let heads = |lin: &Linear, n: usize| -> Result<Tensor> {
                 Ok(lin.forward(&h)?.reshape((t, n, cfg.head_dim))?.transpose(0, 1)?.contiguous()?)
             };
@@ -186,33 +196,51 @@ impl Decoder {
             if let (Some((cos, sin)), Positions::Rope { interleaved, .. }) = (&rope, cfg.positions) {
                 let rot = |x: &Tensor| -> Result<Tensor> {
                     let x4 = x.unsqueeze(0)?;
-                    let y = if interleaved {
-                        candle_nn::rotary_emb::rope_i(&x4, cos, sin)?
-                    } else {
-                        candle_nn::rotary_emb::rope(&x4, cos, sin)?
+                    use candle_nn::rotary_emb as re;
+                    let y = match (interleaved, diff) {
+                        (true, false) => re::rope_i(&x4, cos, sin)?,
+                        (true, true) => re::rope_i_slow(&x4, cos, sin)?,
+                        (false, false) => re::rope(&x4, cos, sin)?,
+                        (false, true) => re::rope_slow(&x4, cos, sin)?,
                     };
                     Ok(y.squeeze(0)?)
                 };
                 q = rot(&q)?;
                 k = rot(&k)?;
             }
-            let layer_routing = match opts.adapter {
-                Some(a) => Some(a.route(l, &h, opts.record_routing)?),
-                None => None,
+            let (layer_routing, plan) = match (opts.adapter, diff) {
+                (Some(a), true) => {
+                    if opts.mode == Mode::Dense {
+                        (None, LayerPlan::Dense)
+                    } else if opts.mode == Mode::Soft {
+                        let g = a.route_tensor(l, &h)?;
+                        let plan = if attention::all_local(t, a.config.window) { LayerPlan::Dense } else { attention::soft_plan(&g, &a.config)? };
+                        (None, plan)
+                    } else {
+                        return Err(Error::Invalid(format!("mode {} is not differentiable: train with soft gates", opts.mode)));
+                    }
+                }
+                _ => {
+                    let r = match opts.adapter {
+                        Some(a) => Some(a.route(l, &h, opts.record_routing)?),
+                        None => None,
+                    };
+                    let plan = match plan_override(l, r.as_ref())? {
+                        Some(p) => p,
+                        None => attention::plan(opts.mode, opts.adapter.map(|a| &a.config), r.as_ref(), t, dev)?,
+                    };
+                    (r, plan)
+                }
             };
-            let plan = match plan_override(l, layer_routing.as_ref())? {
-                Some(p) => p,
-                None => attention::plan(opts.mode, opts.adapter.map(|a| &a.config), layer_routing.as_ref(), t, dev)?,
-            };
-            let o = attention::attend(&q, &k, &v, &plan, causal.as_ref())?;
+            let o = attention::attend(&q, &k, &v, &plan, causal.as_ref(), diff)?;
             let o = o.transpose(0, 1)?.reshape((t, cfg.n_heads * cfg.head_dim))?;
             x = (x + b.o.forward(&o)?)?;
-            x = (&x + b.mlp.forward(&b.mlp_norm.forward(&x)?)?)?;
+            x = (&x + b.mlp.forward(&b.mlp_norm.forward(&x, diff)?)?)?;
             if let Some(r) = layer_routing {
                 routing.push(r);
             }
         }
-        let x = self.final_norm.forward(&x.narrow(0, opts.logits_from, t - opts.logits_from)?)?;
+        let x = self.final_norm.forward(&x.narrow(0, opts.logits_from, t - opts.logits_from)?, diff)?;
         let logits = x.matmul(&self.lm_head.t()?)?;
         Ok(ForwardOutput { logits, routing })
     }
