@@ -17,6 +17,7 @@ pub mod stats;
 pub mod text;
 pub mod tokenizer;
 pub mod topk;
+pub mod train;
 
 pub use adapter::{Adapter, AdapterConfig, AdapterSpec, Gate};
 pub use attention::Mode;

@@ -9,6 +9,7 @@ mod info;
 mod init;
 mod ppl;
 mod tokenize;
+mod train;
 
 use clap::{Parser, Subcommand};
 
@@ -31,6 +32,8 @@ enum Command {
     Ppl(ppl::Args),
     /// Per-layer routing statistics of a text, written to JSON or CSV.
     Analyze(analyze::Args),
+    /// Train a centroid adapter (routers only; the base model stays frozen).
+    Train(train::Args),
     /// Manage centroid adapters.
     Adapter {
         #[command(subcommand)]
@@ -65,6 +68,7 @@ pub fn run() -> anyhow::Result<()> {
         Command::Tokenize(a) => tokenize::run(a),
         Command::Ppl(a) => ppl::run(a),
         Command::Analyze(a) => analyze::run(a),
+        Command::Train(a) => train::run(a),
         Command::Adapter { command: AdapterCommand::Init(a) } => init::run(a),
         Command::Bench { command: BenchCommand::Forward(a) } => bench::forward(a),
         Command::Bench { command: BenchCommand::Matmul(a) } => bench::matmul(a),

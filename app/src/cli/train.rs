@@ -1,0 +1,172 @@
+//! `train`: fit a centroid adapter to a frozen model (routers only), with a JSONL log,
+//! checkpoints, `--resume`, and Ctrl-C saving a checkpoint.
+
+use super::common::{progress, ModelArgs};
+use anyhow::{bail, Context, Result};
+use focus_core::train::{TrainData, TrainOptions, Trainer};
+use focus_core::{AdapterSpec, Gate, Model};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Training text: files, or directories searched for *.txt.
+    #[arg(long, num_args = 1.., required_unless_present = "resume")]
+    pub data: Vec<PathBuf>,
+    /// Held-out text (whole works that never appear in --data).
+    #[arg(long, num_args = 1.., required_unless_present = "resume")]
+    pub heldout: Vec<PathBuf>,
+    #[arg(long, default_value_t = 8)]
+    pub groups: usize,
+    #[arg(long, default_value_t = 16)]
+    pub dg: usize,
+    #[arg(long, default_value_t = 128)]
+    pub window: usize,
+    #[arg(long, default_value_t = 0.1)]
+    pub tau: f64,
+    #[arg(long, default_value_t = 10)]
+    pub sinkhorn_iters: usize,
+    #[arg(long, value_parser = ["paper", "log"], default_value = "log")]
+    pub gate: String,
+    #[arg(long, default_value_t = 10.0)]
+    pub lambda: f64,
+    #[arg(long, default_value_t = 2)]
+    pub top_k: usize,
+    #[arg(long)]
+    pub causal_sinkhorn: bool,
+    #[arg(long, default_value_t = 1000)]
+    pub steps: usize,
+    #[arg(long, default_value_t = 512)]
+    pub seq_len: usize,
+    #[arg(long, default_value_t = 4)]
+    pub batch: usize,
+    #[arg(long, default_value_t = 1e-2)]
+    pub lr: f64,
+    #[arg(long, default_value_t = 0.0)]
+    pub weight_decay: f64,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long, default_value_t = 100)]
+    pub eval_every: usize,
+    #[arg(long, default_value_t = 8)]
+    pub eval_seqs: usize,
+    #[arg(long, default_value_t = 200)]
+    pub checkpoint_every: usize,
+    /// Continue from OUT/checkpoint (or this checkpoint directory).
+    #[arg(long)]
+    pub resume: Option<PathBuf>,
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+fn text_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut v: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("reading {}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "txt"))
+                .collect();
+            v.sort();
+            out.extend(v);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    if out.is_empty() {
+        bail!("no text files in {paths:?}");
+    }
+    Ok(out)
+}
+
+/// Tokenizes every file and joins the documents with the end-of-text token.
+fn tokens(model: &Model, files: &[PathBuf]) -> Result<Vec<u32>> {
+    let tok = model.tokenizer()?;
+    let mut ids = Vec::new();
+    for f in files {
+        let text = focus_core::text::read_text(f)?;
+        ids.extend(tok.encode(&text, false)?.ids);
+        if let Some(eos) = tok.eos_id() {
+            ids.push(eos);
+        }
+    }
+    Ok(ids)
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let model = a.model.load()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed)).context("installing the Ctrl-C handler")?;
+    }
+    let (train_files, heldout_files) = (text_files(&a.data)?, text_files(&a.heldout)?);
+    let data = TrainData { train: tokens(&model, &train_files)?, heldout: tokens(&model, &heldout_files)? };
+    let mut trainer = match &a.resume {
+        Some(dir) => Trainer::resume(&model, dir).with_context(|| format!("resuming from {}", dir.display()))?,
+        None => {
+            let spec = AdapterSpec {
+                groups: a.groups,
+                d_g: a.dg,
+                tau: a.tau,
+                sinkhorn_iters: a.sinkhorn_iters,
+                window: a.window,
+                gate: if a.gate == "paper" { Gate::Paper } else { Gate::Log },
+                lambda: a.lambda,
+                top_k: a.top_k.min(a.groups),
+                causal_sinkhorn: a.causal_sinkhorn,
+            };
+            let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every };
+            Trainer::new(&model, &spec, opts)?
+        }
+    };
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let log_path = a.out.join("train_log.jsonl");
+    let mut log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).with_context(|| format!("opening {}", log_path.display()))?;
+    eprintln!(
+        "training {} layers x (W_g {}x{} + {} centroids) on {} tokens ({} files), held out {} tokens ({} files)",
+        model.config().n_layers, model.config().d_model, trainer.adapter.config.d_g, trainer.adapter.config.groups,
+        data.train.len(), train_files.len(), data.heldout.len(), heldout_files.len()
+    );
+    let pb = progress(trainer.opts.steps as u64, "train", false);
+    pb.set_position(trainer.step as u64);
+    let t0 = std::time::Instant::now();
+    let mut last_heldout = None;
+    let finished = trainer.run(
+        &data,
+        &a.out,
+        Some(&stop),
+        |row| {
+            if row.heldout_ppl.is_some() {
+                last_heldout = row.heldout_ppl;
+            }
+            writeln!(log, "{}", serde_json::to_string(row)?).map_err(|e| focus_core::Error::io(&log_path, e))?;
+            Ok(())
+        },
+        |step, loss| {
+            pb.set_position(step as u64);
+            pb.set_message(format!("train loss {loss:.3}"));
+        },
+    )?;
+    pb.finish_and_clear();
+    if !finished {
+        eprintln!("interrupted at step {}: checkpoint in {}", trainer.step, a.out.join("checkpoint").display());
+        return Ok(());
+    }
+    let names = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
+    trainer.adapter.config.training = Some(serde_json::json!({
+        "data": names(&train_files), "heldout": names(&heldout_files),
+        "steps": trainer.step, "seq_len": trainer.opts.seq_len, "batch": trainer.opts.batch,
+        "lr": trainer.opts.lr, "weight_decay": trainer.opts.weight_decay, "seed": trainer.opts.seed,
+        "tokens_seen": trainer.tokens_seen, "seconds_this_run": t0.elapsed().as_secs_f64(),
+        "device": a.model.device, "heldout_ppl_soft": last_heldout, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
+    }));
+    trainer.adapter.save(&a.out)?;
+    eprintln!("wrote {} (held-out soft PPL {:?})", a.out.display(), last_heldout);
+    Ok(())
+}

@@ -1,0 +1,269 @@
+//! Retrofit training: AdamW on the routers (`W_g` and the centroids) of every layer through the
+//! frozen model, with soft gates (FOCUS-METHOD section 3). Base weights are plain tensors, never
+//! variables, so no gradient or update can reach them.
+//!
+//! Determinism: batch positions come from an RNG seeded by (seed, step), and the optimizer state
+//! is checkpointed, so a run resumed from a checkpoint continues exactly as an uninterrupted one.
+
+use crate::adapter::{Adapter, AdapterSpec, Router};
+use crate::attention::Mode;
+use crate::error::{Error, Result};
+use crate::model::{ForwardOptions, Model};
+use crate::stats::layer_stats;
+use candle_core::{DType, Device, Tensor, Var};
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrainOptions {
+    pub steps: usize,
+    pub seq_len: usize,
+    pub batch: usize,
+    pub lr: f64,
+    pub weight_decay: f64,
+    pub seed: u64,
+    /// Held-out evaluation every this many steps (and at the end); 0 = only at the end.
+    pub eval_every: usize,
+    /// Held-out sequences per evaluation.
+    pub eval_seqs: usize,
+    pub checkpoint_every: usize,
+}
+
+/// Token streams: documents joined by the end-of-text token.
+pub struct TrainData {
+    pub train: Vec<u32>,
+    pub heldout: Vec<u32>,
+}
+
+/// One line of the training log (JSONL).
+#[derive(Debug, Clone, Serialize)]
+pub struct LogRow {
+    pub step: usize,
+    pub loss: f64,
+    pub train_ppl: f64,
+    pub tokens_seen: usize,
+    pub seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heldout_ppl: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dominance: Option<Vec<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_mass: Option<Vec<Vec<f64>>>,
+}
+
+/// AdamW with its state as plain tensors, so that it can be checkpointed.
+struct AdamW {
+    m: Vec<Tensor>,
+    v: Vec<Tensor>,
+    t: usize,
+}
+
+impl AdamW {
+    fn new(vars: &[Var]) -> Result<Self> {
+        let z = |v: &Var| v.as_tensor().zeros_like();
+        Ok(AdamW { m: vars.iter().map(z).collect::<candle_core::Result<_>>()?, v: vars.iter().map(z).collect::<candle_core::Result<_>>()?, t: 0 })
+    }
+    fn step(&mut self, vars: &[Var], grads: &candle_core::backprop::GradStore, lr: f64, wd: f64) -> Result<()> {
+        let (b1, b2, eps) = (0.9, 0.999, 1e-8);
+        self.t += 1;
+        let c1 = 1.0 - f64::powi(b1, self.t as i32);
+        let c2 = 1.0 - f64::powi(b2, self.t as i32);
+        for (i, var) in vars.iter().enumerate() {
+            let Some(g) = grads.get(var.as_tensor()) else { continue };
+            self.m[i] = ((&self.m[i] * b1)? + (g * (1.0 - b1))?)?;
+            self.v[i] = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?;
+            let update = ((&self.m[i] / c1)? / ((&self.v[i] / c2)?.sqrt()? + eps)?)?;
+            let decayed = (var.as_tensor() * (1.0 - lr * wd))?;
+            var.set(&(decayed - (update * lr)?)?)?;
+        }
+        Ok(())
+    }
+}
+
+pub struct Trainer<'m> {
+    pub model: &'m Model,
+    pub adapter: Adapter,
+    vars: Vec<Var>,
+    opt: AdamW,
+    pub opts: TrainOptions,
+    pub step: usize,
+    pub tokens_seen: usize,
+}
+
+const CKPT_OPT: &str = "optimizer.safetensors";
+const CKPT_STATE: &str = "trainer_state.json";
+
+#[derive(Serialize, Deserialize)]
+struct CheckpointState {
+    step: usize,
+    tokens_seen: usize,
+    adam_t: usize,
+    options: TrainOptions,
+}
+
+impl<'m> Trainer<'m> {
+    pub fn new(model: &'m Model, spec: &AdapterSpec, opts: TrainOptions) -> Result<Self> {
+        if spec.causal_sinkhorn {
+            return Err(Error::Invalid("training with causal Sinkhorn is not implemented yet".into()));
+        }
+        let adapter = Adapter::random(model, spec, opts.seed)?;
+        Self::from_adapter(model, adapter, opts)
+    }
+
+    fn from_adapter(model: &'m Model, mut adapter: Adapter, opts: TrainOptions) -> Result<Self> {
+        if opts.seq_len < 2 || opts.seq_len > model.config().context || opts.batch == 0 {
+            return Err(Error::Invalid(format!("seq_len must be in 2..={} and batch >= 1", model.config().context)));
+        }
+        if opts.seq_len <= adapter.config.window + 1 {
+            return Err(Error::Invalid(format!(
+                "seq_len {} is inside the local window ({}): every pair would be local and the routers get no gradient",
+                opts.seq_len, adapter.config.window
+            )));
+        }
+        let mut vars = Vec::new();
+        for r in adapter.layers.iter_mut() {
+            let p = Var::from_tensor(&r.proj)?;
+            let c = Var::from_tensor(&r.centroids)?;
+            *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone() };
+            vars.push(p);
+            vars.push(c);
+        }
+        let opt = AdamW::new(&vars)?;
+        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0 })
+    }
+
+    /// Continues from a checkpoint directory written by `save_checkpoint`.
+    pub fn resume(model: &'m Model, dir: &Path) -> Result<Self> {
+        let state_path = dir.join(CKPT_STATE);
+        let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
+        let st: CheckpointState = serde_json::from_str(&text).map_err(|e| Error::bad_file(&state_path, e.to_string()))?;
+        let adapter = Adapter::load(dir, model)?;
+        let mut tr = Self::from_adapter(model, adapter, st.options)?;
+        let opt_path = dir.join(CKPT_OPT);
+        let tensors = candle_core::safetensors::load(&opt_path, &model.decoder.device)?;
+        for i in 0..tr.vars.len() {
+            let get = |k: String| tensors.get(&k).cloned().ok_or_else(|| Error::bad_file(&opt_path, format!("missing {k}")));
+            tr.opt.m[i] = get(format!("m.{i}"))?;
+            tr.opt.v[i] = get(format!("v.{i}"))?;
+        }
+        tr.opt.t = st.adam_t;
+        tr.step = st.step;
+        tr.tokens_seen = st.tokens_seen;
+        Ok(tr)
+    }
+
+    pub fn save_checkpoint(&self, dir: &Path) -> Result<()> {
+        self.adapter.save(dir)?;
+        let mut t: HashMap<String, Tensor> = HashMap::new();
+        for i in 0..self.vars.len() {
+            t.insert(format!("m.{i}"), self.opt.m[i].to_device(&Device::Cpu)?);
+            t.insert(format!("v.{i}"), self.opt.v[i].to_device(&Device::Cpu)?);
+        }
+        let tmp = dir.join(format!(".{CKPT_OPT}.tmp"));
+        candle_core::safetensors::save(&t, &tmp)?;
+        std::fs::rename(&tmp, dir.join(CKPT_OPT)).map_err(|e| Error::io(dir.join(CKPT_OPT), e))?;
+        let st = CheckpointState { step: self.step, tokens_seen: self.tokens_seen, adam_t: self.opt.t, options: self.opts.clone() };
+        crate::io::write_atomic(&dir.join(CKPT_STATE), serde_json::to_string_pretty(&st)?.as_bytes())
+    }
+
+    /// Start positions of step `step`'s batch: a function of (seed, step) only.
+    fn batch_starts(&self, len: usize, step: usize) -> Vec<usize> {
+        let mut rng = StdRng::seed_from_u64(self.opts.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ step as u64);
+        (0..self.opts.batch).map(|_| rng.gen_range(0..=len - self.opts.seq_len)).collect()
+    }
+
+    /// One optimizer step; returns the mean training loss (nats/token).
+    pub fn train_step(&mut self, data: &TrainData) -> Result<f64> {
+        let (t, dev) = (self.opts.seq_len, &self.model.decoder.device);
+        if data.train.len() < t + 1 {
+            return Err(Error::Invalid(format!("the training data has {} tokens; need more than seq_len {t}", data.train.len())));
+        }
+        let mut total: Option<Tensor> = None;
+        for s in self.batch_starts(data.train.len() - 1, self.step) {
+            let ids = &data.train[s..s + t];
+            let mut o = ForwardOptions::new(Mode::Soft, Some(&self.adapter));
+            o.differentiable = true;
+            let logits = self.model.decoder.forward(ids, &o)?.logits;
+            let targets = Tensor::from_slice(&data.train[s + 1..s + t + 1], t, dev)?;
+            let loss = candle_nn::loss::cross_entropy(&logits, &targets)?;
+            total = Some(match total {
+                None => loss,
+                Some(x) => (x + loss)?,
+            });
+        }
+        let loss = (total.expect("batch >= 1") / self.opts.batch as f64)?;
+        let grads = loss.backward()?;
+        self.opt.step(&self.vars, &grads, self.opts.lr, self.opts.weight_decay)?;
+        self.step += 1;
+        self.tokens_seen += self.opts.batch * t;
+        Ok(loss.to_dtype(DType::F64)?.to_scalar::<f64>()?)
+    }
+
+    /// Held-out perplexity (soft mode, inference path) over the first `eval_seqs` windows, and
+    /// per-layer dominance and group mass on the first window.
+    pub fn evaluate(&self, data: &TrainData) -> Result<(f64, Vec<f64>, Vec<Vec<f64>>)> {
+        let t = self.opts.seq_len;
+        let n = (data.heldout.len().saturating_sub(1) / t).min(self.opts.eval_seqs.max(1));
+        if n == 0 {
+            return Err(Error::Invalid(format!("held-out data has {} tokens; need more than seq_len {t}", data.heldout.len())));
+        }
+        let (mut nll, mut count) = (0f64, 0usize);
+        let (mut dom, mut mass) = (Vec::new(), Vec::new());
+        for w in 0..n {
+            let ids = &data.heldout[w * t..(w + 1) * t];
+            let mut o = ForwardOptions::new(Mode::Soft, Some(&self.adapter));
+            o.record_routing = w == 0;
+            let out = self.model.decoder.forward(ids, &o)?;
+            let v = crate::model::decoder::Decoder::nll(&out.logits, &data.heldout[w * t + 1..(w + 1) * t + 1])?;
+            nll += v.iter().map(|&x| x as f64).sum::<f64>();
+            count += v.len();
+            if w == 0 {
+                let c = &self.adapter.config;
+                for (l, r) in out.routing.iter().enumerate() {
+                    let st = layer_stats(l, r, c.tau, c.top_k, c.window, false);
+                    dom.push(st.dominance);
+                    mass.push(st.mass_after);
+                }
+            }
+        }
+        Ok(((nll / count as f64).exp(), dom, mass))
+    }
+
+    /// Runs to `opts.steps`, calling `log` for every row and `progress(step)`. Stops early,
+    /// after saving a checkpoint, when `stop` is set.
+    pub fn run(
+        &mut self,
+        data: &TrainData,
+        out: &Path,
+        stop: Option<&AtomicBool>,
+        mut log: impl FnMut(&LogRow) -> Result<()>,
+        mut progress: impl FnMut(usize, f64),
+    ) -> Result<bool> {
+        let t0 = std::time::Instant::now();
+        let ckpt = out.join("checkpoint");
+        while self.step < self.opts.steps {
+            if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+                self.save_checkpoint(&ckpt)?;
+                return Ok(false);
+            }
+            let loss = self.train_step(data)?;
+            let eval_now = (self.opts.eval_every > 0 && self.step % self.opts.eval_every == 0) || self.step == self.opts.steps;
+            let mut row = LogRow { step: self.step, loss, train_ppl: loss.exp(), tokens_seen: self.tokens_seen, seconds: t0.elapsed().as_secs_f64(), heldout_ppl: None, dominance: None, group_mass: None };
+            if eval_now {
+                let (ppl, dom, mass) = self.evaluate(data)?;
+                row.heldout_ppl = Some(ppl);
+                row.dominance = Some(dom);
+                row.group_mass = Some(mass);
+            }
+            log(&row)?;
+            progress(self.step, loss);
+            if self.opts.checkpoint_every > 0 && self.step % self.opts.checkpoint_every == 0 {
+                self.save_checkpoint(&ckpt)?;
+            }
+        }
+        Ok(true)
+    }
+}
