@@ -8,7 +8,8 @@ mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 fx=tests/fixtures/ppl_persuasion_60k.txt
 ad=sample_adapters/smollm2-135m-k8-init
-run() { echo "+ $*" | tee -a "$out/log.txt"; "$@" 2>>"$out/log.txt" | tee -a "$out/log.txt"; }
+# The command line goes to the log only, so that each JSON file holds just the JSON.
+run() { echo "+ $*" >>"$out/log.txt"; timeout 150 "$@" 2>>"$out/log.txt" | tee -a "$out/log.txt"; }
 run "$bin" ppl --device cuda --model "$model" --ctx 512 --json "$fx" > "$out/ppl_dense_512.json"
 run "$bin" ppl --device cuda --model "$model" --ctx 1024 --adapter "$ad" --mode soft --json "$fx" > "$out/ppl_soft_1024.json"
 python3 - "$fx" <<'PY'
