@@ -106,3 +106,44 @@ pub fn print_json(v: &impl serde::Serialize) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
+
+/// Adapter hyper-parameters shared by `adapter init` and `train`.
+#[derive(ClapArgs, Clone)]
+pub struct SpecArgs {
+    /// K, the number of groups per layer.
+    #[arg(long, default_value_t = 8)]
+    pub groups: usize,
+    #[arg(long, default_value_t = 16)]
+    pub dg: usize,
+    #[arg(long, default_value_t = 0.1)]
+    pub tau: f64,
+    #[arg(long, default_value_t = 10)]
+    pub sinkhorn_iters: usize,
+    #[arg(long, default_value_t = 128)]
+    pub window: usize,
+    #[arg(long, value_parser = ["paper", "log"], default_value = "log")]
+    pub gate: String,
+    #[arg(long, default_value_t = 10.0)]
+    pub lambda: f64,
+    /// Default k for hard top-k inference.
+    #[arg(long, default_value_t = 2)]
+    pub top_k: usize,
+    #[arg(long)]
+    pub causal_sinkhorn: bool,
+}
+
+impl SpecArgs {
+    pub fn spec(&self) -> focus_core::AdapterSpec {
+        focus_core::AdapterSpec {
+            groups: self.groups,
+            d_g: self.dg,
+            tau: self.tau,
+            sinkhorn_iters: self.sinkhorn_iters,
+            window: self.window,
+            gate: if self.gate == "paper" { focus_core::Gate::Paper } else { focus_core::Gate::Log },
+            lambda: self.lambda,
+            top_k: self.top_k.min(self.groups),
+            causal_sinkhorn: self.causal_sinkhorn,
+        }
+    }
+}

@@ -1,10 +1,10 @@
 //! `train`: fit a centroid adapter to a frozen model (routers only), with a JSONL log,
 //! checkpoints, `--resume`, and Ctrl-C saving a checkpoint.
 
-use super::common::{progress, ModelArgs};
+use super::common::{progress, ModelArgs, SpecArgs};
 use anyhow::{bail, Context, Result};
 use focus_core::train::{TrainData, TrainOptions, Trainer};
-use focus_core::{AdapterSpec, Gate, Model};
+use focus_core::Model;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,24 +20,8 @@ pub struct Args {
     /// Held-out text (whole works that never appear in --data).
     #[arg(long, num_args = 1.., required_unless_present = "resume")]
     pub heldout: Vec<PathBuf>,
-    #[arg(long, default_value_t = 8)]
-    pub groups: usize,
-    #[arg(long, default_value_t = 16)]
-    pub dg: usize,
-    #[arg(long, default_value_t = 128)]
-    pub window: usize,
-    #[arg(long, default_value_t = 0.1)]
-    pub tau: f64,
-    #[arg(long, default_value_t = 10)]
-    pub sinkhorn_iters: usize,
-    #[arg(long, value_parser = ["paper", "log"], default_value = "log")]
-    pub gate: String,
-    #[arg(long, default_value_t = 10.0)]
-    pub lambda: f64,
-    #[arg(long, default_value_t = 2)]
-    pub top_k: usize,
-    #[arg(long)]
-    pub causal_sinkhorn: bool,
+    #[command(flatten)]
+    pub spec: SpecArgs,
     #[arg(long, default_value_t = 1000)]
     pub steps: usize,
     #[arg(long, default_value_t = 512)]
@@ -110,19 +94,8 @@ pub fn run(a: Args) -> Result<()> {
     let mut trainer = match &a.resume {
         Some(dir) => Trainer::resume(&model, dir).with_context(|| format!("resuming from {}", dir.display()))?,
         None => {
-            let spec = AdapterSpec {
-                groups: a.groups,
-                d_g: a.dg,
-                tau: a.tau,
-                sinkhorn_iters: a.sinkhorn_iters,
-                window: a.window,
-                gate: if a.gate == "paper" { Gate::Paper } else { Gate::Log },
-                lambda: a.lambda,
-                top_k: a.top_k.min(a.groups),
-                causal_sinkhorn: a.causal_sinkhorn,
-            };
             let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every };
-            Trainer::new(&model, &spec, opts)?
+            Trainer::new(&model, &a.spec.spec(), opts)?
         }
     };
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
