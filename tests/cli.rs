@@ -28,15 +28,24 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Runs a command; returns its arguments as text (for messages) and its output.
+fn run_shown<I, S>(args: I) -> (Vec<String>, std::process::Output)
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<S> = args.into_iter().collect();
+    let shown = args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
+    (shown, focus_lens(&args))
+}
+
 /// Runs a command that must succeed and returns its stdout.
 fn ok<I, S>(args: I) -> String
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let args: Vec<S> = args.into_iter().collect();
-    let shown: Vec<String> = args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
-    let o = focus_lens(&args);
+    let (shown, o) = run_shown(args);
     assert!(o.status.success(), "focus-lens {shown:?} failed: {}", stderr(&o));
     assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
     stdout(&o)
@@ -57,9 +66,7 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let args: Vec<S> = args.into_iter().collect();
-    let shown: Vec<String> = args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
-    let o = focus_lens(&args);
+    let (shown, o) = run_shown(args);
     let err = stderr(&o);
     assert!(!o.status.success(), "focus-lens {shown:?} succeeded: {}", stdout(&o));
     assert_eq!(o.status.code(), Some(1), "focus-lens {shown:?}: {err}");
