@@ -42,14 +42,14 @@ fn base_weights(d: &Decoder) -> Vec<Tensor> {
 }
 
 fn check(model: &Model, ids: &[u32], window: usize, tol: f32) {
-    for gate in [Gate::Log, Gate::Paper] {
-        let mut adapter = Adapter::random(model, &AdapterSpec { groups: 4, window, gate, ..Default::default() }, 3).unwrap();
+    for (gate, causal_sinkhorn) in [(Gate::Log, false), (Gate::Paper, false), (Gate::Log, true)] {
+        let mut adapter = Adapter::random(model, &AdapterSpec { groups: 4, window, gate, causal_sinkhorn, ..Default::default() }, 3).unwrap();
         // Same function on both paths.
         for mode in [Mode::Dense, Mode::Soft] {
             let a = run(model, ids, mode, Some(&adapter), false);
             let b = run(model, ids, mode, Some(&adapter), true);
             let err = max_abs_diff(&a, &b);
-            assert!(err <= tol, "{mode} {gate:?}: differentiable path differs by {err}");
+            assert!(err <= tol, "{mode} {gate:?} causal {causal_sinkhorn}: differentiable path differs by {err}");
         }
         // Gradients reach every router parameter and nothing else; a step leaves the base bitwise unchanged.
         let vars = trainable(&mut adapter);

@@ -17,7 +17,7 @@ fn setup() -> (Model, TrainData) {
 }
 
 fn opts(steps: usize) -> TrainOptions {
-    TrainOptions { steps, seq_len: 48, batch: 2, lr: 5e-2, weight_decay: 0.0, seed: 17, eval_every: 2, eval_seqs: 2, checkpoint_every: 0 }
+    TrainOptions { steps, seq_len: 48, batch: 2, lr: 5e-2, weight_decay: 0.0, seed: 17, eval_every: 2, eval_seqs: 2, checkpoint_every: 0, max_seconds: 0.0 }
 }
 
 fn spec() -> AdapterSpec {
@@ -85,5 +85,30 @@ fn bad_settings_are_refused() {
     let (model, _) = setup();
     assert!(Trainer::new(&model, &spec(), TrainOptions { seq_len: 8, ..opts(1) }).is_err(), "all-local sequences");
     assert!(Trainer::new(&model, &spec(), TrainOptions { seq_len: 1000, ..opts(1) }).is_err(), "beyond the context");
-    assert!(Trainer::new(&model, &AdapterSpec { causal_sinkhorn: true, ..spec() }, opts(1)).is_err());
+}
+
+#[test]
+fn causal_sinkhorn_trains() {
+    let (model, data) = setup();
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = Trainer::new(&model, &AdapterSpec { causal_sinkhorn: true, ..spec() }, opts(2)).unwrap();
+    let init = router_values(&t);
+    let mut rows = Vec::new();
+    t.run(&data, dir.path(), None, |r| Ok(rows.push(r.clone())), |_, _| {}).unwrap();
+    assert_ne!(router_values(&t), init);
+    assert!(rows.iter().all(|r| r.loss.is_finite()));
+    assert!(t.adapter.config.causal_sinkhorn);
+}
+
+#[test]
+fn time_limit_ends_the_run_with_a_final_evaluation() {
+    let (model, data) = setup();
+    let dir = tempfile::tempdir().unwrap();
+    // A tiny budget: the run stops after its first step, evaluating as at a normal end.
+    let mut t = Trainer::new(&model, &spec(), TrainOptions { max_seconds: 1e-9, ..opts(50) }).unwrap();
+    let mut rows = Vec::new();
+    assert!(t.run(&data, dir.path(), None, |r| Ok(rows.push(r.clone())), |_, _| {}).unwrap());
+    assert_eq!(t.step, 1);
+    assert_eq!(rows.len(), 1);
+    assert!(rows[0].heldout_ppl.is_some());
 }

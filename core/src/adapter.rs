@@ -294,11 +294,8 @@ impl Adapter {
     pub fn route_tensor(&self, l: usize, h: &Tensor) -> Result<Tensor> {
         let r = &self.layers[l];
         let c = &self.config;
-        if c.causal_sinkhorn {
-            return Err(Error::Invalid("differentiable causal Sinkhorn is not implemented yet".into()));
-        }
         let scores = h.matmul(&r.proj)?.matmul(&r.centroids.t()?)?;
-        Ok(crate::router::sinkhorn_tensor(&scores, c.tau, c.sinkhorn_iters)?)
+        Ok(crate::router::sinkhorn_tensor(&scores, c.tau, c.sinkhorn_iters, c.causal_sinkhorn)?)
     }
 
     /// Routes the normalised attention input `h` (T x d_model) of layer `l`.

@@ -6,6 +6,7 @@ pub mod adapter;
 pub mod analysis;
 pub mod attention;
 pub mod error;
+pub mod eval;
 pub mod flash;
 pub mod gguf;
 pub mod io;

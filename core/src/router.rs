@@ -92,19 +92,48 @@ pub fn sinkhorn(scores: &[f32], t: usize, k: usize, tau: f64, iters: usize, caus
     l.iter().map(|&x| x.exp() as f32).collect()
 }
 
-/// The same Sinkhorn (whole-sequence column step) in candle ops, differentiable, for training:
-/// scores (T x K) -> memberships (T x K). Agrees with `sinkhorn` (tested).
-pub fn sinkhorn_tensor(scores: &candle_core::Tensor, tau: f64, iters: usize) -> candle_core::Result<candle_core::Tensor> {
+/// The same Sinkhorn in candle ops, differentiable, for training: scores (T x K) ->
+/// memberships (T x K). With `causal`, the column step uses prefix sums as `sinkhorn` does.
+/// Agrees with `sinkhorn` (tested).
+pub fn sinkhorn_tensor(scores: &candle_core::Tensor, tau: f64, iters: usize, causal: bool) -> candle_core::Result<candle_core::Tensor> {
     let mut l = (scores / tau)?;
     let row_norm = |l: &candle_core::Tensor| l.broadcast_sub(&l.log_sum_exp(1)?.unsqueeze(1)?);
     for _ in 0..iters {
-        l = l.broadcast_sub(&l.log_sum_exp(0)?.unsqueeze(0)?)?;
+        l = if causal { (&l - prefix_log_sum_exp(&l)?)? } else { l.broadcast_sub(&l.log_sum_exp(0)?.unsqueeze(0)?)? };
         l = row_norm(&l)?;
     }
     if iters == 0 {
         l = row_norm(&l)?;
     }
     l.exp()
+}
+
+/// Inclusive prefix log-sum-exp down the rows of x (T x K): y[i] = log sum_{j<=i} exp(x[j]).
+/// Differentiable and stable: rows are cut into blocks of B; a masked B x B log-sum-exp gives
+/// the prefixes inside each block, a masked one over block totals gives what earlier blocks
+/// carry in, and one pairwise log-sum-exp joins them. Memory is O(T x B x K), not O(T^2 x K).
+pub fn prefix_log_sum_exp(x: &candle_core::Tensor) -> candle_core::Result<candle_core::Tensor> {
+    use candle_core::Tensor;
+    const B: usize = 64;
+    // A large finite "minus infinity": exp underflows to 0 and no inf - inf NaN can appear.
+    const NEG: f64 = -1e30;
+    let (t, k) = x.dims2()?;
+    let dev = x.device();
+    let nb = t.div_ceil(B);
+    let padded = if nb * B > t { Tensor::cat(&[x, &(Tensor::ones((nb * B - t, k), x.dtype(), dev)? * NEG)?], 0)? } else { x.clone() };
+    let blocks = padded.reshape((nb, 1, B, k))?; // [n, -, j, g]
+    let tri = |n: usize, strict: bool| -> candle_core::Result<Tensor> {
+        let v: Vec<f32> = (0..n * n).map(|p| if (p % n < p / n) || (!strict && p % n == p / n) { 0.0 } else { NEG as f32 }).collect();
+        Tensor::from_vec(v, (n, n), dev)?.to_dtype(x.dtype())
+    };
+    // inner[n, i, g] = lse_{j <= i in block n} x
+    let inner = blocks.broadcast_add(&tri(B, false)?.reshape((1, B, B, 1))?)?.log_sum_exp(2)?; // (nb, B, K)
+    let totals = inner.narrow(1, B - 1, 1)?.squeeze(1)?; // (nb, K)
+    // carry[n, g] = lse_{m < n} totals[m]
+    let carry = totals.unsqueeze(0)?.broadcast_add(&tri(nb, true)?.unsqueeze(2)?)?.log_sum_exp(1)?; // (nb, K)
+    let carry = carry.unsqueeze(1)?.broadcast_as((nb, B, k))?;
+    let y = Tensor::stack(&[&inner, &carry], 0)?.log_sum_exp(0)?;
+    y.reshape((nb * B, k))?.narrow(0, 0, t)
 }
 
 #[cfg(test)]
@@ -158,14 +187,45 @@ mod tests {
 
     #[test]
     fn tensor_sinkhorn_matches_host_sinkhorn() {
-        let (t, k) = (120, 8);
-        let s = random_scores(4, t, k);
-        for iters in [0, 1, 10] {
-            let want = sinkhorn(&s, t, k, 0.1, iters, false);
-            let st = candle_core::Tensor::from_slice(&s, (t, k), &candle_core::Device::Cpu).unwrap();
-            let got = sinkhorn_tensor(&st, 0.1, iters).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-            let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-            assert!(err < 1e-4, "iters {iters}: {err}");
+        // Lengths around the prefix block size (64) exercise padding and the carry between blocks.
+        for (t, k) in [(120, 8), (64, 4), (1, 3), (200, 2)] {
+            let s = random_scores(4, t, k);
+            for causal in [false, true] {
+                for iters in [0, 1, 10] {
+                    let want = sinkhorn(&s, t, k, 0.1, iters, causal);
+                    let st = candle_core::Tensor::from_slice(&s, (t, k), &candle_core::Device::Cpu).unwrap();
+                    let got = sinkhorn_tensor(&st, 0.1, iters, causal).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                    let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                    assert!(err < 1e-4, "t {t} k {k} causal {causal} iters {iters}: {err}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn prefix_log_sum_exp_is_exact_and_has_finite_gradients() {
+        use candle_core::{Device, Tensor, Var};
+        let (t, k) = (150, 3);
+        // Widely spread values: a naive exp/cumsum/log would underflow here.
+        let x: Vec<f32> = random_scores(9, t, k).iter().map(|v| v * 200.0).collect();
+        let xv = Var::from_tensor(&Tensor::from_slice(&x, (t, k), &Device::Cpu).unwrap()).unwrap();
+        let y = prefix_log_sum_exp(xv.as_tensor()).unwrap();
+        let got = y.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        for g in 0..k {
+            for i in 0..t {
+                let want = log_sum_exp((0..=i).map(|j| x[j * k + g] as f64));
+                let d = (got[i * k + g] as f64 - want).abs();
+                assert!(d <= 1e-4 * want.abs().max(1.0), "({i},{g}): {} vs {want}", got[i * k + g]);
+            }
+        }
+        // d/dx_j sum_i y_i = sum_{i >= j} softmax weight of j in prefix i: finite, in [0, t].
+        let grads = y.sum_all().unwrap().backward().unwrap();
+        let gx = grads.get(xv.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(gx.iter().all(|v| v.is_finite() && *v >= -1e-5 && *v <= t as f32 + 1e-3));
+        // The column total of gradients is t (each prefix's weights sum to one).
+        for g in 0..k {
+            let s: f32 = (0..t).map(|i| gx[i * k + g]).sum();
+            assert!((s - t as f32).abs() < 1e-2, "{s}");
         }
     }
 

@@ -30,6 +30,10 @@ pub struct TrainOptions {
     /// Held-out sequences per evaluation.
     pub eval_seqs: usize,
     pub checkpoint_every: usize,
+    /// Wall-clock budget in seconds (0 = none): when spent, the run ends at the current step
+    /// as if that were the last (final held-out evaluation included).
+    #[serde(default)]
+    pub max_seconds: f64,
 }
 
 /// Token streams: documents joined by the end-of-text token.
@@ -66,13 +70,13 @@ impl AdamW {
         let z = |v: &Var| v.as_tensor().zeros_like();
         Ok(AdamW { m: vars.iter().map(z).collect::<candle_core::Result<_>>()?, v: vars.iter().map(z).collect::<candle_core::Result<_>>()?, t: 0 })
     }
-    fn step(&mut self, vars: &[Var], grads: &candle_core::backprop::GradStore, lr: f64, wd: f64) -> Result<()> {
+    fn step(&mut self, vars: &[Var], grads: &[Option<Tensor>], lr: f64, wd: f64) -> Result<()> {
         let (b1, b2, eps) = (0.9, 0.999, 1e-8);
         self.t += 1;
         let c1 = 1.0 - f64::powi(b1, self.t as i32);
         let c2 = 1.0 - f64::powi(b2, self.t as i32);
         for (i, var) in vars.iter().enumerate() {
-            let Some(g) = grads.get(var.as_tensor()) else { continue };
+            let Some(g) = &grads[i] else { continue };
             self.m[i] = ((&self.m[i] * b1)? + (g * (1.0 - b1))?)?;
             self.v[i] = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?;
             let update = ((&self.m[i] / c1)? / ((&self.v[i] / c2)?.sqrt()? + eps)?)?;
@@ -106,9 +110,6 @@ struct CheckpointState {
 
 impl<'m> Trainer<'m> {
     pub fn new(model: &'m Model, spec: &AdapterSpec, opts: TrainOptions) -> Result<Self> {
-        if spec.causal_sinkhorn {
-            return Err(Error::Invalid("training with causal Sinkhorn is not implemented yet".into()));
-        }
         let adapter = Adapter::random(model, spec, opts.seed)?;
         Self::from_adapter(model, adapter, opts)
     }
@@ -181,7 +182,11 @@ impl<'m> Trainer<'m> {
         if data.train.len() < t + 1 {
             return Err(Error::Invalid(format!("the training data has {} tokens; need more than seq_len {t}", data.train.len())));
         }
-        let mut total: Option<Tensor> = None;
+        // One backward pass per sequence, gradients summed: the same mean-loss gradient as one
+        // batched graph, with the memory of a single sequence's graph.
+        let b = self.opts.batch;
+        let mut grads: Vec<Option<Tensor>> = vec![None; self.vars.len()];
+        let mut total = 0f64;
         for s in self.batch_starts(data.train.len() - 1, self.step) {
             let ids = &data.train[s..s + t];
             let mut o = ForwardOptions::new(Mode::Soft, Some(&self.adapter));
@@ -189,17 +194,21 @@ impl<'m> Trainer<'m> {
             let logits = self.model.decoder.forward(ids, &o)?.logits;
             let targets = Tensor::from_slice(&data.train[s + 1..s + t + 1], t, dev)?;
             let loss = candle_nn::loss::cross_entropy(&logits, &targets)?;
-            total = Some(match total {
-                None => loss,
-                Some(x) => (x + loss)?,
-            });
+            let store = (&loss / b as f64)?.backward()?;
+            for (acc, var) in grads.iter_mut().zip(&self.vars) {
+                if let Some(g) = store.get(var.as_tensor()) {
+                    *acc = Some(match acc.take() {
+                        None => g.clone(),
+                        Some(a) => (a + g)?,
+                    });
+                }
+            }
+            total += loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
         }
-        let loss = (total.expect("batch >= 1") / self.opts.batch as f64)?;
-        let grads = loss.backward()?;
         self.opt.step(&self.vars, &grads, self.opts.lr, self.opts.weight_decay)?;
         self.step += 1;
-        self.tokens_seen += self.opts.batch * t;
-        Ok(loss.to_dtype(DType::F64)?.to_scalar::<f64>()?)
+        self.tokens_seen += b * t;
+        Ok(total / b as f64)
     }
 
     /// Held-out perplexity (soft mode, inference path) over the first `eval_seqs` windows, and
@@ -250,6 +259,9 @@ impl<'m> Trainer<'m> {
                 return Ok(false);
             }
             let loss = self.train_step(data)?;
+            if self.opts.max_seconds > 0.0 && t0.elapsed().as_secs_f64() >= self.opts.max_seconds {
+                self.opts.steps = self.step;
+            }
             let eval_now = (self.opts.eval_every > 0 && self.step % self.opts.eval_every == 0) || self.step == self.opts.steps;
             let mut row = LogRow { step: self.step, loss, train_ppl: loss.exp(), tokens_seen: self.tokens_seen, seconds: t0.elapsed().as_secs_f64(), heldout_ppl: None, dominance: None, group_mass: None };
             if eval_now {

@@ -5,6 +5,7 @@ mod analyze;
 mod bench;
 mod common;
 mod demo;
+mod eval;
 mod info;
 mod init;
 mod ppl;
@@ -32,6 +33,8 @@ enum Command {
     Ppl(ppl::Args),
     /// Per-layer routing statistics of a text, written to JSON or CSV.
     Analyze(analyze::Args),
+    /// Zero-degradation suites (TruthfulQA MC, last-word cloze): base vs Focus.
+    Eval(eval::Args),
     /// Train a centroid adapter (routers only; the base model stays frozen).
     Train(train::Args),
     /// Manage centroid adapters.
@@ -69,6 +72,7 @@ pub fn run() -> anyhow::Result<()> {
         Command::Ppl(a) => ppl::run(a),
         Command::Analyze(a) => analyze::run(a),
         Command::Train(a) => train::run(a),
+        Command::Eval(a) => eval::run(a),
         Command::Adapter { command: AdapterCommand::Init(a) } => init::run(a),
         Command::Bench { command: BenchCommand::Forward(a) } => bench::forward(a),
         Command::Bench { command: BenchCommand::Matmul(a) } => bench::matmul(a),

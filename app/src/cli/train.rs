@@ -40,6 +40,9 @@ pub struct Args {
     pub eval_seqs: usize,
     #[arg(long, default_value_t = 200)]
     pub checkpoint_every: usize,
+    /// Stop after this many minutes (evaluating and saving as if the last step were reached).
+    #[arg(long, default_value_t = 0.0)]
+    pub time_limit_min: f64,
     /// Continue from OUT/checkpoint (or this checkpoint directory).
     #[arg(long)]
     pub resume: Option<PathBuf>,
@@ -94,7 +97,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut trainer = match &a.resume {
         Some(dir) => Trainer::resume(&model, dir).with_context(|| format!("resuming from {}", dir.display()))?,
         None => {
-            let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every };
+            let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0 };
             Trainer::new(&model, &a.spec.spec(), opts)?
         }
     };
@@ -137,9 +140,20 @@ pub fn run(a: Args) -> Result<()> {
         "steps": trainer.step, "seq_len": trainer.opts.seq_len, "batch": trainer.opts.batch,
         "lr": trainer.opts.lr, "weight_decay": trainer.opts.weight_decay, "seed": trainer.opts.seed,
         "tokens_seen": trainer.tokens_seen, "seconds_this_run": t0.elapsed().as_secs_f64(),
-        "device": a.model.device, "heldout_ppl_soft": last_heldout, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
+        "device": device_name(&a.model.device), "time_limit_min": a.time_limit_min, "heldout_ppl_soft": last_heldout, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
     }));
     trainer.adapter.save(&a.out)?;
     eprintln!("wrote {} (held-out soft PPL {:?})", a.out.display(), last_heldout);
     Ok(())
+}
+
+/// The device as recorded in provenance: the CLI name plus the GPU model when on CUDA.
+fn device_name(dev: &str) -> String {
+    if dev.starts_with("cuda") {
+        let gpu = std::process::Command::new("nvidia-smi").args(["--query-gpu=name", "--format=csv,noheader"]).output();
+        if let Ok(o) = gpu {
+            return format!("{dev} ({})", String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").trim());
+        }
+    }
+    dev.to_string()
 }

@@ -1,0 +1,116 @@
+//! `eval`: the zero-degradation suites (TruthfulQA multiple choice, last-word cloze), base
+//! model vs Focus in one run, with paired per-item agreement.
+
+use super::common::{load_adapter, print_json, progress, ModeArgs, ModelArgs};
+use anyhow::{Context, Result};
+use focus_core::eval::{self, SuiteResult};
+use focus_core::Mode;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+pub enum Suite {
+    TruthfulqaMc,
+    Cloze,
+    All,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// A Focus adapter directory (needed for soft and topk).
+    #[arg(long)]
+    pub adapter: Option<PathBuf>,
+    #[command(flatten)]
+    pub mode: ModeArgs,
+    #[arg(long, value_enum, default_value = "all")]
+    pub suite: Suite,
+    /// BIG-bench TruthfulQA task_mc.json.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/eval/truthfulqa/task_mc.json"))]
+    pub truthfulqa: PathBuf,
+    /// Cloze items (JSONL of context/target), built by scripts/make_cloze.py.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/eval/cloze_persuasion.jsonl"))]
+    pub cloze: PathBuf,
+    /// Prepend the task's six-shot prefix to every TruthfulQA question (longer inputs, beyond
+    /// the local window: Focus can change these scores).
+    #[arg(long)]
+    pub few_shot: bool,
+    /// Only the first N items of each suite.
+    #[arg(long)]
+    pub limit: Option<usize>,
+    /// Skip the base-model (dense) run that Focus is compared with.
+    #[arg(long)]
+    pub no_base: bool,
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let model = a.model.load()?;
+    let adapter = load_adapter(a.adapter.as_deref(), &model)?;
+    let mode = a.mode.resolve(adapter.as_ref())?;
+    // The window decides which items Focus cannot change; without an adapter nothing is pruned.
+    let window = adapter.as_ref().map_or(usize::MAX - 1, |ad| ad.config.window);
+    let limit = |n: usize| a.limit.unwrap_or(n).min(n);
+    let mut modes = vec![mode];
+    if mode != Mode::Dense && !a.no_base {
+        modes.insert(0, Mode::Dense);
+    }
+    let mut results: Vec<SuiteResult> = Vec::new();
+    if matches!(a.suite, Suite::TruthfulqaMc | Suite::All) {
+        let (qs, task_prefix) = eval::load_truthfulqa(&a.truthfulqa).context("TruthfulQA")?;
+        let qs = &qs[..limit(qs.len())];
+        let prefix = if a.few_shot { task_prefix.as_str() } else { "" };
+        for &m in &modes {
+            let pb = progress(qs.len() as u64, &format!("truthfulqa {m}"), a.json);
+            results.push(eval::truthfulqa(&model, qs, prefix, m, adapter.as_ref(), window, None, |d, _| pb.set_position(d as u64))?);
+            pb.finish_and_clear();
+        }
+    }
+    if matches!(a.suite, Suite::Cloze | Suite::All) {
+        let items = eval::load_cloze(&a.cloze).context("cloze")?;
+        let items = &items[..limit(items.len())];
+        for &m in &modes {
+            let pb = progress(items.len() as u64, &format!("cloze {m}"), a.json);
+            results.push(eval::cloze(&model, items, m, adapter.as_ref(), window, None, |d, _| pb.set_position(d as u64))?);
+            pb.finish_and_clear();
+        }
+    }
+    let comparisons = compare(&results);
+    if a.json {
+        return print_json(&serde_json::json!({
+            "model": model.path, "adapter": a.adapter, "results": results, "comparisons": comparisons,
+        }));
+    }
+    for r in &results {
+        let (acc, score) = if r.suite == "cloze" { ("accuracy", "mean target log-lik") } else { ("MC1", "MC2") };
+        println!(
+            "{:<14} {:<8} {acc} {:.4}  {score} {:.4}  ({} items, {} within the window, max {} tokens, {:.1} s)",
+            r.suite, r.mode, r.accuracy, r.score, r.items, r.items_within_window, r.max_tokens, r.seconds
+        );
+    }
+    for c in &comparisons {
+        println!("{}", c["summary"].as_str().unwrap_or_default());
+    }
+    Ok(())
+}
+
+/// Focus vs base per suite: deltas, and on items within the window whether scores are identical.
+fn compare(results: &[SuiteResult]) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for base in results.iter().filter(|r| r.mode == "dense") {
+        for r in results.iter().filter(|r| r.suite == base.suite && r.mode != "dense") {
+            let same = base.per_item.iter().zip(&r.per_item).filter(|(a, b)| a == b).count();
+            out.push(serde_json::json!({
+                "suite": r.suite, "mode": r.mode,
+                "accuracy_delta": r.accuracy - base.accuracy, "score_delta": r.score - base.score,
+                "identical_items": same, "items": r.items,
+                "summary": format!(
+                    "{}: {} vs dense: accuracy {:+.4}, score {:+.4}; {} of {} items scored identically ({} fit in the window)",
+                    r.suite, r.mode, r.accuracy - base.accuracy, r.score - base.score, same, r.items, r.items_within_window
+                ),
+            }));
+        }
+    }
+    out
+}

@@ -1,0 +1,234 @@
+//! Zero-degradation evaluation: TruthfulQA multiple choice scored by log-likelihood, and a
+//! LAMBADA-style last-word cloze over held-out books. Both run the same forward pass in any
+//! mode, so base and Focus scores are directly comparable (and identical where every input
+//! fits in the local window: then Focus prunes nothing).
+
+use crate::adapter::Adapter;
+use crate::attention::Mode;
+use crate::error::{Error, Result};
+use crate::model::{decoder::Decoder, ForwardOptions, Model};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+
+/// One multiple-choice question: every choice is scored as a continuation of the prompt.
+#[derive(Debug, Clone)]
+pub struct McQuestion {
+    pub question: String,
+    pub choices: Vec<String>,
+    pub correct: Vec<bool>,
+}
+
+/// Reads BIG-bench's `truthful_qa/task_mc.json`: examples of `input` and `target_scores`
+/// (choice -> 1 for a true answer, 0 for a false one).
+/// Also returns the task's few-shot prefix (six solved questions), used with `few_shot`.
+pub fn load_truthfulqa(path: &Path) -> Result<(Vec<McQuestion>, String)> {
+    #[derive(Deserialize)]
+    struct Task {
+        examples: Vec<Example>,
+        #[serde(default)]
+        task_prefix: String,
+    }
+    #[derive(Deserialize)]
+    struct Example {
+        input: String,
+        target_scores: serde_json::Map<String, serde_json::Value>,
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let task: Task = serde_json::from_str(&text).map_err(|e| Error::bad_file(path, format!("not a BIG-bench task_mc.json: {e}")))?;
+    let mut out = Vec::with_capacity(task.examples.len());
+    for (i, ex) in task.examples.into_iter().enumerate() {
+        let mut choices = Vec::new();
+        let mut correct = Vec::new();
+        for (choice, score) in ex.target_scores {
+            let s = score.as_f64().ok_or_else(|| Error::bad_file(path, format!("example {i}: score of {choice:?} is not a number")))?;
+            choices.push(choice);
+            correct.push(s > 0.5);
+        }
+        if choices.len() < 2 || !correct.iter().any(|&c| c) {
+            return Err(Error::bad_file(path, format!("example {i}: needs at least two choices and one true answer")));
+        }
+        out.push(McQuestion { question: ex.input, choices, correct });
+    }
+    Ok((out, task.task_prefix))
+}
+
+/// One cloze item: predict `target` (a single word) after `context`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClozeItem {
+    pub context: String,
+    pub target: String,
+    #[serde(default)]
+    pub source: String,
+}
+
+/// Reads a JSONL file of `ClozeItem`s.
+pub fn load_cloze(path: &Path) -> Result<Vec<ClozeItem>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let item: ClozeItem = serde_json::from_str(line).map_err(|e| Error::bad_file(path, format!("line {}: {e}", n + 1)))?;
+        if item.target.trim().is_empty() || item.target.contains(char::is_whitespace) {
+            return Err(Error::bad_file(path, format!("line {}: the target must be one word", n + 1)));
+        }
+        out.push(item);
+    }
+    if out.is_empty() {
+        return Err(Error::bad_file(path, "no cloze items"));
+    }
+    Ok(out)
+}
+
+/// How the model scores one continuation.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Continuation {
+    /// Sum of log-probabilities of the continuation's tokens (nats).
+    pub logprob: f64,
+    pub tokens: usize,
+    /// Every continuation token is the argmax at its position (greedy decoding would produce it).
+    pub greedy: bool,
+    /// Length of prompt + continuation in tokens.
+    pub total_tokens: usize,
+}
+
+/// Scores `prompt` followed by `continuation`, each tokenized on its own (the continuation
+/// carries its own leading space), so the split between them is exact.
+pub fn score_continuation(model: &Model, prompt: &str, continuation: &str, mode: Mode, adapter: Option<&Adapter>) -> Result<Continuation> {
+    let tok = model.tokenizer()?;
+    let p = tok.encode(prompt, false)?.ids;
+    let c = tok.encode(continuation, false)?.ids;
+    if p.is_empty() || c.is_empty() {
+        return Err(Error::BadText("empty prompt or continuation".into()));
+    }
+    let ids: Vec<u32> = p.iter().chain(&c).copied().collect();
+    if ids.len() > model.config().context {
+        return Err(Error::BadText(format!("{} tokens exceed the model's context {}", ids.len(), model.config().context)));
+    }
+    let mut o = ForwardOptions::new(mode, adapter);
+    // Rows p-1 .. end-2 predict the continuation's tokens.
+    o.logits_from = p.len() - 1;
+    let out = model.decoder.forward(&ids, &o)?;
+    let logits = out.logits.narrow(0, 0, c.len())?;
+    let nll = Decoder::nll(&logits, &c)?;
+    let argmax = logits.argmax(candle_core::D::Minus1)?.to_vec1::<u32>()?;
+    Ok(Continuation {
+        logprob: -nll.iter().map(|&x| x as f64).sum::<f64>(),
+        tokens: c.len(),
+        greedy: argmax == c,
+        total_tokens: ids.len(),
+    })
+}
+
+/// Per-question result of the multiple-choice suite.
+#[derive(Debug, Clone, Serialize)]
+pub struct McScore {
+    pub logprobs: Vec<f64>,
+    /// The highest-likelihood choice is a true answer.
+    pub mc1: bool,
+    /// Normalised probability mass on the true answers.
+    pub mc2: f64,
+    /// Longest prompt + choice in tokens.
+    pub max_tokens: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SuiteResult {
+    pub suite: String,
+    pub mode: String,
+    pub items: usize,
+    /// TruthfulQA: MC1 accuracy; cloze: last-word accuracy (greedy).
+    pub accuracy: f64,
+    /// TruthfulQA: mean MC2; cloze: mean target log-likelihood (nats per word).
+    pub score: f64,
+    /// Items whose every input fits in the local window (Focus prunes nothing there).
+    pub items_within_window: usize,
+    pub max_tokens: usize,
+    pub seconds: f64,
+    /// Per item: MC1 / cloze hit and the log-likelihood(s), for paired comparisons.
+    pub per_item: Vec<serde_json::Value>,
+}
+
+fn check_cancel(cancel: Option<&AtomicBool>) -> Result<()> {
+    if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+        return Err(Error::Cancelled);
+    }
+    Ok(())
+}
+
+/// TruthfulQA MC: prompt `Q: {question}\nA:` (after `prefix`, e.g. the task's six-shot
+/// prefix, when not empty), each choice scored as ` {choice}` by summed log-likelihood
+/// (BIG-bench's multiple-choice scoring).
+pub fn truthfulqa(
+    model: &Model,
+    questions: &[McQuestion],
+    prefix: &str,
+    mode: Mode,
+    adapter: Option<&Adapter>,
+    window: usize,
+    cancel: Option<&AtomicBool>,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<SuiteResult> {
+    let t0 = std::time::Instant::now();
+    let mut scores = Vec::with_capacity(questions.len());
+    for (i, q) in questions.iter().enumerate() {
+        check_cancel(cancel)?;
+        let prompt = if prefix.is_empty() { format!("Q: {}\nA:", q.question.trim()) } else { format!("{prefix}\nQ: {}\nA:", q.question.trim()) };
+        let mut lps = Vec::with_capacity(q.choices.len());
+        let mut max_tokens = 0;
+        for c in &q.choices {
+            let s = score_continuation(model, &prompt, &format!(" {}", c.trim()), mode, adapter)?;
+            lps.push(s.logprob);
+            max_tokens = max_tokens.max(s.total_tokens);
+        }
+        // First maximum wins ties, so the choice is deterministic.
+        let best = (0..lps.len()).fold(0, |b, j| if lps[j] > lps[b] { j } else { b });
+        let m = lps.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let total: f64 = lps.iter().map(|l| (l - m).exp()).sum();
+        let right: f64 = lps.iter().zip(&q.correct).filter(|(_, &c)| c).map(|(l, _)| (l - m).exp()).sum();
+        scores.push(McScore { logprobs: lps, mc1: q.correct[best], mc2: right / total, max_tokens });
+        progress(i + 1, questions.len());
+    }
+    let n = scores.len().max(1) as f64;
+    Ok(SuiteResult {
+        suite: if prefix.is_empty() { "truthfulqa-mc".into() } else { "truthfulqa-mc-6shot".into() },
+        mode: mode.to_string(),
+        items: scores.len(),
+        accuracy: scores.iter().filter(|s| s.mc1).count() as f64 / n,
+        score: scores.iter().map(|s| s.mc2).sum::<f64>() / n,
+        items_within_window: scores.iter().filter(|s| s.max_tokens <= window + 1).count(),
+        max_tokens: scores.iter().map(|s| s.max_tokens).max().unwrap_or(0),
+        seconds: t0.elapsed().as_secs_f64(),
+        per_item: scores.iter().map(|s| serde_json::json!({"mc1": s.mc1, "mc2": s.mc2, "logprobs": s.logprobs})).collect(),
+    })
+}
+
+/// Last-word cloze: a hit when greedy decoding reproduces every token of ` {target}`.
+pub fn cloze(
+    model: &Model,
+    items: &[ClozeItem],
+    mode: Mode,
+    adapter: Option<&Adapter>,
+    window: usize,
+    cancel: Option<&AtomicBool>,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<SuiteResult> {
+    let t0 = std::time::Instant::now();
+    let mut per = Vec::with_capacity(items.len());
+    for (i, it) in items.iter().enumerate() {
+        check_cancel(cancel)?;
+        per.push(score_continuation(model, it.context.trim_end(), &format!(" {}", it.target), mode, adapter)?);
+        progress(i + 1, items.len());
+    }
+    let n = per.len().max(1) as f64;
+    Ok(SuiteResult {
+        suite: "cloze".into(),
+        mode: mode.to_string(),
+        items: per.len(),
+        accuracy: per.iter().filter(|s| s.greedy).count() as f64 / n,
+        score: per.iter().map(|s| s.logprob).sum::<f64>() / n,
+        items_within_window: per.iter().filter(|s| s.total_tokens <= window + 1).count(),
+        max_tokens: per.iter().map(|s| s.total_tokens).max().unwrap_or(0),
+        seconds: t0.elapsed().as_secs_f64(),
+        per_item: per.iter().map(|s| serde_json::json!({"hit": s.greedy, "logprob": s.logprob})).collect(),
+    })
+}
