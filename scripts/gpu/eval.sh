@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# On the GPU machine after train.sh: held-out perplexity tables (part `ppl`) or the
+# zero-degradation suites (part `suites`) for the trained adapters in /root/stage/runs, several
+# jobs at once. JSON goes to $OUT/ppl or $OUT/suites. Usage: eval.sh ppl|suites [PARALLEL]
+set -uo pipefail
+PART=${1:?ppl or suites}; P=${2:-6}
+S=/root/stage; B=$S/focus-lens; M=$S/SmolLM2-135M-Instruct.Q4_1.gguf; R=$S/runs
+source $S/gpu-prelude.sh
+FX=tests/fixtures/ppl_persuasion_60k.txt
+jobs=$(mktemp)
+if [ "$PART" = ppl ]; then
+  O=$OUT/ppl; mkdir -p $O
+  for c in 512 1024; do
+    echo "$B ppl --device cuda --model $M --ctx $c --json $FX > $O/dense_$c.json" >> $jobs
+    for a in k8_log k8_paper k4_log k4_paper k8_log_causal; do
+      [ -f $R/$a/adapter_config.json ] || continue
+      K=$(python3 -c "import json;print(json.load(open('$R/$a/adapter_config.json'))['groups'])")
+      ks="1 2 3 $K"; [ $a = k8_log_causal ] && ks=2
+      echo "$B ppl --device cuda --model $M --ctx $c --adapter $R/$a --mode soft --json $FX > $O/${a}_soft_$c.json" >> $jobs
+      for k in $ks; do
+        echo "$B ppl --device cuda --model $M --ctx $c --adapter $R/$a --mode topk --k $k --json $FX > $O/${a}_topk${k}_$c.json" >> $jobs
+      done
+    done
+  done
+else
+  O=$OUT/suites; mkdir -p $O
+  for a in k8_log k8_paper k4_log k4_paper; do
+    [ -f $R/$a/adapter_config.json ] || continue
+    echo "$B eval --device cuda --model $M --adapter $R/$a --mode topk --k 2 --suite all --json > $O/${a}_topk2.json" >> $jobs
+    echo "$B eval --device cuda --model $M --adapter $R/$a --mode soft --suite all --no-base --json > $O/${a}_soft.json" >> $jobs
+    echo "$B eval --device cuda --model $M --adapter $R/$a --mode topk --k 2 --suite truthfulqa-mc --few-shot --json > $O/${a}_topk2_6shot.json" >> $jobs
+  done
+fi
+# Cheapest last: top-k runs on the host and dominates; start them first.
+sort -r $jobs | xargs -P $P -I{} bash -c '{} 2>>'$O'/errors.log' 
+ls $O | wc -l
+for f in $O/*.json; do python3 - "$f" <<'PY'
+import json, sys, os
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    print(os.path.basename(sys.argv[1]), "BAD", e); sys.exit()
+if "ppl" in d:
+    print(f"{os.path.basename(sys.argv[1]):<32} ppl {d['ppl']:.4f} {d['seconds']:.1f}s")
+else:
+    for c in d.get("comparisons", []): print(os.path.basename(sys.argv[1]), c["summary"])
+    for r in d.get("results", []): print(os.path.basename(sys.argv[1]), r["suite"], r["mode"], round(r["accuracy"], 4), round(r["score"], 4), round(r["seconds"], 1))
+PY
+done
+tail -n 5 $O/errors.log

@@ -1,0 +1,32 @@
+//! The shipped, trained sample adapters: they load, and the CPU reproduces the per-chunk
+//! held-out NLL that the H200 measured for docs/RESULTS.md (docs/results/results.json).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use candle_core::Device;
+use focus_core::{Adapter, Mode, Model};
+
+#[test]
+fn sample_adapters_reproduce_the_published_perplexities() {
+    let model = Model::load(&common::model_path(), &Device::Cpu).unwrap();
+    let results: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::root().join("docs/results/results.json")).unwrap()).unwrap();
+    let mut text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
+    text.pop(); // the llama-perplexity convention drops one trailing newline (as `focus-lens ppl`)
+    let ids = model.tokenizer().unwrap().encode(&text, false).unwrap().ids;
+    let ctx = 1024;
+    let chunks = 2;
+    for (dir, run) in [("smollm2-135m-k8", "k8_log"), ("smollm2-135m-k4", "k4_log")] {
+        let adapter = Adapter::load(&common::root().join("sample_adapters").join(dir), &model).unwrap();
+        assert!(adapter.config.training.is_some() && adapter.config.results.is_some(), "{dir}: provenance and results recorded");
+        for (mode, key) in [(Mode::Soft, "soft"), (Mode::TopK(2), "topk2")] {
+            let got = focus_core::ppl::perplexity(&model, &ids[..chunks * ctx], ctx, mode, Some(&adapter), None, |_, _| {}).unwrap();
+            let want = &results["ppl"][format!("{run}_{key}_{ctx}")]["per_chunk_nll"];
+            for c in 0..chunks {
+                let w = want[c].as_f64().unwrap();
+                let g = got.per_chunk_nll[c];
+                assert!((g - w).abs() <= 1e-3 * w, "{dir} {key} chunk {c}: CPU {g} vs H200 {w}");
+            }
+        }
+    }
+}
