@@ -20,11 +20,11 @@ fn truthfulqa_scores_are_identical_within_the_window() {
     let (qs, prefix) = eval::load_truthfulqa(&common::root().join("assets/eval/truthfulqa/task_mc.json")).unwrap();
     assert_eq!(qs.len(), 299);
     assert!(prefix.contains("Q: "), "the six-shot prefix is read");
-    let qs = &qs[..12];
+    let qs = &qs[..8];
     let w = adapter.config.window;
     let base = eval::truthfulqa(&model, qs, "", Mode::Dense, None, w, None, |_, _| {}).unwrap();
     assert_eq!(base.items_within_window, qs.len(), "zero-shot TruthfulQA inputs fit in the window");
-    for mode in [Mode::Soft, Mode::TopK(1), Mode::TopK(2)] {
+    for mode in [Mode::Soft, Mode::TopK(1)] {
         let r = eval::truthfulqa(&model, qs, "", mode, Some(&adapter), w, None, |_, _| {}).unwrap();
         assert_eq!(r.per_item, base.per_item, "{mode}: scores differ inside the window");
         assert_eq!((r.accuracy, r.score), (base.accuracy, base.score));
