@@ -5,6 +5,7 @@
 pub mod adapter;
 pub mod analysis;
 pub mod attention;
+pub mod categories;
 pub mod error;
 pub mod flash;
 pub mod gguf;
@@ -12,6 +13,7 @@ pub mod io;
 pub mod kernels;
 pub mod model;
 pub mod ppl;
+pub mod projection;
 pub mod router;
 pub mod stats;
 pub mod text;

@@ -1,0 +1,121 @@
+//! Known answers for the categoriser, independent of any tokenizer: tokens are given as byte
+//! ranges over the text.
+
+use super::*;
+use crate::router::LayerRouting;
+
+fn word(w: &str) -> Category {
+    word_category(Lexicon::embedded(), w, false)
+}
+
+#[test]
+fn closed_classes() {
+    use Category::*;
+    for (w, c) in [
+        ("the", Determiner), ("a", Determiner), ("every", Determiner), ("of", Preposition), ("into", Preposition),
+        ("upon", Preposition), ("he", Pronoun), ("himself", Pronoun), ("which", Pronoun), ("and", Conjunction),
+        ("but", Conjunction), ("however", Conjunction), ("was", Verb), ("could", Verb), ("will", Verb),
+        ("might", Verb), ("one", Number), ("twenty", Number),
+    ] {
+        assert_eq!(word(w), c, "{w}");
+    }
+}
+
+#[test]
+fn open_classes_irregular_and_inflected() {
+    use Category::*;
+    for (w, c) in [
+        ("went", Verb), ("walked", Verb), ("houses", Noun), ("children", Noun), ("took", Verb), ("found", Verb),
+        ("idle", Adjective), ("earliest", Adjective), ("naturally", Adverb), ("never", Adverb), ("amusement", Noun),
+        ("contemplating", Verb), ("distressed", Adjective), ("faculties", Noun), ("better", Adjective),
+    ] {
+        assert_eq!(word(w), c, "{w}");
+    }
+}
+
+#[test]
+fn names_clitics_compounds_and_unknown_words() {
+    use Category::*;
+    let lex = Lexicon::embedded();
+    // A capital inside a sentence makes a name; at a sentence start it does not.
+    assert_eq!(word_category(lex, "March", false), Noun);
+    assert_eq!(word_category(lex, "Then", true), Adverb);
+    assert_eq!(word_category(lex, "Kellynch", true), Noun);
+    assert_eq!(word_category(lex, "THE", true), Determiner);
+    assert_eq!(word("Mary's"), Noun);
+    assert_eq!(word("don't"), Verb);
+    assert_eq!(word("won't"), Verb);
+    assert_eq!(word("I'm"), Pronoun);
+    assert_eq!(word("still-born"), Adjective);
+    assert_eq!(word("glorpingly"), Adverb);
+    assert_eq!(word("glorp"), Noun);
+    assert_eq!(word("1,200"), Number);
+}
+
+/// Byte ranges of the given pieces, which must concatenate to `text`.
+fn ranges(text: &str, pieces: &[&str]) -> Vec<(usize, usize)> {
+    assert_eq!(pieces.concat(), text);
+    let mut at = 0;
+    pieces.iter().map(|p| { at += p.len(); (at - p.len(), at) }).collect()
+}
+
+#[test]
+fn tokens_take_their_word_category_and_piece() {
+    use Category::*;
+    use Piece::*;
+    let text = "The houses stood 1,200 yards.\n\nHe walked.";
+    let pieces = ["The", " hous", "es", " stood", " ", "1", ",", "2", "0", "0", " yards", ".", "\n\n", "He", " walked", "."];
+    let got = categorize_tokens(text, &ranges(text, &pieces), &[false; 16]);
+    let want = [
+        (Determiner, Whole), (Noun, First), (Noun, Continuation), (Verb, Whole), (Other, Whole), (Number, First),
+        (Number, Continuation), (Number, Continuation), (Number, Continuation), (Number, Continuation), (Noun, Whole),
+        (Punctuation, Whole), (Other, Whole), (Pronoun, Whole), (Verb, Whole), (Punctuation, Whole),
+    ];
+    let got: Vec<(Category, Piece)> = got.iter().map(|t| (t.category, t.piece)).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn specials_and_bad_ranges_are_other() {
+    let text = "Hi there";
+    let got = categorize_tokens(text, &[(0, 0), (0, 2), (2, 99), (5, 3)], &[true, true, false, false]);
+    assert!(got.iter().all(|t| t.category == Category::Other && t.piece == Piece::Whole));
+}
+
+#[test]
+fn names_round_trip() {
+    for c in Category::ALL {
+        assert_eq!(Category::from_name(c.name()), Some(c));
+        assert_eq!(serde_json::to_string(&c).unwrap(), format!("\"{}\"", c.name()));
+        assert_eq!(Category::ALL[c.index()], c);
+    }
+}
+
+#[test]
+fn profile_counts_purity_and_labels() {
+    use Category::*;
+    // 5 tokens, 3 groups: group 0 gets 3 punctuation tokens, group 1 a noun and a verb, group 2 none.
+    let m = [
+        [0.8, 0.1, 0.1], [0.7, 0.2, 0.1], [0.6, 0.3, 0.1], [0.2, 0.5, 0.3], [0.3, 0.4, 0.3f32],
+    ];
+    let r = LayerRouting { t: 5, groups: 3, scores: vec![0.0; 15], memberships: m.concat(), vectors: None, d_g: 1 };
+    let ids = [1, 1, 2, 3, 4];
+    let texts: Vec<String> = [",", ",", ".", " cat", " ran"].iter().map(|s| s.to_string()).collect();
+    let cats = [Punctuation, Punctuation, Punctuation, Noun, Verb];
+    let p = layer_profile(7, &r, &ids, &texts, &cats).unwrap();
+    assert_eq!(p.layer, 7);
+    let c0 = &p.centroids[0];
+    assert_eq!((c0.tokens, c0.purity, c0.top_category), (3, Some(1.0), Some(Punctuation)));
+    assert_eq!(c0.label, "punctuation 100%");
+    assert_eq!(c0.top_tokens[0], TopToken { id: 1, text: ",".into(), count: 2, share: 2.0 / 3.0 });
+    let c1 = &p.centroids[1];
+    assert_eq!((c1.tokens, c1.purity, c1.top_category), (2, Some(0.5), Some(Verb)));
+    assert_eq!(c1.label, "mixed: verb 50% / noun 50%");
+    assert_eq!(p.centroids[2].label, "empty");
+    assert_eq!(p.centroids[2].purity, None);
+    // Mass sums to the token count per category.
+    let punct_mass: f64 = p.centroids.iter().map(|c| c.mass_by_category[Punctuation.index()]).sum();
+    assert!((punct_mass - 3.0).abs() < 1e-6);
+    // Wrong lengths are an error, not a panic.
+    assert!(layer_profile(0, &r, &ids[..4], &texts, &cats).is_err());
+}
