@@ -164,23 +164,16 @@ pub fn analyze(
 }
 
 impl Analysis {
-    /// One row per (layer, group) with the layer's summary repeated, for spreadsheets. The last
-    /// columns are the group's category profile (by largest membership): label, top category,
-    /// purity (empty for an empty group) and one token count per category.
+    /// One row per (layer, group) with the layer's summary repeated, for spreadsheets.
     pub fn to_csv(&self) -> String {
         let mut s = String::from(
-            "layer,group,size,size_share,mass_before,mass_after,dominance,mean_confidence,mean_entropy,pairs_retained,pairs_local,pairs_same_group_distant,pairs_causal,label,top_category,purity",
+            "layer,group,size,size_share,mass_before,mass_after,dominance,mean_confidence,mean_entropy,pairs_retained,pairs_local,pairs_same_group_distant,pairs_causal\n",
         );
-        for c in Category::ALL {
-            s += &format!(",n_{c}");
-        }
-        s.push('\n');
         let t = self.tokens.len().max(1) as f64;
         for l in &self.layers {
-            let profile = self.profiles.iter().find(|p| p.layer == l.layer);
             for g in 0..self.groups {
                 s += &format!(
-                    "{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{},{},{}",
+                    "{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{},{},{}\n",
                     l.layer,
                     g,
                     l.group_size[g],
@@ -195,18 +188,36 @@ impl Analysis {
                     l.pairs.same_group_distant,
                     l.pairs.causal
                 );
-                match profile.and_then(|p| p.centroids.get(g)) {
-                    Some(c) => {
-                        s += &format!(
-                            ",{},{},{}",
-                            csv_field(&c.label),
-                            c.top_category.map(|c| c.name()).unwrap_or(""),
-                            c.purity.map(|p| format!("{p:.6}")).unwrap_or_default()
-                        );
-                        c.by_category.iter().for_each(|n| s += &format!(",{n}"));
-                    }
-                    None => s += &",".repeat(3 + Category::COUNT),
-                }
+            }
+        }
+        s
+    }
+
+    /// One row per (layer, centroid) with its category profile (by largest membership): token
+    /// count, label, top category, purity (empty for an empty group), the token count of every
+    /// category (`n_<category>`) and its membership mass (`mass_<category>`).
+    pub fn profiles_csv(&self) -> String {
+        let mut s = String::from("layer,group,tokens,label,top_category,purity");
+        for c in Category::ALL {
+            s += &format!(",n_{c}");
+        }
+        for c in Category::ALL {
+            s += &format!(",mass_{c}");
+        }
+        s.push('\n');
+        for p in &self.profiles {
+            for c in &p.centroids {
+                s += &format!(
+                    "{},{},{},{},{},{}",
+                    p.layer,
+                    c.group,
+                    c.tokens,
+                    csv_field(&c.label),
+                    c.top_category.map(|c| c.name()).unwrap_or(""),
+                    c.purity.map(|p| format!("{p:.6}")).unwrap_or_default()
+                );
+                c.by_category.iter().for_each(|n| s += &format!(",{n}"));
+                c.mass_by_category.iter().for_each(|m| s += &format!(",{m:.6}"));
                 s.push('\n');
             }
         }

@@ -19,8 +19,8 @@ pub struct Args {
     #[arg(long)]
     pub no_tokens: bool,
     pub file: PathBuf,
-    /// stats.json (everything) or stats.csv (one row per layer and group, with each group's
-    /// category profile; per-token categories go to STEM.tokens.csv beside it).
+    /// stats.json (everything) or stats.csv (one row per layer and group; the groups' category
+    /// profiles go to STEM.profiles.csv and per-token categories to STEM.tokens.csv beside it).
     #[arg(long)]
     pub out: PathBuf,
     /// Print each layer's centroid labels (e.g. "punctuation 96%") to stdout.
@@ -48,10 +48,11 @@ pub fn run(a: Args) -> Result<()> {
     let bytes = if ext == "json" { serde_json::to_vec_pretty(&an)? } else { an.to_csv().into_bytes() };
     focus_core::io::write_atomic(&a.out, &bytes).with_context(|| format!("writing {}", a.out.display()))?;
     if ext == "csv" {
-        let tokens_out = a.out.with_extension("tokens.csv");
-        focus_core::io::write_atomic(&tokens_out, an.tokens_csv().as_bytes())
-            .with_context(|| format!("writing {}", tokens_out.display()))?;
-        eprintln!("wrote {}", tokens_out.display());
+        for (suffix, csv) in [("profiles.csv", an.profiles_csv()), ("tokens.csv", an.tokens_csv())] {
+            let out = a.out.with_extension(suffix);
+            focus_core::io::write_atomic(&out, csv.as_bytes()).with_context(|| format!("writing {}", out.display()))?;
+            eprintln!("wrote {}", out.display());
+        }
     }
     let segs = an.tokens.len().div_ceil(an.segment_len);
     eprintln!("{} tokens in {segs} segment(s) of <= {} tokens; {} layers", an.tokens.len(), an.segment_len, an.layers.len());

@@ -59,6 +59,11 @@ pub const AUXILIARIES: &[&str] = &[
     "hast", "hath", "doth", "dost", "wilt", "shalt", "art", "wert",
 ];
 
+/// Wh-adverbs (interrogative and relative): closed, and WordNet lacks most of them (it reads
+/// `how` as a noun).
+pub const ADVERBS: &[&str] =
+    &["how", "when", "where", "why", "whence", "whither", "wherein", "whereby", "hither", "thither"];
+
 /// Cardinal number words (ordinals are adjectives).
 pub const NUMBERS: &[&str] = &[
     "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
@@ -72,13 +77,14 @@ pub const INTERJECTIONS: &[&str] =
 
 /// The closed class of a lower-case word, if it has one.
 pub fn closed_class(w: &str) -> Option<Category> {
-    let lists: [(&[&str], Category); 7] = [
+    let lists: [(&[&str], Category); 8] = [
         (AUXILIARIES, Category::Verb),
         (PRONOUNS, Category::Pronoun),
         (DETERMINERS, Category::Determiner),
         (CONJUNCTIONS, Category::Conjunction),
         (PREPOSITIONS, Category::Preposition),
         (NUMBERS, Category::Number),
+        (ADVERBS, Category::Adverb),
         (INTERJECTIONS, Category::Other),
     ];
     lists.iter().find(|(l, _)| l.contains(&w)).map(|&(_, c)| c)
@@ -90,7 +96,7 @@ mod tests {
 
     #[test]
     fn no_word_is_listed_in_two_classes() {
-        let all = [AUXILIARIES, PRONOUNS, DETERMINERS, CONJUNCTIONS, PREPOSITIONS, NUMBERS, INTERJECTIONS];
+        let all = [AUXILIARIES, PRONOUNS, DETERMINERS, CONJUNCTIONS, PREPOSITIONS, NUMBERS, ADVERBS, INTERJECTIONS];
         for (i, a) in all.iter().enumerate() {
             for b in &all[i + 1..] {
                 for w in a.iter() {

@@ -106,13 +106,40 @@ pub struct TokenCategory {
     pub word_end: usize,
 }
 
+/// One word (or punctuation run) of a text with its category.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WordCategory {
+    /// Byte range in the text.
+    pub start: usize,
+    pub end: usize,
+    pub category: Category,
+}
+
+/// Cuts `text` into words, numbers and punctuation runs (whitespace left out) and categorises
+/// each once.
+pub fn categorize_words(text: &str) -> Vec<WordCategory> {
+    let lex = Lexicon::embedded();
+    let segs = words::segments(text);
+    segs.iter()
+        .enumerate()
+        .filter(|(_, s)| s.kind != words::SegKind::Space)
+        .map(|(i, s)| WordCategory {
+            start: s.start,
+            end: s.end,
+            category: match s.kind {
+                words::SegKind::Punct => Category::Punctuation,
+                words::SegKind::Number => Category::Number,
+                _ => word_category(lex, &text[s.start..s.end], words::sentence_initial(text, &segs, i)),
+            },
+        })
+        .collect()
+}
+
 /// Categorises every token of `text`, given each token's byte range (as from
 /// `Tokenizer::encode`) and whether it is a special token. Ranges outside the text, or empty, give
 /// `other`.
 pub fn categorize_tokens(text: &str, offsets: &[(usize, usize)], special: &[bool]) -> Vec<TokenCategory> {
-    let lex = Lexicon::embedded();
-    let segs = words::segments(text);
-    let mut word_cat: Vec<Option<Category>> = vec![None; segs.len()];
+    let words = categorize_words(text);
     let bytes = text.as_bytes();
     offsets
         .iter()
@@ -125,25 +152,17 @@ pub fn categorize_tokens(text: &str, offsets: &[(usize, usize)], special: &[bool
             // First byte of the token that is not ASCII whitespace (byte-level BPE glues a leading
             // space to words; a token may also start inside a multi-byte character).
             let Some(p) = (start..end).find(|&b| !bytes[b].is_ascii_whitespace()) else { return other };
-            let s = segs.partition_point(|s| s.end <= p);
-            let Some(seg) = segs.get(s) else { return other };
-            if seg.kind == words::SegKind::Space {
-                // Non-ASCII whitespace (no-break space, ideographic space).
-                return other;
-            }
-            let category = *word_cat[s].get_or_insert_with(|| match seg.kind {
-                words::SegKind::Punct => Category::Punctuation,
-                words::SegKind::Number => Category::Number,
-                _ => word_category(lex, &text[seg.start..seg.end], words::sentence_initial(text, &segs, s)),
-            });
-            let piece = if p > seg.start {
+            let w = words.partition_point(|w| w.end <= p);
+            // No word holds p: it is non-ASCII whitespace (no-break space, ideographic space).
+            let Some(word) = words.get(w).filter(|w| w.start <= p) else { return other };
+            let piece = if p > word.start {
                 Piece::Continuation
-            } else if end >= seg.end {
+            } else if end >= word.end {
                 Piece::Whole
             } else {
                 Piece::First
             };
-            TokenCategory { category, piece, word_start: seg.start, word_end: seg.end }
+            TokenCategory { category: word.category, piece, word_start: word.start, word_end: word.end }
         })
         .collect()
 }

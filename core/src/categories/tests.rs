@@ -15,7 +15,7 @@ fn closed_classes() {
         ("the", Determiner), ("a", Determiner), ("every", Determiner), ("of", Preposition), ("into", Preposition),
         ("upon", Preposition), ("he", Pronoun), ("himself", Pronoun), ("which", Pronoun), ("and", Conjunction),
         ("but", Conjunction), ("however", Conjunction), ("was", Verb), ("could", Verb), ("will", Verb),
-        ("might", Verb), ("one", Number), ("twenty", Number),
+        ("might", Verb), ("one", Number), ("twenty", Number), ("how", Adverb), ("where", Adverb),
     ] {
         assert_eq!(word(w), c, "{w}");
     }

@@ -126,7 +126,7 @@ pub fn word_category(lex: &Lexicon, word: &str, initial: bool) -> Category {
     if titlecase && !initial {
         return Category::Noun;
     }
-    if let Some(p) = lex.pos(&lower) {
+    if let Some(p) = lex.pos(&lower).or_else(|| american(&lower).and_then(|a| lex.pos(&a))) {
         return pos_category(p);
     }
     // Hyphenated compounds not in WordNet: try them closed up (still-born -> stillborn), else
@@ -141,6 +141,17 @@ pub fn word_category(lex: &Lexicon, word: &str, initial: bool) -> Category {
         return Category::Noun;
     }
     guess(lex, &lower)
+}
+
+/// The American spelling WordNet uses for a British one (favourite, colour, realise, centre),
+/// when the word has one of those endings.
+fn american(w: &str) -> Option<String> {
+    const RULES: &[(&str, &str)] = &[
+        ("our", "or"), ("ours", "ors"), ("ourite", "orite"), ("ourable", "orable"), ("oured", "ored"),
+        ("ise", "ize"), ("ised", "ized"), ("ising", "izing"), ("isation", "ization"), ("yse", "yze"),
+        ("tre", "ter"), ("tres", "ters"), ("ence", "ense"),
+    ];
+    RULES.iter().find_map(|(b, a)| w.strip_suffix(b).filter(|s| s.len() >= 2).map(|s| format!("{s}{a}")))
 }
 
 fn pos_category(p: Pos) -> Category {
