@@ -133,6 +133,12 @@ impl Lexicon {
         best.map(|(p, _)| p)
     }
 
+    /// Whether the word form can be read as part of speech `p` (a lemma of it, or an irregular or
+    /// regular inflection of one).
+    pub fn has_reading(&self, word: &str, p: Pos) -> bool {
+        self.scores(word)[p as usize].is_some()
+    }
+
     /// The word as a base of another part of speech: an adverb in -ly from a known adjective.
     pub fn is_adjective(&self, word: &str) -> bool {
         self.lemmas.get(word).is_some_and(|e| e[Pos::Adj as usize].is_some())

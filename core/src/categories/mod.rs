@@ -14,7 +14,7 @@ mod words;
 
 pub use lexicon::{Lexicon, Pos};
 pub use profile::{layer_profile, CentroidProfile, LayerProfile, TopToken};
-pub use words::word_category;
+pub use words::{word_category, word_category_after};
 
 use serde::{Deserialize, Serialize};
 
@@ -120,19 +120,27 @@ pub struct WordCategory {
 pub fn categorize_words(text: &str) -> Vec<WordCategory> {
     let lex = Lexicon::embedded();
     let segs = words::segments(text);
-    segs.iter()
-        .enumerate()
-        .filter(|(_, s)| s.kind != words::SegKind::Space)
-        .map(|(i, s)| WordCategory {
-            start: s.start,
-            end: s.end,
-            category: match s.kind {
-                words::SegKind::Punct => Category::Punctuation,
-                words::SegKind::Number => Category::Number,
-                _ => word_category(lex, &text[s.start..s.end], words::sentence_initial(text, &segs, i)),
-            },
-        })
-        .collect()
+    let mut out: Vec<WordCategory> = Vec::new();
+    for (i, s) in segs.iter().enumerate() {
+        use words::SegKind;
+        let category = match s.kind {
+            SegKind::Space => continue,
+            SegKind::Punct => Category::Punctuation,
+            SegKind::Number => Category::Number,
+            SegKind::Word => {
+                // The previous word, when only whitespace separates it from this one.
+                let prev = out.last().filter(|w| {
+                    let gap = &text[w.end..s.start];
+                    gap.chars().all(char::is_whitespace)
+                        && segs[..i].iter().rev().find(|g| g.kind != SegKind::Space).is_some_and(|g| g.kind == SegKind::Word)
+                });
+                let prev = prev.map(|w| (&text[w.start..w.end], w.category));
+                words::word_category_after(lex, &text[s.start..s.end], words::sentence_initial(text, &segs, i), prev)
+            }
+        };
+        out.push(WordCategory { start: s.start, end: s.end, category });
+    }
+    out
 }
 
 /// Categorises every token of `text`, given each token's byte range (as from

@@ -50,6 +50,7 @@ fn names_clitics_compounds_and_unknown_words() {
     assert_eq!(word("glorpingly"), Adverb);
     assert_eq!(word("glorp"), Noun);
     assert_eq!(word("1,200"), Number);
+    assert_eq!(word("twenty-nine"), Number);
 }
 
 /// Byte ranges of the given pieces, which must concatenate to `text`.
@@ -118,4 +119,20 @@ fn profile_counts_purity_and_labels() {
     assert!((punct_mass - 3.0).abs() < 1e-6);
     // Wrong lengths are an error, not a panic.
     assert!(layer_profile(0, &r, &ids[..4], &texts, &cats).is_err());
+}
+
+#[test]
+fn left_context_settles_noun_verb_ambiguity() {
+    use Category::*;
+    let cats = |t: &str| categorize_words(t).into_iter().map(|w| (t[w.start..w.end].to_string(), w.category)).collect::<Vec<_>>();
+    let find = |t: &str, w: &str| cats(t).into_iter().find(|(x, _)| x == w).unwrap().1;
+    // Out of context both read as verbs (WordNet's tagged counts favour the verb).
+    assert_eq!(word("hope"), Verb);
+    assert_eq!(find("He had much hope.", "hope"), Noun);
+    assert_eq!(find("They must rest now.", "rest"), Verb);
+    assert_eq!(find("the limited remnant", "limited"), Adjective);
+    // Closed-class words are never re-read (This was -> was stays a verb).
+    assert_eq!(find("This was the page.", "was"), Verb);
+    // Punctuation between the words cuts the context.
+    assert_eq!(find("much, hope", "hope"), Verb);
 }

@@ -95,9 +95,53 @@ pub fn sentence_initial(text: &str, segs: &[Segment], i: usize) -> bool {
     true
 }
 
-/// The category of one word (a `Word` or `Number` segment's text). `initial`: the word begins a
-/// sentence, so a capital letter says nothing about it being a name.
+/// The category of one word (a `Word` or `Number` segment's text), out of context. `initial`: the
+/// word begins a sentence, so a capital letter says nothing about it being a name.
 pub fn word_category(lex: &Lexicon, word: &str, initial: bool) -> Category {
+    word_category_after(lex, word, initial, None)
+}
+
+/// Possessive pronouns, which are followed by a noun phrase (his hope, their work).
+const POSSESSIVES: &[&str] = &["my", "your", "his", "her", "its", "our", "their", "thy"];
+/// Words after which a noun/verb-ambiguous word is a verb (to hope, must rest, did work).
+const BEFORE_VERB: &[&str] =
+    &["to", "will", "would", "shall", "should", "can", "could", "may", "might", "must", "do", "does", "did"];
+
+/// `word_category` with one word of left context: `prev` is the word just before (only whitespace
+/// between) with its category. It settles the commonest out-of-context error, noun/verb
+/// ambiguity of open-class words: after a determiner or possessive a word that WordNet allows as a noun
+/// (or, for a participle in -ed/-en, as an adjective) is read so; after `to`, a modal or `do`,
+/// a word that can be a verb is a verb.
+pub fn word_category_after(lex: &Lexicon, word: &str, initial: bool, prev: Option<(&str, Category)>) -> Category {
+    let c = word_category_alone(lex, word, initial);
+    let Some((pw, pc)) = prev else { return c };
+    let pw = pw.to_lowercase();
+    let lower = word.to_lowercase();
+    if closed_class(&lower).is_some() {
+        return c;
+    }
+    let key = if lex.knows(&lower) { lower.clone() } else { american(&lower).unwrap_or(lower.clone()) };
+    let can = |p: Pos| lex.has_reading(&key, p);
+    let nominal_left = pc == Category::Determiner || POSSESSIVES.contains(&pw.as_str());
+    match c {
+        Category::Verb if nominal_left => {
+            let participle = lower.ends_with("ed") || lower.ends_with("en");
+            if participle && can(Pos::Adj) {
+                Category::Adjective
+            } else if can(Pos::Noun) {
+                Category::Noun
+            } else if can(Pos::Adj) {
+                Category::Adjective
+            } else {
+                c
+            }
+        }
+        Category::Noun if BEFORE_VERB.contains(&pw.as_str()) && can(Pos::Verb) => Category::Verb,
+        _ => c,
+    }
+}
+
+fn word_category_alone(lex: &Lexicon, word: &str, initial: bool) -> Category {
     if word.chars().next().is_some_and(|c| c.is_ascii_digit()) {
         return Category::Number;
     }
@@ -121,6 +165,10 @@ pub fn word_category(lex: &Lexicon, word: &str, initial: bool) -> Category {
     let titlecase = cs.next().is_some_and(char::is_uppercase) && cs.any(char::is_lowercase);
     if let Some(c) = closed_class(&lower) {
         return c;
+    }
+    // Compound numbers (twenty-nine): WordNet lists them as nouns.
+    if lower.contains('-') && lower.split('-').all(|p| closed_class(p) == Some(Category::Number)) {
+        return Category::Number;
     }
     // A capitalised word inside a sentence is a name (Walter, Kellynch, March).
     if titlecase && !initial {
