@@ -125,7 +125,7 @@ impl Lexicon {
         let mut best: Option<(Pos, u64)> = None;
         for p in [Pos::Noun, Pos::Verb, Pos::Adj, Pos::Adv] {
             if let Some(v) = s[p as usize] {
-                if best.map_or(true, |(_, b)| v > b) {
+                if best.is_none_or(|(_, b)| v > b) {
                     best = Some((p, v));
                 }
             }

@@ -136,3 +136,31 @@ fn left_context_settles_noun_verb_ambiguity() {
     // Punctuation between the words cuts the context.
     assert_eq!(find("much, hope", "hope"), Verb);
 }
+
+#[test]
+fn odd_text_never_panics_and_covers_every_word() {
+    assert_eq!(categorize_words("e\u{301}te").len(), 1, "a combining accent splits a word");
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+    let alphabet: Vec<char> = "aZ'’-., \n\t0123456789éǅ🙂\u{a0}\u{301}N\"(;:Tn".chars().collect();
+    let mut rng = StdRng::seed_from_u64(9);
+    for fixed in ["", " ", "n't", "'t", "N'T", "'", "’s", "1,", ",1", "-a", "a-", "a--b", "\u{a0}", "e\u{301}te"] {
+        let _ = categorize_words(fixed);
+        let n = fixed.len();
+        let _ = categorize_tokens(fixed, &[(0, n), (0, 1), (1, n)], &[false; 3]);
+    }
+    for _ in 0..300 {
+        let text: String = (0..rng.gen_range(0..40)).map(|_| alphabet[rng.gen_range(0..alphabet.len())]).collect();
+        let words = categorize_words(&text);
+        // Words are ordered, disjoint and on character boundaries; only whitespace lies between.
+        let mut at = 0;
+        for w in &words {
+            assert!(w.start >= at && w.end > w.start && text.is_char_boundary(w.start) && text.is_char_boundary(w.end));
+            assert!(text[at..w.start].chars().all(char::is_whitespace), "{text:?}");
+            at = w.end;
+        }
+        assert!(text[at..].chars().all(char::is_whitespace));
+        // Arbitrary byte ranges, inside characters too.
+        let offs: Vec<(usize, usize)> = (0..10).map(|_| (rng.gen_range(0..=text.len() + 2), rng.gen_range(0..=text.len() + 2))).collect();
+        assert_eq!(categorize_tokens(&text, &offs, &[]).len(), 10);
+    }
+}

@@ -62,7 +62,8 @@ pub fn segments(text: &str) -> Vec<Segment> {
                 let inner = (is_apostrophe(c) || c == '-')
                     && at(i + 1).is_some_and(char::is_alphabetic)
                     && at(i - 1).is_some_and(char::is_alphanumeric);
-                if c.is_alphanumeric() || inner {
+                // Combining diacritics (decomposed "é") stay inside the word.
+                if c.is_alphanumeric() || inner || ('\u{300}'..='\u{36f}').contains(&c) {
                     i += 1;
                 } else {
                     break;
@@ -150,7 +151,7 @@ fn word_category_alone(lex: &Lexicon, word: &str, initial: bool) -> Category {
         let (host, clitic) = (&word[..a], &word[a..]);
         let clitic = clitic.chars().skip(1).collect::<String>().to_lowercase();
         let host = match clitic.as_str() {
-            "t" if host.to_lowercase().ends_with('n') => {
+            "t" if host.ends_with(['n', 'N']) => {
                 let h = &host[..host.len() - 1];
                 if h.is_empty() { host } else { h }
             }
