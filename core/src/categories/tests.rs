@@ -133,6 +133,8 @@ fn left_context_settles_noun_verb_ambiguity() {
     assert_eq!(find("the limited remnant", "limited"), Adjective);
     // Closed-class words are never re-read (This was -> was stays a verb).
     assert_eq!(find("This was the page.", "was"), Verb);
+    // Names stay names (bath is also a verb).
+    assert_eq!(find("They went to Bath.", "Bath"), Noun);
     // Punctuation between the words cuts the context.
     assert_eq!(find("much, hope", "hope"), Verb);
 }

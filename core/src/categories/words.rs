@@ -118,7 +118,9 @@ pub fn word_category_after(lex: &Lexicon, word: &str, initial: bool, prev: Optio
     let Some((pw, pc)) = prev else { return c };
     let pw = pw.to_lowercase();
     let lower = word.to_lowercase();
-    if closed_class(&lower).is_some() {
+    let mut cs = word.chars();
+    let name = !initial && cs.next().is_some_and(char::is_uppercase) && cs.any(char::is_lowercase);
+    if name || closed_class(&lower).is_some() {
         return c;
     }
     let key = if lex.knows(&lower) { lower.clone() } else { american(&lower).unwrap_or(lower.clone()) };
