@@ -84,6 +84,13 @@ fn specials_and_bad_ranges_are_other() {
 }
 
 #[test]
+fn exports_without_categories_still_load() {
+    let t: crate::analysis::TokenInfo =
+        serde_json::from_str(r#"{"id": 5, "text": " a", "start": 0, "end": 2, "segment": 0}"#).unwrap();
+    assert_eq!((t.category, t.piece), (Category::Other, Piece::Whole));
+}
+
+#[test]
 fn names_round_trip() {
     for c in Category::ALL {
         assert_eq!(Category::from_name(c.name()), Some(c));
