@@ -5,6 +5,7 @@
 pub mod adapter;
 pub mod analysis;
 pub mod attention;
+pub mod categories;
 pub mod error;
 pub mod eval;
 pub mod flash;
@@ -13,6 +14,7 @@ pub mod io;
 pub mod kernels;
 pub mod model;
 pub mod ppl;
+pub mod projection;
 pub mod router;
 pub mod stats;
 pub mod text;
