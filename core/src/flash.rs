@@ -12,7 +12,7 @@ use rayon::prelude::*;
 pub const BQ: usize = 64;
 pub const BK: usize = 64;
 /// Query rows whose scores are accumulated together (register blocking).
-const RB: usize = 4;
+pub const RB: usize = 4;
 /// Keys per register chunk.
 const JC: usize = 16;
 
