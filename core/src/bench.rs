@@ -140,10 +140,11 @@ pub fn balanced_masks(t: usize, groups: usize, k: usize, seed: u64) -> Result<Ve
 fn k_subsets(n: usize, k: usize, limit: usize) -> Option<Vec<u64>> {
     let mut count: u128 = 1;
     for i in 0..k {
+        // Exact at every step (a binomial coefficient), and < 2^70 for n <= 64.
         count = count * (n - i) as u128 / (i + 1) as u128;
-        if count > limit as u128 {
-            return None;
-        }
+    }
+    if count > limit as u128 {
+        return None;
     }
     let mut out = Vec::with_capacity(count as usize);
     // Gosper's hack: the next larger integer with the same number of set bits.

@@ -85,12 +85,17 @@ fn distant_states(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], wind
         let tile = classes[c].queries.chunks(BQ).nth(b).unwrap();
         std::cmp::Reverse(tile.len() * *tile.last().unwrap() as usize)
     });
+    let pre = disjoint(&classes).then(|| pre_gather(k, v, s, &classes));
     let results: Vec<(usize, usize, Vec<RowState>)> = tasks
         .into_par_iter()
         .map(|(c, b)| {
             let cl = &classes[c];
             let qpos = &cl.queries[b * BQ..(b * BQ + BQ).min(cl.queries.len())];
-            let states = distant_tile(q, k, v, s, rep, masks, cl.set, qpos, window, scale);
+            let src = match &pre {
+                Some(p) => KeySource::Gathered(p, c, &cl.queries),
+                None => KeySource::Scan(masks, cl.set),
+            };
+            let states = distant_tile(q, k, v, s, rep, src, qpos, window, scale);
             (c, b, states)
         })
         .collect();
@@ -113,8 +118,59 @@ fn distant_states(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], wind
     out
 }
 
-/// The distant pairs of one tile of queries `qpos` (all with top-k set `set`), for every head:
-/// keys are the tokens j whose set meets `set` with j + window < i, gathered BK at a time.
+/// True when distinct classes share no group (e.g. k = 1): then a class's keys are exactly its
+/// own tokens, and they can be gathered into key tiles once per call.
+fn disjoint(classes: &[Class]) -> bool {
+    let union = classes.iter().fold(0u64, |u, c| u | c.set);
+    classes.iter().map(|c| c.set.count_ones()).sum::<u32>() == union.count_ones()
+}
+
+/// Keys and values of every class, gathered per KV head into consecutive tiles in the layouts
+/// `score_tile` and `pv_tile` read: tile n of class c is tile `tile0[c] + n`.
+struct PreGathered {
+    kts: Vec<Vec<f32>>,
+    vts: Vec<Vec<f32>>,
+    tile0: Vec<usize>,
+}
+
+fn pre_gather(k: &[f32], v: &[f32], s: Shape, classes: &[Class]) -> PreGathered {
+    let Shape { kv_heads, t, d, .. } = s;
+    let mut tile0 = Vec::with_capacity(classes.len());
+    let mut n_tiles = 0;
+    for c in classes {
+        tile0.push(n_tiles);
+        n_tiles += c.queries.len().div_ceil(BK);
+    }
+    let per_head: Vec<(Vec<f32>, Vec<f32>)> = (0..kv_heads)
+        .into_par_iter()
+        .map(|kh| {
+            let (kh_k, kh_v) = (&k[kh * t * d..(kh + 1) * t * d], &v[kh * t * d..(kh + 1) * t * d]);
+            let mut kt = vec![0f32; n_tiles * d * BK];
+            let mut vt = vec![0f32; n_tiles * BK * d];
+            for (c, cl) in classes.iter().enumerate() {
+                for (n, idx) in cl.queries.chunks(BK).enumerate() {
+                    let o = (tile0[c] + n) * d * BK;
+                    gather_keys(kh_k, kh_v, idx, d, &mut kt[o..o + d * BK], &mut vt[o..o + d * BK]);
+                }
+            }
+            (kt, vt)
+        })
+        .collect();
+    let (kts, vts) = per_head.into_iter().unzip();
+    PreGathered { kts, vts, tile0 }
+}
+
+/// Where a query tile's distant keys come from.
+enum KeySource<'a> {
+    /// Scan the masks for tokens whose set meets this set; gather each key tile on the fly.
+    Scan(&'a [u64], u64),
+    /// Disjoint classes: the keys are the class's own tokens (class index, its tokens), already
+    /// gathered.
+    Gathered(&'a PreGathered, usize, &'a [u32]),
+}
+
+/// The distant pairs of one tile of queries `qpos` (all with the same top-k set), for every
+/// head: keys are the tokens j whose set meets it with j + window < i, BK at a time.
 #[allow(clippy::too_many_arguments)]
 fn distant_tile(
     q: &[f32],
@@ -122,8 +178,7 @@ fn distant_tile(
     v: &[f32],
     s: Shape,
     rep: usize,
-    masks: &[u64],
-    set: u64,
+    src: KeySource,
     qpos: &[u32],
     window: usize,
     scale: f32,
@@ -134,7 +189,14 @@ fn distant_tile(
     let last = *qpos.last().unwrap() as usize;
     let first = qpos[0] as usize;
     // Every key any query of the tile may use: j < last - window, in position order.
-    let keys: Vec<u32> = (0..last - window).filter(|&j| masks[j] & set != 0).map(|j| j as u32).collect();
+    let scanned: Vec<u32>;
+    let keys: &[u32] = match &src {
+        KeySource::Scan(masks, set) => {
+            scanned = (0..last - window).filter(|&j| masks[j] & set != 0).map(|j| j as u32).collect();
+            &scanned
+        }
+        KeySource::Gathered(_, _, own) => &own[..own.partition_point(|&j| j as usize + window < last)],
+    };
     let mut states: Vec<RowState> = (0..heads).map(|_| RowState::new(rows_p, d)).collect();
     let mut qb = vec![0f32; heads * rows_p * d];
     for h in 0..heads {
@@ -150,16 +212,25 @@ fn distant_tile(
     for kh in 0..kv_heads {
         let kh_k = &k[kh * t * d..(kh + 1) * t * d];
         let kh_v = &v[kh * t * d..(kh + 1) * t * d];
-        for tile in keys.chunks(BK) {
+        for (tb, tile) in keys.chunks(BK).enumerate() {
             let n = tile.len();
-            gather_keys(kh_k, kh_v, tile, d, &mut kt, &mut vt);
+            let (kt, vt): (&[f32], &[f32]) = match &src {
+                KeySource::Scan(..) => {
+                    gather_keys(kh_k, kh_v, tile, d, &mut kt, &mut vt);
+                    (&kt, &vt)
+                }
+                KeySource::Gathered(pre, c, _) => {
+                    let o = (pre.tile0[*c] + tb) * d * BK;
+                    (&pre.kts[kh][o..o + d * BK], &pre.vts[kh][o..o + d * BK])
+                }
+            };
             // The tile needs a mask only when it is partial or some query is too close to its
             // last key; then each row keeps a prefix of the (position-sorted) keys.
             let needs_mask = n < BK || *tile.last().unwrap() as usize + window >= first;
             for hr in 0..rep {
                 let h = kh * rep + hr;
                 let qh = &qb[h * rows_p * d..(h + 1) * rows_p * d];
-                score_tile(qh, rows_p, d, &kt, BK, 0, &mut sc);
+                score_tile(qh, rows_p, d, kt, BK, 0, &mut sc);
                 let st = &mut states[h];
                 for r in 0..rows_p {
                     let srow = &mut sc[r * BK..(r + 1) * BK];
@@ -174,7 +245,7 @@ fn distant_tile(
                     }
                     corr[r] = softmax_tile_row(srow, &mut st.max[r], &mut st.sum[r]);
                 }
-                pv_tile(&sc, rows_p, &vt, d, &corr, &mut st.acc);
+                pv_tile(&sc, rows_p, vt, d, &corr, &mut st.acc);
             }
         }
     }
