@@ -12,7 +12,7 @@
 //! computed only to be masked away); for k = 1 a class is a group, as in the paper.
 //! Pairs outside the mask are computed only at tile edges (then masked), never in bulk.
 
-use crate::flash::{pv_tile, score_tile, softmax_tile_row, RowState, BK, BQ, RB};
+use crate::flash::{pv_tile, score_tile, softmax_tile_row, RowState, BK, BQ, JC, RB};
 use crate::topk::Shape;
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -40,6 +40,9 @@ pub fn classes(masks: &[u64]) -> Vec<Class> {
     }
     out
 }
+
+/// Query rows per block of the local band (see `band_and_merge`).
+const BAND_ROWS: usize = 16;
 
 /// Online-softmax state of every (head, position) over its distant pairs.
 struct DistantStates {
@@ -230,7 +233,7 @@ fn distant_tile(
             for hr in 0..rep {
                 let h = kh * rep + hr;
                 let qh = &qb[h * rows_p * d..(h + 1) * rows_p * d];
-                score_tile(qh, rows_p, d, kt, BK, 0, &mut sc);
+                score_tile(qh, rows_p, d, kt, BK, 0, BK, &mut sc);
                 let st = &mut states[h];
                 for r in 0..rows_p {
                     let srow = &mut sc[r * BK..(r + 1) * BK];
@@ -245,7 +248,7 @@ fn distant_tile(
                     }
                     corr[r] = softmax_tile_row(srow, &mut st.max[r], &mut st.sum[r]);
                 }
-                pv_tile(&sc, rows_p, vt, d, &corr, &mut st.acc);
+                pv_tile(&sc, rows_p, vt, d, BK, &corr, &mut st.acc);
             }
         }
     }
@@ -312,22 +315,30 @@ fn band_and_merge(q: &[f32], k: &[f32], v: &[f32], s: Shape, window: usize, scal
             let mut st = RowState::new(rows_p, d);
             let mut sc = vec![0f32; rows_p * BK];
             let mut corr = vec![1f32; rows_p];
-            let last = i0 + rows - 1;
-            let mut j0 = i0.saturating_sub(window);
-            while j0 <= last {
-                score_tile(&qb, rows_p, d, &kts[kh], tp, j0, &mut sc);
-                for r in 0..rows_p {
-                    // Padding rows keep the window of the last real row (finite scores).
-                    let i = i0 + r.min(rows - 1);
-                    let lo = i.saturating_sub(window).saturating_sub(j0).min(BK);
-                    let hi = (i + 1).saturating_sub(j0).min(BK);
-                    let srow = &mut sc[r * BK..(r + 1) * BK];
-                    srow[..lo].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
-                    srow[hi..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
-                    corr[r] = softmax_tile_row(srow, &mut st.max[r], &mut st.sum[r]);
+            // Row blocks of BAND_ROWS, each over exactly its key range [first - w, last] rounded
+            // up to JC keys: the triangles computed only to be masked stay small.
+            for r0 in (0..rows).step_by(BAND_ROWS) {
+                let nr = BAND_ROWS.min(rows - r0);
+                let nr_p = nr.div_ceil(RB) * RB;
+                let (a, last) = (i0 + r0, i0 + r0 + nr - 1);
+                let mut j0 = a.saturating_sub(window);
+                while j0 <= last {
+                    let nk = (last + 1 - j0).min(BK).div_ceil(JC) * JC;
+                    score_tile(&qb[r0 * d..(r0 + nr_p) * d], nr_p, d, &kts[kh], tp, j0, nk, &mut sc);
+                    for r in 0..nr_p {
+                        // Padding rows keep the window of the last real row (finite scores).
+                        let i = a + r.min(nr - 1);
+                        let lo = i.saturating_sub(window).saturating_sub(j0).min(nk);
+                        let hi = (i + 1).saturating_sub(j0).min(nk);
+                        let srow = &mut sc[r * BK..r * BK + nk];
+                        srow[..lo].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+                        srow[hi..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+                        corr[r] = softmax_tile_row(srow, &mut st.max[r0 + r], &mut st.sum[r0 + r]);
+                    }
+                    let acc = &mut st.acc[r0 * d..(r0 + nr_p) * d];
+                    pv_tile(&sc, nr_p, &vps[kh][j0 * d..(j0 + nk) * d], d, nk, &corr, acc);
+                    j0 += nk;
                 }
-                pv_tile(&sc, rows_p, &vps[kh][j0 * d..(j0 + BK) * d], d, &corr, &mut st.acc);
-                j0 += BK;
             }
             let mut o = vec![0f32; rows * d];
             for r in 0..rows {

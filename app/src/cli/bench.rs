@@ -20,8 +20,8 @@ pub struct ForwardArgs {
     /// k of the top-k pass (default: the adapter's top_k).
     #[arg(long)]
     pub k: Option<usize>,
-    /// Sequence lengths in tokens.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![512, 2048])]
+    /// Sequence lengths in tokens (at most the model's context; the text is repeated to length).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![2048, 4096, 8192])]
     pub lengths: Vec<usize>,
     /// Timed repeats per length and mode (the median is reported), after one warm-up.
     #[arg(long, default_value_t = 3)]
