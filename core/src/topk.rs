@@ -1,4 +1,7 @@
-//! Exact hard top-k Focus attention on the CPU.
+//! Exact hard top-k Focus attention on the CPU: the entry point (`focus_attention`, which runs
+//! the tiled kernel of `topk_tiled.rs`), the masked-dense reference, pair counts, and the
+//! original one-query-at-a-time kernel (`focus_attention_rowwise`) described below, kept as a
+//! second independent implementation for the tests.
 //!
 //! The mask keeps a causal pair (i, j) when it is local (i - j <= w) or when the top-k group sets
 //! of i and j intersect. It is split into two disjoint sets:

@@ -7,7 +7,8 @@
 //!   band:    0 <= i - j <= w (every local pair, a dense diagonal band of tiles).
 //! Distant pairs are computed per *class*: the queries whose top-k set is exactly the same set S
 //! (bucketed stably, so in position order). They all attend the same keys, the tokens whose set
-//! meets S, gathered into contiguous key tiles. Each query is in exactly one class, so a pair
+//! meets S, gathered into contiguous key tiles (once per call when the key lists are short, e.g.
+//! k = 1, else tile by tile). Each query is in exactly one class, so a pair
 //! that shares several groups is computed once (no lowest-group rule is needed and no pair is
 //! computed only to be masked away); for k = 1 a class is a group, as in the paper.
 //! Pairs outside the mask are computed only at tile edges (then masked), never in bulk.
@@ -64,13 +65,23 @@ pub fn focus_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64],
         return vec![0.0; heads * t * d];
     }
     let scale = 1.0 / (d as f32).sqrt();
-    let distant = distant_states(q, k, v, s, masks, window, scale);
+    let distant = distant_states(q, k, v, s, masks, window, scale, true);
+    band_and_merge(q, k, v, s, window, scale, &distant)
+}
+
+/// `focus_attention` that always finds and gathers keys tile by tile (the path taken when there
+/// are many classes), so that tests cover it on small inputs.
+#[cfg(test)]
+fn focus_attention_scan(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize) -> Vec<f32> {
+    let scale = 1.0 / (s.d as f32).sqrt();
+    let distant = distant_states(q, k, v, s, masks, window, scale, false);
     band_and_merge(q, k, v, s, window, scale, &distant)
 }
 
 /// Tasks (class, query tile): each task loops over all heads, so a class's key list is built
 /// once and each gathered key tile serves every query head of its KV head.
-fn distant_states(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize, scale: f32) -> DistantStates {
+#[allow(clippy::too_many_arguments)]
+fn distant_states(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize, scale: f32, gather_once: bool) -> DistantStates {
     let Shape { heads, kv_heads, t, d } = s;
     let rep = heads / kv_heads;
     let classes = classes(masks);
@@ -88,14 +99,15 @@ fn distant_states(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], wind
         let tile = classes[c].queries.chunks(BQ).nth(b).unwrap();
         std::cmp::Reverse(tile.len() * *tile.last().unwrap() as usize)
     });
-    let pre = disjoint(&classes).then(|| pre_gather(k, v, s, &classes));
+    let lists = if gather_once { key_lists(&classes, masks, window) } else { None };
+    let pre = lists.as_ref().map(|l| pre_gather(k, v, s, l));
     let results: Vec<(usize, usize, Vec<RowState>)> = tasks
         .into_par_iter()
         .map(|(c, b)| {
             let cl = &classes[c];
             let qpos = &cl.queries[b * BQ..(b * BQ + BQ).min(cl.queries.len())];
             let src = match &pre {
-                Some(p) => KeySource::Gathered(p, c, &cl.queries),
+                Some(p) => KeySource::Gathered(p, c, &lists.as_ref().unwrap()[c]),
                 None => KeySource::Scan(masks, cl.set),
             };
             let states = distant_tile(q, k, v, s, rep, src, qpos, window, scale);
@@ -121,28 +133,46 @@ fn distant_states(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], wind
     out
 }
 
-/// True when distinct classes share no group (e.g. k = 1): then a class's keys are exactly its
-/// own tokens, and they can be gathered into key tiles once per call.
-fn disjoint(classes: &[Class]) -> bool {
-    let union = classes.iter().fold(0u64, |u, c| u | c.set);
-    classes.iter().map(|c| c.set.count_ones()).sum::<u32>() == union.count_ones()
+/// Most classes whose key lists are gathered once per call; above it each tile finds its keys.
+const MAX_LISTED_CLASSES: usize = 256;
+/// Gathered copies of K and V may take at most this many times the memory of K and V.
+const MAX_GATHER_FACTOR: usize = 8;
+
+/// Each class's distant keys (tokens j < last query - w whose set meets the class's), when
+/// there are few classes and the lists are short enough to gather K and V along them once:
+/// for k = 1 the lists are the groups themselves (T keys in all).
+fn key_lists(classes: &[Class], masks: &[u64], window: usize) -> Option<Vec<Vec<u32>>> {
+    if classes.len() > MAX_LISTED_CLASSES {
+        return None;
+    }
+    let limit = |c: &Class| (*c.queries.last().unwrap() as usize).saturating_sub(window);
+    let sizes: Vec<usize> = classes.par_iter().map(|c| masks[..limit(c)].iter().filter(|&&m| m & c.set != 0).count()).collect();
+    if sizes.iter().sum::<usize>() > MAX_GATHER_FACTOR * masks.len() {
+        return None;
+    }
+    Some(
+        classes
+            .par_iter()
+            .map(|c| (0..limit(c)).filter(|&j| masks[j] & c.set != 0).map(|j| j as u32).collect())
+            .collect(),
+    )
 }
 
-/// Keys and values of every class, gathered per KV head into consecutive tiles in the layouts
-/// `score_tile` and `pv_tile` read: tile n of class c is tile `tile0[c] + n`.
+/// Keys and values along every class's key list, gathered per KV head into consecutive tiles in
+/// the layouts `score_tile` and `pv_tile` read: tile n of class c is tile `tile0[c] + n`.
 struct PreGathered {
     kts: Vec<Vec<f32>>,
     vts: Vec<Vec<f32>>,
     tile0: Vec<usize>,
 }
 
-fn pre_gather(k: &[f32], v: &[f32], s: Shape, classes: &[Class]) -> PreGathered {
+fn pre_gather(k: &[f32], v: &[f32], s: Shape, lists: &[Vec<u32>]) -> PreGathered {
     let Shape { kv_heads, t, d, .. } = s;
-    let mut tile0 = Vec::with_capacity(classes.len());
+    let mut tile0 = Vec::with_capacity(lists.len());
     let mut n_tiles = 0;
-    for c in classes {
+    for l in lists {
         tile0.push(n_tiles);
-        n_tiles += c.queries.len().div_ceil(BK);
+        n_tiles += l.len().div_ceil(BK);
     }
     let per_head: Vec<(Vec<f32>, Vec<f32>)> = (0..kv_heads)
         .into_par_iter()
@@ -150,8 +180,8 @@ fn pre_gather(k: &[f32], v: &[f32], s: Shape, classes: &[Class]) -> PreGathered 
             let (kh_k, kh_v) = (&k[kh * t * d..(kh + 1) * t * d], &v[kh * t * d..(kh + 1) * t * d]);
             let mut kt = vec![0f32; n_tiles * d * BK];
             let mut vt = vec![0f32; n_tiles * BK * d];
-            for (c, cl) in classes.iter().enumerate() {
-                for (n, idx) in cl.queries.chunks(BK).enumerate() {
+            for (c, l) in lists.iter().enumerate() {
+                for (n, idx) in l.chunks(BK).enumerate() {
                     let o = (tile0[c] + n) * d * BK;
                     gather_keys(kh_k, kh_v, idx, d, &mut kt[o..o + d * BK], &mut vt[o..o + d * BK]);
                 }
@@ -167,8 +197,7 @@ fn pre_gather(k: &[f32], v: &[f32], s: Shape, classes: &[Class]) -> PreGathered 
 enum KeySource<'a> {
     /// Scan the masks for tokens whose set meets this set; gather each key tile on the fly.
     Scan(&'a [u64], u64),
-    /// Disjoint classes: the keys are the class's own tokens (class index, its tokens), already
-    /// gathered.
+    /// Keys gathered once per call (class index, the class's key list).
     Gathered(&'a PreGathered, usize, &'a [u32]),
 }
 
@@ -198,7 +227,7 @@ fn distant_tile(
             scanned = (0..last - window).filter(|&j| masks[j] & set != 0).map(|j| j as u32).collect();
             &scanned
         }
-        KeySource::Gathered(_, _, own) => &own[..own.partition_point(|&j| j as usize + window < last)],
+        KeySource::Gathered(_, _, list) => &list[..list.partition_point(|&j| j as usize + window < last)],
     };
     let mut states: Vec<RowState> = (0..heads).map(|_| RowState::new(rows_p, d)).collect();
     let mut qb = vec![0f32; heads * rows_p * d];
@@ -411,10 +440,11 @@ mod tests {
                 let window = [0, 1, 7, 64, 100, t + 5][rng.gen_range(0..6)];
                 let few = rng.gen_bool(0.3);
                 let masks = random_masks(&mut rng, t, groups, k, few);
-                let fast = focus_attention(&q, &kk, &v, s, &masks, window);
                 let want = masked_dense_reference(&q, &kk, &v, s, |i, j| i - j <= window || masks[i] & masks[j] != 0);
-                let err = max_err(&fast, &want);
-                assert!(err <= 1e-5, "max abs error {err} (t={t} d={d} H={heads}/{kv_heads} K={groups} k={k} w={window})");
+                for (path, fast) in [("gathered", focus_attention(&q, &kk, &v, s, &masks, window)), ("scan", focus_attention_scan(&q, &kk, &v, s, &masks, window))] {
+                    let err = max_err(&fast, &want);
+                    assert!(err <= 1e-5, "{path}: max abs error {err} (t={t} d={d} H={heads}/{kv_heads} K={groups} k={k} w={window})");
+                }
                 cases += 1;
             }
         }
@@ -449,9 +479,10 @@ mod tests {
         let v = randn(&mut rng, 2 * t * d, 1.0);
         for (groups, kk) in [(8, 1), (4, 2), (8, 3)] {
             let masks = random_masks(&mut rng, t, groups, kk, false);
-            let a = focus_attention(&q, &k, &v, s, &masks, 128);
             let b = crate::topk::focus_attention_rowwise(&q, &k, &v, s, &masks, 128);
-            assert!(max_err(&a, &b) <= 1e-5, "K={groups} k={kk}: {}", max_err(&a, &b));
+            for a in [focus_attention(&q, &k, &v, s, &masks, 128), focus_attention_scan(&q, &k, &v, s, &masks, 128)] {
+                assert!(max_err(&a, &b) <= 1e-5, "K={groups} k={kk}: {}", max_err(&a, &b));
+            }
         }
     }
 
