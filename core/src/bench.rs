@@ -23,8 +23,9 @@ pub struct AttentionBench {
     pub kv_heads: usize,
     pub head_dim: usize,
     pub window: usize,
-    /// Timed repeats (median reported), after one untimed warm-up.
+    /// Timed repeats (median reported), after one untimed warm-up when `warmup`.
     pub repeats: usize,
+    pub warmup: bool,
     pub seed: u64,
     /// Skip candle's attention when its scores (and probabilities) would exceed this many bytes.
     pub candle_max_bytes: usize,
@@ -41,6 +42,7 @@ impl Default for AttentionBench {
             head_dim: 64,
             window: 128,
             repeats: 3,
+            warmup: true,
             seed: 0,
             candle_max_bytes: 6 << 30,
         }
@@ -73,6 +75,11 @@ pub struct AttentionRow {
     pub efficiency: Option<f64>,
     /// candle: Q K^T, scale, causal mask, softmax, x V (full T x T scores).
     pub candle_ms: Option<f64>,
+    /// Process CPU time (all threads) of the dense and Focus calls and their ratio: robust to
+    /// other work on the machine, which wall times are not (Linux only).
+    pub dense_cpu_ms: Option<f64>,
+    pub focus_cpu_ms: Option<f64>,
+    pub speedup_cpu: Option<f64>,
 }
 
 impl AttentionBench {
@@ -199,10 +206,24 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<f64> {
+/// CPU time of this process (user + system, all threads) in ms, from /proc/self/stat (Linux;
+/// 10 ms ticks). On a machine shared with other work it measures our work, not our share of it.
+pub fn process_cpu_ms() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks * 10.0)
+}
+
+/// Wall and CPU milliseconds of one call.
+fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<(f64, Option<f64>)> {
+    let c0 = process_cpu_ms();
     let t0 = Instant::now();
     f()?;
-    Ok(t0.elapsed().as_secs_f64() * 1e3)
+    let wall = t0.elapsed().as_secs_f64() * 1e3;
+    Ok((wall, c0.zip(process_cpu_ms()).map(|(a, b)| b - a)))
 }
 
 /// candle's attention as a plain framework user writes it: full scores, additive causal mask,
@@ -248,25 +269,30 @@ pub fn run_attention_bench(cfg: &AttentionBench, device: &Device, mut on_row: im
             None
         };
         let mut dense_t = Vec::new();
+        let mut dense_c = Vec::new();
         let mut candle_t = Vec::new();
         let mut focus_t = vec![Vec::new(); variants.len()];
-        // Variants alternate within each repeat; repeat 0 is a warm-up.
-        for rep in 0..=cfg.repeats {
+        let mut focus_c = vec![Vec::new(); variants.len()];
+        // Variants alternate within each repeat; with `warmup`, repeat 0 is not timed.
+        let first = usize::from(!cfg.warmup);
+        for rep in first..=cfg.repeats {
             let keep = rep > 0;
             if cpu {
-                let ms = timed(|| Ok(flash::causal_attention(&q, &k, &v, s)))?;
+                let (ms, cpu) = timed(|| Ok(flash::causal_attention(&q, &k, &v, s)))?;
                 if keep {
                     dense_t.push(ms);
+                    dense_c.extend(cpu);
                 }
                 for (vi, (_, _, masks)) in variants.iter().enumerate() {
-                    let ms = timed(|| Ok(topk::focus_attention(&q, &k, &v, s, masks, cfg.window)))?;
+                    let (ms, cpu) = timed(|| Ok(topk::focus_attention(&q, &k, &v, s, masks, cfg.window)))?;
                     if keep {
                         focus_t[vi].push(ms);
+                        focus_c[vi].extend(cpu);
                     }
                 }
             }
             if let Some((tq, tk, tv, causal)) = &candle_inputs {
-                let ms = timed(|| {
+                let (ms, _) = timed(|| {
                     let o = candle_attention(tq, tk, tv, causal)?;
                     device.synchronize()?;
                     Ok(o)
@@ -278,10 +304,13 @@ pub fn run_attention_bench(cfg: &AttentionBench, device: &Device, mut on_row: im
         }
         let dense_ms = (!dense_t.is_empty()).then(|| median(dense_t.clone()));
         let candle_ms = (!candle_t.is_empty()).then(|| median(candle_t.clone()));
+        let dense_cpu_ms = (!dense_c.is_empty()).then(|| median(dense_c.clone()));
         for (vi, (g, kk, masks)) in variants.iter().enumerate() {
             let pf = pairs_fraction(masks, cfg.window);
             let focus_ms = (!focus_t[vi].is_empty()).then(|| median(focus_t[vi].clone()));
             let speedup = dense_ms.zip(focus_ms).map(|(a, b)| a / b);
+            let focus_cpu_ms = (!focus_c[vi].is_empty()).then(|| median(focus_c[vi].clone()));
+            let speedup_cpu = dense_cpu_ms.zip(focus_cpu_ms).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
             let row = AttentionRow {
                 n,
                 groups: *g,
@@ -299,6 +328,9 @@ pub fn run_attention_bench(cfg: &AttentionBench, device: &Device, mut on_row: im
                 bound: 1.0 / pf,
                 efficiency: speedup.map(|x| x * pf),
                 candle_ms,
+                dense_cpu_ms,
+                focus_cpu_ms,
+                speedup_cpu,
             };
             on_row(&row);
             rows.push(row);

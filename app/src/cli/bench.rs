@@ -181,6 +181,9 @@ pub struct AttentionArgs {
     /// Timed repeats (median reported), after one warm-up.
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
+    /// Skip the untimed warm-up call (for long inputs, where one call takes minutes).
+    #[arg(long)]
+    pub no_warmup: bool,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Candle's attention is skipped where its T x T scores and probabilities exceed this (GiB).
@@ -209,6 +212,7 @@ pub fn attention(a: AttentionArgs) -> Result<()> {
         head_dim: a.head_dim,
         window: a.window,
         repeats: a.repeats,
+        warmup: !a.no_warmup,
         seed: a.seed,
         candle_max_bytes: (a.candle_max_gib * (1u64 << 30) as f64) as usize,
     };
@@ -221,19 +225,20 @@ pub fn attention(a: AttentionArgs) -> Result<()> {
             "attention, {} heads ({} KV) x {} dims, window {}, {} threads, median of {}",
             cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.window, rayon::current_num_threads(), cfg.repeats
         );
-        eprintln!("{:>6} {:>2} {:>2} {:>10} {:>10} {:>8} {:>7} {:>7} {:>6} {:>10}", "n", "K", "k", "dense ms", "focus ms", "speedup", "pairs", "bound", "eff", "candle ms");
+        eprintln!("{:>6} {:>2} {:>2} {:>10} {:>10} {:>8} {:>7} {:>7} {:>6} {:>10} {:>8}", "n", "K", "k", "dense ms", "focus ms", "speedup", "pairs", "bound", "eff", "candle ms", "cpu spd");
     }
     focus_core::bench::run_attention_bench(&cfg, &device, |r| {
         if a.json {
             println!("{}", serde_json::to_string(r).expect("rows serialise"));
         } else {
             eprintln!(
-                "{:>6} {:>2} {:>2} {:>10} {:>10} {:>8} {:>6.1}% {:>6.2}x {:>6} {:>10}",
+                "{:>6} {:>2} {:>2} {:>10} {:>10} {:>8} {:>6.1}% {:>6.2}x {:>6} {:>10} {:>8}",
                 r.n, r.groups, r.k, ms(r.dense_ms), ms(r.focus_ms),
                 r.speedup.map_or("-".into(), |s| format!("{s:.2}x")),
                 r.pairs_fraction * 100.0, r.bound,
                 r.efficiency.map_or("-".into(), |e| format!("{:.0}%", e * 100.0)),
-                ms(r.candle_ms)
+                ms(r.candle_ms),
+                r.speedup_cpu.map_or("-".into(), |s| format!("{s:.2}x"))
             );
         }
     })?;
