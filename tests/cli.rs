@@ -364,3 +364,25 @@ fn adapter_for_another_model_is_refused() {
     has(&line, &["adapter does not fit the model", "base_model.n_layers"]);
     assert!(!out.exists(), "a failed analyze wrote {}", out.display());
 }
+
+/// `bench attention --json`: one JSON object per (length, K, k) row with the documented keys;
+/// bad settings are one-line errors.
+#[test]
+fn bench_attention_rows_and_errors() {
+    let out = ok(["bench", "attention", "--json", "--lengths", "300,500", "--groups", "4,8", "--k", "1,2", "--heads", "2", "--head-dim", "16", "--window", "32", "--repeats", "1"]);
+    let rows: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    assert_eq!(rows.len(), 8, "{out}");
+    for r in &rows {
+        for key in ["n", "groups", "k", "dense_ms", "focus_ms", "speedup", "pairs_fraction", "device", "candle_ms"] {
+            assert!(!r[key].is_null(), "{key} missing in {r}");
+        }
+        assert_eq!(r["device"], "cpu");
+        let pf = r["pairs_fraction"].as_f64().unwrap();
+        assert!(pf > 0.0 && pf <= 1.0);
+    }
+    has(&fails(["bench", "attention", "--lengths", "0"]), &["lengths must be positive"]);
+    has(&fails(["bench", "attention", "--groups", "65"]), &["groups (K) must be in 1..=64"]);
+    has(&fails(["bench", "attention", "--groups", "2", "--k", "3"]), &["no (K, k) pair with k <= K"]);
+    has(&fails(["bench", "attention", "--heads", "6", "--kv-heads", "4"]), &["multiple of kv-heads"]);
+    has(&fails(["bench", "attention", "--device", "tpu"]), &["unknown device"]);
+}

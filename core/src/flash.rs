@@ -12,9 +12,9 @@ use rayon::prelude::*;
 pub const BQ: usize = 64;
 pub const BK: usize = 64;
 /// Query rows whose scores are accumulated together (register blocking).
-const RB: usize = 4;
+pub const RB: usize = 4;
 /// Keys per register chunk.
-const JC: usize = 16;
+pub const JC: usize = 16;
 
 /// K of one KV head transposed to (D, Tp), Tp = T rounded up to BK, zero padded: score tiles
 /// then read contiguous key runs for every feature.
@@ -44,13 +44,16 @@ impl RowState {
 }
 
 /// Scores of query rows `q` (rows x D, already scaled; rows a multiple of RB, zero padded)
-/// against keys j0..j0+BK of `kt`, into `s` (rows x BK).
+/// against keys j0..j0+nk of `kt`, into the first nk columns of `s` (rows x BK).
+/// nk: a multiple of JC, at most BK.
 #[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
-pub fn score_tile(q: &[f32], rows: usize, d: usize, kt: &[f32], tp: usize, j0: usize, s: &mut [f32]) {
+#[allow(clippy::too_many_arguments)]
+pub fn score_tile(q: &[f32], rows: usize, d: usize, kt: &[f32], tp: usize, j0: usize, nk: usize, s: &mut [f32]) {
     debug_assert_eq!(rows % RB, 0);
+    debug_assert!(nk % JC == 0 && nk <= BK);
     for r0 in (0..rows).step_by(RB) {
         let qr: [&[f32]; RB] = std::array::from_fn(|r| &q[(r0 + r) * d..(r0 + r + 1) * d]);
-        for jc in (0..BK).step_by(JC) {
+        for jc in (0..nk).step_by(JC) {
             let mut acc = [[0f32; JC]; RB];
             for c in 0..d {
                 let krow: &[f32; JC] = kt[c * tp + j0 + jc..c * tp + j0 + jc + JC].try_into().unwrap();
@@ -104,10 +107,11 @@ pub fn softmax_tile_row(s: &mut [f32], max: &mut f32, sum: &mut f32) -> f32 {
     corr
 }
 
-/// acc (rows x D) = acc * corr[row] + P (rows x BK) V (BK x D), register-blocked over rows and
-/// feature chunks so that each loaded value of V feeds several rows. Rows: a multiple of RB.
+/// acc (rows x D) = acc * corr[row] + P (rows x nk, row stride BK) V (nk x D), register-blocked
+/// over rows and feature chunks so that each loaded value of V feeds several rows.
+/// Rows: a multiple of RB.
 #[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
-pub fn pv_tile(p: &[f32], rows: usize, v: &[f32], d: usize, corr: &[f32], acc: &mut [f32]) {
+pub fn pv_tile(p: &[f32], rows: usize, v: &[f32], d: usize, nk: usize, corr: &[f32], acc: &mut [f32]) {
     debug_assert_eq!(rows % RB, 0);
     let nr = RB;
     for r0 in (0..rows).step_by(RB) {
@@ -122,7 +126,7 @@ pub fn pv_tile(p: &[f32], rows: usize, v: &[f32], d: usize, corr: &[f32], acc: &
                 }
             }
             if nc == JC {
-                for j in 0..BK {
+                for j in 0..nk {
                     let vj: &[f32; JC] = v[j * d + c0..j * d + c0 + JC].try_into().unwrap();
                     for r in 0..RB {
                         let pr = p[(r0 + r) * BK + j];
@@ -132,7 +136,7 @@ pub fn pv_tile(p: &[f32], rows: usize, v: &[f32], d: usize, corr: &[f32], acc: &
                     }
                 }
             } else {
-                for j in 0..BK {
+                for j in 0..nk {
                     for r in 0..nr {
                         let pr = p[(r0 + r) * BK + j];
                         for c in 0..nc {
@@ -184,7 +188,7 @@ pub fn causal_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape) -> Vec<f32> {
             let mut corr = vec![1f32; rows_p];
             let last_key = i0 + rows - 1;
             for j0 in (0..=last_key).step_by(BK) {
-                score_tile(&qb, rows_p, d, &kts[kh], tp, j0, &mut sc);
+                score_tile(&qb, rows_p, d, &kts[kh], tp, j0, BK, &mut sc);
                 for r in 0..rows_p {
                     let i = i0 + r;
                     let srow = &mut sc[r * BK..(r + 1) * BK];
@@ -194,7 +198,7 @@ pub fn causal_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape) -> Vec<f32> {
                     }
                     corr[r] = softmax_tile_row(srow, &mut st.max[r], &mut st.sum[r]);
                 }
-                pv_tile(&sc, rows_p, &vp[kh][j0 * d..(j0 + BK) * d], d, &corr, &mut st.acc);
+                pv_tile(&sc, rows_p, &vp[kh][j0 * d..(j0 + BK) * d], d, BK, &corr, &mut st.acc);
             }
             st.acc.truncate(rows * d);
             for r in 0..rows {

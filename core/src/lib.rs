@@ -5,6 +5,7 @@
 pub mod adapter;
 pub mod analysis;
 pub mod attention;
+pub mod bench;
 pub mod categories;
 pub mod error;
 pub mod eval;
@@ -20,6 +21,7 @@ pub mod stats;
 pub mod text;
 pub mod tokenizer;
 pub mod topk;
+pub mod topk_tiled;
 pub mod train;
 
 pub use adapter::{Adapter, AdapterConfig, AdapterSpec, Gate};

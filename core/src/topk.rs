@@ -1,4 +1,7 @@
-//! Exact hard top-k Focus attention on the CPU.
+//! Exact hard top-k Focus attention on the CPU: the entry point (`focus_attention`, which runs
+//! the tiled kernel of `topk_tiled.rs`), the masked-dense reference, pair counts, and the
+//! original one-query-at-a-time kernel (`focus_attention_rowwise`) described below, kept as a
+//! second independent implementation for the tests.
 //!
 //! The mask keeps a causal pair (i, j) when it is local (i - j <= w) or when the top-k group sets
 //! of i and j intersect. It is split into two disjoint sets:
@@ -95,8 +98,15 @@ pub fn merge(a: &Online, b: &Online, out: &mut [f32]) {
 }
 
 /// q: (heads, t, d), k and v: (kv_heads, t, d), row-major. Returns (heads, t, d).
-/// `masks[i]` is the bitmask of token i's top-k groups (K <= 64).
+/// `masks[i]` is the bitmask of token i's top-k groups (K <= 64). The fast tiled kernel of
+/// `topk_tiled.rs`.
 pub fn focus_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize) -> Vec<f32> {
+    crate::topk_tiled::focus_attention(q, k, v, s, masks, window)
+}
+
+/// The same function one query at a time, walking each of its keys: simple and slow, kept as a
+/// second, independently written implementation for the tests.
+pub fn focus_attention_rowwise(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize) -> Vec<f32> {
     let Shape { heads, kv_heads, t, d } = s;
     assert_eq!(q.len(), heads * t * d);
     assert_eq!(k.len(), kv_heads * t * d);
@@ -252,11 +262,12 @@ mod tests {
             for k in 1..=groups {
                 for window in [0, 1, 5, 17, 200] {
                     let masks = random_masks(&mut rng, t, groups, k);
-                    let fast = focus_attention(&q, &kk, &v, s, &masks, window);
                     let want =
                         masked_dense_reference(&q, &kk, &v, s, |i, j| i - j <= window || masks[i] & masks[j] != 0);
-                    let err = fast.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                    assert!(err <= 1e-5, "max abs error {err} (t={t} d={d} K={groups} k={k} w={window})");
+                    for fast in [focus_attention(&q, &kk, &v, s, &masks, window), focus_attention_rowwise(&q, &kk, &v, s, &masks, window)] {
+                        let err = fast.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                        assert!(err <= 1e-5, "max abs error {err} (t={t} d={d} K={groups} k={k} w={window})");
+                    }
                     cases += 1;
                 }
             }

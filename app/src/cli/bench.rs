@@ -20,8 +20,8 @@ pub struct ForwardArgs {
     /// k of the top-k pass (default: the adapter's top_k).
     #[arg(long)]
     pub k: Option<usize>,
-    /// Sequence lengths in tokens.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![512, 2048])]
+    /// Sequence lengths in tokens (at most the model's context; the text is repeated to length).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![2048, 4096, 8192])]
     pub lengths: Vec<usize>,
     /// Timed repeats per length and mode (the median is reported), after one warm-up.
     #[arg(long, default_value_t = 3)]
@@ -151,5 +151,96 @@ pub fn matmul(a: MatmulArgs) -> Result<()> {
     } else {
         print_json(&serde_json::json!({"bench": "matmul", "tokens": a.tokens, "threads": rayon::current_num_threads(), "rows": rows, "quantized_ms": tq_all * 1e3, "f32_ms": tf_all * 1e3}))?;
     }
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct AttentionArgs {
+    /// cpu (our kernels and candle), or cuda (candle's attention only; needs --features cuda).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// Sequence lengths in tokens.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1024, 2048, 4096, 8192, 16384, 32768, 65536])]
+    pub lengths: Vec<usize>,
+    /// K values (groups).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![4, 8])]
+    pub groups: Vec<usize>,
+    /// k values (top-k memberships per token); pairs with k > K are skipped.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2])]
+    pub k: Vec<usize>,
+    #[arg(long, default_value_t = 8)]
+    pub heads: usize,
+    /// KV heads (GQA); default: as many as --heads.
+    #[arg(long)]
+    pub kv_heads: Option<usize>,
+    #[arg(long, default_value_t = 64)]
+    pub head_dim: usize,
+    /// Local window w: pairs with i - j <= w always attend.
+    #[arg(long, default_value_t = 128)]
+    pub window: usize,
+    /// Timed repeats (median reported), after one warm-up.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Skip the untimed warm-up call (for long inputs, where one call takes minutes).
+    #[arg(long)]
+    pub no_warmup: bool,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Candle's attention is skipped where its T x T scores and probabilities exceed this (GiB).
+    #[arg(long, default_value_t = 6.0)]
+    pub candle_max_gib: f64,
+    /// One JSON object per row (JSON lines) on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn ms(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{v:.1}"))
+}
+
+/// `bench attention`: one attention call (all heads), our dense tiled kernel vs exact hard top-k
+/// Focus attention vs candle's matmul + softmax, alternated in one run.
+pub fn attention(a: AttentionArgs) -> Result<()> {
+    let device = ModelArgs { model: None, device: a.device.clone() }.device()?;
+    anyhow::ensure!(a.candle_max_gib >= 0.0, "--candle-max-gib must not be negative");
+    let cfg = focus_core::bench::AttentionBench {
+        lengths: a.lengths,
+        groups: a.groups,
+        ks: a.k,
+        heads: a.heads,
+        kv_heads: a.kv_heads.unwrap_or(a.heads),
+        head_dim: a.head_dim,
+        window: a.window,
+        repeats: a.repeats,
+        warmup: !a.no_warmup,
+        seed: a.seed,
+        candle_max_bytes: (a.candle_max_gib * (1u64 << 30) as f64) as usize,
+    };
+    cfg.validate()?;
+    if !device.is_cpu() {
+        eprintln!("note: the Focus and tiled dense kernels run on the CPU only for now; on {} only candle's attention is timed", a.device);
+    }
+    if !a.json {
+        eprintln!(
+            "attention, {} heads ({} KV) x {} dims, window {}, {} threads, median of {}",
+            cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.window, rayon::current_num_threads(), cfg.repeats
+        );
+        eprintln!("{:>6} {:>2} {:>2} {:>10} {:>10} {:>8} {:>7} {:>7} {:>6} {:>10} {:>8}", "n", "K", "k", "dense ms", "focus ms", "speedup", "pairs", "bound", "eff", "candle ms", "cpu spd");
+    }
+    focus_core::bench::run_attention_bench(&cfg, &device, |r| {
+        if a.json {
+            println!("{}", serde_json::to_string(r).expect("rows serialise"));
+        } else {
+            eprintln!(
+                "{:>6} {:>2} {:>2} {:>10} {:>10} {:>8} {:>6.1}% {:>6.2}x {:>6} {:>10} {:>8}",
+                r.n, r.groups, r.k, ms(r.dense_ms), ms(r.focus_ms),
+                r.speedup.map_or("-".into(), |s| format!("{s:.2}x")),
+                r.pairs_fraction * 100.0, r.bound,
+                r.efficiency.map_or("-".into(), |e| format!("{:.0}%", e * 100.0)),
+                ms(r.candle_ms),
+                r.speedup_cpu.map_or("-".into(), |s| format!("{s:.2}x"))
+            );
+        }
+    })?;
     Ok(())
 }

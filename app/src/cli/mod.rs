@@ -61,6 +61,8 @@ enum BenchCommand {
     Forward(bench::ForwardArgs),
     /// A layer's projections: quantized GGUF weights (QMatMul) vs dequantized f32, in one run.
     Matmul(bench::MatmulArgs),
+    /// One attention call: tiled dense vs exact hard top-k Focus vs candle, in one run.
+    Attention(bench::AttentionArgs),
 }
 
 pub fn run() -> anyhow::Result<()> {
@@ -76,5 +78,6 @@ pub fn run() -> anyhow::Result<()> {
         Command::Adapter { command: AdapterCommand::Init(a) } => init::run(a),
         Command::Bench { command: BenchCommand::Forward(a) } => bench::forward(a),
         Command::Bench { command: BenchCommand::Matmul(a) } => bench::matmul(a),
+        Command::Bench { command: BenchCommand::Attention(a) } => bench::attention(a),
     }
 }

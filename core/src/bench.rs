@@ -1,0 +1,437 @@
+//! Attention micro-benchmark: our dense tiled kernel vs exact hard top-k Focus attention (and
+//! candle's plain matmul + softmax attention where its T x T scores fit), measured alternately in
+//! one run so that machine load hits every variant alike. Used by `focus-lens bench attention`
+//! and meant for the GUI's speed panel too.
+
+use crate::error::{Error, Result};
+use crate::topk::Shape;
+use crate::{flash, topk};
+use candle_core::{Device, Tensor};
+use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::time::Instant;
+
+#[derive(Debug, Clone)]
+pub struct AttentionBench {
+    pub lengths: Vec<usize>,
+    /// K values (number of groups).
+    pub groups: Vec<usize>,
+    /// k values (top-k memberships per token); pairs with k > K are skipped.
+    pub ks: Vec<usize>,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub window: usize,
+    /// Timed repeats (median reported), after one untimed warm-up when `warmup`.
+    pub repeats: usize,
+    pub warmup: bool,
+    pub seed: u64,
+    /// Skip candle's attention when its scores (and probabilities) would exceed this many bytes.
+    pub candle_max_bytes: usize,
+}
+
+impl Default for AttentionBench {
+    fn default() -> Self {
+        AttentionBench {
+            lengths: vec![1024, 2048, 4096, 8192, 16384, 32768, 65536],
+            groups: vec![4, 8],
+            ks: vec![1, 2],
+            heads: 8,
+            kv_heads: 8,
+            head_dim: 64,
+            window: 128,
+            repeats: 3,
+            warmup: true,
+            seed: 0,
+            candle_max_bytes: 6 << 30,
+        }
+    }
+}
+
+/// One (length, K, k) measurement. Times in milliseconds; `None` where not run.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttentionRow {
+    pub n: usize,
+    pub groups: usize,
+    pub k: usize,
+    pub window: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub device: String,
+    pub threads: usize,
+    /// Our tiled dense causal kernel (`flash::causal_attention`).
+    pub dense_ms: Option<f64>,
+    /// Exact hard top-k Focus attention (`topk::focus_attention`).
+    pub focus_ms: Option<f64>,
+    /// dense_ms / focus_ms.
+    pub speedup: Option<f64>,
+    /// Pairs the Focus mask keeps over all causal pairs.
+    pub pairs_fraction: f64,
+    /// 1 / pairs_fraction: the speedup if time were proportional to pairs computed.
+    pub bound: f64,
+    /// speedup / bound.
+    pub efficiency: Option<f64>,
+    /// candle: Q K^T, scale, causal mask, softmax, x V (full T x T scores).
+    pub candle_ms: Option<f64>,
+    /// Process CPU time (all threads) of the dense and Focus calls and their ratio: robust to
+    /// other work on the machine, which wall times are not (Linux only).
+    pub dense_cpu_ms: Option<f64>,
+    pub focus_cpu_ms: Option<f64>,
+    pub speedup_cpu: Option<f64>,
+}
+
+impl AttentionBench {
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Invalid(m));
+        if self.lengths.is_empty() || self.lengths.contains(&0) {
+            return bad("lengths must be positive (and at least one)".into());
+        }
+        if self.groups.is_empty() || self.groups.iter().any(|&g| g == 0 || g > 64) {
+            return bad("groups (K) must be in 1..=64".into());
+        }
+        if self.ks.is_empty() || self.ks.contains(&0) {
+            return bad("k must be at least 1".into());
+        }
+        if !self.groups.iter().any(|&g| self.ks.iter().any(|&k| k <= g)) {
+            return bad("no (K, k) pair with k <= K".into());
+        }
+        if self.heads == 0 || self.kv_heads == 0 || self.heads % self.kv_heads != 0 {
+            return bad(format!("heads ({}) must be a positive multiple of kv-heads ({})", self.heads, self.kv_heads));
+        }
+        if self.head_dim == 0 {
+            return bad("head-dim must be positive".into());
+        }
+        if self.repeats == 0 {
+            return bad("repeats must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// Top-k memberships balanced as Sinkhorn leaves them: every token gets a uniformly random set
+/// of k of the K groups, drawn so that all sets (hence all groups) are used equally often:
+/// whole rounds of every k-subset, the remainder a random sample of them, in shuffled order.
+/// Where C(K, k) is too large to enumerate, token i takes k consecutive groups from a balanced
+/// random start instead.
+pub fn balanced_masks(t: usize, groups: usize, k: usize, seed: u64) -> Result<Vec<u64>> {
+    if groups == 0 || groups > 64 || k == 0 || k > groups {
+        return Err(Error::Invalid(format!("need 1 <= k ({k}) <= K ({groups}) <= 64")));
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let subsets = k_subsets(groups, k, 1 << 16);
+    let mut masks: Vec<u64> = match subsets {
+        Some(all) => {
+            let mut m = Vec::with_capacity(t);
+            while m.len() + all.len() <= t {
+                m.extend_from_slice(&all);
+            }
+            let mut rest = all.clone();
+            rest.shuffle(&mut rng);
+            m.extend_from_slice(&rest[..t - m.len()]);
+            m
+        }
+        None => (0..t)
+            .map(|i| {
+                let start = i % groups;
+                (0..k).fold(0u64, |m, r| m | 1 << ((start + r) % groups))
+            })
+            .collect(),
+    };
+    masks.shuffle(&mut rng);
+    Ok(masks)
+}
+
+/// All k-subsets of 0..n as bitmasks, or None when there are more than `limit`.
+fn k_subsets(n: usize, k: usize, limit: usize) -> Option<Vec<u64>> {
+    let mut count: u128 = 1;
+    for i in 0..k {
+        // Exact at every step (a binomial coefficient), and < 2^70 for n <= 64.
+        count = count * (n - i) as u128 / (i + 1) as u128;
+    }
+    if count > limit as u128 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(count as usize);
+    // Gosper's hack: the next larger integer with the same number of set bits.
+    let mut m: u64 = if k == 64 { u64::MAX } else { (1u64 << k) - 1 };
+    let end: u128 = 1u128 << n;
+    while (m as u128) < end {
+        out.push(m);
+        let c = m & m.wrapping_neg();
+        let r = m.wrapping_add(c);
+        m = (((r ^ m) >> 2) / c) | r;
+        if r == 0 {
+            break;
+        }
+    }
+    Some(out)
+}
+
+/// Pairs (j <= i) the hard top-k mask keeps, counted per distinct top-k set in O(T x sets).
+pub fn kept_pairs(masks: &[u64], window: usize) -> u64 {
+    let mut index: HashMap<u64, usize> = HashMap::new();
+    let mut sets: Vec<u64> = Vec::new();
+    let ids: Vec<usize> = masks
+        .iter()
+        .map(|&m| {
+            *index.entry(m).or_insert_with(|| {
+                sets.push(m);
+                sets.len() - 1
+            })
+        })
+        .collect();
+    // counts[s]: tokens j <= i - window - 1 (distant from i) whose set is sets[s].
+    let mut counts = vec![0u64; sets.len()];
+    let mut total = 0u64;
+    for (i, &mi) in masks.iter().enumerate() {
+        if i > window {
+            counts[ids[i - window - 1]] += 1;
+        }
+        total += (i.min(window) + 1) as u64;
+        total += sets.iter().zip(&counts).filter(|(&s, _)| s & mi != 0).map(|(_, &c)| c).sum::<u64>();
+    }
+    total
+}
+
+/// Fraction of causal pairs kept.
+pub fn pairs_fraction(masks: &[u64], window: usize) -> f64 {
+    let t = masks.len() as f64;
+    kept_pairs(masks, window) as f64 / (t * (t + 1.0) / 2.0)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// CPU time of this process (user + system, all threads) in ms, from /proc/self/stat (Linux;
+/// 10 ms ticks). On a machine shared with other work it measures our work, not our share of it.
+pub fn process_cpu_ms() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks * 10.0)
+}
+
+/// Wall and CPU milliseconds of one call.
+fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<(f64, Option<f64>)> {
+    let c0 = process_cpu_ms();
+    let t0 = Instant::now();
+    f()?;
+    let wall = t0.elapsed().as_secs_f64() * 1e3;
+    Ok((wall, c0.zip(process_cpu_ms()).map(|(a, b)| b - a)))
+}
+
+/// candle's attention as a plain framework user writes it: full scores, additive causal mask,
+/// fused softmax, then the values. q: (H, T, D), k, v: (Hkv, T, D).
+pub fn candle_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: &Tensor) -> Result<Tensor> {
+    let (h, t, d) = q.dims3()?;
+    let hkv = k.dim(0)?;
+    let rep = h / hkv;
+    let qg = q.reshape((hkv, rep * t, d))?;
+    let scores = (qg.matmul(&k.t()?)?.reshape((h, t, t))? * (1.0 / (d as f64).sqrt()))?;
+    let p = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(causal)?)?;
+    Ok(p.reshape((hkv, rep * t, t))?.matmul(v)?.reshape((h, t, d))?)
+}
+
+/// Runs the benchmark on `device` (our kernels run on the CPU; on another device only candle's
+/// attention is timed). `on_row` sees each row as soon as it is measured.
+pub fn run_attention_bench(cfg: &AttentionBench, device: &Device, mut on_row: impl FnMut(&AttentionRow)) -> Result<Vec<AttentionRow>> {
+    cfg.validate()?;
+    let cpu = device.is_cpu();
+    let dev_name = if cpu { "cpu" } else { "cuda" }.to_string();
+    let threads = rayon::current_num_threads();
+    let mut rows = Vec::new();
+    for &n in &cfg.lengths {
+        let s = Shape { heads: cfg.heads, kv_heads: cfg.kv_heads, t: n, d: cfg.head_dim };
+        let mut rng = StdRng::seed_from_u64(cfg.seed ^ n as u64);
+        let mut r = |len: usize| (0..len).map(|_| rng.gen::<f32>() * 2.0 - 1.0).collect::<Vec<f32>>();
+        let q = r(s.heads * n * s.d);
+        let k = r(s.kv_heads * n * s.d);
+        let v = r(s.kv_heads * n * s.d);
+        let variants: Vec<(usize, usize, Vec<u64>)> = cfg
+            .groups
+            .iter()
+            .flat_map(|&g| cfg.ks.iter().filter(move |&&kk| kk <= g).map(move |&kk| (g, kk)))
+            .map(|(g, kk)| Ok((g, kk, balanced_masks(n, g, kk, cfg.seed.wrapping_add((g * 64 + kk) as u64))?)))
+            .collect::<Result<_>>()?;
+        let candle_bytes = 2 * cfg.heads * n * n * 4;
+        let candle_inputs = if candle_bytes <= cfg.candle_max_bytes {
+            let tq = Tensor::from_slice(&q, (s.heads, n, s.d), device)?;
+            let tk = Tensor::from_slice(&k, (s.kv_heads, n, s.d), device)?;
+            let tv = Tensor::from_slice(&v, (s.kv_heads, n, s.d), device)?;
+            Some((tq, tk, tv, crate::attention::causal_bias(n, device)?))
+        } else {
+            None
+        };
+        let mut dense_t = Vec::new();
+        let mut dense_c = Vec::new();
+        let mut candle_t = Vec::new();
+        let mut focus_t = vec![Vec::new(); variants.len()];
+        let mut focus_c = vec![Vec::new(); variants.len()];
+        // Variants alternate within each repeat; with `warmup`, repeat 0 is not timed.
+        let first = usize::from(!cfg.warmup);
+        for rep in first..=cfg.repeats {
+            let keep = rep > 0;
+            if cpu {
+                let (ms, cpu) = timed(|| Ok(flash::causal_attention(&q, &k, &v, s)))?;
+                if keep {
+                    dense_t.push(ms);
+                    dense_c.extend(cpu);
+                }
+                for (vi, (_, _, masks)) in variants.iter().enumerate() {
+                    let (ms, cpu) = timed(|| Ok(topk::focus_attention(&q, &k, &v, s, masks, cfg.window)))?;
+                    if keep {
+                        focus_t[vi].push(ms);
+                        focus_c[vi].extend(cpu);
+                    }
+                }
+            }
+            if let Some((tq, tk, tv, causal)) = &candle_inputs {
+                let (ms, _) = timed(|| {
+                    let o = candle_attention(tq, tk, tv, causal)?;
+                    device.synchronize()?;
+                    Ok(o)
+                })?;
+                if keep {
+                    candle_t.push(ms);
+                }
+            }
+        }
+        let dense_ms = (!dense_t.is_empty()).then(|| median(dense_t.clone()));
+        let candle_ms = (!candle_t.is_empty()).then(|| median(candle_t.clone()));
+        let dense_cpu_ms = (!dense_c.is_empty()).then(|| median(dense_c.clone()));
+        for (vi, (g, kk, masks)) in variants.iter().enumerate() {
+            let pf = pairs_fraction(masks, cfg.window);
+            let focus_ms = (!focus_t[vi].is_empty()).then(|| median(focus_t[vi].clone()));
+            let speedup = dense_ms.zip(focus_ms).map(|(a, b)| a / b);
+            let focus_cpu_ms = (!focus_c[vi].is_empty()).then(|| median(focus_c[vi].clone()));
+            let speedup_cpu = dense_cpu_ms.zip(focus_cpu_ms).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
+            let row = AttentionRow {
+                n,
+                groups: *g,
+                k: *kk,
+                window: cfg.window,
+                heads: cfg.heads,
+                kv_heads: cfg.kv_heads,
+                head_dim: cfg.head_dim,
+                device: dev_name.clone(),
+                threads,
+                dense_ms,
+                focus_ms,
+                speedup,
+                pairs_fraction: pf,
+                bound: 1.0 / pf,
+                efficiency: speedup.map(|x| x * pf),
+                candle_ms,
+                dense_cpu_ms,
+                focus_cpu_ms,
+                speedup_cpu,
+            };
+            on_row(&row);
+            rows.push(row);
+        }
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn balanced_masks_have_equal_groups_and_k_bits() {
+        for (t, g, k) in [(1000, 8, 1), (1200, 4, 2), (700, 8, 3), (50, 6, 6)] {
+            let m = balanced_masks(t, g, k, 1).unwrap();
+            assert_eq!(m.len(), t);
+            assert!(m.iter().all(|x| x.count_ones() as usize == k && *x < 1 << g));
+            let sizes: Vec<usize> = (0..g).map(|b| m.iter().filter(|&&x| x >> b & 1 == 1).count()).collect();
+            let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+            // Whole rounds of all subsets are exactly balanced; the last partial round is sampled.
+            let per_round = k_subsets(g, k, usize::MAX).unwrap().len();
+            assert!(hi - lo <= per_round, "{sizes:?}");
+        }
+        assert!(balanced_masks(10, 4, 5, 0).is_err());
+        assert!(balanced_masks(10, 65, 1, 0).is_err());
+        // 1000 = 125 rounds of the 8 singletons: exactly balanced.
+        let m = balanced_masks(1000, 8, 1, 3).unwrap();
+        assert!((0..8).all(|b| m.iter().filter(|&&x| x == 1 << b).count() == 125));
+    }
+
+    #[test]
+    fn k_subsets_enumerates_all() {
+        let s = k_subsets(8, 3, 1000).unwrap();
+        assert_eq!(s.len(), 56);
+        let mut u = s.clone();
+        u.sort();
+        u.dedup();
+        assert_eq!(u.len(), 56);
+        assert!(k_subsets(64, 32, 1 << 16).is_none());
+        assert_eq!(k_subsets(64, 64, 10).unwrap(), vec![u64::MAX]);
+    }
+
+    #[test]
+    fn kept_pairs_matches_direct_count() {
+        let mut rng = StdRng::seed_from_u64(4);
+        for _ in 0..30 {
+            let t = rng.gen_range(1..300);
+            let g = rng.gen_range(1..=8);
+            let k = rng.gen_range(1..=g);
+            let w = rng.gen_range(0..50);
+            let masks = balanced_masks(t, g, k, rng.gen()).unwrap();
+            let mut direct = 0u64;
+            for i in 0..t {
+                for j in 0..=i {
+                    direct += (i - j <= w || masks[i] & masks[j] != 0) as u64;
+                }
+            }
+            assert_eq!(kept_pairs(&masks, w), direct);
+            let (a, b) = topk::pair_counts(&masks, w);
+            assert_eq!(a + b, direct);
+        }
+    }
+
+    #[test]
+    fn small_bench_runs_and_reports_every_variant() {
+        let cfg = AttentionBench { lengths: vec![200, 300], groups: vec![2, 4], ks: vec![1, 3], heads: 2, kv_heads: 1, head_dim: 16, repeats: 1, ..Default::default() };
+        let rows = run_attention_bench(&cfg, &Device::Cpu, |_| {}).unwrap();
+        // (K, k) pairs with k <= K: (2,1), (4,1), (4,3).
+        assert_eq!(rows.len(), 6);
+        for r in &rows {
+            assert!(r.dense_ms.unwrap() > 0.0 && r.focus_ms.unwrap() > 0.0 && r.candle_ms.unwrap() > 0.0);
+            assert!(r.pairs_fraction > 0.0 && r.pairs_fraction <= 1.0);
+        }
+        let bad = AttentionBench { heads: 3, kv_heads: 2, ..cfg.clone() };
+        assert!(run_attention_bench(&bad, &Device::Cpu, |_| {}).is_err());
+        let bad = AttentionBench { ks: vec![5], ..cfg };
+        assert!(run_attention_bench(&bad, &Device::Cpu, |_| {}).is_err());
+    }
+
+    /// The candle path computes the same attention as our dense kernel.
+    #[test]
+    fn candle_attention_equals_dense_kernel() {
+        let (h, hkv, t, d) = (4, 2, 70, 16);
+        let mut rng = StdRng::seed_from_u64(8);
+        let mut r = |n: usize| (0..n).map(|_| rng.gen::<f32>() * 2.0 - 1.0).collect::<Vec<f32>>();
+        let (q, k, v) = (r(h * t * d), r(hkv * t * d), r(hkv * t * d));
+        let dev = Device::Cpu;
+        let got = candle_attention(
+            &Tensor::from_slice(&q, (h, t, d), &dev).unwrap(),
+            &Tensor::from_slice(&k, (hkv, t, d), &dev).unwrap(),
+            &Tensor::from_slice(&v, (hkv, t, d), &dev).unwrap(),
+            &crate::attention::causal_bias(t, &dev).unwrap(),
+        )
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+        let want = flash::causal_attention(&q, &k, &v, Shape { heads: h, kv_heads: hkv, t, d });
+        let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(err < 1e-5, "{err}");
+    }
+}
