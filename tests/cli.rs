@@ -364,3 +364,20 @@ fn adapter_for_another_model_is_refused() {
     has(&line, &["adapter does not fit the model", "base_model.n_layers"]);
     assert!(!out.exists(), "a failed analyze wrote {}", out.display());
 }
+
+/// `focus-lens demo` prints the sample analysis; without a display, plain `focus-lens` says
+/// why there is no window and prints the same demo instead of failing.
+#[test]
+fn demo_and_no_display_fallback() {
+    let out = ok(["demo"]);
+    has(&out, &["Focus Lens:", "sample text:", "layer  dominance"]);
+    let o = Command::new(env!("CARGO_BIN_EXE_focus-lens"))
+        .env("FOCUS_LENS_MODEL", common::model_path())
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .expect("run focus-lens");
+    assert!(o.status.success(), "{}", stderr(&o));
+    has(&stderr(&o), &["no display", "focus-lens demo"]);
+    has(&stdout(&o), &["Focus Lens:", "layer  dominance"]);
+}

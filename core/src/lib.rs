@@ -4,10 +4,12 @@
 
 pub mod adapter;
 pub mod analysis;
+pub mod bench;
 pub mod attention;
 pub mod error;
 pub mod flash;
 pub mod gguf;
+pub mod inspect;
 pub mod io;
 pub mod kernels;
 pub mod model;
