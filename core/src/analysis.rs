@@ -6,8 +6,10 @@
 
 use crate::adapter::Adapter;
 use crate::attention::Mode;
+use crate::categories::{categorize_tokens, layer_profile, Category, LayerProfile, Piece};
 use crate::error::{Error, Result};
 use crate::model::{ForwardOptions, Model};
+use crate::projection::{layer_projection, Projection};
 use crate::router::LayerRouting;
 use crate::stats::{layer_stats, pair_stats, LayerStats, PairStats};
 use serde::{Deserialize, Serialize};
@@ -23,6 +25,10 @@ pub struct TokenInfo {
     pub end: usize,
     /// Index of the segment the token was analysed in.
     pub segment: usize,
+    /// Linguistic category of the word the token belongs to (`categories`).
+    pub category: Category,
+    /// Whether the token is its word's whole, first piece or a continuation.
+    pub piece: Piece,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -37,6 +43,8 @@ pub struct Analysis {
     pub segment_len: usize,
     pub tokens: Vec<TokenInfo>,
     pub layers: Vec<LayerStats>,
+    /// Per layer: what each centroid's group holds, by linguistic category.
+    pub profiles: Vec<LayerProfile>,
     /// Raw routing per layer (all segments concatenated), kept for views that need it.
     #[serde(skip)]
     pub routing: Vec<LayerRouting>,
@@ -114,19 +122,32 @@ pub fn analyze(
             st
         })
         .collect();
-    let tokens = enc
+    let special_ids = tok.special_ids();
+    let special: Vec<bool> = enc.ids.iter().map(|id| special_ids.contains(id)).collect();
+    let cats = categorize_tokens(text, &enc.offsets, &special);
+    let tokens: Vec<TokenInfo> = enc
         .ids
         .iter()
         .zip(&enc.offsets)
+        .zip(&cats)
         .enumerate()
-        .map(|(i, (&id, &(start, end)))| TokenInfo {
+        .map(|(i, ((&id, &(start, end)), c))| TokenInfo {
             id,
             text: text.get(start..end).map(str::to_string).unwrap_or_else(|| tok.token_text(id)),
             start,
             end,
             segment: i / seg,
+            category: c.category,
+            piece: c.piece,
         })
         .collect();
+    let texts: Vec<String> = tokens.iter().map(|t| t.text.clone()).collect();
+    let categories: Vec<Category> = tokens.iter().map(|t| t.category).collect();
+    let profiles = routing
+        .iter()
+        .enumerate()
+        .map(|(l, r)| layer_profile(l, r, &enc.ids, &texts, &categories))
+        .collect::<Result<Vec<_>>>()?;
     Ok(Analysis {
         model: model.config().name.clone(),
         adapter: adapter_name.to_string(),
@@ -137,6 +158,7 @@ pub fn analyze(
         segment_len: seg,
         tokens,
         layers,
+        profiles,
         routing,
     })
 }
@@ -169,5 +191,68 @@ impl Analysis {
             }
         }
         s
+    }
+
+    /// One row per (layer, centroid) with its category profile (by largest membership): token
+    /// count, label, top category, purity (empty for an empty group), the token count of every
+    /// category (`n_<category>`) and its membership mass (`mass_<category>`).
+    pub fn profiles_csv(&self) -> String {
+        let mut s = String::from("layer,group,tokens,label,top_category,purity");
+        for c in Category::ALL {
+            s += &format!(",n_{c}");
+        }
+        for c in Category::ALL {
+            s += &format!(",mass_{c}");
+        }
+        s.push('\n');
+        for p in &self.profiles {
+            for c in &p.centroids {
+                s += &format!(
+                    "{},{},{},{},{},{}",
+                    p.layer,
+                    c.group,
+                    c.tokens,
+                    csv_field(&c.label),
+                    c.top_category.map(|c| c.name()).unwrap_or(""),
+                    c.purity.map(|p| format!("{p:.6}")).unwrap_or_default()
+                );
+                c.by_category.iter().for_each(|n| s += &format!(",{n}"));
+                c.mass_by_category.iter().for_each(|m| s += &format!(",{m:.6}"));
+                s.push('\n');
+            }
+        }
+        s
+    }
+
+    /// One row per token: index, id, byte range, segment, category, piece and the token's text.
+    pub fn tokens_csv(&self) -> String {
+        let mut s = String::from("index,id,start,end,segment,category,piece,text\n");
+        for (i, t) in self.tokens.iter().enumerate() {
+            let piece = match t.piece {
+                Piece::Whole => "whole",
+                Piece::First => "first",
+                Piece::Continuation => "continuation",
+            };
+            s += &format!("{i},{},{},{},{},{},{piece},{}\n", t.id, t.start, t.end, t.segment, t.category, csv_field(&t.text));
+        }
+        s
+    }
+
+    /// The routing space of one layer (PCA of its routing vectors, with the adapter's centroids).
+    pub fn projection(&self, adapter: &Adapter, layer: usize) -> Result<Projection> {
+        let r = self
+            .routing
+            .get(layer)
+            .ok_or_else(|| Error::Invalid(format!("layer {layer} out of range (the analysis has {})", self.routing.len())))?;
+        layer_projection(r, adapter, layer)
+    }
+}
+
+/// A CSV field, quoted (RFC 4180) when it holds a comma, quote or line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
     }
 }

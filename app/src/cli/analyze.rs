@@ -19,9 +19,13 @@ pub struct Args {
     #[arg(long)]
     pub no_tokens: bool,
     pub file: PathBuf,
-    /// stats.json (everything) or stats.csv (one row per layer and group).
+    /// stats.json (everything) or stats.csv (one row per layer and group; the groups' category
+    /// profiles go to STEM.profiles.csv and per-token categories to STEM.tokens.csv beside it).
     #[arg(long)]
     pub out: PathBuf,
+    /// Print each layer's centroid labels (e.g. "punctuation 96%") to stdout.
+    #[arg(long)]
+    pub labels: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -43,11 +47,27 @@ pub fn run(a: Args) -> Result<()> {
     pb.finish_and_clear();
     let bytes = if ext == "json" { serde_json::to_vec_pretty(&an)? } else { an.to_csv().into_bytes() };
     focus_core::io::write_atomic(&a.out, &bytes).with_context(|| format!("writing {}", a.out.display()))?;
+    if ext == "csv" {
+        for (suffix, csv) in [("profiles.csv", an.profiles_csv()), ("tokens.csv", an.tokens_csv())] {
+            let out = a.out.with_extension(suffix);
+            focus_core::io::write_atomic(&out, csv.as_bytes()).with_context(|| format!("writing {}", out.display()))?;
+            eprintln!("wrote {}", out.display());
+        }
+    }
     let segs = an.tokens.len().div_ceil(an.segment_len);
     eprintln!("{} tokens in {segs} segment(s) of <= {} tokens; {} layers", an.tokens.len(), an.segment_len, an.layers.len());
     println!("layer  dominance  confidence  pairs_retained");
     for l in &an.layers {
         println!("{:>5}  {:>9.3}  {:>10.3}  {:>14.3}", l.layer, l.dominance, l.mean_confidence, l.pairs.retained);
+    }
+    if a.labels {
+        for p in &an.profiles {
+            println!("layer {:>2}:", p.layer);
+            for c in &p.centroids {
+                let top: Vec<String> = c.top_tokens.iter().take(5).map(|t| format!("{:?}", t.text)).collect();
+                println!("  group {:>2} ({:>5} tokens)  {:<36} {}", c.group, c.tokens, c.label, top.join(" "));
+            }
+        }
     }
     eprintln!("wrote {}", a.out.display());
     Ok(())

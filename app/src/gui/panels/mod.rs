@@ -21,6 +21,7 @@ pub struct PanelState {
     pub tokens: tokens::TokenLayout,
     pub side: tokens::TokenLayout,
     pub mask: mask::MaskView,
+    pub routing: routing::RoutingView,
     /// Scroll to this token in the token view on the next frame.
     pub scroll_to: Option<usize>,
 }
