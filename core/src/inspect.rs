@@ -17,7 +17,8 @@ use crate::router::LayerRouting;
 use candle_core::Tensor;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// What layer `layer` sees: its normalised input and its heads, after RoPE.
+/// What layer `layer` sees: its heads (after RoPE) and its routing.
+#[derive(Debug)]
 pub struct LayerInputs {
     pub layer: usize,
     /// (H, T, D)

@@ -92,7 +92,8 @@ pub fn view_svg(app: &FocusLensApp, res: &AnalysisResult) -> Result<String, Stri
             Some(b) if !b.rows.is_empty() => speed_svg(b, res),
             _ => return Err("no benchmark results yet: run the benchmark first".into()),
         },
-        Tab::Categories | Tab::Routing => return Err(format!("the {} view has no SVG export in this build", app.settings.tab.label())),
+        Tab::Categories => categories_svg(res, layer)?,
+        Tab::Routing => routing_svg(res, layer)?,
     })
 }
 
@@ -298,4 +299,68 @@ pub fn save_png(img: &egui::ColorImage, rect: egui::Rect, ppp: f32, path: &Path)
     let mut bytes = Vec::new();
     out.write_to(&mut std::io::Cursor::new(&mut bytes), image::ImageFormat::Png).map_err(|e| format!("PNG encoding: {e}"))?;
     focus_core::io::write_atomic(path, &bytes).map_err(|e| e.to_string())
+}
+
+/// The K x category matrix of one layer with purity and labels.
+pub fn categories_svg(res: &AnalysisResult, layer: usize) -> Result<String, String> {
+    let p = res.analysis.profiles.get(layer).ok_or("no category profile for this layer")?;
+    let (cell_w, cell_h, left, top) = (70.0, 22.0, 60.0, 60.0);
+    let ncat = p.categories.len();
+    let width = left + cell_w * (ncat as f64 + 1.0) + 260.0;
+    let height = top + cell_h * (p.centroids.len() as f64 + 1.0);
+    let mut s = Svg::new(width, height);
+    s.text(10.0, 20.0, &format!("layer {layer}: tokens per group (largest membership) by category"), 14.0, "black", "start");
+    for (c, cat) in p.categories.iter().enumerate() {
+        s.text(left + cell_w * (c as f64 + 0.5), top - 8.0, cat.name(), 10.0, "black", "middle");
+    }
+    s.text(left + cell_w * (ncat as f64 + 0.5), top - 8.0, "purity", 10.0, "black", "middle");
+    for (r, c) in p.centroids.iter().enumerate() {
+        let y = top + r as f64 * cell_h;
+        s.rect(10.0, y + 3.0, 40.0, cell_h - 6.0, &palette::hex(palette::group(c.group)), None);
+        s.text(30.0, y + cell_h * 0.7, &format!("g{}", c.group), 11.0, "black", "middle");
+        let max = c.by_category.iter().cloned().max().unwrap_or(0).max(1) as f64;
+        for (k, &n) in c.by_category.iter().enumerate() {
+            let shade = 255.0 - 155.0 * n as f64 / max;
+            let fill = format!("#{0:02x}{0:02x}ff", shade as u8);
+            s.rect(left + cell_w * k as f64, y, cell_w, cell_h, &fill, Some("#ffffff"));
+            s.text(left + cell_w * (k as f64 + 0.5), y + cell_h * 0.7, &n.to_string(), 11.0, "black", "middle");
+        }
+        let pur = c.purity.map(|p| format!("{:.0}%", 100.0 * p)).unwrap_or_else(|| "-".into());
+        s.text(left + cell_w * (ncat as f64 + 0.5), y + cell_h * 0.7, &pur, 11.0, "black", "middle");
+        s.text(left + cell_w * (ncat as f64 + 1.0) + 10.0, y + cell_h * 0.7, &c.label, 11.0, "black", "start");
+    }
+    Ok(s.finish())
+}
+
+/// The routing space of one layer: tokens coloured by group, centroids outlined.
+pub fn routing_svg(res: &AnalysisResult, layer: usize) -> Result<String, String> {
+    let p = res.analysis.projection(&res.adapter, layer).map_err(|e| e.to_string())?;
+    let all = p.points.iter().chain(&p.centroids);
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY);
+    for q in all {
+        x0 = x0.min(q[0]);
+        x1 = x1.max(q[0]);
+        y0 = y0.min(q[1]);
+        y1 = y1.max(q[1]);
+    }
+    let span = (x1 - x0).max(y1 - y0).max(1e-9);
+    let (size, m) = (600.0, 40.0);
+    let px = |x: f64| m + (x - x0) / span * size;
+    let py = |y: f64| m + size - (y - y0) / span * size;
+    let mut s = Svg::new(size + 2.0 * m + 200.0, size + 2.0 * m);
+    s.text(10.0, 20.0, &format!("layer {layer}: routing vectors on their two principal axes ({:.0}% / {:.0}% of the variance)", 100.0 * p.explained[0], 100.0 * p.explained[1]), 13.0, "black", "start");
+    for (i, q) in p.points.iter().enumerate() {
+        let g = res.argmax[layer].get(i).cloned().unwrap_or(0) as usize;
+        s.circle(px(q[0]), py(q[1]), 1.8, &palette::hex(palette::group(g)));
+    }
+    for (g, q) in p.centroids.iter().enumerate() {
+        s.rect(px(q[0]) - 5.0, py(q[1]) - 5.0, 10.0, 10.0, &palette::hex(palette::group(g)), Some("#000000"));
+        s.text(px(q[0]) + 8.0, py(q[1]) + 4.0, &format!("c{g}"), 11.0, "black", "start");
+    }
+    for g in 0..res.groups() {
+        let y = m + 18.0 * g as f64;
+        s.rect(size + 2.0 * m, y, 10.0, 10.0, &palette::hex(palette::group(g)), None);
+        s.text(size + 2.0 * m + 14.0, y + 9.0, &format!("g{g} {}", res.labels[layer][g]), 10.0, "black", "start");
+    }
+    Ok(s.finish())
 }

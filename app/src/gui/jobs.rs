@@ -141,7 +141,16 @@ pub fn analyze(job: AnalysisJob, h: &Handle) -> Result<AnalysisResult, String> {
         .iter()
         .map(|l| l.tokens.as_ref().map(|t| t.iter().map(|r| r.top.iter().fold(0u64, |m, &g| m | 1 << g)).collect()).unwrap_or_default())
         .collect();
-    let labels = argmax.iter().map(|a| group_labels(&analysis.tokens, a, groups)).collect();
+    // Labels by linguistic category ("punctuation 96%") from the analysis' centroid profiles;
+    // the most frequent token where a layer has no profile.
+    let labels = argmax
+        .iter()
+        .enumerate()
+        .map(|(l, a)| match analysis.profiles.get(l) {
+            Some(p) if p.centroids.len() == groups => p.centroids.iter().map(|c| c.label.clone()).collect(),
+            _ => group_labels(&analysis.tokens, a, groups),
+        })
+        .collect();
     Ok(AnalysisResult {
         key: job.key,
         analysis,
@@ -188,7 +197,7 @@ pub fn partners(res: &AnalysisResult, i: usize, layer: usize, head: usize, h: &H
     let start = i / seg * seg;
     let end = (start + seg).min(an.tokens.len());
     let ids: Vec<u32> = an.tokens[start..end].iter().map(|t| t.id).collect();
-    let w = focus_core::inspect::query_attention(&res.model, Some(&res.adapter), &ids, res.key.params.mode(), layer, head, i - start, Some(&h.cancel))
+    let w = focus_core::inspect::query_attention(&res.model, Some(res.adapter.as_ref()), &ids, res.key.params.mode(), layer, head, i - start, Some(&h.cancel))
         .map_err(err)?;
     let masks = &res.masks[layer];
     let window = res.window();

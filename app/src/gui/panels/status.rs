@@ -9,7 +9,7 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         let mut dismiss = None;
         for (n, e) in app.errors.iter().enumerate() {
             ui.horizontal(|ui| {
-                ui.colored_label(egui::Color32::from_rgb(200, 30, 30), format!("⚠ {e}"));
+                ui.colored_label(egui::Color32::from_rgb(200, 30, 30), format!("Error: {e}"));
                 if ui.small_button("dismiss").clicked() {
                     dismiss = Some(n);
                 }

@@ -30,7 +30,7 @@ pub struct TokenLayout {
 /// What a token shows: newlines and tabs as visible marks, blanks as middle dots.
 pub fn display_text(s: &str) -> String {
     if s.is_empty() {
-        return "∅".into();
+        return "[]".into();
     }
     if s.trim().is_empty() {
         return s.chars().map(|c| if c == '\n' { '¶' } else if c == '\t' { '»' } else { '·' }).collect();
