@@ -132,6 +132,24 @@ fn gui_end_to_end() {
     assert!(tok_svg.contains("cat") && tok_svg.contains("layer 7"));
     assert!(std::fs::read_to_string(dir.path().join("focus-lens-mask-layer7.svg")).unwrap().contains("retained"));
 
+    // The speed panel's benchmark runs in the background and exports its plots.
+    h.get_by_label("Speed").click();
+    h.step();
+    h.state_mut().settings.bench_lengths = "64,160".into();
+    h.get_by_label("Run benchmark").click();
+    settle(&mut h);
+    no_errors(&h);
+    {
+        let b = h.state().bench.as_ref().expect("benchmark state");
+        assert!(b.error.is_none(), "{:?}", b.error);
+        assert_eq!(b.rows.iter().map(|r| r.tokens).collect::<Vec<_>>(), vec![64, 160]);
+        assert!(b.rows.iter().all(|r| r.dense_s > 0.0 && r.topk_s > 0.0));
+        assert!(b.settings.contains("threads"));
+    }
+    click_menu(&mut h, "Export", "Current view as SVG…");
+    no_errors(&h);
+    assert!(std::fs::read_to_string(dir.path().join("focus-lens-speed-layer7.svg")).unwrap().contains("theoretical K/k"));
+
     // Click a distant token: its long-range partners with exact attention weights.
     h.get_by_label("Tokens").click();
     h.step();
@@ -276,4 +294,40 @@ fn scrolling_10k_tokens_stays_fast() {
     }
     eprintln!("frame times while scrolling {n} tokens (egui pass incl. tessellation, no GPU):\n{}", report.join("\n"));
     assert_eq!(h.state().result.as_ref().unwrap().tokens(), n, "the tiled result stays (no re-analysis)");
+}
+
+/// Settings survive a round trip through eframe's storage format (RON via serde).
+#[test]
+fn settings_persist() {
+    let mut s = Settings::default();
+    s.text = Some("/tmp/x.txt".into());
+    s.remember(InputKind::Text, "/tmp/x.txt".into());
+    s.params.mode = ModeChoice::Soft;
+    s.layer = 12;
+    s.tab = Tab::Mask;
+    let json = serde_json::to_string(&s).unwrap();
+    let back: Settings = serde_json::from_str(&json).unwrap();
+    assert_eq!((back.text, back.params, back.layer, back.tab), (s.text.clone(), s.params.clone(), 12, Tab::Mask));
+    assert_eq!(back.recent, s.recent);
+    // Older or partial stored settings fall back to defaults field by field.
+    let partial: Settings = serde_json::from_str(r#"{"layer": 3}"#).unwrap();
+    assert_eq!((partial.layer, partial.params.max_tokens), (3, Settings::default().params.max_tokens));
+}
+
+/// PNG export crops the screenshot to the view (points to pixels) and writes a valid PNG.
+#[test]
+fn png_export_crops_the_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, h) = (40usize, 30usize);
+    let pixels = (0..w * h).map(|n| if n % w >= 10 { egui::Color32::RED } else { egui::Color32::BLUE }).collect();
+    let img = egui::ColorImage::new([w, h], pixels);
+    let path = dir.path().join("view.png");
+    // Points (5, 0)-(20, 10) at 2 pixels per point: pixels (10, 0)-(40, 20).
+    let rect = egui::Rect::from_min_max(egui::pos2(5.0, 0.0), egui::pos2(20.0, 10.0));
+    focus_lens::gui::export::save_png(&img, rect, 2.0, &path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+    let height = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+    assert_eq!((width, height), (30, 20));
 }

@@ -291,8 +291,11 @@ impl FocusLensApp {
 
     /// A load failed: show why and go back to what was loaded before (the app keeps running).
     fn load_failed(&mut self, kind: InputKind, e: String) {
-        let what = self.settings.path(kind).as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| format!("the default {}", kind.label()));
-        self.errors.push(format!("cannot open {} {what}: {e}", kind.label()));
+        let what = match self.settings.path(kind) {
+            Some(p) => format!("{} {}", kind.label(), p.display()),
+            None => format!("the default {}", kind.label()),
+        };
+        self.errors.push(format!("cannot open {what}: {e}"));
         let previous = match kind {
             InputKind::Model => self.model.as_ref().map(|m| m.path.clone()),
             InputKind::Adapter => self.adapter.as_ref().map(|a| a.path.clone()),

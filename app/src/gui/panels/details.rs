@@ -5,7 +5,7 @@ use crate::gui::app::FocusLensApp;
 use crate::gui::palette;
 
 pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
-    egui::Panel::right("details").default_size(280.0).show(ui, |ui| {
+    egui::Panel::right("details").min_size(300.0).show(ui, |ui| {
         let Some(res) = app.result.clone() else { return };
         let layer = app.settings.layer.min(res.layers() - 1);
         let shown = app.hovered.or(app.selected);
