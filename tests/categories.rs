@@ -197,3 +197,35 @@ fn cli_prints_labels_and_writes_category_csvs() {
     let tokens = std::fs::read_to_string(tmp.path().join("stats.tokens.csv")).unwrap();
     assert!(tokens.lines().nth(1).unwrap().contains(",noun,"), "{}", tokens.lines().nth(1).unwrap());
 }
+
+/// The routing-space PCA against an independent reference: numpy.linalg.eigh in f64
+/// (tests/fixtures/pca_reference.json, made by scripts/gen-pca-reference.py).
+#[test]
+fn pca_matches_numpy() {
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(common::fixture("pca_reference.json")).unwrap()).unwrap();
+    let f32s = |key: &str| -> Vec<f32> { r[key].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect() };
+    let f64s = |v: &serde_json::Value| -> Vec<f64> { v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect() };
+    let (t, d, k) = (r["t"].as_u64().unwrap() as usize, r["d"].as_u64().unwrap() as usize, r["k"].as_u64().unwrap() as usize);
+    let p = focus_core::projection::pca_2d(&f32s("vectors"), t, d, &f32s("centroids"), k).unwrap();
+    let close = |a: f64, b: f64, what: &str| assert!((a - b).abs() <= 1e-9 * (1.0 + b.abs()), "{what}: {a} vs numpy {b}");
+    for (i, (a, b)) in p.eigenvalues.iter().zip(f64s(&r["eigenvalues"])).enumerate() {
+        close(*a, b, &format!("eigenvalue {i}"));
+    }
+    for a in 0..2 {
+        close(p.explained[a], f64s(&r["explained"])[a], "explained");
+        for (j, b) in f64s(&r["axes"][a]).into_iter().enumerate() {
+            close(p.axes[a][j], b, &format!("axis {a}[{j}]"));
+        }
+    }
+    for (i, row) in r["points"].as_array().unwrap().iter().enumerate() {
+        let b = f64s(row);
+        close(p.points[i][0], b[0], "point x");
+        close(p.points[i][1], b[1], "point y");
+    }
+    for (i, row) in r["centroid_points"].as_array().unwrap().iter().enumerate() {
+        let b = f64s(row);
+        close(p.centroids[i][0], b[0], "centroid x");
+        close(p.centroids[i][1], b[1], "centroid y");
+    }
+}

@@ -25,9 +25,12 @@ pub struct TokenInfo {
     pub end: usize,
     /// Index of the segment the token was analysed in.
     pub segment: usize,
-    /// Linguistic category of the word the token belongs to (`categories`).
+    /// Linguistic category of the word the token belongs to (`categories`); `other` when reading
+    /// an export written before categories existed.
+    #[serde(default)]
     pub category: Category,
     /// Whether the token is its word's whole, first piece or a continuation.
+    #[serde(default)]
     pub piece: Piece,
 }
 
@@ -43,7 +46,9 @@ pub struct Analysis {
     pub segment_len: usize,
     pub tokens: Vec<TokenInfo>,
     pub layers: Vec<LayerStats>,
-    /// Per layer: what each centroid's group holds, by linguistic category.
+    /// Per layer: what each centroid's group holds, by linguistic category (empty when reading an
+    /// export written before categories existed).
+    #[serde(default)]
     pub profiles: Vec<LayerProfile>,
     /// Raw routing per layer (all segments concatenated), kept for views that need it.
     #[serde(skip)]

@@ -18,7 +18,7 @@ pub use words::{word_category, word_category_after};
 
 use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Category {
     Punctuation,
@@ -34,6 +34,7 @@ pub enum Category {
     Adverb,
     Number,
     /// Whitespace, special tokens, interjections.
+    #[default]
     Other,
 }
 
@@ -86,10 +87,11 @@ impl std::fmt::Display for Category {
 }
 
 /// Where a token sits in its word.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Piece {
     /// The token covers the whole word (or is whitespace / special).
+    #[default]
     Whole,
     /// The first of several tokens of one word.
     First,

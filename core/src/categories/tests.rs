@@ -84,6 +84,13 @@ fn specials_and_bad_ranges_are_other() {
 }
 
 #[test]
+fn exports_without_categories_still_load() {
+    let t: crate::analysis::TokenInfo =
+        serde_json::from_str(r#"{"id": 5, "text": " a", "start": 0, "end": 2, "segment": 0}"#).unwrap();
+    assert_eq!((t.category, t.piece), (Category::Other, Piece::Whole));
+}
+
+#[test]
 fn names_round_trip() {
     for c in Category::ALL {
         assert_eq!(Category::from_name(c.name()), Some(c));
@@ -133,6 +140,8 @@ fn left_context_settles_noun_verb_ambiguity() {
     assert_eq!(find("the limited remnant", "limited"), Adjective);
     // Closed-class words are never re-read (This was -> was stays a verb).
     assert_eq!(find("This was the page.", "was"), Verb);
+    // Names stay names (bath is also a verb).
+    assert_eq!(find("They went to Bath.", "Bath"), Noun);
     // Punctuation between the words cuts the context.
     assert_eq!(find("much, hope", "hope"), Verb);
 }

@@ -28,55 +28,59 @@ fn is_apostrophe(c: char) -> bool {
     c == '\'' || c == '\u{2019}'
 }
 
+/// Combining diacritics (decomposed "é"): they stay inside a word.
+fn is_combining(c: char) -> bool {
+    ('\u{300}'..='\u{36f}').contains(&c)
+}
+
 /// Splits `text` into consecutive segments covering every byte.
 pub fn segments(text: &str) -> Vec<Segment> {
-    let chars: Vec<(usize, char)> = text.char_indices().collect();
-    let at = |i: usize| chars.get(i).map(|&(_, c)| c);
-    let pos = |i: usize| chars.get(i).map_or(text.len(), |&(b, _)| b);
+    let at = |b: usize| text.get(b..).and_then(|s| s.chars().next());
     let mut out = Vec::new();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i].1;
-        let start = i;
+    let mut b = 0;
+    while let Some(c) = at(b) {
+        let start = b;
         let kind = if c.is_whitespace() {
-            while at(i).is_some_and(char::is_whitespace) {
-                i += 1;
+            while let Some(c) = at(b).filter(|c| c.is_whitespace()) {
+                b += c.len_utf8();
             }
             SegKind::Space
         } else if c.is_ascii_digit() {
-            while let Some(c) = at(i) {
-                let joins = (c == ',' || c == '.') && at(i + 1).is_some_and(|d| d.is_ascii_digit()) && i > start;
+            while let Some(c) = at(b) {
+                // ',' and '.' are one byte, so b + 1 is the next character.
+                let joins = b > start && (c == ',' || c == '.') && at(b + 1).is_some_and(|d| d.is_ascii_digit());
                 if c.is_ascii_digit() || joins {
-                    i += 1;
+                    b += c.len_utf8();
                 } else {
                     break;
                 }
             }
             // Ordinal or unit suffix glued to the digits (15th, 2nd) stays in the number.
-            while at(i).is_some_and(char::is_alphabetic) {
-                i += 1;
+            while let Some(c) = at(b).filter(|c| c.is_alphabetic()) {
+                b += c.len_utf8();
             }
             SegKind::Number
         } else if c.is_alphanumeric() {
-            while let Some(c) = at(i) {
+            let mut prev = c;
+            while let Some(c) = at(b) {
                 let inner = (is_apostrophe(c) || c == '-')
-                    && at(i + 1).is_some_and(char::is_alphabetic)
-                    && at(i - 1).is_some_and(char::is_alphanumeric);
-                // Combining diacritics (decomposed "é") stay inside the word.
-                if c.is_alphanumeric() || inner || ('\u{300}'..='\u{36f}').contains(&c) {
-                    i += 1;
+                    && (prev.is_alphanumeric() || is_combining(prev))
+                    && at(b + c.len_utf8()).is_some_and(char::is_alphabetic);
+                if c.is_alphanumeric() || inner || is_combining(c) {
+                    b += c.len_utf8();
+                    prev = c;
                 } else {
                     break;
                 }
             }
             SegKind::Word
         } else {
-            while at(i).is_some_and(|c| !c.is_whitespace() && !c.is_alphanumeric()) {
-                i += 1;
+            while let Some(c) = at(b).filter(|c| !c.is_whitespace() && !c.is_alphanumeric()) {
+                b += c.len_utf8();
             }
             SegKind::Punct
         };
-        out.push(Segment { kind, start: pos(start), end: pos(i) });
+        out.push(Segment { kind, start, end: b });
     }
     out
 }
@@ -118,7 +122,9 @@ pub fn word_category_after(lex: &Lexicon, word: &str, initial: bool, prev: Optio
     let Some((pw, pc)) = prev else { return c };
     let pw = pw.to_lowercase();
     let lower = word.to_lowercase();
-    if closed_class(&lower).is_some() {
+    let mut cs = word.chars();
+    let name = !initial && cs.next().is_some_and(char::is_uppercase) && cs.any(char::is_lowercase);
+    if name || closed_class(&lower).is_some() {
         return c;
     }
     let key = if lex.knows(&lower) { lower.clone() } else { american(&lower).unwrap_or(lower.clone()) };
