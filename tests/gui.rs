@@ -331,3 +331,23 @@ fn png_export_crops_the_view() {
     let height = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
     assert_eq!((width, height), (30, 20));
 }
+
+/// Dropped paths are opened as what they look like.
+#[test]
+fn dropped_files_are_classified() {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("ad");
+    std::fs::create_dir(&adapter).unwrap();
+    std::fs::write(adapter.join("adapter_config.json"), "{}").unwrap();
+    let hf = dir.path().join("hf");
+    std::fs::create_dir(&hf).unwrap();
+    std::fs::write(hf.join("config.json"), "{}").unwrap();
+    assert_eq!(FocusLensApp::classify(&adapter), InputKind::Adapter);
+    assert_eq!(FocusLensApp::classify(&adapter.join("adapter_config.json")), InputKind::Adapter);
+    assert_eq!(FocusLensApp::classify(&hf), InputKind::Model);
+    assert_eq!(FocusLensApp::classify(Path::new("/x/model.GGUF")), InputKind::Model);
+    assert_eq!(FocusLensApp::classify(Path::new("/x/notes.txt")), InputKind::Text);
+    let mut app = FocusLensApp::new(Settings::default());
+    app.open_dropped(adapter.join("adapter_config.json"));
+    assert_eq!(app.settings.adapter, Some(adapter));
+}

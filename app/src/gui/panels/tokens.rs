@@ -182,6 +182,19 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         if resp.clicked() {
             clicked = Some(hovered);
         }
+        if let Some(i) = hovered {
+            let tip = match res.token_routing(layer, i) {
+                Some(r) => format!(
+                    "#{i} {:?}: groups {:?}, confidence {:.3}, {}",
+                    res.analysis.tokens[i].text,
+                    r.top,
+                    r.confidence,
+                    crate::gui::panels::categories::category_of(&res, i)
+                ),
+                None => format!("#{i}"),
+            };
+            resp.on_hover_text_at_pointer(tip);
+        }
     });
     app.hovered = hovered;
     if let Some(c) = clicked {
