@@ -256,7 +256,7 @@ impl FocusLensApp {
             Msg::Mask(Some(img)) => self.panels.mask.receive(img),
             Msg::Mask(None) => {}
             Msg::Bench(r) => {
-                let b = self.bench.get_or_insert(BenchState { rows: Vec::new(), settings: String::new(), error: None });
+                let b = self.bench.get_or_insert_with(BenchState::default);
                 match r {
                     Ok((rows, settings)) => {
                         b.rows = rows;
@@ -392,8 +392,9 @@ impl FocusLensApp {
         };
         let repeats = self.settings.bench_repeats.max(1);
         let device = self.settings.params.device;
-        self.bench.get_or_insert(BenchState { rows: Vec::new(), settings: String::new(), error: None }).error = None;
-        self.worker.spawn(TaskKind::Bench, move |h| Msg::Bench(jobs::bench(&res, lengths, repeats, device, h)));
+        let live = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        self.bench = Some(BenchState { live: live.clone(), ..Default::default() });
+        self.worker.spawn(TaskKind::Bench, move |h| Msg::Bench(jobs::bench(&res, lengths, repeats, device, &live, h)));
     }
 
     /// Collects finished background work and starts what is needed. Called every frame (and by

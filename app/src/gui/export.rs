@@ -89,7 +89,7 @@ pub fn view_svg(app: &FocusLensApp, res: &AnalysisResult) -> Result<String, Stri
             None => return Err("the mask image is still being built: try again in a moment".into()),
         },
         Tab::Speed => match &app.bench {
-            Some(b) if !b.rows.is_empty() => speed_svg(b, res),
+            Some(b) if !b.current_rows().is_empty() => speed_svg(b, res),
             _ => return Err("no benchmark results yet: run the benchmark first".into()),
         },
         Tab::Categories => categories_svg(res, layer)?,
@@ -239,7 +239,8 @@ pub fn mask_svg(m: &MaskImage, res: &AnalysisResult, max_side: usize) -> String 
 
 pub fn speed_svg(b: &BenchState, res: &AnalysisResult) -> String {
     let kk = res.groups() as f64 / res.key.params.k as f64;
-    let pts = |f: fn(&focus_core::bench::BenchRow) -> f64| b.rows.iter().map(|r| (r.tokens as f64, f(r))).collect::<Vec<_>>();
+    let rows = b.current_rows();
+    let pts = |f: fn(&focus_core::bench::BenchRow) -> f64| rows.iter().map(|r| (r.tokens as f64, f(r))).collect::<Vec<_>>();
     let time = line_chart(
         "prefill time",
         "tokens",

@@ -296,7 +296,15 @@ pub fn machine() -> String {
 
 /// The speed panel's data source: prefill time, dense vs Focus top-k, over lengths. One
 /// function so that the panel can later point at other kernels' benchmarks.
-pub fn bench(res: &AnalysisResult, lengths: Vec<usize>, repeats: usize, device: DeviceChoice, h: &Handle) -> Result<(Vec<BenchRow>, String), String> {
+/// Each finished length is also pushed to `live`, so the panel can plot rows as they come.
+pub fn bench(
+    res: &AnalysisResult,
+    lengths: Vec<usize>,
+    repeats: usize,
+    device: DeviceChoice,
+    live: &std::sync::Mutex<Vec<BenchRow>>,
+    h: &Handle,
+) -> Result<(Vec<BenchRow>, String), String> {
     let base: Vec<u32> = res.analysis.tokens.iter().map(|t| t.id).collect();
     let k = res.key.params.k;
     let opts = BenchOptions { lengths, repeats, k, cancel: Some(&h.cancel) };
@@ -308,6 +316,11 @@ pub fn bench(res: &AnalysisResult, lengths: Vec<usize>, repeats: usize, device: 
         res.groups(),
         res.window()
     );
-    let rows = forward_bench(&res.model, &res.adapter, &base, &opts, |d, t| h.set_progress(d, t, "forward passes"), |_| {}).map_err(err)?;
+    let rows = forward_bench(&res.model, &res.adapter, &base, &opts, |d, t| h.set_progress(d, t, "forward passes"), |r| {
+        if let Ok(mut v) = live.lock() {
+            v.push(r.clone());
+        }
+    })
+    .map_err(err)?;
     Ok((rows, settings))
 }

@@ -289,8 +289,22 @@ pub struct Partners {
     pub local_mass: f32,
 }
 
+#[derive(Default)]
 pub struct BenchState {
+    /// The finished benchmark's rows.
     pub rows: Vec<BenchRow>,
+    /// Rows as they finish, shared with the running task (shown while it runs or after a cancel).
+    pub live: std::sync::Arc<std::sync::Mutex<Vec<BenchRow>>>,
     pub settings: String,
     pub error: Option<String>,
+}
+
+impl BenchState {
+    /// The rows to show: the finished run's, else those measured so far.
+    pub fn current_rows(&self) -> Vec<BenchRow> {
+        if !self.rows.is_empty() {
+            return self.rows.clone();
+        }
+        self.live.lock().map(|v| v.clone()).unwrap_or_default()
+    }
 }

@@ -41,12 +41,15 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     if let Some(e) = &b.error {
         ui.colored_label(egui::Color32::from_rgb(200, 30, 30), e);
     }
-    if b.rows.is_empty() {
+    let rows = b.current_rows();
+    if rows.is_empty() {
         return;
+    }
+    if b.rows.is_empty() {
+        ui.label(format!("{} length(s) measured so far", rows.len()));
     }
     ui.label(&b.settings);
     let h = (ui.available_height() - 20.0).max(150.0);
-    let rows = b.rows.clone();
     ui.columns(2, |cols| {
         cols[0].label("seconds per prefill");
         Plot::new("bench_time").height(h).legend(Legend::default()).x_axis_label("tokens").y_axis_label("s").include_y(0.0).show(&mut cols[0], |p| {
