@@ -386,3 +386,20 @@ fn bench_attention_rows_and_errors() {
     has(&fails(["bench", "attention", "--heads", "6", "--kv-heads", "4"]), &["multiple of kv-heads"]);
     has(&fails(["bench", "attention", "--device", "tpu"]), &["unknown device"]);
 }
+
+/// `focus-lens demo` prints the sample analysis; without a display, plain `focus-lens` says
+/// why there is no window and prints the same demo instead of failing.
+#[test]
+fn demo_and_no_display_fallback() {
+    let out = ok(["demo"]);
+    has(&out, &["Focus Lens:", "sample text:", "layer  dominance"]);
+    let o = Command::new(env!("CARGO_BIN_EXE_focus-lens"))
+        .env("FOCUS_LENS_MODEL", common::model_path())
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .expect("run focus-lens");
+    assert!(o.status.success(), "{}", stderr(&o));
+    has(&stderr(&o), &["no display", "focus-lens demo"]);
+    has(&stdout(&o), &["Focus Lens:", "layer  dominance"]);
+}

@@ -1,9 +1,7 @@
-//! focus-lens: the Focus Lens command line (the desktop GUI comes in a later release).
-
-mod cli;
+//! focus-lens: the Focus Lens desktop app and command line.
 
 fn main() {
-    if let Err(e) = cli::run() {
+    if let Err(e) = focus_lens::cli::run() {
         // One clear line and a non-zero exit; the chain of causes joined with ": ".
         let msg = format!("{e:#}");
         eprintln!("error: {}", msg.lines().next().unwrap_or("unknown error"));

@@ -4,6 +4,7 @@
 
 pub mod adapter;
 pub mod analysis;
+pub mod bench;
 pub mod attention;
 pub mod bench;
 pub mod categories;
@@ -11,6 +12,7 @@ pub mod error;
 pub mod eval;
 pub mod flash;
 pub mod gguf;
+pub mod inspect;
 pub mod io;
 pub mod kernels;
 pub mod model;

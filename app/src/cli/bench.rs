@@ -4,7 +4,8 @@
 use super::common::{load_adapter, print_json, ModelArgs};
 use anyhow::{Context, Result};
 use candle_core::{quantized::QMatMul, Module, Tensor};
-use focus_core::{gguf::GgufFile, model::ForwardOptions, Adapter, AdapterSpec, Mode};
+use focus_core::bench::{forward_bench, BenchOptions};
+use focus_core::{gguf::GgufFile, Adapter, AdapterSpec};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -55,36 +56,18 @@ pub fn forward(a: ForwardArgs) -> Result<()> {
         anyhow::bail!("--lengths {bad} must be in 1..={} (the model's context)", model.config().context);
     }
     let threads = rayon::current_num_threads();
-    let mut rows = Vec::new();
-    for &n in &a.lengths {
-        let ids: Vec<u32> = base.iter().cycle().take(n).cloned().collect();
-        let modes = [Mode::Dense, Mode::TopK(k)];
-        let mut times = vec![Vec::new(); modes.len()];
-        for rep in 0..=a.repeats.max(1) {
-            for (m, &mode) in modes.iter().enumerate() {
-                let opts = ForwardOptions { logits_from: n - 1, ..ForwardOptions::new(mode, Some(&adapter)) };
-                let t0 = Instant::now();
-                model.decoder.forward(&ids, &opts).with_context(|| format!("{mode} forward at {n} tokens"))?;
-                if rep > 0 {
-                    times[m].push(t0.elapsed().as_secs_f64());
-                }
-            }
-        }
-        let dense = median(times[0].clone());
-        let topk = median(times[1].clone());
-        rows.push(serde_json::json!({
-            "tokens": n, "dense_s": dense, "topk_s": topk, "k": k, "groups": adapter.config.groups,
-            "window": adapter.config.window,
-            "dense_tokens_per_s": n as f64 / dense, "topk_tokens_per_s": n as f64 / topk,
-            "topk_over_dense_speed": dense / topk,
-        }));
-        if !a.json {
+    let opts = BenchOptions { lengths: a.lengths.clone(), repeats: a.repeats, k, cancel: None };
+    let quiet = a.json;
+    let rows = forward_bench(&model, &adapter, &base, &opts, |_, _| {}, |r| {
+        if !quiet {
+            let n = r.tokens;
             eprintln!(
-                "{n:>6} tokens: dense {:>8.1} tok/s ({dense:.3} s)  topk(k={k}) {:>8.1} tok/s ({topk:.3} s)  ratio {:.2}x",
-                n as f64 / dense, n as f64 / topk, dense / topk
+                "{n:>6} tokens: dense {:>8.1} tok/s ({:.3} s)  topk(k={k}) {:>8.1} tok/s ({:.3} s)  ratio {:.2}x",
+                r.dense_tokens_per_s, r.dense_s, r.topk_tokens_per_s, r.topk_s, r.topk_over_dense_speed
             );
         }
-    }
+    })
+    .context("forward benchmark")?;
     let report = serde_json::json!({
         "bench": "forward", "model": model.config().name, "device": a.model.device, "threads": threads,
         "repeats": a.repeats, "adapter": a.adapter.as_ref().map(|p| p.display().to_string()).unwrap_or("random K=8 seed 0".into()),

@@ -2,9 +2,9 @@
 //! module and prints either a human-readable summary or, with `--json`, one JSON object.
 
 mod analyze;
-mod bench;
-mod common;
-mod demo;
+pub mod bench;
+pub mod common;
+pub mod demo;
 mod eval;
 mod info;
 mod init;
@@ -17,14 +17,18 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "focus-lens", version, about = "Run and inspect Focus sparse attention (arXiv 2604.03260)")]
 struct Cli {
-    /// Without a subcommand: analyse the embedded sample text with the default model and the
-    /// sample adapter.
+    /// Without a subcommand: open the desktop app on the default model, the sample adapter and
+    /// the sample text (without a display: print the `demo` analysis instead).
     #[command(subcommand)]
     command: Option<Command>,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Open the desktop app (the default when no subcommand is given).
+    Gui,
+    /// Print the routing analysis of the embedded sample text (default model + sample adapter).
+    Demo,
     /// Describe a model file or directory.
     Info(info::Args),
     /// Print the token ids of a text file.
@@ -67,8 +71,10 @@ enum BenchCommand {
 
 pub fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let Some(command) = cli.command else { return demo::run() };
+    let Some(command) = cli.command else { return crate::gui::run_or_demo() };
     match command {
+        Command::Gui => crate::gui::run(),
+        Command::Demo => demo::run(),
         Command::Info(a) => info::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Ppl(a) => ppl::run(a),

@@ -71,7 +71,7 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let h = match self.kind {
             MlpKind::SwiGlu => {
                 let gate = self.gate.as_ref().expect("SwiGLU MLP has a gate").forward(x)?;
@@ -255,7 +255,7 @@ impl Decoder {
 }
 
 /// cos/sin tables (T, head_dim/2) for rotary embeddings.
-fn rope_tables(t: usize, head_dim: usize, theta: f64, dev: &Device) -> Result<(Tensor, Tensor)> {
+pub fn rope_tables(t: usize, head_dim: usize, theta: f64, dev: &Device) -> Result<(Tensor, Tensor)> {
     let half = head_dim / 2;
     let inv: Vec<f32> = (0..half).map(|i| (1.0 / theta.powf(2.0 * i as f64 / head_dim as f64)) as f32).collect();
     let mut ang = Vec::with_capacity(t * half);

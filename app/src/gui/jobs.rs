@@ -1,0 +1,326 @@
+//! The slow work the GUI runs in the background (see `worker`): loading inputs, analysing,
+//! attention rows for the partners view, mask images and benchmarks. Plain functions of their
+//! inputs, so tests can call them directly too. Errors come back as one line of text.
+
+use super::state::*;
+use super::worker::Handle;
+use focus_core::analysis::{analyze as core_analyze, AnalyzeOptions};
+use focus_core::bench::{forward_bench, BenchOptions, BenchRow};
+use focus_core::{Adapter, Error, Model};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub enum Msg {
+    Model(Result<Arc<Model>, String>, Option<PathBuf>, DeviceChoice),
+    Adapter(Result<Arc<Adapter>, String>, Option<PathBuf>, u64),
+    Text(Result<(Arc<String>, Option<String>), String>, Option<PathBuf>),
+    Analysis(Result<AnalysisResult, String>),
+    Partners(Result<Partners, String>),
+    Mask(Option<MaskImage>),
+    Bench(Result<(Vec<BenchRow>, String), String>),
+}
+
+fn err(e: Error) -> String {
+    match e {
+        Error::Cancelled => "cancelled".into(),
+        e => e.to_string(),
+    }
+}
+
+pub fn load_model(path: Option<PathBuf>, device: DeviceChoice, h: &Handle) -> Msg {
+    h.set_progress(0, 0, "loading the model");
+    let r = (|| {
+        let p = match &path {
+            Some(p) => p.clone(),
+            None => {
+                let p = crate::cli::common::default_model_path();
+                if !p.exists() {
+                    return Err(format!("the default model is not at {}: run scripts/fetch-model.sh, or open a model file", p.display()));
+                }
+                p
+            }
+        };
+        let dev = device.device().map_err(err)?;
+        Model::load(&p, &dev).map(Arc::new).map_err(err)
+    })();
+    Msg::Model(r, path, device)
+}
+
+pub fn load_adapter(model: Arc<Model>, path: Option<PathBuf>, model_gen: u64, h: &Handle) -> Msg {
+    h.set_progress(0, 0, "loading the adapter");
+    let r = match &path {
+        Some(p) => Adapter::load(p, &model),
+        None => crate::cli::demo::sample_adapter(&model),
+    };
+    Msg::Adapter(r.map(Arc::new).map_err(err), path, model_gen)
+}
+
+/// Reads and checks a text; files over `MAX_TEXT_BYTES` are truncated (at a character
+/// boundary) with a note that the window shows.
+pub fn read_text(path: &Option<PathBuf>) -> Result<(String, Option<String>), String> {
+    let Some(p) = path else { return Ok((super::app::SAMPLE_TEXT.to_string(), None)) };
+    let meta = std::fs::metadata(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    if meta.is_dir() {
+        return Err(format!("{} is a folder, not a text file", p.display()));
+    }
+    let mut bytes = Vec::new();
+    use std::io::Read;
+    std::fs::File::open(p)
+        .and_then(|f| f.take(MAX_TEXT_BYTES as u64 + 4).read_to_end(&mut bytes))
+        .map_err(|e| format!("{}: {e}", p.display()))?;
+    let mut note = None;
+    if meta.len() > MAX_TEXT_BYTES as u64 {
+        bytes.truncate(MAX_TEXT_BYTES);
+        // Drop a character cut in half at the end.
+        while !bytes.is_empty() && std::str::from_utf8(&bytes).is_err_and(|e| e.error_len().is_none()) {
+            bytes.pop();
+        }
+        note = Some(format!(
+            "{} is {:.1} MiB: only its first {} MiB are used",
+            p.display(),
+            meta.len() as f64 / (1 << 20) as f64,
+            MAX_TEXT_BYTES >> 20
+        ));
+    }
+    let text = focus_core::text::text_from_bytes(bytes, &p.display().to_string()).map_err(err)?;
+    Ok((text, note))
+}
+
+pub fn load_text(path: Option<PathBuf>, h: &Handle) -> Msg {
+    h.set_progress(0, 0, "reading the text");
+    Msg::Text(read_text(&path).map(|(t, n)| (Arc::new(t), n)), path)
+}
+
+pub struct AnalysisJob {
+    pub model: Arc<Model>,
+    pub adapter: Arc<Adapter>,
+    pub adapter_label: String,
+    pub text: Arc<String>,
+    pub key: AnalysisKey,
+}
+
+/// Analyses the first `max_tokens` tokens of the text.
+pub fn analyze(job: AnalysisJob, h: &Handle) -> Result<AnalysisResult, String> {
+    let t0 = Instant::now();
+    let params = &job.key.params;
+    let groups = job.adapter.config.groups;
+    if params.k == 0 || params.k > groups {
+        return Err(format!("k = {} must be in 1..={groups}", params.k));
+    }
+    h.set_progress(0, 0, "tokenising");
+    let tok = job.model.tokenizer().map_err(err)?;
+    let enc = tok.encode(&job.text, false).map_err(err)?;
+    let n = enc.ids.len();
+    let take = n.min(params.max_tokens.max(1));
+    let (text, note) = if take < n {
+        let end = enc.offsets[take - 1].1;
+        (&job.text[..end], Some(format!("the text has {n} tokens: the first {take} are analysed (raise \"tokens\" to see more)")))
+    } else {
+        (job.text.as_str(), None)
+    };
+    if h.cancelled() {
+        return Err("cancelled".into());
+    }
+    let seg = 2048.min(job.model.config().context);
+    let segments = take.div_ceil(seg);
+    h.set_progress(0, segments, format!("{take} tokens"));
+    let opts = AnalyzeOptions { mode: params.mode(), k: params.k, segment_len: seg, keep_tokens: true, cancel: Some(&h.cancel) };
+    let analysis = core_analyze(&job.model, &job.adapter, &job.adapter_label, text, &opts, |d, t| {
+        h.set_progress(d, t, format!("{take} tokens"))
+    })
+    .map_err(err)?;
+    let argmax: Vec<Vec<u8>> = analysis
+        .layers
+        .iter()
+        .map(|l| l.tokens.as_ref().map(|t| t.iter().map(|r| r.top[0] as u8).collect()).unwrap_or_default())
+        .collect();
+    let masks: Vec<Vec<u64>> = analysis
+        .layers
+        .iter()
+        .map(|l| l.tokens.as_ref().map(|t| t.iter().map(|r| r.top.iter().fold(0u64, |m, &g| m | 1 << g)).collect()).unwrap_or_default())
+        .collect();
+    // Labels by linguistic category ("punctuation 96%") from the analysis' centroid profiles;
+    // the most frequent token where a layer has no profile.
+    let labels = argmax
+        .iter()
+        .enumerate()
+        .map(|(l, a)| match analysis.profiles.get(l) {
+            Some(p) if p.centroids.len() == groups => p.centroids.iter().map(|c| c.label.clone()).collect(),
+            _ => group_labels(&analysis.tokens, a, groups),
+        })
+        .collect();
+    Ok(AnalysisResult {
+        key: job.key,
+        analysis,
+        adapter: job.adapter,
+        model: job.model,
+        seconds: t0.elapsed().as_secs_f64(),
+        note,
+        argmax,
+        masks,
+        labels,
+    })
+}
+
+/// A short label per group: its most frequent token and that token's share of the group.
+pub fn group_labels(tokens: &[focus_core::analysis::TokenInfo], argmax: &[u8], groups: usize) -> Vec<String> {
+    let mut counts: Vec<HashMap<&str, usize>> = vec![HashMap::new(); groups];
+    let mut size = vec![0usize; groups];
+    for (t, &g) in tokens.iter().zip(argmax) {
+        *counts[g as usize].entry(t.text.as_str()).or_default() += 1;
+        size[g as usize] += 1;
+    }
+    counts
+        .iter()
+        .zip(&size)
+        .map(|(c, &n)| {
+            let best = c.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)));
+            match best {
+                Some((t, &k)) if n > 0 => format!("{:?} {:.0}%", t.trim_end_matches('\n'), 100.0 * k as f64 / n as f64),
+                _ => "empty".into(),
+            }
+        })
+        .collect()
+}
+
+/// The attention row of token `i` in `layer`/`head` and its same-group partners beyond the
+/// window, in the segment that holds it.
+pub fn partners(res: &AnalysisResult, i: usize, layer: usize, head: usize, h: &Handle) -> Result<Partners, String> {
+    let an = &res.analysis;
+    if i >= an.tokens.len() || layer >= an.layers.len() {
+        return Err("token or layer out of range".into());
+    }
+    h.set_progress(0, 0, format!("token {i}, layer {layer}, head {head}"));
+    let seg = an.segment_len;
+    let start = i / seg * seg;
+    let end = (start + seg).min(an.tokens.len());
+    let ids: Vec<u32> = an.tokens[start..end].iter().map(|t| t.id).collect();
+    let w = focus_core::inspect::query_attention(&res.model, Some(res.adapter.as_ref()), &ids, res.key.params.mode(), layer, head, i - start, Some(&h.cancel))
+        .map_err(err)?;
+    let masks = &res.masks[layer];
+    let window = res.window();
+    let mut partners = Vec::new();
+    let (mut partner_mass, mut local_mass) = (0f32, 0f32);
+    for (q, &wt) in w.iter().enumerate() {
+        let j = start + q;
+        if i - j <= window {
+            local_mass += wt;
+        } else if masks[i] & masks[j] != 0 {
+            partners.push((j, wt));
+            partner_mass += wt;
+        }
+    }
+    partners.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    Ok(Partners { token: i, layer, head, key: res.key.clone(), partners, partner_mass, local_mass })
+}
+
+/// The hard mask of one layer as an image of at most `max_side` x `max_side` blocks. Each
+/// block's colour mixes local, same-group and pruned pairs by their counts; the counts are
+/// exact and cover every causal pair within a segment.
+pub struct MaskImage {
+    pub key: AnalysisKey,
+    pub layer: usize,
+    pub tokens: usize,
+    /// Tokens per block side.
+    pub block: usize,
+    pub side: usize,
+    /// Per block: (local, same_group, pruned) pair counts, row-major (query block, key block).
+    pub counts: Vec<[u32; 3]>,
+    pub local: u64,
+    pub same_group: u64,
+    pub pruned: u64,
+}
+
+impl MaskImage {
+    pub fn retained(&self) -> f64 {
+        let all = self.local + self.same_group + self.pruned;
+        if all == 0 {
+            0.0
+        } else {
+            (self.local + self.same_group) as f64 / all as f64
+        }
+    }
+
+    pub fn color(&self, b: usize) -> egui::Color32 {
+        use super::palette::*;
+        let [l, s, p] = self.counts[b];
+        mix(&[(LOCAL, l as f32), (SAME_GROUP, s as f32), (PRUNED, p as f32)])
+    }
+}
+
+pub fn mask_image(res: &AnalysisResult, layer: usize, max_side: usize, h: &Handle) -> Option<MaskImage> {
+    let masks = res.masks.get(layer)?;
+    let t = masks.len();
+    let (w, seg) = (res.window(), res.analysis.segment_len.max(1));
+    let block = t.div_ceil(max_side.max(1)).max(1);
+    let side = t.div_ceil(block);
+    let mut counts = vec![[0u32; 3]; side * side];
+    let (mut local, mut same, mut pruned) = (0u64, 0u64, 0u64);
+    for i in 0..t {
+        if i % 256 == 0 {
+            if h.cancelled() {
+                return None;
+            }
+            h.set_progress(i, t, format!("layer {layer}"));
+        }
+        let seg_start = i / seg * seg;
+        let row = (i / block) * side;
+        let mi = masks[i];
+        for (j, &mj) in masks.iter().enumerate().take(i + 1).skip(seg_start) {
+            let c = if i - j <= w {
+                local += 1;
+                0
+            } else if mi & mj != 0 {
+                same += 1;
+                1
+            } else {
+                pruned += 1;
+                2
+            };
+            counts[row + j / block][c] += 1;
+        }
+    }
+    Some(MaskImage { key: res.key.clone(), layer, tokens: t, block, side, counts, local, same_group: same, pruned })
+}
+
+/// CPU model name for the speed panel.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    format!("{cpu}, {} threads", rayon::current_num_threads())
+}
+
+/// The speed panel's data source: prefill time, dense vs Focus top-k, over lengths. One
+/// function so that the panel can later point at other kernels' benchmarks.
+/// Each finished length is also pushed to `live`, so the panel can plot rows as they come.
+pub fn bench(
+    res: &AnalysisResult,
+    lengths: Vec<usize>,
+    repeats: usize,
+    device: DeviceChoice,
+    live: &std::sync::Mutex<Vec<BenchRow>>,
+    h: &Handle,
+) -> Result<(Vec<BenchRow>, String), String> {
+    let base: Vec<u32> = res.analysis.tokens.iter().map(|t| t.id).collect();
+    let k = res.key.params.k;
+    let opts = BenchOptions { lengths, repeats, k, cancel: Some(&h.cancel) };
+    let settings = format!(
+        "{}; device {}; model {}; K={} k={k} w={}; {repeats} timed repeat(s) after a warm-up, median; text: the analysed text cycled to length",
+        machine(),
+        device.label(),
+        res.analysis.model,
+        res.groups(),
+        res.window()
+    );
+    let rows = forward_bench(&res.model, &res.adapter, &base, &opts, |d, t| h.set_progress(d, t, "forward passes"), |r| {
+        if let Ok(mut v) = live.lock() {
+            v.push(r.clone());
+        }
+    })
+    .map_err(err)?;
+    Ok((rows, settings))
+}

@@ -1,0 +1,51 @@
+//! Group colours: a fixed qualitative palette (light enough for black text), then evenly spread
+//! hues for K beyond it. The same colours go to the screen and to SVG exports.
+
+use egui::Color32;
+
+const BASE: [[u8; 3]; 12] = [
+    [141, 211, 199],
+    [255, 237, 111],
+    [190, 186, 218],
+    [251, 128, 114],
+    [128, 177, 211],
+    [253, 180, 98],
+    [179, 222, 105],
+    [252, 205, 229],
+    [204, 235, 197],
+    [188, 128, 189],
+    [217, 217, 217],
+    [255, 255, 179],
+];
+
+pub fn group(g: usize) -> Color32 {
+    if let Some(c) = BASE.get(g) {
+        return Color32::from_rgb(c[0], c[1], c[2]);
+    }
+    // Golden-angle hues, pastel.
+    let h = (g as f32 * 0.618_034).fract();
+    let c: egui::ecolor::Hsva = egui::ecolor::Hsva::new(h, 0.45, 0.95, 1.0);
+    c.into()
+}
+
+/// The same colour as `#rrggbb` for SVG.
+pub fn hex(c: Color32) -> String {
+    format!("#{:02x}{:02x}{:02x}", c.r(), c.g(), c.b())
+}
+
+/// Mask heatmap classes.
+pub const LOCAL: Color32 = Color32::from_rgb(66, 133, 244);
+pub const SAME_GROUP: Color32 = Color32::from_rgb(244, 160, 0);
+pub const PRUNED: Color32 = Color32::from_rgb(60, 60, 60);
+/// Pairs that are not causal, or cross a segment boundary (never computed).
+pub const NONE: Color32 = Color32::from_rgb(245, 245, 245);
+
+/// Mixes colours by weight (weights need not sum to 1).
+pub fn mix(parts: &[(Color32, f32)]) -> Color32 {
+    let total: f32 = parts.iter().map(|p| p.1).sum();
+    if total <= 0.0 {
+        return NONE;
+    }
+    let ch = |f: fn(&Color32) -> u8| (parts.iter().map(|(c, w)| f(c) as f32 * w).sum::<f32>() / total).round() as u8;
+    Color32::from_rgb(ch(|c| c.r()), ch(|c| c.g()), ch(|c| c.b()))
+}

@@ -1,0 +1,72 @@
+//! Categories: per layer, the K x category matrix of token counts (largest membership), each
+//! centroid's purity, automatic label and top tokens (`focus_core::categories`).
+
+use crate::gui::app::FocusLensApp;
+use crate::gui::palette;
+use crate::gui::state::AnalysisResult;
+use focus_core::categories::{Category, Piece};
+
+/// The linguistic category of token `i` (and where it sits in its word).
+pub fn category_of(res: &AnalysisResult, i: usize) -> String {
+    let Some(t) = res.analysis.tokens.get(i) else { return String::new() };
+    match t.piece {
+        Piece::Whole => t.category.name().to_string(),
+        Piece::First => format!("{} (first piece of a word)", t.category.name()),
+        Piece::Continuation => format!("{} (continues a word)", t.category.name()),
+    }
+}
+
+/// One colour per category (for "colour by category").
+pub fn color(c: Category) -> egui::Color32 {
+    palette::group(c.index())
+}
+
+pub fn category_color(res: &AnalysisResult, i: usize) -> egui::Color32 {
+    res.analysis.tokens.get(i).map(|t| color(t.category)).unwrap_or(egui::Color32::LIGHT_GRAY)
+}
+
+pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
+    let Some(res) = app.result.clone() else { return };
+    let layer = app.settings.layer.min(res.layers() - 1);
+    let Some(p) = res.analysis.profiles.get(layer) else {
+        ui.label("no category profile for this layer");
+        return;
+    };
+    ui.label(format!("layer {layer}: tokens per group (largest membership) by linguistic category; purity = the top category's share of the group"));
+    egui::ScrollArea::both().id_salt("cats").auto_shrink(false).show(ui, |ui| {
+        egui::Grid::new("cat_matrix").striped(true).spacing([10.0, 4.0]).show(ui, |ui| {
+            ui.strong("group");
+            ui.strong("tokens");
+            for c in &p.categories {
+                ui.strong(c.name());
+            }
+            ui.strong("purity");
+            ui.strong("label");
+            ui.end_row();
+            for c in &p.centroids {
+                let (r, _) = ui.allocate_exact_size(egui::vec2(40.0, 16.0), egui::Sense::hover());
+                ui.painter().rect_filled(r, 2.0, palette::group(c.group));
+                ui.painter().text(r.center(), egui::Align2::CENTER_CENTER, format!("g{}", c.group), egui::FontId::proportional(12.0), egui::Color32::BLACK);
+                ui.label(c.tokens.to_string());
+                let max = c.by_category.iter().cloned().max().unwrap_or(0);
+                for &n in &c.by_category {
+                    let txt = egui::RichText::new(n.to_string());
+                    ui.label(if n == max && n > 0 { txt.strong() } else if n == 0 { txt.weak() } else { txt });
+                }
+                ui.label(c.purity.map(|p| format!("{:.0}%", 100.0 * p)).unwrap_or_else(|| "-".into()));
+                ui.label(&c.label);
+                ui.end_row();
+            }
+        });
+        ui.separator();
+        ui.strong("Top tokens per centroid");
+        for c in &p.centroids {
+            let tops: Vec<String> = c.top_tokens.iter().map(|t| format!("{:?} {}", t.text, t.count)).collect();
+            ui.horizontal_wrapped(|ui| {
+                let (r, _) = ui.allocate_exact_size(egui::vec2(14.0, 14.0), egui::Sense::hover());
+                ui.painter().rect_filled(r, 2.0, palette::group(c.group));
+                ui.label(format!("g{} ({}): {}", c.group, c.label, tops.join("  ")));
+            });
+        }
+    });
+}

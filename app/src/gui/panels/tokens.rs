@@ -1,0 +1,210 @@
+//! The token view: the analysed text as tokens coloured by group for the selected layer, with a
+//! legend. Only visible lines are painted: token widths are measured once per analysis and lines
+//! are laid out once per width, so scrolling 10K+ tokens costs only the rows on screen.
+
+use crate::gui::app::FocusLensApp;
+use crate::gui::palette;
+use crate::gui::state::AnalysisResult;
+use egui::{pos2, vec2, Color32, FontId, Pos2, Rect, Sense, Stroke};
+use std::sync::Arc;
+
+pub const ROW_H: f32 = 20.0;
+pub const FONT: f32 = 13.0;
+const PAD: f32 = 2.0;
+
+/// Cached measurements and line breaks of one analysis at one width.
+#[derive(Default)]
+pub struct TokenLayout {
+    widths_of: usize,
+    pub texts: Vec<String>,
+    pub widths: Vec<f32>,
+    lines_for: Option<(usize, u32)>,
+    /// Token ranges [start, end) per line.
+    pub lines: Vec<(usize, usize)>,
+    /// x offset of each token within its line.
+    pub xs: Vec<f32>,
+    /// Line of each token.
+    pub line_of: Vec<u32>,
+}
+
+/// What a token shows: newlines and tabs as visible marks, blanks as middle dots.
+pub fn display_text(s: &str) -> String {
+    if s.is_empty() {
+        return "[]".into();
+    }
+    if s.trim().is_empty() {
+        return s.chars().map(|c| if c == '\n' { '¶' } else if c == '\t' { '»' } else { '·' }).collect();
+    }
+    s.replace('\n', "¶").replace('\t', "»")
+}
+
+impl TokenLayout {
+    pub fn ensure(&mut self, ui: &egui::Ui, res: &Arc<AnalysisResult>, width: f32) {
+        let id = Arc::as_ptr(res) as usize;
+        if self.widths_of != id {
+            let font = FontId::monospace(FONT);
+            self.texts = res.analysis.tokens.iter().map(|t| display_text(&t.text)).collect();
+            // Monospace: width = characters x one glyph's advance (measured once).
+            let glyph = ui.painter().layout_no_wrap("0000000000".into(), font, Color32::BLACK).size().x / 10.0;
+            self.widths = self.texts.iter().map(|t| t.chars().count() as f32 * glyph + 2.0 * PAD).collect();
+            self.widths_of = id;
+            self.lines_for = None;
+        }
+        let key = (id, width.max(50.0) as u32);
+        if self.lines_for == Some(key) {
+            return;
+        }
+        let width = key.1 as f32;
+        self.lines.clear();
+        self.xs.clear();
+        self.line_of.clear();
+        let mut start = 0;
+        let mut x = 0.0;
+        for (i, t) in res.analysis.tokens.iter().enumerate() {
+            let w = self.widths[i];
+            if x > 0.0 && x + w > width {
+                self.lines.push((start, i));
+                start = i;
+                x = 0.0;
+            }
+            self.xs.push(x);
+            self.line_of.push(self.lines.len() as u32);
+            x += w + 1.0;
+            if t.text.contains('\n') {
+                self.lines.push((start, i + 1));
+                start = i + 1;
+                x = 0.0;
+            }
+        }
+        if start < res.analysis.tokens.len() || self.lines.is_empty() {
+            self.lines.push((start, res.analysis.tokens.len()));
+        }
+        self.lines_for = Some(key);
+    }
+}
+
+/// Fill colour of token `i` in `layer`.
+pub fn token_color(res: &AnalysisResult, layer: usize, i: usize, by_category: bool) -> Color32 {
+    if by_category {
+        return crate::gui::panels::categories::category_color(res, i);
+    }
+    res.argmax.get(layer).and_then(|a| a.get(i)).map(|&g| palette::group(g as usize)).unwrap_or(Color32::LIGHT_GRAY)
+}
+
+pub struct Marks<'a> {
+    pub selected: Option<usize>,
+    /// Weight of each of the selected token's partners, and the largest weight.
+    pub partners: &'a std::collections::HashMap<usize, f32>,
+    pub max_weight: f32,
+}
+
+/// Paints one line of tokens at `origin`; returns the token under `pointer`, if any.
+#[allow(clippy::too_many_arguments)]
+pub fn paint_line(
+    painter: &egui::Painter,
+    res: &AnalysisResult,
+    lay: &TokenLayout,
+    line: usize,
+    origin: Pos2,
+    layer: usize,
+    by_category: bool,
+    marks: &Marks,
+    pointer: Option<Pos2>,
+) -> Option<usize> {
+    let (s, e) = lay.lines[line];
+    let mut hit = None;
+    let font = FontId::monospace(FONT);
+    for i in s..e {
+        let r = Rect::from_min_size(origin + vec2(lay.xs[i], 0.0), vec2(lay.widths[i], ROW_H - 2.0));
+        painter.rect_filled(r, 2.0, token_color(res, layer, i, by_category));
+        painter.text(pos2(r.min.x + PAD, r.center().y), egui::Align2::LEFT_CENTER, &lay.texts[i], font.clone(), Color32::BLACK);
+        if let Some(&w) = marks.partners.get(&i) {
+            let a = (w / marks.max_weight.max(1e-9)).sqrt().clamp(0.15, 1.0);
+            painter.rect_stroke(r, 2.0, Stroke::new(1.0 + 2.5 * a, Color32::from_rgb(220, 0, 60)), egui::StrokeKind::Inside);
+        }
+        if marks.selected == Some(i) {
+            painter.rect_stroke(r, 2.0, Stroke::new(2.5, Color32::BLACK), egui::StrokeKind::Outside);
+        }
+        if pointer.is_some_and(|p| r.contains(p)) {
+            painter.rect_stroke(r, 2.0, Stroke::new(1.0, Color32::DARK_GRAY), egui::StrokeKind::Outside);
+            hit = Some(i);
+        }
+    }
+    hit
+}
+
+/// Legend: colour, size and automatic label of each group in `layer`.
+pub fn legend(ui: &mut egui::Ui, res: &AnalysisResult, layer: usize) {
+    let l = &res.analysis.layers[layer];
+    let t = res.tokens().max(1) as f64;
+    ui.horizontal_wrapped(|ui| {
+        ui.label(format!("layer {layer}:"));
+        for g in 0..res.groups() {
+            let (rect, _) = ui.allocate_exact_size(vec2(14.0, 14.0), Sense::hover());
+            ui.painter().rect_filled(rect, 2.0, palette::group(g));
+            ui.label(format!("g{g} {} ({:.0}%) {}", l.group_size[g], 100.0 * l.group_size[g] as f64 / t, res.labels[layer][g]));
+        }
+    });
+}
+
+pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
+    let Some(res) = app.result.clone() else { return };
+    let layer = app.settings.layer.min(res.layers() - 1);
+    legend(ui, &res, layer);
+    ui.separator();
+    let width = ui.available_width() - 16.0;
+    app.panels.tokens.ensure(ui, &res, width);
+    let (partners, max_weight) = partner_map(app, &res, layer);
+    let marks = Marks { selected: app.selected, partners: &partners, max_weight };
+    let lay = &app.panels.tokens;
+    let mut area = egui::ScrollArea::vertical().id_salt("tokens").auto_shrink(false);
+    if let Some(j) = app.panels.scroll_to.take() {
+        if let Some(&l) = lay.line_of.get(j) {
+            area = area.vertical_scroll_offset((l as f32 * ROW_H - 100.0).max(0.0));
+        }
+    }
+    let by_cat = app.settings.color_by_category;
+    let mut hovered = None;
+    let mut clicked = None;
+    area.show_viewport(ui, |ui, viewport| {
+        let total = lay.lines.len() as f32 * ROW_H;
+        let (rect, resp) = ui.allocate_exact_size(vec2(width, total), Sense::click());
+        let pointer = resp.hover_pos();
+        let first = (viewport.min.y / ROW_H).floor().max(0.0) as usize;
+        let last = ((viewport.max.y / ROW_H).ceil() as usize + 1).min(lay.lines.len());
+        let painter = ui.painter_at(rect);
+        for line in first..last {
+            let origin = rect.min + vec2(0.0, line as f32 * ROW_H);
+            if let Some(i) = paint_line(&painter, &res, lay, line, origin, layer, by_cat, &marks, pointer) {
+                hovered = Some(i);
+            }
+        }
+        if resp.clicked() {
+            clicked = Some(hovered);
+        }
+        if let Some(i) = hovered {
+            let tip = match res.token_routing(layer, i) {
+                Some(r) => format!(
+                    "#{i} {:?}: groups {:?}, confidence {:.3}, {}",
+                    res.analysis.tokens[i].text,
+                    r.top,
+                    r.confidence,
+                    crate::gui::panels::categories::category_of(&res, i)
+                ),
+                None => format!("#{i}"),
+            };
+            resp.on_hover_text_at_pointer(tip);
+        }
+    });
+    app.hovered = hovered;
+    if let Some(c) = clicked {
+        app.select_token(c);
+    }
+}
+
+/// The selected token's partners (when computed for this analysis and layer) by token.
+pub fn partner_map(app: &FocusLensApp, res: &AnalysisResult, layer: usize) -> (std::collections::HashMap<usize, f32>, f32) {
+    let p = app.partners.as_ref().filter(|p| Some(p.token) == app.selected && p.key == res.key && p.layer == layer);
+    let map = p.map(|p| p.partners.iter().cloned().collect()).unwrap_or_default();
+    (map, p.and_then(|p| p.partners.first().map(|x| x.1)).unwrap_or(1.0))
+}

@@ -1,0 +1,226 @@
+//! A small SVG writer for vector exports (token view, mask heatmap, charts): enough of SVG 1.1
+//! for rectangles, lines, polylines and text, with XML escaping.
+
+use std::fmt::Write;
+
+pub struct Svg {
+    width: f64,
+    height: f64,
+    body: String,
+}
+
+pub fn escape(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&apos;"),
+            // Control characters are not allowed in XML 1.0.
+            c if (c as u32) < 0x20 && c != '\t' && c != '\n' && c != '\r' => o.push('\u{fffd}'),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+impl Svg {
+    pub fn new(width: f64, height: f64) -> Svg {
+        Svg { width, height, body: String::new() }
+    }
+
+    pub fn rect(&mut self, x: f64, y: f64, w: f64, h: f64, fill: &str, stroke: Option<&str>) {
+        let _ = write!(self.body, r#"<rect x="{x:.2}" y="{y:.2}" width="{w:.2}" height="{h:.2}" fill="{fill}""#);
+        if let Some(s) = stroke {
+            let _ = write!(self.body, r#" stroke="{s}" stroke-width="1""#);
+        }
+        self.body.push_str("/>\n");
+    }
+
+    pub fn line(&mut self, x1: f64, y1: f64, x2: f64, y2: f64, stroke: &str, width: f64, dashed: bool) {
+        let dash = if dashed { r#" stroke-dasharray="4 3""# } else { "" };
+        let _ = writeln!(self.body, r#"<line x1="{x1:.2}" y1="{y1:.2}" x2="{x2:.2}" y2="{y2:.2}" stroke="{stroke}" stroke-width="{width}"{dash}/>"#);
+    }
+
+    pub fn polyline(&mut self, pts: &[(f64, f64)], stroke: &str, width: f64, dashed: bool) {
+        let p: Vec<String> = pts.iter().map(|(x, y)| format!("{x:.2},{y:.2}")).collect();
+        let dash = if dashed { r#" stroke-dasharray="4 3""# } else { "" };
+        let _ = writeln!(self.body, r#"<polyline points="{}" fill="none" stroke="{stroke}" stroke-width="{width}"{dash}/>"#, p.join(" "));
+    }
+
+    pub fn circle(&mut self, x: f64, y: f64, r: f64, fill: &str) {
+        let _ = writeln!(self.body, r#"<circle cx="{x:.2}" cy="{y:.2}" r="{r}" fill="{fill}"/>"#);
+    }
+
+    /// `anchor`: start, middle or end.
+    pub fn text(&mut self, x: f64, y: f64, s: &str, size: f64, fill: &str, anchor: &str) {
+        let _ = writeln!(
+            self.body,
+            r#"<text x="{x:.2}" y="{y:.2}" font-size="{size}" fill="{fill}" text-anchor="{anchor}" xml:space="preserve">{}</text>"#,
+            escape(s)
+        );
+    }
+
+    /// Monospace text, so that layouts computed from character counts line up.
+    pub fn mono(&mut self, x: f64, y: f64, s: &str, size: f64) {
+        let _ = writeln!(
+            self.body,
+            r#"<text x="{x:.2}" y="{y:.2}" font-family="monospace" font-size="{size}" xml:space="preserve">{}</text>"#,
+            escape(s)
+        );
+    }
+
+    pub fn finish(self) -> String {
+        format!(
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" font-family=\"sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n{}</svg>\n",
+            self.body,
+            w = self.width,
+            h = self.height
+        )
+    }
+}
+
+/// One data series of a chart.
+pub struct Series {
+    pub name: String,
+    pub color: String,
+    pub points: Vec<(f64, f64)>,
+    pub dashed: bool,
+}
+
+/// A line chart with axes, ticks, a legend and optional horizontal reference lines.
+pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series], hlines: &[(String, f64)]) -> String {
+    let (w, h) = (640.0, 400.0);
+    let (l, r, t, b) = (70.0, 170.0, 40.0, 50.0);
+    let pts = series.iter().flat_map(|s| s.points.iter().cloned());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, 0f64, f64::NEG_INFINITY);
+    for (x, y) in pts.chain(hlines.iter().map(|h| (f64::NAN, h.1))) {
+        if x.is_finite() {
+            x0 = x0.min(x);
+            x1 = x1.max(x);
+        }
+        if y.is_finite() {
+            y0 = y0.min(y);
+            y1 = y1.max(y);
+        }
+    }
+    if !x0.is_finite() {
+        (x0, x1) = (0.0, 1.0);
+    }
+    if x1 <= x0 {
+        x1 = x0 + 1.0;
+    }
+    if !y1.is_finite() || y1 <= y0 {
+        y1 = y0 + 1.0;
+    }
+    y1 += (y1 - y0) * 0.05;
+    let px = |x: f64| l + (x - x0) / (x1 - x0) * (w - l - r);
+    let py = |y: f64| h - b - (y - y0) / (y1 - y0) * (h - t - b);
+    let mut s = Svg::new(w, h);
+    s.text(w / 2.0, 24.0, title, 15.0, "black", "middle");
+    s.line(l, h - b, w - r, h - b, "black", 1.0, false);
+    s.line(l, t, l, h - b, "black", 1.0, false);
+    for i in 0..=5 {
+        let fx = x0 + (x1 - x0) * i as f64 / 5.0;
+        let fy = y0 + (y1 - y0) * i as f64 / 5.0;
+        s.line(px(fx), h - b, px(fx), h - b + 4.0, "black", 1.0, false);
+        s.text(px(fx), h - b + 16.0, &tick(fx), 11.0, "black", "middle");
+        s.line(l - 4.0, py(fy), l, py(fy), "black", 1.0, false);
+        s.text(l - 6.0, py(fy) + 4.0, &tick(fy), 11.0, "black", "end");
+    }
+    s.text((l + w - r) / 2.0, h - 12.0, x_label, 12.0, "black", "middle");
+    s.text(16.0, (t + h - b) / 2.0, y_label, 12.0, "black", "start");
+    let mut ly = t + 10.0;
+    for (name, y) in hlines {
+        s.line(l, py(*y), w - r, py(*y), "#888888", 1.0, true);
+        s.line(w - r + 10.0, ly, w - r + 30.0, ly, "#888888", 1.0, true);
+        s.text(w - r + 35.0, ly + 4.0, name, 11.0, "black", "start");
+        ly += 18.0;
+    }
+    for se in series {
+        let p: Vec<(f64, f64)> = se.points.iter().map(|&(x, y)| (px(x), py(y))).collect();
+        s.polyline(&p, &se.color, 2.0, se.dashed);
+        for &(x, y) in &p {
+            s.circle(x, y, 2.5, &se.color);
+        }
+        s.line(w - r + 10.0, ly, w - r + 30.0, ly, &se.color, 2.0, se.dashed);
+        s.text(w - r + 35.0, ly + 4.0, &se.name, 11.0, "black", "start");
+        ly += 18.0;
+    }
+    s.finish()
+}
+
+/// Grouped bar chart: `groups` categories on x, one bar per series in each.
+pub fn bar_chart(title: &str, categories: &[String], series: &[(String, String, Vec<f64>)], hline: Option<(String, f64)>) -> String {
+    let (w, h) = (640.0, 400.0);
+    let (l, r, t, b) = (70.0, 170.0, 40.0, 50.0);
+    let ymax = series.iter().flat_map(|s| s.2.iter().cloned()).chain(hline.iter().map(|h| h.1)).fold(0f64, f64::max).max(1e-9) * 1.1;
+    let py = |y: f64| h - b - y / ymax * (h - t - b);
+    let n = categories.len().max(1) as f64;
+    let cw = (w - l - r) / n;
+    let bw = cw * 0.8 / series.len().max(1) as f64;
+    let mut s = Svg::new(w, h);
+    s.text(w / 2.0, 24.0, title, 15.0, "black", "middle");
+    s.line(l, h - b, w - r, h - b, "black", 1.0, false);
+    s.line(l, t, l, h - b, "black", 1.0, false);
+    for i in 0..=5 {
+        let fy = ymax * i as f64 / 5.0;
+        s.line(l - 4.0, py(fy), l, py(fy), "black", 1.0, false);
+        s.text(l - 6.0, py(fy) + 4.0, &tick(fy), 11.0, "black", "end");
+    }
+    for (ci, c) in categories.iter().enumerate() {
+        let x = l + cw * ci as f64;
+        s.text(x + cw / 2.0, h - b + 16.0, c, 11.0, "black", "middle");
+        for (si, (_, color, vals)) in series.iter().enumerate() {
+            let v = vals.get(ci).cloned().unwrap_or(0.0);
+            s.rect(x + cw * 0.1 + bw * si as f64, py(v), bw, (h - b) - py(v), color, None);
+        }
+    }
+    let mut ly = t + 10.0;
+    if let Some((name, y)) = &hline {
+        s.line(l, py(*y), w - r, py(*y), "#888888", 1.0, true);
+        s.line(w - r + 10.0, ly, w - r + 30.0, ly, "#888888", 1.0, true);
+        s.text(w - r + 35.0, ly + 4.0, name, 11.0, "black", "start");
+        ly += 18.0;
+    }
+    for (name, color, _) in series {
+        s.rect(w - r + 10.0, ly - 6.0, 20.0, 10.0, color, None);
+        s.text(w - r + 35.0, ly + 4.0, name, 11.0, "black", "start");
+        ly += 18.0;
+    }
+    s.finish()
+}
+
+fn tick(v: f64) -> String {
+    if v.abs() >= 100.0 || v == v.round() {
+        format!("{v:.0}")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_and_closes() {
+        let mut s = Svg::new(10.0, 10.0);
+        s.text(1.0, 2.0, "a<b & \"c\"\u{1}", 10.0, "black", "start");
+        let out = s.finish();
+        assert!(out.contains("a&lt;b &amp; &quot;c&quot;\u{fffd}"));
+        assert!(out.trim_end().ends_with("</svg>"));
+    }
+
+    #[test]
+    fn charts_have_every_series() {
+        let c = line_chart("t", "x", "y", &[Series { name: "dense".into(), color: "#000".into(), points: vec![(1.0, 2.0), (2.0, 3.0)], dashed: false }], &[("1/K".into(), 0.125)]);
+        assert!(c.contains("dense") && c.contains("1/K") && c.contains("<polyline"));
+        let b = bar_chart("t", &["g0".into(), "g1".into()], &[("after".into(), "#123456".into(), vec![0.5, 0.5])], None);
+        assert_eq!(b.matches("fill=\"#123456\"").count(), 3);
+    }
+}

@@ -1,0 +1,5 @@
+//! focus-lens as a library: the command line (`cli`) and the desktop GUI (`gui`), so that the
+//! end-to-end tests under `tests/` can drive the GUI's real state.
+
+pub mod cli;
+pub mod gui;

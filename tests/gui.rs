@@ -1,0 +1,353 @@
+//! The desktop app driven headlessly through egui_kittest, on its real state: the real default
+//! model (SmolLM2-135M) and the embedded sample adapter, a few hundred tokens per analysis.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use egui_kittest::kittest::Queryable;
+use egui_kittest::Harness;
+use focus_lens::gui::state::{InputKind, ModeChoice, Settings, Tab};
+use focus_lens::gui::worker::TaskKind;
+use focus_lens::gui::FocusLensApp;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+fn settings(max_tokens: usize) -> Settings {
+    let mut s = Settings::default();
+    s.model = Some(common::model_path());
+    s.params.max_tokens = max_tokens;
+    s
+}
+
+fn harness(s: Settings, export_dir: &Path) -> Harness<'static, FocusLensApp> {
+    let mut app = FocusLensApp::new(s);
+    app.export_dir = Some(export_dir.to_path_buf());
+    Harness::builder().with_size(egui::vec2(1400.0, 900.0)).build_ui_state(|ui, app: &mut FocusLensApp| app.show(ui), app)
+}
+
+/// Steps frames until no background work is left.
+fn settle(h: &mut Harness<'static, FocusLensApp>) {
+    let t0 = Instant::now();
+    loop {
+        h.step();
+        if !h.state().busy() {
+            h.step();
+            if !h.state().busy() {
+                return;
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(600), "background work did not finish: {:?}", h.state().worker.progress());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn no_errors(h: &Harness<'static, FocusLensApp>) {
+    assert!(h.state().errors.is_empty(), "errors: {:?}", h.state().errors);
+}
+
+fn click_menu(h: &mut Harness<'static, FocusLensApp>, menu: &str, item: &str) {
+    h.get_by_label(menu).click();
+    h.step();
+    h.step();
+    h.get_by_label(item).click();
+    h.step();
+}
+
+#[test]
+fn gui_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(300), dir.path());
+
+    // Start-up: a finished analysis of the sample text without any click.
+    settle(&mut h);
+    no_errors(&h);
+    let r = h.state().result.clone().expect("an analysis at start-up");
+    assert_eq!(r.tokens(), 300);
+    assert_eq!(r.layers(), 30);
+    assert_eq!(r.analysis.mode, "topk(2)");
+
+    // Open a text file through the File menu's path field.
+    let text = dir.path().join("text.txt");
+    let body = "The cat sat on the mat. ".repeat(40);
+    std::fs::write(&text, &body).unwrap();
+    h.state_mut().path_input = text.display().to_string();
+    click_menu(&mut h, "File", "as text");
+    settle(&mut h);
+    no_errors(&h);
+    let r = h.state().result.clone().unwrap();
+    let joined: String = r.analysis.tokens.iter().map(|t| t.text.as_str()).collect();
+    assert_eq!(joined, body, "the view shows the opened text");
+    assert!(h.state().settings.recent.iter().any(|(k, p)| *k == InputKind::Text && *p == text), "recent files list");
+
+    // Switch mode (a control click re-runs in the background) and layer.
+    h.get_by_label("dense").click();
+    settle(&mut h);
+    let r = h.state().result.clone().unwrap();
+    assert_eq!(r.key.params.mode, ModeChoice::Dense);
+    assert_eq!(r.analysis.mode, "dense");
+    h.get_by_label("top-k").click();
+    settle(&mut h);
+    assert_eq!(h.state().result.as_ref().unwrap().analysis.mode, "topk(2)");
+    h.state_mut().settings.layer = 7;
+    h.step();
+
+    // Each panel opens; the mask's exact counts agree with the analysis' pair statistics.
+    for tab in Tab::ALL {
+        h.get_by_label(tab.label()).click();
+        settle(&mut h);
+        assert_eq!(h.state().settings.tab, tab);
+        no_errors(&h);
+        if tab == Tab::Mask {
+            let app = h.state();
+            let res = app.result.as_ref().unwrap();
+            let m = app.panels.mask.current(&res.key, 7).expect("mask image for layer 7");
+            let p = &res.analysis.layers[7].pairs;
+            assert_eq!((m.local, m.same_group), (p.local, p.same_group_distant));
+            assert_eq!(m.local + m.same_group + m.pruned, p.causal);
+            assert!(m.pruned > 0, "960 tokens with w = 128 prune some pairs");
+        }
+    }
+
+    // Exports: statistics (CSV, JSON) and the current view as SVG (written atomically).
+    h.get_by_label("Balance").click();
+    h.step();
+    for item in ["Statistics as CSV…", "Statistics as JSON…", "Current view as SVG…"] {
+        click_menu(&mut h, "Export", item);
+    }
+    no_errors(&h);
+    let csv = std::fs::read_to_string(dir.path().join("focus-lens-stats.csv")).unwrap();
+    assert!(csv.starts_with("layer,group,size"));
+    assert_eq!(csv.lines().count(), 1 + 30 * 8);
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-stats.json")).unwrap()).unwrap();
+    assert_eq!(json["tokens"].as_array().unwrap().len(), r.tokens());
+    let svg = std::fs::read_to_string(dir.path().join("focus-lens-balance-layer7.svg")).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>") && svg.contains("dominance per layer"));
+    for tab in [Tab::Tokens, Tab::Mask] {
+        h.get_by_label(tab.label()).click();
+        settle(&mut h);
+        click_menu(&mut h, "Export", "Current view as SVG…");
+        no_errors(&h);
+    }
+    let tok_svg = std::fs::read_to_string(dir.path().join("focus-lens-tokens-layer7.svg")).unwrap();
+    assert!(tok_svg.contains("cat") && tok_svg.contains("layer 7"));
+    assert!(std::fs::read_to_string(dir.path().join("focus-lens-mask-layer7.svg")).unwrap().contains("retained"));
+
+    // The speed panel's benchmark runs in the background and exports its plots.
+    h.get_by_label("Speed").click();
+    h.step();
+    h.state_mut().settings.bench_lengths = "64,160".into();
+    h.get_by_label("Run benchmark").click();
+    settle(&mut h);
+    no_errors(&h);
+    {
+        let b = h.state().bench.as_ref().expect("benchmark state");
+        assert!(b.error.is_none(), "{:?}", b.error);
+        assert_eq!(b.rows.iter().map(|r| r.tokens).collect::<Vec<_>>(), vec![64, 160]);
+        assert!(b.rows.iter().all(|r| r.dense_s > 0.0 && r.topk_s > 0.0));
+        assert!(b.settings.contains("threads"));
+    }
+    click_menu(&mut h, "Export", "Current view as SVG…");
+    no_errors(&h);
+    assert!(std::fs::read_to_string(dir.path().join("focus-lens-speed-layer7.svg")).unwrap().contains("theoretical K/k"));
+
+    // Click a distant token: its long-range partners with exact attention weights.
+    h.get_by_label("Tokens").click();
+    h.step();
+    h.state_mut().select_token(Some(250));
+    settle(&mut h);
+    no_errors(&h);
+    {
+        let app = h.state();
+        let p = app.partners.as_ref().expect("partners of token 250");
+        let res = app.result.as_ref().unwrap();
+        assert_eq!((p.token, p.layer), (250, 7));
+        for &(j, w) in &p.partners {
+            assert!(250 - j > res.window(), "partners lie beyond the window");
+            assert!(res.masks[7][250] & res.masks[7][j] != 0, "partners share a group");
+            assert!(w > 0.0);
+        }
+        assert!(p.partner_mass + p.local_mass <= 1.0 + 1e-4 && p.partner_mass + p.local_mass > 0.999);
+    }
+
+    // Cancel a long run: the previous result stays, nothing is left running.
+    let before = h.state().result.as_ref().unwrap().key.clone();
+    let long = dir.path().join("long.txt");
+    std::fs::write(&long, "A rather long text about attention and groups. ".repeat(600)).unwrap();
+    h.state_mut().open(InputKind::Text, long);
+    h.state_mut().settings.params.max_tokens = 4000;
+    let t0 = Instant::now();
+    while !h.state().is_running(TaskKind::Analyze) {
+        h.step();
+        assert!(t0.elapsed() < Duration::from_secs(60), "the analysis did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    h.step();
+    h.get_by_label("Cancel").click();
+    settle(&mut h);
+    assert!(h.state().status.contains("cancelled"), "status: {}", h.state().status);
+    assert_eq!(h.state().result.as_ref().unwrap().key, before, "the previous result stays after a cancel");
+    assert!(!h.state().busy());
+    h.state_mut().settings.params.max_tokens = 300;
+
+    // Corrupt inputs: a clear error in the window, and the app keeps its working state.
+    let bad_model = dir.path().join("bad.gguf");
+    std::fs::write(&bad_model, b"GGUF this is not a model").unwrap();
+    h.state_mut().open(InputKind::Model, bad_model.clone());
+    settle(&mut h);
+    let errs = h.state().errors.join("\n");
+    assert!(errs.contains("cannot open model") && errs.contains("bad.gguf"), "{errs}");
+    assert_eq!(h.state().settings.model, Some(common::model_path()), "back to the working model");
+    assert!(h.state().model.is_some());
+    h.state_mut().errors.clear();
+
+    let bad_text = dir.path().join("binary.txt");
+    std::fs::write(&bad_text, b"abc\0def").unwrap();
+    h.state_mut().open(InputKind::Text, bad_text);
+    settle(&mut h);
+    let errs = h.state().errors.join("\n");
+    assert!(errs.contains("cannot open text") && errs.contains("binary"), "{errs}");
+    h.state_mut().errors.clear();
+
+    let bad_adapter = dir.path().join("bad_adapter");
+    std::fs::create_dir(&bad_adapter).unwrap();
+    std::fs::write(bad_adapter.join("adapter_config.json"), b"{ not json").unwrap();
+    std::fs::write(bad_adapter.join("adapter_model.safetensors"), b"junk").unwrap();
+    h.state_mut().open(InputKind::Adapter, bad_adapter);
+    settle(&mut h);
+    let errs = h.state().errors.join("\n");
+    assert!(errs.contains("cannot open adapter"), "{errs}");
+    assert!(h.state().result.is_some(), "a result is still shown");
+    // The app still runs: the error can be dismissed through the window.
+    h.get_by_label("dismiss").click();
+    h.step();
+    assert!(h.state().errors.is_empty());
+}
+
+/// Huge text files are truncated with a visible note.
+#[test]
+fn huge_text_is_truncated_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("huge.txt");
+    let line = "ab cd ef gh\n".repeat(1000);
+    let mut f = String::new();
+    while f.len() <= focus_lens::gui::state::MAX_TEXT_BYTES {
+        f += &line;
+    }
+    f += "é";
+    std::fs::write(&p, &f).unwrap();
+    let (text, note) = focus_lens::gui::jobs::read_text(&Some(p)).unwrap();
+    assert!(text.len() <= focus_lens::gui::state::MAX_TEXT_BYTES);
+    assert!(note.unwrap().contains("only its first 4 MiB"));
+}
+
+/// Views stay interactive on long texts: a 10K-token result (the start-up analysis tiled) is
+/// scrolled through in the token, layers and strip views; every frame's UI time is measured.
+#[test]
+fn scrolling_10k_tokens_stays_fast() {
+    use focus_lens::gui::state::AnalysisResult;
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(300), dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    let r = h.state().result.clone().unwrap();
+    let n = 10_000;
+    let tile = |v: &Vec<u8>| v.iter().cycle().take(n).cloned().collect::<Vec<u8>>();
+    let mut an = r.analysis.clone();
+    an.tokens = r.analysis.tokens.iter().cycle().take(n).cloned().collect();
+    for l in &mut an.layers {
+        if let Some(t) = &mut l.tokens {
+            *t = t.iter().cycle().take(n).cloned().collect();
+        }
+    }
+    let big = AnalysisResult {
+        key: r.key.clone(),
+        analysis: an,
+        adapter: r.adapter.clone(),
+        model: r.model.clone(),
+        seconds: r.seconds,
+        note: None,
+        argmax: r.argmax.iter().map(tile).collect(),
+        masks: r.masks.iter().map(|m| m.iter().cycle().take(n).cloned().collect()).collect(),
+        labels: r.labels.clone(),
+    };
+    h.state_mut().result = Some(Arc::new(big));
+    let mut report = Vec::new();
+    for (tab, strip) in [(Tab::Tokens, false), (Tab::Layers, false), (Tab::Layers, true)] {
+        h.state_mut().settings.tab = tab;
+        h.state_mut().settings.strip = strip;
+        h.step(); // first frame lays out (measured separately)
+        let t0 = Instant::now();
+        h.step();
+        let first = t0.elapsed().as_secs_f64();
+        let mut times = Vec::new();
+        for f in 0..40 {
+            h.state_mut().panels.scroll_to = Some((f * 250) % n);
+            let t0 = Instant::now();
+            h.step();
+            times.push(t0.elapsed().as_secs_f64());
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        let (median, worst) = (times[times.len() / 2], times[times.len() - 1]);
+        report.push(format!("{tab:?} strip={strip}: first {:.1} ms, median {:.1} ms, worst {:.1} ms", first * 1e3, median * 1e3, worst * 1e3));
+        assert!(worst < 0.5, "{tab:?}: a frame took {worst:.3} s while scrolling 10K tokens");
+    }
+    eprintln!("frame times while scrolling {n} tokens (egui pass incl. tessellation, no GPU):\n{}", report.join("\n"));
+    assert_eq!(h.state().result.as_ref().unwrap().tokens(), n, "the tiled result stays (no re-analysis)");
+}
+
+/// Settings survive a round trip through eframe's storage format (RON via serde).
+#[test]
+fn settings_persist() {
+    let mut s = Settings::default();
+    s.text = Some("/tmp/x.txt".into());
+    s.remember(InputKind::Text, "/tmp/x.txt".into());
+    s.params.mode = ModeChoice::Soft;
+    s.layer = 12;
+    s.tab = Tab::Mask;
+    let json = serde_json::to_string(&s).unwrap();
+    let back: Settings = serde_json::from_str(&json).unwrap();
+    assert_eq!((back.text, back.params, back.layer, back.tab), (s.text.clone(), s.params.clone(), 12, Tab::Mask));
+    assert_eq!(back.recent, s.recent);
+    // Older or partial stored settings fall back to defaults field by field.
+    let partial: Settings = serde_json::from_str(r#"{"layer": 3}"#).unwrap();
+    assert_eq!((partial.layer, partial.params.max_tokens), (3, Settings::default().params.max_tokens));
+}
+
+/// PNG export crops the screenshot to the view (points to pixels) and writes a valid PNG.
+#[test]
+fn png_export_crops_the_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let (w, h) = (40usize, 30usize);
+    let pixels = (0..w * h).map(|n| if n % w >= 10 { egui::Color32::RED } else { egui::Color32::BLUE }).collect();
+    let img = egui::ColorImage::new([w, h], pixels);
+    let path = dir.path().join("view.png");
+    // Points (5, 0)-(20, 10) at 2 pixels per point: pixels (10, 0)-(40, 20).
+    let rect = egui::Rect::from_min_max(egui::pos2(5.0, 0.0), egui::pos2(20.0, 10.0));
+    focus_lens::gui::export::save_png(&img, rect, 2.0, &path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+    let height = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+    assert_eq!((width, height), (30, 20));
+}
+
+/// Dropped paths are opened as what they look like.
+#[test]
+fn dropped_files_are_classified() {
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = dir.path().join("ad");
+    std::fs::create_dir(&adapter).unwrap();
+    std::fs::write(adapter.join("adapter_config.json"), "{}").unwrap();
+    let hf = dir.path().join("hf");
+    std::fs::create_dir(&hf).unwrap();
+    std::fs::write(hf.join("config.json"), "{}").unwrap();
+    assert_eq!(FocusLensApp::classify(&adapter), InputKind::Adapter);
+    assert_eq!(FocusLensApp::classify(&adapter.join("adapter_config.json")), InputKind::Adapter);
+    assert_eq!(FocusLensApp::classify(&hf), InputKind::Model);
+    assert_eq!(FocusLensApp::classify(Path::new("/x/model.GGUF")), InputKind::Model);
+    assert_eq!(FocusLensApp::classify(Path::new("/x/notes.txt")), InputKind::Text);
+    let mut app = FocusLensApp::new(Settings::default());
+    app.open_dropped(adapter.join("adapter_config.json"));
+    assert_eq!(app.settings.adapter, Some(adapter));
+}
