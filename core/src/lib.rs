@@ -4,7 +4,6 @@
 
 pub mod adapter;
 pub mod analysis;
-pub mod bench;
 pub mod attention;
 pub mod bench;
 pub mod categories;
