@@ -22,6 +22,11 @@ def log_rows(run):
 
 
 summary = {"ppl_file": FX, "ppl": {}, "suites": {}, "training": {}, "collapse": {}}
+# Collapse runs are not repeated with every training round: keep the recorded ones.
+previous = json.load(open(out / "results.json")) if (out / "results.json").exists() else {}
+COLLAPSE = [r for r in ("collapse_softmax", "collapse_sinkhorn") if (raw / "runs" / r).exists()]
+if not COLLAPSE:
+    summary["collapse"] = previous.get("collapse", {})
 # Perplexity: dense and every adapter x mode x ctx.
 for f in sorted((raw / "ppl").glob("*.json")):
     d = json.load(open(f))
@@ -37,12 +42,14 @@ for f in sorted((raw / "suites").glob("*.json")):
         "comparisons": [{k: c[k] for k in c if k != "summary"} | {"summary": c["summary"]} for c in d["comparisons"]],
     }
 # Training: the evaluation rows of each run.
-for run in RUNS + ["collapse_softmax", "collapse_sinkhorn"]:
+for run in RUNS + COLLAPSE:
     rows = log_rows(run)
     evals = [{"step": r["step"], "tokens_seen": r["tokens_seen"], "heldout_ppl": r["heldout_ppl"], "dominance": r["dominance"]} for r in rows if "heldout_ppl" in r]
     cfg = json.load(open(raw / "runs" / run / "adapter_config.json"))
     summary["training" if run in RUNS else "collapse"][run] = {
         "groups": cfg["groups"], "gate": cfg["gate"], "sinkhorn_iters": cfg["sinkhorn_iters"],
+        "score": cfg.get("score", "dot"), "sinkhorn_grad": cfg.get("training", {}).get("sinkhorn_grad", "full"),
+        "seconds": rows[-1]["seconds"],
         "steps": rows[-1]["step"], "tokens_seen": rows[-1]["tokens_seen"], "evals": evals,
         "train_loss": [[r["step"], r["loss"]] for r in rows],
     }

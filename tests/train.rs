@@ -17,7 +17,7 @@ fn setup() -> (Model, TrainData) {
 }
 
 fn opts(steps: usize) -> TrainOptions {
-    TrainOptions { steps, seq_len: 48, batch: 2, lr: 5e-2, weight_decay: 0.0, seed: 17, eval_every: 2, eval_seqs: 2, checkpoint_every: 0, max_seconds: 0.0 }
+    TrainOptions { steps, seq_len: 48, batch: 2, lr: 5e-2, weight_decay: 0.0, seed: 17, eval_every: 2, eval_seqs: 2, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: Default::default(), cosine_decay: false }
 }
 
 fn spec() -> AdapterSpec {
@@ -111,4 +111,39 @@ fn time_limit_ends_the_run_with_a_final_evaluation() {
     assert_eq!(t.step, 1);
     assert_eq!(rows.len(), 1);
     assert!(rows[0].heldout_ppl.is_some());
+}
+
+#[test]
+fn cosine_scores_with_detached_sinkhorn_and_decay_train_and_persist() {
+    use focus_core::router::SinkhornGrad;
+    use focus_core::{Adapter, Score};
+    let (model, data) = setup();
+    let dir = tempfile::tempdir().unwrap();
+    let o = TrainOptions { sinkhorn_grad: SinkhornGrad::Detached, cosine_decay: true, ..opts(3) };
+    assert!((o.lr_at(0) - o.lr).abs() < 1e-12 && (o.lr_at(3) - o.lr / 10.0).abs() < 1e-12);
+    assert!(o.lr_at(1) < o.lr && o.lr_at(1) > o.lr_at(2));
+    let mut t = Trainer::new(&model, &AdapterSpec { score: Score::Cosine, ..spec() }, o).unwrap();
+    let init = router_values(&t);
+    let mut rows = Vec::new();
+    t.run(&data, dir.path(), None, |r| Ok(rows.push(r.clone())), |_, _| {}).unwrap();
+    assert_ne!(router_values(&t), init);
+    assert!(rows.iter().all(|r| r.loss.is_finite()));
+    let out = dir.path().join("adapter");
+    t.adapter.save(&out).unwrap();
+    let back = Adapter::load(&out, &model).unwrap();
+    assert_eq!(back.config.score, Score::Cosine);
+
+    // Cosine routing ignores the scale of W_g; dot routing does not.
+    let h = candle_core::Tensor::randn(0f32, 1.0, (40, model.config().d_model), &Device::Cpu).unwrap();
+    let scaled = |a: &Adapter| {
+        let mut a = a.clone();
+        a.layers[0].proj = (&a.layers[0].proj * 3.0).unwrap();
+        a
+    };
+    let route = |a: &Adapter| a.route(0, &h, false).unwrap().memberships;
+    let diff = |x: Vec<f32>, y: Vec<f32>| x.iter().zip(&y).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(diff(route(&back), route(&scaled(&back))) < 1e-5);
+    let mut dot = back.clone();
+    dot.config.score = Score::Dot;
+    assert!(diff(route(&dot), route(&scaled(&dot))) > 1e-3);
 }

@@ -25,7 +25,7 @@ pub mod topk;
 pub mod topk_tiled;
 pub mod train;
 
-pub use adapter::{Adapter, AdapterConfig, AdapterSpec, Gate};
+pub use adapter::{Adapter, AdapterConfig, AdapterSpec, Gate, Score};
 pub use attention::Mode;
 pub use error::{Error, Result};
 pub use model::{Model, ModelConfig};

@@ -92,20 +92,46 @@ pub fn sinkhorn(scores: &[f32], t: usize, k: usize, tau: f64, iters: usize, caus
     l.iter().map(|&x| x.exp() as f32).collect()
 }
 
-/// The same Sinkhorn in candle ops, differentiable, for training: scores (T x K) ->
-/// memberships (T x K). With `causal`, the column step uses prefix sums as `sinkhorn` does.
-/// Agrees with `sinkhorn` (tested).
-pub fn sinkhorn_tensor(scores: &candle_core::Tensor, tau: f64, iters: usize, causal: bool) -> candle_core::Result<candle_core::Tensor> {
-    let mut l = (scores / tau)?;
+/// How gradients pass through the Sinkhorn iterations in training.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SinkhornGrad {
+    /// Back-propagate through every iteration (exact; ~150 graph ops per layer and pass).
+    #[default]
+    Full,
+    /// Treat the column normalisers as constants (as SwAV does): the iterations run outside the
+    /// graph and only the last row softmax is differentiated. Same forward values; the graph
+    /// keeps ~10 of the ~140 Sinkhorn ops per layer, which dominate a launch-bound GPU step
+    /// (measured: 1.34x faster steps on the H200).
+    Detached,
+}
+
+/// The same Sinkhorn in candle ops, for training: scores (T x K) -> memberships (T x K). With
+/// `causal`, the column step uses prefix sums as `sinkhorn` does. Agrees with `sinkhorn` (tested).
+pub fn sinkhorn_tensor(scores: &candle_core::Tensor, tau: f64, iters: usize, causal: bool, grad: SinkhornGrad) -> candle_core::Result<candle_core::Tensor> {
+    let l0 = (scores / tau)?;
     let row_norm = |l: &candle_core::Tensor| l.broadcast_sub(&l.log_sum_exp(1)?.unsqueeze(1)?);
-    for _ in 0..iters {
-        l = if causal { (&l - prefix_log_sum_exp(&l)?)? } else { l.broadcast_sub(&l.log_sum_exp(0)?.unsqueeze(0)?)? };
-        l = row_norm(&l)?;
+    let iterate = |mut l: candle_core::Tensor| -> candle_core::Result<candle_core::Tensor> {
+        for _ in 0..iters {
+            l = if causal { (&l - prefix_log_sum_exp(&l)?)? } else { l.broadcast_sub(&l.log_sum_exp(0)?.unsqueeze(0)?)? };
+            l = row_norm(&l)?;
+        }
+        if iters == 0 {
+            l = row_norm(&l)?;
+        }
+        Ok(l)
+    };
+    match grad {
+        SinkhornGrad::Full => iterate(l0)?.exp(),
+        SinkhornGrad::Detached => {
+            // Every iteration subtracts column terms and row terms from l0. The row terms vanish
+            // under a final row softmax, so softmax_rows(l0 - column terms) is the same result,
+            // with the (detached) column terms as constants.
+            let l0_const = l0.detach();
+            let fixed = (iterate(l0_const.clone())? - &l0_const)?;
+            row_norm(&(&l0 + fixed)?)?.exp()
+        }
     }
-    if iters == 0 {
-        l = row_norm(&l)?;
-    }
-    l.exp()
 }
 
 /// Inclusive prefix log-sum-exp down the rows of x (T x K): y[i] = log sum_{j<=i} exp(x[j]).
@@ -194,11 +220,43 @@ mod tests {
                 for iters in [0, 1, 10] {
                     let want = sinkhorn(&s, t, k, 0.1, iters, causal);
                     let st = candle_core::Tensor::from_slice(&s, (t, k), &candle_core::Device::Cpu).unwrap();
-                    let got = sinkhorn_tensor(&st, 0.1, iters, causal).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-                    let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                    assert!(err < 1e-4, "t {t} k {k} causal {causal} iters {iters}: {err}");
+                    for grad in [SinkhornGrad::Full, SinkhornGrad::Detached] {
+                        let got = sinkhorn_tensor(&st, 0.1, iters, causal, grad).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                        let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                        assert!(err < 1e-4, "t {t} k {k} causal {causal} iters {iters} {grad:?}: {err}");
+                    }
                 }
             }
+        }
+    }
+
+    /// Detached Sinkhorn differentiates only the last row softmax: for L = sum(w * G),
+    /// dL/dS = G * (w - sum_g G w) / tau, row by row, with G the memberships.
+    #[test]
+    fn detached_sinkhorn_gradient_is_the_row_softmax_gradient() {
+        use candle_core::{Device, Tensor, Var};
+        let (t, k, tau) = (70, 4, 0.1);
+        for causal in [false, true] {
+            let sv = Var::from_tensor(&Tensor::from_slice(&random_scores(5, t, k), (t, k), &Device::Cpu).unwrap()).unwrap();
+            let w = random_scores(6, t, k);
+            let wt = Tensor::from_slice(&w, (t, k), &Device::Cpu).unwrap();
+            let g = sinkhorn_tensor(sv.as_tensor(), tau, 10, causal, SinkhornGrad::Detached).unwrap();
+            let grads = (&g * &wt).unwrap().sum_all().unwrap().backward().unwrap();
+            let got = grads.get(sv.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let gv = g.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            for i in 0..t {
+                let r = i * k..(i + 1) * k;
+                let mean: f32 = gv[r.clone()].iter().zip(&w[r.clone()]).map(|(a, b)| a * b).sum();
+                for j in r {
+                    let want = gv[j] * (w[j] - mean) / tau as f32;
+                    assert!((got[j] - want).abs() < 1e-3 * (1.0 + want.abs()), "causal {causal} ({i},{}): {} vs {want}", j % k, got[j]);
+                }
+            }
+            // And it is not the full gradient: the column terms' dependence on S is dropped.
+            let full = sinkhorn_tensor(sv.as_tensor(), tau, 10, causal, SinkhornGrad::Full).unwrap();
+            let gf = (&full * &wt).unwrap().sum_all().unwrap().backward().unwrap();
+            let gf = gf.get(sv.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            assert!(gf.iter().zip(&got).any(|(a, b)| (a - b).abs() > 1e-3));
         }
     }
 

@@ -9,6 +9,7 @@ use crate::adapter::{Adapter, AdapterSpec, Router};
 use crate::attention::Mode;
 use crate::error::{Error, Result};
 use crate::model::{ForwardOptions, Model};
+use crate::router::SinkhornGrad;
 use crate::stats::layer_stats;
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -34,6 +35,23 @@ pub struct TrainOptions {
     /// as if that were the last (final held-out evaluation included).
     #[serde(default)]
     pub max_seconds: f64,
+    /// Gradient through Sinkhorn: exact, or with the column normalisers held constant.
+    #[serde(default)]
+    pub sinkhorn_grad: SinkhornGrad,
+    /// Cosine decay of the learning rate from `lr` at step 0 to `lr / 10` at `steps`.
+    #[serde(default)]
+    pub cosine_decay: bool,
+}
+
+impl TrainOptions {
+    /// The learning rate of step `step`.
+    pub fn lr_at(&self, step: usize) -> f64 {
+        if !self.cosine_decay || self.steps == 0 {
+            return self.lr;
+        }
+        let p = (step as f64 / self.steps as f64).min(1.0);
+        self.lr * (0.1 + 0.45 * (1.0 + (std::f64::consts::PI * p).cos()))
+    }
 }
 
 /// Token streams: documents joined by the end-of-text token.
@@ -191,6 +209,7 @@ impl<'m> Trainer<'m> {
             let ids = &data.train[s..s + t];
             let mut o = ForwardOptions::new(Mode::Soft, Some(&self.adapter));
             o.differentiable = true;
+            o.sinkhorn_grad = self.opts.sinkhorn_grad;
             let logits = self.model.decoder.forward(ids, &o)?.logits;
             let targets = Tensor::from_slice(&data.train[s + 1..s + t + 1], t, dev)?;
             let loss = candle_nn::loss::cross_entropy(&logits, &targets)?;
@@ -208,7 +227,7 @@ impl<'m> Trainer<'m> {
             }
             total += loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
         }
-        self.opt.step(&self.vars, &grads, self.opts.lr, self.opts.weight_decay)?;
+        self.opt.step(&self.vars, &grads, self.opts.lr_at(self.step), self.opts.weight_decay)?;
         self.step += 1;
         self.tokens_seen += b * t;
         Ok(total / b as f64)

@@ -130,6 +130,10 @@ pub struct SpecArgs {
     pub top_k: usize,
     #[arg(long)]
     pub causal_sinkhorn: bool,
+    /// Router scores: `dot` (the paper's S = h W_g C^T) or `cosine` (unit-norm vectors and
+    /// centroids, so S / tau stays bounded and Sinkhorn keeps the groups balanced).
+    #[arg(long, value_parser = ["dot", "cosine"], default_value = "dot")]
+    pub score: String,
 }
 
 impl SpecArgs {
@@ -144,6 +148,7 @@ impl SpecArgs {
             lambda: self.lambda,
             top_k: self.top_k.min(self.groups),
             causal_sinkhorn: self.causal_sinkhorn,
+            score: if self.score == "cosine" { focus_core::Score::Cosine } else { focus_core::Score::Dot },
         }
     }
 }

@@ -3,6 +3,7 @@
 //! one run so that machine load hits every variant alike. Used by `focus-lens bench attention`
 //! and meant for the GUI's speed panel too.
 
+use super::median;
 use crate::error::{Error, Result};
 use crate::topk::Shape;
 use crate::{flash, topk};
@@ -199,11 +200,6 @@ pub fn kept_pairs(masks: &[u64], window: usize) -> u64 {
 pub fn pairs_fraction(masks: &[u64], window: usize) -> f64 {
     let t = masks.len() as f64;
     kept_pairs(masks, window) as f64 / (t * (t + 1.0) / 2.0)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// CPU time of this process (user + system, all threads) in ms, from /proc/self/stat (Linux;

@@ -2,6 +2,7 @@
 //! forward` and the GUI's speed panel. Modes alternate within each repeat so that drift (thermal,
 //! other load) hits both alike; the median of the timed repeats is reported.
 
+use super::median;
 use crate::adapter::Adapter;
 use crate::attention::Mode;
 use crate::error::{Error, Result};
@@ -29,11 +30,6 @@ pub struct BenchOptions<'a> {
     pub repeats: usize,
     pub k: usize,
     pub cancel: Option<&'a AtomicBool>,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// Runs `base` (token ids, cycled to each length) through the model. `progress(done, total)`

@@ -8,3 +8,9 @@ mod forward;
 
 pub use attention::*;
 pub use forward::*;
+
+/// Median of repeated timings (the upper one of an even count): robust to one slow repeat.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}

@@ -119,11 +119,13 @@ pub struct ForwardOptions<'a> {
     /// Use only ops with a backward pass and route with differentiable Sinkhorn, so that a loss
     /// on the logits gives gradients to the router parameters (dense and soft modes).
     pub differentiable: bool,
+    /// How the differentiable path back-propagates through Sinkhorn.
+    pub sinkhorn_grad: crate::router::SinkhornGrad,
 }
 
 impl<'a> ForwardOptions<'a> {
     pub fn new(mode: Mode, adapter: Option<&'a Adapter>) -> Self {
-        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, cancel: None, differentiable: false }
+        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default() }
     }
 }
 
@@ -213,7 +215,7 @@ impl Decoder {
                     if opts.mode == Mode::Dense {
                         (None, LayerPlan::Dense)
                     } else if opts.mode == Mode::Soft {
-                        let g = a.route_tensor(l, &h)?;
+                        let g = a.route_tensor(l, &h, opts.sinkhorn_grad)?;
                         let plan = if attention::all_local(t, a.config.window) { LayerPlan::Dense } else { attention::soft_plan(&g, &a.config)? };
                         (None, plan)
                     } else {
