@@ -57,7 +57,7 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
             }
             _ => {
                 ui.horizontal(|ui| {
-                    ui.spinner();
+                    super::busy::busy(ui);
                     ui.label("computing the attention row…");
                 });
             }

@@ -2,6 +2,7 @@
 //! caches (layouts, textures) in `PanelState`.
 
 pub mod balance;
+pub mod busy;
 pub mod categories;
 pub mod controls;
 pub mod details;
@@ -38,7 +39,7 @@ pub fn central(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     if app.result.is_none() {
         ui.centered_and_justified(|ui| {
             if app.busy() {
-                ui.spinner();
+                busy::busy(ui);
             } else {
                 ui.label("Nothing analysed yet: open a model, an adapter and a text (File menu, or drop files on the window).");
             }

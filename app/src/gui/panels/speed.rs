@@ -12,7 +12,7 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         ui.add(egui::DragValue::new(&mut app.settings.bench_repeats).range(1..=10).prefix("repeats "));
         let running = app.is_running(TaskKind::Bench);
         if running {
-            ui.spinner();
+            super::busy::busy(ui);
             if ui.button("Cancel benchmark").clicked() {
                 app.worker.cancel(TaskKind::Bench);
                 if let Some(b) = &mut app.bench {

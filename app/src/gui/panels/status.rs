@@ -21,7 +21,7 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         ui.horizontal(|ui| {
             let mut cancel = None;
             for (kind, done, total, what, secs) in app.worker.progress() {
-                ui.spinner();
+                super::busy::busy(ui);
                 if total > 0 {
                     ui.add(egui::ProgressBar::new(done as f32 / total as f32).desired_width(120.0).text(format!("{done}/{total}")));
                 }
@@ -36,6 +36,10 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
                 Some(k) => app.worker.cancel(k),
                 None => {}
             }
+            if let Some((shown, all)) = app.showing_preview() {
+                ui.label(format!("showing the first {shown} tokens; analysing all {all} in the background"));
+                ui.separator();
+            }
             if !app.busy() {
                 if let Some(r) = &app.result {
                     ui.label(format!("{} tokens analysed in {:.2} s", r.tokens(), r.seconds));
@@ -45,6 +49,9 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
             if !app.status.is_empty() {
                 ui.label(&app.status);
                 ui.separator();
+            }
+            if let Some(s) = app.first_view_seconds {
+                ui.weak(format!("first view {s:.1} s after start"));
             }
             ui.weak(format!("UI {:.1} ms (worst of recent frames {:.1} ms)", app.frame_times.back().unwrap_or(&0.0) * 1e3, app.worst_frame() * 1e3));
         });
