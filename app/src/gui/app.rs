@@ -48,6 +48,8 @@ pub struct FocusLensApp {
     /// The last informational message (exports, truncation).
     pub status: String,
     pub hovered: Option<usize>,
+    /// The layer of the column the hovered token is in (layers view); else the selected layer.
+    pub hovered_layer: Option<usize>,
     pub selected: Option<usize>,
     pub partners: Option<Partners>,
     pub bench: Option<BenchState>,
@@ -88,6 +90,7 @@ impl FocusLensApp {
             errors: Vec::new(),
             status: String::new(),
             hovered: None,
+            hovered_layer: None,
             selected: None,
             partners: None,
             bench: None,

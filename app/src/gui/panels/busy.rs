@@ -9,16 +9,20 @@ pub fn busy(ui: &mut egui::Ui) -> egui::Response {
     let size = ui.text_style_height(&egui::TextStyle::Body);
     let (rect, response) = ui.allocate_exact_size(egui::vec2(size, size), egui::Sense::hover());
     if ui.is_rect_visible(rect) {
+        // A faint ring with a quarter arc that advances with the clock: at a few frames per
+        // second a long arc would read as a letter "C".
         let t = ui.input(|i| i.time);
         let start = (t * 5.0) % std::f64::consts::TAU;
         let r = rect.height() * 0.5 - 2.0;
-        let points: Vec<egui::Pos2> = (0..=16)
+        let color = ui.visuals().strong_text_color();
+        ui.painter().circle_stroke(rect.center(), r, egui::Stroke::new(2.0, color.gamma_multiply(0.2)));
+        let points: Vec<egui::Pos2> = (0..=8)
             .map(|n| {
-                let a = start + n as f64 / 16.0 * 4.0;
+                let a = start + n as f64 / 8.0 * 1.6;
                 rect.center() + r * egui::vec2(a.cos() as f32, a.sin() as f32)
             })
             .collect();
-        ui.painter().add(egui::Shape::line(points, egui::Stroke::new(2.0, ui.visuals().strong_text_color())));
+        ui.painter().add(egui::Shape::line(points, egui::Stroke::new(2.0, color)));
     }
     response
 }

@@ -46,6 +46,9 @@ pub fn central(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         });
         return;
     }
+    // Views that draw tokens set these again; in the others nothing is hovered.
+    app.hovered = None;
+    app.hovered_layer = None;
     match app.settings.tab {
         Tab::Tokens => tokens::show(app, ui),
         Tab::Layers => layers::show(app, ui),

@@ -26,7 +26,10 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
                     ui.add(egui::ProgressBar::new(done as f32 / total as f32).desired_width(120.0).text(format!("{done}/{total}")));
                 }
                 ui.label(format!("{} {what} ({secs:.1} s)", kind.label()));
-                if matches!(kind, TaskKind::Analyze | TaskKind::Bench | TaskKind::Attention) && ui.button("Cancel").clicked() {
+                // A stable id: the progress bar appears once the total is known, and must not
+                // shift the button's automatic id between a click's press and release.
+                let cancellable = matches!(kind, TaskKind::Analyze | TaskKind::Bench | TaskKind::Attention);
+                if cancellable && ui.push_id(("cancel", kind), |ui| ui.button("Cancel")).inner.clicked() {
                     cancel = Some(kind);
                 }
                 ui.separator();
