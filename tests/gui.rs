@@ -146,9 +146,23 @@ fn gui_end_to_end() {
         assert!(b.rows.iter().all(|r| r.dense_s > 0.0 && r.topk_s > 0.0));
         assert!(b.settings.contains("threads"));
     }
+    // The measured numbers as a table, and why the gain is below K/k (the kept share of pairs).
+    h.step();
+    assert!(h.query_by_label("top-k tok/s").is_some(), "the benchmark table");
+    assert!(h.query_by_label_contains("% of causal pairs (mean over layers)").is_some());
     click_menu(&mut h, "Export", "Current view as SVG…");
     no_errors(&h);
     assert!(std::fs::read_to_string(dir.path().join("focus-lens-speed-layer7.svg")).unwrap().contains("theoretical K/k"));
+
+    // A token hovered in a layer column is described in that column's layer, not the selected one.
+    h.get_by_label("Layers").click();
+    h.step();
+    h.state_mut().hovered = Some(20);
+    h.state_mut().hovered_layer = Some(15);
+    h.step();
+    assert!(h.query_by_label_contains("layer 15: top groups").is_some(), "details follow the hovered column");
+    h.step();
+    assert!(h.query_by_label_contains("layer 15: top groups").is_none(), "nothing hovered any more");
 
     // Click a distant token: its long-range partners with exact attention weights.
     h.get_by_label("Tokens").click();
@@ -169,19 +183,20 @@ fn gui_end_to_end() {
         assert!(p.partner_mass + p.local_mass <= 1.0 + 1e-4 && p.partner_mass + p.local_mass > 0.999);
     }
 
-    // Cancel a long run: the previous result stays, nothing is left running.
-    let before = h.state().result.as_ref().unwrap().key.clone();
+    // Cancel a long run: the previous result stays, nothing is left running. (Until the text has
+    // loaded, an analysis of the previous text with the new token count may run: wait past it.)
     let long = dir.path().join("long.txt");
     std::fs::write(&long, "A rather long text about attention and groups. ".repeat(600)).unwrap();
-    h.state_mut().open(InputKind::Text, long);
+    h.state_mut().open(InputKind::Text, long.clone());
     h.state_mut().settings.params.max_tokens = 4000;
     let t0 = Instant::now();
-    while !h.state().is_running(TaskKind::Analyze) {
+    while !(h.state().is_running(TaskKind::Analyze) && h.state().text.as_ref().is_some_and(|t| t.path.as_ref() == Some(&long))) {
         h.step();
         assert!(t0.elapsed() < Duration::from_secs(60), "the analysis did not start");
         std::thread::sleep(Duration::from_millis(10));
     }
     h.step();
+    let before = h.state().result.as_ref().unwrap().key.clone();
     h.get_by_label("Cancel").click();
     settle(&mut h);
     assert!(h.state().status.contains("cancelled"), "status: {}", h.state().status);
@@ -267,6 +282,7 @@ fn scrolling_10k_tokens_stays_fast() {
         model: r.model.clone(),
         seconds: r.seconds,
         note: None,
+        text_tokens: n,
         argmax: r.argmax.iter().map(tile).collect(),
         masks: r.masks.iter().map(|m| m.iter().cycle().take(n).cloned().collect()).collect(),
         labels: r.labels.clone(),
@@ -350,4 +366,123 @@ fn dropped_files_are_classified() {
     let mut app = FocusLensApp::new(Settings::default());
     app.open_dropped(adapter.join("adapter_config.json"));
     assert_eq!(app.settings.adapter, Some(adapter));
+}
+
+/// A text longer than the preview: a finished analysis of its first `PREVIEW_TOKENS` tokens is
+/// shown (and said so) while the full one runs with per-layer progress; then the full result
+/// replaces it, and the preview stays cached under its own key.
+#[test]
+fn long_texts_show_a_preview_first() {
+    use focus_lens::gui::jobs::PREVIEW_TOKENS;
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(PREVIEW_TOKENS + 100);
+    s.params.causal = Some(true); // causal routing: the preview is exactly the full run's prefix
+    let mut h = harness(s, dir.path());
+    let t0 = Instant::now();
+    let mut layer_steps = std::collections::BTreeSet::new();
+    let mut preview = None;
+    while h.state().result.as_ref().is_none_or(|r| r.tokens() == PREVIEW_TOKENS) {
+        h.step();
+        for (kind, done, total, what, _) in h.state().worker.progress() {
+            if kind == TaskKind::Analyze && total > 0 {
+                assert_eq!(total, 30, "one progress step per layer: {what}");
+                layer_steps.insert(done);
+            }
+        }
+        if preview.is_none() {
+            if let Some(r) = h.state().result.clone() {
+                assert_eq!(r.tokens(), PREVIEW_TOKENS);
+                assert!(h.state().is_running(TaskKind::Analyze), "the full analysis goes on");
+                assert_eq!(h.state().showing_preview(), Some((PREVIEW_TOKENS, PREVIEW_TOKENS + 100)));
+                h.step();
+                assert!(h.query_by_label_contains("showing the first 512 tokens").is_some(), "the status line says it is a preview");
+                preview = Some(r);
+            }
+        }
+        assert!(t0.elapsed() < Duration::from_secs(600), "no result");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    settle(&mut h);
+    no_errors(&h);
+    let preview = preview.expect("a preview before the full result");
+    let full = h.state().result.clone().unwrap();
+    assert_eq!(full.tokens(), PREVIEW_TOKENS + 100);
+    assert!(h.state().showing_preview().is_none());
+    assert!(layer_steps.iter().any(|&d| d > 0 && d < 30), "progress moved within the forward pass: {layer_steps:?}");
+    for (a, b) in preview.analysis.tokens.iter().zip(&full.analysis.tokens) {
+        assert_eq!((a.id, a.start, a.end), (b.id, b.start, b.end));
+    }
+    // Layer 0's routing sees only embeddings: the preview's rows are the full run's rows.
+    let (p0, f0) = (&preview.analysis.routing[0], &full.analysis.routing[0]);
+    let n = PREVIEW_TOKENS * p0.groups;
+    let err = p0.memberships.iter().zip(&f0.memberships[..n]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(err < 1e-4, "layer 0 memberships differ by {err}");
+    // Asking for the preview's length is answered from the cache, without a run.
+    h.state_mut().settings.params.max_tokens = PREVIEW_TOKENS;
+    h.step();
+    assert!(!h.state().is_running(TaskKind::Analyze));
+    assert!(Arc::ptr_eq(h.state().result.as_ref().unwrap(), &preview));
+}
+
+/// File dialogs answer in a later frame: the UI keeps running while one is open, its menu items
+/// are disabled, and the chosen path opens the file or receives the export.
+#[test]
+fn file_dialog_answers_arrive_asynchronously() {
+    use focus_lens::gui::dialogs::Purpose;
+    use egui_kittest::kittest::NodeT;
+    use focus_lens::gui::export::ExportKind;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(200), dir.path());
+    settle(&mut h);
+    h.state_mut().export_dir = None; // exports go through the dialog path
+    let text = dir.path().join("picked.txt");
+    std::fs::write(&text, "Words chosen in a dialog. ".repeat(10)).unwrap();
+    // A stand-in for the native dialog that stays open until we answer it.
+    let (answer, wait) = std::sync::mpsc::channel::<Option<std::path::PathBuf>>();
+    h.state_mut().dialogs.start(Purpose::Open(InputKind::Text), move || wait.recv().unwrap(), None);
+    h.get_by_label("File").click();
+    h.step();
+    h.step();
+    let item = h.get_by_label("Open text…");
+    assert!(item.accesskit_node().is_disabled(), "no second dialog while one is open");
+    let t0 = Instant::now();
+    for _ in 0..5 {
+        h.step();
+    }
+    assert!(t0.elapsed() < Duration::from_secs(5), "frames run while the dialog is open");
+    answer.send(Some(text.clone())).unwrap();
+    let t0 = Instant::now();
+    while h.state().dialogs.open().is_some() {
+        h.step();
+        assert!(t0.elapsed() < Duration::from_secs(10));
+    }
+    settle(&mut h);
+    no_errors(&h);
+    assert_eq!(h.state().settings.text, Some(text));
+    assert!(h.state().result.as_ref().unwrap().analysis.tokens[0].text.starts_with("Words"));
+
+    // A cancelled dialog changes nothing; a chosen export path receives the file.
+    let key = h.state().result.as_ref().unwrap().key.clone();
+    h.state_mut().dialogs.start(Purpose::Open(InputKind::Model), || None, None);
+    let out = dir.path().join("chosen.csv");
+    let out2 = out.clone();
+    for _ in 0..100 {
+        h.step();
+        if h.state().dialogs.open().is_none() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(h.state().result.as_ref().unwrap().key, key);
+    h.state_mut().dialogs.start(Purpose::Export(ExportKind::StatsCsv), move || Some(out2), None);
+    for _ in 0..100 {
+        h.step();
+        if out.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    no_errors(&h);
+    assert!(std::fs::read_to_string(&out).unwrap().starts_with("layer,group,size"));
 }

@@ -63,7 +63,8 @@ pub struct AnalyzeOptions<'a> {
     pub cancel: Option<&'a AtomicBool>,
 }
 
-/// `progress(done_segments, total_segments)` after each segment.
+/// `progress(done, total)` as the model runs, in steps of one layer of one segment (total =
+/// layers x segments), so that a single long segment still shows movement.
 pub fn analyze(
     model: &Model,
     adapter: &Adapter,
@@ -94,7 +95,14 @@ pub fn analyze(
         fo.record_routing = true;
         fo.logits_from = ids.len() - 1;
         fo.cancel = opts.cancel;
-        let out = model.decoder.forward(ids, &fo)?;
+        // The plan hook runs as each layer starts: the one place a forward pass reports where it is.
+        let base = s * n_layers;
+        let total = segments.len() * n_layers;
+        let progress_cell = std::cell::RefCell::new(&mut progress);
+        let out = model.decoder.forward_with(ids, &fo, |l, _| {
+            (progress_cell.borrow_mut())(base + l, total);
+            Ok(None)
+        })?;
         for (l, r) in out.routing.into_iter().enumerate() {
             let p = pair_stats(&r.topk_masks(opts.k), cfg.window);
             let acc = &mut pairs[l];
@@ -114,7 +122,7 @@ pub fn analyze(
                 }
             });
         }
-        progress(s + 1, segments.len());
+        progress(base + n_layers, total);
     }
     let routing: Vec<LayerRouting> = merged.into_iter().map(|r| r.expect("every layer routes")).collect();
     let layers = routing

@@ -2,6 +2,7 @@
 //! collects finished work, reconciles what is loaded with what the settings ask for (starting
 //! loads and analyses in the background), then lays out the panels.
 
+use super::dialogs::{Dialogs, Purpose};
 use super::jobs::{self, Msg};
 use super::panels::{self, PanelState};
 use super::state::*;
@@ -15,6 +16,8 @@ use std::time::Instant;
 /// The embedded defaults, compiled into the binary.
 pub const SAMPLE_TEXT: &str = crate::cli::bench::SAMPLE_TEXT;
 pub const SAMPLE_TEXT_NAME: &str = "assets/sample.txt";
+/// How often the window repaints while background work runs (progress, busy indicators).
+pub const BUSY_REPAINT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// What the settings ask for, per input; compared with what was last attempted so that a failed
 /// load is not retried every frame.
@@ -45,6 +48,8 @@ pub struct FocusLensApp {
     /// The last informational message (exports, truncation).
     pub status: String,
     pub hovered: Option<usize>,
+    /// The layer of the column the hovered token is in (layers view); else the selected layer.
+    pub hovered_layer: Option<usize>,
     pub selected: Option<usize>,
     pub partners: Option<Partners>,
     pub bench: Option<BenchState>,
@@ -56,10 +61,15 @@ pub struct FocusLensApp {
     /// Seconds our UI code took in recent frames (not counting rendering).
     pub frame_times: VecDeque<f32>,
     pub last_analysis_seconds: Option<f64>,
+    /// Seconds from the app's start to the first analysis on screen (a preview counts).
+    pub first_view_seconds: Option<f64>,
+    started: Instant,
     /// The central panel's rectangle, for PNG exports of the current view.
     pub view_rect: Option<egui::Rect>,
     pub pending_png: Option<PathBuf>,
     pub png_rx: Option<std::sync::mpsc::Receiver<Result<PathBuf, String>>>,
+    /// Native file dialogs (open, export), answered asynchronously.
+    pub dialogs: Dialogs,
     ctx: Option<egui::Context>,
 }
 
@@ -80,6 +90,7 @@ impl FocusLensApp {
             errors: Vec::new(),
             status: String::new(),
             hovered: None,
+            hovered_layer: None,
             selected: None,
             partners: None,
             bench: None,
@@ -88,9 +99,12 @@ impl FocusLensApp {
             panels: PanelState::default(),
             frame_times: VecDeque::new(),
             last_analysis_seconds: None,
+            first_view_seconds: None,
+            started: Instant::now(),
             view_rect: None,
             pending_png: None,
             png_rx: None,
+            dialogs: Dialogs::default(),
             ctx: None,
         }
     }
@@ -148,6 +162,15 @@ impl FocusLensApp {
         let kind = Self::classify(&path);
         let path = if kind == InputKind::Adapter && path.is_file() { path.parent().map(Path::to_path_buf).unwrap_or(path) } else { path };
         self.open(kind, path);
+    }
+
+    /// A file dialog's answer: open the chosen file or write the export (nothing on cancel).
+    pub fn dialog_closed(&mut self, purpose: Purpose, path: Option<PathBuf>) {
+        let Some(path) = path else { return };
+        match purpose {
+            Purpose::Open(kind) => self.open(kind, path),
+            Purpose::Export(kind) => super::export::export_to(self, kind, path),
+        }
     }
 
     /// Cancels the running analysis; the previous result stays on screen.
@@ -236,9 +259,7 @@ impl FocusLensApp {
                         if let Some(n) = &res.note {
                             self.status = n.clone();
                         }
-                        self.cache.retain(|c| c.key != res.key);
-                        self.cache.push_front(res.clone());
-                        self.cache.truncate(6);
+                        self.remember_result(res.clone());
                         self.set_result(res);
                     }
                     Err(e) if e == "cancelled" => {}
@@ -246,6 +267,14 @@ impl FocusLensApp {
                         self.stopped_key = key;
                         self.errors.push(format!("analysis failed: {e}"));
                     }
+                }
+            }
+            Msg::Preview(res) => {
+                // Shown only while its full analysis is still the one wanted.
+                if self.running_key.as_ref().and_then(jobs::preview_key).as_ref() == Some(&res.key) {
+                    let res = Arc::new(res);
+                    self.remember_result(res.clone());
+                    self.set_result(res);
                 }
             }
             Msg::Partners(r) => match r {
@@ -270,6 +299,18 @@ impl FocusLensApp {
         }
     }
 
+    fn remember_result(&mut self, res: Arc<AnalysisResult>) {
+        self.cache.retain(|c| c.key != res.key);
+        self.cache.push_front(res);
+        self.cache.truncate(6);
+    }
+
+    /// While the full analysis runs and the view shows its preview: (preview tokens, tokens to come).
+    pub fn showing_preview(&self) -> Option<(usize, usize)> {
+        let (running, res) = (self.running_key.as_ref()?, self.result.as_ref()?);
+        (jobs::preview_key(running).as_ref() == Some(&res.key)).then(|| (res.tokens(), running.params.max_tokens.min(res.text_tokens)))
+    }
+
     fn set_result(&mut self, res: Arc<AnalysisResult>) {
         let n_layers = res.layers();
         if self.settings.layer >= n_layers {
@@ -287,6 +328,7 @@ impl FocusLensApp {
             self.partners = None;
         }
         self.result = Some(res);
+        self.first_view_seconds.get_or_insert_with(|| self.started.elapsed().as_secs_f64());
     }
 
     /// A load failed: show why and go back to what was loaded before (the app keeps running).
@@ -366,8 +408,16 @@ impl FocusLensApp {
             text: t.text.clone(),
             key: key.clone(),
         };
+        // A cached preview shows at once; otherwise the job computes one first.
+        let cached_preview = jobs::preview_key(&key).and_then(|pk| self.cache.iter().find(|c| c.key == pk).cloned());
+        let preview = cached_preview.is_none();
         self.running_key = Some(key);
-        self.worker.spawn(TaskKind::Analyze, move |h| Msg::Analysis(jobs::analyze(job, h)));
+        if let Some(p) = cached_preview {
+            self.set_result(p);
+        }
+        self.worker.spawn_streaming(TaskKind::Analyze, move |h, interim| {
+            Msg::Analysis(jobs::analyze(job, preview, h, &|r| interim.send(Msg::Preview(r))))
+        });
     }
 
     /// Clicking a token: compute the attention its row gives, in the background.
@@ -419,14 +469,18 @@ impl FocusLensApp {
                 self.png_rx = None;
             }
         }
+        if let Some((purpose, path)) = self.dialogs.poll() {
+            self.dialog_closed(purpose, path);
+        }
         let dropped: Vec<PathBuf> = ctx.input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect());
         for p in dropped {
             self.open_dropped(p);
         }
         self.reconcile();
         if self.busy() {
-            // Progress and spinners animate; results arrive with a repaint request anyway.
-            ctx.request_repaint_after(std::time::Duration::from_millis(100));
+            // Progress and busy indicators move at this pace; results arrive with a repaint
+            // request anyway. Not faster: every frame costs CPU that the work could use.
+            ctx.request_repaint_after(BUSY_REPAINT);
         }
     }
 

@@ -3,6 +3,7 @@
 //! file is written atomically.
 
 use super::app::FocusLensApp;
+use super::dialogs::Purpose;
 use super::jobs::MaskImage;
 use super::palette;
 use super::panels::tokens::display_text;
@@ -28,7 +29,7 @@ impl ExportKind {
             ExportKind::ViewPng => "Current view as PNG…",
         }
     }
-    fn ext(self) -> &'static str {
+    pub fn ext(self) -> &'static str {
         match self {
             ExportKind::StatsCsv => "csv",
             ExportKind::StatsJson => "json",
@@ -47,20 +48,32 @@ pub fn default_name(app: &FocusLensApp, kind: ExportKind) -> String {
     format!("focus-lens-{what}.{}", kind.ext())
 }
 
-fn choose_path(app: &FocusLensApp, kind: ExportKind) -> Option<PathBuf> {
-    let name = default_name(app, kind);
-    if let Some(d) = &app.export_dir {
-        return Some(d.join(name));
+/// The Export menu: asks for a path (a native dialog, answered in a later frame through
+/// `export_to`), or writes into `export_dir` at once when that is set.
+pub fn export(app: &mut FocusLensApp, kind: ExportKind) {
+    if app.result.is_none() {
+        app.errors.push("nothing to export yet: no analysis has finished".into());
+        return;
     }
-    rfd::FileDialog::new().set_file_name(&name).add_filter(kind.ext(), &[kind.ext()]).save_file()
+    let name = default_name(app, kind);
+    match &app.export_dir {
+        Some(d) => {
+            let path = d.join(name);
+            export_to(app, kind, path)
+        }
+        None => {
+            let ctx = app.worker_context();
+            app.dialogs.show(Purpose::Export(kind), &name, ctx);
+        }
+    }
 }
 
-pub fn export(app: &mut FocusLensApp, kind: ExportKind) {
+/// Writes the export to `path` (the path chosen in the dialog).
+pub fn export_to(app: &mut FocusLensApp, kind: ExportKind, path: PathBuf) {
     let Some(res) = app.result.clone() else {
         app.errors.push("nothing to export yet: no analysis has finished".into());
         return;
     };
-    let Some(path) = choose_path(app, kind) else { return };
     if kind == ExportKind::ViewPng {
         request_png(app, path);
         return;

@@ -17,6 +17,8 @@ pub enum Msg {
     Adapter(Result<Arc<Adapter>, String>, Option<PathBuf>, u64),
     Text(Result<(Arc<String>, Option<String>), String>, Option<PathBuf>),
     Analysis(Result<AnalysisResult, String>),
+    /// A finished analysis of the first `PREVIEW_TOKENS` tokens while the full one runs.
+    Preview(AnalysisResult),
     Partners(Result<Partners, String>),
     Mask(Option<MaskImage>),
     Bench(Result<(Vec<BenchRow>, String), String>),
@@ -101,9 +103,23 @@ pub struct AnalysisJob {
     pub key: AnalysisKey,
 }
 
-/// Analyses the first `max_tokens` tokens of the text.
-pub fn analyze(job: AnalysisJob, h: &Handle) -> Result<AnalysisResult, String> {
-    let t0 = Instant::now();
+/// Texts longer than this are first analysed up to here, so that a finished view appears after
+/// a fraction of the full run (the forward pass is most of an analysis' time).
+pub const PREVIEW_TOKENS: usize = 512;
+
+/// The key of the quick preview of `key`'s analysis, when the text is long enough to need one.
+pub fn preview_key(key: &AnalysisKey) -> Option<AnalysisKey> {
+    (key.params.max_tokens > PREVIEW_TOKENS).then(|| {
+        let mut k = key.clone();
+        k.params.max_tokens = PREVIEW_TOKENS;
+        k
+    })
+}
+
+/// Analyses the first `max_tokens` tokens of the text. With `preview`, a text longer than
+/// `PREVIEW_TOKENS` is first analysed up to there and that result sent through `interim`
+/// (it is the analysis of `preview_key`: the same tokens, parameters and segmenting).
+pub fn analyze(job: AnalysisJob, preview: bool, h: &Handle, interim: &dyn Fn(AnalysisResult)) -> Result<AnalysisResult, String> {
     let params = &job.key.params;
     let groups = job.adapter.config.groups;
     if params.k == 0 || params.k > groups {
@@ -114,21 +130,42 @@ pub fn analyze(job: AnalysisJob, h: &Handle) -> Result<AnalysisResult, String> {
     let enc = tok.encode(&job.text, false).map_err(err)?;
     let n = enc.ids.len();
     let take = n.min(params.max_tokens.max(1));
-    let (text, note) = if take < n {
-        let end = enc.offsets[take - 1].1;
-        (&job.text[..end], Some(format!("the text has {n} tokens: the first {take} are analysed (raise \"tokens\" to see more)")))
-    } else {
-        (job.text.as_str(), None)
-    };
+    if preview && take > PREVIEW_TOKENS {
+        let key = preview_key(&job.key).expect("max_tokens > PREVIEW_TOKENS");
+        interim(analyze_prefix(&job, key, &enc.offsets, PREVIEW_TOKENS, h, "preview")?);
+    }
+    analyze_prefix(&job, job.key.clone(), &enc.offsets, take, h, "")
+}
+
+/// The analysis of the first `take` tokens (`offsets`: every token's byte range in the text).
+fn analyze_prefix(
+    job: &AnalysisJob,
+    key: AnalysisKey,
+    offsets: &[(usize, usize)],
+    take: usize,
+    h: &Handle,
+    what: &str,
+) -> Result<AnalysisResult, String> {
+    let t0 = Instant::now();
+    let params = &key.params;
+    let groups = job.adapter.config.groups;
+    let n = offsets.len();
+    let note = (take < n).then(|| format!("the text has {n} tokens: the first {take} are analysed (raise \"tokens\" to see more)"));
+    let text = if take < offsets.len() { &job.text[..offsets[take - 1].1] } else { job.text.as_str() };
     if h.cancelled() {
         return Err("cancelled".into());
     }
     let seg = 2048.min(job.model.config().context);
-    let segments = take.div_ceil(seg);
-    h.set_progress(0, segments, format!("{take} tokens"));
+    let label = if what.is_empty() { format!("{take} tokens") } else { format!("{take} tokens ({what})") };
+    h.set_progress(0, 0, label.clone());
     let opts = AnalyzeOptions { mode: params.mode(), k: params.k, segment_len: seg, keep_tokens: true, cancel: Some(&h.cancel) };
+    let layers = job.model.config().n_layers;
     let analysis = core_analyze(&job.model, &job.adapter, &job.adapter_label, text, &opts, |d, t| {
-        h.set_progress(d, t, format!("{take} tokens"))
+        // Steps are layers of segments: say which layer (and segment, for long texts) runs.
+        let segs = t / layers.max(1);
+        let at = if segs > 1 { format!(", segment {} of {segs}", d / layers + 1) } else { String::new() };
+        let layer = if d < t { format!("layer {} of {layers}{at}", d % layers + 1) } else { "statistics".into() };
+        h.set_progress(d, t, format!("{label}: {layer}"))
     })
     .map_err(err)?;
     let argmax: Vec<Vec<u8>> = analysis
@@ -152,12 +189,13 @@ pub fn analyze(job: AnalysisJob, h: &Handle) -> Result<AnalysisResult, String> {
         })
         .collect();
     Ok(AnalysisResult {
-        key: job.key,
+        key,
         analysis,
-        adapter: job.adapter,
-        model: job.model,
+        adapter: job.adapter.clone(),
+        model: job.model.clone(),
         seconds: t0.elapsed().as_secs_f64(),
         note,
+        text_tokens: n,
         argmax,
         masks,
         labels,

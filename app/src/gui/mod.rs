@@ -1,9 +1,10 @@
 //! The Focus Lens desktop app (egui/eframe). Layout follows the usual egui split:
 //! `state` (what is remembered and loaded), `worker` + `jobs` (background work), `app` (the
 //! per-frame reconcile and layout) and `panels` (one module per view); `svg`, `palette` and
-//! `export` serve the exports.
+//! `export` serve the exports; `dialogs` runs the native file dialogs off the UI thread.
 
 pub mod app;
+pub mod dialogs;
 pub mod export;
 pub mod jobs;
 pub mod palette;

@@ -250,6 +250,8 @@ pub struct AnalysisResult {
     pub seconds: f64,
     /// Set when the text had more tokens than `max_tokens`.
     pub note: Option<String>,
+    /// Tokens in the whole text (the analysis covers the first `max_tokens` of them).
+    pub text_tokens: usize,
     /// `argmax[layer][token]`: the token's top group.
     pub argmax: Vec<Vec<u8>>,
     /// `masks[layer][token]`: bitmask of the token's top-k groups.

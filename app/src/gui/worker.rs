@@ -1,7 +1,8 @@
 //! Background work: every slow step (loading, analysis, attention rows, benchmarks) runs on its
 //! own thread with a cancel flag and a progress counter, and sends one message back when done.
 //! The UI thread only polls (`Worker::poll`) and never waits, so frames stay short while the
-//! model runs. At most one task per kind: starting a kind cancels the one before it.
+//! model runs. At most one task per kind: starting a kind cancels the one before it. A task may
+//! also send interim results (`Interim`), e.g. a quick preview before the full analysis.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,6 +63,25 @@ pub struct Finished<T> {
     pub id: u64,
     /// `Err` when the task panicked.
     pub value: Result<T, String>,
+    /// False for an interim result: the task is still running.
+    pub last: bool,
+}
+
+/// Sends interim results of a running task to the UI (dropped when the task is superseded).
+pub struct Interim<T> {
+    kind: TaskKind,
+    id: u64,
+    tx: Sender<Finished<T>>,
+    repaint: Option<egui::Context>,
+}
+
+impl<T> Interim<T> {
+    pub fn send(&self, value: T) {
+        let _ = self.tx.send(Finished { kind: self.kind, id: self.id, value: Ok(value), last: false });
+        if let Some(c) = &self.repaint {
+            c.request_repaint();
+        }
+    }
 }
 
 pub struct Worker<T: Send + 'static> {
@@ -89,17 +109,23 @@ impl<T: Send + 'static> Worker<T> {
 
     /// Starts `f` on a new thread, cancelling the running task of the same kind. Returns its id.
     pub fn spawn(&mut self, kind: TaskKind, f: impl FnOnce(&Handle) -> T + Send + 'static) -> u64 {
+        self.spawn_streaming(kind, move |h, _| f(h))
+    }
+
+    /// Like `spawn`, but the task may send interim results before its last one.
+    pub fn spawn_streaming(&mut self, kind: TaskKind, f: impl FnOnce(&Handle, &Interim<T>) -> T + Send + 'static) -> u64 {
         self.cancel(kind);
         let id = self.next_id;
         self.next_id += 1;
         let handle = Arc::new(Handle::default());
         let (h, tx, ctx) = (handle.clone(), self.tx.clone(), self.repaint.clone());
+        let interim = Interim { kind, id, tx: tx.clone(), repaint: ctx.clone() };
         let spawned = std::thread::Builder::new().name(format!("focus-lens {kind:?}")).spawn(move || {
             // A panic in a task must not take the app down: it arrives as an error message.
-            let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&h))).map_err(|p| {
+            let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&h, &interim))).map_err(|p| {
                 p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "internal error".into())
             });
-            let _ = tx.send(Finished { kind, id, value });
+            let _ = tx.send(Finished { kind, id, value, last: true });
             if let Some(c) = ctx {
                 c.request_repaint();
             }
@@ -124,12 +150,15 @@ impl<T: Send + 'static> Worker<T> {
         }
     }
 
-    /// Results of tasks that are still current (not cancelled or superseded).
+    /// Results of tasks that are still current (not cancelled or superseded), interim ones
+    /// included; a task counts as running until its last result.
     pub fn poll(&mut self) -> Vec<Finished<T>> {
         let mut out = Vec::new();
         while let Ok(f) = self.rx.try_recv() {
             if self.running.get(&f.kind).is_some_and(|r| r.id == f.id) {
-                self.running.remove(&f.kind);
+                if f.last {
+                    self.running.remove(&f.kind);
+                }
                 out.push(f);
             }
         }

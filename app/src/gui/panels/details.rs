@@ -9,6 +9,8 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         let Some(res) = app.result.clone() else { return };
         let layer = app.settings.layer.min(res.layers() - 1);
         let shown = app.hovered.or(app.selected);
+        // A token hovered in a layer column is shown in that column's layer.
+        let token_layer = app.hovered.and(app.hovered_layer).filter(|&l| l < res.layers()).unwrap_or(layer);
         ui.heading("Token");
         match shown {
             None => {
@@ -18,9 +20,9 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
                 let t = &res.analysis.tokens[i];
                 ui.label(format!("#{i} {:?} (id {}, segment {})", t.text, t.id, t.segment));
                 ui.label(format!("category: {}", crate::gui::panels::categories::category_of(&res, i)));
-                if let Some(r) = res.token_routing(layer, i) {
-                    ui.label(format!("layer {layer}: top groups {:?}, confidence {:.3}", r.top, r.confidence));
-                    membership_bars(ui, &r.memberships, &res.labels[layer]);
+                if let Some(r) = res.token_routing(token_layer, i) {
+                    ui.label(format!("layer {token_layer}: top groups {:?}, confidence {:.3}", r.top, r.confidence));
+                    membership_bars(ui, &r.memberships, &r.top, &res.labels[token_layer]);
                 }
             }
             Some(_) => {}
@@ -57,7 +59,7 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
             }
             _ => {
                 ui.horizontal(|ui| {
-                    ui.spinner();
+                    super::busy::busy(ui);
                     ui.label("computing the attention row…");
                 });
             }
@@ -65,20 +67,22 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     });
 }
 
-/// Horizontal bars, one per group, in group colours.
-pub fn membership_bars(ui: &mut egui::Ui, m: &[f32], labels: &[String]) {
-    let w = ui.available_width().min(260.0);
+/// One row per group: a bar in the group's colour (full width = membership 1), the membership
+/// and the group's label, cut to the panel's width (the whole label on hover). Top-k groups in bold.
+pub fn membership_bars(ui: &mut egui::Ui, m: &[f32], top: &[usize], labels: &[String]) {
     for (g, &v) in m.iter().enumerate() {
-        let (rect, _) = ui.allocate_exact_size(egui::vec2(w, 14.0), egui::Sense::hover());
-        let p = ui.painter();
-        let bar = egui::Rect::from_min_size(rect.min, egui::vec2(rect.width() * 0.55 * v.clamp(0.0, 1.0), rect.height() - 2.0));
-        p.rect_filled(bar, 1.0, palette::group(g));
-        p.text(
-            egui::pos2(rect.min.x + rect.width() * 0.57, rect.center().y),
-            egui::Align2::LEFT_CENTER,
-            format!("g{g} {v:.3} {}", labels.get(g).map(String::as_str).unwrap_or("")),
-            egui::FontId::proportional(10.0),
-            ui.visuals().text_color(),
-        );
+        ui.horizontal(|ui| {
+            ui.spacing_mut().item_spacing.x = 6.0;
+            let (rect, _) = ui.allocate_exact_size(egui::vec2(90.0, 12.0), egui::Sense::hover());
+            let p = ui.painter();
+            p.rect_stroke(rect, 1.0, egui::Stroke::new(0.5, egui::Color32::from_gray(200)), egui::StrokeKind::Inside);
+            p.rect_filled(egui::Rect::from_min_size(rect.min, egui::vec2(rect.width() * v.clamp(0.0, 1.0), rect.height())), 1.0, palette::group(g));
+            let label = labels.get(g).map(String::as_str).unwrap_or("");
+            let mut text = egui::RichText::new(format!("g{g} {v:.3}  {label}")).size(11.0);
+            if top.contains(&g) {
+                text = text.strong();
+            }
+            ui.add(egui::Label::new(text).truncate()).on_hover_text(format!("g{g}: membership {v:.4}; group: {label}"));
+        });
     }
 }

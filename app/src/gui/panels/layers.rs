@@ -39,9 +39,20 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     }
     let gap = 12.0;
     let col_w = ((ui.available_width() - 16.0 - gap * (cols.len() - 1) as f32) / cols.len() as f32).max(60.0);
+    // Colours mean different groups in each layer: every column gets its own legend (hover a
+    // swatch for the group's size and label).
     ui.horizontal(|ui| {
         for &l in &cols {
-            ui.add_sized(vec2(col_w + gap, 16.0), egui::Label::new(egui::RichText::new(format!("layer {l}")).strong()));
+            ui.allocate_ui_with_layout(vec2(col_w + gap, 16.0), egui::Layout::left_to_right(egui::Align::Center), |ui| {
+                ui.set_width(col_w + gap);
+                ui.strong(format!("layer {l}"));
+                for g in 0..res.groups() {
+                    let (r, resp) = ui.allocate_exact_size(vec2(11.0, 11.0), Sense::hover());
+                    ui.painter().rect_filled(r, 2.0, palette::group(g));
+                    let size = res.analysis.layers[l].group_size[g];
+                    resp.on_hover_text(format!("layer {l}, g{g}: {size} tokens, {}", res.labels[l][g]));
+                }
+            });
         }
     });
     app.panels.side.ensure(ui, &res, col_w);
@@ -49,6 +60,7 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     let by_cat = app.settings.color_by_category;
     let maps: Vec<_> = cols.iter().map(|&l| partner_map(app, &res, l)).collect();
     let mut hovered = None;
+    let mut hovered_layer = None;
     let mut clicked = false;
     let mut area = egui::ScrollArea::vertical().id_salt("side").auto_shrink(false);
     if let Some(&l) = app.panels.scroll_to.take().and_then(|j| lay.line_of.get(j)) {
@@ -68,12 +80,14 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
                 let origin = rect.min + vec2(c as f32 * (col_w + gap), line as f32 * ROW_H);
                 if let Some(i) = paint_line(&painter, &res, lay, line, origin, l, by_cat, &marks, pointer) {
                     hovered = Some(i);
+                    hovered_layer = Some(l);
                 }
             }
         }
         clicked = resp.clicked();
     });
     app.hovered = hovered;
+    app.hovered_layer = hovered_layer;
     if clicked {
         app.select_token(hovered);
     }
@@ -88,6 +102,7 @@ fn strip(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     let cell = ((ui.available_width() - label_w - 16.0) / n_layers as f32).clamp(4.0, 40.0);
     ui.label(format!("rows: tokens 0..{t} ({STRIP_ROW} px each); columns: layers 0..{}; colour: argmax group. Hover for the token.", n_layers - 1));
     let mut hovered = None;
+    let mut hovered_layer = None;
     let mut area = egui::ScrollArea::vertical().id_salt("strip").auto_shrink(false);
     if let Some(j) = app.panels.scroll_to.take() {
         area = area.vertical_scroll_offset((j as f32 * STRIP_ROW - 100.0).max(0.0));
@@ -114,9 +129,11 @@ fn strip(app: &mut FocusLensApp, ui: &mut egui::Ui) {
             if i < t && l >= 0.0 && (l as usize) < n_layers {
                 hovered = Some(i);
                 let l = l as usize;
+                hovered_layer = Some(l);
                 resp.on_hover_text_at_pointer(format!("#{i} {:?}: layer {l}, group {}", res.analysis.tokens[i].text, res.argmax[l][i]));
             }
         }
     });
     app.hovered = hovered;
+    app.hovered_layer = hovered_layer;
 }

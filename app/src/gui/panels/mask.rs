@@ -67,7 +67,7 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     let view = &mut app.panels.mask;
     let Some(img) = view.image.as_ref().filter(|m| m.key == res.key && m.layer == layer) else {
         ui.horizontal(|ui| {
-            ui.spinner();
+            super::busy::busy(ui);
             ui.label("building the mask image…");
         });
         return;

@@ -1,6 +1,7 @@
 //! The menu bar: open files (dialogs, typed paths, recent files), defaults, exports.
 
 use crate::gui::app::FocusLensApp;
+use crate::gui::dialogs::Purpose;
 use crate::gui::export::ExportKind;
 use crate::gui::state::InputKind;
 
@@ -9,8 +10,9 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         egui::MenuBar::new().ui(ui, |ui| {
             ui.menu_button("File", |ui| file_menu(app, ui));
             ui.menu_button("Export", |ui| {
+                let free = app.dialogs.open().is_none();
                 for kind in ExportKind::ALL {
-                    if ui.button(kind.label()).clicked() {
+                    if ui.add_enabled(free, egui::Button::new(kind.label())).clicked() {
                         crate::gui::export::export(app, kind);
                         ui.close();
                     }
@@ -27,17 +29,12 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
 
 fn file_menu(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     for kind in [InputKind::Model, InputKind::Adapter, InputKind::Text] {
-        if ui.button(format!("Open {}…", kind.label())).clicked() {
+        // Disabled while a dialog is open: its answer arrives in a later frame.
+        let free = app.dialogs.open().is_none();
+        if ui.add_enabled(free, egui::Button::new(format!("Open {}…", kind.label()))).clicked() {
             ui.close();
-            let d = rfd::FileDialog::new().set_title(format!("Open {}", kind.label()));
-            let picked = match kind {
-                InputKind::Model => d.add_filter("GGUF model", &["gguf"]).pick_file(),
-                InputKind::Adapter => d.pick_folder(),
-                InputKind::Text => d.pick_file(),
-            };
-            if let Some(p) = picked {
-                app.open(kind, p);
-            }
+            let ctx = ui.ctx().clone();
+            app.dialogs.show(Purpose::Open(kind), "", Some(ctx));
         }
     }
     ui.separator();

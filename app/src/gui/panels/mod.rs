@@ -2,6 +2,7 @@
 //! caches (layouts, textures) in `PanelState`.
 
 pub mod balance;
+pub mod busy;
 pub mod categories;
 pub mod controls;
 pub mod details;
@@ -38,13 +39,16 @@ pub fn central(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     if app.result.is_none() {
         ui.centered_and_justified(|ui| {
             if app.busy() {
-                ui.spinner();
+                busy::busy(ui);
             } else {
                 ui.label("Nothing analysed yet: open a model, an adapter and a text (File menu, or drop files on the window).");
             }
         });
         return;
     }
+    // Views that draw tokens set these again; in the others nothing is hovered.
+    app.hovered = None;
+    app.hovered_layer = None;
     match app.settings.tab {
         Tab::Tokens => tokens::show(app, ui),
         Tab::Layers => layers::show(app, ui),

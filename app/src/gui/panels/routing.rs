@@ -5,7 +5,7 @@
 use crate::gui::app::FocusLensApp;
 use crate::gui::palette;
 use crate::gui::state::AnalysisKey;
-use egui_plot::{Legend, MarkerShape, Plot, PlotPoints, Points};
+use egui_plot::{Corner, Legend, MarkerShape, Plot, PlotPoints, Points};
 use focus_core::categories::Category;
 use focus_core::projection::Projection;
 use std::sync::Arc;
@@ -32,6 +32,7 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         }
     };
     let by_cat = app.settings.color_by_category;
+    let group_name = |g: usize| format!("g{g} {}", res.labels[layer][g]);
     ui.label(format!(
         "layer {layer}: routing vectors h W_g (d_g = {}) on their two principal axes ({:.0}% and {:.0}% of the variance); diamonds: the K centroids on the same axes. Colour: {}.",
         proj.d_g,
@@ -39,24 +40,23 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         100.0 * proj.explained[1],
         if by_cat { "category" } else { "group (largest membership)" }
     ));
-    let tokens = res.analysis.tokens.clone();
-    let points = proj.points.clone();
-    let argmax = res.argmax[layer].clone();
+    let (hover_res, hover_proj) = (res.clone(), proj.clone());
     Plot::new("routing_space")
-        .legend(Legend::default())
+        .legend(Legend::default().position(Corner::LeftBottom))
         .data_aspect(1.0)
         .label_formatter(move |hp| {
             let pos = match hp {
                 egui_plot::HoverPosition::NearDataPoint { position, .. } | egui_plot::HoverPosition::Elsewhere { position } => *position,
             };
-            let (i, d) = points
+            let (i, d) = hover_proj
+                .points
                 .iter()
                 .enumerate()
                 .map(|(i, p)| (i, (p[0] - pos.x).powi(2) + (p[1] - pos.y).powi(2)))
                 .min_by(|a, b| a.1.total_cmp(&b.1))?;
             let _ = d;
-            let t = &tokens[i];
-            Some(format!("#{i} {:?}\ngroup {}, {}", t.text, argmax[i], t.category))
+            let t = &hover_res.analysis.tokens[i];
+            Some(format!("#{i} {:?}\ngroup {}, {}", t.text, hover_res.argmax[layer][i], t.category))
         })
         .show(ui, |p| {
             if by_cat {
@@ -70,17 +70,19 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
                 for g in 0..res.groups() {
                     let pts: Vec<[f64; 2]> = proj.points.iter().zip(&res.argmax[layer]).filter(|(_, &a)| a as usize == g).map(|(p, _)| *p).collect();
                     if !pts.is_empty() {
-                        p.points(Points::new(format!("g{g} {}", res.labels[layer][g]), PlotPoints::from(pts)).color(palette::group(g)).radius(2.0));
+                        p.points(Points::new(group_name(g), PlotPoints::from(pts)).color(palette::group(g)).radius(2.0));
                     }
                 }
             }
+            // A centroid shares its group's legend entry (one entry per group, not two).
             for (g, c) in proj.centroids.iter().enumerate() {
+                let name = if by_cat { "centroids".to_string() } else { group_name(g) };
                 p.points(
-                    Points::new(format!("centroid g{g}"), PlotPoints::from(vec![*c]))
+                    Points::new(name, PlotPoints::from(vec![*c]))
                         .shape(MarkerShape::Diamond)
                         .radius(8.0)
                         .filled(true)
-                        .color(palette::group(g).gamma_multiply(0.9)),
+                        .color(palette::group(g)),
                 );
             }
         });

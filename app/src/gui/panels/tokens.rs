@@ -197,6 +197,7 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         }
     });
     app.hovered = hovered;
+    app.hovered_layer = None;
     if let Some(c) = clicked {
         app.select_token(c);
     }

@@ -1,0 +1,101 @@
+//! Native file dialogs that never block the UI. A dialog is modal for the user but not for our
+//! event loop: rfd's async dialog is created on the UI thread (as macOS requires) and awaited on
+//! a helper thread, and the chosen path comes back through a channel that the app polls each
+//! frame, like background work does. One dialog at a time.
+
+use super::export::ExportKind;
+use super::state::InputKind;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+/// What the chosen path is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    Open(InputKind),
+    Export(ExportKind),
+}
+
+pub struct Dialogs {
+    tx: Sender<(Purpose, Option<PathBuf>)>,
+    rx: Receiver<(Purpose, Option<PathBuf>)>,
+    open: Option<Purpose>,
+}
+
+impl Default for Dialogs {
+    fn default() -> Self {
+        let (tx, rx) = channel();
+        Dialogs { tx, rx, open: None }
+    }
+}
+
+impl Dialogs {
+    /// The purpose of the dialog now open, if any.
+    pub fn open(&self) -> Option<Purpose> {
+        self.open
+    }
+
+    /// Shows the native dialog for `purpose` (`name`: the suggested file name of an export).
+    pub fn show(&mut self, purpose: Purpose, name: &str, repaint: Option<egui::Context>) {
+        let d = rfd::AsyncFileDialog::new();
+        let fut: std::pin::Pin<Box<dyn Future<Output = Option<rfd::FileHandle>> + Send>> = match purpose {
+            Purpose::Open(kind) => {
+                let d = d.set_title(format!("Open {}", kind.label()));
+                match kind {
+                    InputKind::Model => Box::pin(d.add_filter("GGUF model", &["gguf"]).pick_file()),
+                    InputKind::Adapter => Box::pin(d.pick_folder()),
+                    InputKind::Text => Box::pin(d.pick_file()),
+                }
+            }
+            Purpose::Export(kind) => Box::pin(d.set_file_name(name).add_filter(kind.ext(), &[kind.ext()]).save_file()),
+        };
+        self.start(purpose, move || block_on(fut).map(|f| f.path().to_path_buf()), repaint);
+    }
+
+    /// Runs `pick` (a dialog, or a stand-in in tests) on its own thread; its answer arrives
+    /// through `poll`. Ignored while another dialog is open.
+    pub fn start(&mut self, purpose: Purpose, pick: impl FnOnce() -> Option<PathBuf> + Send + 'static, repaint: Option<egui::Context>) {
+        if self.open.is_some() {
+            return;
+        }
+        let tx = self.tx.clone();
+        let spawned = std::thread::Builder::new().name("focus-lens dialog".into()).spawn(move || {
+            let _ = tx.send((purpose, pick()));
+            if let Some(c) = repaint {
+                c.request_repaint();
+            }
+        });
+        if spawned.is_ok() {
+            self.open = Some(purpose);
+        }
+    }
+
+    /// The answer of the dialog that closed since the last call: its purpose and the chosen path
+    /// (`None` when the user cancelled).
+    pub fn poll(&mut self) -> Option<(Purpose, Option<PathBuf>)> {
+        let r = self.rx.try_recv().ok()?;
+        self.open = None;
+        Some(r)
+    }
+}
+
+/// Drives a future to completion on this thread (the dialog futures need no runtime).
+fn block_on<F: Future>(fut: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
