@@ -53,6 +53,7 @@ pub struct FocusLensApp {
     pub selected: Option<usize>,
     pub partners: Option<Partners>,
     pub bench: Option<BenchState>,
+    pub attn_bench: Option<AttnBenchState>,
     /// When set, exports go to this folder without a file dialog (tests, scripted use).
     pub export_dir: Option<PathBuf>,
     /// The path field of the File menu (typed paths, for when no file dialog is available).
@@ -94,6 +95,7 @@ impl FocusLensApp {
             selected: None,
             partners: None,
             bench: None,
+            attn_bench: None,
             export_dir: None,
             path_input: String::new(),
             panels: PanelState::default(),
@@ -296,6 +298,17 @@ impl FocusLensApp {
                     Err(e) => b.error = Some(e),
                 }
             }
+            Msg::AttnBench(r) => {
+                let b = self.attn_bench.get_or_insert_with(AttnBenchState::default);
+                match r {
+                    Ok(rows) => {
+                        b.rows = rows;
+                        b.error = None;
+                    }
+                    Err(e) if e == "cancelled" => b.error = Some("benchmark cancelled".into()),
+                    Err(e) => b.error = Some(e),
+                }
+            }
         }
     }
 
@@ -430,7 +443,33 @@ impl FocusLensApp {
         self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::partners(&res, i, layer, head, h)));
     }
 
+    /// Starts the speed panel's selected benchmark.
     pub fn start_bench(&mut self) {
+        match self.settings.bench_kind {
+            BenchKind::Attention => self.start_attention_bench(),
+            BenchKind::WholeModel => self.start_model_bench(),
+        }
+    }
+
+    pub fn start_attention_bench(&mut self) {
+        let Some(res) = self.result.clone() else { return };
+        let lengths = match parse_lengths(&self.settings.attn_bench_lengths) {
+            Some(l) => l,
+            None => {
+                self.errors.push(format!("benchmark lengths {:?}: expected positive numbers separated by commas", self.settings.attn_bench_lengths));
+                return;
+            }
+        };
+        let device = if DeviceChoice::available().contains(&self.settings.attn_bench_device) { self.settings.attn_bench_device } else { DeviceChoice::Cpu };
+        let cfg = jobs::attention_config(&res, lengths, self.settings.bench_repeats, device);
+        let (settings, cli) = jobs::attention_settings(&res, &cfg, device);
+        let live = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        self.attn_bench = Some(AttnBenchState { live: live.clone(), settings, cli, ..Default::default() });
+        // One benchmark at a time (they would slow each other down): this cancels a running one.
+        self.worker.spawn(TaskKind::Bench, move |h| Msg::AttnBench(jobs::attention_bench(cfg, device, &live, h)));
+    }
+
+    pub fn start_model_bench(&mut self) {
         let Some(res) = self.result.clone() else { return };
         let lengths: Result<Vec<usize>, _> = self.settings.bench_lengths.split(',').map(|s| s.trim().parse::<usize>()).collect();
         let lengths = match lengths {
@@ -525,4 +564,10 @@ impl eframe::App for FocusLensApp {
         // Closing during work: ask every task to stop; their threads end at the next layer.
         self.worker.cancel_all();
     }
+}
+
+/// "1024, 2048,4096" -> lengths; None when empty, not numbers, or zero.
+pub fn parse_lengths(s: &str) -> Option<Vec<usize>> {
+    let v: Vec<usize> = s.split(',').filter(|p| !p.trim().is_empty()).map(|p| p.trim().parse::<usize>().ok().filter(|&n| n > 0)).collect::<Option<_>>()?;
+    (!v.is_empty()).then_some(v)
 }

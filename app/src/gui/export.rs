@@ -7,7 +7,7 @@ use super::dialogs::Purpose;
 use super::jobs::MaskImage;
 use super::palette;
 use super::panels::tokens::display_text;
-use super::state::{AnalysisResult, BenchState, Tab};
+use super::state::{AnalysisResult, AttnBenchState, BenchKind, BenchState, Tab};
 use super::svg::{bar_chart, line_chart, Series, Svg};
 use std::path::{Path, PathBuf};
 
@@ -100,6 +100,10 @@ pub fn view_svg(app: &FocusLensApp, res: &AnalysisResult) -> Result<String, Stri
         Tab::Mask => match app.panels.mask.current(&res.key, layer) {
             Some(m) => mask_svg(m, res, 128),
             None => return Err("the mask image is still being built: try again in a moment".into()),
+        },
+        Tab::Speed if app.settings.bench_kind == BenchKind::Attention => match &app.attn_bench {
+            Some(b) if !b.current_rows().is_empty() => attention_svg(b, res),
+            _ => return Err("no benchmark results yet: run the benchmark first".into()),
         },
         Tab::Speed => match &app.bench {
             Some(b) if !b.current_rows().is_empty() => speed_svg(b, res),
@@ -269,6 +273,34 @@ pub fn speed_svg(b: &BenchState, res: &AnalysisResult) -> String {
         "tokens",
         "x",
         &[Series { name: "measured".into(), color: "#2ca02c".into(), points: pts(|r| r.topk_over_dense_speed), dashed: false }],
+        &[(format!("theoretical K/k = {kk:.1}"), kk), ("1".into(), 1.0)],
+    );
+    stack(&[time, speed], 640.0, &[400.0, 400.0])
+}
+
+pub fn attention_svg(b: &AttnBenchState, res: &AnalysisResult) -> String {
+    let k = res.key.params.k.clamp(1, res.groups().max(1));
+    let kk = res.groups() as f64 / k as f64;
+    let rows = b.current_rows();
+    let pts = |f: fn(&focus_core::bench::AttentionRow) -> Option<f64>| rows.iter().filter_map(|r| f(r).map(|y| (r.n as f64, y))).collect::<Vec<_>>();
+    let time = line_chart(
+        "attention time (one call, all heads)",
+        "tokens",
+        "ms",
+        &[
+            Series { name: "dense".into(), color: "#1f77b4".into(), points: pts(|r| r.dense_ms), dashed: false },
+            Series { name: "Focus top-k".into(), color: "#ff7f0e".into(), points: pts(|r| r.focus_ms), dashed: false },
+        ],
+        &[],
+    );
+    let speed = line_chart(
+        "speedup (dense / Focus)",
+        "tokens",
+        "x",
+        &[
+            Series { name: "measured".into(), color: "#2ca02c".into(), points: pts(|r| r.speedup), dashed: false },
+            Series { name: "bound 1/pairs".into(), color: "#d62728".into(), points: pts(|r| Some(r.bound)), dashed: true },
+        ],
         &[(format!("theoretical K/k = {kk:.1}"), kk), ("1".into(), 1.0)],
     );
     stack(&[time, speed], 640.0, &[400.0, 400.0])

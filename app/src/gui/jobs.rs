@@ -22,6 +22,7 @@ pub enum Msg {
     Partners(Result<Partners, String>),
     Mask(Option<MaskImage>),
     Bench(Result<(Vec<BenchRow>, String), String>),
+    AttnBench(Result<Vec<focus_core::bench::AttentionRow>, String>),
 }
 
 fn err(e: Error) -> String {
@@ -361,4 +362,86 @@ pub fn bench(
     })
     .map_err(err)?;
     Ok((rows, settings))
+}
+
+/// The attention-kernel benchmark as the speed panel runs it: the adapter's K, the selected k,
+/// the window, and the loaded model's heads and head size; memberships balanced as Sinkhorn
+/// leaves them (`balanced_masks`, as `focus-lens bench attention` does). Candle's attention is
+/// timed on CUDA only (on the CPU it would only add time and T x T memory).
+pub fn attention_config(res: &AnalysisResult, lengths: Vec<usize>, repeats: usize, device: DeviceChoice) -> focus_core::bench::AttentionBench {
+    let c = res.model.config();
+    focus_core::bench::AttentionBench {
+        lengths,
+        groups: vec![res.groups()],
+        ks: vec![res.key.params.k.clamp(1, res.groups().max(1))],
+        heads: c.n_heads,
+        kv_heads: c.n_kv_heads,
+        head_dim: c.head_dim,
+        window: res.window(),
+        repeats: repeats.max(1),
+        warmup: true,
+        seed: 0,
+        candle_max_bytes: if device == DeviceChoice::Cuda { 6 << 30 } else { 0 },
+    }
+}
+
+/// What an attention benchmark ran, in words, and the equivalent CLI command.
+pub fn attention_settings(res: &AnalysisResult, cfg: &focus_core::bench::AttentionBench, device: DeviceChoice) -> (String, String) {
+    let lengths = cfg.lengths.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",");
+    let words = format!(
+        "{}; device {}; f32; shapes of {}: {} query heads, {} KV heads x {} dims (one attention call, all heads); K={} k={} w={}; memberships balanced as Sinkhorn leaves them; {} timed repeat(s) after a warm-up, median",
+        machine(),
+        device.label(),
+        res.analysis.model,
+        cfg.heads,
+        cfg.kv_heads,
+        cfg.head_dim,
+        cfg.groups[0],
+        cfg.ks[0],
+        cfg.window,
+        cfg.repeats
+    );
+    let cli = format!(
+        "focus-lens bench attention --device {} --lengths {lengths} --groups {} --k {} --heads {} --kv-heads {} --head-dim {} --window {} --repeats {} --candle-max-gib {}",
+        if device == DeviceChoice::Cuda { "cuda" } else { "cpu" },
+        cfg.groups[0],
+        cfg.ks[0],
+        cfg.heads,
+        cfg.kv_heads,
+        cfg.head_dim,
+        cfg.window,
+        cfg.repeats,
+        cfg.candle_max_bytes >> 30
+    );
+    (words, cli)
+}
+
+/// Runs the attention benchmark one length at a time (the same numbers as one call: each
+/// length seeds its own inputs), so that it reports progress and can stop between lengths.
+pub fn attention_bench(
+    cfg: focus_core::bench::AttentionBench,
+    device: DeviceChoice,
+    live: &std::sync::Mutex<Vec<focus_core::bench::AttentionRow>>,
+    h: &Handle,
+) -> Result<Vec<focus_core::bench::AttentionRow>, String> {
+    cfg.validate().map_err(err)?;
+    let dev = device.device().map_err(err)?;
+    let total = cfg.lengths.len();
+    let mut rows = Vec::new();
+    for (i, &n) in cfg.lengths.iter().enumerate() {
+        if h.cancelled() {
+            return Err("cancelled".into());
+        }
+        h.set_progress(i, total, format!("attention at {n} tokens"));
+        let one = focus_core::bench::AttentionBench { lengths: vec![n], ..cfg.clone() };
+        let r = focus_core::bench::run_attention_bench(&one, &dev, |r| {
+            if let Ok(mut v) = live.lock() {
+                v.push(r.clone());
+            }
+        })
+        .map_err(err)?;
+        rows.extend(r);
+    }
+    h.set_progress(total, total, "attention");
+    Ok(rows)
 }

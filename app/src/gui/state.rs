@@ -154,6 +154,12 @@ pub struct Settings {
     pub strip: bool,
     pub bench_lengths: String,
     pub bench_repeats: usize,
+    /// What the speed panel times: attention kernels alone, or whole-model prefill.
+    pub bench_kind: BenchKind,
+    /// Lengths of the attention-kernel benchmark (its own, longer, defaults).
+    pub attn_bench_lengths: String,
+    /// Device of the attention-kernel benchmark.
+    pub attn_bench_device: DeviceChoice,
     pub color_by_category: bool,
 }
 
@@ -172,6 +178,9 @@ impl Default for Settings {
             strip: false,
             bench_lengths: "256,512,1024,2048".into(),
             bench_repeats: 1,
+            bench_kind: BenchKind::Attention,
+            attn_bench_lengths: "1024,2048,4096,8192".into(),
+            attn_bench_device: DeviceChoice::Cpu,
             color_by_category: false,
         }
     }
@@ -289,6 +298,46 @@ pub struct Partners {
     /// Attention mass on all partners, and on the local window.
     pub partner_mass: f32,
     pub local_mass: f32,
+}
+
+/// The speed panel's two benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum BenchKind {
+    /// `focus_core::bench::run_attention_bench`: one attention call, dense vs Focus top-k.
+    Attention,
+    /// `focus_core::bench::forward_bench`: prefill of the whole model.
+    WholeModel,
+}
+
+impl BenchKind {
+    pub const ALL: [BenchKind; 2] = [BenchKind::Attention, BenchKind::WholeModel];
+    pub fn label(self) -> &'static str {
+        match self {
+            BenchKind::Attention => "attention kernels",
+            BenchKind::WholeModel => "whole model",
+        }
+    }
+}
+
+/// The attention-kernel benchmark: finished rows, rows so far, and what was run.
+#[derive(Default)]
+pub struct AttnBenchState {
+    pub rows: Vec<focus_core::bench::AttentionRow>,
+    pub live: std::sync::Arc<std::sync::Mutex<Vec<focus_core::bench::AttentionRow>>>,
+    /// Machine, threads, dtype, shapes and settings, in words.
+    pub settings: String,
+    /// The equivalent `focus-lens bench attention` command.
+    pub cli: String,
+    pub error: Option<String>,
+}
+
+impl AttnBenchState {
+    pub fn current_rows(&self) -> Vec<focus_core::bench::AttentionRow> {
+        if !self.rows.is_empty() {
+            return self.rows.clone();
+        }
+        self.live.lock().map(|v| v.clone()).unwrap_or_default()
+    }
 }
 
 #[derive(Default)]

@@ -33,7 +33,10 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         return;
     };
     ui.label(format!("layer {layer}: tokens per group (largest membership) by linguistic category; purity = the top category's share of the group"));
-    egui::ScrollArea::both().id_salt("cats").auto_shrink(false).show(ui, |ui| {
+    // Vertical scrolling only: long labels and top-token lists are cut to the width left (the
+    // full text on hover) or wrapped, so that the table fits the window.
+    egui::ScrollArea::vertical().id_salt("cats").auto_shrink(false).show(ui, |ui| {
+        let full_width = ui.available_width();
         egui::Grid::new("cat_matrix").striped(true).spacing([10.0, 4.0]).show(ui, |ui| {
             ui.strong("group");
             ui.strong("tokens");
@@ -54,7 +57,12 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
                     ui.label(if n == max && n > 0 { txt.strong() } else if n == 0 { txt.weak() } else { txt });
                 }
                 ui.label(c.purity.map(|p| format!("{:.0}%", 100.0 * p)).unwrap_or_else(|| "-".into()));
-                ui.label(&c.label);
+                // The label column gets what is left of the row (at least 120 points), one line.
+                let room = (full_width - ui.cursor().left() + ui.min_rect().left() - 20.0).max(120.0);
+                ui.scope(|ui| {
+                    ui.set_max_width(room);
+                    ui.add(egui::Label::new(&c.label).truncate()).on_hover_text(&c.label);
+                });
                 ui.end_row();
             }
         });
@@ -62,10 +70,11 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         ui.strong("Top tokens per centroid");
         for c in &p.centroids {
             let tops: Vec<String> = c.top_tokens.iter().map(|t| format!("{:?} {}", t.text, t.count)).collect();
-            ui.horizontal_wrapped(|ui| {
+            ui.horizontal_top(|ui| {
                 let (r, _) = ui.allocate_exact_size(egui::vec2(14.0, 14.0), egui::Sense::hover());
                 ui.painter().rect_filled(r, 2.0, palette::group(c.group));
-                ui.label(format!("g{} ({}): {}", c.group, c.label, tops.join("  ")));
+                // Wrapped to the panel's width, never wider.
+                ui.add(egui::Label::new(format!("g{} ({}): {}", c.group, c.label, tops.join("  "))).wrap());
             });
         }
     });

@@ -1,29 +1,67 @@
-//! Speed: prefill time of the whole model, dense vs Focus top-k, over lengths, run in the
-//! background (`jobs::bench`, the one data source) with the speedup against the theoretical K/k.
+//! Speed: dense vs Focus top-k over lengths, run in the background, either as attention kernels
+//! alone (`jobs::attention_bench`, `focus_core::bench::run_attention_bench`, the default) or as
+//! prefill of the whole model (`jobs::bench`), with the speedup against its theoretical bound.
 
 use crate::gui::app::FocusLensApp;
 use crate::gui::worker::TaskKind;
 use egui_plot::{Corner, HLine, Legend, Line, LineStyle, Plot, PlotPoints, Points};
-use focus_core::bench::BenchRow;
+use crate::gui::state::{BenchKind, DeviceChoice};
+use focus_core::bench::{AttentionRow, BenchRow};
+
+const DENSE_C: egui::Color32 = egui::Color32::from_rgb(0x1f, 0x77, 0xb4);
+const TOPK_C: egui::Color32 = egui::Color32::from_rgb(0xff, 0x7f, 0x0e);
+const SPEED_C: egui::Color32 = egui::Color32::from_rgb(0x2c, 0xa0, 0x2c);
+const BOUND_C: egui::Color32 = egui::Color32::from_rgb(0xd6, 0x27, 0x28);
+const CANDLE_C: egui::Color32 = egui::Color32::from_rgb(0x94, 0x67, 0xbd);
 
 pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     ui.horizontal(|ui| {
-        ui.label("lengths (tokens):");
-        ui.add(egui::TextEdit::singleline(&mut app.settings.bench_lengths).desired_width(200.0));
+        ui.label("benchmark:");
+        for kind in BenchKind::ALL {
+            ui.selectable_value(&mut app.settings.bench_kind, kind, kind.label());
+        }
+        ui.separator();
+        let kind = app.settings.bench_kind;
+        let lengths_label = ui.label("lengths (tokens):");
+        // One field per benchmark, each with its own fixed id: the focus (and the text being
+        // typed) belongs to that id, whatever else this row shows from frame to frame.
+        let (text, salt) = match kind {
+            BenchKind::Attention => (&mut app.settings.attn_bench_lengths, "attn_bench_lengths"),
+            BenchKind::WholeModel => (&mut app.settings.bench_lengths, "model_bench_lengths"),
+        };
+        ui.add(egui::TextEdit::singleline(text).id_salt(salt).desired_width(200.0)).labelled_by(lengths_label.id);
         ui.add(egui::DragValue::new(&mut app.settings.bench_repeats).range(1..=10).prefix("repeats "));
+        if kind == BenchKind::Attention && DeviceChoice::available().len() > 1 {
+            egui::ComboBox::from_id_salt("attn_bench_device").selected_text(app.settings.attn_bench_device.label()).show_ui(ui, |ui| {
+                for d in DeviceChoice::available() {
+                    ui.selectable_value(&mut app.settings.attn_bench_device, d, d.label());
+                }
+            });
+        }
         let running = app.is_running(TaskKind::Bench);
         if running {
             super::busy::busy(ui);
             if ui.button("Cancel benchmark").clicked() {
                 app.worker.cancel(TaskKind::Bench);
                 if let Some(b) = &mut app.bench {
-                    b.error = Some("benchmark cancelled".into());
+                    if b.rows.is_empty() {
+                        b.error = Some("benchmark cancelled".into());
+                    }
+                }
+                if let Some(b) = &mut app.attn_bench {
+                    if b.rows.is_empty() {
+                        b.error = Some("benchmark cancelled".into());
+                    }
                 }
             }
         } else if ui.button("Run benchmark").clicked() {
             app.start_bench();
         }
     });
+    if app.settings.bench_kind == BenchKind::Attention {
+        attention(app, ui);
+        return;
+    }
     let Some(res) = app.result.clone() else { return };
     let (kk, k) = (res.groups() as f64, res.key.params.k as f64);
     // Why the measured gain can be far below K/k: the window and shared groups keep pairs.
@@ -75,7 +113,7 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
             let s: Vec<[f64; 2]> = rows.iter().map(|r| [r.tokens as f64, r.topk_over_dense_speed]).collect();
             p.line(Line::new("measured", PlotPoints::from(s.clone())).color(speed_c));
             p.points(Points::new("measured", PlotPoints::from(s)).radius(3.0).color(speed_c));
-            p.hline(HLine::new(format!("theoretical K/k = {:.1}", kk / k), kk / k).color(egui::Color32::from_gray(110)).style(LineStyle::dashed_loose()));
+            p.hline(HLine::new(format!("theoretical K/k = {:.1}", kk / k), kk / k).color(egui::Color32::from_rgb(0x55, 0x55, 0x55)).width(2.0).style(LineStyle::dashed_loose()));
             p.hline(HLine::new("1 (no gain)", 1.0).color(egui::Color32::from_gray(160)));
         });
     });
@@ -95,6 +133,107 @@ fn table(ui: &mut egui::Ui, rows: &[BenchRow]) {
             ui.label(format!("{:.0}", r.dense_tokens_per_s));
             ui.label(format!("{:.0}", r.topk_tokens_per_s));
             ui.label(format!("{:.2}x", r.topk_over_dense_speed));
+            ui.end_row();
+        }
+    });
+}
+
+/// The attention-kernel benchmark: one attention call, dense vs Focus top-k.
+fn attention(app: &mut FocusLensApp, ui: &mut egui::Ui) {
+    let Some(res) = app.result.clone() else { return };
+    let (kk, k) = (res.groups(), res.key.params.k.clamp(1, res.groups().max(1)));
+    let c = res.model.config();
+    ui.label(format!(
+        "One causal attention call (all heads), our tiled dense kernel vs exact hard top-k Focus attention (K = {kk}, k = {k}, window w = {}), on random inputs with the shapes of {} ({} query heads, {} KV heads x {} dims, f32) and top-k memberships balanced as Sinkhorn leaves them. Focus computes only the pairs its mask keeps, so its speedup is bounded by 1 / (fraction of causal pairs kept), which tends to K/k = {:.1} as the length grows past the window.",
+        res.window(),
+        res.analysis.model,
+        c.n_heads,
+        c.n_kv_heads,
+        c.head_dim,
+        kk as f64 / k as f64
+    ));
+    let Some(b) = &app.attn_bench else {
+        ui.weak(format!("Machine: {}. Run the benchmark to measure.", crate::gui::jobs::machine()));
+        return;
+    };
+    if let Some(e) = &b.error {
+        ui.colored_label(egui::Color32::from_rgb(200, 30, 30), e);
+    }
+    ui.weak(format!("Measured on {}", b.settings));
+    ui.horizontal(|ui| {
+        ui.weak("Same run from the command line:");
+        ui.add(egui::Label::new(egui::RichText::new(&b.cli).monospace().small()).wrap());
+    });
+    let rows = b.current_rows();
+    if rows.is_empty() {
+        return;
+    }
+    if b.rows.is_empty() {
+        ui.label(format!("{} length(s) measured so far", rows.len()));
+    }
+    attention_table(ui, &rows);
+    let asymptote = kk as f64 / k as f64;
+    let h = (ui.available_height() - 20.0).max(150.0);
+    let legend = || Legend::default().position(Corner::LeftTop);
+    let x = |r: &AttentionRow| r.n as f64;
+    ui.columns(2, |cols| {
+        cols[0].label("milliseconds per attention call");
+        Plot::new("attn_bench_time").height(h).legend(legend()).x_axis_label("tokens").y_axis_label("ms").include_y(0.0).show(&mut cols[0], |p| {
+            let series: [(&str, egui::Color32, fn(&AttentionRow) -> Option<f64>); 3] =
+                [("dense", DENSE_C, |r| r.dense_ms), ("Focus top-k", TOPK_C, |r| r.focus_ms), ("candle (matmul + softmax)", CANDLE_C, |r| r.candle_ms)];
+            for (name, c, f) in series {
+                let pts: Vec<[f64; 2]> = rows.iter().filter_map(|r| f(r).map(|y| [x(r), y])).collect();
+                if pts.is_empty() {
+                    continue;
+                }
+                p.line(Line::new(name, PlotPoints::from(pts.clone())).color(c).width(2.0));
+                p.points(Points::new(name, PlotPoints::from(pts)).radius(3.5).color(c));
+            }
+        });
+        cols[1].label("speedup (dense time / Focus time) and its bound");
+        Plot::new("attn_bench_speedup").height(h).legend(legend()).x_axis_label("tokens").include_y(0.0).include_y(asymptote * 1.1).show(&mut cols[1], |p| {
+            let s: Vec<[f64; 2]> = rows.iter().filter_map(|r| r.speedup.map(|y| [x(r), y])).collect();
+            if !s.is_empty() {
+                p.line(Line::new("measured", PlotPoints::from(s.clone())).color(SPEED_C).width(2.5));
+                p.points(Points::new("measured", PlotPoints::from(s)).radius(4.0).color(SPEED_C));
+            }
+            let bound: Vec<[f64; 2]> = rows.iter().map(|r| [x(r), r.bound]).collect();
+            p.line(Line::new("bound 1 / pairs kept", PlotPoints::from(bound.clone())).color(BOUND_C).width(2.0).style(LineStyle::dashed_dense()));
+            p.points(Points::new("bound 1 / pairs kept", PlotPoints::from(bound)).radius(3.0).color(BOUND_C));
+            p.hline(HLine::new(format!("K/k = {asymptote:.1} (long-length limit)"), asymptote).color(egui::Color32::from_rgb(0x55, 0x55, 0x55)).width(2.0).style(LineStyle::dashed_loose()));
+            p.hline(HLine::new("1 (no gain)", 1.0).color(egui::Color32::from_gray(140)).width(1.0));
+        });
+    });
+}
+
+fn opt_ms(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{v:.1}"))
+}
+
+/// The attention benchmark's numbers, one row per length.
+fn attention_table(ui: &mut egui::Ui, rows: &[AttentionRow]) {
+    let candle = rows.iter().any(|r| r.candle_ms.is_some());
+    egui::Grid::new("attn_bench_table").striped(true).show(ui, |ui| {
+        let mut heads = vec!["n", "dense ms", "focus ms", "speedup", "pairs fraction", "bound", "efficiency", "CPU-time speedup"];
+        if candle {
+            heads.push("candle ms");
+        }
+        for h in heads {
+            ui.strong(h);
+        }
+        ui.end_row();
+        for r in rows {
+            ui.label(r.n.to_string());
+            ui.label(opt_ms(r.dense_ms));
+            ui.label(opt_ms(r.focus_ms));
+            ui.label(r.speedup.map_or("-".into(), |s| format!("{s:.2}x")));
+            ui.label(format!("{:.3}", r.pairs_fraction));
+            ui.label(format!("{:.2}x", r.bound));
+            ui.label(r.efficiency.map_or("-".into(), |e| format!("{:.0}%", 100.0 * e)));
+            ui.label(r.speedup_cpu.map_or("-".into(), |s| format!("{s:.2}x")));
+            if candle {
+                ui.label(opt_ms(r.candle_ms));
+            }
             ui.end_row();
         }
     });
