@@ -569,3 +569,23 @@ fn speed_panel_attention_kernels() {
     let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-speed-layer{layer}.svg"))).unwrap();
     assert!(svg.contains("bound 1/pairs") && svg.contains("theoretical K/k"), "the attention plots are exported");
 }
+
+/// The categories matrix and its per-group lines fit the central view at 1400 x 900 (they used
+/// to run off to the right, behind a horizontal scroll bar).
+#[test]
+fn categories_fit_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(300), dir.path());
+    settle(&mut h);
+    h.get_by_label("Categories").click();
+    h.step();
+    h.step();
+    let view = h.state().view_rect.expect("the central view");
+    let purity = h.get_by_label("purity").rect();
+    assert!(purity.right() <= view.right() + 1.0, "purity column at {purity:?}, view {view:?}");
+    let lines = h.get_all_by_label_contains("(mixed").chain(h.get_all_by_label_contains("%): ")).map(|n| n.rect()).collect::<Vec<_>>();
+    assert!(!lines.is_empty(), "the label and top tokens of each group");
+    for r in lines {
+        assert!(r.right() <= view.right() + 1.0, "a group's line at {r:?} runs past the view {view:?}");
+    }
+}

@@ -301,7 +301,11 @@ pub fn attention_svg(b: &AttnBenchState, res: &AnalysisResult) -> String {
             Series { name: "measured".into(), color: "#2ca02c".into(), points: pts(|r| r.speedup), dashed: false },
             Series { name: "bound 1/pairs".into(), color: "#d62728".into(), points: pts(|r| Some(r.bound)), dashed: true },
         ],
-        &[(format!("theoretical K/k = {kk:.1}"), kk), ("1".into(), 1.0)],
+        &[
+            (format!("limit = {:.2}", super::panels::speed::bound_limit(res.groups(), k)), super::panels::speed::bound_limit(res.groups(), k)),
+            (format!("theoretical K/k = {kk:.1}"), kk),
+            ("1".into(), 1.0),
+        ],
     );
     stack(&[time, speed], 640.0, &[400.0, 400.0])
 }

@@ -33,21 +33,22 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         return;
     };
     ui.label(format!("layer {layer}: tokens per group (largest membership) by linguistic category; purity = the top category's share of the group"));
-    // Vertical scrolling only: long labels and top-token lists are cut to the width left (the
-    // full text on hover) or wrapped, so that the table fits the window.
+    // Vertical scrolling only: the matrix has numbers only, and each group's label and top
+    // tokens below wrap to the panel's width.
     egui::ScrollArea::vertical().id_salt("cats").auto_shrink(false).show(ui, |ui| {
-        let full_width = ui.available_width();
-        egui::Grid::new("cat_matrix").striped(true).spacing([10.0, 4.0]).show(ui, |ui| {
+        egui::Grid::new("cat_matrix").striped(true).spacing([8.0, 4.0]).show(ui, |ui| {
             ui.strong("group");
             ui.strong("tokens");
             for c in &p.categories {
                 ui.strong(c.name());
             }
             ui.strong("purity");
-            ui.strong("label");
             ui.end_row();
             for c in &p.centroids {
-                let (r, _) = ui.allocate_exact_size(egui::vec2(40.0, 16.0), egui::Sense::hover());
+                // The automatic label is on hover here and in full in the list below (as a
+                // column it ran past the window's width).
+                let (r, swatch) = ui.allocate_exact_size(egui::vec2(40.0, 16.0), egui::Sense::hover());
+                swatch.on_hover_text(&c.label);
                 ui.painter().rect_filled(r, 2.0, palette::group(c.group));
                 ui.painter().text(r.center(), egui::Align2::CENTER_CENTER, format!("g{}", c.group), egui::FontId::proportional(12.0), egui::Color32::BLACK);
                 ui.label(c.tokens.to_string());
@@ -57,17 +58,11 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
                     ui.label(if n == max && n > 0 { txt.strong() } else if n == 0 { txt.weak() } else { txt });
                 }
                 ui.label(c.purity.map(|p| format!("{:.0}%", 100.0 * p)).unwrap_or_else(|| "-".into()));
-                // The label column gets what is left of the row (at least 120 points), one line.
-                let room = (full_width - ui.cursor().left() + ui.min_rect().left() - 20.0).max(120.0);
-                ui.scope(|ui| {
-                    ui.set_max_width(room);
-                    ui.add(egui::Label::new(&c.label).truncate()).on_hover_text(&c.label);
-                });
                 ui.end_row();
             }
         });
         ui.separator();
-        ui.strong("Top tokens per centroid");
+        ui.strong("Label and top tokens per centroid");
         for c in &p.centroids {
             let tops: Vec<String> = c.top_tokens.iter().map(|t| format!("{:?} {}", t.text, t.count)).collect();
             ui.horizontal_top(|ui| {

@@ -20,7 +20,10 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         for kind in BenchKind::ALL {
             ui.selectable_value(&mut app.settings.bench_kind, kind, kind.label());
         }
-        ui.separator();
+    });
+    // The settings and the run button on a row of their own, so that the spinner and the
+    // cancel button fit while it runs.
+    ui.horizontal(|ui| {
         let kind = app.settings.bench_kind;
         let lengths_label = ui.label("lengths (tokens):");
         // One field per benchmark, each with its own fixed id: the focus (and the text being
@@ -98,9 +101,10 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     // legend has one entry per series; legends at the top left, away from the longest lengths.
     let (dense_c, topk_c, speed_c) = (egui::Color32::from_rgb(0x1f, 0x77, 0xb4), egui::Color32::from_rgb(0xff, 0x7f, 0x0e), egui::Color32::from_rgb(0x2c, 0xa0, 0x2c));
     let legend = || Legend::default().position(Corner::LeftTop);
+    let xs: Vec<f64> = rows.iter().map(|r| r.tokens as f64).collect();
     ui.columns(2, |cols| {
         cols[0].label("seconds per prefill");
-        Plot::new("bench_time").height(h).legend(legend()).x_axis_label("tokens").y_axis_label("s").include_y(0.0).show(&mut cols[0], |p| {
+        Plot::new("bench_time").height(h).x_grid_spacer(length_marks(xs.clone())).legend(legend()).x_axis_label("tokens").y_axis_label("s").include_y(0.0).show(&mut cols[0], |p| {
             let series: [(&str, egui::Color32, fn(&BenchRow) -> f64); 2] = [("dense", dense_c, |r| r.dense_s), ("Focus top-k", topk_c, |r| r.topk_s)];
             for (name, c, f) in series {
                 let pts: Vec<[f64; 2]> = rows.iter().map(|r| [r.tokens as f64, f(r)]).collect();
@@ -109,7 +113,7 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
             }
         });
         cols[1].label("speedup (dense time / top-k time)");
-        Plot::new("bench_speedup").height(h).legend(legend()).x_axis_label("tokens").include_y(0.0).show(&mut cols[1], |p| {
+        Plot::new("bench_speedup").height(h).x_grid_spacer(length_marks(xs.clone())).legend(legend()).x_axis_label("tokens").include_y(0.0).show(&mut cols[1], |p| {
             let s: Vec<[f64; 2]> = rows.iter().map(|r| [r.tokens as f64, r.topk_over_dense_speed]).collect();
             p.line(Line::new("measured", PlotPoints::from(s.clone())).color(speed_c));
             p.points(Points::new("measured", PlotPoints::from(s)).radius(3.0).color(speed_c));
@@ -138,18 +142,22 @@ fn table(ui: &mut egui::Ui, rows: &[BenchRow]) {
     });
 }
 
+/// A time series of the attention plot: name, colour, value per row.
+type AttnSeries = (&'static str, egui::Color32, fn(&AttentionRow) -> Option<f64>);
+
 /// The attention-kernel benchmark: one attention call, dense vs Focus top-k.
 fn attention(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     let Some(res) = app.result.clone() else { return };
     let (kk, k) = (res.groups(), res.key.params.k.clamp(1, res.groups().max(1)));
     let c = res.model.config();
     ui.label(format!(
-        "One causal attention call (all heads), our tiled dense kernel vs exact hard top-k Focus attention (K = {kk}, k = {k}, window w = {}), on random inputs with the shapes of {} ({} query heads, {} KV heads x {} dims, f32) and top-k memberships balanced as Sinkhorn leaves them. Focus computes only the pairs its mask keeps, so its speedup is bounded by 1 / (fraction of causal pairs kept), which tends to K/k = {:.1} as the length grows past the window.",
+        "One causal attention call (all heads), our tiled dense kernel vs exact hard top-k Focus attention (K = {kk}, k = {k}, window w = {}), on random inputs with the shapes of {} ({} query heads, {} KV heads x {} dims, f32) and top-k memberships balanced as Sinkhorn leaves them. Focus computes only the pairs its mask keeps, so its speedup is bounded by 1 / (fraction of causal pairs kept). Past the window that bound tends to 1 / (1 - C(K-k, k) / C(K, k)) = {:.2}: K/k = {:.1} is reached only for k = 1, since two tokens with k > 1 groups each share one more often than k/K.",
         res.window(),
         res.analysis.model,
         c.n_heads,
         c.n_kv_heads,
         c.head_dim,
+        bound_limit(kk, k),
         kk as f64 / k as f64
     ));
     let Some(b) = &app.attn_bench else {
@@ -162,7 +170,7 @@ fn attention(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     ui.weak(format!("Measured on {}", b.settings));
     ui.horizontal(|ui| {
         ui.weak("Same run from the command line:");
-        ui.add(egui::Label::new(egui::RichText::new(&b.cli).monospace().small()).wrap());
+        ui.add(egui::Label::new(egui::RichText::new(&b.cli).monospace()).wrap());
     });
     let rows = b.current_rows();
     if rows.is_empty() {
@@ -172,14 +180,15 @@ fn attention(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         ui.label(format!("{} length(s) measured so far", rows.len()));
     }
     attention_table(ui, &rows);
-    let asymptote = kk as f64 / k as f64;
+    let (asymptote, limit) = (kk as f64 / k as f64, bound_limit(kk, k));
     let h = (ui.available_height() - 20.0).max(150.0);
+    let xs: Vec<f64> = rows.iter().map(|r| r.n as f64).collect();
     let legend = || Legend::default().position(Corner::LeftTop);
     let x = |r: &AttentionRow| r.n as f64;
     ui.columns(2, |cols| {
         cols[0].label("milliseconds per attention call");
-        Plot::new("attn_bench_time").height(h).legend(legend()).x_axis_label("tokens").y_axis_label("ms").include_y(0.0).show(&mut cols[0], |p| {
-            let series: [(&str, egui::Color32, fn(&AttentionRow) -> Option<f64>); 3] =
+        Plot::new("attn_bench_time").height(h).x_grid_spacer(length_marks(xs.clone())).legend(legend()).x_axis_label("tokens").y_axis_label("ms").include_y(0.0).show(&mut cols[0], |p| {
+            let series: [AttnSeries; 3] =
                 [("dense", DENSE_C, |r| r.dense_ms), ("Focus top-k", TOPK_C, |r| r.focus_ms), ("candle (matmul + softmax)", CANDLE_C, |r| r.candle_ms)];
             for (name, c, f) in series {
                 let pts: Vec<[f64; 2]> = rows.iter().filter_map(|r| f(r).map(|y| [x(r), y])).collect();
@@ -191,7 +200,7 @@ fn attention(app: &mut FocusLensApp, ui: &mut egui::Ui) {
             }
         });
         cols[1].label("speedup (dense time / Focus time) and its bound");
-        Plot::new("attn_bench_speedup").height(h).legend(legend()).x_axis_label("tokens").include_y(0.0).include_y(asymptote * 1.1).show(&mut cols[1], |p| {
+        Plot::new("attn_bench_speedup").height(h).x_grid_spacer(length_marks(xs.clone())).legend(legend()).x_axis_label("tokens").include_y(0.0).include_y(asymptote * 1.6).show(&mut cols[1], |p| {
             let s: Vec<[f64; 2]> = rows.iter().filter_map(|r| r.speedup.map(|y| [x(r), y])).collect();
             if !s.is_empty() {
                 p.line(Line::new("measured", PlotPoints::from(s.clone())).color(SPEED_C).width(2.5));
@@ -200,10 +209,34 @@ fn attention(app: &mut FocusLensApp, ui: &mut egui::Ui) {
             let bound: Vec<[f64; 2]> = rows.iter().map(|r| [x(r), r.bound]).collect();
             p.line(Line::new("bound 1 / pairs kept", PlotPoints::from(bound.clone())).color(BOUND_C).width(2.0).style(LineStyle::dashed_dense()));
             p.points(Points::new("bound 1 / pairs kept", PlotPoints::from(bound)).radius(3.0).color(BOUND_C));
-            p.hline(HLine::new(format!("K/k = {asymptote:.1} (long-length limit)"), asymptote).color(egui::Color32::from_rgb(0x55, 0x55, 0x55)).width(2.0).style(LineStyle::dashed_loose()));
+            p.hline(HLine::new(format!("limit of the bound = {limit:.2}"), limit).color(BOUND_C).width(1.5));
+            p.hline(HLine::new(format!("K/k = {asymptote:.1} (the limit for k = 1)"), asymptote).color(egui::Color32::from_rgb(0x55, 0x55, 0x55)).width(2.0).style(LineStyle::dashed_loose()));
             p.hline(HLine::new("1 (no gain)", 1.0).color(egui::Color32::from_gray(140)).width(1.0));
         });
     });
+}
+
+/// The long-length limit of 1 / (fraction of pairs kept) for balanced top-k memberships: two
+/// distant tokens share a group unless their k-sets are disjoint, which happens with
+/// probability C(K-k, k) / C(K, k). K/k for k = 1.
+pub fn bound_limit(groups: usize, k: usize) -> f64 {
+    let binom = |n: usize, r: usize| -> f64 {
+        if r > n {
+            return 0.0;
+        }
+        (0..r).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
+    };
+    let disjoint = if k > groups { 0.0 } else { binom(groups - k, k) / binom(groups, k).max(1.0) };
+    1.0 / (1.0 - disjoint).max(1e-12)
+}
+
+/// Grid lines (and tick labels) on the x axis at the measured lengths only: egui_plot's own
+/// marks at round numbers are too close together at these scales and lose their labels.
+fn length_marks(xs: Vec<f64>) -> impl Fn(egui_plot::GridInput) -> Vec<egui_plot::GridMark> {
+    move |input| {
+        let w = (input.bounds.1 - input.bounds.0).abs().max(1.0);
+        xs.iter().map(|&value| egui_plot::GridMark { value, step_size: w }).collect()
+    }
 }
 
 fn opt_ms(x: Option<f64>) -> String {
@@ -237,4 +270,17 @@ fn attention_table(ui: &mut egui::Ui, rows: &[AttentionRow]) {
             ui.end_row();
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bound_limit_is_k_over_k_for_one_and_lower_above() {
+        assert!((super::bound_limit(8, 1) - 8.0).abs() < 1e-12);
+        assert!((super::bound_limit(8, 2) - 28.0 / 13.0).abs() < 1e-12);
+        // Two 2-sets of 4 groups are disjoint with probability C(2,2)/C(4,2) = 1/6.
+        assert!((super::bound_limit(4, 2) - 1.2).abs() < 1e-12);
+        // k > K/2: any two k-sets meet, nothing to gain.
+        assert!((super::bound_limit(4, 3) - 1.0).abs() < 1e-12);
+    }
 }
