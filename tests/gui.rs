@@ -568,6 +568,19 @@ fn speed_panel_attention_kernels() {
     let layer = h.state().settings.layer;
     let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-speed-layer{layer}.svg"))).unwrap();
     assert!(svg.contains("bound 1/pairs") && svg.contains("theoretical K/k"), "the attention plots are exported");
+
+    // A longer run can be cancelled: the panel says so and keeps no finished rows.
+    h.state_mut().settings.attn_bench_lengths = "2048,4096,8192,8192".into();
+    h.get_by_label("Run benchmark").click();
+    h.step();
+    assert!(h.state().is_running(TaskKind::Bench));
+    h.step();
+    h.get_by_label("Cancel benchmark").click();
+    h.step();
+    settle(&mut h);
+    let b = h.state().attn_bench.as_ref().unwrap();
+    assert_eq!(b.error.as_deref(), Some("benchmark cancelled"));
+    assert!(b.rows.is_empty() && b.current_rows().len() < 4, "{:?}", b.current_rows().len());
 }
 
 /// The categories matrix and its per-group lines fit the central view at 1400 x 900 (they used

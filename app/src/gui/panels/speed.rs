@@ -70,10 +70,11 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     // Why the measured gain can be far below K/k: the window and shared groups keep pairs.
     let kept = res.analysis.layers.iter().map(|l| l.pairs.retained).sum::<f64>() / res.layers().max(1) as f64;
     ui.label(format!(
-        "Prefill time of the whole model, dense vs Focus top-k (K = {}, k = {}, w = {}). Attention alone could gain up to K/k = {:.1} at long lengths; on the analysed {} tokens this adapter keeps {:.0}% of causal pairs (mean over layers), so attention gains at most {:.1}x there, and projections and MLPs, which Focus does not change, take the rest of the time.",
+        "Prefill time of the whole model, dense vs Focus top-k (K = {}, k = {}, w = {}). Attention alone gains at most 1 / (fraction of causal pairs kept): at long lengths with balanced groups that is {:.2} (K/k = {:.1} only for k = 1); on the analysed {} tokens this adapter keeps {:.0}% of causal pairs (mean over layers), so attention gains at most {:.1}x there, and projections and MLPs, which Focus does not change, take the rest of the time.",
         res.groups(),
         res.key.params.k,
         res.window(),
+        bound_limit(res.groups(), res.key.params.k.max(1)),
         kk / k,
         res.tokens(),
         100.0 * kept,
@@ -113,11 +114,13 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
             }
         });
         cols[1].label("speedup (dense time / top-k time)");
-        Plot::new("bench_speedup").height(h).x_grid_spacer(length_marks(xs.clone())).legend(legend()).x_axis_label("tokens").include_y(0.0).show(&mut cols[1], |p| {
+        Plot::new("bench_speedup").height(h).x_grid_spacer(length_marks(xs.clone())).legend(legend()).x_axis_label("tokens").include_y(0.0).include_y(kk / k * 1.6).show(&mut cols[1], |p| {
             let s: Vec<[f64; 2]> = rows.iter().map(|r| [r.tokens as f64, r.topk_over_dense_speed]).collect();
             p.line(Line::new("measured", PlotPoints::from(s.clone())).color(speed_c));
             p.points(Points::new("measured", PlotPoints::from(s)).radius(3.0).color(speed_c));
-            p.hline(HLine::new(format!("theoretical K/k = {:.1}", kk / k), kk / k).color(egui::Color32::from_rgb(0x55, 0x55, 0x55)).width(2.0).style(LineStyle::dashed_loose()));
+            let limit = bound_limit(res.groups(), res.key.params.k.max(1));
+            p.hline(HLine::new(format!("long-length limit, balanced groups = {limit:.2}"), limit).color(BOUND_C).width(1.5));
+            p.hline(HLine::new(format!("theoretical K/k = {:.1} (k = 1)", kk / k), kk / k).color(egui::Color32::from_rgb(0x55, 0x55, 0x55)).width(2.0).style(LineStyle::dashed_loose()));
             p.hline(HLine::new("1 (no gain)", 1.0).color(egui::Color32::from_gray(160)));
         });
     });
