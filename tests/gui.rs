@@ -488,6 +488,20 @@ fn file_dialog_answers_arrive_asynchronously() {
     }
     no_errors(&h);
     assert!(std::fs::read_to_string(&out).unwrap().starts_with("layer,group,size"));
+
+    // The model-folder dialog (Hugging Face directories) answers with a folder, opened as the model.
+    let folder = dir.path().join("hf_model");
+    std::fs::create_dir(&folder).unwrap();
+    let folder2 = folder.clone();
+    h.state_mut().dialogs.start(Purpose::OpenModelFolder, move || Some(folder2), None);
+    for _ in 0..100 {
+        h.step();
+        if h.state().dialogs.open().is_none() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(h.state().settings.model, Some(folder));
 }
 
 /// The text input showing `value`.

@@ -171,6 +171,7 @@ impl FocusLensApp {
         let Some(path) = path else { return };
         match purpose {
             Purpose::Open(kind) => self.open(kind, path),
+            Purpose::OpenModelFolder => self.open(InputKind::Model, path),
             Purpose::Export(kind) => super::export::export_to(self, kind, path),
         }
     }

@@ -15,6 +15,8 @@ use std::task::{Context, Poll, Wake, Waker};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Purpose {
     Open(InputKind),
+    /// A Hugging Face model directory (config.json + *.safetensors): a folder, not a file.
+    OpenModelFolder,
     Export(ExportKind),
 }
 
@@ -49,6 +51,7 @@ impl Dialogs {
                     InputKind::Text => Box::pin(d.pick_file()),
                 }
             }
+            Purpose::OpenModelFolder => Box::pin(d.set_title("Open a Hugging Face model folder (config.json + *.safetensors)").pick_folder()),
             Purpose::Export(kind) => Box::pin(d.set_file_name(name).add_filter(kind.ext(), &[kind.ext()]).save_file()),
         };
         self.start(purpose, move || block_on(fut).map(|f| f.path().to_path_buf()), repaint);

@@ -36,6 +36,11 @@ fn file_menu(app: &mut FocusLensApp, ui: &mut egui::Ui) {
             let ctx = ui.ctx().clone();
             app.dialogs.show(Purpose::Open(kind), "", Some(ctx));
         }
+        if kind == InputKind::Model && ui.add_enabled(free, egui::Button::new("Open model folder (Hugging Face)…")).clicked() {
+            ui.close();
+            let ctx = ui.ctx().clone();
+            app.dialogs.show(Purpose::OpenModelFolder, "", Some(ctx));
+        }
     }
     ui.separator();
     ui.label("Or type a path:");
