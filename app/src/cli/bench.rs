@@ -225,5 +225,14 @@ pub fn attention(a: AttentionArgs) -> Result<()> {
             );
         }
     })?;
+    if !a.json {
+        // The per-length bound tends to this limit as the local band's share shrinks.
+        for &g in &cfg.groups {
+            for &k in cfg.ks.iter().filter(|&&k| k <= g) {
+                let why = if k == 1 { "= K/k".to_string() } else { format!("balanced k-sets; not K/k = {:.1}, which holds for k = 1 only", g as f64 / k as f64) };
+                eprintln!("K={g} k={k}: bound at long lengths {:.2}x ({why})", focus_core::bench::bound_limit(g, k));
+            }
+        }
+    }
     Ok(())
 }

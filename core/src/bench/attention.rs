@@ -196,6 +196,20 @@ pub fn kept_pairs(masks: &[u64], window: usize) -> u64 {
     total
 }
 
+/// The long-length limit of the speedup bound 1 / `pairs_fraction` for balanced top-k
+/// memberships: two distant tokens share a group unless their k-sets are disjoint, which
+/// happens with probability C(K-k, k) / C(K, k). It is K/k only for k = 1 (K=8, k=2: 28/13).
+pub fn bound_limit(groups: usize, k: usize) -> f64 {
+    let binom = |n: usize, r: usize| -> f64 {
+        if r > n {
+            return 0.0;
+        }
+        (0..r).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
+    };
+    let disjoint = if k > groups { 0.0 } else { binom(groups - k, k) / binom(groups, k).max(1.0) };
+    1.0 / (1.0 - disjoint).max(1e-12)
+}
+
 /// Fraction of causal pairs kept.
 pub fn pairs_fraction(masks: &[u64], window: usize) -> f64 {
     let t = masks.len() as f64;
@@ -337,6 +351,22 @@ pub fn run_attention_bench(cfg: &AttentionBench, device: &Device, mut on_row: im
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn bound_limit_is_k_over_k_for_one_and_matches_balanced_masks() {
+        use super::{balanced_masks, bound_limit, pairs_fraction};
+        assert!((bound_limit(8, 1) - 8.0).abs() < 1e-12);
+        assert!((bound_limit(8, 2) - 28.0 / 13.0).abs() < 1e-12);
+        // Two 2-sets of 4 groups are disjoint with probability C(2,2)/C(4,2) = 1/6.
+        assert!((bound_limit(4, 2) - 1.2).abs() < 1e-12);
+        // k > K/2: any two k-sets meet, nothing to gain.
+        assert!((bound_limit(4, 3) - 1.0).abs() < 1e-12);
+        // Independently: the measured bound of long balanced masks approaches the limit.
+        for (g, k) in [(8, 1), (8, 2), (4, 2)] {
+            let measured = 1.0 / pairs_fraction(&balanced_masks(20_000, g, k, 3).unwrap(), 16);
+            assert!((measured / bound_limit(g, k) - 1.0).abs() < 0.05, "K={g} k={k}: {measured} vs {}", bound_limit(g, k));
+        }
+    }
+
     use super::*;
 
     #[test]

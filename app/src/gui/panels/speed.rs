@@ -219,19 +219,7 @@ fn attention(app: &mut FocusLensApp, ui: &mut egui::Ui) {
     });
 }
 
-/// The long-length limit of 1 / (fraction of pairs kept) for balanced top-k memberships: two
-/// distant tokens share a group unless their k-sets are disjoint, which happens with
-/// probability C(K-k, k) / C(K, k). K/k for k = 1.
-pub fn bound_limit(groups: usize, k: usize) -> f64 {
-    let binom = |n: usize, r: usize| -> f64 {
-        if r > n {
-            return 0.0;
-        }
-        (0..r).fold(1.0, |acc, i| acc * (n - i) as f64 / (i + 1) as f64)
-    };
-    let disjoint = if k > groups { 0.0 } else { binom(groups - k, k) / binom(groups, k).max(1.0) };
-    1.0 / (1.0 - disjoint).max(1e-12)
-}
+pub use focus_core::bench::bound_limit;
 
 /// Grid lines (and tick labels) on the x axis at the measured lengths only: egui_plot's own
 /// marks at round numbers are too close together at these scales and lose their labels.
@@ -273,17 +261,4 @@ fn attention_table(ui: &mut egui::Ui, rows: &[AttentionRow]) {
             ui.end_row();
         }
     });
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn bound_limit_is_k_over_k_for_one_and_lower_above() {
-        assert!((super::bound_limit(8, 1) - 8.0).abs() < 1e-12);
-        assert!((super::bound_limit(8, 2) - 28.0 / 13.0).abs() < 1e-12);
-        // Two 2-sets of 4 groups are disjoint with probability C(2,2)/C(4,2) = 1/6.
-        assert!((super::bound_limit(4, 2) - 1.2).abs() < 1e-12);
-        // k > K/2: any two k-sets meet, nothing to gain.
-        assert!((super::bound_limit(4, 3) - 1.0).abs() < 1e-12);
-    }
 }
