@@ -470,13 +470,7 @@ fn file_dialog_answers_arrive_asynchronously() {
     h.state_mut().dialogs.start(Purpose::Open(InputKind::Model), || None, None);
     let out = dir.path().join("chosen.csv");
     let out2 = out.clone();
-    for _ in 0..100 {
-        h.step();
-        if h.state().dialogs.open().is_none() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_dialog(&mut h);
     assert_eq!(h.state().result.as_ref().unwrap().key, key);
     h.state_mut().dialogs.start(Purpose::Export(ExportKind::StatsCsv), move || Some(out2), None);
     for _ in 0..100 {
@@ -494,14 +488,19 @@ fn file_dialog_answers_arrive_asynchronously() {
     std::fs::create_dir(&folder).unwrap();
     let folder2 = folder.clone();
     h.state_mut().dialogs.start(Purpose::OpenModelFolder, move || Some(folder2), None);
+    wait_for_dialog(&mut h);
+    assert_eq!(h.state().settings.model, Some(folder));
+}
+
+/// Steps frames until the open dialog's answer has been taken (at most ~1 s).
+fn wait_for_dialog(h: &mut Harness<'static, FocusLensApp>) {
     for _ in 0..100 {
         h.step();
         if h.state().dialogs.open().is_none() {
-            break;
+            return;
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(h.state().settings.model, Some(folder));
 }
 
 /// The text input showing `value`.

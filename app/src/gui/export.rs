@@ -255,41 +255,34 @@ pub fn mask_svg(m: &MaskImage, res: &AnalysisResult, max_side: usize) -> String 
 }
 
 pub fn speed_svg(b: &BenchState, res: &AnalysisResult) -> String {
-    let kk = res.groups() as f64 / res.key.params.k as f64;
     let rows = b.current_rows();
     let pts = |f: fn(&focus_core::bench::BenchRow) -> f64| rows.iter().map(|r| (r.tokens as f64, f(r))).collect::<Vec<_>>();
-    let time = line_chart(
-        "prefill time",
-        "tokens",
-        "seconds",
-        &[
-            Series { name: "dense".into(), color: "#1f77b4".into(), points: pts(|r| r.dense_s), dashed: false },
-            Series { name: "Focus top-k".into(), color: "#ff7f0e".into(), points: pts(|r| r.topk_s), dashed: false },
-        ],
-        &[],
-    );
-    let speed = line_chart(
-        "speedup (dense / top-k)",
-        "tokens",
-        "x",
-        &[Series { name: "measured".into(), color: "#2ca02c".into(), points: pts(|r| r.topk_over_dense_speed), dashed: false }],
-        &[(format!("theoretical K/k = {kk:.1}"), kk), ("1".into(), 1.0)],
-    );
-    stack(&[time, speed], 640.0, &[400.0, 400.0])
+    let measured = Series { name: "measured".into(), color: "#2ca02c".into(), points: pts(|r| r.topk_over_dense_speed), dashed: false };
+    time_and_speedup(res, ("prefill time", "seconds"), pts(|r| r.dense_s), pts(|r| r.topk_s), vec![measured])
 }
 
 pub fn attention_svg(b: &AttnBenchState, res: &AnalysisResult) -> String {
-    let k = res.key.params.k.clamp(1, res.groups().max(1));
-    let kk = res.groups() as f64 / k as f64;
     let rows = b.current_rows();
     let pts = |f: fn(&focus_core::bench::AttentionRow) -> Option<f64>| rows.iter().filter_map(|r| f(r).map(|y| (r.n as f64, y))).collect::<Vec<_>>();
+    let speed = vec![
+        Series { name: "measured".into(), color: "#2ca02c".into(), points: pts(|r| r.speedup), dashed: false },
+        Series { name: "bound 1/pairs".into(), color: "#d62728".into(), points: pts(|r| Some(r.bound)), dashed: true },
+    ];
+    time_and_speedup(res, ("attention time (one call, all heads)", "ms"), pts(|r| r.dense_ms), pts(|r| r.focus_ms), speed)
+}
+
+/// The two speed charts of both benchmarks: dense vs Focus time, and the speedup with the
+/// long-length limit of the pair bound, K/k and 1 as reference lines.
+fn time_and_speedup(res: &AnalysisResult, (title, unit): (&str, &str), dense: Vec<(f64, f64)>, focus: Vec<(f64, f64)>, speed: Vec<Series>) -> String {
+    let k = res.key.params.k.clamp(1, res.groups().max(1));
+    let (kk, limit) = (res.groups() as f64 / k as f64, focus_core::bench::bound_limit(res.groups(), k));
     let time = line_chart(
-        "attention time (one call, all heads)",
+        title,
         "tokens",
-        "ms",
+        unit,
         &[
-            Series { name: "dense".into(), color: "#1f77b4".into(), points: pts(|r| r.dense_ms), dashed: false },
-            Series { name: "Focus top-k".into(), color: "#ff7f0e".into(), points: pts(|r| r.focus_ms), dashed: false },
+            Series { name: "dense".into(), color: "#1f77b4".into(), points: dense, dashed: false },
+            Series { name: "Focus top-k".into(), color: "#ff7f0e".into(), points: focus, dashed: false },
         ],
         &[],
     );
@@ -297,15 +290,8 @@ pub fn attention_svg(b: &AttnBenchState, res: &AnalysisResult) -> String {
         "speedup (dense / Focus)",
         "tokens",
         "x",
-        &[
-            Series { name: "measured".into(), color: "#2ca02c".into(), points: pts(|r| r.speedup), dashed: false },
-            Series { name: "bound 1/pairs".into(), color: "#d62728".into(), points: pts(|r| Some(r.bound)), dashed: true },
-        ],
-        &[
-            (format!("limit = {:.2}", super::panels::speed::bound_limit(res.groups(), k)), super::panels::speed::bound_limit(res.groups(), k)),
-            (format!("theoretical K/k = {kk:.1}"), kk),
-            ("1".into(), 1.0),
-        ],
+        &speed,
+        &[(format!("limit = {limit:.2}"), limit), (format!("theoretical K/k = {kk:.1}"), kk), ("1".into(), 1.0)],
     );
     stack(&[time, speed], 640.0, &[400.0, 400.0])
 }
