@@ -129,6 +129,14 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Opti
     let (h, t, d) = q.dims3()?;
     let hkv = k.dim(0)?;
     if let LayerPlan::TopK { masks, window } = plan {
+        // On CUDA the top-k kernel runs on the device (the CPU kernel below would round-trip
+        // q, k, v through the host); shapes it does not take fall through to the CPU kernel.
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(dev) = q.device() {
+            if let Some(out) = crate::cuda_attention::focus_attention_if_supported(q, k, v, masks, *window, dev)? {
+                return Ok(out);
+            }
+        }
         let lay = topk::Shape { heads: h, kv_heads: hkv, t, d };
         let out = topk::focus_attention(
             &q.flatten_all()?.to_vec1::<f32>()?,

@@ -7,6 +7,8 @@ pub mod analysis;
 pub mod attention;
 pub mod bench;
 pub mod categories;
+#[cfg(feature = "cuda")]
+pub mod cuda_attention;
 pub mod error;
 pub mod eval;
 pub mod flash;

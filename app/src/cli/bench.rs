@@ -139,9 +139,16 @@ pub fn matmul(a: MatmulArgs) -> Result<()> {
 
 #[derive(clap::Args)]
 pub struct AttentionArgs {
-    /// cpu (our kernels and candle), or cuda (candle's attention only; needs --features cuda).
+    /// cpu, or cuda (needs a `--features cuda` build): our kernels and candle's attention.
     #[arg(long, default_value = "cpu")]
     pub device: String,
+    /// Element type on CUDA: f32 (plain-FMA kernels) or bf16 (tensor-core kernels). The CPU
+    /// kernels are f32.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Query rows per block of the CUDA bf16 kernels: 64 or 128.
+    #[arg(long, default_value_t = 128)]
+    pub tile_rows: usize,
     /// Sequence lengths in tokens.
     #[arg(long, value_delimiter = ',', default_values_t = vec![1024, 2048, 4096, 8192, 16384, 32768, 65536])]
     pub lengths: Vec<usize>,
@@ -178,7 +185,8 @@ pub struct AttentionArgs {
 }
 
 fn ms(x: Option<f64>) -> String {
-    x.map_or("-".into(), |v| format!("{v:.1}"))
+    // GPU times go well below a millisecond.
+    x.map_or("-".into(), |v| if v < 10.0 { format!("{v:.3}") } else { format!("{v:.1}") })
 }
 
 /// `bench attention`: one attention call (all heads), our dense tiled kernel vs exact hard top-k
@@ -198,30 +206,38 @@ pub fn attention(a: AttentionArgs) -> Result<()> {
         warmup: !a.no_warmup,
         seed: a.seed,
         candle_max_bytes: (a.candle_max_gib * (1u64 << 30) as f64) as usize,
+        dtype: match a.dtype.as_str() {
+            "f32" => candle_core::DType::F32,
+            "bf16" => candle_core::DType::BF16,
+            other => anyhow::bail!("--dtype must be f32 or bf16, not {other:?}"),
+        },
+        tile_rows: a.tile_rows,
     };
     cfg.validate()?;
-    if !device.is_cpu() {
-        eprintln!("note: the Focus and tiled dense kernels run on the CPU only for now; on {} only candle's attention is timed", a.device);
-    }
+    anyhow::ensure!(device.is_cuda() || a.dtype == "f32", "--dtype bf16 needs --device cuda (the CPU kernels are f32)");
     if !a.json {
+        let how = if device.is_cpu() { format!("{} threads", rayon::current_num_threads()) } else { format!("{}, {} rows per block", a.dtype, cfg.tile_rows) };
         eprintln!(
-            "attention, {} heads ({} KV) x {} dims, window {}, {} threads, median of {}",
-            cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.window, rayon::current_num_threads(), cfg.repeats
+            "attention on {}, {} heads ({} KV) x {} dims, window {}, {how}, median of {}",
+            a.device, cfg.heads, cfg.kv_heads, cfg.head_dim, cfg.window, cfg.repeats
         );
-        eprintln!("{:>6} {:>2} {:>2} {:>10} {:>10} {:>8} {:>7} {:>7} {:>6} {:>10} {:>8}", "n", "K", "k", "dense ms", "focus ms", "speedup", "pairs", "bound", "eff", "candle ms", "cpu spd");
+        eprintln!("{:>7} {:>2} {:>2} {:>10} {:>10} {:>8} {:>7} {:>7} {:>6} {:>10} {:>8}", "n", "K", "k", "dense ms", "focus ms", "speedup", "pairs", "bound", "eff", "candle ms", if device.is_cpu() { "cpu spd" } else { "plan ms" });
     }
     focus_core::bench::run_attention_bench(&cfg, &device, |r| {
         if a.json {
             println!("{}", serde_json::to_string(r).expect("rows serialise"));
         } else {
             eprintln!(
-                "{:>6} {:>2} {:>2} {:>10} {:>10} {:>8} {:>6.1}% {:>6.2}x {:>6} {:>10} {:>8}",
+                "{:>7} {:>2} {:>2} {:>10} {:>10} {:>8} {:>6.1}% {:>6.2}x {:>6} {:>10} {:>8}",
                 r.n, r.groups, r.k, ms(r.dense_ms), ms(r.focus_ms),
                 r.speedup.map_or("-".into(), |s| format!("{s:.2}x")),
                 r.pairs_fraction * 100.0, r.bound,
                 r.efficiency.map_or("-".into(), |e| format!("{:.0}%", e * 100.0)),
                 ms(r.candle_ms),
-                r.speedup_cpu.map_or("-".into(), |s| format!("{s:.2}x"))
+                match r.plan_ms {
+                    Some(p) => format!("{p:.1}"),
+                    None => r.speedup_cpu.map_or("-".into(), |s| format!("{s:.2}x")),
+                }
             );
         }
     })?;

@@ -382,6 +382,7 @@ pub fn attention_config(res: &AnalysisResult, lengths: Vec<usize>, repeats: usiz
         warmup: true,
         seed: 0,
         candle_max_bytes: if device == DeviceChoice::Cuda { 6 << 30 } else { 0 },
+        ..Default::default()
     }
 }
 

@@ -7,7 +7,7 @@ use super::median;
 use crate::error::{Error, Result};
 use crate::topk::Shape;
 use crate::{flash, topk};
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -30,6 +30,10 @@ pub struct AttentionBench {
     pub seed: u64,
     /// Skip candle's attention when its scores (and probabilities) would exceed this many bytes.
     pub candle_max_bytes: usize,
+    /// Element type on CUDA (f32 or bf16); the CPU kernels are f32.
+    pub dtype: DType,
+    /// Query rows per block of the CUDA bf16 kernels (64 or 128).
+    pub tile_rows: usize,
 }
 
 impl Default for AttentionBench {
@@ -46,6 +50,8 @@ impl Default for AttentionBench {
             warmup: true,
             seed: 0,
             candle_max_bytes: 6 << 30,
+            dtype: DType::F32,
+            tile_rows: 128,
         }
     }
 }
@@ -61,6 +67,7 @@ pub struct AttentionRow {
     pub kv_heads: usize,
     pub head_dim: usize,
     pub device: String,
+    pub dtype: String,
     pub threads: usize,
     /// Our tiled dense causal kernel (`flash::causal_attention`).
     pub dense_ms: Option<f64>,
@@ -81,6 +88,9 @@ pub struct AttentionRow {
     pub dense_cpu_ms: Option<f64>,
     pub focus_cpu_ms: Option<f64>,
     pub speedup_cpu: Option<f64>,
+    /// CUDA: building and uploading the routing plan (group segments), once per routing; not
+    /// part of focus_ms, as every layer sharing a routing reuses it.
+    pub plan_ms: Option<f64>,
 }
 
 impl AttentionBench {
@@ -106,6 +116,12 @@ impl AttentionBench {
         }
         if self.repeats == 0 {
             return bad("repeats must be at least 1".into());
+        }
+        if !matches!(self.dtype, DType::F32 | DType::BF16) {
+            return bad(format!("dtype must be f32 or bf16, not {:?}", self.dtype));
+        }
+        if !matches!(self.tile_rows, 64 | 128) {
+            return bad(format!("tile rows must be 64 or 128, not {}", self.tile_rows));
         }
         Ok(())
     }
@@ -228,7 +244,7 @@ pub fn process_cpu_ms() -> Option<f64> {
 }
 
 /// Wall and CPU milliseconds of one call.
-fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<(f64, Option<f64>)> {
+pub(super) fn timed<T>(f: impl FnOnce() -> Result<T>) -> Result<(f64, Option<f64>)> {
     let c0 = process_cpu_ms();
     let t0 = Instant::now();
     f()?;
@@ -248,10 +264,28 @@ pub fn candle_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: &Tensor) -> 
     Ok(p.reshape((hkv, rep * t, t))?.matmul(v)?.reshape((h, t, d))?)
 }
 
-/// Runs the benchmark on `device` (our kernels run on the CPU; on another device only candle's
-/// attention is timed). `on_row` sees each row as soon as it is measured.
-pub fn run_attention_bench(cfg: &AttentionBench, device: &Device, mut on_row: impl FnMut(&AttentionRow)) -> Result<Vec<AttentionRow>> {
+/// Runs the benchmark on `device`: our CPU kernels on the CPU, our CUDA kernels on a CUDA device
+/// (with the `cuda` feature), candle's attention on either. `on_row` sees each row as soon as
+/// it is measured.
+pub fn run_attention_bench(cfg: &AttentionBench, device: &Device, on_row: impl FnMut(&AttentionRow)) -> Result<Vec<AttentionRow>> {
     cfg.validate()?;
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(dev) = device {
+        return super::attention_cuda::run(cfg, dev, on_row);
+    }
+    run_cpu(cfg, device, on_row)
+}
+
+/// The (K, k) variants of a configuration, each with its balanced memberships for length n.
+pub(super) fn variants(cfg: &AttentionBench, n: usize) -> Result<Vec<(usize, usize, Vec<u64>)>> {
+    cfg.groups
+        .iter()
+        .flat_map(|&g| cfg.ks.iter().filter(move |&&kk| kk <= g).map(move |&kk| (g, kk)))
+        .map(|(g, kk)| Ok((g, kk, balanced_masks(n, g, kk, cfg.seed.wrapping_add((g * 64 + kk) as u64))?)))
+        .collect()
+}
+
+fn run_cpu(cfg: &AttentionBench, device: &Device, mut on_row: impl FnMut(&AttentionRow)) -> Result<Vec<AttentionRow>> {
     let cpu = device.is_cpu();
     let dev_name = if cpu { "cpu" } else { "cuda" }.to_string();
     let threads = rayon::current_num_threads();
@@ -263,12 +297,7 @@ pub fn run_attention_bench(cfg: &AttentionBench, device: &Device, mut on_row: im
         let q = r(s.heads * n * s.d);
         let k = r(s.kv_heads * n * s.d);
         let v = r(s.kv_heads * n * s.d);
-        let variants: Vec<(usize, usize, Vec<u64>)> = cfg
-            .groups
-            .iter()
-            .flat_map(|&g| cfg.ks.iter().filter(move |&&kk| kk <= g).map(move |&kk| (g, kk)))
-            .map(|(g, kk)| Ok((g, kk, balanced_masks(n, g, kk, cfg.seed.wrapping_add((g * 64 + kk) as u64))?)))
-            .collect::<Result<_>>()?;
+        let variants = variants(cfg, n)?;
         let candle_bytes = 2 * cfg.heads * n * n * 4;
         let candle_inputs = if candle_bytes <= cfg.candle_max_bytes {
             let tq = Tensor::from_slice(&q, (s.heads, n, s.d), device)?;
@@ -330,6 +359,7 @@ pub fn run_attention_bench(cfg: &AttentionBench, device: &Device, mut on_row: im
                 kv_heads: cfg.kv_heads,
                 head_dim: cfg.head_dim,
                 device: dev_name.clone(),
+                dtype: "f32".into(),
                 threads,
                 dense_ms,
                 focus_ms,
@@ -341,6 +371,7 @@ pub fn run_attention_bench(cfg: &AttentionBench, device: &Device, mut on_row: im
                 dense_cpu_ms,
                 focus_cpu_ms,
                 speedup_cpu,
+                plan_ms: None,
             };
             on_row(&row);
             rows.push(row);

@@ -4,6 +4,8 @@
 //! asserted in tests.
 
 mod attention;
+#[cfg(feature = "cuda")]
+mod attention_cuda;
 mod forward;
 
 pub use attention::*;
