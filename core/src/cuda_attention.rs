@@ -6,7 +6,8 @@
 //! Focus needs a [`FocusPlan`]: the tokens of each group in position order (built on the host
 //! from the top-k masks, uploaded once and reusable by every layer that shares the routing).
 
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::group_segments::GroupSegments;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
@@ -55,85 +56,26 @@ pub struct FocusPlan {
 impl FocusPlan {
     /// Every mask must have the same number k >= 1 of groups (hard top-k routing), K <= 32.
     pub fn new(dev: &CudaDevice, masks: &[u64], window: usize) -> Result<Self> {
-        let t = masks.len();
-        if t == 0 || t > i32::MAX as usize / 64 {
-            return Err(Error::Invalid(format!("sequence length {t} out of range for the CUDA kernels")));
-        }
-        let k = masks[0].count_ones() as usize;
-        if k == 0 || masks.iter().any(|m| m.count_ones() as usize != k) {
-            return Err(Error::Invalid("CUDA Focus attention needs the same number (>= 1) of groups for every token".into()));
-        }
-        let groups = masks.iter().map(|m| 64 - m.leading_zeros() as usize).max().unwrap_or(0);
-        if groups > 32 {
-            return Err(Error::Invalid(format!("the CUDA kernels take at most 32 groups, not {groups}")));
-        }
-        // Counting sort by group, stable in position: segment g lists the tokens of group g.
-        let mut len = vec![0i32; groups];
-        for &m in masks {
-            let mut b = m;
-            while b != 0 {
-                len[b.trailing_zeros() as usize] += 1;
-                b &= b - 1;
-            }
-        }
-        let mut off = vec![0i32; groups];
-        for g in 1..groups {
-            off[g] = off[g - 1] + len[g - 1];
-        }
-        let total = t * k;
-        let (mut idx, mut slot) = (vec![0i32; total], vec![0i32; total]);
-        let mut fill = off.clone();
-        for (i, &m) in masks.iter().enumerate() {
-            let (mut b, mut rank) = (m, 0);
-            while b != 0 {
-                let g = b.trailing_zeros() as usize;
-                let r = fill[g] as usize;
-                idx[r] = i as i32;
-                slot[r] = (i * k + rank) as i32;
-                fill[g] += 1;
-                rank += 1;
-                b &= b - 1;
-            }
-        }
-        // Query tiles, the most work (latest rows) first so that the grid's tail is short. Long
-        // segments go group by group instead, so that the blocks resident at one time read one
-        // segment's keys, which then stay in L2 (measured on the H200: 1M tokens, K=8, k=1,
-        // 595 -> 576 ms; at 16K the tail costs more than L2 saves, 0.50 -> 0.72 ms).
-        let group_major = t * k / groups.max(1) >= 32 * 1024;
+        let s = GroupSegments::new(masks)?;
         let tiles_for = |rows: usize| -> Result<(CudaSlice<i32>, CudaSlice<i32>, usize)> {
-            let mut list: Vec<(i32, i32)> = (0..groups)
-                .flat_map(|g| (0..len[g] as usize).step_by(rows).map(move |r| (g as i32, r as i32)))
-                .collect();
-            if group_major {
-                list.sort_by_key(|&(g, r)| (g, std::cmp::Reverse(r)));
-            } else {
-                list.sort_by_key(|&(_, r)| std::cmp::Reverse(r));
-            }
+            let list = s.tiles(rows);
             let segs: Vec<i32> = list.iter().map(|x| x.0).collect();
-            let rows_: Vec<i32> = list.iter().map(|x| x.1).collect();
-            Ok((dev.clone_htod(&pad(segs))?, dev.clone_htod(&pad(rows_))?, list.len()))
+            let first: Vec<i32> = list.iter().map(|x| x.1).collect();
+            Ok((dev.clone_htod(&segs)?, dev.clone_htod(&first)?, list.len()))
         };
         let tiles = [tiles_for(64)?, tiles_for(128)?];
         Ok(FocusPlan {
-            t,
-            k,
+            t: s.t,
+            k: s.k,
             window,
-            idx: dev.clone_htod(&idx)?,
-            slot: dev.clone_htod(&slot)?,
-            seg_off: dev.clone_htod(&pad(off))?,
-            seg_len: dev.clone_htod(&pad(len))?,
+            idx: dev.clone_htod(&s.idx)?,
+            slot: dev.clone_htod(&s.slot)?,
+            seg_off: dev.clone_htod(&s.seg_off)?,
+            seg_len: dev.clone_htod(&s.seg_len)?,
             masks: dev.clone_htod(&masks.iter().map(|&m| m as u32).collect::<Vec<u32>>())?,
             tiles,
         })
     }
-}
-
-/// cudarc cannot allocate empty slices; a group list is never empty but keep it safe.
-fn pad(mut v: Vec<i32>) -> Vec<i32> {
-    if v.is_empty() {
-        v.push(0);
-    }
-    v
 }
 
 /// Causal dense attention (H, T, 64) x (Hkv, T, 64) -> (H, T, 64).

@@ -13,6 +13,7 @@ pub mod error;
 pub mod eval;
 pub mod flash;
 pub mod gguf;
+pub mod group_segments;
 pub mod inspect;
 pub mod io;
 pub mod kernels;
