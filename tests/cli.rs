@@ -377,6 +377,7 @@ fn bench_attention_rows_and_errors() {
             assert!(!r[key].is_null(), "{key} missing in {r}");
         }
         assert_eq!(r["device"], "cpu");
+        assert_eq!(r["dtype"], "f32");
         let pf = r["pairs_fraction"].as_f64().unwrap();
         assert!(pf > 0.0 && pf <= 1.0);
     }
@@ -385,6 +386,9 @@ fn bench_attention_rows_and_errors() {
     has(&fails(["bench", "attention", "--groups", "2", "--k", "3"]), &["no (K, k) pair with k <= K"]);
     has(&fails(["bench", "attention", "--heads", "6", "--kv-heads", "4"]), &["multiple of kv-heads"]);
     has(&fails(["bench", "attention", "--device", "tpu"]), &["unknown device"]);
+    has(&fails(["bench", "attention", "--dtype", "bf16"]), &["--dtype bf16 needs --device cuda"]);
+    has(&fails(["bench", "attention", "--dtype", "f16"]), &["--dtype must be f32 or bf16"]);
+    has(&fails(["bench", "attention", "--tile-rows", "96"]), &["tile rows must be 64 or 128"]);
 }
 
 /// `focus-lens demo` prints the sample analysis; without a display, plain `focus-lens` says
