@@ -92,3 +92,61 @@ fn real_model() {
     let ids = model.tokenizer().unwrap().encode(&text, false).unwrap().ids[..160].to_vec();
     check(&model, &ids, 16, 2e-3);
 }
+
+/// The batched training forward computes, sequence by sequence, what the single-sequence
+/// differentiable forward computes, and its mean loss has the same gradient as the mean of the
+/// per-sequence losses (the trainer's step before batching).
+fn check_batched(model: &Model, seqs: &[&[u32]], window: usize, tol: f32) {
+    for (gate, causal_sinkhorn) in [(Gate::Log, false), (Gate::Paper, false), (Gate::Log, true)] {
+        let mut adapter = Adapter::random(model, &AdapterSpec { groups: 4, window, gate, causal_sinkhorn, ..Default::default() }, 5).unwrap();
+        let vars = trainable(&mut adapter);
+        let mut o = ForwardOptions::new(Mode::Soft, Some(&adapter));
+        o.differentiable = true;
+        let batched = model.decoder.forward_train(seqs, &o).unwrap();
+        let t = seqs[0].len();
+        let mut summed: Vec<Option<Tensor>> = vec![None; vars.len()];
+        for (i, s) in seqs.iter().enumerate() {
+            let single = run(model, s, Mode::Soft, Some(&adapter), true);
+            let err = max_abs_diff(&batched.narrow(0, i * t, t).unwrap(), &single);
+            assert!(err <= tol, "{gate:?} causal {causal_sinkhorn}: sequence {i} differs by {err}");
+            let targets = Tensor::from_slice(&s[1..], t - 1, &Device::Cpu).unwrap();
+            let loss = candle_nn::loss::cross_entropy(&single.narrow(0, 0, t - 1).unwrap(), &targets).unwrap();
+            let g = (loss / seqs.len() as f64).unwrap().backward().unwrap();
+            for (acc, v) in summed.iter_mut().zip(&vars) {
+                let gi = g.get(v.as_tensor()).unwrap().clone();
+                *acc = Some(match acc.take() { None => gi, Some(a) => (a + gi).unwrap() });
+            }
+        }
+        // The batched loss over the same targets (each sequence's last position has none).
+        let rows: Vec<Tensor> = (0..seqs.len()).map(|i| batched.narrow(0, i * t, t - 1).unwrap()).collect();
+        let targets: Vec<u32> = seqs.iter().flat_map(|s| s[1..].iter().copied()).collect();
+        let n = targets.len();
+        let loss = candle_nn::loss::cross_entropy(&Tensor::cat(&rows, 0).unwrap(), &Tensor::from_vec(targets, n, &Device::Cpu).unwrap()).unwrap();
+        let g = loss.backward().unwrap();
+        for (i, (v, want)) in vars.iter().zip(&summed).enumerate() {
+            let got = g.get(v.as_tensor()).unwrap();
+            let want = want.as_ref().unwrap();
+            let scale = want.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap().max(1e-6);
+            let err = max_abs_diff(got, want) / scale;
+            assert!(err <= 1e-3, "{gate:?} causal {causal_sinkhorn}: parameter {i} gradient differs by {err} (relative)");
+        }
+    }
+    assert!(model.decoder.forward_train(&[&seqs[0][..4], &seqs[1][..5]], &ForwardOptions::new(Mode::Dense, None)).is_err());
+}
+
+#[test]
+fn batched_training_forward_tiny_models() {
+    for name in ["llama", "gpt2", "qwen2"] {
+        let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu).unwrap();
+        let ids: Vec<u32> = (0..90).map(|i| (i * 37 % 500) as u32).collect();
+        check_batched(&model, &[&ids[..30], &ids[30..60], &ids[60..90]], 8, 1e-4);
+    }
+}
+
+#[test]
+fn batched_training_forward_real_model() {
+    let model = Model::load(&common::model_path(), &Device::Cpu).unwrap();
+    let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
+    let ids = model.tokenizer().unwrap().encode(&text, false).unwrap().ids[..192].to_vec();
+    check_batched(&model, &[&ids[..96], &ids[96..]], 16, 2e-3);
+}

@@ -97,12 +97,13 @@ pub fn plan(
     }
 }
 
-/// The soft gate of FOCUS-METHOD section 1 from memberships `g` (T x K), as a T x T plan.
-/// Built from candle ops, so gradients flow to `g` when it comes from trainable routers.
+/// The soft gate of FOCUS-METHOD section 1 from memberships `g` (T x K), as a T x T plan
+/// (B x T x K gives B x T x T, for a batch of sequences). Built from candle ops, so gradients
+/// flow to `g` when it comes from trainable routers.
 pub fn soft_plan(g: &Tensor, cfg: &AdapterConfig) -> Result<LayerPlan> {
-    let t = g.dim(0)?;
+    let t = g.dim(g.rank() - 2)?;
     let affinity = g.matmul(&g.t()?)?;
-    let local = local_mask(t, cfg.window, g.device())?;
+    let local = local_mask(t, cfg.window, g.device())?.broadcast_as(affinity.shape())?;
     Ok(match cfg.gate {
         Gate::Paper => {
             let f = candle_nn::ops::sigmoid(&(affinity * cfg.lambda)?)?;
@@ -126,6 +127,9 @@ pub fn local_mask(t: usize, window: usize, dev: &Device) -> Result<Tensor> {
 /// `differentiable`. Differentiable attention uses only ops with a backward pass (explicit
 /// scores and the composed softmax), for training the routers through the frozen model.
 pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Option<&Tensor>, differentiable: bool) -> Result<Tensor> {
+    if q.rank() == 4 {
+        return attend_batch(q, k, v, plan, causal);
+    }
     let (h, t, d) = q.dims3()?;
     let hkv = k.dim(0)?;
     if let LayerPlan::TopK { masks, window } = plan {
@@ -194,6 +198,27 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Opti
         }
     };
     Ok(p.reshape((hkv, rep * t, t))?.matmul(v)?.reshape((h, t, d))?)
+}
+
+/// A batch of sequences for training: q (B, H, T, D), k and v (B, Hkv, T, D), a dense or soft
+/// plan with one T x T gate per sequence (B x T x T); differentiable candle ops only. The same
+/// computation as the single-sequence path, with a leading batch dimension.
+fn attend_batch(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Option<&Tensor>) -> Result<Tensor> {
+    let (b, h, t, d) = q.dims4()?;
+    let hkv = k.dim(1)?;
+    let rep = h / hkv;
+    let scores = (q.reshape((b, hkv, rep * t, d))?.matmul(&k.t()?)?.reshape((b, h, t, t))? * (1.0 / (d as f64).sqrt()))?;
+    let x = match plan {
+        LayerPlan::Dense => scores,
+        LayerPlan::SoftFactor(f) => scores.broadcast_mul(&f.unsqueeze(1)?)?,
+        LayerPlan::SoftBias(bias) => scores.broadcast_add(&bias.unsqueeze(1)?)?,
+        LayerPlan::TopK { .. } | LayerPlan::Masked(_) => {
+            return Err(Error::Invalid("batched attention takes dense or soft plans (training)".into()))
+        }
+    };
+    let causal = causal.ok_or_else(|| Error::Invalid("batched attention needs the causal mask".into()))?;
+    let p = candle_nn::ops::softmax(&x.broadcast_add(causal)?, candle_core::D::Minus1)?;
+    Ok(p.reshape((b, hkv, rep * t, t))?.matmul(v)?.reshape((b, h, t, d))?)
 }
 
 /// The hard top-k mask as an additive T x T tensor (0 kept, -inf pruned): the explicit

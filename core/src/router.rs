@@ -109,11 +109,20 @@ pub enum SinkhornGrad {
 /// The same Sinkhorn in candle ops, for training: scores (T x K) -> memberships (T x K). With
 /// `causal`, the column step uses prefix sums as `sinkhorn` does. Agrees with `sinkhorn` (tested).
 pub fn sinkhorn_tensor(scores: &candle_core::Tensor, tau: f64, iters: usize, causal: bool, grad: SinkhornGrad) -> candle_core::Result<candle_core::Tensor> {
+    // (T, K), or (B, T, K) for a batch of sequences each balanced on its own.
+    let (gd, td) = (scores.rank() - 1, scores.rank() - 2);
     let l0 = (scores / tau)?;
-    let row_norm = |l: &candle_core::Tensor| l.broadcast_sub(&l.log_sum_exp(1)?.unsqueeze(1)?);
+    let row_norm = |l: &candle_core::Tensor| l.broadcast_sub(&l.log_sum_exp(gd)?.unsqueeze(gd)?);
+    let prefix = |l: &candle_core::Tensor| -> candle_core::Result<candle_core::Tensor> {
+        if l.rank() == 2 {
+            return prefix_log_sum_exp(l);
+        }
+        let per_seq = (0..l.dim(0)?).map(|b| prefix_log_sum_exp(&l.get(b)?)).collect::<candle_core::Result<Vec<_>>>()?;
+        candle_core::Tensor::stack(&per_seq, 0)
+    };
     let iterate = |mut l: candle_core::Tensor| -> candle_core::Result<candle_core::Tensor> {
         for _ in 0..iters {
-            l = if causal { (&l - prefix_log_sum_exp(&l)?)? } else { l.broadcast_sub(&l.log_sum_exp(0)?.unsqueeze(0)?)? };
+            l = if causal { (&l - prefix(&l)?)? } else { l.broadcast_sub(&l.log_sum_exp(td)?.unsqueeze(td)?)? };
             l = row_norm(&l)?;
         }
         if iters == 0 {

@@ -200,37 +200,25 @@ impl<'m> Trainer<'m> {
         if data.train.len() < t + 1 {
             return Err(Error::Invalid(format!("the training data has {} tokens; need more than seq_len {t}", data.train.len())));
         }
-        // One backward pass per sequence, gradients summed: the same mean-loss gradient as one
-        // batched graph, with the memory of a single sequence's graph.
+        // The whole batch is one graph and one backward pass: the mean loss over its tokens.
         let b = self.opts.batch;
-        let mut grads: Vec<Option<Tensor>> = vec![None; self.vars.len()];
-        let mut total = 0f64;
-        for s in self.batch_starts(data.train.len() - 1, self.step) {
-            let ids = &data.train[s..s + t];
-            let mut o = ForwardOptions::new(Mode::Soft, Some(&self.adapter));
-            o.differentiable = true;
-            o.sinkhorn_grad = self.opts.sinkhorn_grad;
-            let logits = self.model.decoder.forward(ids, &o)?.logits;
-            let targets = Tensor::from_slice(&data.train[s + 1..s + t + 1], t, dev)?;
-            let loss = candle_nn::loss::cross_entropy(&logits, &targets)?;
-            let store = (&loss / b as f64)?.backward()?;
-            for (acc, var) in grads.iter_mut().zip(&self.vars) {
-                if let Some(g) = store.get(var.as_tensor()) {
-                    // Detached: a gradient that kept its op history would keep this step's whole
-                    // graph (activations included) alive through the optimizer state.
-                    let g = g.detach();
-                    *acc = Some(match acc.take() {
-                        None => g,
-                        Some(a) => (a + g)?,
-                    });
-                }
-            }
-            total += loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
-        }
+        let starts = self.batch_starts(data.train.len() - 1, self.step);
+        let inputs: Vec<&[u32]> = starts.iter().map(|&s| &data.train[s..s + t]).collect();
+        let targets: Vec<u32> = starts.iter().flat_map(|&s| data.train[s + 1..s + t + 1].iter().copied()).collect();
+        let mut o = ForwardOptions::new(Mode::Soft, Some(&self.adapter));
+        o.differentiable = true;
+        o.sinkhorn_grad = self.opts.sinkhorn_grad;
+        let logits = self.model.decoder.forward_train(&inputs, &o)?;
+        let loss = candle_nn::loss::cross_entropy(&logits, &Tensor::from_vec(targets, b * t, dev)?)?;
+        let store = loss.backward()?;
+        // Detached: a gradient that kept its op history would keep this step's whole graph
+        // (activations included) alive through the optimizer state.
+        let grads: Vec<Option<Tensor>> = self.vars.iter().map(|v| store.get(v.as_tensor()).map(|g| g.detach())).collect();
+        let mean = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
         self.opt.step(&self.vars, &grads, self.opts.lr_at(self.step), self.opts.weight_decay)?;
         self.step += 1;
         self.tokens_seen += b * t;
-        Ok(total / b as f64)
+        Ok(mean)
     }
 
     /// Held-out perplexity (soft mode, inference path) over the first `eval_seqs` windows, and
