@@ -187,13 +187,18 @@ fn gui_end_to_end() {
     }
 
     // Cancel a long run: the previous result stays, nothing is left running. (Until the text has
-    // loaded, an analysis of the previous text with the new token count may run: wait past it.)
+    // loaded, an analysis of the previous text with the new token count may run: wait until the
+    // running analysis is the one the long text asks for.)
     let long = dir.path().join("long.txt");
     std::fs::write(&long, "A rather long text about attention and groups. ".repeat(600)).unwrap();
     h.state_mut().open(InputKind::Text, long.clone());
     h.state_mut().settings.params.max_tokens = 4000;
     let t0 = Instant::now();
-    while !(h.state().is_running(TaskKind::Analyze) && h.state().text.as_ref().is_some_and(|t| t.path.as_ref() == Some(&long))) {
+    while !(h.state().is_running(TaskKind::Analyze)
+        && h.state().text.as_ref().is_some_and(|t| t.path.as_ref() == Some(&long))
+        && h.state().running_analysis().is_some()
+        && h.state().running_analysis().cloned() == h.state().wanted_key())
+    {
         h.step();
         assert!(t0.elapsed() < Duration::from_secs(60), "the analysis did not start");
         std::thread::sleep(Duration::from_millis(10));

@@ -188,6 +188,11 @@ impl FocusLensApp {
         self.stopped_key = None;
     }
 
+    /// The key of the analysis running now, if any.
+    pub fn running_analysis(&self) -> Option<&AnalysisKey> {
+        self.running_key.as_ref()
+    }
+
     /// The key the current settings ask for, once all inputs are loaded and consistent.
     pub fn wanted_key(&self) -> Option<AnalysisKey> {
         let (m, a, t) = (self.model.as_ref()?, self.adapter.as_ref()?, self.text.as_ref()?);
