@@ -324,16 +324,16 @@ impl Adapter {
         crate::io::write_atomic(&dir.join(CONFIG_FILE), serde_json::to_string_pretty(&self.config)?.as_bytes())
     }
 
-    /// Differentiable routing for training: memberships (T x K, or B x T x K when `h` stacks
-    /// `seqs` > 1 sequences) as a tensor built from candle ops, so gradients reach `proj` and
+    /// Differentiable routing for training: memberships (B x T x K, `h` stacking B = `seqs`
+    /// sequences) as a tensor built from candle ops, so gradients reach `proj` and
     /// `centroids` when they are trainable variables.
     /// With `grad == SinkhornGrad::Detached` the Sinkhorn iterations run outside the graph.
     pub fn route_tensor(&self, l: usize, h: &Tensor, seqs: usize, grad: crate::router::SinkhornGrad) -> Result<Tensor> {
         let r = &self.layers[l];
         let c = &self.config;
         let scores = c.score.scores(&h.matmul(&r.proj)?, &r.centroids)?;
-        // `h` may stack `seqs` sequences (B*T rows): each is balanced on its own.
-        let scores = if seqs > 1 { scores.reshape((seqs, scores.dim(0)? / seqs, c.groups))? } else { scores };
+        // `h` stacks `seqs` sequences (B*T rows): each is balanced on its own.
+        let scores = scores.reshape((seqs, scores.dim(0)? / seqs, c.groups))?;
         Ok(crate::router::sinkhorn_tensor(&scores, c.tau, c.sinkhorn_iters, c.causal_sinkhorn, grad)?)
     }
 

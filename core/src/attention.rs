@@ -122,14 +122,10 @@ pub fn local_mask(t: usize, window: usize, dev: &Device) -> Result<Tensor> {
     Ok(Tensor::from_vec(v, (t, t), dev)?)
 }
 
-/// q: (H, T, D); k, v: (Hkv, T, D); returns (H, T, D).
-/// `causal` is the additive causal mask (`causal_bias`), needed off the CPU and when
-/// `differentiable`. Differentiable attention uses only ops with a backward pass (explicit
-/// scores and the composed softmax), for training the routers through the frozen model.
-pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Option<&Tensor>, differentiable: bool) -> Result<Tensor> {
-    if q.rank() == 4 {
-        return attend_batch(q, k, v, plan, causal);
-    }
+/// Inference attention of one sequence: q (H, T, D); k, v (Hkv, T, D); returns (H, T, D).
+/// `causal` is the additive causal mask (`causal_bias`), needed off the CPU. Training uses
+/// `attend_batch`.
+pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Option<&Tensor>) -> Result<Tensor> {
     let (h, t, d) = q.dims3()?;
     let hkv = k.dim(0)?;
     if let LayerPlan::TopK { masks, window } = plan {
@@ -152,10 +148,7 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Opti
         );
         return Ok(Tensor::from_vec(out, (h, t, d), q.device())?);
     }
-    if differentiable && matches!(plan, LayerPlan::TopK { .. }) {
-        return Err(Error::Invalid("hard top-k attention is not differentiable: train with soft gates".into()));
-    }
-    let fast_cpu = q.device().is_cpu() && !differentiable;
+    let fast_cpu = q.device().is_cpu();
     if fast_cpu && matches!(plan, LayerPlan::Dense) {
         let out = flash::causal_attention(
             &q.flatten_all()?.to_vec1::<f32>()?,
@@ -190,20 +183,16 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Opti
             None => (scores * scale)?,
         };
         let causal = causal.ok_or_else(|| Error::Invalid("this attention path needs the causal mask".into()))?;
-        let x = x.broadcast_add(causal)?;
-        if differentiable {
-            candle_nn::ops::softmax(&x, candle_core::D::Minus1)?
-        } else {
-            candle_nn::ops::softmax_last_dim(&x)?
-        }
+        candle_nn::ops::softmax_last_dim(&x.broadcast_add(causal)?)?
     };
     Ok(p.reshape((hkv, rep * t, t))?.matmul(v)?.reshape((h, t, d))?)
 }
 
-/// A batch of sequences for training: q (B, H, T, D), k and v (B, Hkv, T, D), a dense or soft
-/// plan with one T x T gate per sequence (B x T x T); differentiable candle ops only. The same
-/// computation as the single-sequence path, with a leading batch dimension.
-fn attend_batch(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Option<&Tensor>) -> Result<Tensor> {
+/// Training attention of a batch of sequences: q (B, H, T, D), k and v (B, Hkv, T, D), a dense
+/// or soft plan with one T x T gate per sequence (B x T x T), the causal mask (T x T). Only ops
+/// with a backward pass (explicit scores, the composed softmax), so that gradients reach the
+/// routers through the frozen model.
+pub fn attend_batch(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: &Tensor) -> Result<Tensor> {
     let (b, h, t, d) = q.dims4()?;
     let hkv = k.dim(1)?;
     let rep = h / hkv;
@@ -216,7 +205,6 @@ fn attend_batch(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Op
             return Err(Error::Invalid("batched attention takes dense or soft plans (training)".into()))
         }
     };
-    let causal = causal.ok_or_else(|| Error::Invalid("batched attention needs the causal mask".into()))?;
     let p = candle_nn::ops::softmax(&x.broadcast_add(causal)?, candle_core::D::Minus1)?;
     Ok(p.reshape((b, hkv, rep * t, t))?.matmul(v)?.reshape((b, h, t, d))?)
 }

@@ -56,7 +56,10 @@ pub struct FocusPlan {
 impl FocusPlan {
     /// Every mask must have the same number k >= 1 of groups (hard top-k routing), K <= 32.
     pub fn new(dev: &CudaDevice, masks: &[u64], window: usize) -> Result<Self> {
-        let s = GroupSegments::new(masks)?;
+        Self::from_segments(dev, &GroupSegments::new(masks)?, masks, window)
+    }
+
+    fn from_segments(dev: &CudaDevice, s: &GroupSegments, masks: &[u64], window: usize) -> Result<Self> {
         let tiles_for = |rows: usize| -> Result<(CudaSlice<i32>, CudaSlice<i32>, usize)> {
             let list = s.tiles(rows);
             let segs: Vec<i32> = list.iter().map(|x| x.0).collect();
@@ -92,15 +95,12 @@ pub fn focus_attention(q: &Tensor, k: &Tensor, v: &Tensor, plan: &FocusPlan, row
 /// not apply (head dim other than 64, more than 32 groups, uneven k, dtype other than f32/bf16),
 /// so that the caller can fall back to the CPU kernel.
 pub fn focus_attention_if_supported(q: &Tensor, k: &Tensor, v: &Tensor, masks: &[u64], window: usize, dev: &CudaDevice) -> Result<Option<Tensor>> {
-    let k0 = masks.first().map_or(0, |m| m.count_ones());
-    let supported = q.dim(2)? == HEAD_DIM
-        && matches!(q.dtype(), DType::F32 | DType::BF16)
-        && k0 > 0
-        && masks.iter().all(|m| m.count_ones() == k0 && *m < 1 << 32);
-    if !supported {
-        return Ok(None);
-    }
-    let plan = FocusPlan::new(dev, masks, window)?;
+    // The routing the kernels cannot take (uneven k, > 32 groups) fails to segment.
+    let segments = match GroupSegments::new(masks) {
+        Ok(s) if q.dim(2)? == HEAD_DIM && matches!(q.dtype(), DType::F32 | DType::BF16) => s,
+        _ => return Ok(None),
+    };
+    let plan = FocusPlan::from_segments(dev, &segments, masks, window)?;
     let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
     Ok(Some(focus_attention(&q, &k, &v, &plan, Rows::R128)?))
 }
@@ -400,7 +400,7 @@ mod tests {
         let plan = LayerPlan::TopK { masks: balanced_masks(t, 8, 2, 3).unwrap(), window: 128 };
         let run = |dev: &Device| {
             let ten = |x: &[f32], hh: usize| Tensor::from_slice(x, (hh, t, 64), dev).unwrap();
-            let out = attend(&ten(&q, h), &ten(&kx, hkv), &ten(&v, hkv), &plan, None, false).unwrap();
+            let out = attend(&ten(&q, h), &ten(&kx, hkv), &ten(&v, hkv), &plan, None).unwrap();
             out.to_device(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
         };
         let cpu = run(&Device::Cpu);

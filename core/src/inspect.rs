@@ -60,7 +60,7 @@ pub fn residual_before(
         let b = &d.blocks[l];
         let (q, k, v, r) = heads(model, adapter, l, &x, t)?;
         let plan = attention::plan(mode, adapter.map(|a| &a.config), r.as_ref(), t, dev)?;
-        let o = attention::attend(&q, &k, &v, &plan, causal.as_ref(), false)?;
+        let o = attention::attend(&q, &k, &v, &plan, causal.as_ref())?;
         let o = o.transpose(0, 1)?.reshape((t, cfg.n_heads * cfg.head_dim))?;
         x = (x + b.o.forward(&o)?)?;
         x = (&x + b.mlp.forward(&b.mlp_norm.forward(&x, false)?)?)?;

@@ -4,7 +4,7 @@
 use super::common::{load_adapter, print_json, ModelArgs};
 use anyhow::{Context, Result};
 use candle_core::{quantized::QMatMul, Module, Tensor};
-use focus_core::bench::{forward_bench, BenchOptions};
+use focus_core::bench::{forward_bench, median, BenchOptions};
 use focus_core::{gguf::GgufFile, Adapter, AdapterSpec};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -32,11 +32,6 @@ pub struct ForwardArgs {
     pub text: Option<PathBuf>,
     #[arg(long)]
     pub json: bool,
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
 }
 
 pub fn forward(a: ForwardArgs) -> Result<()> {
@@ -121,7 +116,7 @@ pub fn matmul(a: MatmulArgs) -> Result<()> {
                 tf.push(f);
             }
         }
-        let (q, f) = (median(tq), median(tf));
+        let (q, f) = (median(&tq).unwrap_or_default(), median(&tf).unwrap_or_default());
         tq_all += q;
         tf_all += f;
         rows.push(serde_json::json!({"tensor": name, "dtype": dtype, "out": out, "in": inp, "quantized_ms": q * 1e3, "f32_ms": f * 1e3, "f32_speedup": q / f}));

@@ -93,6 +93,39 @@ pub struct AttentionRow {
     pub plan_ms: Option<f64>,
 }
 
+impl AttentionRow {
+    /// A row of `cfg` for length n and memberships `masks` (K groups, k each), with the ratios
+    /// derived from the timings; the CPU-time and plan columns start empty.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(cfg: &AttentionBench, n: usize, groups: usize, k: usize, masks: &[u64], device: &str, dtype: &str, threads: usize, dense_ms: Option<f64>, focus_ms: Option<f64>, candle_ms: Option<f64>) -> Self {
+        let pf = pairs_fraction(masks, cfg.window);
+        let speedup = dense_ms.zip(focus_ms).map(|(a, b)| a / b);
+        AttentionRow {
+            n,
+            groups,
+            k,
+            window: cfg.window,
+            heads: cfg.heads,
+            kv_heads: cfg.kv_heads,
+            head_dim: cfg.head_dim,
+            device: device.into(),
+            dtype: dtype.into(),
+            threads,
+            dense_ms,
+            focus_ms,
+            speedup,
+            pairs_fraction: pf,
+            bound: 1.0 / pf,
+            efficiency: speedup.map(|x| x * pf),
+            candle_ms,
+            dense_cpu_ms: None,
+            focus_cpu_ms: None,
+            speedup_cpu: None,
+            plan_ms: None,
+        }
+    }
+}
+
 impl AttentionBench {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(Error::Invalid(m));
@@ -287,7 +320,7 @@ pub(super) fn variants(cfg: &AttentionBench, n: usize) -> Result<Vec<(usize, usi
 
 fn run_cpu(cfg: &AttentionBench, device: &Device, mut on_row: impl FnMut(&AttentionRow)) -> Result<Vec<AttentionRow>> {
     let cpu = device.is_cpu();
-    let dev_name = if cpu { "cpu" } else { "cuda" }.to_string();
+    let dev_name = if cpu { "cpu" } else { "cuda" };
     let threads = rayon::current_num_threads();
     let mut rows = Vec::new();
     for &n in &cfg.lengths {
@@ -341,38 +374,12 @@ fn run_cpu(cfg: &AttentionBench, device: &Device, mut on_row: impl FnMut(&Attent
                 }
             }
         }
-        let dense_ms = (!dense_t.is_empty()).then(|| median(dense_t.clone()));
-        let candle_ms = (!candle_t.is_empty()).then(|| median(candle_t.clone()));
-        let dense_cpu_ms = (!dense_c.is_empty()).then(|| median(dense_c.clone()));
+        let (dense_ms, candle_ms, dense_cpu_ms) = (median(&dense_t), median(&candle_t), median(&dense_c));
         for (vi, (g, kk, masks)) in variants.iter().enumerate() {
-            let pf = pairs_fraction(masks, cfg.window);
-            let focus_ms = (!focus_t[vi].is_empty()).then(|| median(focus_t[vi].clone()));
-            let speedup = dense_ms.zip(focus_ms).map(|(a, b)| a / b);
-            let focus_cpu_ms = (!focus_c[vi].is_empty()).then(|| median(focus_c[vi].clone()));
-            let speedup_cpu = dense_cpu_ms.zip(focus_cpu_ms).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
-            let row = AttentionRow {
-                n,
-                groups: *g,
-                k: *kk,
-                window: cfg.window,
-                heads: cfg.heads,
-                kv_heads: cfg.kv_heads,
-                head_dim: cfg.head_dim,
-                device: dev_name.clone(),
-                dtype: "f32".into(),
-                threads,
-                dense_ms,
-                focus_ms,
-                speedup,
-                pairs_fraction: pf,
-                bound: 1.0 / pf,
-                efficiency: speedup.map(|x| x * pf),
-                candle_ms,
-                dense_cpu_ms,
-                focus_cpu_ms,
-                speedup_cpu,
-                plan_ms: None,
-            };
+            let mut row = AttentionRow::new(cfg, n, *g, *kk, masks, dev_name, "f32", threads, dense_ms, median(&focus_t[vi]), candle_ms);
+            row.dense_cpu_ms = dense_cpu_ms;
+            row.focus_cpu_ms = median(&focus_c[vi]);
+            row.speedup_cpu = dense_cpu_ms.zip(row.focus_cpu_ms).filter(|(_, b)| *b > 0.0).map(|(a, b)| a / b);
             on_row(&row);
             rows.push(row);
         }

@@ -2,7 +2,7 @@
 //! `cuda_attention`), and candle's matmul + softmax where it fits, alternated in one run.
 //! Times are wall clock around a device synchronisation.
 
-use super::attention::{candle_attention, pairs_fraction, variants, AttentionBench, AttentionRow};
+use super::attention::{candle_attention, variants, AttentionBench, AttentionRow};
 use super::median;
 use crate::cuda_attention::{dense_attention, focus_attention, FocusPlan, Rows};
 use crate::error::Result;
@@ -65,35 +65,11 @@ pub(super) fn run(cfg: &AttentionBench, dev: &CudaDevice, mut on_row: impl FnMut
                 }
             }
         }
-        let dense_ms = Some(median(dense_t));
-        let candle_ms = (!candle_t.is_empty()).then(|| median(candle_t.clone()));
+        let (dense_ms, candle_ms) = (median(&dense_t), median(&candle_t));
+        let dtype = format!("{:?}", cfg.dtype).to_lowercase();
         for (vi, (g, kk, masks)) in vars.iter().enumerate() {
-            let pf = pairs_fraction(masks, cfg.window);
-            let focus_ms = Some(median(focus_t[vi].clone()));
-            let speedup = dense_ms.zip(focus_ms).map(|(a, b)| a / b);
-            let row = AttentionRow {
-                n,
-                groups: *g,
-                k: *kk,
-                window: cfg.window,
-                heads: cfg.heads,
-                kv_heads: cfg.kv_heads,
-                head_dim: cfg.head_dim,
-                device: "cuda".into(),
-                dtype: format!("{:?}", cfg.dtype).to_lowercase(),
-                threads: 1,
-                dense_ms,
-                focus_ms,
-                speedup,
-                pairs_fraction: pf,
-                bound: 1.0 / pf,
-                efficiency: speedup.map(|x| x * pf),
-                candle_ms,
-                dense_cpu_ms: None,
-                focus_cpu_ms: None,
-                speedup_cpu: None,
-                plan_ms: Some(plans[vi].1),
-            };
+            let mut row = AttentionRow::new(cfg, n, *g, *kk, masks, "cuda", &dtype, 1, dense_ms, median(&focus_t[vi]), candle_ms);
+            row.plan_ms = Some(plans[vi].1);
             on_row(&row);
             out_rows.push(row);
         }

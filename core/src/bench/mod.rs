@@ -12,7 +12,9 @@ pub use attention::*;
 pub use forward::*;
 
 /// Median of repeated timings (the upper one of an even count): robust to one slow repeat.
-fn median(mut v: Vec<f64>) -> f64 {
+/// `None` when nothing was timed.
+pub fn median(v: &[f64]) -> Option<f64> {
+    let mut v = v.to_vec();
     v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    v.get(v.len() / 2).copied()
 }

@@ -170,6 +170,11 @@ impl Decoder {
         if opts.logits_from >= t {
             return Err(Error::Invalid("logits_from must be below the sequence length".into()));
         }
+        if opts.differentiable {
+            // One differentiable path: the training forward with a batch of one.
+            let logits = self.forward_train(&[ids], opts)?;
+            return Ok(ForwardOutput { logits: logits.narrow(0, opts.logits_from, t - opts.logits_from)?, routing: Vec::new() });
+        }
         let dev = &self.device;
         let ids_t = Tensor::from_slice(ids, t, dev)?;
         let mut x = self.embed.index_select(&ids_t, 0)?;
@@ -180,15 +185,14 @@ impl Decoder {
             Positions::Rope { theta, .. } => Some(rope_tables(t, cfg.head_dim, theta, dev)?),
             Positions::Learned => None,
         };
-        let diff = opts.differentiable;
         // The fast CPU kernels apply the causal mask themselves; other paths add it to the scores.
-        let causal = if dev.is_cpu() && !diff { None } else { Some(attention::causal_bias(t, dev)?) };
+        let causal = if dev.is_cpu() { None } else { Some(attention::causal_bias(t, dev)?) };
         let mut routing = Vec::new();
         for (l, b) in self.blocks.iter().enumerate() {
             if opts.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
                 return Err(Error::Cancelled);
             }
-            let h = b.attn_norm.forward(&x, diff)?;
+            let h = b.attn_norm.forward(&x, false)?;
             let heads = |lin: &Linear, n: usize| -> Result<Tensor> {
                 Ok(lin.forward(&h)?.reshape((t, n, cfg.head_dim))?.transpose(0, 1)?.contiguous()?)
             };
@@ -199,50 +203,29 @@ impl Decoder {
                 let rot = |x: &Tensor| -> Result<Tensor> {
                     let x4 = x.unsqueeze(0)?;
                     use candle_nn::rotary_emb as re;
-                    let y = match (interleaved, diff) {
-                        (true, false) => re::rope_i(&x4, cos, sin)?,
-                        (true, true) => re::rope_i_slow(&x4, cos, sin)?,
-                        (false, false) => re::rope(&x4, cos, sin)?,
-                        (false, true) => re::rope_slow(&x4, cos, sin)?,
-                    };
+                    let y = if interleaved { re::rope_i(&x4, cos, sin)? } else { re::rope(&x4, cos, sin)? };
                     Ok(y.squeeze(0)?)
                 };
                 q = rot(&q)?;
                 k = rot(&k)?;
             }
-            let (layer_routing, plan) = match (opts.adapter, diff) {
-                (Some(a), true) => {
-                    if opts.mode == Mode::Dense {
-                        (None, LayerPlan::Dense)
-                    } else if opts.mode == Mode::Soft {
-                        let g = a.route_tensor(l, &h, 1, opts.sinkhorn_grad)?;
-                        let plan = if attention::all_local(t, a.config.window) { LayerPlan::Dense } else { attention::soft_plan(&g, &a.config)? };
-                        (None, plan)
-                    } else {
-                        return Err(Error::Invalid(format!("mode {} is not differentiable: train with soft gates", opts.mode)));
-                    }
-                }
-                _ => {
-                    let r = match opts.adapter {
-                        Some(a) => Some(a.route(l, &h, opts.record_routing)?),
-                        None => None,
-                    };
-                    let plan = match plan_override(l, r.as_ref())? {
-                        Some(p) => p,
-                        None => attention::plan(opts.mode, opts.adapter.map(|a| &a.config), r.as_ref(), t, dev)?,
-                    };
-                    (r, plan)
-                }
+            let layer_routing = match opts.adapter {
+                Some(a) => Some(a.route(l, &h, opts.record_routing)?),
+                None => None,
             };
-            let o = attention::attend(&q, &k, &v, &plan, causal.as_ref(), diff)?;
+            let plan = match plan_override(l, layer_routing.as_ref())? {
+                Some(p) => p,
+                None => attention::plan(opts.mode, opts.adapter.map(|a| &a.config), layer_routing.as_ref(), t, dev)?,
+            };
+            let o = attention::attend(&q, &k, &v, &plan, causal.as_ref())?;
             let o = o.transpose(0, 1)?.reshape((t, cfg.n_heads * cfg.head_dim))?;
             x = (x + b.o.forward(&o)?)?;
-            x = (&x + b.mlp.forward(&b.mlp_norm.forward(&x, diff)?)?)?;
+            x = (&x + b.mlp.forward(&b.mlp_norm.forward(&x, false)?)?)?;
             if let Some(r) = layer_routing {
                 routing.push(r);
             }
         }
-        let x = self.final_norm.forward(&x.narrow(0, opts.logits_from, t - opts.logits_from)?, diff)?;
+        let x = self.final_norm.forward(&x.narrow(0, opts.logits_from, t - opts.logits_from)?, false)?;
         let logits = x.matmul(&self.lm_head.t()?)?;
         Ok(ForwardOutput { logits, routing })
     }
@@ -301,7 +284,7 @@ impl Decoder {
                 }
                 _ => LayerPlan::Dense,
             };
-            let o = attention::attend(&q, &k, &v, &plan, Some(&causal), true)?;
+            let o = attention::attend_batch(&q, &k, &v, &plan, &causal)?;
             let o = o.transpose(1, 2)?.reshape((b * t, cfg.n_heads * hd))?;
             x = (x + blk.o.forward(&o)?)?;
             x = (&x + blk.mlp.forward(&blk.mlp_norm.forward(&x, true)?)?)?;
