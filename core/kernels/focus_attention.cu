@@ -32,6 +32,9 @@
 #define MODE_BAND 1
 #define MODE_GROUP 2
 #define NO_POS 0x7fffffff
+#ifndef LAZY_RESCALE
+#define LAZY_RESCALE 1  // skip the output rescale of tiles where no row maximum grew
+#endif
 
 typedef unsigned int u32;
 
@@ -310,7 +313,11 @@ __device__ void flash_bf16(const __nv_bfloat16* __restrict__ q, const __nv_bfloa
         }
 
         // Online softmax in the log2 domain on raw scores (scale folded into one FMA, as in
-        // flash-attention 2); masked entries become -inf.
+        // flash-attention 2); masked entries become -inf. The output is rescaled only when a
+        // row maximum of this warp grew: after the first tiles of a long row it rarely does, and
+        // the rescale is one multiply per accumulator per tile.
+        float alpha[MT][2];
+        bool grew = false;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -334,7 +341,9 @@ __device__ void flash_bf16(const __nv_bfloat16* __restrict__ q, const __nv_bfloa
                 float mnew = fmaxf(m[mt][half], mx);
                 // A row with nothing kept so far keeps m = -inf; use 0 so that exp2 gives 0, not NaN.
                 float base = (mnew == -INFINITY ? 0.f : mnew) * scale_log2;
-                float alpha = ex2(fmaf(m[mt][half], scale_log2, -base));
+                const bool up = mnew != m[mt][half];
+                grew |= up;
+                alpha[mt][half] = up ? ex2(fmaf(m[mt][half], scale_log2, -base)) : 1.f;
                 m[mt][half] = mnew;
                 float rs = 0.f;
 #pragma unroll
@@ -345,14 +354,18 @@ __device__ void flash_bf16(const __nv_bfloat16* __restrict__ q, const __nv_bfloa
                         sc[mt][nt][half * 2 + i] = p;
                         rs += p;
                     }
-                l[mt][half] = l[mt][half] * alpha + rs;
-#pragma unroll
-                for (int dn = 0; dn < 8; ++dn) {
-                    o[mt][dn][half * 2] *= alpha;
-                    o[mt][dn][half * 2 + 1] *= alpha;
-                }
+                l[mt][half] = l[mt][half] * alpha[mt][half] + rs;
             }
         }
+#if LAZY_RESCALE
+        if (__any_sync(0xffffffff, grew))
+#endif
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int dn = 0; dn < 8; ++dn)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) o[mt][dn][i] *= alpha[mt][i >> 1];
 
         // O += P V: the score accumulators of two adjacent n8 tiles are exactly the A fragment of
         // one k16 step; V's B fragments come from row-major smem through ldmatrix.trans.

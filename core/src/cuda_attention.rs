@@ -13,8 +13,23 @@ use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, LaunchConfi
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
 use candle_core::{CpuStorage, CudaStorage, CustomOp3, DType, Layout, Shape, Tensor};
 
-const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_attention.ptx"));
+const BUILT_IN_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_attention.ptx"));
 const MODULE: &str = "focus_attention";
+
+/// The kernels' PTX: the built-in one, or the file named by `FOCUS_LENS_PTX`, so that kernel
+/// variants can be compared on the GPU machine in one session without rebuilding the binary
+/// (`scripts/gpu/kernels.sh`). Read once per process.
+fn ptx() -> candle_core::Result<&'static str> {
+    static PTX: std::sync::OnceLock<Result<&'static str, String>> = std::sync::OnceLock::new();
+    PTX.get_or_init(|| match std::env::var_os("FOCUS_LENS_PTX") {
+        None => Ok(BUILT_IN_PTX),
+        Some(path) => std::fs::read_to_string(&path)
+            .map(|s| &*Box::leak(s.into_boxed_str()))
+            .map_err(|e| format!("FOCUS_LENS_PTX={}: {e}", path.to_string_lossy())),
+    })
+    .clone()
+    .map_err(candle_core::Error::Msg)
+}
 const HEAD_DIM: usize = 64;
 
 /// Query rows per block of the bf16 kernel: 64 (one m16 tile per warp) or 128 (two).
@@ -196,7 +211,7 @@ impl CustomOp3 for DenseOp {
                 let br = block_rows(dtype, self.rows);
                 let tiles = x.t.div_ceil(br);
                 let out = unsafe { dev.alloc::<$t>(x.heads * x.t * HEAD_DIM)? };
-                let f = dev.get_or_load_custom_func(&kernel_name("dense", dtype, self.rows), MODULE, PTX)?;
+                let f = dev.get_or_load_custom_func(&kernel_name("dense", dtype, self.rows), MODULE, ptx()?)?;
                 let null = 0u64;
                 let (tn, rep, window, multi, slots, sc) = (x.t as i32, x.rep as i32, 0i32, 0i32, 0i32, scale_log2());
                 let mut b = f.builder();
@@ -249,7 +264,7 @@ impl CustomOp3 for FocusOp<'_> {
                 let multi = i32::from(kk > 1);
                 // Band: local pairs, original order.
                 {
-                    let f = dev.get_or_load_custom_func(&kernel_name("band", dtype, self.rows), MODULE, PTX)?;
+                    let f = dev.get_or_load_custom_func(&kernel_name("band", dtype, self.rows), MODULE, ptx()?)?;
                     let (zero, slots) = (0i32, t as i32);
                     let mut b = f.builder();
                     b.arg(&x.q).arg(&x.k).arg(&x.v).arg(&null).arg(&band_o).arg(&band_lse);
@@ -264,7 +279,7 @@ impl CustomOp3 for FocusOp<'_> {
                 {
                     let rows_total = t * kk;
                     let hkv = h / x.rep;
-                    let gather = dev.get_or_load_custom_func($gather, MODULE, PTX)?;
+                    let gather = dev.get_or_load_custom_func($gather, MODULE, ptx()?)?;
                     let chunks = HEAD_DIM * std::mem::size_of::<$t>() / 16;
                     let gathered = |src: &CudaView<'_, $t>, heads: usize| -> candle_core::Result<CudaSlice<$t>> {
                         let dst = unsafe { dev.alloc::<$t>(heads * rows_total * HEAD_DIM)? };
@@ -278,7 +293,7 @@ impl CustomOp3 for FocusOp<'_> {
                     };
                     let (gq, gk, gv) = (gathered(&x.q, h)?, gathered(&x.k, hkv)?, gathered(&x.v, hkv)?);
                     let (ts, tr, count) = &p.tiles[usize::from(br == 128)];
-                    let f = dev.get_or_load_custom_func(&kernel_name("group", dtype, self.rows), MODULE, PTX)?;
+                    let f = dev.get_or_load_custom_func(&kernel_name("group", dtype, self.rows), MODULE, ptx()?)?;
                     let (rows32, slots) = (rows_total as i32, rows_total as i32);
                     let mut b = f.builder();
                     b.arg(&gq).arg(&gk).arg(&gv).arg(&null).arg(&grp_o).arg(&grp_lse);
@@ -288,7 +303,7 @@ impl CustomOp3 for FocusOp<'_> {
                 }
                 let out = unsafe { dev.alloc::<$t>(h * t * HEAD_DIM)? };
                 {
-                    let f = dev.get_or_load_custom_func($merge, MODULE, PTX)?;
+                    let f = dev.get_or_load_custom_func($merge, MODULE, ptx()?)?;
                     let kk32 = kk as i32;
                     let mut b = f.builder();
                     b.arg(&band_o).arg(&band_lse).arg(&grp_o).arg(&grp_lse).arg(&out).arg(&tn).arg(&kk32);

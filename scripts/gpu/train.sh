@@ -5,7 +5,8 @@
 # $OUT/runs. Every run: detached Sinkhorn gradient, cosine LR decay over STEPS, stopped after
 # MIN minutes at the latest (with a final held-out evaluation).
 # Usage: train.sh probe                       (speed: full vs detached gradient, 4 steps each)
-#        train.sh MIN STEPS SCORE [RUN...]    (RUN = k8_log, k4_log, k8_paper, k4_paper)
+#        [TAU=0.1] train.sh MIN STEPS SCORE [RUN...]
+#                                             (RUN = k8_log, k4_log, k8_paper, k4_paper)
 # Round 2 (docs/RESULTS.md): `train.sh 9.0 365 cosine k8_log k4_log`, then
 # `train.sh 7.9 325 dot k8_log k4_log`, each followed by `eval.sh ppl`.
 set -uo pipefail
@@ -30,7 +31,7 @@ if [ "$1" = probe ]; then
 fi
 MIN=${1:?minutes}; STEPS=${2:?steps}; SCORE=${3:?dot or cosine}; shift 3
 RUNS=${*:-k8_log k4_log k8_paper k4_paper}
-main="$data --lr 1e-2 --cosine-decay --steps $STEPS --time-limit-min $MIN --eval-every 50 --eval-seqs 8 --checkpoint-every 25 --score $SCORE --sinkhorn-grad detached"
+main="$data --lr 1e-2 --cosine-decay --steps $STEPS --time-limit-min $MIN --eval-every 50 --eval-seqs 8 --checkpoint-every 25 --score $SCORE --sinkhorn-grad detached --tau ${TAU:-0.1}"
 ( while sleep 15; do nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader; done ) > $R/smi.txt 2>&1 &
 SMI=$!
 i=0
