@@ -4,7 +4,7 @@
 set -euo pipefail
 S=/root/stage; cd $S
 M=SmolLM2-135M-Instruct.Q4_1.gguf
-[ -f $M ] || cat $M.part00 $M.part01 > $M
+[ -f $M ] || cat $M.part?? > $M
 sha256sum -c $M.sha256
 [ -x focus-lens ] || { xz -d -k focus-lens.xz && chmod +x focus-lens; }
 [ -d corpus ] || tar xJf corpus.tar.xz
