@@ -574,28 +574,24 @@ extern "C" __global__ void focus_gather_f32(const float* src, float* dst, const 
 }
 
 // out[h, i] = the log-sum-exp weighted mean of the band output and the k group outputs of token
-// i. The band always holds the diagonal, so its weight is never zero. Block (64, 4): threadIdx.x
-// is the feature, threadIdx.y one of 4 tokens; blocks stride over the tokens, so that 1M tokens
-// do not launch millions of tiny blocks. grid (min(ceil(T / 4), 8192), H).
+// i. The band always holds the diagonal, so its weight is never zero. grid (T, H), block HD.
 template <typename TO>
 __device__ void merge(const float* __restrict__ band_o, const float* __restrict__ band_lse,
                       const float* __restrict__ grp_o, const float* __restrict__ grp_lse,
                       TO* __restrict__ out, int Tn, int kk) {
-    const int h = blockIdx.y, d = threadIdx.x;
-    for (int i = blockIdx.x * blockDim.y + threadIdx.y; i < Tn; i += gridDim.x * blockDim.y) {
-        const size_t b = (size_t)h * Tn + i, gb = ((size_t)h * Tn + i) * kk;
-        float lb = band_lse[b], mx = lb;
-        for (int s = 0; s < kk; ++s) mx = fmaxf(mx, grp_lse[gb + s]);
-        float w = expf(lb - mx), wsum = w, acc = w * band_o[b * HD + d];
-        for (int s = 0; s < kk; ++s) {
-            float ls = grp_lse[gb + s];
-            if (ls == -INFINITY) continue;
-            float ws = expf(ls - mx);
-            wsum += ws;
-            acc = fmaf(ws, grp_o[(gb + s) * HD + d], acc);
-        }
-        out[b * HD + d] = (TO)(acc / wsum);
+    const int i = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+    const size_t b = (size_t)h * Tn + i, gb = ((size_t)h * Tn + i) * kk;
+    float lb = band_lse[b], mx = lb;
+    for (int s = 0; s < kk; ++s) mx = fmaxf(mx, grp_lse[gb + s]);
+    float w = expf(lb - mx), wsum = w, acc = w * band_o[b * HD + d];
+    for (int s = 0; s < kk; ++s) {
+        float ls = grp_lse[gb + s];
+        if (ls == -INFINITY) continue;
+        float ws = expf(ls - mx);
+        wsum += ws;
+        acc = fmaf(ws, grp_o[(gb + s) * HD + d], acc);
     }
+    out[b * HD + d] = (TO)(acc / wsum);
 }
 
 extern "C" __global__ void focus_merge_f32(const float* band_o, const float* band_lse, const float* grp_o,

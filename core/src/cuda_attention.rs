@@ -307,8 +307,7 @@ impl CustomOp3 for FocusOp<'_> {
                     let kk32 = kk as i32;
                     let mut b = f.builder();
                     b.arg(&band_o).arg(&band_lse).arg(&grp_o).arg(&grp_lse).arg(&out).arg(&tn).arg(&kk32);
-                    let blocks = t.div_ceil(4).min(8192) as u32;
-                    let cfg = LaunchConfig { grid_dim: (blocks, h as u32, 1), block_dim: (HEAD_DIM as u32, 4, 1), shared_mem_bytes: 0 };
+                    let cfg = LaunchConfig { grid_dim: (t as u32, h as u32, 1), block_dim: (HEAD_DIM as u32, 1, 1), shared_mem_bytes: 0 };
                     unsafe { b.launch(cfg) }.w()?;
                 }
                 (CudaStorage::wrap_cuda_slice(out, dev.clone()), Shape::from((h, t, HEAD_DIM)))
