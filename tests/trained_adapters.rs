@@ -1,5 +1,6 @@
 //! The shipped, trained sample adapters: they load, and the CPU reproduces the per-chunk
-//! held-out NLL that the H200 measured for docs/RESULTS.md (docs/results/results.json).
+//! held-out NLL that the H200 measured for docs/RESULTS.md (docs/results/results.json; the
+//! round-1 adapters: docs/results/round1_results.json).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -10,13 +11,19 @@ use focus_core::{Adapter, Mode, Model};
 #[test]
 fn sample_adapters_reproduce_the_published_perplexities() {
     let model = Model::load(&common::model_path(), &Device::Cpu).unwrap();
-    let results: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::root().join("docs/results/results.json")).unwrap()).unwrap();
     let mut text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
     text.pop(); // the llama-perplexity convention drops one trailing newline (as `focus-lens ppl`)
     let ids = model.tokenizer().unwrap().encode(&text, false).unwrap().ids;
     let ctx = 1024;
     let chunks = 2;
-    for (dir, run) in [("smollm2-135m-k8", "k8_log"), ("smollm2-135m-k4", "k4_log")] {
+    let adapters = [
+        ("smollm2-135m-k8", "results.json", "k8_log"),
+        ("smollm2-135m-k4", "results.json", "k4_paper"),
+        ("smollm2-135m-k8-round1", "round1_results.json", "k8_log"),
+        ("smollm2-135m-k4-round1", "round1_results.json", "k4_log"),
+    ];
+    for (dir, file, run) in adapters {
+        let results: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::root().join("docs/results").join(file)).unwrap()).unwrap();
         let adapter = Adapter::load(&common::root().join("sample_adapters").join(dir), &model).unwrap();
         assert!(adapter.config.training.is_some() && adapter.config.results.is_some(), "{dir}: provenance and results recorded");
         for (mode, key) in [(Mode::Soft, "soft"), (Mode::TopK(2), "topk2")] {
