@@ -15,7 +15,8 @@ rows = [json.loads(l) for l in open(src / "train_log.jsonl") if l.strip()]
 last_eval = [r for r in rows if "heldout_ppl" in r][-1]
 K = cfg["groups"]
 cfg["training"] = {
-    "data": "corpus/train/* from scripts/fetch_corpus.py (Austen 5 novels, 42 Shakespeare plays and poems, State of the Union 1790-2000)",
+    "data": "corpus/train/* from scripts/fetch_corpus.py ({} Austen novels, {} Shakespeare plays and poems, {} State of the Union addresses 1790-2000)".format(
+        *(sum(f"/{w}__" in p for p in t["data"]) for w in ("austen", "shakespeare", "sotu"))),
     "data_files": [rel(p) for p in t["data"]],
     "heldout_files": [rel(p) for p in t["heldout"]],
     "split": "by whole works: held out Persuasion; Hamlet, Macbeth, The Tempest, Twelfth Night; SOTU 2001-2021",
