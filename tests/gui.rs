@@ -205,9 +205,20 @@ fn gui_end_to_end() {
     }
     h.step();
     let before = h.state().result.as_ref().unwrap().key.clone();
+    let cancelled = h.state().running_analysis().cloned();
+    assert!(h.state().is_running(TaskKind::Analyze), "the long analysis ended before Cancel");
     h.get_by_label("Cancel").click();
     settle(&mut h);
-    assert!(h.state().status.contains("cancelled"), "status: {}", h.state().status);
+    assert!(
+        h.state().status.contains("cancelled"),
+        "status: {:?}; cancelled {:?}; result {:?} (before {:?}); wanted {:?}; errors {:?}",
+        h.state().status,
+        cancelled,
+        h.state().result.as_ref().map(|r| &r.key),
+        before,
+        h.state().wanted_key(),
+        h.state().errors
+    );
     assert_eq!(h.state().result.as_ref().unwrap().key, before, "the previous result stays after a cancel");
     assert!(!h.state().busy());
     h.state_mut().settings.params.max_tokens = 300;
