@@ -15,10 +15,11 @@ use candle_core::{CpuStorage, CudaStorage, CustomOp3, DType, Layout, Shape, Tens
 
 const BUILT_IN_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_attention.ptx"));
 const MODULE: &str = "focus_attention";
+const HEAD_DIM: usize = 64;
 
 /// The kernels' PTX: the built-in one, or the file named by `FOCUS_LENS_PTX`, so that kernel
 /// variants can be compared on the GPU machine in one session without rebuilding the binary
-/// (`scripts/gpu/kernels.sh`). Read once per process.
+/// (`scripts/gpu/ptx_ab.sh`). Read once per process.
 fn ptx() -> candle_core::Result<&'static str> {
     static PTX: std::sync::OnceLock<Result<&'static str, String>> = std::sync::OnceLock::new();
     PTX.get_or_init(|| match std::env::var_os("FOCUS_LENS_PTX") {
@@ -30,7 +31,6 @@ fn ptx() -> candle_core::Result<&'static str> {
     .clone()
     .map_err(candle_core::Error::Msg)
 }
-const HEAD_DIM: usize = 64;
 
 /// Query rows per block of the bf16 kernel: 64 (one m16 tile per warp) or 128 (two).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
