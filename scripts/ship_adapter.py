@@ -24,7 +24,7 @@ cfg["training"] = {
     "lr": t["lr"], "cosine_decay": t.get("cosine_decay", False), "weight_decay": t["weight_decay"],
     "seed": t["seed"], "optimizer": t["optimizer"], "sinkhorn_grad": t.get("sinkhorn_grad", "full"),
     "device": t["device"], "seconds": t["seconds_this_run"], "schedule": schedule,
-    "heldout_ppl_soft_final": t["heldout_ppl_soft"],
+    "heldout_ppl_final": t.get("heldout_ppl", t.get("heldout_ppl_soft")), "heldout_mode": t.get("heldout_mode", "soft"),
     "command": (f"focus-lens train --device cuda --data corpus/train --heldout corpus/heldout --groups {K} "
                 f"--gate {cfg['gate']} --score {cfg.get('score', 'dot')} --tau {cfg['tau']} --sinkhorn-grad "
                 f"{t.get('sinkhorn_grad', 'full')} --seq-len {t['seq_len']} --batch {t['batch']} --lr {t['lr']} "

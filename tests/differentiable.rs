@@ -150,3 +150,45 @@ fn batched_training_forward_real_model() {
     let ids = model.tokenizer().unwrap().encode(&text, false).unwrap().ids[..192].to_vec();
     check_batched(&model, &[&ids[..96], &ids[96..]], 16, 2e-3);
 }
+
+/// Straight-through training (`--straight-through k`): the training forward computes exactly what
+/// hard top-k inference computes, and the routers still get (finite, non-zero) gradients while
+/// the base gets none. Log gate only.
+#[test]
+fn straight_through_forward_is_hard_topk_inference() {
+    for name in ["llama", "gpt2", "qwen2"] {
+        let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu).unwrap();
+        let ids: Vec<u32> = (0..60).map(|i| (i * 37 % 500) as u32).collect();
+        let mut adapter = Adapter::random(&model, &AdapterSpec { groups: 4, window: 8, ..Default::default() }, 11).unwrap();
+        let vars = trainable(&mut adapter);
+        for k in [1, 2] {
+            let mut o = ForwardOptions::new(Mode::Soft, Some(&adapter));
+            o.differentiable = true;
+            o.straight_through = Some(k);
+            let st = model.decoder.forward_train(&[&ids], &o).unwrap();
+            let hard = run(&model, &ids, Mode::TopK(k), Some(&adapter), false);
+            let soft = run(&model, &ids, Mode::Soft, Some(&adapter), false);
+            let err = max_abs_diff(&st, &hard);
+            assert!(err <= 1e-4, "{name} k={k}: straight-through forward differs from top-k inference by {err}");
+            assert!(max_abs_diff(&st, &soft) > 1e-2, "{name} k={k}: the forward should not be the soft one");
+            let targets = Tensor::from_slice(&ids[1..], ids.len() - 1, &Device::Cpu).unwrap();
+            let loss = candle_nn::loss::cross_entropy(&st.narrow(0, 0, ids.len() - 1).unwrap(), &targets).unwrap();
+            let grads = loss.backward().unwrap();
+            for (i, v) in vars.iter().enumerate() {
+                let g = grads.get(v.as_tensor()).unwrap_or_else(|| panic!("{name} k={k}: parameter {i} got no gradient"));
+                let g = g.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                assert!(g.iter().all(|x| x.is_finite()), "{name} k={k}: parameter {i}: non-finite gradient");
+                assert!(g.iter().any(|&x| x != 0.0), "{name} k={k}: parameter {i}: zero gradient");
+            }
+            for (i, w) in base_weights(&model.decoder).iter().enumerate() {
+                assert!(grads.get(w).is_none(), "{name}: base weight {i} received a gradient");
+            }
+        }
+        let paper = Adapter::random(&model, &AdapterSpec { groups: 4, window: 8, gate: Gate::Paper, ..Default::default() }, 11).unwrap();
+        let mut o = ForwardOptions::new(Mode::Soft, Some(&paper));
+        o.differentiable = true;
+        o.straight_through = Some(2);
+        let e = model.decoder.forward_train(&[&ids], &o).unwrap_err().to_string();
+        assert!(e.contains("log gate"), "{e}");
+    }
+}

@@ -116,6 +116,39 @@ pub fn soft_plan(g: &Tensor, cfg: &AdapterConfig) -> Result<LayerPlan> {
     })
 }
 
+/// Training through the hard top-k mask (a straight-through estimator): the plan's value is
+/// the mask top-k inference applies (0 where it keeps a pair, -inf where it prunes it), its
+/// gradient that of the log gate's soft bias. The loss is then hard inference's loss, while the
+/// routers still get gradients through the soft memberships (of the pairs the mask keeps).
+/// `g`: memberships (T x K) or (B x T x K); log gate only.
+pub fn straight_through_plan(g: &Tensor, cfg: &AdapterConfig, k: usize) -> Result<LayerPlan> {
+    if cfg.gate != Gate::Log {
+        return Err(Error::Invalid("straight-through training needs the log gate (--gate log)".into()));
+    }
+    if k == 0 || k > cfg.groups {
+        return Err(Error::Invalid(format!("straight-through k = {k} must be in 1..={}", cfg.groups)));
+    }
+    let LayerPlan::SoftBias(soft) = soft_plan(g, cfg)? else {
+        unreachable!("the log gate gives an additive bias")
+    };
+    let batched = if g.rank() == 2 { g.unsqueeze(0)? } else { g.clone() };
+    let (b, t, _) = batched.dims3()?;
+    // Top-k sets from the memberships' values, chosen as inference chooses them.
+    let rows = batched.detach().to_dtype(candle_core::DType::F32)?.to_vec3::<f32>()?;
+    let mut hard = Vec::with_capacity(b * t * t);
+    for seq in &rows {
+        let masks: Vec<u64> = seq.iter().map(|r| crate::router::top_k_indices(r, k).iter().fold(0u64, |m, &x| m | 1 << x)).collect();
+        for i in 0..t {
+            for j in 0..t {
+                let keep = j > i || i - j <= cfg.window || masks[i] & masks[j] != 0;
+                hard.push(if keep { 0f32 } else { f32::NEG_INFINITY });
+            }
+        }
+    }
+    let hard = Tensor::from_vec(hard, soft.shape(), soft.device())?;
+    Ok(LayerPlan::SoftBias((hard + (&soft - soft.detach())?)?))
+}
+
 /// 1 where 0 <= i - j <= window (and for j > i, which the causal mask removes anyway), else 0.
 pub fn local_mask(t: usize, window: usize, dev: &Device) -> Result<Tensor> {
     let v: Vec<u8> = (0..t * t).map(|n| ((n / t).saturating_sub(n % t) <= window) as u8).collect();

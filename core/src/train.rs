@@ -41,6 +41,10 @@ pub struct TrainOptions {
     /// Cosine decay of the learning rate from `lr` at step 0 to `lr / 10` at `steps`.
     #[serde(default)]
     pub cosine_decay: bool,
+    /// Train through the hard top-k mask of this k (straight-through; log gate only) instead of
+    /// the soft gate; held-out perplexity is then measured in that top-k mode.
+    #[serde(default)]
+    pub straight_through: Option<usize>,
 }
 
 impl TrainOptions {
@@ -142,6 +146,14 @@ impl<'m> Trainer<'m> {
                 opts.seq_len, adapter.config.window
             )));
         }
+        if let Some(k) = opts.straight_through {
+            if adapter.config.gate != crate::Gate::Log || k == 0 || k > adapter.config.groups {
+                return Err(Error::Invalid(format!(
+                    "straight-through training needs the log gate and 1 <= k <= {} (got gate {:?}, k {k})",
+                    adapter.config.groups, adapter.config.gate
+                )));
+            }
+        }
         let mut vars = Vec::new();
         for r in adapter.layers.iter_mut() {
             let p = Var::from_tensor(&r.proj)?;
@@ -208,6 +220,7 @@ impl<'m> Trainer<'m> {
         let mut o = ForwardOptions::new(Mode::Soft, Some(&self.adapter));
         o.differentiable = true;
         o.sinkhorn_grad = self.opts.sinkhorn_grad;
+        o.straight_through = self.opts.straight_through;
         let logits = self.model.decoder.forward_train(&inputs, &o)?;
         let loss = candle_nn::loss::cross_entropy(&logits, &Tensor::from_vec(targets, b * t, dev)?)?;
         let store = loss.backward()?;
@@ -221,7 +234,12 @@ impl<'m> Trainer<'m> {
         Ok(mean)
     }
 
-    /// Held-out perplexity (soft mode, inference path) over the first `eval_seqs` windows, and
+    /// The inference mode the training optimises: soft, or top-k for straight-through runs.
+    pub fn eval_mode(&self) -> Mode {
+        self.opts.straight_through.map_or(Mode::Soft, Mode::TopK)
+    }
+
+    /// Held-out perplexity (`eval_mode`, inference path) over the first `eval_seqs` windows, and
     /// per-layer dominance and group mass on the first window.
     pub fn evaluate(&self, data: &TrainData) -> Result<(f64, Vec<f64>, Vec<Vec<f64>>)> {
         let t = self.opts.seq_len;
@@ -233,7 +251,7 @@ impl<'m> Trainer<'m> {
         let (mut dom, mut mass) = (Vec::new(), Vec::new());
         for w in 0..n {
             let ids = &data.heldout[w * t..(w + 1) * t];
-            let mut o = ForwardOptions::new(Mode::Soft, Some(&self.adapter));
+            let mut o = ForwardOptions::new(self.eval_mode(), Some(&self.adapter));
             o.record_routing = w == 0;
             let out = self.model.decoder.forward(ids, &o)?;
             let v = crate::model::decoder::Decoder::nll(&out.logits, &data.heldout[w * t + 1..(w + 1) * t + 1])?;

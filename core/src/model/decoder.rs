@@ -121,11 +121,14 @@ pub struct ForwardOptions<'a> {
     pub differentiable: bool,
     /// How the differentiable path back-propagates through Sinkhorn.
     pub sinkhorn_grad: crate::router::SinkhornGrad,
+    /// Training only: run the hard top-k mask of this k, with the log gate's gradient
+    /// (`attention::straight_through_plan`), instead of the soft gate.
+    pub straight_through: Option<usize>,
 }
 
 impl<'a> ForwardOptions<'a> {
     pub fn new(mode: Mode, adapter: Option<&'a Adapter>) -> Self {
-        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default() }
+        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default(), straight_through: None }
     }
 }
 
@@ -280,7 +283,11 @@ impl Decoder {
             }
             let plan = match adapter {
                 Some(a) if opts.mode == Mode::Soft && !attention::all_local(t, a.config.window) => {
-                    attention::soft_plan(&a.route_tensor(l, &h, b, opts.sinkhorn_grad)?, &a.config)?
+                    let g = a.route_tensor(l, &h, b, opts.sinkhorn_grad)?;
+                    match opts.straight_through {
+                        Some(k) => attention::straight_through_plan(&g, &a.config, k)?,
+                        None => attention::soft_plan(&g, &a.config)?,
+                    }
                 }
                 _ => LayerPlan::Dense,
             };
