@@ -149,7 +149,7 @@ fn cosine_scores_with_detached_sinkhorn_and_decay_train_and_persist() {
 }
 
 /// `--straight-through k`: trains through the hard top-k mask, evaluates held-out perplexity in
-/// that top-k mode (which the first evaluation's value confirms), and needs the log gate.
+/// that top-k mode (recomputed here), for either gate; k must be within 1..=K.
 #[test]
 fn straight_through_training_optimises_top_k() {
     use focus_core::{Gate, Mode};
@@ -179,6 +179,6 @@ fn straight_through_training_optimises_top_k() {
     assert!(((nll / n as f64).exp() - before).abs() < 1e-6 * before, "{} vs {before}", (nll / n as f64).exp());
     assert!((soft.evaluate(&data).unwrap().0 - before).abs() > 1e-3, "the soft and top-2 figures coincide");
     let paper = AdapterSpec { gate: Gate::Paper, ..spec() };
-    assert!(Trainer::new(&model, &paper, TrainOptions { straight_through: Some(2), ..opts(1) }).is_err(), "paper gate");
+    assert!(Trainer::new(&model, &paper, TrainOptions { straight_through: Some(2), ..opts(1) }).is_ok(), "paper gate");
     assert!(Trainer::new(&model, &spec(), TrainOptions { straight_through: Some(5), ..opts(1) }).is_err(), "k > K");
 }

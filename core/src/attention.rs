@@ -118,17 +118,16 @@ pub fn soft_plan(g: &Tensor, cfg: &AdapterConfig) -> Result<LayerPlan> {
 
 /// Training through the hard top-k mask (a straight-through estimator): the plan's value is
 /// the mask top-k inference applies (0 where it keeps a pair, -inf where it prunes it), its
-/// gradient that of the log gate's soft bias. The loss is then hard inference's loss, while the
-/// routers still get gradients through the soft memberships (of the pairs the mask keeps).
-/// `g`: memberships (T x K) or (B x T x K); log gate only.
+/// gradient that of the log gate's soft bias log(a_ij + eps), whatever the adapter's gate (the
+/// forward uses no gate). The loss is then hard inference's loss, while the routers still get
+/// gradients through the soft memberships (of the pairs the mask keeps).
+/// `g`: memberships (T x K) or (B x T x K).
 pub fn straight_through_plan(g: &Tensor, cfg: &AdapterConfig, k: usize) -> Result<LayerPlan> {
-    if cfg.gate != Gate::Log {
-        return Err(Error::Invalid("straight-through training needs the log gate (--gate log)".into()));
-    }
     if k == 0 || k > cfg.groups {
         return Err(Error::Invalid(format!("straight-through k = {k} must be in 1..={}", cfg.groups)));
     }
-    let LayerPlan::SoftBias(soft) = soft_plan(g, cfg)? else {
+    let log_gate = AdapterConfig { gate: Gate::Log, ..cfg.clone() };
+    let LayerPlan::SoftBias(soft) = soft_plan(g, &log_gate)? else {
         unreachable!("the log gate gives an additive bias")
     };
     let batched = if g.rank() == 2 { g.unsqueeze(0)? } else { g.clone() };

@@ -41,8 +41,9 @@ pub struct TrainOptions {
     /// Cosine decay of the learning rate from `lr` at step 0 to `lr / 10` at `steps`.
     #[serde(default)]
     pub cosine_decay: bool,
-    /// Train through the hard top-k mask of this k (straight-through; log gate only) instead of
-    /// the soft gate; held-out perplexity is then measured in that top-k mode.
+    /// Train through the hard top-k mask of this k (straight-through, with the log gate's
+    /// gradient whatever the gate) instead of the soft gate; held-out perplexity is then
+    /// measured in that top-k mode.
     #[serde(default)]
     pub straight_through: Option<usize>,
 }
@@ -136,7 +137,9 @@ impl<'m> Trainer<'m> {
         Self::from_adapter(model, adapter, opts)
     }
 
-    fn from_adapter(model: &'m Model, mut adapter: Adapter, opts: TrainOptions) -> Result<Self> {
+    /// Starts from an existing adapter (its configuration and weights) instead of a random one:
+    /// fine-tuning, e.g. a trained adapter with another objective (`straight_through`).
+    pub fn from_adapter(model: &'m Model, mut adapter: Adapter, opts: TrainOptions) -> Result<Self> {
         if opts.seq_len < 2 || opts.seq_len > model.config().context || opts.batch == 0 {
             return Err(Error::Invalid(format!("seq_len must be in 2..={} and batch >= 1", model.config().context)));
         }
@@ -147,11 +150,8 @@ impl<'m> Trainer<'m> {
             )));
         }
         if let Some(k) = opts.straight_through {
-            if adapter.config.gate != crate::Gate::Log || k == 0 || k > adapter.config.groups {
-                return Err(Error::Invalid(format!(
-                    "straight-through training needs the log gate and 1 <= k <= {} (got gate {:?}, k {k})",
-                    adapter.config.groups, adapter.config.gate
-                )));
+            if k == 0 || k > adapter.config.groups {
+                return Err(Error::Invalid(format!("straight-through k = {k} must be in 1..={}", adapter.config.groups)));
             }
         }
         let mut vars = Vec::new();

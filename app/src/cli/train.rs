@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long)]
     pub cosine_decay: bool,
     /// Train through the hard top-k mask of this k (straight-through estimator: the forward is
-    /// top-k inference, the gradient the log gate's) instead of the soft gate; log gate only.
+    /// top-k inference, the gradient the log gate's, for either gate) instead of the soft gate.
     /// Held-out perplexity is then top-k perplexity.
     #[arg(long)]
     pub straight_through: Option<usize>,
@@ -60,6 +60,11 @@ pub struct Args {
     /// Continue from OUT/checkpoint (or this checkpoint directory).
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// Start from this adapter (its configuration and weights) instead of a random one, e.g. to
+    /// fine-tune a shipped adapter with --straight-through. The adapter options (--groups ...)
+    /// come from it and cannot be given.
+    #[arg(long, conflicts_with_all = ["resume", "SpecArgs"])]
+    pub init: Option<PathBuf>,
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -112,7 +117,15 @@ pub fn run(a: Args) -> Result<()> {
         Some(dir) => Trainer::resume(&model, dir).with_context(|| format!("resuming from {}", dir.display()))?,
         None => {
             let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through };
-            Trainer::new(&model, &a.spec.spec(), opts)?
+            match &a.init {
+                Some(dir) => {
+                    let mut adapter = focus_core::Adapter::load(dir, &model).with_context(|| format!("loading the initial adapter {}", dir.display()))?;
+                    // Its measured results describe the initial weights, not the trained ones.
+                    adapter.config.results = None;
+                    Trainer::from_adapter(&model, adapter, opts)?
+                }
+                None => Trainer::new(&model, &a.spec.spec(), opts)?,
+            }
         }
     };
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
@@ -157,6 +170,7 @@ pub fn run(a: Args) -> Result<()> {
         "device": device_name(&a.model.device), "time_limit_min": a.time_limit_min, "heldout_ppl": last_heldout, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
         "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": trainer.opts.cosine_decay,
         "straight_through": trainer.opts.straight_through, "heldout_mode": trainer.eval_mode().to_string(),
+        "init": a.init.as_ref().map(|p| p.display().to_string()),
     }));
     trainer.adapter.save(&a.out)?;
     eprintln!("wrote {} (held-out {} PPL {:?})", a.out.display(), trainer.eval_mode(), last_heldout);
