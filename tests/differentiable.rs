@@ -41,6 +41,24 @@ fn base_weights(d: &Decoder) -> Vec<Tensor> {
     w
 }
 
+/// The next-token loss on `logits` of `ids` back-propagated: every router parameter gets a
+/// finite, non-zero gradient and no base weight gets one. Returns the gradients.
+fn router_only_gradients(model: &Model, ids: &[u32], logits: &Tensor, vars: &[Var], what: &str) -> GradStore {
+    let targets = Tensor::from_slice(&ids[1..], ids.len() - 1, &Device::Cpu).unwrap();
+    let loss = candle_nn::loss::cross_entropy(&logits.narrow(0, 0, ids.len() - 1).unwrap(), &targets).unwrap();
+    let grads: GradStore = loss.backward().unwrap();
+    for (i, v) in vars.iter().enumerate() {
+        let g = grads.get(v.as_tensor()).unwrap_or_else(|| panic!("{what}: router parameter {i} got no gradient"));
+        let g = g.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(g.iter().all(|x| x.is_finite()), "{what}: parameter {i}: non-finite gradient");
+        assert!(g.iter().any(|&x| x != 0.0), "{what}: parameter {i}: zero gradient");
+    }
+    for (i, w) in base_weights(&model.decoder).iter().enumerate() {
+        assert!(grads.get(w).is_none(), "{what}: base weight {i} received a gradient");
+    }
+    grads
+}
+
 fn check(model: &Model, ids: &[u32], window: usize, tol: f32) {
     for (gate, causal_sinkhorn) in [(Gate::Log, false), (Gate::Paper, false), (Gate::Log, true)] {
         let mut adapter = Adapter::random(model, &AdapterSpec { groups: 4, window, gate, causal_sinkhorn, ..Default::default() }, 3).unwrap();
@@ -55,18 +73,7 @@ fn check(model: &Model, ids: &[u32], window: usize, tol: f32) {
         let vars = trainable(&mut adapter);
         let before: Vec<Vec<f32>> = base_weights(&model.decoder).iter().map(|w| w.flatten_all().unwrap().to_vec1().unwrap()).collect();
         let logits = run(model, ids, Mode::Soft, Some(&adapter), true);
-        let targets = Tensor::from_slice(&ids[1..], ids.len() - 1, &Device::Cpu).unwrap();
-        let loss = candle_nn::loss::cross_entropy(&logits.narrow(0, 0, ids.len() - 1).unwrap(), &targets).unwrap();
-        let grads: GradStore = loss.backward().unwrap();
-        for (i, v) in vars.iter().enumerate() {
-            let g = grads.get(v.as_tensor()).unwrap_or_else(|| panic!("router parameter {i} got no gradient"));
-            let g = g.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-            assert!(g.iter().all(|x| x.is_finite()), "parameter {i}: non-finite gradient");
-            assert!(g.iter().any(|&x| x != 0.0), "parameter {i}: zero gradient");
-        }
-        for (i, w) in base_weights(&model.decoder).iter().enumerate() {
-            assert!(grads.get(w).is_none(), "base weight {i} received a gradient");
-        }
+        let grads = router_only_gradients(model, ids, &logits, &vars, &format!("{gate:?} causal {causal_sinkhorn}"));
         let mut opt = AdamW::new(vars.clone(), ParamsAdamW { lr: 1e-2, ..Default::default() }).unwrap();
         let p0 = vars[0].as_tensor().flatten_all().unwrap().to_vec1::<f32>().unwrap();
         opt.step(&grads).unwrap();
@@ -171,18 +178,7 @@ fn straight_through_forward_is_hard_topk_inference() {
             let err = max_abs_diff(&st, &hard);
             assert!(err <= 1e-4, "{name} k={k}: straight-through forward differs from top-k inference by {err}");
             assert!(max_abs_diff(&st, &soft) > 1e-2, "{name} k={k}: the forward should not be the soft one");
-            let targets = Tensor::from_slice(&ids[1..], ids.len() - 1, &Device::Cpu).unwrap();
-            let loss = candle_nn::loss::cross_entropy(&st.narrow(0, 0, ids.len() - 1).unwrap(), &targets).unwrap();
-            let grads = loss.backward().unwrap();
-            for (i, v) in vars.iter().enumerate() {
-                let g = grads.get(v.as_tensor()).unwrap_or_else(|| panic!("{name} k={k}: parameter {i} got no gradient"));
-                let g = g.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-                assert!(g.iter().all(|x| x.is_finite()), "{name} k={k}: parameter {i}: non-finite gradient");
-                assert!(g.iter().any(|&x| x != 0.0), "{name} k={k}: parameter {i}: zero gradient");
-            }
-            for (i, w) in base_weights(&model.decoder).iter().enumerate() {
-                assert!(grads.get(w).is_none(), "{name}: base weight {i} received a gradient");
-            }
+            router_only_gradients(&model, &ids, &st, &vars, &format!("{name} k={k}"));
         }
         // The forward uses no gate: a paper-gate adapter trains through the same hard mask.
         let paper = Adapter::random(&model, &AdapterSpec { groups: 4, window: 8, gate: Gate::Paper, ..Default::default() }, 11).unwrap();

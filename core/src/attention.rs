@@ -130,21 +130,20 @@ pub fn straight_through_plan(g: &Tensor, cfg: &AdapterConfig, k: usize) -> Resul
     let LayerPlan::SoftBias(soft) = soft_plan(g, &log_gate)? else {
         unreachable!("the log gate gives an additive bias")
     };
-    let batched = if g.rank() == 2 { g.unsqueeze(0)? } else { g.clone() };
-    let (b, t, _) = batched.dims3()?;
-    // Top-k sets from the memberships' values, chosen as inference chooses them.
-    let rows = batched.detach().to_dtype(candle_core::DType::F32)?.to_vec3::<f32>()?;
-    let mut hard = Vec::with_capacity(b * t * t);
-    for seq in &rows {
-        let masks: Vec<u64> = seq.iter().map(|r| crate::router::top_k_indices(r, k).iter().fold(0u64, |m, &x| m | 1 << x)).collect();
-        for i in 0..t {
-            for j in 0..t {
-                let keep = j > i || i - j <= cfg.window || masks[i] & masks[j] != 0;
-                hard.push(if keep { 0f32 } else { f32::NEG_INFINITY });
-            }
-        }
-    }
-    let hard = Tensor::from_vec(hard, soft.shape(), soft.device())?;
+    // Top-k sets from the memberships' values, chosen as inference chooses them, as 0/1
+    // indicators; the T x T mask itself is built on the device (a shared group = a positive
+    // product of indicators), not pair by pair on the host.
+    let (kk, dev) = (cfg.groups, g.device());
+    let rows = g.detach().to_dtype(candle_core::DType::F32)?.flatten_to(g.rank() - 2)?.to_vec2::<f32>()?;
+    let ind: Vec<f32> = rows.iter().flat_map(|r| {
+        let m = crate::router::topk_mask(r, k);
+        (0..kk).map(move |x| ((m >> x) & 1) as f32)
+    }).collect();
+    let ind = Tensor::from_vec(ind, g.shape(), dev)?.to_dtype(g.dtype())?;
+    let shared = ind.matmul(&ind.t()?)?.gt(0.5)?;
+    let local = local_mask(g.dim(g.rank() - 2)?, cfg.window, dev)?.broadcast_as(shared.shape())?;
+    let keep = shared.maximum(&local)?;
+    let hard = keep.where_cond(&soft.zeros_like()?, &Tensor::full(f32::NEG_INFINITY, soft.shape(), dev)?.to_dtype(soft.dtype())?)?;
     Ok(LayerPlan::SoftBias((hard + (&soft - soft.detach())?)?))
 }
 

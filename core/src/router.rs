@@ -32,8 +32,13 @@ impl LayerRouting {
 
     /// Per-token bitmasks of the top-k groups (K <= 64 is enforced by the adapter).
     pub fn topk_masks(&self, k: usize) -> Vec<u64> {
-        (0..self.t).map(|i| self.top_groups(i, k).iter().fold(0u64, |m, &g| m | 1 << g)).collect()
+        (0..self.t).map(|i| topk_mask(self.row(i), k)).collect()
     }
+}
+
+/// The bitmask of the k largest entries of one membership row (ties to the lower group).
+pub fn topk_mask(row: &[f32], k: usize) -> u64 {
+    top_k_indices(row, k).iter().fold(0u64, |m, &g| m | 1 << g)
 }
 
 pub fn top_k_indices(row: &[f32], k: usize) -> Vec<usize> {
