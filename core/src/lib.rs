@@ -6,6 +6,7 @@ pub mod adapter;
 pub mod analysis;
 pub mod attention;
 pub mod bench;
+pub mod device;
 pub mod categories;
 #[cfg(feature = "cuda")]
 pub mod cuda_attention;

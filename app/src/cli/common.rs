@@ -35,7 +35,7 @@ impl ModelArgs {
     pub fn device(&self) -> Result<Device> {
         match self.device.as_str() {
             "cpu" => Ok(Device::Cpu),
-            "cuda" => Device::new_cuda(0).context("cannot open CUDA device 0 (was this binary built with --features cuda?)"),
+            "cuda" => focus_core::device::cuda(0).context("cannot open CUDA device 0 (was this binary built with --features cuda?)"),
             other => bail!("unknown device {other:?} (cpu or cuda)"),
         }
     }

@@ -40,7 +40,7 @@ impl DeviceChoice {
     pub fn device(self) -> focus_core::Result<candle_core::Device> {
         match self {
             DeviceChoice::Cpu => Ok(candle_core::Device::Cpu),
-            DeviceChoice::Cuda => Ok(candle_core::Device::new_cuda(0)?),
+            DeviceChoice::Cuda => focus_core::device::cuda(0),
         }
     }
 }
