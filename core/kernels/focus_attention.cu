@@ -8,14 +8,16 @@
 //   group: distant pairs, i - j > window, that share a group. The tokens of group g are
 //          gathered in position order (a "segment"); a query attends causally within its
 //          segment. A pair sharing several groups is kept only in its lowest shared group.
-// Each pass writes a normalised partial output and its log-sum-exp; focus_merge combines them.
+// Each pass writes a normalised partial output and its log-sum-exp; focus_merge combines them
+// (for k = 1 the group pass merges with the band's partials itself).
 //
 // Three passes run the same tile loop (MODE), which only changes which rows a tile reads and
 // which pairs it keeps:
 //   DENSE: one segment, identity rows, keep j <= i; writes the final output;
 //   BAND:  identity rows, keys from i - window, keep i - window <= j <= i;
 //   GROUP: q, k, v gathered in segment order (focus_gather), positions through idx; keep
-//          pos_i - pos_j > window (and the lowest shared group).
+//          pos_i - pos_j > window (and the lowest shared group). For k = 1 it also does the
+//          merge (merge_weights) and writes the final output.
 //
 // The bf16 kernel is flash-attention-2 style: mma.sync m16n8k16 tensor-core tiles, scores and
 // the output accumulator in registers (fp32), K/V tiles double-buffered in shared memory with
@@ -118,6 +120,20 @@ __device__ __forceinline__ bool keep_pair(bool need_pos, int qp, int kp, int win
     if (MODE == MODE_DENSE) return kp <= qp;
     if (MODE == MODE_BAND) return kp <= qp && qp - kp <= window;
     return (!need_pos || (kp != NO_POS && qp - kp > window)) && (qm & kml) == 0;
+}
+
+// k = 1: each token has one group segment, so the group pass merges its result with the band's
+// itself (out != null; part_o and part_lse then hold the band pass's partials) and no group
+// partials or merge pass are needed. Weights of the normalised band output (cb) and of the
+// un-normalised group accumulator (cg), from the band's natural-log lse, the group's row sum
+// l and its maximum m2 (log2 domain), and inv = 1 / l (0 for a row with no distant pair).
+__device__ __forceinline__ void merge_weights(float band_lse, float l, float m2, float inv, float& cb, float& cg) {
+    const float lg = l > 0.f ? (m2 + log2f(l)) * 0.69314718055994531f : -INFINITY;
+    const float mx = fmaxf(band_lse, lg);
+    const float wb = expf(band_lse - mx), wg = l > 0.f ? expf(lg - mx) : 0.f;
+    const float norm = 1.f / (wb + wg);
+    cb = wb * norm;
+    cg = wg * norm * inv;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -246,7 +262,10 @@ __device__ void flash_bf16(const __nv_bfloat16* __restrict__ q, const __nv_bfloa
         }
         int r = j0 + tid;
         bool ok = tid < BC && r < kr.kend;
-        f.kp = ok ? row_pos<MODE>(s, idx, r) : NO_POS;
+        // GROUP, k = 1: a tile below kfree reads no key position, so skip its index load (it
+        // stalled the loop: H200, 1M tokens, K=8 k=1, 554 -> 509 ms).
+        const bool pos = MODE != MODE_GROUP || multi || j0 + BC > kr.kfree;
+        f.kp = ok ? (pos ? row_pos<MODE>(s, idx, r) : 0) : NO_POS;
         f.km = (ok && multi) ? (masks[f.kp] & lower) : 0u;
     };
     auto load_tile = [&](int buf, const Fetch& f) {
@@ -318,45 +337,68 @@ __device__ void flash_bf16(const __nv_bfloat16* __restrict__ q, const __nv_bfloa
         // the rescale is one multiply per accumulator per tile.
         float alpha[MT][2];
         bool grew = false;
+        // Every step runs over all 2 * MT rows at once and reduces a row's 16 entries as a tree:
+        // with two warps per scheduler, a serial chain of 16 dependent max / add instructions
+        // per row left the scheduler waiting on each one's latency (H200, 1M tokens: dense
+        // 3.72 -> 3.42 s, Focus K=8 k=1 510 -> 473 ms, k=2 3.40 -> 2.50 s).
+        if (need_mask) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int half = e >> 1, c = nt * 8 + 2 * t + (e & 1);
+                        if (!keep_pair<MODE>(need_pos, qpos[mt][half], kpos_s[buf][c], window, qmask[mt][half],
+                                             kmask_s[buf][c]))
+                            sc[mt][nt][e] = -INFINITY;
+                    }
+        }
+        float mx[MT][2], base[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                float mx = -INFINITY;
+                float v[8];
 #pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
+                for (int nt = 0; nt < 8; ++nt) v[nt] = fmaxf(sc[mt][nt][half * 2], sc[mt][nt][half * 2 + 1]);
 #pragma unroll
-                    for (int i = 0; i < 2; ++i) {
-                        float x = sc[mt][nt][half * 2 + i];
-                        if (need_mask) {
-                            int c = nt * 8 + 2 * t + i;
-                            if (!keep_pair<MODE>(need_pos, qpos[mt][half], kpos_s[buf][c], window, qmask[mt][half],
-                                                 kmask_s[buf][c]))
-                                x = -INFINITY;
-                        }
-                        sc[mt][nt][half * 2 + i] = x;
-                        mx = fmaxf(mx, x);
-                    }
-                mx = quad_max(mx);
-                float mnew = fmaxf(m[mt][half], mx);
+                for (int w = 4; w >= 1; w >>= 1)
+#pragma unroll
+                    for (int j = 0; j < w; ++j) v[j] = fmaxf(v[j], v[j + w]);
+                mx[mt][half] = v[0];
+            }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                float mnew = fmaxf(m[mt][half], quad_max(mx[mt][half]));
                 // A row with nothing kept so far keeps m = -inf; use 0 so that exp2 gives 0, not NaN.
-                float base = (mnew == -INFINITY ? 0.f : mnew) * scale_log2;
+                base[mt][half] = (mnew == -INFINITY ? 0.f : mnew) * scale_log2;
                 const bool up = mnew != m[mt][half];
                 grew |= up;
-                alpha[mt][half] = up ? ex2(fmaf(m[mt][half], scale_log2, -base)) : 1.f;
+                alpha[mt][half] = up ? ex2(fmaf(m[mt][half], scale_log2, -base[mt][half])) : 1.f;
                 m[mt][half] = mnew;
-                float rs = 0.f;
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                    for (int i = 0; i < 2; ++i) {
-                        float p = ex2(fmaf(sc[mt][nt][half * 2 + i], scale_log2, -base));
-                        sc[mt][nt][half * 2 + i] = p;
-                        rs += p;
-                    }
-                l[mt][half] = l[mt][half] * alpha[mt][half] + rs;
             }
-        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) sc[mt][nt][e] = ex2(fmaf(sc[mt][nt][e], scale_log2, -base[mt][e >> 1]));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                float v[8];
+#pragma unroll
+                for (int nt = 0; nt < 8; ++nt) v[nt] = sc[mt][nt][half * 2] + sc[mt][nt][half * 2 + 1];
+#pragma unroll
+                for (int w = 4; w >= 1; w >>= 1)
+#pragma unroll
+                    for (int j = 0; j < w; ++j) v[j] += v[j + w];
+                l[mt][half] = fmaf(l[mt][half], alpha[mt][half], v[0]);
+            }
 #if LAZY_RESCALE
         if (__any_sync(0xffffffff, grew))
 #endif
@@ -411,6 +453,19 @@ __device__ void flash_bf16(const __nv_bfloat16* __restrict__ q, const __nv_bfloa
                 for (int dn = 0; dn < 8; ++dn)
                     *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8 + 2 * t) = __floats2bfloat162_rn(
                         o[mt][dn][half * 2] * inv, o[mt][dn][half * 2 + 1] * inv);
+            } else if (MODE == MODE_GROUP && out != nullptr) {
+                // k = 1, merged here: part_o / part_lse hold the band pass's partials.
+                const size_t row = (size_t)h * T + p;
+                float cb, cg;
+                merge_weights(part_lse[row], lt, m[mt][half] * scale_log2, inv, cb, cg);
+                const float* band = part_o + row * HD;
+                __nv_bfloat16* dst = out + row * HD;
+#pragma unroll
+                for (int dn = 0; dn < 8; ++dn) {
+                    float2 b = *reinterpret_cast<const float2*>(band + dn * 8 + 2 * t);
+                    *reinterpret_cast<__nv_bfloat162*>(dst + dn * 8 + 2 * t) = __floats2bfloat162_rn(
+                        fmaf(cg, o[mt][dn][half * 2], cb * b.x), fmaf(cg, o[mt][dn][half * 2 + 1], cb * b.y));
+                }
             } else {
                 size_t row = MODE == MODE_GROUP ? (size_t)slot[s.off + r] : (size_t)p;
                 float* dst = part_o + ((size_t)h * slots + row) * HD;
@@ -514,6 +569,15 @@ __device__ void flash_f32(const float* __restrict__ q, const float* __restrict__
         float* dst = out + qbase + (size_t)qp * HD;
 #pragma unroll
         for (int d = 0; d < HD; ++d) dst[d] = acc[d] * inv;
+    } else if (MODE == MODE_GROUP && out != nullptr) {
+        // k = 1, merged here (as in the bf16 kernel).
+        const size_t row = (size_t)h * T + qp;
+        float cb, cg;
+        merge_weights(part_lse[row], l, m, inv, cb, cg);
+        const float* band = part_o + row * HD;
+        float* dst = out + row * HD;
+#pragma unroll
+        for (int d = 0; d < HD; ++d) dst[d] = fmaf(cg, acc[d], cb * band[d]);
     } else {
         size_t row = MODE == MODE_GROUP ? (size_t)slot[s.off + r] : (size_t)qp;
         float* dst = part_o + ((size_t)h * slots + row) * HD;
@@ -574,31 +638,44 @@ extern "C" __global__ void focus_gather_f32(const float* src, float* dst, const 
 }
 
 // out[h, i] = the log-sum-exp weighted mean of the band output and the k group outputs of token
-// i. The band always holds the diagonal, so its weight is never zero. grid (T, H), block HD.
+// i. The band always holds the diagonal, so its weight is never zero. One warp per (head, token),
+// two dims per lane: grid (ceil(H * T / 8)), block 256. (One 64-thread block per token, as
+// before, launched 8M blocks at 1M tokens.)
+__device__ __forceinline__ void store2(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+__device__ __forceinline__ void store2(__nv_bfloat16* p, float a, float b) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+
 template <typename TO>
 __device__ void merge(const float* __restrict__ band_o, const float* __restrict__ band_lse,
                       const float* __restrict__ grp_o, const float* __restrict__ grp_lse,
-                      TO* __restrict__ out, int Tn, int kk) {
-    const int i = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
-    const size_t b = (size_t)h * Tn + i, gb = ((size_t)h * Tn + i) * kk;
+                      TO* __restrict__ out, long rows, int kk) {
+    const long b = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;  // h * T + i
+    if (b >= rows) return;
+    const int d = 2 * (threadIdx.x & 31);
+    const size_t gb = (size_t)b * kk;
     float lb = band_lse[b], mx = lb;
     for (int s = 0; s < kk; ++s) mx = fmaxf(mx, grp_lse[gb + s]);
-    float w = expf(lb - mx), wsum = w, acc = w * band_o[b * HD + d];
+    float w = expf(lb - mx), wsum = w;
+    float2 x = *reinterpret_cast<const float2*>(band_o + (size_t)b * HD + d);
+    float a0 = w * x.x, a1 = w * x.y;
     for (int s = 0; s < kk; ++s) {
         float ls = grp_lse[gb + s];
         if (ls == -INFINITY) continue;
         float ws = expf(ls - mx);
         wsum += ws;
-        acc = fmaf(ws, grp_o[(gb + s) * HD + d], acc);
+        float2 y = *reinterpret_cast<const float2*>(grp_o + (gb + s) * HD + d);
+        a0 = fmaf(ws, y.x, a0);
+        a1 = fmaf(ws, y.y, a1);
     }
-    out[b * HD + d] = (TO)(acc / wsum);
+    store2(out + (size_t)b * HD + d, a0 / wsum, a1 / wsum);
 }
 
 extern "C" __global__ void focus_merge_f32(const float* band_o, const float* band_lse, const float* grp_o,
-                                           const float* grp_lse, float* out, int Tn, int kk) {
-    merge<float>(band_o, band_lse, grp_o, grp_lse, out, Tn, kk);
+                                           const float* grp_lse, float* out, long rows, int kk) {
+    merge<float>(band_o, band_lse, grp_o, grp_lse, out, rows, kk);
 }
 extern "C" __global__ void focus_merge_bf16(const float* band_o, const float* band_lse, const float* grp_o,
-                                            const float* grp_lse, __nv_bfloat16* out, int Tn, int kk) {
-    merge<__nv_bfloat16>(band_o, band_lse, grp_o, grp_lse, out, Tn, kk);
+                                            const float* grp_lse, __nv_bfloat16* out, long rows, int kk) {
+    merge<__nv_bfloat16>(band_o, band_lse, grp_o, grp_lse, out, rows, kk);
 }

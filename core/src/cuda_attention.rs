@@ -255,10 +255,15 @@ impl CustomOp3 for FocusOp<'_> {
                 let (h, t, kk) = (x.heads, x.t, p.k);
                 let band_o = unsafe { dev.alloc::<f32>(h * t * HEAD_DIM)? };
                 let band_lse = unsafe { dev.alloc::<f32>(h * t)? };
-                let grp_o = unsafe { dev.alloc::<f32>(h * t * kk * HEAD_DIM)? };
-                let grp_lse = unsafe { dev.alloc::<f32>(h * t * kk)? };
-                // Group rows with no distant partner write lse = -inf themselves, so every slot
-                // is written: each token has exactly k slots and sits in exactly k segments.
+                let out = unsafe { dev.alloc::<$t>(h * t * HEAD_DIM)? };
+                // k = 1: the group pass merges with the band and writes `out` itself. k > 1:
+                // it writes one partial per (token, group) for the merge pass. Group rows with no
+                // distant partner write lse = -inf themselves, so every slot is written: each
+                // token has exactly k slots and sits in exactly k segments.
+                let fused = kk == 1;
+                let partials = if fused { 0 } else { h * t * kk };
+                let grp_o = unsafe { dev.alloc::<f32>(partials * HEAD_DIM)? };
+                let grp_lse = unsafe { dev.alloc::<f32>(partials)? };
                 let null = 0u64;
                 let (tn, rep, window, sc) = (t as i32, x.rep as i32, p.window as i32, scale_log2());
                 let multi = i32::from(kk > 1);
@@ -296,18 +301,23 @@ impl CustomOp3 for FocusOp<'_> {
                     let f = dev.get_or_load_custom_func(&kernel_name("group", dtype, self.rows), MODULE, ptx()?)?;
                     let (rows32, slots) = (rows_total as i32, rows_total as i32);
                     let mut b = f.builder();
-                    b.arg(&gq).arg(&gk).arg(&gv).arg(&null).arg(&grp_o).arg(&grp_lse);
+                    b.arg(&gq).arg(&gk).arg(&gv);
+                    if fused {
+                        b.arg(&out).arg(&band_o).arg(&band_lse);
+                    } else {
+                        b.arg(&null).arg(&grp_o).arg(&grp_lse);
+                    }
                     b.arg(&p.idx).arg(&p.slot).arg(&p.seg_off).arg(&p.seg_len).arg(ts).arg(tr).arg(&p.masks);
                     b.arg(&rows32).arg(&rep).arg(&window).arg(&multi).arg(&slots).arg(&sc);
                     unsafe { b.launch(flash_cfg(*count, h, dtype)) }.w()?;
                 }
-                let out = unsafe { dev.alloc::<$t>(h * t * HEAD_DIM)? };
-                {
+                if !fused {
                     let f = dev.get_or_load_custom_func($merge, MODULE, ptx()?)?;
-                    let kk32 = kk as i32;
+                    // One warp per (head, token), 8 per block.
+                    let (kk32, rows) = (kk as i32, (h * t) as i64);
                     let mut b = f.builder();
-                    b.arg(&band_o).arg(&band_lse).arg(&grp_o).arg(&grp_lse).arg(&out).arg(&tn).arg(&kk32);
-                    let cfg = LaunchConfig { grid_dim: (t as u32, h as u32, 1), block_dim: (HEAD_DIM as u32, 1, 1), shared_mem_bytes: 0 };
+                    b.arg(&band_o).arg(&band_lse).arg(&grp_o).arg(&grp_lse).arg(&out).arg(&rows).arg(&kk32);
+                    let cfg = LaunchConfig { grid_dim: ((h * t).div_ceil(8) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
                     unsafe { b.launch(cfg) }.w()?;
                 }
                 (CudaStorage::wrap_cuda_slice(out, dev.clone()), Shape::from((h, t, HEAD_DIM)))
@@ -332,7 +342,7 @@ mod tests {
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
     fn gpu() -> CudaDevice {
-        match Device::new_cuda(0).expect("these tests need a CUDA GPU") {
+        match crate::device::cuda(0).expect("these tests need a CUDA GPU") {
             Device::Cuda(d) => d,
             _ => unreachable!(),
         }
