@@ -12,7 +12,8 @@ if [ "$PART" = ppl ]; then
   O=$OUT/ppl; mkdir -p $O
   for c in 512 1024; do
     echo "$B ppl --device cuda --model $M --ctx $c --json $FX > $O/dense_$c.json" >> $jobs
-    for a in k8_log k8_paper k4_log k4_paper k8_log_causal; do
+    for d in $R/*/; do
+      a=$(basename $d)
       [ -f $R/$a/adapter_config.json ] || continue
       K=$(python3 -c "import json;print(json.load(open('$R/$a/adapter_config.json'))['groups'])")
       ks="1 2 3 $K"; [ $a = k8_log_causal ] && ks=2

@@ -7,6 +7,9 @@
 # Usage: train.sh probe                       (speed: full vs detached gradient, 4 steps each)
 #        [TAU=0.1] train.sh MIN STEPS SCORE [RUN...]
 #                                             (RUN = k8_log, k4_log, k8_paper, k4_paper)
+#        ST=2 LR=2e-3 train.sh MIN STEPS SCORE NAME=ADAPTER...
+#                                             (fine-tune ADAPTER, a path in the checkout,
+#                                             with --init; ST: --straight-through k)
 # Round 2 (docs/RESULTS.md): `train.sh 9.0 365 cosine k8_log k4_log`, then
 # `train.sh 7.9 325 dot k8_log k4_log`, each followed by `eval.sh ppl`.
 set -uo pipefail
@@ -31,13 +34,19 @@ if [ "$1" = probe ]; then
 fi
 MIN=${1:?minutes}; STEPS=${2:?steps}; SCORE=${3:?dot or cosine}; shift 3
 RUNS=${*:-k8_log k4_log k8_paper k4_paper}
-main="$data --lr 1e-2 --cosine-decay --steps $STEPS --time-limit-min $MIN --eval-every 50 --eval-seqs 8 --checkpoint-every 25 --score $SCORE --sinkhorn-grad detached --tau ${TAU:-0.1}"
+common="$data --lr ${LR:-1e-2} --cosine-decay --steps $STEPS --time-limit-min $MIN --eval-every 50 --eval-seqs 8 --checkpoint-every 25 --sinkhorn-grad detached ${ST:+--straight-through $ST}"
 ( while sleep 15; do nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader; done ) > $R/smi.txt 2>&1 &
 SMI=$!
 i=0
 for run in $RUNS; do
-  k=${run%%_*}; k=${k#k}; gate=${run#*_}
-  CUDA_VISIBLE_DEVICES=$((i % NGPU)) $B train $main --groups $k --gate $gate --out $R/$run > $R/$run.log 2>&1 &
+  if [ "${run#*=}" != "$run" ]; then
+    # NAME=ADAPTER: the adapter's own configuration (groups, gate, score, tau).
+    spec="--init $PWD/${run#*=}"; run=${run%%=*}
+  else
+    k=${run%%_*}; k=${k#k}; gate=${run#*_}
+    spec="--groups $k --gate $gate --score $SCORE --tau ${TAU:-0.1}"
+  fi
+  CUDA_VISIBLE_DEVICES=$((i % NGPU)) $B train $common $spec --out $R/$run > $R/$run.log 2>&1 &
   i=$((i + 1))
 done
 for j in $(jobs -p); do [ "$j" = "$SMI" ] || wait $j; done
