@@ -191,6 +191,20 @@ __device__ __forceinline__ float quad_sum(float x) {
     return x + __shfl_xor_sync(0xffffffff, x, 2);
 }
 
+// A row's 16 score entries held by this thread (columns 2t, 2t+1 of 8 n8 tiles; `half` picks
+// the row) reduced pairwise as a tree: depth 4 instead of a serial chain of 16.
+template <typename Op>
+__device__ __forceinline__ float row_tree(const float (&s)[8][4], int half, Op op) {
+    float v[8];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) v[nt] = op(s[nt][half * 2], s[nt][half * 2 + 1]);
+#pragma unroll
+    for (int w = 4; w >= 1; w >>= 1)
+#pragma unroll
+        for (int j = 0; j < w; ++j) v[j] = op(v[j], v[j + w]);
+    return v[0];
+}
+
 // 4 warps; each warp owns MT m16 row tiles, so a block covers BR = 64 * MT query rows.
 template <int MODE, int MT>
 __device__ void flash_bf16(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k,
@@ -334,13 +348,13 @@ __device__ void flash_bf16(const __nv_bfloat16* __restrict__ q, const __nv_bfloa
         // Online softmax in the log2 domain on raw scores (scale folded into one FMA, as in
         // flash-attention 2); masked entries become -inf. The output is rescaled only when a
         // row maximum of this warp grew: after the first tiles of a long row it rarely does, and
-        // the rescale is one multiply per accumulator per tile.
+        // the rescale is one multiply per accumulator per tile. Every step runs over all 2 * MT
+        // rows at once, and row maxima and sums are trees (row_tree): with two warps per
+        // scheduler, serial chains of 16 dependent max / add instructions per row left the
+        // scheduler waiting on each one's latency (H200, 1M tokens: dense 3.72 -> 3.42 s, Focus
+        // K=8 k=1 510 -> 473 ms, k=2 3.40 -> 2.50 s).
         float alpha[MT][2];
         bool grew = false;
-        // Every step runs over all 2 * MT rows at once and reduces a row's 16 entries as a tree:
-        // with two warps per scheduler, a serial chain of 16 dependent max / add instructions
-        // per row left the scheduler waiting on each one's latency (H200, 1M tokens: dense
-        // 3.72 -> 3.42 s, Focus K=8 k=1 510 -> 473 ms, k=2 3.40 -> 2.50 s).
         if (need_mask) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
@@ -358,16 +372,8 @@ __device__ void flash_bf16(const __nv_bfloat16* __restrict__ q, const __nv_bfloa
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                float v[8];
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt) v[nt] = fmaxf(sc[mt][nt][half * 2], sc[mt][nt][half * 2 + 1]);
-#pragma unroll
-                for (int w = 4; w >= 1; w >>= 1)
-#pragma unroll
-                    for (int j = 0; j < w; ++j) v[j] = fmaxf(v[j], v[j + w]);
-                mx[mt][half] = v[0];
-            }
+            for (int half = 0; half < 2; ++half)
+                mx[mt][half] = row_tree(sc[mt], half, [](float a, float b) { return fmaxf(a, b); });
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -389,16 +395,8 @@ __device__ void flash_bf16(const __nv_bfloat16* __restrict__ q, const __nv_bfloa
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                float v[8];
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt) v[nt] = sc[mt][nt][half * 2] + sc[mt][nt][half * 2 + 1];
-#pragma unroll
-                for (int w = 4; w >= 1; w >>= 1)
-#pragma unroll
-                    for (int j = 0; j < w; ++j) v[j] += v[j + w];
-                l[mt][half] = fmaf(l[mt][half], alpha[mt][half], v[0]);
-            }
+            for (int half = 0; half < 2; ++half)
+                l[mt][half] = fmaf(l[mt][half], alpha[mt][half], row_tree(sc[mt], half, [](float a, float b) { return a + b; }));
 #if LAZY_RESCALE
         if (__any_sync(0xffffffff, grew))
 #endif
