@@ -106,6 +106,16 @@ pub fn focus_attention(q: &Tensor, k: &Tensor, v: &Tensor, plan: &FocusPlan, row
     Ok(q.apply_op3_no_bwd(k, v, &FocusOp { plan, rows })?)
 }
 
+/// Causal dense attention on the device for the model's forward pass, or `None` where the
+/// kernel does not apply (head dim other than 64, dtype other than f32/bf16).
+pub fn dense_attention_if_supported(q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Option<Tensor>> {
+    if q.dim(2)? != HEAD_DIM || !matches!(q.dtype(), DType::F32 | DType::BF16) {
+        return Ok(None);
+    }
+    let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+    Ok(Some(dense_attention(&q, &k, &v, Rows::R128)?))
+}
+
 /// Focus attention on the device for the model's forward pass, or `None` where the kernels do
 /// not apply (head dim other than 64, more than 32 groups, uneven k, dtype other than f32/bf16),
 /// so that the caller can fall back to the CPU kernel.
@@ -412,26 +422,28 @@ mod tests {
         }
     }
 
-    /// The model's attention entry point takes the device kernel on CUDA and computes what the
-    /// CPU kernel computes (SmolLM2's GQA shape: 3 query heads per KV head).
+    /// The model's attention entry point takes the device kernels on CUDA (top-k and dense) and
+    /// computes what the CPU kernels compute (SmolLM2's GQA shape: 3 query heads per KV head).
     #[test]
-    fn cuda_attend_topk_runs_on_the_device_and_matches_the_cpu() {
-        use crate::attention::{attend, LayerPlan};
+    fn cuda_attend_runs_on_the_device_and_matches_the_cpu() {
+        use crate::attention::{attend, causal_bias, LayerPlan};
         let (h, hkv, t) = (6, 2, 900);
         let mut rng = StdRng::seed_from_u64(11);
         let q = rand_vec(h * t * 64, &mut rng, false);
         let kx = rand_vec(hkv * t * 64, &mut rng, false);
         let v = rand_vec(hkv * t * 64, &mut rng, false);
-        let plan = LayerPlan::TopK { masks: balanced_masks(t, 8, 2, 3).unwrap(), window: 128 };
-        let run = |dev: &Device| {
-            let ten = |x: &[f32], hh: usize| Tensor::from_slice(x, (hh, t, 64), dev).unwrap();
-            let out = attend(&ten(&q, h), &ten(&kx, hkv), &ten(&v, hkv), &plan, None).unwrap();
-            out.to_device(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
-        };
-        let cpu = run(&Device::Cpu);
-        let on_gpu = run(&Device::Cuda(gpu()));
-        let err = cpu.iter().zip(&on_gpu).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        assert!(err <= 1e-5, "{err:e}");
+        for plan in [LayerPlan::TopK { masks: balanced_masks(t, 8, 2, 3).unwrap(), window: 128 }, LayerPlan::Dense] {
+            let run = |dev: &Device| {
+                let ten = |x: &[f32], hh: usize| Tensor::from_slice(x, (hh, t, 64), dev).unwrap();
+                let causal = causal_bias(t, dev).unwrap();
+                let out = attend(&ten(&q, h), &ten(&kx, hkv), &ten(&v, hkv), &plan, Some(&causal)).unwrap();
+                out.to_device(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            };
+            let cpu = run(&Device::Cpu);
+            let on_gpu = run(&Device::Cuda(gpu()));
+            let err = cpu.iter().zip(&on_gpu).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(err <= 1e-5, "{}: {err:e}", if matches!(plan, LayerPlan::Dense) { "dense" } else { "top-k" });
+        }
         // Shapes the kernel does not take fall back (head dim 32).
         let z = Tensor::zeros((2, 10, 32), DType::F32, &Device::Cuda(gpu())).unwrap();
         assert!(focus_attention_if_supported(&z, &z, &z, &[1; 10], 4, &gpu()).unwrap().is_none());
