@@ -101,7 +101,7 @@ impl GgufBuilder {
         for v in values {
             self.data.extend(v.to_le_bytes());
         }
-        while self.data.len() % 32 != 0 {
+        while !self.data.len().is_multiple_of(32) {
             self.data.push(0);
         }
         self.n_tensors += 1;
@@ -114,7 +114,7 @@ impl GgufBuilder {
         b.extend(self.n_kv.to_le_bytes());
         b.extend(&self.kv);
         b.extend(&self.infos);
-        while b.len() % 32 != 0 {
+        while !b.len().is_multiple_of(32) {
             b.push(0);
         }
         b.extend(&self.data);

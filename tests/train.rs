@@ -37,7 +37,10 @@ fn training_is_deterministic_and_moves_only_the_routers() {
     let mut rows = Vec::new();
     let mut a = Trainer::new(&model, &spec(), opts(4)).unwrap();
     let init = router_values(&a);
-    assert!(a.run(&data, dir.path(), None, |r| Ok(rows.push(r.clone())), |_, _| {}).unwrap());
+    assert!(a.run(&data, dir.path(), None, |r| {
+        rows.push(r.clone());
+        Ok(())
+    }, |_, _| {}).unwrap());
     let mut b = Trainer::new(&model, &spec(), opts(4)).unwrap();
     b.run(&data, dir.path(), None, |_| Ok(()), |_, _| {}).unwrap();
     assert_eq!(router_values(&a), router_values(&b), "same seed, different routers");
@@ -94,7 +97,10 @@ fn causal_sinkhorn_trains() {
     let mut t = Trainer::new(&model, &AdapterSpec { causal_sinkhorn: true, ..spec() }, opts(2)).unwrap();
     let init = router_values(&t);
     let mut rows = Vec::new();
-    t.run(&data, dir.path(), None, |r| Ok(rows.push(r.clone())), |_, _| {}).unwrap();
+    t.run(&data, dir.path(), None, |r| {
+        rows.push(r.clone());
+        Ok(())
+    }, |_, _| {}).unwrap();
     assert_ne!(router_values(&t), init);
     assert!(rows.iter().all(|r| r.loss.is_finite()));
     assert!(t.adapter.config.causal_sinkhorn);
@@ -107,7 +113,10 @@ fn time_limit_ends_the_run_with_a_final_evaluation() {
     // A tiny budget: the run stops after its first step, evaluating as at a normal end.
     let mut t = Trainer::new(&model, &spec(), TrainOptions { max_seconds: 1e-9, ..opts(50) }).unwrap();
     let mut rows = Vec::new();
-    assert!(t.run(&data, dir.path(), None, |r| Ok(rows.push(r.clone())), |_, _| {}).unwrap());
+    assert!(t.run(&data, dir.path(), None, |r| {
+        rows.push(r.clone());
+        Ok(())
+    }, |_, _| {}).unwrap());
     assert_eq!(t.step, 1);
     assert_eq!(rows.len(), 1);
     assert!(rows[0].heldout_ppl.is_some());
@@ -125,7 +134,10 @@ fn cosine_scores_with_detached_sinkhorn_and_decay_train_and_persist() {
     let mut t = Trainer::new(&model, &AdapterSpec { score: Score::Cosine, ..spec() }, o).unwrap();
     let init = router_values(&t);
     let mut rows = Vec::new();
-    t.run(&data, dir.path(), None, |r| Ok(rows.push(r.clone())), |_, _| {}).unwrap();
+    t.run(&data, dir.path(), None, |r| {
+        rows.push(r.clone());
+        Ok(())
+    }, |_, _| {}).unwrap();
     assert_ne!(router_values(&t), init);
     assert!(rows.iter().all(|r| r.loss.is_finite()));
     let out = dir.path().join("adapter");
@@ -160,7 +172,10 @@ fn straight_through_training_optimises_top_k() {
     let before = t.evaluate(&data).unwrap().0;
     let init = router_values(&t);
     let mut rows = Vec::new();
-    t.run(&data, dir.path(), None, |r| Ok(rows.push(r.clone())), |_, _| {}).unwrap();
+    t.run(&data, dir.path(), None, |r| {
+        rows.push(r.clone());
+        Ok(())
+    }, |_, _| {}).unwrap();
     assert_ne!(router_values(&t), init, "straight-through training changed no router weight");
     assert!(rows.iter().all(|r| r.loss.is_finite()));
     // The held-out figure is top-2 perplexity: recomputed here window by window in top-2 mode,

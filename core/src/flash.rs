@@ -50,7 +50,7 @@ impl RowState {
 #[allow(clippy::too_many_arguments)]
 pub fn score_tile(q: &[f32], rows: usize, d: usize, kt: &[f32], tp: usize, j0: usize, nk: usize, s: &mut [f32]) {
     debug_assert_eq!(rows % RB, 0);
-    debug_assert!(nk % JC == 0 && nk <= BK);
+    debug_assert!(nk.is_multiple_of(JC) && nk <= BK);
     for r0 in (0..rows).step_by(RB) {
         let qr: [&[f32]; RB] = std::array::from_fn(|r| &q[(r0 + r) * d..(r0 + r + 1) * d]);
         for jc in (0..nk).step_by(JC) {

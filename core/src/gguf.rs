@@ -190,7 +190,7 @@ impl<'a> Cursor<'a> {
                 let min = match inner {
                     0 | 1 | 7 => 1,
                     2 | 3 => 2,
-                    4 | 5 | 6 => 4,
+                    4..=6 => 4,
                     8 | 10 | 11 | 12 => 8,
                     9 => 12,
                     t => return Err(self.err(&format!("unknown array element type {t}"))),
@@ -273,7 +273,7 @@ impl GgufFile {
                 })?;
             }
             let bs = dtype.block_size() as u64;
-            if elems % bs != 0 {
+            if !elems.is_multiple_of(bs) {
                 return Err(Error::bad_file(
                     path,
                     format!("tensor {name}: {elems} elements is not a multiple of the block size {bs}"),

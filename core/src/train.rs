@@ -290,7 +290,7 @@ impl<'m> Trainer<'m> {
             if self.opts.max_seconds > 0.0 && t0.elapsed().as_secs_f64() >= self.opts.max_seconds {
                 self.opts.steps = self.step;
             }
-            let eval_now = (self.opts.eval_every > 0 && self.step % self.opts.eval_every == 0) || self.step == self.opts.steps;
+            let eval_now = (self.opts.eval_every > 0 && self.step.is_multiple_of(self.opts.eval_every)) || self.step == self.opts.steps;
             let mut row = LogRow { step: self.step, loss, train_ppl: loss.exp(), tokens_seen: self.tokens_seen, seconds: t0.elapsed().as_secs_f64(), heldout_ppl: None, dominance: None, group_mass: None };
             if eval_now {
                 let (ppl, dom, mass) = self.evaluate(data)?;
@@ -300,7 +300,7 @@ impl<'m> Trainer<'m> {
             }
             log(&row)?;
             progress(self.step, loss);
-            if self.opts.checkpoint_every > 0 && self.step % self.opts.checkpoint_every == 0 {
+            if self.opts.checkpoint_every > 0 && self.step.is_multiple_of(self.opts.checkpoint_every) {
                 self.save_checkpoint(&ckpt)?;
             }
         }

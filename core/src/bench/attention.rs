@@ -141,7 +141,7 @@ impl AttentionBench {
         if !self.groups.iter().any(|&g| self.ks.iter().any(|&k| k <= g)) {
             return bad("no (K, k) pair with k <= K".into());
         }
-        if self.heads == 0 || self.kv_heads == 0 || self.heads % self.kv_heads != 0 {
+        if self.heads == 0 || self.kv_heads == 0 || !self.heads.is_multiple_of(self.kv_heads) {
             return bad(format!("heads ({}) must be a positive multiple of kv-heads ({})", self.heads, self.kv_heads));
         }
         if self.head_dim == 0 {

@@ -82,13 +82,13 @@ impl ModelConfig {
                 return Err(format!("{name} = {v} is outside 1..={max}"));
             }
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return Err(format!("n_heads {} is not a multiple of n_kv_heads {}", self.n_heads, self.n_kv_heads));
         }
         if self.context == 0 {
             return Err("context length is 0".into());
         }
-        if matches!(self.positions, Positions::Rope { .. }) && self.head_dim % 2 != 0 {
+        if matches!(self.positions, Positions::Rope { .. }) && !self.head_dim.is_multiple_of(2) {
             return Err(format!("head_dim {} must be even for RoPE", self.head_dim));
         }
         Ok(())
