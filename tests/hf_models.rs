@@ -4,6 +4,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/gguf_builder.rs"]
+mod gguf_builder;
 
 use candle_core::{DType, Device, Tensor};
 use focus_core::attention::{self, LayerPlan};
@@ -85,6 +87,74 @@ fn llama_matches_transformers() {
 #[test]
 fn qwen2_matches_transformers() {
     check_family("qwen2");
+}
+
+/// The tiny Qwen2 checkpoint written as a GGUF file of arch `qwen2` the way llama.cpp's converter
+/// writes one (its tensor names, dimensions fastest first, Q and K rows not permuted: llama.cpp
+/// runs qwen2 with the NEOX rope) gives transformers' logits. So the GGUF path reads the qwen2
+/// header, the Q/K/V biases and the rope style right; a llama-style interleaved rope fails this.
+#[test]
+fn qwen2_gguf_matches_transformers() {
+    let dir = tiny("qwen2");
+    let st = candle_core::safetensors::load(dir.join("model.safetensors"), &Device::Cpu).unwrap();
+    let tokens: Vec<String> = (0..512).map(|i| format!("t{i}")).collect();
+    let tokens: Vec<&str> = tokens.iter().map(String::as_str).collect();
+    let mut b = gguf_builder::GgufBuilder::default()
+        .kv_str("general.architecture", "qwen2")
+        .kv_str("general.name", "tiny qwen2")
+        .kv_u32("qwen2.block_count", 2)
+        .kv_u32("qwen2.context_length", 128)
+        .kv_u32("qwen2.embedding_length", 64)
+        .kv_u32("qwen2.feed_forward_length", 160)
+        .kv_u32("qwen2.attention.head_count", 4)
+        .kv_u32("qwen2.attention.head_count_kv", 2)
+        .kv_f32("qwen2.rope.freq_base", 1e6)
+        .kv_f32("qwen2.attention.layer_norm_rms_epsilon", 1e-6)
+        .kv_str("tokenizer.ggml.model", "gpt2")
+        .kv_str("tokenizer.ggml.pre", "qwen2")
+        .kv_str_array("tokenizer.ggml.tokens", &tokens)
+        .kv_str_array("tokenizer.ggml.merges", &[]);
+    let gguf_name = |hf: &str| -> String {
+        let top = [("model.embed_tokens.weight", "token_embd.weight"), ("model.norm.weight", "output_norm.weight"), ("lm_head.weight", "output.weight")];
+        if let Some((_, g)) = top.iter().find(|(h, _)| *h == hf) {
+            return g.to_string();
+        }
+        let rest = hf.strip_prefix("model.layers.").unwrap_or_else(|| panic!("unexpected tensor {hf}"));
+        let (layer, part) = rest.split_once('.').unwrap();
+        let parts = [
+            ("input_layernorm", "attn_norm"),
+            ("self_attn.q_proj", "attn_q"),
+            ("self_attn.k_proj", "attn_k"),
+            ("self_attn.v_proj", "attn_v"),
+            ("self_attn.o_proj", "attn_output"),
+            ("post_attention_layernorm", "ffn_norm"),
+            ("mlp.gate_proj", "ffn_gate"),
+            ("mlp.up_proj", "ffn_up"),
+            ("mlp.down_proj", "ffn_down"),
+        ];
+        let (stem, kind) = part.rsplit_once('.').unwrap();
+        let g = parts.iter().find(|(h, _)| *h == stem).unwrap_or_else(|| panic!("unexpected tensor {hf}")).1;
+        format!("blk.{layer}.{g}.{kind}")
+    };
+    let mut names: Vec<&String> = st.keys().collect();
+    names.sort();
+    for hf in names {
+        let t = &st[hf];
+        let ne: Vec<u64> = t.dims().iter().rev().map(|&d| d as u64).collect();
+        b = b.tensor_f32(&gguf_name(hf), &ne, &t.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("tiny-qwen2.gguf");
+    std::fs::write(&path, b.bytes()).unwrap();
+
+    let model = Model::load(&path, &Device::Cpu).unwrap();
+    assert_eq!((model.format, model.config().arch.to_string()), ("gguf", "qwen2".to_string()));
+    assert!(model.config().qkv_bias);
+    assert_eq!(model.config().positions, Positions::Rope { theta: 1e6, interleaved: false });
+    let (ids, want) = reference(&dir);
+    let err = max_abs_diff(&dense_logits(&model, &ids), &want);
+    eprintln!("qwen2 GGUF: max |logits - transformers| = {err:e}");
+    assert!(err <= TOL, "qwen2 GGUF: logits differ from transformers by {err} (> {TOL})");
 }
 
 #[test]

@@ -1,5 +1,5 @@
-//! Llama-style decoders (Llama, Mistral, SmolLM2): RMSNorm, RoPE, GQA, SwiGLU.
-//! From GGUF (arch `llama`) or from a Hugging Face directory.
+//! Llama-style decoders (Llama, Mistral, SmolLM2; Qwen2 adds Q/K/V biases): RMSNorm, RoPE, GQA,
+//! SwiGLU. From GGUF (arch `llama` or `qwen2`) or from a Hugging Face directory.
 
 use super::config::{Arch, MlpKind, ModelConfig, NormKind, Positions};
 use super::decoder::{Block, Decoder, Linear, Mlp, Norm};
@@ -9,23 +9,30 @@ use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use candle_core::Device;
 
+/// From a GGUF file of arch `llama` (Llama, SmolLM2) or `qwen2` (Llama-style blocks with Q/K/V
+/// biases): both store their tensors under the same names.
 pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig> {
-    let arch = g.str("general.architecture")?;
-    if arch != "llama" {
-        return Err(Error::Unsupported(format!("GGUF architecture {arch:?} (supported: llama)")));
-    }
-    let n = |k: &str| -> Result<usize> { Ok(g.u64(&format!("llama.{k}"))? as usize) };
+    let arch_name = g.str("general.architecture")?;
+    // The GGUF converter permutes llama's Q/K rows so that ggml's rope rotates adjacent pairs;
+    // qwen2 keeps the Hugging Face layout (llama.cpp's NEOX rope: the two halves rotate).
+    let (arch, qkv_bias, interleaved) = match arch_name {
+        "llama" => (Arch::Llama, false, true),
+        "qwen2" => (Arch::Qwen2, true, false),
+        other => return Err(Error::Unsupported(format!("GGUF architecture {other:?} (supported: llama, qwen2)"))),
+    };
+    let key = |k: &str| format!("{arch_name}.{k}");
+    let n = |k: &str| -> Result<usize> { Ok(g.u64(&key(k))? as usize) };
     let d_model = n("embedding_length")?;
     let n_heads = n("attention.head_count")?;
-    let n_kv_heads = g.get("llama.attention.head_count_kv").and_then(|v| v.as_u64()).map_or(n_heads, |v| v as usize);
-    let head_dim = match g.get("llama.rope.dimension_count").and_then(|v| v.as_u64()) {
+    let n_kv_heads = g.get(&key("attention.head_count_kv")).and_then(|v| v.as_u64()).map_or(n_heads, |v| v as usize);
+    let head_dim = match g.get(&key("rope.dimension_count")).and_then(|v| v.as_u64()) {
         Some(d) => d as usize,
         None => d_model / n_heads.max(1),
     };
     let vocab = g.info("token_embd.weight")?.shape.first().copied().unwrap_or(0);
     let cfg = ModelConfig {
-        arch: Arch::Llama,
-        name: g.get("general.name").and_then(|v| v.as_str()).unwrap_or("llama").to_string(),
+        arch,
+        name: g.get("general.name").and_then(|v| v.as_str()).unwrap_or(arch_name).to_string(),
         n_layers: n("block_count")?,
         d_model,
         n_heads,
@@ -35,11 +42,10 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig> {
         vocab,
         context: n("context_length")?,
         norm: NormKind::Rms,
-        norm_eps: g.f64("llama.attention.layer_norm_rms_epsilon")?,
+        norm_eps: g.f64(&key("attention.layer_norm_rms_epsilon"))?,
         mlp: MlpKind::SwiGlu,
-        // The GGUF converter permutes Q/K rows so that ggml's rope rotates adjacent pairs.
-        positions: Positions::Rope { theta: g.get("llama.rope.freq_base").and_then(|v| v.as_f64()).unwrap_or(10000.0), interleaved: true },
-        qkv_bias: false,
+        positions: Positions::Rope { theta: g.get(&key("rope.freq_base")).and_then(|v| v.as_f64()).unwrap_or(10000.0), interleaved },
+        qkv_bias,
         tied_embeddings: !g.tensors.contains_key("output.weight"),
     };
     cfg.validate().map_err(|e| Error::bad_file(&g.path, format!("invalid model header: {e}")))?;
