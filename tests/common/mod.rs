@@ -16,16 +16,20 @@ pub fn fixture(name: &str) -> PathBuf {
 /// The default model: $FOCUS_LENS_MODEL, else fetched (and verified) by scripts/fetch-model.sh.
 pub fn model_path() -> PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        if let Some(p) = std::env::var_os("FOCUS_LENS_MODEL") {
-            return PathBuf::from(p);
-        }
-        let out = std::process::Command::new("bash")
-            .arg(root().join("scripts/fetch-model.sh"))
-            .output()
-            .expect("run scripts/fetch-model.sh");
-        assert!(out.status.success(), "fetch-model.sh failed: {}", String::from_utf8_lossy(&out.stderr));
-        PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
-    })
-    .clone()
+    P.get_or_init(|| fetched("FOCUS_LENS_MODEL", "scripts/fetch-model.sh")).clone()
+}
+
+/// Qwen2.5-Coder-0.5B (GGUF arch qwen2): $FOCUS_LENS_QWEN2_MODEL, else scripts/fetch-qwen.sh.
+pub fn qwen2_model_path() -> PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| fetched("FOCUS_LENS_QWEN2_MODEL", "scripts/fetch-qwen.sh")).clone()
+}
+
+fn fetched(env: &str, script: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env) {
+        return PathBuf::from(p);
+    }
+    let out = std::process::Command::new("bash").arg(root().join(script)).output().unwrap_or_else(|e| panic!("run {script}: {e}"));
+    assert!(out.status.success(), "{script} failed: {}", String::from_utf8_lossy(&out.stderr));
+    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
