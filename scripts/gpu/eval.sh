@@ -4,7 +4,7 @@
 # jobs at once. JSON goes to $OUT/ppl or $OUT/suites. Usage: eval.sh ppl|suites [PARALLEL]
 set -uo pipefail
 PART=${1:?ppl or suites}; P=${2:-6}
-S=/root/stage; B=$S/focus-lens; M=$S/SmolLM2-135M-Instruct.Q4_1.gguf; R=$S/runs
+S=/root/stage; B=$S/focus-lens; M=${MODEL:-$S/SmolLM2-135M-Instruct.Q4_1.gguf}; R=$S/runs
 source $S/gpu-prelude.sh
 FX=tests/fixtures/ppl_persuasion_60k.txt
 jobs=$(mktemp)

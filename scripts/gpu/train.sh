@@ -7,13 +7,14 @@
 # Usage: train.sh probe                       (speed: full vs detached gradient, 4 steps each)
 #        [TAU=0.1] train.sh MIN STEPS SCORE [RUN...]
 #                                             (RUN = k8_log, k4_log, k8_paper, k4_paper)
+#        MODEL=/root/stage/other.gguf train.sh ...  (another base model, e.g. Qwen2.5-Coder-0.5B)
 #        ST=2 LR=2e-3 train.sh MIN STEPS SCORE NAME=ADAPTER...
 #                                             (fine-tune ADAPTER, a path in the checkout,
 #                                             with --init; ST: --straight-through k)
 # Round 2 (docs/RESULTS.md): `train.sh 9.0 365 cosine k8_log k4_log`, then
 # `train.sh 7.9 325 dot k8_log k4_log`, each followed by `eval.sh ppl`.
 set -uo pipefail
-S=/root/stage; B=$S/focus-lens; M=$S/SmolLM2-135M-Instruct.Q4_1.gguf; R=$S/runs; mkdir -p $R
+S=/root/stage; B=$S/focus-lens; M=${MODEL:-$S/SmolLM2-135M-Instruct.Q4_1.gguf}; R=$S/runs; mkdir -p $R
 source $S/gpu-prelude.sh
 NGPU=$(nvidia-smi -L | wc -l)
 data="--model $M --device cuda --data $S/corpus/train --heldout $S/corpus/heldout --seed 0 --seq-len 1024 --batch 4"
