@@ -5,7 +5,7 @@
 mod common;
 
 use candle_core::Device;
-use focus_core::train::{TrainData, TrainOptions, Trainer};
+use focus_core::train::{LogRow, TrainData, TrainOptions, Trainer};
 use focus_core::{AdapterSpec, Model};
 
 fn setup() -> (Model, TrainData) {
@@ -24,6 +24,18 @@ fn spec() -> AdapterSpec {
     AdapterSpec { groups: 4, window: 8, ..Default::default() }
 }
 
+/// Runs the trainer to its end: whether it finished, and every log row.
+fn run_logged(t: &mut Trainer, data: &TrainData, dir: &std::path::Path) -> (bool, Vec<LogRow>) {
+    let mut rows = Vec::new();
+    let finished = t
+        .run(data, dir, None, |r| {
+            rows.push(r.clone());
+            Ok(())
+        }, |_, _| {})
+        .unwrap();
+    (finished, rows)
+}
+
 fn router_values(t: &Trainer) -> Vec<Vec<f32>> {
     t.adapter.layers.iter().flat_map(|r| [r.proj.flatten_all().unwrap().to_vec1().unwrap(), r.centroids.flatten_all().unwrap().to_vec1().unwrap()]).collect()
 }
@@ -34,13 +46,10 @@ fn training_is_deterministic_and_moves_only_the_routers() {
     let base_before = model.decoder.blocks[0].q.w.flatten_all().unwrap().to_vec1::<f32>().unwrap();
     let embed_before = model.decoder.embed.flatten_all().unwrap().to_vec1::<f32>().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let mut rows = Vec::new();
     let mut a = Trainer::new(&model, &spec(), opts(4)).unwrap();
     let init = router_values(&a);
-    assert!(a.run(&data, dir.path(), None, |r| {
-        rows.push(r.clone());
-        Ok(())
-    }, |_, _| {}).unwrap());
+    let (finished, rows) = run_logged(&mut a, &data, dir.path());
+    assert!(finished);
     let mut b = Trainer::new(&model, &spec(), opts(4)).unwrap();
     b.run(&data, dir.path(), None, |_| Ok(()), |_, _| {}).unwrap();
     assert_eq!(router_values(&a), router_values(&b), "same seed, different routers");
@@ -96,11 +105,7 @@ fn causal_sinkhorn_trains() {
     let dir = tempfile::tempdir().unwrap();
     let mut t = Trainer::new(&model, &AdapterSpec { causal_sinkhorn: true, ..spec() }, opts(2)).unwrap();
     let init = router_values(&t);
-    let mut rows = Vec::new();
-    t.run(&data, dir.path(), None, |r| {
-        rows.push(r.clone());
-        Ok(())
-    }, |_, _| {}).unwrap();
+    let (_, rows) = run_logged(&mut t, &data, dir.path());
     assert_ne!(router_values(&t), init);
     assert!(rows.iter().all(|r| r.loss.is_finite()));
     assert!(t.adapter.config.causal_sinkhorn);
@@ -112,11 +117,8 @@ fn time_limit_ends_the_run_with_a_final_evaluation() {
     let dir = tempfile::tempdir().unwrap();
     // A tiny budget: the run stops after its first step, evaluating as at a normal end.
     let mut t = Trainer::new(&model, &spec(), TrainOptions { max_seconds: 1e-9, ..opts(50) }).unwrap();
-    let mut rows = Vec::new();
-    assert!(t.run(&data, dir.path(), None, |r| {
-        rows.push(r.clone());
-        Ok(())
-    }, |_, _| {}).unwrap());
+    let (finished, rows) = run_logged(&mut t, &data, dir.path());
+    assert!(finished);
     assert_eq!(t.step, 1);
     assert_eq!(rows.len(), 1);
     assert!(rows[0].heldout_ppl.is_some());
@@ -133,11 +135,7 @@ fn cosine_scores_with_detached_sinkhorn_and_decay_train_and_persist() {
     assert!(o.lr_at(1) < o.lr && o.lr_at(1) > o.lr_at(2));
     let mut t = Trainer::new(&model, &AdapterSpec { score: Score::Cosine, ..spec() }, o).unwrap();
     let init = router_values(&t);
-    let mut rows = Vec::new();
-    t.run(&data, dir.path(), None, |r| {
-        rows.push(r.clone());
-        Ok(())
-    }, |_, _| {}).unwrap();
+    let (_, rows) = run_logged(&mut t, &data, dir.path());
     assert_ne!(router_values(&t), init);
     assert!(rows.iter().all(|r| r.loss.is_finite()));
     let out = dir.path().join("adapter");
@@ -171,11 +169,7 @@ fn straight_through_training_optimises_top_k() {
     assert_eq!(t.eval_mode(), Mode::TopK(2));
     let before = t.evaluate(&data).unwrap().0;
     let init = router_values(&t);
-    let mut rows = Vec::new();
-    t.run(&data, dir.path(), None, |r| {
-        rows.push(r.clone());
-        Ok(())
-    }, |_, _| {}).unwrap();
+    let (_, rows) = run_logged(&mut t, &data, dir.path());
     assert_ne!(router_values(&t), init, "straight-through training changed no router weight");
     assert!(rows.iter().all(|r| r.loss.is_finite()));
     // The held-out figure is top-2 perplexity: recomputed here window by window in top-2 mode,

@@ -101,9 +101,13 @@ pub fn plan(
 /// (B x T x K gives B x T x T, for a batch of sequences). Built from candle ops, so gradients
 /// flow to `g` when it comes from trainable routers.
 pub fn soft_plan(g: &Tensor, cfg: &AdapterConfig) -> Result<LayerPlan> {
-    let t = g.dim(g.rank() - 2)?;
+    gate_plan(g, cfg, &local_mask(g.dim(g.rank() - 2)?, cfg.window, g.device())?)
+}
+
+/// `soft_plan` with the local mask (`local_mask`, T x T) given.
+fn gate_plan(g: &Tensor, cfg: &AdapterConfig, local: &Tensor) -> Result<LayerPlan> {
     let affinity = g.matmul(&g.t()?)?;
-    let local = local_mask(t, cfg.window, g.device())?.broadcast_as(affinity.shape())?;
+    let local = local.broadcast_as(affinity.shape())?;
     Ok(match cfg.gate {
         Gate::Paper => {
             let f = candle_nn::ops::sigmoid(&(affinity * cfg.lambda)?)?;
@@ -126,14 +130,15 @@ pub fn straight_through_plan(g: &Tensor, cfg: &AdapterConfig, k: usize) -> Resul
     if k == 0 || k > cfg.groups {
         return Err(Error::Invalid(format!("straight-through k = {k} must be in 1..={}", cfg.groups)));
     }
+    let (kk, dev) = (cfg.groups, g.device());
+    let local = local_mask(g.dim(g.rank() - 2)?, cfg.window, dev)?;
     let log_gate = AdapterConfig { gate: Gate::Log, ..cfg.clone() };
-    let LayerPlan::SoftBias(soft) = soft_plan(g, &log_gate)? else {
+    let LayerPlan::SoftBias(soft) = gate_plan(g, &log_gate, &local)? else {
         unreachable!("the log gate gives an additive bias")
     };
     // Top-k sets from the memberships' values, chosen as inference chooses them, as 0/1
     // indicators; the T x T mask itself is built on the device (a shared group = a positive
     // product of indicators), not pair by pair on the host.
-    let (kk, dev) = (cfg.groups, g.device());
     let rows = g.detach().to_dtype(candle_core::DType::F32)?.flatten_to(g.rank() - 2)?.to_vec2::<f32>()?;
     let ind: Vec<f32> = rows.iter().flat_map(|r| {
         let m = crate::router::topk_mask(r, k);
@@ -141,8 +146,7 @@ pub fn straight_through_plan(g: &Tensor, cfg: &AdapterConfig, k: usize) -> Resul
     }).collect();
     let ind = Tensor::from_vec(ind, g.shape(), dev)?.to_dtype(g.dtype())?;
     let shared = ind.matmul(&ind.t()?)?.gt(0.5)?;
-    let local = local_mask(g.dim(g.rank() - 2)?, cfg.window, dev)?.broadcast_as(shared.shape())?;
-    let keep = shared.maximum(&local)?;
+    let keep = shared.maximum(&local.broadcast_as(shared.shape())?)?;
     let hard = keep.where_cond(&soft.zeros_like()?, &Tensor::full(f32::NEG_INFINITY, soft.shape(), dev)?.to_dtype(soft.dtype())?)?;
     Ok(LayerPlan::SoftBias((hard + (&soft - soft.detach())?)?))
 }

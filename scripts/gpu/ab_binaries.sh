@@ -14,17 +14,7 @@ for round in $(seq 1 $ROUNDS); do
   done
 done
 python3 sdpa_bench.py --lengths $L > sdpa_ab.jsonl
-python3 - "$ROUNDS" "$@" <<'PY'
-import json, sys
-sdpa = {r["n"]: r["sdpa_flash_ms"] for r in map(json.loads, open("sdpa_ab.jsonl"))}
-for round in range(1, int(sys.argv[1]) + 1):
-    for v in sys.argv[2:]:
-        name = v.split("=")[0]
-        for r in map(json.loads, open(f"ab_{name}_{round}.jsonl")):
-            s = sdpa.get(r["n"], float("nan"))
-            print(f"{name:>6} r{round} n={r['n']:>7} k={r['k']} dense {r['dense_ms']:9.3f} focus {r['focus_ms']:8.3f} "
-                  f"dense/sdpa {r['dense_ms']/s:.3f} sdpa/focus {s/r['focus_ms']:.2f} bound {r['bound']:.2f}")
-PY
+python3 "$(dirname "$0")/ab_table.py" sdpa_ab.jsonl $(for r in $(seq 1 $ROUNDS); do for v in "$@"; do echo ab_${v%%=*}_$r.jsonl; done; done)
 last=${!#}; bin=${last#*=}
 if command -v ncu >/dev/null; then
   for k in ${KS//,/ }; do
@@ -38,7 +28,7 @@ head = rows[0]; ki = head.index("Kernel Name"); vi = head.index("Metric Value");
 tot = collections.defaultdict(float); n = collections.Counter()
 for r in rows[1:]:
     if not r[ki].startswith("focus_"): continue
-    x = float(r[vi].replace(",", "")); x = x / 1e6 if r[ui] == "nsecond" else x / 1e3 if r[ui] == "usecond" else x
+    x = float(r[vi].replace(",", "")) / {"ns": 1e6, "nsecond": 1e6, "us": 1e3, "usecond": 1e3}.get(r[ui], 1.0)
     tot[r[ki]] += x; n[r[ki]] += 1
 print(sys.argv[1])
 for k in tot: print(f"  {k:28} {n[k]} calls {tot[k]:9.3f} ms")

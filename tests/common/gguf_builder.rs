@@ -16,58 +16,49 @@ pub struct GgufBuilder {
     pub data: Vec<u8>,
 }
 
+// GGUF metadata value types.
+const T_U32: u32 = 4;
+const T_F32: u32 = 6;
+const T_STR: u32 = 8;
+const T_ARRAY: u32 = 9;
+const T_U64: u32 = 10;
+
 impl GgufBuilder {
-    pub fn kv_str(mut self, k: &str, v: &str) -> Self {
+    /// One key-value pair: the key, its type, then `value` writes the value's bytes.
+    fn kv(mut self, k: &str, ty: u32, value: impl FnOnce(&mut Vec<u8>)) -> Self {
         put_str(&mut self.kv, k);
-        self.kv.extend(8u32.to_le_bytes());
-        put_str(&mut self.kv, v);
+        self.kv.extend(ty.to_le_bytes());
+        value(&mut self.kv);
         self.n_kv += 1;
         self
+    }
+    pub fn kv_str(self, k: &str, v: &str) -> Self {
+        self.kv(k, T_STR, |b| put_str(b, v))
+    }
+    pub fn kv_u32(self, k: &str, v: u32) -> Self {
+        self.kv(k, T_U32, |b| b.extend(v.to_le_bytes()))
+    }
+    pub fn kv_u64(self, k: &str, v: u64) -> Self {
+        self.kv(k, T_U64, |b| b.extend(v.to_le_bytes()))
+    }
+    pub fn kv_f32(self, k: &str, v: f32) -> Self {
+        self.kv(k, T_F32, |b| b.extend(v.to_le_bytes()))
     }
     /// An array of strings.
-    pub fn kv_str_array(mut self, k: &str, values: &[&str]) -> Self {
-        put_str(&mut self.kv, k);
-        self.kv.extend(9u32.to_le_bytes());
-        self.kv.extend(8u32.to_le_bytes());
-        self.kv.extend((values.len() as u64).to_le_bytes());
-        for v in values {
-            put_str(&mut self.kv, v);
-        }
-        self.n_kv += 1;
-        self
-    }
-    pub fn kv_u32(mut self, k: &str, v: u32) -> Self {
-        put_str(&mut self.kv, k);
-        self.kv.extend(4u32.to_le_bytes());
-        self.kv.extend(v.to_le_bytes());
-        self.n_kv += 1;
-        self
-    }
-    pub fn kv_u64(mut self, k: &str, v: u64) -> Self {
-        put_str(&mut self.kv, k);
-        self.kv.extend(10u32.to_le_bytes());
-        self.kv.extend(v.to_le_bytes());
-        self.n_kv += 1;
-        self
-    }
-    pub fn kv_f32(mut self, k: &str, v: f32) -> Self {
-        put_str(&mut self.kv, k);
-        self.kv.extend(6u32.to_le_bytes());
-        self.kv.extend(v.to_le_bytes());
-        self.n_kv += 1;
-        self
+    pub fn kv_str_array(self, k: &str, values: &[&str]) -> Self {
+        self.kv(k, T_ARRAY, |b| {
+            b.extend(T_STR.to_le_bytes());
+            b.extend((values.len() as u64).to_le_bytes());
+            values.iter().for_each(|v| put_str(b, v));
+        })
     }
     /// An array of u32 whose declared length is `declared` but which holds only `values`.
-    pub fn kv_u32_array(mut self, k: &str, declared: u64, values: &[u32]) -> Self {
-        put_str(&mut self.kv, k);
-        self.kv.extend(9u32.to_le_bytes());
-        self.kv.extend(4u32.to_le_bytes());
-        self.kv.extend(declared.to_le_bytes());
-        for v in values {
-            self.kv.extend(v.to_le_bytes());
-        }
-        self.n_kv += 1;
-        self
+    pub fn kv_u32_array(self, k: &str, declared: u64, values: &[u32]) -> Self {
+        self.kv(k, T_ARRAY, |b| {
+            b.extend(T_U32.to_le_bytes());
+            b.extend(declared.to_le_bytes());
+            values.iter().for_each(|v| b.extend(v.to_le_bytes()));
+        })
     }
     /// An f32 tensor; `ne` is GGUF order (fastest dimension first), `values` its data.
     pub fn tensor_f32(mut self, name: &str, ne: &[u64], values: &[f32]) -> Self {
