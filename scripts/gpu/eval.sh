@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
 # On the GPU machine after train.sh: held-out perplexity tables (part `ppl`) or the
 # zero-degradation suites (part `suites`) for the trained adapters in /root/stage/runs, several
-# jobs at once. JSON goes to $OUT/ppl or $OUT/suites. Usage: eval.sh ppl|suites [PARALLEL]
+# jobs at once. JSON goes to $S/eval/ppl or $S/eval/suites and comes back as $OUT/eval.tgz
+# (with the runs as $OUT/runs.tgz). RUNS (a glob, default *) picks the run folders, MODEL their
+# base model. Usage: [RUNS='qwen_*'] [MODEL=...] eval.sh ppl|suites|collect [PARALLEL]
 set -uo pipefail
 PART=${1:?ppl or suites}; P=${2:-6}
 S=/root/stage; B=$S/focus-lens; M=${MODEL:-$S/SmolLM2-135M-Instruct.Q4_1.gguf}; R=$S/runs
 source $S/gpu-prelude.sh
 FX=tests/fixtures/ppl_persuasion_60k.txt
 jobs=$(mktemp)
+collect() {
+  tar czf $OUT/runs.tgz -C $S --exclude='*/checkpoint*' runs
+  [ -d $S/eval ] && tar czf $OUT/eval.tgz -C $S eval
+  for f in $R/*/train_log.jsonl; do echo "$f $(tail -n1 $f | cut -c1-160)"; done
+}
+if [ "$PART" = collect ]; then collect; exit 0; fi
 if [ "$PART" = ppl ]; then
-  O=$OUT/ppl; mkdir -p $O
+  O=$S/eval/ppl${TAG:-}; mkdir -p $O
   for c in 512 1024; do
     echo "$B ppl --device cuda --model $M --ctx $c --json $FX > $O/dense_$c.json" >> $jobs
-    for d in $R/*/; do
+    for d in $R/${RUNS:-*}/; do
       a=$(basename $d)
       [ -f $R/$a/adapter_config.json ] || continue
       K=$(python3 -c "import json;print(json.load(open('$R/$a/adapter_config.json'))['groups'])")
@@ -24,8 +32,8 @@ if [ "$PART" = ppl ]; then
     done
   done
 else
-  O=$OUT/suites; mkdir -p $O
-  for a in k8_log k8_paper k4_log k4_paper; do
+  O=$S/eval/suites; mkdir -p $O
+  for a in $(cd $R && ls -d ${RUNS:-*}/ | tr -d /); do
     [ -f $R/$a/adapter_config.json ] || continue
     echo "$B eval --device cuda --model $M --adapter $R/$a --mode topk --k 2 --suite all --json > $O/${a}_topk2.json" >> $jobs
     echo "$B eval --device cuda --model $M --adapter $R/$a --mode soft --suite all --no-base --json > $O/${a}_soft.json" >> $jobs
@@ -49,3 +57,4 @@ else:
 PY
 done
 tail -n 5 $O/errors.log
+collect

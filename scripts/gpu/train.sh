@@ -8,6 +8,9 @@
 #        [TAU=0.1] train.sh MIN STEPS SCORE [RUN...]
 #                                             (RUN = k8_log, k4_log, k8_paper, k4_paper)
 #        MODEL=/root/stage/other.gguf train.sh ...  (another base model, e.g. Qwen2.5-Coder-0.5B)
+#        PREFIX=qwen_ GPU0=1 SGRAD=full train.sh ...  (run folders named PREFIX+RUN, GPUs from
+#                                             GPU0 on, the full Sinkhorn gradient)
+# Started with setsid it outlives its call: a later call collects $S/runs (see collect in eval.sh).
 #        ST=2 LR=2e-3 train.sh MIN STEPS SCORE NAME=ADAPTER...
 #                                             (fine-tune ADAPTER, a path in the checkout,
 #                                             with --init; ST: --straight-through k)
@@ -35,7 +38,7 @@ if [ "$1" = probe ]; then
 fi
 MIN=${1:?minutes}; STEPS=${2:?steps}; SCORE=${3:?dot or cosine}; shift 3
 RUNS=${*:-k8_log k4_log k8_paper k4_paper}
-common="$data --lr ${LR:-1e-2} --cosine-decay --steps $STEPS --time-limit-min $MIN --eval-every 50 --eval-seqs 8 --checkpoint-every 25 --sinkhorn-grad detached ${ST:+--straight-through $ST}"
+common="$data --lr ${LR:-1e-2} --cosine-decay --steps $STEPS --time-limit-min $MIN --eval-every 50 --eval-seqs 8 --checkpoint-every 25 --sinkhorn-grad ${SGRAD:-detached} ${ST:+--straight-through $ST}"
 ( while sleep 15; do nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader; done ) > $R/smi.txt 2>&1 &
 SMI=$!
 i=0
@@ -47,13 +50,12 @@ for run in $RUNS; do
     k=${run%%_*}; k=${k#k}; gate=${run#*_}
     spec="--groups $k --gate $gate --score $SCORE --tau ${TAU:-0.1}"
   fi
-  CUDA_VISIBLE_DEVICES=$((i % NGPU)) $B train $common $spec --out $R/$run > $R/$run.log 2>&1 &
+  run=${PREFIX:-}$run; launched="${launched:-} $run"
+  CUDA_VISIBLE_DEVICES=$(((${GPU0:-0} + i) % NGPU)) $B train $common $spec --out $R/$run > $R/$run.log 2>&1 &
   i=$((i + 1))
 done
 for j in $(jobs -p); do [ "$j" = "$SMI" ] || wait $j; done
 kill $SMI 2>/dev/null
-mkdir -p $OUT/runs
-for d in $R/k*/; do n=$(basename $d); mkdir -p $OUT/runs/$n; cp $d/adapter_config.json $d/adapter_model.safetensors $d/train_log.jsonl $OUT/runs/$n/ 2>/dev/null; done
-cp $R/*.log $R/smi.txt $OUT/runs/ 2>/dev/null
-for f in $R/k*/train_log.jsonl; do echo "$f $(tail -n1 $f | cut -c1-200)"; done
-tail -n 2 $R/*.log
+# One archive: $OUT returns at most 8 files.
+tar czf ${OUT:-/tmp}/runs.tgz -C $S --exclude='*/checkpoint*' runs
+for run in $launched; do echo "$run $(tail -n1 $R/$run/train_log.jsonl | cut -c1-200)"; tail -n 2 $R/$run.log; done
