@@ -20,7 +20,7 @@ for cfg_path in sorted((raw / "runs").glob("*/adapter_config.json")):
     }
 for f in sorted((raw / "ppl").glob("*.json")):
     d = json.load(open(f))
-    summary["ppl"][f.stem] = {k: d[k] for k in ("ppl", "mode", "k", "ctx", "chunks", "scored_tokens")}
+    summary["ppl"][f.stem] = {k: d[k] for k in ("ppl", "mode", "k", "ctx", "chunks", "scored_tokens", "per_chunk_nll") if k in d}
 for f in sorted((raw / "suites").glob("*.json")) if (raw / "suites").exists() else []:
     if f.stat().st_size:
         d = json.load(open(f))

@@ -1,6 +1,7 @@
 //! The shipped, trained sample adapters: they load, and the CPU reproduces the per-chunk
-//! held-out NLL that the H200 measured for docs/RESULTS.md (docs/results/results.json; the
-//! round-1 adapters: docs/results/round1_results.json).
+//! held-out NLL that the H200 measured for docs/RESULTS.md (docs/results/round4_full_gradient.json
+//! for the K=8 adapter, docs/results/results.json for round 3, docs/results/round1_results.json
+//! for round 1).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -17,7 +18,8 @@ fn sample_adapters_reproduce_the_published_perplexities() {
     let ctx = 1024;
     let chunks = 2;
     let adapters = [
-        ("smollm2-135m-k8", "results.json", "k8_log"),
+        ("smollm2-135m-k8", "round4_full_gradient.json", "smolfull_k8_paper"),
+        ("smollm2-135m-k8-round3", "results.json", "k8_log"),
         ("smollm2-135m-k4", "results.json", "k4_paper"),
         ("smollm2-135m-k8-round1", "round1_results.json", "k8_log"),
         ("smollm2-135m-k4-round1", "round1_results.json", "k4_log"),

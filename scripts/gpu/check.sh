@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine after stage.sh: (1) the same small training run on CPU and on CUDA must
+# On the GPU machine after unstage.py: (1) the same small training run on CPU and on CUDA must
 # agree within float tolerance; (2) a step-time probe of the real training shape, alone and with
 # a second process sharing the GPU. Writes to $OUT/check.
 set -uo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the GPU machine after stage.sh: K=8 log-gate adapters with cosine scores at lower
+# On the GPU machine after unstage.py: K=8 log-gate adapters with cosine scores at lower
 # temperatures (sharper memberships), one run per GPU, then their held-out PPL at ctx 1024
 # (soft, top-1, top-2, top-3). Raw outputs to $OUT/tau. Usage: tau_sweep.sh MIN STEPS TAU...
 set -uo pipefail

@@ -1,26 +1,27 @@
 #!/usr/bin/env bash
-# On the GPU machine after stage.sh: train the sample adapters, one run per GPU (candle's many
+# On the GPU machine after unstage.py: train the sample adapters, one run per GPU (candle's many
 # small kernels keep one process launch-bound, so runs sharing a GPU slow each other down).
 # Runs go to /root/stage/runs (kept while the machine is warm, for eval.sh) and are copied to
-# $OUT/runs. Every run: detached Sinkhorn gradient, cosine LR decay over STEPS, stopped after
-# MIN minutes at the latest (with a final held-out evaluation).
+# $OUT/runs.tgz. Every run: the full Sinkhorn gradient (SGRAD=detached: the cheaper one),
+# cosine LR decay over STEPS, stopped after MIN minutes at the latest (with a final held-out evaluation).
 # Usage: train.sh probe                       (speed: full vs detached gradient, 4 steps each)
 #        [TAU=0.1] train.sh MIN STEPS SCORE [RUN...]
 #                                             (RUN = k8_log, k4_log, k8_paper, k4_paper)
 #        MODEL=/root/stage/other.gguf train.sh ...  (another base model, e.g. Qwen2.5-Coder-0.5B)
-#        PREFIX=qwen_ GPU0=1 SGRAD=full train.sh ...  (run folders named PREFIX+RUN, GPUs from
-#                                             GPU0 on, the full Sinkhorn gradient)
-# Started with setsid it outlives its call: a later call collects $S/runs (see collect in eval.sh).
+#        PREFIX=qwen_ GPU0=1 BATCH=2 train.sh ...  (run folders named PREFIX+RUN, GPUs from
+#                                             GPU0 on, sequences per step)
 #        ST=2 LR=2e-3 train.sh MIN STEPS SCORE NAME=ADAPTER...
 #                                             (fine-tune ADAPTER, a path in the checkout,
 #                                             with --init; ST: --straight-through k)
+# Started with setsid it outlives its call: a later call collects $S/runs (see collect in eval.sh).
 # Round 2 (docs/RESULTS.md): `train.sh 9.0 365 cosine k8_log k4_log`, then
-# `train.sh 7.9 325 dot k8_log k4_log`, each followed by `eval.sh ppl`.
+# `train.sh 7.9 325 dot k8_log k4_log`, each followed by `eval.sh ppl` (rounds 2-3 with
+# SGRAD=detached; round 4: see docs/RESULTS.md).
 set -uo pipefail
 S=/root/stage; B=$S/focus-lens; M=${MODEL:-$S/SmolLM2-135M-Instruct.Q4_1.gguf}; R=$S/runs; mkdir -p $R
 source $S/gpu-prelude.sh
 NGPU=$(nvidia-smi -L | wc -l)
-data="--model $M --device cuda --data $S/corpus/train --heldout $S/corpus/heldout --seed 0 --seq-len 1024 --batch 4"
+data="--model $M --device cuda --data $S/corpus/train --heldout $S/corpus/heldout --seed 0 --seq-len 1024 --batch ${BATCH:-4}"
 if [ "$1" = probe ]; then
   small="--model $M --device cuda --data $S/corpus/train/austen__emma.txt --heldout $S/corpus/heldout/austen__persuasion.txt --seq-len 1024 --batch 4"
   i=0
@@ -38,7 +39,7 @@ if [ "$1" = probe ]; then
 fi
 MIN=${1:?minutes}; STEPS=${2:?steps}; SCORE=${3:?dot or cosine}; shift 3
 RUNS=${*:-k8_log k4_log k8_paper k4_paper}
-common="$data --lr ${LR:-1e-2} --cosine-decay --steps $STEPS --time-limit-min $MIN --eval-every 50 --eval-seqs 8 --checkpoint-every 25 --sinkhorn-grad ${SGRAD:-detached} ${ST:+--straight-through $ST}"
+common="$data --lr ${LR:-1e-2} --cosine-decay --steps $STEPS --time-limit-min $MIN --eval-every 50 --eval-seqs 8 --checkpoint-every 25 --sinkhorn-grad ${SGRAD:-full} ${ST:+--straight-through $ST}"
 ( while sleep 15; do nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader; done ) > $R/smi.txt 2>&1 &
 SMI=$!
 i=0

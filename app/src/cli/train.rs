@@ -43,7 +43,8 @@ pub struct Args {
     pub checkpoint_every: usize,
     /// Gradient through Sinkhorn: `full` (exact) or `detached` (column normalisers held
     /// constant: same forward, a much smaller graph, 1.34x faster steps on the H200). Measured:
-    /// fine with --score cosine, harmful with dot scores (docs/RESULTS.md, round 2).
+    /// fine with --score cosine, harmful with dot scores (docs/RESULTS.md, round 2); with cosine
+    /// scores the full gradient still trains routers that do better under hard top-k (round 4).
     #[arg(long, value_parser = ["full", "detached"], default_value = "full")]
     pub sinkhorn_grad: String,
     /// Decay the learning rate along a cosine from --lr to --lr/10 at --steps.
