@@ -43,6 +43,28 @@ impl RowState {
     }
 }
 
+/// The working set of one block of query rows, shared by the dense kernel and the Focus band
+/// pass: the queries times `scale`, padded with zero rows to a multiple of RB (their outputs
+/// are dropped at the end), the online-softmax state, one score tile and the per-row rescale
+/// factors.
+pub struct QueryBlock {
+    pub q: Vec<f32>,
+    pub rows_p: usize,
+    pub st: RowState,
+    pub sc: Vec<f32>,
+    pub corr: Vec<f32>,
+}
+
+impl QueryBlock {
+    /// The `rows` query rows of width `d` at the start of `q`.
+    pub fn new(q: &[f32], rows: usize, d: usize, scale: f32) -> Self {
+        let rows_p = rows.div_ceil(RB) * RB;
+        let mut qs: Vec<f32> = q[..rows * d].iter().map(|x| x * scale).collect();
+        qs.resize(rows_p * d, 0.0);
+        QueryBlock { q: qs, rows_p, st: RowState::new(rows_p, d), sc: vec![0f32; rows_p * BK], corr: vec![1f32; rows_p] }
+    }
+}
+
 /// Scores of query rows `q` (rows x D, already scaled; rows a multiple of RB, zero padded)
 /// against keys j0..j0+nk of `kt`, into the first nk columns of `s` (rows x BK).
 /// nk: a multiple of JC, at most BK.
@@ -179,13 +201,7 @@ pub fn causal_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape) -> Vec<f32> {
             let kh = h / rep;
             let i0 = b * BQ;
             let rows = BQ.min(t - i0);
-            // Pad the block to a multiple of RB rows (zero queries, dropped at the end).
-            let rows_p = rows.div_ceil(RB) * RB;
-            let mut qb: Vec<f32> = q[(h * t + i0) * d..(h * t + i0 + rows) * d].iter().map(|x| x * scale).collect();
-            qb.resize(rows_p * d, 0.0);
-            let mut st = RowState::new(rows_p, d);
-            let mut sc = vec![0f32; rows_p * BK];
-            let mut corr = vec![1f32; rows_p];
+            let QueryBlock { q: qb, rows_p, mut st, mut sc, mut corr } = QueryBlock::new(&q[(h * t + i0) * d..], rows, d, scale);
             let last_key = i0 + rows - 1;
             for j0 in (0..=last_key).step_by(BK) {
                 score_tile(&qb, rows_p, d, &kts[kh], tp, j0, BK, &mut sc);

@@ -13,7 +13,7 @@
 //! computed only to be masked away); for k = 1 a class is a group, as in the paper.
 //! Pairs outside the mask are computed only at tile edges (then masked), never in bulk.
 
-use crate::flash::{pv_tile, score_tile, softmax_tile_row, RowState, BK, BQ, JC, RB};
+use crate::flash::{pv_tile, score_tile, softmax_tile_row, QueryBlock, RowState, BK, BQ, JC, RB};
 use crate::topk::Shape;
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -357,12 +357,7 @@ fn band_and_merge(q: &[f32], k: &[f32], v: &[f32], s: Shape, window: usize, scal
             let kh = h / rep;
             let i0 = b * BQ;
             let rows = BQ.min(t - i0);
-            let rows_p = rows.div_ceil(RB) * RB;
-            let mut qb: Vec<f32> = q[(h * t + i0) * d..(h * t + i0 + rows) * d].iter().map(|x| x * scale).collect();
-            qb.resize(rows_p * d, 0.0);
-            let mut st = RowState::new(rows_p, d);
-            let mut sc = vec![0f32; rows_p * BK];
-            let mut corr = vec![1f32; rows_p];
+            let QueryBlock { q: qb, mut st, mut sc, mut corr, .. } = QueryBlock::new(&q[(h * t + i0) * d..], rows, d, scale);
             // Row blocks of BAND_ROWS, each over exactly its key range [first - w, last] rounded
             // up to JC keys: the triangles computed only to be masked stay small.
             for r0 in (0..rows).step_by(BAND_ROWS) {

@@ -40,7 +40,7 @@ fi
 MIN=${1:?minutes}; STEPS=${2:?steps}; SCORE=${3:?dot or cosine}; shift 3
 RUNS=${*:-k8_log k4_log k8_paper k4_paper}
 common="$data --lr ${LR:-1e-2} --cosine-decay --steps $STEPS --time-limit-min $MIN --eval-every 50 --eval-seqs 8 --checkpoint-every 25 --sinkhorn-grad ${SGRAD:-full} ${ST:+--straight-through $ST}"
-( while sleep 15; do nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader; done ) > $R/smi.txt 2>&1 &
+( while sleep 15; do nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader; done ) > $R/smi${PREFIX:-}.txt 2>&1 &
 SMI=$!
 i=0
 for run in $RUNS; do
