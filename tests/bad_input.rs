@@ -9,7 +9,7 @@ mod gguf_builder;
 use gguf_builder::{put_str, GgufBuilder};
 
 use candle_core::{Device, Tensor};
-use focus_core::gguf::GgufFile;
+use focus_core::model::gguf::GgufFile;
 use focus_core::model::ForwardOptions;
 use focus_core::{Adapter, AdapterSpec, Mode, Model};
 use rand::{rngs::StdRng, Rng, SeedableRng};
@@ -487,15 +487,15 @@ fn tiny_model(name: &str) -> Model {
 /// An adapter made for the tiny llama, saved to a temporary directory.
 fn saved_llama_adapter() -> (Model, tempfile::TempDir) {
     let m = tiny_model("llama");
-    let a = Adapter::random(&m, &small_spec(), 1).unwrap();
+    let a = Adapter::random(&m.identity(), m.device(), &small_spec(), 1).unwrap();
     let d = tempfile::tempdir().unwrap();
     a.save(d.path()).unwrap();
-    Adapter::load(d.path(), &m).expect("the baseline adapter loads");
+    Adapter::load(d.path(), &m.identity(), m.device()).expect("the baseline adapter loads");
     (m, d)
 }
 
 fn adapter_err(dir: &Path, model: &Model) -> String {
-    err_msg(Adapter::load(dir, model))
+    err_msg(Adapter::load(dir, &model.identity(), model.device()))
 }
 
 #[test]
@@ -612,7 +612,7 @@ fn adapter_nan_centroid() {
 // Text files.
 
 fn text_err(p: &Path) -> String {
-    err_msg(focus_core::text::read_text(p))
+    err_msg(focus_core::io::text::read_text(p))
 }
 
 #[test]
@@ -627,10 +627,10 @@ fn text_files_that_are_not_text() {
     assert_has(&text_err(&d.join("missing.txt")), &["cannot read", "missing.txt"]);
     // One byte over the limit, as a sparse file (instant, and no disk used).
     let big = d.join("big.txt");
-    std::fs::File::create(&big).unwrap().set_len(focus_core::text::MAX_TEXT_BYTES + 1).unwrap();
+    std::fs::File::create(&big).unwrap().set_len(focus_core::io::text::MAX_TEXT_BYTES + 1).unwrap();
     assert_has(&text_err(&big), &["big.txt", "refused"]);
     // The baseline: real text is read as it is.
-    assert_eq!(focus_core::text::read_text(&write_file(d, "ok.txt", "héllo\n".as_bytes())).unwrap(), "héllo\n");
+    assert_eq!(focus_core::io::text::read_text(&write_file(d, "ok.txt", "héllo\n".as_bytes())).unwrap(), "héllo\n");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -658,17 +658,17 @@ fn forward_longer_than_the_context() {
 fn ppl_text_shorter_than_ctx() {
     let m = tiny_model("qwen2");
     let ids: Vec<u32> = (0..100).collect();
-    let e = err_msg(focus_core::ppl::perplexity(&m, &ids, 128, Mode::Dense, None, None, |_, _| {}));
+    let e = err_msg(focus_core::eval::ppl::perplexity(&m, &ids, 128, Mode::Dense, None, None, |_, _| {}));
     assert_has(&e, &["the text has 100 tokens", "needs at least 128"]);
-    let e = err_msg(focus_core::ppl::perplexity(&m, &[], 64, Mode::Dense, None, None, |_, _| {}));
+    let e = err_msg(focus_core::eval::ppl::perplexity(&m, &[], 64, Mode::Dense, None, None, |_, _| {}));
     assert_has(&e, &["the text has 0 tokens"]);
     // ctx beyond the model's context, and too small.
-    let e = err_msg(focus_core::ppl::perplexity(&m, &ids, 256, Mode::Dense, None, None, |_, _| {}));
+    let e = err_msg(focus_core::eval::ppl::perplexity(&m, &ids, 256, Mode::Dense, None, None, |_, _| {}));
     assert_has(&e, &["ctx 256 must be in 4..=128"]);
-    let e = err_msg(focus_core::ppl::perplexity(&m, &ids, 2, Mode::Dense, None, None, |_, _| {}));
+    let e = err_msg(focus_core::eval::ppl::perplexity(&m, &ids, 2, Mode::Dense, None, None, |_, _| {}));
     assert_has(&e, &["ctx 2 must be in"]);
     // The baseline: enough tokens gives a finite perplexity.
-    let r = focus_core::ppl::perplexity(&m, &ids, 64, Mode::Dense, None, None, |_, _| {}).unwrap();
+    let r = focus_core::eval::ppl::perplexity(&m, &ids, 64, Mode::Dense, None, None, |_, _| {}).unwrap();
     assert_eq!((r.chunks, r.scored_tokens), (1, 31));
     assert!(r.ppl.is_finite() && r.ppl > 1.0);
 }

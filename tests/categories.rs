@@ -7,7 +7,7 @@ mod common;
 
 use candle_core::Device;
 use focus_core::analysis::{analyze, AnalyzeOptions};
-use focus_core::categories::{categorize_tokens, categorize_words, Category, Piece};
+use focus_core::analysis::categories::{categorize_tokens, categorize_words, Category, Piece};
 use focus_core::{Adapter, Mode, Model};
 use std::sync::OnceLock;
 
@@ -108,7 +108,7 @@ fn csv_records(s: &str) -> usize {
 #[test]
 fn sample_analysis_profiles_and_routing_space() {
     let adapter_dir = common::root().join("sample_adapters/smollm2-135m-k8-init");
-    let adapter = Adapter::load(&adapter_dir, model()).unwrap();
+    let adapter = Adapter::load(&adapter_dir, &model().identity(), model().device()).unwrap();
     let text = sample();
     let opts = AnalyzeOptions { mode: Mode::TopK(2), k: 2, segment_len: 1024, keep_tokens: false, cancel: None };
     let an = analyze(model(), &adapter, "sample", &text, &opts, |_, _| {}).unwrap();
@@ -207,7 +207,7 @@ fn pca_matches_numpy() {
     let f32s = |key: &str| -> Vec<f32> { r[key].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect() };
     let f64s = |v: &serde_json::Value| -> Vec<f64> { v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect() };
     let (t, d, k) = (r["t"].as_u64().unwrap() as usize, r["d"].as_u64().unwrap() as usize, r["k"].as_u64().unwrap() as usize);
-    let p = focus_core::projection::pca_2d(&f32s("vectors"), t, d, &f32s("centroids"), k).unwrap();
+    let p = focus_core::analysis::projection::pca_2d(&f32s("vectors"), t, d, &f32s("centroids"), k).unwrap();
     let close = |a: f64, b: f64, what: &str| assert!((a - b).abs() <= 1e-9 * (1.0 + b.abs()), "{what}: {a} vs numpy {b}");
     for (i, (a, b)) in p.eigenvalues.iter().zip(f64s(&r["eigenvalues"])).enumerate() {
         close(*a, b, &format!("eigenvalue {i}"));

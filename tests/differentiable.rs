@@ -6,7 +6,7 @@ mod common;
 
 use candle_core::{backprop::GradStore, Device, Tensor, Var};
 use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
-use focus_core::adapter::Router;
+use focus_core::focus::adapter::Router;
 use focus_core::model::{decoder::Decoder, ForwardOptions};
 use focus_core::{Adapter, AdapterSpec, Gate, Mode, Model};
 
@@ -61,7 +61,7 @@ fn router_only_gradients(model: &Model, ids: &[u32], logits: &Tensor, vars: &[Va
 
 fn check(model: &Model, ids: &[u32], window: usize, tol: f32) {
     for (gate, causal_sinkhorn) in [(Gate::Log, false), (Gate::Paper, false), (Gate::Log, true)] {
-        let mut adapter = Adapter::random(model, &AdapterSpec { groups: 4, window, gate, causal_sinkhorn, ..Default::default() }, 3).unwrap();
+        let mut adapter = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window, gate, causal_sinkhorn, ..Default::default() }, 3).unwrap();
         // Same function on both paths.
         for mode in [Mode::Dense, Mode::Soft] {
             let a = run(model, ids, mode, Some(&adapter), false);
@@ -105,7 +105,7 @@ fn real_model() {
 /// per-sequence losses (the trainer's step before batching).
 fn check_batched(model: &Model, seqs: &[&[u32]], window: usize, tol: f32) {
     for (gate, causal_sinkhorn) in [(Gate::Log, false), (Gate::Paper, false), (Gate::Log, true)] {
-        let mut adapter = Adapter::random(model, &AdapterSpec { groups: 4, window, gate, causal_sinkhorn, ..Default::default() }, 5).unwrap();
+        let mut adapter = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window, gate, causal_sinkhorn, ..Default::default() }, 5).unwrap();
         let vars = trainable(&mut adapter);
         let mut o = ForwardOptions::new(Mode::Soft, Some(&adapter));
         o.differentiable = true;
@@ -166,7 +166,7 @@ fn straight_through_forward_is_hard_topk_inference() {
     for name in ["llama", "gpt2", "qwen2"] {
         let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu).unwrap();
         let ids: Vec<u32> = (0..60).map(|i| (i * 37 % 500) as u32).collect();
-        let mut adapter = Adapter::random(&model, &AdapterSpec { groups: 4, window: 8, ..Default::default() }, 11).unwrap();
+        let mut adapter = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window: 8, ..Default::default() }, 11).unwrap();
         let vars = trainable(&mut adapter);
         for k in [1, 2] {
             let mut o = ForwardOptions::new(Mode::Soft, Some(&adapter));
@@ -181,7 +181,7 @@ fn straight_through_forward_is_hard_topk_inference() {
             router_only_gradients(&model, &ids, &st, &vars, &format!("{name} k={k}"));
         }
         // The forward uses no gate: a paper-gate adapter trains through the same hard mask.
-        let paper = Adapter::random(&model, &AdapterSpec { groups: 4, window: 8, gate: Gate::Paper, ..Default::default() }, 11).unwrap();
+        let paper = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window: 8, gate: Gate::Paper, ..Default::default() }, 11).unwrap();
         let mut o = ForwardOptions::new(Mode::Soft, Some(&paper));
         o.differentiable = true;
         o.straight_through = Some(2);

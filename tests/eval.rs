@@ -5,12 +5,12 @@
 mod common;
 
 use candle_core::Device;
-use focus_core::eval;
+use focus_core::eval::suites as eval;
 use focus_core::{Adapter, Mode, Model};
 
 fn setup() -> (Model, Adapter) {
     let model = Model::load(&common::model_path(), &Device::Cpu).unwrap();
-    let adapter = Adapter::load(&common::root().join("sample_adapters/smollm2-135m-k8-init"), &model).unwrap();
+    let adapter = Adapter::load(&common::root().join("sample_adapters/smollm2-135m-k8-init"), &model.identity(), model.device()).unwrap();
     (model, adapter)
 }
 

@@ -11,7 +11,7 @@ use candle_core::{DType, Device, Tensor};
 use focus_core::attention::{self, LayerPlan};
 use focus_core::model::config::Positions;
 use focus_core::model::ForwardOptions;
-use focus_core::router::LayerRouting;
+use focus_core::focus::router::LayerRouting;
 use focus_core::{Adapter, AdapterConfig, AdapterSpec, Gate, Mode, Model};
 use std::path::{Path, PathBuf};
 
@@ -248,7 +248,7 @@ fn check_adapter_modes(name: &str) {
     let dir = tiny(name);
     let model = Model::load(&dir, &Device::Cpu).unwrap();
     let dev = model.decoder.device.clone();
-    let adapter = Adapter::random(&model, &spec(), 1).unwrap();
+    let adapter = Adapter::random(&model.identity(), model.device(), &spec(), 1).unwrap();
     let window = adapter.config.window;
     let (ids, reference_logits) = reference(&dir);
     let dense = dense_logits(&model, &ids);
@@ -283,7 +283,7 @@ fn check_adapter_modes(name: &str) {
 
     // Soft mode against the gate written out from FOCUS-METHOD section 1, for both gates.
     for gate in [Gate::Log, Gate::Paper] {
-        let a = Adapter::random(&model, &AdapterSpec { gate, ..spec() }, 1).unwrap();
+        let a = Adapter::random(&model.identity(), model.device(), &AdapterSpec { gate, ..spec() }, 1).unwrap();
         let opts = ForwardOptions::new(Mode::Soft, Some(&a));
         let soft = model.decoder.forward(&ids, &opts).unwrap().logits;
         let reference = model
@@ -351,10 +351,10 @@ fn adapter_modes_qwen2() {
 fn adapter_round_trips_on_a_tiny_model() {
     for name in FAMILIES {
         let model = Model::load(&tiny(name), &Device::Cpu).unwrap();
-        let a = Adapter::random(&model, &spec(), 1).unwrap();
+        let a = Adapter::random(&model.identity(), model.device(), &spec(), 1).unwrap();
         let tmp = tempfile::tempdir().unwrap();
         a.save(tmp.path()).unwrap();
-        let b = Adapter::load(tmp.path(), &model).unwrap();
+        let b = Adapter::load(tmp.path(), &model.identity(), model.device()).unwrap();
         assert_eq!(b.config.groups, 4);
         assert_eq!(b.config.base_model, model.identity());
         for (x, y) in a.layers.iter().zip(&b.layers) {

@@ -1,13 +1,14 @@
-//! `focus_core::inspect`: one query row's attention weights, on the real model with the sample
-//! adapter, checked against the decoder itself and an independent masked dense softmax.
+//! `focus_core::analysis::partners`: one query row's attention weights, on the real model with the sample
+//! adapter, checked against an independent masked dense softmax and the real top-k kernel.
 
 #[path = "common/mod.rs"]
 mod common;
 
 use candle_core::{Device, Tensor};
-use focus_core::inspect::{attention_row, layer_inputs, query_attention, residual_before};
-use focus_core::model::ForwardOptions;
-use focus_core::topk::{masked_dense_reference, Shape};
+use focus_core::analysis::partners::{attention_row, layer_inputs, query_attention};
+use focus_core::attention::cpu::Shape;
+use focus_core::attention::reference::masked_dense_reference;
+use focus_core::focus::mask;
 use focus_core::{Mode, Model};
 use std::sync::OnceLock;
 
@@ -26,29 +27,12 @@ fn flat(t: &Tensor) -> Vec<f32> {
     t.flatten_all().unwrap().to_vec1::<f32>().unwrap()
 }
 
-/// Running every layer through `residual_before` reproduces the decoder's logits: the inspection
-/// path is the inference path.
-#[test]
-fn residual_path_reproduces_decoder_logits() {
-    let m = model();
-    let a = focus_lens::cli::demo::sample_adapter(m).unwrap();
-    let ids = ids(300);
-    for mode in [Mode::Dense, Mode::TopK(2), Mode::Soft] {
-        let x = residual_before(m, Some(&a), &ids, mode, m.config().n_layers, None).unwrap();
-        let d = &m.decoder;
-        let ours = d.final_norm.forward(&x, false).unwrap().matmul(&d.lm_head.t().unwrap()).unwrap();
-        let want = d.forward(&ids, &ForwardOptions::new(mode, Some(&a))).unwrap().logits;
-        let err = flat(&ours).iter().zip(flat(&want)).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-        assert!(err < 1e-4, "{mode}: max logit difference {err}");
-    }
-}
-
 /// A top-k row: sums to 1, is zero exactly on pruned pairs, and weights x V equals both the
 /// independent masked dense reference and the real top-k kernel's output for that query.
 #[test]
 fn topk_row_matches_masked_dense_softmax() {
     let m = model();
-    let a = focus_lens::cli::demo::sample_adapter(m).unwrap();
+    let a = focus_lens::defaults::sample_adapter(m).unwrap();
     let (t, layer, k) = (300, 9, 2);
     let ids = ids(t);
     let inp = layer_inputs(m, Some(&a), &ids, Mode::TopK(k), layer, None).unwrap();
@@ -59,8 +43,8 @@ fn topk_row_matches_masked_dense_softmax() {
     let hkv = inp.k.dim(0).unwrap();
     let shape = Shape { heads: h, kv_heads: hkv, t, d };
     let (q, kk, v) = (flat(&inp.q), flat(&inp.k), flat(&inp.v));
-    let reference = masked_dense_reference(&q, &kk, &v, shape, |i, j| i - j <= w || masks[i] & masks[j] != 0);
-    let kernel = focus_core::topk::focus_attention(&q, &kk, &v, shape, &masks, w);
+    let reference = masked_dense_reference(&q, &kk, &v, shape, |i, j| mask::kept(&masks, w, i, j));
+    let kernel = focus_core::attention::cpu::focus::focus_attention(&q, &kk, &v, shape, &masks, w);
     let mut pruned_seen = 0;
     for (head, query) in [(0, 299), (3, 250), (8, 140), (5, 10)] {
         let row = attention_row(&inp, Some(&a.config), Mode::TopK(k), head, query).unwrap();
@@ -68,7 +52,7 @@ fn topk_row_matches_masked_dense_softmax() {
         let sum: f64 = row.iter().map(|&x| x as f64).sum();
         assert!((sum - 1.0).abs() < 1e-5, "row sums to {sum}");
         for (j, &x) in row.iter().enumerate() {
-            let kept = query - j <= w || masks[query] & masks[j] != 0;
+            let kept = mask::kept(&masks, w, query, j);
             if kept {
                 assert!(x > 0.0);
             } else {
@@ -91,7 +75,7 @@ fn topk_row_matches_masked_dense_softmax() {
 #[test]
 fn dense_row_and_bad_arguments() {
     let m = model();
-    let a = focus_lens::cli::demo::sample_adapter(m).unwrap();
+    let a = focus_lens::defaults::sample_adapter(m).unwrap();
     let t = 200;
     let ids = ids(t);
     let inp = layer_inputs(m, Some(&a), &ids, Mode::Dense, 4, None).unwrap();
@@ -120,7 +104,7 @@ fn dense_row_and_bad_arguments() {
 #[test]
 fn causal_prefix_shortcut_is_exact() {
     let m = model();
-    let mut a = focus_lens::cli::demo::sample_adapter(m).unwrap();
+    let mut a = focus_lens::defaults::sample_adapter(m).unwrap();
     a.config.causal_sinkhorn = true;
     let ids = ids(280);
     let full = layer_inputs(m, Some(&a), &ids, Mode::TopK(2), 6, None).unwrap();

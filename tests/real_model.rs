@@ -34,7 +34,7 @@ fn perplexity_matches_llama_cpp() {
     let ids = model().tokenizer().unwrap().encode(&text, false).unwrap().ids;
     let ref_ids: Vec<u32> = reference["token_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
     assert_eq!(ids, ref_ids, "tokenization of the perplexity text differs from llama.cpp");
-    let r = focus_core::ppl::perplexity(model(), &ids, 512, Mode::Dense, None, None, |_, _| {}).unwrap();
+    let r = focus_core::eval::ppl::perplexity(model(), &ids, 512, Mode::Dense, None, None, |_, _| {}).unwrap();
     let want = reference["ctx_512"]["ppl"].as_f64().unwrap();
     assert_eq!(r.chunks, 28);
     assert_eq!(r.scored_tokens, 7140);
@@ -49,7 +49,7 @@ fn perplexity_matches_llama_cpp() {
 }
 
 fn adapter(spec: AdapterSpec, seed: u64) -> Adapter {
-    Adapter::random(model(), &spec, seed).unwrap()
+    Adapter::random(&model().identity(), model().device(), &spec, seed).unwrap()
 }
 
 /// Hard top-k through the whole model equals the same model run with dense attention and the
@@ -122,12 +122,12 @@ fn soft_modes_and_statistics() {
         assert_eq!(out.routing.len(), 30);
         for (l, r) in out.routing.iter().enumerate() {
             assert_eq!(r.vectors.as_ref().unwrap().len(), 256 * 16);
-            let st = focus_core::stats::layer_stats(l, r, 0.1, 2, 32, true);
+            let st = focus_core::analysis::stats::layer_stats(l, r, 0.1, 2, 32, true);
             assert_eq!(st.group_size.iter().sum::<usize>(), 256);
             let mass: f64 = st.mass_after.iter().sum();
             assert!((mass - 1.0).abs() < 1e-4);
             assert!(st.dominance >= 1.0 / 8.0 && st.dominance <= 1.0);
-            let (a, b) = focus_core::topk::pair_counts(&r.topk_masks(2), 32);
+            let (a, b) = focus_core::attention::reference::ab_pair_counts(&r.topk_masks(2), 32);
             assert_eq!(a + b, st.pairs.local + st.pairs.same_group_distant);
             // Sinkhorn balances the mass: every group holds close to 1/K after it.
             for m in &st.mass_after {

@@ -27,7 +27,7 @@ fn qwen2_gguf_matches_llama_cpp() {
     // 85 s; RESULTS.md has it): each chunk's mean NLL within 1% of llama.cpp's (Q4_K weights
     // dequantized to f32 here, 8-bit activations there), and their PPL within 0.5%.
     let n = 4;
-    let r = focus_core::ppl::perplexity(&model, &ids[..n * 512], 512, Mode::Dense, None, None, |_, _| {}).unwrap();
+    let r = focus_core::eval::ppl::perplexity(&model, &ids[..n * 512], 512, Mode::Dense, None, None, |_, _| {}).unwrap();
     let per: Vec<f64> = reference["ctx_512"]["per_chunk_mean_nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
     assert_eq!(r.per_chunk_nll.len(), n);
     for (k, (a, b)) in r.per_chunk_nll.iter().zip(&per).enumerate() {

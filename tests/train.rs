@@ -126,7 +126,7 @@ fn time_limit_ends_the_run_with_a_final_evaluation() {
 
 #[test]
 fn cosine_scores_with_detached_sinkhorn_and_decay_train_and_persist() {
-    use focus_core::router::SinkhornGrad;
+    use focus_core::focus::router::SinkhornGrad;
     use focus_core::{Adapter, Score};
     let (model, data) = setup();
     let dir = tempfile::tempdir().unwrap();
@@ -140,7 +140,7 @@ fn cosine_scores_with_detached_sinkhorn_and_decay_train_and_persist() {
     assert!(rows.iter().all(|r| r.loss.is_finite()));
     let out = dir.path().join("adapter");
     t.adapter.save(&out).unwrap();
-    let back = Adapter::load(&out, &model).unwrap();
+    let back = Adapter::load(&out, &model.identity(), model.device()).unwrap();
     assert_eq!(back.config.score, Score::Cosine);
 
     // Cosine routing ignores the scale of W_g; dot routing does not.

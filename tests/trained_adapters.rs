@@ -24,14 +24,14 @@ fn sample_adapters_reproduce_the_published_perplexities() {
     assert_eq!(entries.len(), 4, "both shipped adapters, each with 40 and with 10 Sinkhorn iterations");
     for entry in entries {
         let dir = entry["adapter"].as_str().unwrap();
-        let mut adapter = Adapter::load(&common::root().join(dir), &model).unwrap();
+        let mut adapter = Adapter::load(&common::root().join(dir), &model.identity(), model.device()).unwrap();
         assert!(adapter.config.training.is_some() && adapter.config.results.is_some(), "{dir}: provenance and results recorded");
         // Sinkhorn iterations if not the config's (null: the adapter as shipped).
         if let Some(n) = entry["sinkhorn_iters"].as_u64() {
             adapter.config.sinkhorn_iters = n as usize;
         }
         for (mode, key) in [(Mode::Soft, "soft"), (Mode::TopK(2), "topk2")] {
-            let got = focus_core::ppl::perplexity(&model, &ids[..chunks * ctx], ctx, mode, Some(&adapter), None, |_, _| {}).unwrap();
+            let got = focus_core::eval::ppl::perplexity(&model, &ids[..chunks * ctx], ctx, mode, Some(&adapter), None, |_, _| {}).unwrap();
             let want = entry["per_chunk_nll"][key].as_array().unwrap();
             assert_eq!(want.len(), chunks);
             for c in 0..chunks {

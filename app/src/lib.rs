@@ -2,4 +2,5 @@
 //! end-to-end tests under `tests/` can drive the GUI's real state.
 
 pub mod cli;
+pub mod defaults;
 pub mod gui;

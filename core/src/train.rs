@@ -5,12 +5,13 @@
 //! Determinism: batch positions come from an RNG seeded by (seed, step), and the optimizer state
 //! is checkpointed, so a run resumed from a checkpoint continues exactly as an uninterrupted one.
 
-use crate::adapter::{Adapter, AdapterSpec, Router};
+use crate::focus::adapter::{Adapter, AdapterSpec};
+use crate::focus::router::Router;
 use crate::attention::Mode;
 use crate::error::{Error, Result};
 use crate::model::{ForwardOptions, Model};
-use crate::router::SinkhornGrad;
-use crate::stats::layer_stats;
+use crate::focus::sinkhorn::SinkhornGrad;
+use crate::analysis::stats::layer_stats;
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -133,7 +134,7 @@ struct CheckpointState {
 
 impl<'m> Trainer<'m> {
     pub fn new(model: &'m Model, spec: &AdapterSpec, opts: TrainOptions) -> Result<Self> {
-        let adapter = Adapter::random(model, spec, opts.seed)?;
+        let adapter = Adapter::random(&model.identity(), model.device(), spec, opts.seed)?;
         Self::from_adapter(model, adapter, opts)
     }
 
@@ -171,7 +172,7 @@ impl<'m> Trainer<'m> {
         let state_path = dir.join(CKPT_STATE);
         let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
         let st: CheckpointState = serde_json::from_str(&text).map_err(|e| Error::bad_file(&state_path, e.to_string()))?;
-        let adapter = Adapter::load(dir, model)?;
+        let adapter = Adapter::load(dir, &model.identity(), model.device())?;
         let mut tr = Self::from_adapter(model, adapter, st.options)?;
         let opt_path = dir.join(CKPT_OPT);
         let tensors = candle_core::safetensors::load(&opt_path, &model.decoder.device)?;

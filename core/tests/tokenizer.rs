@@ -1,8 +1,8 @@
 //! The GGUF-built tokenizer against llama.cpp's ids for the default model
 //! (`tests/fixtures/tokenizer_smollm2.json`, see /work/shared/fixtures/README.md).
 
-use focus_core::gguf::GgufFile;
-use focus_core::tokenizer::Tokenizer;
+use focus_core::model::gguf::GgufFile;
+use focus_core::model::tokenizer::Tokenizer;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 

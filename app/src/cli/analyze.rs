@@ -1,3 +1,6 @@
+//! `analyze`: route a text through the model with an adapter and write the per-layer routing
+//! statistics (JSON, or CSV with category profiles and per-token categories beside it).
+
 use super::common::{load_adapter, progress, ModeArgs, ModelArgs};
 use anyhow::{bail, Context, Result};
 use focus_core::analysis::{analyze, AnalyzeOptions};
@@ -33,7 +36,7 @@ pub fn run(a: Args) -> Result<()> {
     if ext != "json" && ext != "csv" {
         bail!("--out must end in .json or .csv, got {}", a.out.display());
     }
-    let text = focus_core::text::read_text(&a.file)?;
+    let text = focus_core::io::text::read_text(&a.file)?;
     let model = a.model.load()?;
     let adapter = load_adapter(Some(&a.adapter), &model)?.expect("adapter given");
     let mode = a.mode.resolve(Some(&adapter))?;

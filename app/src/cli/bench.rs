@@ -1,15 +1,16 @@
-//! `bench forward`: prefill throughput of the whole model, dense vs hard top-k, measured side by
-//! side in one run (modes alternate within each repeat so drift hits both alike).
+//! `bench`: the benchmarks, each measured side by side in one run: `bench forward` (prefill of
+//! the whole model, dense vs hard top-k, modes alternating within each repeat so drift hits both
+//! alike), `bench matmul` (one layer's projections, quantized vs f32) and `bench attention`
+//! (one attention call, our dense kernel vs exact top-k Focus vs candle's matmul + softmax).
 
 use super::common::{load_adapter, print_json, ModelArgs};
 use anyhow::{Context, Result};
 use candle_core::{quantized::QMatMul, Module, Tensor};
 use focus_core::bench::{forward_bench, median, BenchOptions};
-use focus_core::{gguf::GgufFile, Adapter, AdapterSpec};
+use focus_core::{model::gguf::GgufFile, Adapter, AdapterSpec};
 use std::path::PathBuf;
 use std::time::Instant;
 
-pub const SAMPLE_TEXT: &str = include_str!("../../../assets/sample.txt");
 
 #[derive(clap::Args)]
 pub struct ForwardArgs {
@@ -38,12 +39,12 @@ pub fn forward(a: ForwardArgs) -> Result<()> {
     let model = a.model.load()?;
     let adapter = match load_adapter(a.adapter.as_deref(), &model)? {
         Some(ad) => ad,
-        None => Adapter::random(&model, &AdapterSpec::default(), 0)?,
+        None => Adapter::random(&model.identity(), model.device(), &AdapterSpec::default(), 0)?,
     };
     let k = a.k.unwrap_or(adapter.config.top_k);
     let text = match &a.text {
-        Some(p) => focus_core::text::read_text(p)?,
-        None => SAMPLE_TEXT.to_string(),
+        Some(p) => focus_core::io::text::read_text(p)?,
+        None => crate::defaults::SAMPLE_TEXT.to_string(),
     };
     let base = model.tokenizer()?.encode(&text, false)?.ids;
     anyhow::ensure!(!base.is_empty(), "the text has no tokens");
@@ -90,7 +91,7 @@ pub struct MatmulArgs {
 /// `bench matmul`: one layer's projections of a GGUF model, kept quantized (candle's QMatMul)
 /// vs dequantized to f32 (what the engine runs), timed alternately in one run.
 pub fn matmul(a: MatmulArgs) -> Result<()> {
-    let path = a.model.model.clone().unwrap_or_else(super::common::default_model_path);
+    let path = a.model.model.clone().unwrap_or_else(crate::defaults::default_model_path);
     let g = GgufFile::open(&path)?;
     let dev = candle_core::Device::Cpu;
     let names = ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"];

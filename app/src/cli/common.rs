@@ -7,19 +7,6 @@ use focus_core::{Adapter, Mode, Model};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 
-pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-/// Where `scripts/fetch-model.sh` puts the default model.
-pub fn default_model_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("FOCUS_LENS_MODEL") {
-        return PathBuf::from(p);
-    }
-    let cache = std::env::var_os("FOCUS_LENS_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/focus-lens"));
-    cache.join(DEFAULT_MODEL_FILE)
-}
-
 #[derive(ClapArgs, Clone)]
 pub struct ModelArgs {
     /// A .gguf file or a Hugging Face directory (config.json + *.safetensors). Default: the
@@ -43,7 +30,7 @@ impl ModelArgs {
         let path = match &self.model {
             Some(p) => p.clone(),
             None => {
-                let p = default_model_path();
+                let p = crate::defaults::default_model_path();
                 if !p.exists() {
                     bail!("the default model is not at {}: run scripts/fetch-model.sh first, or pass --model", p.display());
                 }
@@ -85,7 +72,7 @@ impl ModeArgs {
 }
 
 pub fn load_adapter(path: Option<&Path>, model: &Model) -> Result<Option<Adapter>> {
-    path.map(|p| Adapter::load(p, model).with_context(|| format!("adapter {}", p.display()))).transpose()
+    path.map(|p| Adapter::load(p, &model.identity(), model.device()).with_context(|| format!("adapter {}", p.display()))).transpose()
 }
 
 pub fn progress(total: u64, what: &str, quiet: bool) -> ProgressBar {

@@ -1,20 +1,12 @@
-//! `focus-lens` with no arguments: the embedded default. Loads the default model, the sample
+//! `focus-lens demo` (and `focus-lens` without arguments when no window can open): the embedded
+//! default. Loads the default model, the sample
 //! adapter and the sample text compiled into the binary, and prints the routing analysis.
 
-use super::bench::SAMPLE_TEXT;
 use super::common::{progress, ModelArgs};
+use crate::defaults::{sample_adapter, SAMPLE_ADAPTER_NAME, SAMPLE_TEXT};
 use anyhow::Result;
 use focus_core::analysis::{analyze, AnalyzeOptions};
-use focus_core::{Adapter, Mode};
-use std::path::Path;
-
-pub const SAMPLE_ADAPTER_NAME: &str = "sample_adapters/smollm2-135m-k8";
-const SAMPLE_ADAPTER_CONFIG: &str = include_str!("../../../sample_adapters/smollm2-135m-k8/adapter_config.json");
-const SAMPLE_ADAPTER_WEIGHTS: &[u8] = include_bytes!("../../../sample_adapters/smollm2-135m-k8/adapter_model.safetensors");
-
-pub fn sample_adapter(model: &focus_core::Model) -> focus_core::Result<Adapter> {
-    Adapter::from_bytes(SAMPLE_ADAPTER_CONFIG, SAMPLE_ADAPTER_WEIGHTS, model, Path::new(SAMPLE_ADAPTER_NAME))
-}
+use focus_core::Mode;
 
 pub fn run() -> Result<()> {
     let model = ModelArgs { model: None, device: "cpu".into() }.load()?;

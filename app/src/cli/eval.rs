@@ -3,7 +3,7 @@
 
 use super::common::{load_adapter, print_json, progress, ModeArgs, ModelArgs};
 use anyhow::{Context, Result};
-use focus_core::eval::{self, SuiteResult};
+use focus_core::eval::suites::{self as eval, SuiteResult};
 use focus_core::Mode;
 use std::path::PathBuf;
 

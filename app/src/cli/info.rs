@@ -1,3 +1,5 @@
+//! `info`: what a model file holds (architecture, shape, tokenizer, fingerprint), as text or JSON.
+
 use super::common::{print_json, ModelArgs};
 use anyhow::Result;
 

@@ -1,3 +1,5 @@
+//! `adapter init`: write a randomly initialised (untrained) centroid adapter for a model.
+
 use super::common::{ModelArgs, SpecArgs};
 use anyhow::Result;
 use focus_core::Adapter;
@@ -17,7 +19,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let model = a.model.load()?;
-    let adapter = Adapter::random(&model, &a.spec.spec(), a.seed)?;
+    let adapter = Adapter::random(&model.identity(), model.device(), &a.spec.spec(), a.seed)?;
     adapter.save(&a.out)?;
     eprintln!("wrote a random K={} adapter for {} ({} layers) to {}", a.spec.groups, model.config().name, model.config().n_layers, a.out.display());
     Ok(())

@@ -71,7 +71,7 @@ enum BenchCommand {
 
 pub fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let Some(command) = cli.command else { return crate::gui::run_or_demo() };
+    let Some(command) = cli.command else { return run_or_demo() };
     match command {
         Command::Gui => crate::gui::run(),
         Command::Demo => demo::run(),
@@ -86,4 +86,18 @@ pub fn run() -> anyhow::Result<()> {
         Command::Bench { command: BenchCommand::Matmul(a) } => bench::matmul(a),
         Command::Bench { command: BenchCommand::Attention(a) } => bench::attention(a),
     }
+}
+
+/// `focus-lens` with no arguments: the window when there is a display, else (or when the window
+/// cannot open) a clear message and the text demo.
+pub fn run_or_demo() -> anyhow::Result<()> {
+    if !crate::gui::display_available() {
+        eprintln!("focus-lens: no display (neither DISPLAY nor WAYLAND_DISPLAY is set), so no window: printing the text demo instead (`focus-lens demo`; `focus-lens --help` lists the commands)");
+        return demo::run();
+    }
+    if let Err(e) = crate::gui::run() {
+        eprintln!("focus-lens: {e:#}: printing the text demo instead");
+        return demo::run();
+    }
+    Ok(())
 }

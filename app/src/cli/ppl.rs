@@ -1,3 +1,6 @@
+//! `ppl`: perplexity of a text in llama.cpp's convention (non-overlapping chunks, second half
+//! scored), dense or with an adapter in soft or hard top-k mode.
+
 use super::common::{load_adapter, print_json, progress, ModeArgs, ModelArgs};
 use anyhow::Result;
 use std::path::PathBuf;
@@ -21,7 +24,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let mut text = focus_core::text::read_text(&a.file)?;
+    let mut text = focus_core::io::text::read_text(&a.file)?;
     // llama-perplexity strips one trailing newline before tokenizing.
     if text.ends_with('\n') {
         text.pop();
@@ -32,7 +35,7 @@ pub fn run(a: Args) -> Result<()> {
     let ids = model.tokenizer()?.encode(&text, false)?.ids;
     let pb = progress((ids.len() / a.ctx.max(1)) as u64, &format!("ppl {mode}"), a.json);
     let t0 = Instant::now();
-    let r = focus_core::ppl::perplexity(&model, &ids, a.ctx, mode, adapter.as_ref(), None, |d, _| pb.set_position(d as u64))?;
+    let r = focus_core::eval::ppl::perplexity(&model, &ids, a.ctx, mode, adapter.as_ref(), None, |d, _| pb.set_position(d as u64))?;
     pb.finish_and_clear();
     let seconds = t0.elapsed().as_secs_f64();
     if a.json {

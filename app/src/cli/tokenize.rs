@@ -1,3 +1,5 @@
+//! `tokenize`: a text's token ids and pieces under the model's tokenizer, as text or JSON.
+
 use super::common::{print_json, ModelArgs};
 use anyhow::Result;
 use std::path::PathBuf;
@@ -16,7 +18,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let text = focus_core::text::read_text(&a.file)?;
+    let text = focus_core::io::text::read_text(&a.file)?;
     let m = a.model.load()?;
     let enc = m.tokenizer()?.encode(&text, a.parse_special)?;
     if a.json {

@@ -3,7 +3,7 @@
 
 use super::common::{progress, ModelArgs, SpecArgs};
 use anyhow::{bail, Context, Result};
-use focus_core::router::SinkhornGrad;
+use focus_core::focus::router::SinkhornGrad;
 use focus_core::train::{TrainData, TrainOptions, Trainer};
 use focus_core::Model;
 use std::io::Write;
@@ -43,8 +43,8 @@ pub struct Args {
     pub checkpoint_every: usize,
     /// Gradient through Sinkhorn: `full` (exact) or `detached` (column normalisers held
     /// constant: same forward, a much smaller graph, 1.34x faster steps on the H200). Measured:
-    /// fine with --score cosine, harmful with dot scores (docs/RESULTS.md, round 2); with cosine
-    /// scores the full gradient still trains routers that do better under hard top-k (round 4).
+    /// fine with --score cosine, harmful with dot scores; with cosine scores the full gradient
+    /// still trains routers that do better under hard top-k (docs/cli.md).
     #[arg(long, value_parser = ["full", "detached"], default_value = "full")]
     pub sinkhorn_grad: String,
     /// Decay the learning rate along a cosine from --lr to --lr/10 at --steps.
@@ -96,7 +96,7 @@ fn tokens(model: &Model, files: &[PathBuf]) -> Result<Vec<u32>> {
     let tok = model.tokenizer()?;
     let mut ids = Vec::new();
     for f in files {
-        let text = focus_core::text::read_text(f)?;
+        let text = focus_core::io::text::read_text(f)?;
         ids.extend(tok.encode(&text, false)?.ids);
         if let Some(eos) = tok.eos_id() {
             ids.push(eos);
@@ -120,7 +120,7 @@ pub fn run(a: Args) -> Result<()> {
             let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through };
             match &a.init {
                 Some(dir) => {
-                    let mut adapter = focus_core::Adapter::load(dir, &model).with_context(|| format!("loading the initial adapter {}", dir.display()))?;
+                    let mut adapter = focus_core::Adapter::load(dir, &model.identity(), model.device()).with_context(|| format!("loading the initial adapter {}", dir.display()))?;
                     // Its measured results describe the initial weights, not the trained ones.
                     adapter.config.results = None;
                     Trainer::from_adapter(&model, adapter, opts)?

@@ -5,12 +5,12 @@
 
 use super::median;
 use crate::error::{Error, Result};
-use crate::topk::Shape;
-use crate::{flash, topk};
+use crate::attention::cpu::Shape;
+use crate::attention::cpu;
+use crate::focus::mask;
 use candle_core::{DType, Device, Tensor};
 use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
 use serde::Serialize;
-use std::collections::HashMap;
 use std::time::Instant;
 
 #[derive(Debug, Clone)]
@@ -69,9 +69,9 @@ pub struct AttentionRow {
     pub device: String,
     pub dtype: String,
     pub threads: usize,
-    /// Our tiled dense causal kernel (`flash::causal_attention`).
+    /// Our tiled dense causal kernel (`cpu::dense::causal_attention`).
     pub dense_ms: Option<f64>,
-    /// Exact hard top-k Focus attention (`topk::focus_attention`).
+    /// Exact hard top-k Focus attention (`cpu::focus::focus_attention`).
     pub focus_ms: Option<f64>,
     /// dense_ms / focus_ms.
     pub speedup: Option<f64>,
@@ -219,32 +219,6 @@ fn k_subsets(n: usize, k: usize, limit: usize) -> Option<Vec<u64>> {
     Some(out)
 }
 
-/// Pairs (j <= i) the hard top-k mask keeps, counted per distinct top-k set in O(T x sets).
-pub fn kept_pairs(masks: &[u64], window: usize) -> u64 {
-    let mut index: HashMap<u64, usize> = HashMap::new();
-    let mut sets: Vec<u64> = Vec::new();
-    let ids: Vec<usize> = masks
-        .iter()
-        .map(|&m| {
-            *index.entry(m).or_insert_with(|| {
-                sets.push(m);
-                sets.len() - 1
-            })
-        })
-        .collect();
-    // counts[s]: tokens j <= i - window - 1 (distant from i) whose set is sets[s].
-    let mut counts = vec![0u64; sets.len()];
-    let mut total = 0u64;
-    for (i, &mi) in masks.iter().enumerate() {
-        if i > window {
-            counts[ids[i - window - 1]] += 1;
-        }
-        total += (i.min(window) + 1) as u64;
-        total += sets.iter().zip(&counts).filter(|(&s, _)| s & mi != 0).map(|(_, &c)| c).sum::<u64>();
-    }
-    total
-}
-
 /// The long-length limit of the speedup bound 1 / `pairs_fraction` for balanced top-k
 /// memberships: two distant tokens share a group unless their k-sets are disjoint, which
 /// happens with probability C(K-k, k) / C(K, k). It is K/k only for k = 1 (K=8, k=2: 28/13).
@@ -261,8 +235,7 @@ pub fn bound_limit(groups: usize, k: usize) -> f64 {
 
 /// Fraction of causal pairs kept.
 pub fn pairs_fraction(masks: &[u64], window: usize) -> f64 {
-    let t = masks.len() as f64;
-    kept_pairs(masks, window) as f64 / (t * (t + 1.0) / 2.0)
+    mask::pair_stats(masks, window).retained
 }
 
 /// CPU time of this process (user + system, all threads) in ms, from /proc/self/stat (Linux;
@@ -336,7 +309,7 @@ fn run_cpu(cfg: &AttentionBench, device: &Device, mut on_row: impl FnMut(&Attent
             let tq = Tensor::from_slice(&q, (s.heads, n, s.d), device)?;
             let tk = Tensor::from_slice(&k, (s.kv_heads, n, s.d), device)?;
             let tv = Tensor::from_slice(&v, (s.kv_heads, n, s.d), device)?;
-            Some((tq, tk, tv, crate::attention::causal_bias(n, device)?))
+            Some((tq, tk, tv, crate::focus::mask::causal_bias(n, device)?))
         } else {
             None
         };
@@ -350,13 +323,13 @@ fn run_cpu(cfg: &AttentionBench, device: &Device, mut on_row: impl FnMut(&Attent
         for rep in first..=cfg.repeats {
             let keep = rep > 0;
             if cpu {
-                let (ms, cpu) = timed(|| Ok(flash::causal_attention(&q, &k, &v, s)))?;
+                let (ms, cpu) = timed(|| Ok(cpu::dense::causal_attention(&q, &k, &v, s)))?;
                 if keep {
                     dense_t.push(ms);
                     dense_c.extend(cpu);
                 }
                 for (vi, (_, _, masks)) in variants.iter().enumerate() {
-                    let (ms, cpu) = timed(|| Ok(topk::focus_attention(&q, &k, &v, s, masks, cfg.window)))?;
+                    let (ms, cpu) = timed(|| Ok(cpu::focus::focus_attention(&q, &k, &v, s, masks, cfg.window)))?;
                     if keep {
                         focus_t[vi].push(ms);
                         focus_c[vi].extend(cpu);
@@ -450,11 +423,11 @@ mod tests {
             let mut direct = 0u64;
             for i in 0..t {
                 for j in 0..=i {
-                    direct += (i - j <= w || masks[i] & masks[j] != 0) as u64;
+                    direct += mask::kept(&masks, w, i, j) as u64;
                 }
             }
-            assert_eq!(kept_pairs(&masks, w), direct);
-            let (a, b) = topk::pair_counts(&masks, w);
+            assert_eq!(mask::pair_stats(&masks, w).kept(), direct);
+            let (a, b) = crate::attention::reference::ab_pair_counts(&masks, w);
             assert_eq!(a + b, direct);
         }
     }
@@ -487,14 +460,14 @@ mod tests {
             &Tensor::from_slice(&q, (h, t, d), &dev).unwrap(),
             &Tensor::from_slice(&k, (hkv, t, d), &dev).unwrap(),
             &Tensor::from_slice(&v, (hkv, t, d), &dev).unwrap(),
-            &crate::attention::causal_bias(t, &dev).unwrap(),
+            &crate::focus::mask::causal_bias(t, &dev).unwrap(),
         )
         .unwrap()
         .flatten_all()
         .unwrap()
         .to_vec1::<f32>()
         .unwrap();
-        let want = flash::causal_attention(&q, &k, &v, Shape { heads: h, kv_heads: hkv, t, d });
+        let want = cpu::dense::causal_attention(&q, &k, &v, Shape { heads: h, kv_heads: hkv, t, d });
         let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         assert!(err < 1e-5, "{err}");
     }

@@ -1,10 +1,10 @@
 //! The attention benchmark on CUDA: our dense kernel vs exact top-k Focus (both from
-//! `cuda_attention`), and candle's matmul + softmax where it fits, alternated in one run.
+//! `attention::cuda::host`), and candle's matmul + softmax where it fits, alternated in one run.
 //! Times are wall clock around a device synchronisation.
 
 use super::attention::{candle_attention, variants, AttentionBench, AttentionRow};
 use super::median;
-use crate::cuda_attention::{dense_attention, focus_attention, FocusPlan, Rows};
+use crate::attention::cuda::host::{dense_attention, focus_attention, FocusPlan, Rows};
 use crate::error::Result;
 use candle_core::cuda_backend::CudaDevice;
 use candle_core::{Device, Tensor};
@@ -39,7 +39,7 @@ pub(super) fn run(cfg: &AttentionBench, dev: &CudaDevice, mut on_row: impl FnMut
         }
         let candle_bytes = 2 * cfg.heads * n * n * cfg.dtype.size_in_bytes();
         let causal = if candle_bytes <= cfg.candle_max_bytes {
-            Some(crate::attention::causal_bias(n, &device)?.to_dtype(cfg.dtype)?)
+            Some(crate::focus::mask::causal_bias(n, &device)?.to_dtype(cfg.dtype)?)
         } else {
             None
         };

@@ -3,7 +3,7 @@
 //! other load) hits both alike; the median of the timed repeats is reported.
 
 use super::median;
-use crate::adapter::Adapter;
+use crate::focus::adapter::Adapter;
 use crate::attention::Mode;
 use crate::error::{Error, Result};
 use crate::model::{ForwardOptions, Model};

@@ -3,7 +3,8 @@
 //! to the (out, in) layout of `Linear`, and split the fused c_attn into Q, K and V.
 
 use super::config::{Arch, MlpKind, ModelConfig, NormKind, Positions};
-use super::decoder::{Block, Decoder, Linear, Mlp, Norm};
+use super::block::{Block, Linear, Mlp, Norm};
+use super::decoder::Decoder;
 use super::hf::HfConfig;
 use super::weights::WeightSource;
 use crate::error::{Error, Result};

@@ -2,11 +2,12 @@
 //! SwiGLU. From GGUF (arch `llama` or `qwen2`) or from a Hugging Face directory.
 
 use super::config::{Arch, MlpKind, ModelConfig, NormKind, Positions};
-use super::decoder::{Block, Decoder, Linear, Mlp, Norm};
+use super::block::{Block, Linear, Mlp, Norm};
+use super::decoder::Decoder;
 use super::hf::{self, HfConfig};
 use super::weights::WeightSource;
 use crate::error::{Error, Result};
-use crate::gguf::GgufFile;
+use crate::model::gguf::GgufFile;
 use candle_core::Device;
 
 /// From a GGUF file of arch `llama` (Llama, SmolLM2) or `qwen2` (Llama-style blocks with Q/K/V

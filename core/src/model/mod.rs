@@ -1,20 +1,24 @@
 //! Loading a base model: a GGUF file or a Hugging Face directory, one family per file.
 
+pub mod block;
 pub mod config;
 pub mod decoder;
+pub mod gguf;
 pub mod gpt2;
 pub mod hf;
+pub mod identity;
 pub mod llama;
 pub mod qwen2;
+pub mod tokenizer;
 pub mod weights;
 
-use crate::adapter::BaseModel;
 use crate::error::{Error, Result};
-use crate::gguf::GgufFile;
-use crate::tokenizer::Tokenizer;
+use crate::model::gguf::GgufFile;
+use crate::model::tokenizer::Tokenizer;
 use candle_core::Device;
 pub use config::{Arch, ModelConfig};
 pub use decoder::{Decoder, ForwardOptions, ForwardOutput};
+pub use identity::BaseModel;
 use std::path::{Path, PathBuf};
 use weights::{SafeTensorsDir, WeightSource};
 
@@ -67,6 +71,10 @@ impl Model {
 
     pub fn config(&self) -> &ModelConfig {
         &self.decoder.config
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.decoder.device
     }
 
     pub fn tokenizer(&self) -> Result<&Tokenizer> {

@@ -3,7 +3,7 @@
 //! for NaN/inf values when it is loaded, so a damaged checkpoint fails at load time with its name.
 
 use crate::error::{Error, Result};
-use crate::gguf::GgufFile;
+use crate::model::gguf::GgufFile;
 use candle_core::{DType, Device, Tensor};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;

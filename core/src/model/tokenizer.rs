@@ -4,7 +4,7 @@
 //! let the `tokenizers` crate parse it, so the ids match llama.cpp's.
 
 use crate::error::{Error, Result};
-use crate::gguf::{GgufFile, Value};
+use crate::model::gguf::{GgufFile, Value};
 use serde_json::{json, Value as Json};
 use std::collections::HashSet;
 use std::path::Path;

@@ -1,53 +1,7 @@
-//! The Focus router of one layer: scores S = (h W_g) C^T, then Sinkhorn in the log domain
-//! (FOCUS-METHOD section 1). Sinkhorn runs on the host in f64: it is T x K work, tiny next to
-//! attention, and f64 keeps the log-domain sums exact enough that the causal variant's prefix
-//! sums need no special care.
-
-use serde::{Deserialize, Serialize};
-
-/// One layer's routing for one sequence.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct LayerRouting {
-    pub t: usize,
-    pub groups: usize,
-    /// Raw scores S = (h W_g) C^T, T x K row-major.
-    pub scores: Vec<f32>,
-    /// Soft memberships after Sinkhorn, T x K; each row sums to 1.
-    pub memberships: Vec<f32>,
-    /// The routing vectors h W_g (T x d_g), kept only when routing is recorded.
-    pub vectors: Option<Vec<f32>>,
-    pub d_g: usize,
-}
-
-impl LayerRouting {
-    pub fn row(&self, i: usize) -> &[f32] {
-        &self.memberships[i * self.groups..(i + 1) * self.groups]
-    }
-
-    /// The k groups with the largest memberships of token i, in descending membership; ties go
-    /// to the lower group index so that the choice is deterministic.
-    pub fn top_groups(&self, i: usize, k: usize) -> Vec<usize> {
-        top_k_indices(self.row(i), k)
-    }
-
-    /// Per-token bitmasks of the top-k groups (K <= 64 is enforced by the adapter).
-    pub fn topk_masks(&self, k: usize) -> Vec<u64> {
-        (0..self.t).map(|i| topk_mask(self.row(i), k)).collect()
-    }
-}
-
-/// The bitmask of the k largest entries of one membership row (ties to the lower group).
-pub fn topk_mask(row: &[f32], k: usize) -> u64 {
-    top_k_indices(row, k).iter().fold(0u64, |m, &g| m | 1 << g)
-}
-
-pub fn top_k_indices(row: &[f32], k: usize) -> Vec<usize> {
-    let mut idx: Vec<usize> = (0..row.len()).collect();
-    // Stable sort by descending value keeps lower indices first among ties.
-    idx.sort_by(|&a, &b| row[b].partial_cmp(&row[a]).unwrap_or(std::cmp::Ordering::Equal));
-    idx.truncate(k.min(row.len()));
-    idx
-}
+//! Sinkhorn balancing of router scores (FOCUS-METHOD section 1), in the log domain: the host
+//! version in f64 that inference uses (T x K work, tiny next to attention; f64 keeps the causal
+//! variant's prefix sums exact enough to need no special care), and the same iterations in
+//! candle ops with a backward pass, for training.
 
 fn log_sum_exp(xs: impl Iterator<Item = f64> + Clone) -> f64 {
     let m = xs.clone().fold(f64::NEG_INFINITY, f64::max);
@@ -299,12 +253,5 @@ mod tests {
             let s: f32 = (0..t).map(|i| gx[i * k + g]).sum();
             assert!((s - t as f32).abs() < 1e-2, "{s}");
         }
-    }
-
-    #[test]
-    fn top_groups_break_ties_by_index() {
-        let r = LayerRouting { t: 1, groups: 4, scores: vec![0.0; 4], memberships: vec![0.25; 4], vectors: None, d_g: 1 };
-        assert_eq!(r.top_groups(0, 2), vec![0, 1]);
-        assert_eq!(r.topk_masks(3), vec![0b0111]);
     }
 }

@@ -1,13 +1,31 @@
-//! Attention for one layer, in every mode Focus needs. Dense and soft attention are candle
-//! matrix products (soft adds the router's gate to the scores); hard top-k runs the exact A/B
-//! kernel in `topk.rs`, which never computes a pair outside the mask; `Masked` is dense
-//! attention with an explicit mask, the reference the fast path is tested against.
+//! Attention for one layer, in every mode Focus needs. `plan` resolves a layer's mode, adapter
+//! and routing into a `LayerPlan`; `attend` runs it for one sequence (inference) and
+//! `attend_batch` for a batch with a backward pass (training).
+//!
+//! Dispatch order in `attend` (the first that applies runs):
+//! 1. `TopK` on CUDA: the CUDA Focus kernel (`cuda::host`), for the shapes it takes;
+//! 2. `TopK` otherwise: the exact CPU Focus kernel (`cpu::focus`), which never computes a
+//!    pair outside the mask;
+//! 3. `Dense` on CUDA: the CUDA flash kernel, for the shapes it takes;
+//! 4. `Dense` on the CPU: the tiled CPU flash kernel (`cpu::dense`);
+//! 5. everything else (soft gates, an explicit `Masked` reference, dense on other devices):
+//!    candle matrix products with the gate or mask applied to the scores, and the fused causal
+//!    softmax (`cpu::simd`) on the CPU.
+//!
+//! `soft` builds the soft-gate plans, `reference` holds the independent references the kernels
+//! are tested against; the mask rule itself is `focus::mask`.
 
-use crate::adapter::{AdapterConfig, Gate};
+pub mod cpu;
+pub mod cuda;
+pub mod reference;
+pub mod soft;
+
 use crate::error::{Error, Result};
-use crate::kernels::CausalSoftmax;
-use crate::router::LayerRouting;
-use crate::{flash, topk};
+use crate::focus::adapter::AdapterConfig;
+use crate::focus::mask::all_local;
+use crate::focus::router::LayerRouting;
+use cpu::simd::CausalSoftmax;
+use cpu::Shape;
 use candle_core::{Device, Tensor};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,17 +75,6 @@ pub enum LayerPlan {
     Masked(Tensor),
 }
 
-/// Additive causal mask: 0 on and below the diagonal, -inf above.
-pub fn causal_bias(t: usize, dev: &Device) -> Result<Tensor> {
-    let v: Vec<f32> = (0..t * t).map(|n| if n % t <= n / t { 0.0 } else { f32::NEG_INFINITY }).collect();
-    Ok(Tensor::from_vec(v, (t, t), dev)?)
-}
-
-/// Every causal pair is local when no query is more than `window` tokens after position 0.
-pub fn all_local(t: usize, window: usize) -> bool {
-    t <= window + 1
-}
-
 pub fn plan(
     mode: Mode,
     cfg: Option<&AdapterConfig>,
@@ -87,7 +94,7 @@ pub fn plan(
     }
     match mode {
         Mode::Dense => unreachable!(),
-        Mode::Soft => soft_plan(&Tensor::from_slice(&routing.memberships, (t, cfg.groups), dev)?, cfg),
+        Mode::Soft => soft::soft_plan(&Tensor::from_slice(&routing.memberships, (t, cfg.groups), dev)?, cfg),
         Mode::TopK(k) => {
             if k == 0 || k > cfg.groups {
                 return Err(Error::Invalid(format!("top-k k = {k} must be in 1..={}", cfg.groups)));
@@ -97,68 +104,8 @@ pub fn plan(
     }
 }
 
-/// The soft gate of FOCUS-METHOD section 1 from memberships `g` (T x K), as a T x T plan
-/// (B x T x K gives B x T x T, for a batch of sequences). Built from candle ops, so gradients
-/// flow to `g` when it comes from trainable routers.
-pub fn soft_plan(g: &Tensor, cfg: &AdapterConfig) -> Result<LayerPlan> {
-    gate_plan(g, cfg, &local_mask(g.dim(g.rank() - 2)?, cfg.window, g.device())?)
-}
-
-/// `soft_plan` with the local mask (`local_mask`, T x T) given.
-fn gate_plan(g: &Tensor, cfg: &AdapterConfig, local: &Tensor) -> Result<LayerPlan> {
-    let affinity = g.matmul(&g.t()?)?;
-    let local = local.broadcast_as(affinity.shape())?;
-    Ok(match cfg.gate {
-        Gate::Paper => {
-            let f = candle_nn::ops::sigmoid(&(affinity * cfg.lambda)?)?;
-            LayerPlan::SoftFactor(local.where_cond(&f.ones_like()?, &f)?)
-        }
-        Gate::Log => {
-            let b = (affinity + cfg.log_eps)?.log()?;
-            LayerPlan::SoftBias(local.where_cond(&b.zeros_like()?, &b)?)
-        }
-    })
-}
-
-/// Training through the hard top-k mask (a straight-through estimator): the plan's value is
-/// the mask top-k inference applies (0 where it keeps a pair, -inf where it prunes it), its
-/// gradient that of the log gate's soft bias log(a_ij + eps), whatever the adapter's gate (the
-/// forward uses no gate). The loss is then hard inference's loss, while the routers still get
-/// gradients through the soft memberships (of the pairs the mask keeps).
-/// `g`: memberships (T x K) or (B x T x K).
-pub fn straight_through_plan(g: &Tensor, cfg: &AdapterConfig, k: usize) -> Result<LayerPlan> {
-    if k == 0 || k > cfg.groups {
-        return Err(Error::Invalid(format!("straight-through k = {k} must be in 1..={}", cfg.groups)));
-    }
-    let (kk, dev) = (cfg.groups, g.device());
-    let local = local_mask(g.dim(g.rank() - 2)?, cfg.window, dev)?;
-    let log_gate = AdapterConfig { gate: Gate::Log, ..cfg.clone() };
-    let LayerPlan::SoftBias(soft) = gate_plan(g, &log_gate, &local)? else {
-        unreachable!("the log gate gives an additive bias")
-    };
-    // Top-k sets from the memberships' values, chosen as inference chooses them, as 0/1
-    // indicators; the T x T mask itself is built on the device (a shared group = a positive
-    // product of indicators), not pair by pair on the host.
-    let rows = g.detach().to_dtype(candle_core::DType::F32)?.flatten_to(g.rank() - 2)?.to_vec2::<f32>()?;
-    let ind: Vec<f32> = rows.iter().flat_map(|r| {
-        let m = crate::router::topk_mask(r, k);
-        (0..kk).map(move |x| ((m >> x) & 1) as f32)
-    }).collect();
-    let ind = Tensor::from_vec(ind, g.shape(), dev)?.to_dtype(g.dtype())?;
-    let shared = ind.matmul(&ind.t()?)?.gt(0.5)?;
-    let keep = shared.maximum(&local.broadcast_as(shared.shape())?)?;
-    let hard = keep.where_cond(&soft.zeros_like()?, &Tensor::full(f32::NEG_INFINITY, soft.shape(), dev)?.to_dtype(soft.dtype())?)?;
-    Ok(LayerPlan::SoftBias((hard + (&soft - soft.detach())?)?))
-}
-
-/// 1 where 0 <= i - j <= window (and for j > i, which the causal mask removes anyway), else 0.
-pub fn local_mask(t: usize, window: usize, dev: &Device) -> Result<Tensor> {
-    let v: Vec<u8> = (0..t * t).map(|n| ((n / t).saturating_sub(n % t) <= window) as u8).collect();
-    Ok(Tensor::from_vec(v, (t, t), dev)?)
-}
-
 /// Inference attention of one sequence: q (H, T, D); k, v (Hkv, T, D); returns (H, T, D).
-/// `causal` is the additive causal mask (`causal_bias`), needed off the CPU. Training uses
+/// `causal` is the additive causal mask (`focus::mask::causal_bias`), needed off the CPU. Training uses
 /// `attend_batch`.
 pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Option<&Tensor>) -> Result<Tensor> {
     let (h, t, d) = q.dims3()?;
@@ -168,12 +115,12 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Opti
         // q, k, v through the host); shapes it does not take fall through to the CPU kernel.
         #[cfg(feature = "cuda")]
         if let Device::Cuda(dev) = q.device() {
-            if let Some(out) = crate::cuda_attention::focus_attention_if_supported(q, k, v, masks, *window, dev)? {
+            if let Some(out) = crate::attention::cuda::host::focus_attention_if_supported(q, k, v, masks, *window, dev)? {
                 return Ok(out);
             }
         }
-        let lay = topk::Shape { heads: h, kv_heads: hkv, t, d };
-        let out = topk::focus_attention(
+        let lay = Shape { heads: h, kv_heads: hkv, t, d };
+        let out = cpu::focus::focus_attention(
             &q.flatten_all()?.to_vec1::<f32>()?,
             &k.flatten_all()?.to_vec1::<f32>()?,
             &v.flatten_all()?.to_vec1::<f32>()?,
@@ -187,17 +134,17 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Opti
     // the T x T scores; on the H200 our f32 kernel is 2.9x faster at 4K tokens).
     #[cfg(feature = "cuda")]
     if let (LayerPlan::Dense, Device::Cuda(_)) = (plan, q.device()) {
-        if let Some(out) = crate::cuda_attention::dense_attention_if_supported(q, k, v)? {
+        if let Some(out) = crate::attention::cuda::host::dense_attention_if_supported(q, k, v)? {
             return Ok(out);
         }
     }
     let fast_cpu = q.device().is_cpu();
     if fast_cpu && matches!(plan, LayerPlan::Dense) {
-        let out = flash::causal_attention(
+        let out = cpu::dense::causal_attention(
             &q.flatten_all()?.to_vec1::<f32>()?,
             &k.flatten_all()?.to_vec1::<f32>()?,
             &v.flatten_all()?.to_vec1::<f32>()?,
-            topk::Shape { heads: h, kv_heads: hkv, t, d },
+            Shape { heads: h, kv_heads: hkv, t, d },
         );
         return Ok(Tensor::from_vec(out, (h, t, d), q.device())?);
     }
@@ -250,18 +197,4 @@ pub fn attend_batch(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal
     };
     let p = candle_nn::ops::softmax(&x.broadcast_add(causal)?, candle_core::D::Minus1)?;
     Ok(p.reshape((b, hkv, rep * t, t))?.matmul(v)?.reshape((b, h, t, d))?)
-}
-
-/// The hard top-k mask as an additive T x T tensor (0 kept, -inf pruned): the explicit
-/// reference for the fast kernel.
-pub fn topk_mask_bias(masks: &[u64], window: usize, dev: &Device) -> Result<Tensor> {
-    let t = masks.len();
-    let v: Vec<f32> = (0..t * t)
-        .map(|n| {
-            let (i, j) = (n / t, n % t);
-            let keep = j > i || i - j <= window || masks[i] & masks[j] != 0;
-            if keep { 0.0 } else { f32::NEG_INFINITY }
-        })
-        .collect();
-    Ok(Tensor::from_vec(v, (t, t), dev)?)
 }

@@ -4,14 +4,20 @@
 //! own sequence, so pairs never cross a segment boundary. Per-token results are concatenated and
 //! pair counts summed over segments.
 
-use crate::adapter::Adapter;
+pub mod categories;
+pub mod partners;
+pub mod projection;
+pub mod stats;
+
+use crate::focus::adapter::Adapter;
 use crate::attention::Mode;
-use crate::categories::{categorize_tokens, layer_profile, Category, LayerProfile, Piece};
+use crate::analysis::categories::{categorize_tokens, layer_profile, Category, LayerProfile, Piece};
 use crate::error::{Error, Result};
 use crate::model::{ForwardOptions, Model};
-use crate::projection::{layer_projection, Projection};
-use crate::router::LayerRouting;
-use crate::stats::{layer_stats, pair_stats, LayerStats, PairStats};
+use crate::analysis::projection::{layer_projection, Projection};
+use crate::focus::router::LayerRouting;
+use crate::analysis::stats::{layer_stats, LayerStats};
+use crate::focus::mask::{pair_stats, PairStats};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicBool;
 

@@ -4,9 +4,9 @@
 //! cyclic Jacobi rotations. Deterministic: each axis is signed so that its largest component (the
 //! lowest index among equals) is positive.
 
-use crate::adapter::Adapter;
+use crate::focus::adapter::Adapter;
 use crate::error::{Error, Result};
-use crate::router::LayerRouting;
+use crate::focus::router::LayerRouting;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,21 +1,23 @@
 //! Looking inside one layer: the exact attention weights one query row gives its keys, for the
 //! GUI's "long-range partners" view. The decoder runs every layer's attention through fused
-//! kernels that never materialise weights, so this re-runs the inference path (the same blocks,
-//! plans and kernels as `Decoder::forward`) up to the chosen layer, keeps that layer's
-//! normalised input, Q, K, V and routing, and computes one softmax row exactly.
+//! kernels that never materialise weights, so this runs the same inference pass
+//! (`Decoder::run`) up to the chosen layer, keeps that layer's Q, K, V and routing (a
+//! `LayerHook` that stops the pass there), and computes one softmax row exactly.
 //!
 //! Cost: the layers below the chosen one, for the segment holding the query (at most one
-//! forward pass). Tested to reproduce the decoder's logits when run through every layer.
+//! forward pass).
 
-use crate::adapter::{Adapter, AdapterConfig, Gate};
-use crate::attention::{self, Mode};
+use crate::attention::Mode;
 use crate::error::{Error, Result};
-use crate::model::config::Positions;
-use crate::model::decoder::{rope_tables, Linear};
-use crate::model::Model;
-use crate::router::LayerRouting;
+use crate::focus::adapter::{Adapter, AdapterConfig, Gate};
+use crate::focus::mask::{self, PairClass};
+use crate::focus::router::LayerRouting;
+use crate::model::block::AttentionInputs;
+use crate::model::decoder::{LayerHook, RunEnd};
+use crate::model::{ForwardOptions, Model};
+use std::ops::ControlFlow;
+use std::sync::atomic::AtomicBool;
 use candle_core::Tensor;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What layer `layer` sees: its heads (after RoPE) and its routing.
 #[derive(Debug)]
@@ -31,41 +33,24 @@ pub struct LayerInputs {
     pub routing: Option<LayerRouting>,
 }
 
-/// Runs blocks `0..layer` exactly like `Decoder::forward` (inference path) and returns the
-/// residual stream entering block `layer` (T x d_model). `layer == n_layers` gives the stream
-/// after the last block.
-pub fn residual_before(
-    model: &Model,
-    adapter: Option<&Adapter>,
-    ids: &[u32],
-    mode: Mode,
+/// Stops the pass at one layer and keeps what that layer sees.
+struct Capture {
     layer: usize,
-    cancel: Option<&AtomicBool>,
-) -> Result<Tensor> {
-    let d = &model.decoder;
-    let cfg = &d.config;
-    check(model, adapter, ids, mode, layer, cfg.n_layers)?;
-    let t = ids.len();
-    let dev = &d.device;
-    let ids_t = Tensor::from_slice(ids, t, dev)?;
-    let mut x = d.embed.index_select(&ids_t, 0)?;
-    if let Some(pe) = &d.pos_embed {
-        x = x.add(&pe.narrow(0, 0, t)?)?;
-    }
-    let causal = if dev.is_cpu() { None } else { Some(attention::causal_bias(t, dev)?) };
-    for l in 0..layer {
-        if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
-            return Err(Error::Cancelled);
+    got: Option<LayerInputs>,
+}
+
+impl LayerHook for Capture {
+    fn inputs(&mut self, l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> ControlFlow<()> {
+        if l < self.layer {
+            return ControlFlow::Continue(());
         }
-        let b = &d.blocks[l];
-        let (q, k, v, r) = heads(model, adapter, l, &x, t)?;
-        let plan = attention::plan(mode, adapter.map(|a| &a.config), r.as_ref(), t, dev)?;
-        let o = attention::attend(&q, &k, &v, &plan, causal.as_ref())?;
-        let o = o.transpose(0, 1)?.reshape((t, cfg.n_heads * cfg.head_dim))?;
-        x = (x + b.o.forward(&o)?)?;
-        x = (&x + b.mlp.forward(&b.mlp_norm.forward(&x, false)?)?)?;
+        let heads = |x: &Tensor| x.squeeze(0);
+        self.got = match (heads(&inp.q), heads(&inp.k), heads(&inp.v)) {
+            (Ok(q), Ok(k), Ok(v)) => Some(LayerInputs { layer: l, q, k, v, routing: routing.cloned() }),
+            _ => None,
+        };
+        ControlFlow::Break(())
     }
-    Ok(x)
 }
 
 /// Q, K, V and routing of layer `layer` for the sequence `ids` (run from position 0).
@@ -81,62 +66,12 @@ pub fn layer_inputs(
     if layer >= n {
         return Err(Error::Invalid(format!("layer {layer} is out of range (the model has {n} layers)")));
     }
-    let x = residual_before(model, adapter, ids, mode, layer, cancel)?;
-    let (q, k, v, routing) = heads(model, adapter, layer, &x, ids.len())?;
-    Ok(LayerInputs { layer, q, k, v, routing })
-}
-
-fn check(model: &Model, adapter: Option<&Adapter>, ids: &[u32], mode: Mode, layer: usize, n_layers: usize) -> Result<()> {
-    let cfg = model.config();
-    if ids.is_empty() {
-        return Err(Error::Invalid("cannot inspect zero tokens".into()));
+    let opts = ForwardOptions { record_routing: true, cancel, ..ForwardOptions::new(mode, adapter) };
+    let mut capture = Capture { layer, got: None };
+    match model.decoder.run(&[ids], &opts, &mut capture)? {
+        RunEnd::Stopped => capture.got.ok_or_else(|| Error::Invalid(format!("layer {layer}: its attention inputs have an unexpected shape"))),
+        RunEnd::Finished { .. } => unreachable!("the capture stops at layer {layer} < {n}"),
     }
-    if ids.len() > cfg.context {
-        return Err(Error::Invalid(format!("{} tokens exceed the model's context of {}", ids.len(), cfg.context)));
-    }
-    if let Some(&bad) = ids.iter().find(|&&i| i as usize >= cfg.vocab) {
-        return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary ({})", cfg.vocab)));
-    }
-    if layer > n_layers {
-        return Err(Error::Invalid(format!("layer {layer} is out of range (the model has {n_layers} layers)")));
-    }
-    if mode != Mode::Dense && adapter.is_none() {
-        return Err(Error::Invalid(format!("mode {mode} needs an adapter")));
-    }
-    Ok(())
-}
-
-/// The attention inputs of block `l` from the residual `x`: (q, k, v, routing).
-fn heads(model: &Model, adapter: Option<&Adapter>, l: usize, x: &Tensor, t: usize) -> Result<(Tensor, Tensor, Tensor, Option<LayerRouting>)> {
-    let d = &model.decoder;
-    let cfg = &d.config;
-    let b = &d.blocks[l];
-    let h = b.attn_norm.forward(x, false)?;
-    let split = |lin: &Linear, n: usize| -> Result<Tensor> {
-        Ok(lin.forward(&h)?.reshape((t, n, cfg.head_dim))?.transpose(0, 1)?.contiguous()?)
-    };
-    let mut q = split(&b.q, cfg.n_heads)?;
-    let mut k = split(&b.k, cfg.n_kv_heads)?;
-    let v = split(&b.v, cfg.n_kv_heads)?;
-    if let Positions::Rope { theta, interleaved } = cfg.positions {
-        let (cos, sin) = rope_tables(t, cfg.head_dim, theta, &d.device)?;
-        let rot = |x: &Tensor| -> Result<Tensor> {
-            let x4 = x.unsqueeze(0)?;
-            let y = if interleaved {
-                candle_nn::rotary_emb::rope_i(&x4, &cos, &sin)?
-            } else {
-                candle_nn::rotary_emb::rope(&x4, &cos, &sin)?
-            };
-            Ok(y.squeeze(0)?)
-        };
-        q = rot(&q)?;
-        k = rot(&k)?;
-    }
-    let r = match adapter {
-        Some(a) => Some(a.route(l, &h, true)?),
-        None => None,
-    };
-    Ok((q, k, v, r))
 }
 
 /// The attention weights query `query` of head `head` gives keys `0..=query` in `mode`,
@@ -158,7 +93,7 @@ pub fn attention_row(inp: &LayerInputs, cfg: Option<&AdapterConfig>, mode: Mode,
     // Distant-pair treatment, resolved like `attention::plan` (all-local sequences run dense).
     let gate: Option<(&AdapterConfig, &LayerRouting)> = match (mode, cfg, inp.routing.as_ref()) {
         (Mode::Dense, _, _) => None,
-        (_, Some(c), Some(r)) if !attention::all_local(t, c.window) => Some((c, r)),
+        (_, Some(c), Some(r)) if !mask::all_local(t, c.window) => Some((c, r)),
         (_, Some(_), Some(_)) => None,
         _ => return Err(Error::Invalid(format!("mode {mode} needs an adapter"))),
     };
@@ -175,13 +110,13 @@ pub fn attention_row(inp: &LayerInputs, cfg: Option<&AdapterConfig>, mode: Mode,
         .map(|j| {
             let s = q.iter().zip(&k[j]).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * scale;
             let Some((c, r)) = gate else { return Some(s) };
-            if query - j <= c.window {
+            if mask::classify(query, j, 0, 0, c.window) == PairClass::Local {
                 return Some(s);
             }
             match mode {
                 Mode::TopK(_) => {
                     let m = masks.as_ref().expect("top-k masks");
-                    (m[query] & m[j] != 0).then_some(s)
+                    mask::kept(m, c.window, query, j).then_some(s)
                 }
                 Mode::Soft => {
                     let a: f64 = r.row(query).iter().zip(r.row(j)).map(|(&x, &y)| x as f64 * y as f64).sum();

@@ -4,8 +4,8 @@
 //! names the first field that does not fit.
 
 use crate::error::{Error, Result};
-use crate::model::Model;
-use crate::router::{sinkhorn, LayerRouting};
+use crate::focus::router::Router;
+use crate::model::BaseModel;
 use candle_core::{Device, Tensor};
 use rand::{rngs::StdRng, SeedableRng};
 use rand_distr_normal::normal;
@@ -54,20 +54,6 @@ impl Score {
 fn l2_rows(x: &Tensor) -> Result<Tensor> {
     let norm = (x.sqr()?.sum_keepdim(1)? + 1e-12)?.sqrt()?;
     Ok(x.broadcast_div(&norm)?)
-}
-
-/// Identity of the base model an adapter was made for.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BaseModel {
-    pub arch: String,
-    pub name: String,
-    pub n_layers: usize,
-    pub d_model: usize,
-    pub n_heads: usize,
-    pub n_kv_heads: usize,
-    pub vocab: usize,
-    /// `WeightSource::fingerprint` of the base weights.
-    pub fingerprint: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -127,15 +113,6 @@ impl Default for AdapterSpec {
     }
 }
 
-/// One layer's router parameters.
-#[derive(Debug, Clone)]
-pub struct Router {
-    /// W_g: (d_model, d_g)
-    pub proj: Tensor,
-    /// C: (K, d_g)
-    pub centroids: Tensor,
-}
-
 #[derive(Debug, Clone)]
 pub struct Adapter {
     pub config: AdapterConfig,
@@ -188,12 +165,11 @@ fn mismatch(field: &str, adapter: impl ToString, model: impl ToString) -> Error 
 }
 
 impl Adapter {
-    /// A randomly initialised adapter for `model`: W_g ~ N(0, 1/d_model), C ~ N(0, 1/d_g) with
-    /// unit-norm rows. Everything works with it before any training.
-    pub fn random(model: &Model, spec: &AdapterSpec, seed: u64) -> Result<Adapter> {
-        let cfg = &model.decoder.config;
+    /// A randomly initialised adapter for the model `base` on `dev`: W_g ~ N(0, 1/d_model),
+    /// C ~ N(0, 1/d_g) with unit-norm rows. Everything works with it before any training.
+    pub fn random(base: &BaseModel, dev: &Device, spec: &AdapterSpec, seed: u64) -> Result<Adapter> {
+        let cfg = base;
         let mut rng = StdRng::seed_from_u64(seed);
-        let dev = &model.decoder.device;
         let mut layers = Vec::with_capacity(cfg.n_layers);
         for _ in 0..cfg.n_layers {
             let s = 1.0 / (cfg.d_model as f32).sqrt();
@@ -223,7 +199,7 @@ impl Adapter {
             causal_sinkhorn: spec.causal_sinkhorn,
             score: spec.score,
             router_input: "attention input after the layer's norm".into(),
-            base_model: model.identity(),
+            base_model: base.clone(),
             init: format!("random: W_g ~ N(0, 1/d_model), centroids ~ N(0, 1) rows normalised to 1; seed {seed}"),
             training: None,
             results: None,
@@ -232,24 +208,23 @@ impl Adapter {
         Ok(Adapter { config, layers })
     }
 
-    /// Loads an adapter directory and checks it against `model`. The config is checked before
-    /// the weights are read, so an adapter for another model is named as such.
-    pub fn load(dir: &Path, model: &Model) -> Result<Adapter> {
+    /// Loads an adapter directory onto `dev` and checks it against the model `base`. The config
+    /// is checked before the weights are read, so an adapter for another model is named as such.
+    pub fn load(dir: &Path, base: &BaseModel, dev: &Device) -> Result<Adapter> {
         let cfg_path = dir.join(CONFIG_FILE);
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
-        Self::parse_config(&text, model, dir)?;
+        Self::parse_config(&text, base, dir)?;
         let w_path = dir.join(WEIGHTS_FILE);
         let bytes = std::fs::read(&w_path).map_err(|e| Error::io(&w_path, e))?;
-        Self::from_bytes(&text, &bytes, model, dir)
+        Self::from_bytes(&text, &bytes, base, dev, dir)
     }
 
-    /// Parses a config and checks that it fits `model`.
-    fn parse_config(config_json: &str, model: &Model, origin: &Path) -> Result<AdapterConfig> {
+    /// Parses a config and checks that it fits the model `want`.
+    fn parse_config(config_json: &str, want: &BaseModel, origin: &Path) -> Result<AdapterConfig> {
         let cfg_path = origin.join(CONFIG_FILE);
         let config: AdapterConfig = serde_json::from_str(config_json)
             .map_err(|e| Error::bad_file(&cfg_path, format!("invalid adapter config: {e}")))?;
         config.check()?;
-        let want = model.identity();
         let have = &config.base_model;
         if have.arch != want.arch {
             return Err(mismatch("base_model.arch", &have.arch, &want.arch));
@@ -272,13 +247,11 @@ impl Adapter {
     }
 
     /// Parses an adapter from its two files' contents (`origin` names them in errors).
-    pub fn from_bytes(config_json: &str, weights: &[u8], model: &Model, origin: &Path) -> Result<Adapter> {
-        let config = Self::parse_config(config_json, model, origin)?;
-        let want = model.identity();
+    pub fn from_bytes(config_json: &str, weights: &[u8], want: &BaseModel, dev: &Device, origin: &Path) -> Result<Adapter> {
+        let config = Self::parse_config(config_json, want, origin)?;
         let w_path = origin.join(WEIGHTS_FILE);
         let st = safetensors::SafeTensors::deserialize(weights)
             .map_err(|e| Error::bad_file(&w_path, format!("invalid safetensors file: {e}")))?;
-        let dev = &model.decoder.device;
         let tensor = |name: &str, shape: [usize; 2]| -> Result<Tensor> {
             let v = st.tensor(name).map_err(|_| Error::BadAdapter(format!("{}: missing tensor {name}", w_path.display())))?;
             if v.shape() != shape {
@@ -322,30 +295,5 @@ impl Adapter {
         candle_core::safetensors::save(&tensors, &tmp)?;
         std::fs::rename(&tmp, &w_path).map_err(|e| Error::io(&w_path, e))?;
         crate::io::write_atomic(&dir.join(CONFIG_FILE), serde_json::to_string_pretty(&self.config)?.as_bytes())
-    }
-
-    /// Differentiable routing for training: memberships (B x T x K, `h` stacking B = `seqs`
-    /// sequences) as a tensor built from candle ops, so gradients reach `proj` and
-    /// `centroids` when they are trainable variables.
-    /// With `grad == SinkhornGrad::Detached` the Sinkhorn iterations run outside the graph.
-    pub fn route_tensor(&self, l: usize, h: &Tensor, seqs: usize, grad: crate::router::SinkhornGrad) -> Result<Tensor> {
-        let r = &self.layers[l];
-        let c = &self.config;
-        let scores = c.score.scores(&h.matmul(&r.proj)?, &r.centroids)?;
-        // `h` stacks `seqs` sequences (B*T rows): each is balanced on its own.
-        let scores = scores.reshape((seqs, scores.dim(0)? / seqs, c.groups))?;
-        Ok(crate::router::sinkhorn_tensor(&scores, c.tau, c.sinkhorn_iters, c.causal_sinkhorn, grad)?)
-    }
-
-    /// Routes the normalised attention input `h` (T x d_model) of layer `l`.
-    pub fn route(&self, l: usize, h: &Tensor, keep_vectors: bool) -> Result<LayerRouting> {
-        let r = &self.layers[l];
-        let c = &self.config;
-        let t = h.dim(0)?;
-        let vecs = h.matmul(&r.proj)?;
-        let scores = c.score.scores(&vecs, &r.centroids)?.flatten_all()?.to_vec1::<f32>()?;
-        let memberships = sinkhorn(&scores, t, c.groups, c.tau, c.sinkhorn_iters, c.causal_sinkhorn);
-        let vectors = if keep_vectors { Some(vecs.flatten_all()?.to_vec1::<f32>()?) } else { None };
-        Ok(LayerRouting { t, groups: c.groups, scores, memberships, vectors, d_g: c.d_g })
     }
 }

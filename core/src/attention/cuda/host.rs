@@ -7,7 +7,7 @@
 //! from the top-k masks, uploaded once and reusable by every layer that shares the routing).
 
 use crate::error::Result;
-use crate::group_segments::GroupSegments;
+use crate::attention::cuda::plan::GroupSegments;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::{CudaDevice, WrapErr};
@@ -19,7 +19,7 @@ const HEAD_DIM: usize = 64;
 
 /// The kernels' PTX: the built-in one, or the file named by `FOCUS_LENS_PTX`, so that kernel
 /// variants can be compared on the GPU machine in one session without rebuilding the binary
-/// (`scripts/gpu/ptx_ab.sh`). Read once per process.
+/// (`experiments/gpu/ptx_ab.sh`). Read once per process.
 fn ptx() -> candle_core::Result<&'static str> {
     static PTX: std::sync::OnceLock<Result<&'static str, String>> = std::sync::OnceLock::new();
     PTX.get_or_init(|| match std::env::var_os("FOCUS_LENS_PTX") {
@@ -209,7 +209,7 @@ impl CustomOp3 for DenseOp {
     }
 
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("focus-dense-attention is the CUDA kernel; on the CPU use flash::causal_attention")
+        candle_core::bail!("focus-dense-attention is the CUDA kernel; on the CPU use attention::cpu::dense::causal_attention")
     }
 
     fn cuda_fwd(&self, s1: &CudaStorage, l1: &Layout, s2: &CudaStorage, l2: &Layout, s3: &CudaStorage, l3: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
@@ -248,7 +248,7 @@ impl CustomOp3 for FocusOp<'_> {
     }
 
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("focus-topk-attention is the CUDA kernel; on the CPU use topk::focus_attention")
+        candle_core::bail!("focus-topk-attention is the CUDA kernel; on the CPU use attention::cpu::focus::focus_attention")
     }
 
     fn cuda_fwd(&self, s1: &CudaStorage, l1: &Layout, s2: &CudaStorage, l2: &Layout, s3: &CudaStorage, l3: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
@@ -347,7 +347,9 @@ mod tests {
     //! every kernel with the plain f64 masked-dense reference on the CPU.
     use super::*;
     use crate::bench::balanced_masks;
-    use crate::topk::{masked_dense_reference, Shape as S};
+    use crate::attention::cpu::Shape as S;
+    use crate::attention::reference::masked_dense_reference;
+    use crate::focus::mask;
     use candle_core::Device;
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
@@ -387,7 +389,7 @@ mod tests {
         let dense_ref = masked_dense_reference(&q, &kx, &v, s, |i, j| j <= i);
         let plan = FocusPlan::new(&dev, &masks, window).unwrap();
         let focus = back(focus_attention(&tq, &tk, &tv, &plan, rows).unwrap());
-        let focus_ref = masked_dense_reference(&q, &kx, &v, s, |i, j| j <= i && (i - j <= window || masks[i] & masks[j] != 0));
+        let focus_ref = masked_dense_reference(&q, &kx, &v, s, |i, j| mask::kept(&masks, window, i, j));
         (max_err(&dense, &dense_ref), max_err(&focus, &focus_ref))
     }
 
@@ -426,7 +428,8 @@ mod tests {
     /// computes what the CPU kernels compute (SmolLM2's GQA shape: 3 query heads per KV head).
     #[test]
     fn cuda_attend_runs_on_the_device_and_matches_the_cpu() {
-        use crate::attention::{attend, causal_bias, LayerPlan};
+        use crate::attention::{attend, LayerPlan};
+        use crate::focus::mask::causal_bias;
         let (h, hkv, t) = (6, 2, 900);
         let mut rng = StdRng::seed_from_u64(11);
         let q = rand_vec(h * t * 64, &mut rng, false);

@@ -1,4 +1,6 @@
-//! Small file helpers shared by the library and the app.
+//! Files in and out: atomic writes (`write_atomic`, here) and reading a user's text (`text`).
+
+pub mod text;
 
 use crate::error::{Error, Result};
 use std::io::Write;

@@ -3,7 +3,7 @@
 //! mode, so base and Focus scores are directly comparable (and identical where every input
 //! fits in the local window: then Focus prunes nothing).
 
-use crate::adapter::Adapter;
+use crate::focus::adapter::Adapter;
 use crate::attention::Mode;
 use crate::error::{Error, Result};
 use crate::model::{decoder::Decoder, ForwardOptions, Model};

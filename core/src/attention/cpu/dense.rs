@@ -3,8 +3,8 @@
 //! stays linear in length. Inner loops are written so that the compiler vectorises them, and
 //! compiled for AVX-512 and AVX2+FMA with a run-time choice (multiversion).
 
-use crate::kernels::exp;
-use crate::topk::Shape;
+use crate::attention::cpu::simd::exp;
+use crate::attention::cpu::Shape;
 use multiversion::multiversion;
 use rayon::prelude::*;
 
@@ -234,7 +234,7 @@ pub fn causal_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topk::masked_dense_reference;
+    use crate::attention::reference::masked_dense_reference;
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
     #[test]

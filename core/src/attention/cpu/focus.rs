@@ -1,4 +1,4 @@
-//! Exact hard top-k Focus attention from the flash tiles of `flash.rs` (score tile, online
+//! Exact hard top-k Focus attention from the flash tiles of `cpu::dense` (score tile, online
 //! softmax, P x V tile), multi-threaded and vectorised, with memory linear in length.
 //!
 //! The kept pairs (j <= i, and i - j <= w or masks[i] & masks[j] != 0) are split into two
@@ -13,8 +13,9 @@
 //! computed only to be masked away); for k = 1 a class is a group, as in the paper.
 //! Pairs outside the mask are computed only at tile edges (then masked), never in bulk.
 
-use crate::flash::{pv_tile, score_tile, softmax_tile_row, QueryBlock, RowState, BK, BQ, JC, RB};
-use crate::topk::Shape;
+use crate::attention::cpu::dense::{pv_tile, score_tile, softmax_tile_row, QueryBlock, RowState, BK, BQ, JC, RB};
+use crate::attention::cpu::Shape;
+use crate::focus::mask;
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -228,7 +229,7 @@ fn distant_tile(
     let scanned: Vec<u32>;
     let keys: &[u32] = match &src {
         KeySource::Scan(masks, set) => {
-            scanned = (0..last - window).filter(|&j| masks[j] & set != 0).map(|j| j as u32).collect();
+            scanned = (0..last - window).filter(|&j| mask::share_group(masks[j], *set)).map(|j| j as u32).collect();
             &scanned
         }
         KeySource::Gathered(_, _, list) => &list[..list.partition_point(|&j| j as usize + window < last)],
@@ -412,7 +413,7 @@ fn band_and_merge(q: &[f32], k: &[f32], v: &[f32], s: Shape, window: usize, scal
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topk::masked_dense_reference;
+    use crate::attention::reference::masked_dense_reference;
     use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
 
     fn randn(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
@@ -454,7 +455,7 @@ mod tests {
                 let window = [0, 1, 7, 64, 100, t + 5][rng.gen_range(0..6)];
                 let few = rng.gen_bool(0.3);
                 let masks = random_masks(&mut rng, t, groups, k, few);
-                let want = masked_dense_reference(&q, &kk, &v, s, |i, j| i - j <= window || masks[i] & masks[j] != 0);
+                let want = masked_dense_reference(&q, &kk, &v, s, |i, j| mask::kept(&masks, window, i, j));
                 for (path, fast) in [("gathered", focus_attention(&q, &kk, &v, s, &masks, window)), ("scan", focus_attention_scan(&q, &kk, &v, s, &masks, window))] {
                     let err = max_err(&fast, &want);
                     assert!(err <= 1e-5, "{path}: max abs error {err} (t={t} d={d} H={heads}/{kv_heads} K={groups} k={k} w={window})");
@@ -475,13 +476,13 @@ mod tests {
         let k = randn(&mut rng, t * d, 2.0);
         let v = randn(&mut rng, t * d, 1.0);
         let masks: Vec<u64> = (0..t).map(|i| if i % 3 == 0 { 0 } else { 1 }).collect();
-        let want = masked_dense_reference(&q, &k, &v, s, |i, j| i - j <= 10 || masks[i] & masks[j] != 0);
+        let want = masked_dense_reference(&q, &k, &v, s, |i, j| mask::kept(&masks, 10, i, j));
         assert!(max_err(&focus_attention(&q, &k, &v, s, &masks, 10), &want) <= 1e-5);
         let want = masked_dense_reference(&q, &k, &v, s, |_, _| true);
         assert!(max_err(&focus_attention(&q, &k, &v, s, &vec![1; t], 3), &want) <= 1e-5);
     }
 
-    /// The tiled kernel and the one-query-at-a-time kernel of `topk.rs` agree on a longer input
+    /// The tiled kernel and the one-query-at-a-time kernel of `attention::reference` agree on a longer input
     /// with large scores (online-softmax rescaling exercised across many tiles).
     #[test]
     fn agrees_with_rowwise_kernel_on_long_input() {
@@ -493,7 +494,7 @@ mod tests {
         let v = randn(&mut rng, 2 * t * d, 1.0);
         for (groups, kk) in [(8, 1), (4, 2), (8, 3)] {
             let masks = random_masks(&mut rng, t, groups, kk, false);
-            let b = crate::topk::focus_attention_rowwise(&q, &k, &v, s, &masks, 128);
+            let b = crate::attention::reference::focus_attention_rowwise(&q, &k, &v, s, &masks, 128);
             for a in [focus_attention(&q, &k, &v, s, &masks, 128), focus_attention_scan(&q, &k, &v, s, &masks, 128)] {
                 assert!(max_err(&a, &b) <= 1e-5, "K={groups} k={kk}: {}", max_err(&a, &b));
             }

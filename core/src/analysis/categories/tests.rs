@@ -2,7 +2,7 @@
 //! ranges over the text.
 
 use super::*;
-use crate::router::LayerRouting;
+use crate::focus::router::LayerRouting;
 
 fn word(w: &str) -> Category {
     word_category(Lexicon::embedded(), w, false)

@@ -1,42 +1,18 @@
-//! Exact hard top-k Focus attention on the CPU: the entry point (`focus_attention`, which runs
-//! the tiled kernel of `topk_tiled.rs`), the masked-dense reference, pair counts, and the
-//! original one-query-at-a-time kernel (`focus_attention_rowwise`) described below, kept as a
-//! second independent implementation for the tests.
-//!
-//! The mask keeps a causal pair (i, j) when it is local (i - j <= w) or when the top-k group sets
-//! of i and j intersect. It is split into two disjoint sets:
+//! References for the fast kernels, written independently of them: dense attention under an
+//! arbitrary mask in f64 (`masked_dense_reference`, the bar every kernel is tested against), and
+//! the original one-query-at-a-time Focus kernel (`focus_attention_rowwise`), a second exact
+//! implementation of the A/B split of FOCUS-METHOD section 2:
 //!   A: causal pairs that share a group (any distance). A pair sharing several groups is counted
 //!      only in its lowest shared group, so nothing is counted twice for k >= 2;
 //!   B: causal local pairs that share no group.
 //! Each query runs an online softmax over A (walking only the buckets of its own groups) and over
 //! B (walking only its window), keeping a log-sum-exp for each, and the two are merged exactly.
-//! Pairs outside the mask are never visited, so their dot products are never computed.
 
-use crate::kernels::exp;
+use super::cpu::simd::exp;
+use super::cpu::Shape;
+use crate::focus::mask::{self, share_group};
 use multiversion::multiversion;
 use rayon::prelude::*;
-
-#[derive(Debug, Clone, Copy)]
-pub struct Shape {
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub t: usize,
-    pub d: usize,
-}
-
-/// Tokens of each group in position order: `buckets[g]` lists every i whose mask has bit g.
-pub fn buckets(masks: &[u64]) -> Vec<Vec<u32>> {
-    let groups = masks.iter().map(|m| 64 - m.leading_zeros() as usize).max().unwrap_or(0);
-    let mut b = vec![Vec::new(); groups];
-    for (i, &m) in masks.iter().enumerate() {
-        let mut bits = m;
-        while bits != 0 {
-            b[bits.trailing_zeros() as usize].push(i as u32);
-            bits &= bits - 1;
-        }
-    }
-    b
-}
 
 #[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -97,15 +73,8 @@ pub fn merge(a: &Online, b: &Online, out: &mut [f32]) {
     }
 }
 
-/// q: (heads, t, d), k and v: (kv_heads, t, d), row-major. Returns (heads, t, d).
-/// `masks[i]` is the bitmask of token i's top-k groups (K <= 64). The fast tiled kernel of
-/// `topk_tiled.rs`.
-pub fn focus_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize) -> Vec<f32> {
-    crate::topk_tiled::focus_attention(q, k, v, s, masks, window)
-}
-
-/// The same function one query at a time, walking each of its keys: simple and slow, kept as a
-/// second, independently written implementation for the tests.
+/// Exact hard top-k Focus attention one query at a time, walking each of its keys: simple and
+/// slow. q: (heads, t, d), k and v: (kv_heads, t, d), row-major; returns (heads, t, d).
 pub fn focus_attention_rowwise(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize) -> Vec<f32> {
     let Shape { heads, kv_heads, t, d } = s;
     assert_eq!(q.len(), heads * t * d);
@@ -113,7 +82,7 @@ pub fn focus_attention_rowwise(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks:
     assert_eq!(masks.len(), t);
     let rep = heads / kv_heads;
     let scale = 1.0 / (d as f32).sqrt();
-    let buckets = buckets(masks);
+    let buckets = mask::group_members(masks);
     let mut out = vec![0f32; heads * t * d];
     out.par_chunks_mut(d).enumerate().for_each(|(row, o)| {
         let (h, i) = (row / t, row % t);
@@ -151,16 +120,17 @@ fn query_row(qi: &[f32], (k, v): (&[f32], &[f32]), i: usize, d: usize, masks: &[
     // B: local pairs that share no group.
     let mut b = Online::new(d);
     for j in i.saturating_sub(window)..=i {
-        if mi & masks[j] == 0 {
+        if !share_group(mi, masks[j]) {
             b.push(dot(qi, key(j)) * scale, val(j));
         }
     }
     merge(&a, &b, o);
 }
 
-/// Number of causal pairs each set holds: (A same-group, B local-only). For statistics and tests.
-pub fn pair_counts(masks: &[u64], window: usize) -> (u64, u64) {
-    let buckets = buckets(masks);
+/// Number of causal pairs each set of the A/B split holds: (A same-group, B local-only). Their
+/// sum is the mask's kept pairs (`mask::pair_stats`), which the tests check.
+pub fn ab_pair_counts(masks: &[u64], window: usize) -> (u64, u64) {
+    let buckets = mask::group_members(masks);
     let mut a = 0u64;
     let mut b = 0u64;
     for (i, &mi) in masks.iter().enumerate() {
@@ -178,7 +148,7 @@ pub fn pair_counts(masks: &[u64], window: usize) -> (u64, u64) {
             }
         }
         for j in i.saturating_sub(window)..=i {
-            if mi & masks[j] == 0 {
+            if !share_group(mi, masks[j]) {
                 b += 1;
             }
         }
@@ -224,6 +194,7 @@ pub fn masked_dense_reference(
 
 #[cfg(test)]
 mod tests {
+    use super::super::cpu::focus::focus_attention;
     use super::*;
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
@@ -263,7 +234,7 @@ mod tests {
                 for window in [0, 1, 5, 17, 200] {
                     let masks = random_masks(&mut rng, t, groups, k);
                     let want =
-                        masked_dense_reference(&q, &kk, &v, s, |i, j| i - j <= window || masks[i] & masks[j] != 0);
+                        masked_dense_reference(&q, &kk, &v, s, |i, j| mask::kept(&masks, window, i, j));
                     for fast in [focus_attention(&q, &kk, &v, s, &masks, window), focus_attention_rowwise(&q, &kk, &v, s, &masks, window)] {
                         let err = fast.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
                         assert!(err <= 1e-5, "max abs error {err} (t={t} d={d} K={groups} k={k} w={window})");
@@ -285,11 +256,11 @@ mod tests {
             let k = rng.gen_range(1..=groups);
             let w = rng.gen_range(0..40);
             let masks = random_masks(&mut rng, t, groups, k);
-            let (a, b) = pair_counts(&masks, w);
+            let (a, b) = ab_pair_counts(&masks, w);
             let mut kept = 0u64;
             for i in 0..t {
                 for j in 0..=i {
-                    kept += (i - j <= w || masks[i] & masks[j] != 0) as u64;
+                    kept += mask::kept(&masks, w, i, j) as u64;
                 }
             }
             assert_eq!(a + b, kept);

@@ -3,7 +3,7 @@
 //! remainder is dropped), run each chunk from position 0, and score only the second half: the
 //! logits at positions ctx/2 ..= ctx-2 predict tokens ctx/2+1 ..= ctx-1.
 
-use crate::adapter::Adapter;
+use crate::focus::adapter::Adapter;
 use crate::attention::Mode;
 use crate::error::{Error, Result};
 use crate::model::{decoder::Decoder, ForwardOptions, Model};

@@ -7,7 +7,8 @@
 
 use super::Category;
 use crate::error::{Error, Result};
-use crate::router::{top_k_indices, LayerRouting};
+use crate::focus::mask::top_k_indices;
+use crate::focus::router::LayerRouting;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 

@@ -1,8 +1,9 @@
-//! Host side of the CUDA Focus kernels (`cuda_attention`): the tokens of each group in position
+//! Host side of the CUDA Focus kernels (`attention::cuda::host`): the tokens of each group in position
 //! order ("segments"), where each token's partial result goes, and the order of query tiles.
 //! Kept free of CUDA so that CI checks it on the CPU.
 
 use crate::error::{Error, Result};
+use crate::focus::mask;
 
 /// Segment g lists the tokens of group g in position order; the segments are concatenated.
 #[derive(Debug, Clone)]
@@ -40,11 +41,7 @@ impl GroupSegments {
         // Counting sort by group, stable in position.
         let mut seg_len = vec![0i32; groups];
         for &m in masks {
-            let mut b = m;
-            while b != 0 {
-                seg_len[b.trailing_zeros() as usize] += 1;
-                b &= b - 1;
-            }
+            mask::groups(m).for_each(|g| seg_len[g] += 1);
         }
         let mut seg_off = vec![0i32; groups];
         for g in 1..groups {
@@ -53,15 +50,11 @@ impl GroupSegments {
         let (mut idx, mut slot) = (vec![0i32; t * k], vec![0i32; t * k]);
         let mut fill = seg_off.clone();
         for (i, &m) in masks.iter().enumerate() {
-            let (mut b, mut rank) = (m, 0);
-            while b != 0 {
-                let g = b.trailing_zeros() as usize;
+            for (rank, g) in mask::groups(m).enumerate() {
                 let r = fill[g] as usize;
                 idx[r] = i as i32;
                 slot[r] = (i * k + rank) as i32;
                 fill[g] += 1;
-                rank += 1;
-                b &= b - 1;
             }
         }
         Ok(GroupSegments { t, k, groups, idx, slot, seg_off, seg_len })

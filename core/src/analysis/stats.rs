@@ -1,9 +1,10 @@
 //! Routing statistics of one analysed text: one serializable type shared by the CLI's
 //! `analyze` and the GUI, computed from each layer's `LayerRouting`.
 
-use crate::router::{sinkhorn, LayerRouting};
+use crate::focus::mask::{pair_stats, PairStats};
+use crate::focus::router::LayerRouting;
+use crate::focus::sinkhorn::sinkhorn;
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TokenRouting {
@@ -13,18 +14,6 @@ pub struct TokenRouting {
     pub top: Vec<usize>,
     /// Largest membership.
     pub confidence: f32,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct PairStats {
-    /// Causal pairs (i >= j) in the text: T (T + 1) / 2.
-    pub causal: u64,
-    /// Pairs within the local window (always kept).
-    pub local: u64,
-    /// Distant pairs kept because their top-k groups intersect.
-    pub same_group_distant: u64,
-    /// (local + same_group_distant) / causal.
-    pub retained: f64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -45,27 +34,6 @@ pub struct LayerStats {
     /// Per token, when requested.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<Vec<TokenRouting>>,
-}
-
-/// Counts kept pairs of the hard top-k mask without visiting every pair: distinct group sets are
-/// few (at most C(K, k)), so each query sums counts of earlier, distant tokens per set.
-pub fn pair_stats(masks: &[u64], window: usize) -> PairStats {
-    let t = masks.len() as u64;
-    let causal = t * (t + 1) / 2;
-    let w = window as u64;
-    // Query i keeps min(i, w) + 1 local keys.
-    let local: u64 = (0..t).map(|i| i.min(w) + 1).sum();
-    let mut seen: HashMap<u64, u64> = HashMap::new();
-    let mut distant = 0u64;
-    for i in 0..masks.len() {
-        // Keys j <= i - w - 1 become "distant" for query i.
-        if i > window {
-            *seen.entry(masks[i - window - 1]).or_default() += 1;
-        }
-        distant += seen.iter().filter(|(m, _)| *m & masks[i] != 0).map(|(_, c)| c).sum::<u64>();
-    }
-    let retained = if causal == 0 { 0.0 } else { (local + distant) as f64 / causal as f64 };
-    PairStats { causal, local, same_group_distant: distant, retained }
 }
 
 pub fn layer_stats(layer: usize, r: &LayerRouting, tau: f64, k: usize, window: usize, keep_tokens: bool) -> LayerStats {
@@ -115,35 +83,5 @@ pub fn layer_stats(layer: usize, r: &LayerRouting, tau: f64, k: usize, window: u
         mean_entropy: ent / tf,
         pairs: pair_stats(&r.topk_masks(k), window),
         tokens,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::{rngs::StdRng, Rng, SeedableRng};
-
-    #[test]
-    fn pair_stats_match_brute_force() {
-        let mut rng = StdRng::seed_from_u64(5);
-        for _ in 0..30 {
-            let t = rng.gen_range(1..300);
-            let w = rng.gen_range(0..50);
-            let masks: Vec<u64> = (0..t).map(|_| 1u64 << rng.gen_range(0..4) | 1u64 << rng.gen_range(0..4)).collect();
-            let p = pair_stats(&masks, w);
-            let (mut local, mut distant) = (0u64, 0u64);
-            for i in 0..t {
-                for j in 0..=i {
-                    if i - j <= w {
-                        local += 1;
-                    } else if masks[i] & masks[j] != 0 {
-                        distant += 1;
-                    }
-                }
-            }
-            assert_eq!((p.local, p.same_group_distant, p.causal), (local, distant, (t * (t + 1) / 2) as u64));
-            let (a, b) = crate::topk::pair_counts(&masks, w);
-            assert_eq!(a + b, local + distant);
-        }
     }
 }

@@ -38,7 +38,7 @@ pub struct Lexicon {
     exceptions: HashMap<String, Vec<(Pos, String)>>,
 }
 
-static EMBEDDED: &str = include_str!("../../data/wordnet-pos.txt");
+static EMBEDDED: &str = include_str!("../../../data/wordnet-pos.txt");
 
 /// Regular inflections (suffix, replacement), from WordNet's morphy(7WN), per part of speech.
 const NOUN_RULES: &[(&str, &str)] =

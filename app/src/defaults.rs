@@ -1,0 +1,32 @@
+//! The embedded default that `focus-lens` runs without arguments, shared by the CLI and the GUI:
+//! the default model's path (fetched by `scripts/fetch-model.sh`), the sample adapter and the
+//! sample text, both compiled into the binary.
+
+use focus_core::{Adapter, Model};
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Where `scripts/fetch-model.sh` puts the default model (`FOCUS_LENS_MODEL` overrides it,
+/// `FOCUS_LENS_CACHE` moves the cache folder).
+pub fn default_model_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("FOCUS_LENS_MODEL") {
+        return PathBuf::from(p);
+    }
+    let cache = std::env::var_os("FOCUS_LENS_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/focus-lens"));
+    cache.join(DEFAULT_MODEL_FILE)
+}
+
+pub const SAMPLE_TEXT: &str = include_str!("../../assets/sample.txt");
+pub const SAMPLE_TEXT_NAME: &str = "assets/sample.txt";
+
+pub const SAMPLE_ADAPTER_NAME: &str = "sample_adapters/smollm2-135m-k8";
+const SAMPLE_ADAPTER_CONFIG: &str = include_str!("../../sample_adapters/smollm2-135m-k8/adapter_config.json");
+const SAMPLE_ADAPTER_WEIGHTS: &[u8] = include_bytes!("../../sample_adapters/smollm2-135m-k8/adapter_model.safetensors");
+
+/// The sample adapter, for `model` (which must be the default model).
+pub fn sample_adapter(model: &Model) -> focus_core::Result<Adapter> {
+    Adapter::from_bytes(SAMPLE_ADAPTER_CONFIG, SAMPLE_ADAPTER_WEIGHTS, &model.identity(), model.device(), Path::new(SAMPLE_ADAPTER_NAME))
+}

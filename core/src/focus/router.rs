@@ -1,0 +1,91 @@
+//! The Focus router of one layer: its parameters (`Router`: W_g and the K centroids), scores
+//! S = (h W_g) C^T (or cosines), then Sinkhorn (`sinkhorn.rs`) to soft memberships
+//! (`LayerRouting`). `route` is the inference path (host Sinkhorn), `route_tensor` the
+//! differentiable one for training.
+
+use super::adapter::Adapter;
+use super::mask::topk_mask;
+use super::sinkhorn::{sinkhorn, sinkhorn_tensor, SinkhornGrad};
+use crate::error::Result;
+use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
+
+/// One layer's routing for one sequence.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LayerRouting {
+    pub t: usize,
+    pub groups: usize,
+    /// Raw scores S = (h W_g) C^T, T x K row-major.
+    pub scores: Vec<f32>,
+    /// Soft memberships after Sinkhorn, T x K; each row sums to 1.
+    pub memberships: Vec<f32>,
+    /// The routing vectors h W_g (T x d_g), kept only when routing is recorded.
+    pub vectors: Option<Vec<f32>>,
+    pub d_g: usize,
+}
+
+impl LayerRouting {
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.memberships[i * self.groups..(i + 1) * self.groups]
+    }
+
+    /// The k groups with the largest memberships of token i, in descending membership; ties go
+    /// to the lower group index so that the choice is deterministic.
+    pub fn top_groups(&self, i: usize, k: usize) -> Vec<usize> {
+        super::mask::top_k_indices(self.row(i), k)
+    }
+
+    /// Per-token bitmasks of the top-k groups (K <= 64 is enforced by the adapter).
+    pub fn topk_masks(&self, k: usize) -> Vec<u64> {
+        (0..self.t).map(|i| topk_mask(self.row(i), k)).collect()
+    }
+}
+
+/// One layer's router parameters.
+#[derive(Debug, Clone)]
+pub struct Router {
+    /// W_g: (d_model, d_g)
+    pub proj: Tensor,
+    /// C: (K, d_g)
+    pub centroids: Tensor,
+}
+
+impl Adapter {
+    /// Differentiable routing for training: memberships (B x T x K, `h` stacking B = `seqs`
+    /// sequences) as a tensor built from candle ops, so gradients reach `proj` and
+    /// `centroids` when they are trainable variables.
+    /// With `grad == SinkhornGrad::Detached` the Sinkhorn iterations run outside the graph.
+    pub fn route_tensor(&self, l: usize, h: &Tensor, seqs: usize, grad: SinkhornGrad) -> Result<Tensor> {
+        let r = &self.layers[l];
+        let c = &self.config;
+        let scores = c.score.scores(&h.matmul(&r.proj)?, &r.centroids)?;
+        // `h` stacks `seqs` sequences (B*T rows): each is balanced on its own.
+        let scores = scores.reshape((seqs, scores.dim(0)? / seqs, c.groups))?;
+        Ok(sinkhorn_tensor(&scores, c.tau, c.sinkhorn_iters, c.causal_sinkhorn, grad)?)
+    }
+
+    /// Routes the normalised attention input `h` (T x d_model) of layer `l`.
+    pub fn route(&self, l: usize, h: &Tensor, keep_vectors: bool) -> Result<LayerRouting> {
+        let r = &self.layers[l];
+        let c = &self.config;
+        let t = h.dim(0)?;
+        let vecs = h.matmul(&r.proj)?;
+        let scores = c.score.scores(&vecs, &r.centroids)?.flatten_all()?.to_vec1::<f32>()?;
+        let memberships = sinkhorn(&scores, t, c.groups, c.tau, c.sinkhorn_iters, c.causal_sinkhorn);
+        let vectors = if keep_vectors { Some(vecs.flatten_all()?.to_vec1::<f32>()?) } else { None };
+        Ok(LayerRouting { t, groups: c.groups, scores, memberships, vectors, d_g: c.d_g })
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_groups_break_ties_by_index() {
+        let r = LayerRouting { t: 1, groups: 4, scores: vec![0.0; 4], memberships: vec![0.25; 4], vectors: None, d_g: 1 };
+        assert_eq!(r.top_groups(0, 2), vec![0, 1]);
+        assert_eq!(r.topk_masks(3), vec![0b0111]);
+    }
+}
