@@ -126,7 +126,7 @@ fn time_limit_ends_the_run_with_a_final_evaluation() {
 
 #[test]
 fn cosine_scores_with_detached_sinkhorn_and_decay_train_and_persist() {
-    use focus_core::focus::router::SinkhornGrad;
+    use focus_core::focus::sinkhorn::SinkhornGrad;
     use focus_core::{Adapter, Score};
     let (model, data) = setup();
     let dir = tempfile::tempdir().unwrap();

@@ -3,7 +3,7 @@
 
 use super::common::{progress, ModelArgs, SpecArgs};
 use anyhow::{bail, Context, Result};
-use focus_core::focus::router::SinkhornGrad;
+use focus_core::focus::sinkhorn::SinkhornGrad;
 use focus_core::train::{TrainData, TrainOptions, Trainer};
 use focus_core::Model;
 use std::io::Write;
