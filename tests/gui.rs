@@ -61,7 +61,7 @@ fn gui_end_to_end() {
     // Start-up: a finished analysis of the sample text without any click.
     settle(&mut h);
     no_errors(&h);
-    let r = h.state().result.clone().expect("an analysis at start-up");
+    let r = h.state().session.result.clone().expect("an analysis at start-up");
     assert_eq!(r.tokens(), 300);
     assert_eq!(r.layers(), 30);
     assert_eq!(r.analysis.mode, "topk(2)");
@@ -70,11 +70,11 @@ fn gui_end_to_end() {
     let text = dir.path().join("text.txt");
     let body = "The cat sat on the mat. ".repeat(40);
     std::fs::write(&text, &body).unwrap();
-    h.state_mut().path_input = text.display().to_string();
+    h.state_mut().views.menu.path_input = text.display().to_string();
     click_menu(&mut h, "File", "as text");
     settle(&mut h);
     no_errors(&h);
-    let r = h.state().result.clone().unwrap();
+    let r = h.state().session.result.clone().unwrap();
     let joined: String = r.analysis.tokens.iter().map(|t| t.text.as_str()).collect();
     assert_eq!(joined, body, "the view shows the opened text");
     assert!(h.state().settings.recent.iter().any(|(k, p)| *k == InputKind::Text && *p == text), "recent files list");
@@ -82,12 +82,12 @@ fn gui_end_to_end() {
     // Switch mode (a control click re-runs in the background) and layer.
     h.get_by_label("dense").click();
     settle(&mut h);
-    let r = h.state().result.clone().unwrap();
+    let r = h.state().session.result.clone().unwrap();
     assert_eq!(r.key.params.mode, ModeChoice::Dense);
     assert_eq!(r.analysis.mode, "dense");
     h.get_by_label("top-k").click();
     settle(&mut h);
-    assert_eq!(h.state().result.as_ref().unwrap().analysis.mode, "topk(2)");
+    assert_eq!(h.state().session.result.as_ref().unwrap().analysis.mode, "topk(2)");
     h.state_mut().settings.layer = 7;
     h.step();
 
@@ -99,8 +99,8 @@ fn gui_end_to_end() {
         no_errors(&h);
         if tab == Tab::Mask {
             let app = h.state();
-            let res = app.result.as_ref().unwrap();
-            let m = app.panels.mask.current(&res.key, 7).expect("mask image for layer 7");
+            let res = app.session.result.as_ref().unwrap();
+            let m = app.views.mask.current(&res.key, 7).expect("mask image for layer 7");
             let p = &res.analysis.layers[7].pairs;
             assert_eq!((m.local, m.same_group), (p.local, p.same_group_distant));
             assert_eq!(m.local + m.same_group + m.pruned, p.causal);
@@ -143,7 +143,7 @@ fn gui_end_to_end() {
     settle(&mut h);
     no_errors(&h);
     {
-        let b = h.state().bench.as_ref().expect("benchmark state");
+        let b = h.state().views.speed.bench.as_ref().expect("benchmark state");
         assert!(b.error.is_none(), "{:?}", b.error);
         assert_eq!(b.rows.iter().map(|r| r.tokens).collect::<Vec<_>>(), vec![64, 160]);
         assert!(b.rows.iter().all(|r| r.dense_s > 0.0 && r.topk_s > 0.0));
@@ -160,8 +160,8 @@ fn gui_end_to_end() {
     // A token hovered in a layer column is described in that column's layer, not the selected one.
     h.get_by_label("Layers").click();
     h.step();
-    h.state_mut().hovered = Some(20);
-    h.state_mut().hovered_layer = Some(15);
+    h.state_mut().selection.hovered = Some(20);
+    h.state_mut().selection.hovered_layer = Some(15);
     h.step();
     assert!(h.query_by_label_contains("layer 15: top groups").is_some(), "details follow the hovered column");
     h.step();
@@ -175,8 +175,8 @@ fn gui_end_to_end() {
     no_errors(&h);
     {
         let app = h.state();
-        let p = app.partners.as_ref().expect("partners of token 250");
-        let res = app.result.as_ref().unwrap();
+        let p = app.selection.partners.as_ref().expect("partners of token 250");
+        let res = app.session.result.as_ref().unwrap();
         assert_eq!((p.token, p.layer), (250, 7));
         for &(j, w) in &p.partners {
             assert!(250 - j > res.window(), "partners lie beyond the window");
@@ -195,7 +195,7 @@ fn gui_end_to_end() {
     h.state_mut().settings.params.max_tokens = 4000;
     let t0 = Instant::now();
     while !(h.state().is_running(TaskKind::Analyze)
-        && h.state().text.as_ref().is_some_and(|t| t.path.as_ref() == Some(&long))
+        && h.state().session.text.as_ref().is_some_and(|t| t.path.as_ref() == Some(&long))
         && h.state().running_analysis().is_some()
         && h.state().running_analysis().cloned() == h.state().wanted_key())
     {
@@ -204,7 +204,7 @@ fn gui_end_to_end() {
         std::thread::sleep(Duration::from_millis(10));
     }
     h.step();
-    let before = h.state().result.as_ref().unwrap().key.clone();
+    let before = h.state().session.result.as_ref().unwrap().key.clone();
     let cancelled = h.state().running_analysis().cloned();
     assert!(h.state().is_running(TaskKind::Analyze), "the long analysis ended before Cancel");
     h.get_by_label("Cancel").click();
@@ -214,12 +214,12 @@ fn gui_end_to_end() {
         "status: {:?}; cancelled {:?}; result {:?} (before {:?}); wanted {:?}; errors {:?}",
         h.state().status,
         cancelled,
-        h.state().result.as_ref().map(|r| &r.key),
+        h.state().session.result.as_ref().map(|r| &r.key),
         before,
         h.state().wanted_key(),
         h.state().errors
     );
-    assert_eq!(h.state().result.as_ref().unwrap().key, before, "the previous result stays after a cancel");
+    assert_eq!(h.state().session.result.as_ref().unwrap().key, before, "the previous result stays after a cancel");
     assert!(!h.state().busy());
     h.state_mut().settings.params.max_tokens = 300;
 
@@ -231,7 +231,7 @@ fn gui_end_to_end() {
     let errs = h.state().errors.join("\n");
     assert!(errs.contains("cannot open model") && errs.contains("bad.gguf"), "{errs}");
     assert_eq!(h.state().settings.model, Some(common::model_path()), "back to the working model");
-    assert!(h.state().model.is_some());
+    assert!(h.state().session.model.is_some());
     h.state_mut().errors.clear();
 
     let bad_text = dir.path().join("binary.txt");
@@ -250,7 +250,7 @@ fn gui_end_to_end() {
     settle(&mut h);
     let errs = h.state().errors.join("\n");
     assert!(errs.contains("cannot open adapter"), "{errs}");
-    assert!(h.state().result.is_some(), "a result is still shown");
+    assert!(h.state().session.result.is_some(), "a result is still shown");
     // The app still runs: the error can be dismissed through the window.
     h.get_by_label("dismiss").click();
     h.step();
@@ -284,7 +284,7 @@ fn scrolling_10k_tokens_stays_fast() {
     let mut h = harness(settings(300), dir.path());
     settle(&mut h);
     no_errors(&h);
-    let r = h.state().result.clone().unwrap();
+    let r = h.state().session.result.clone().unwrap();
     let n = 10_000;
     let tile = |v: &Vec<u8>| v.iter().cycle().take(n).cloned().collect::<Vec<u8>>();
     let mut an = r.analysis.clone();
@@ -306,7 +306,7 @@ fn scrolling_10k_tokens_stays_fast() {
         masks: r.masks.iter().map(|m| m.iter().cycle().take(n).cloned().collect()).collect(),
         labels: r.labels.clone(),
     };
-    h.state_mut().result = Some(Arc::new(big));
+    h.state_mut().session.result = Some(Arc::new(big));
     let mut report = Vec::new();
     for (tab, strip) in [(Tab::Tokens, false), (Tab::Layers, false), (Tab::Layers, true)] {
         h.state_mut().settings.tab = tab;
@@ -317,7 +317,7 @@ fn scrolling_10k_tokens_stays_fast() {
         let first = t0.elapsed().as_secs_f64();
         let mut times = Vec::new();
         for f in 0..40 {
-            h.state_mut().panels.scroll_to = Some((f * 250) % n);
+            h.state_mut().views.scroll_to = Some((f * 250) % n);
             let t0 = Instant::now();
             h.step();
             times.push(t0.elapsed().as_secs_f64());
@@ -328,7 +328,7 @@ fn scrolling_10k_tokens_stays_fast() {
         assert!(worst < 0.5, "{tab:?}: a frame took {worst:.3} s while scrolling 10K tokens");
     }
     eprintln!("frame times while scrolling {n} tokens (egui pass incl. tessellation, no GPU):\n{}", report.join("\n"));
-    assert_eq!(h.state().result.as_ref().unwrap().tokens(), n, "the tiled result stays (no re-analysis)");
+    assert_eq!(h.state().session.result.as_ref().unwrap().tokens(), n, "the tiled result stays (no re-analysis)");
 }
 
 /// Settings survive a round trip through eframe's storage format (RON via serde).
@@ -401,7 +401,7 @@ fn long_texts_show_a_preview_first() {
     let t0 = Instant::now();
     let mut layer_steps = std::collections::BTreeSet::new();
     let mut preview = None;
-    while h.state().result.as_ref().is_none_or(|r| r.tokens() == PREVIEW_TOKENS) {
+    while h.state().session.result.as_ref().is_none_or(|r| r.tokens() == PREVIEW_TOKENS) {
         h.step();
         for (kind, done, total, what, _) in h.state().worker.progress() {
             if kind == TaskKind::Analyze && total > 0 {
@@ -410,7 +410,7 @@ fn long_texts_show_a_preview_first() {
             }
         }
         if preview.is_none() {
-            if let Some(r) = h.state().result.clone() {
+            if let Some(r) = h.state().session.result.clone() {
                 assert_eq!(r.tokens(), PREVIEW_TOKENS);
                 assert!(h.state().is_running(TaskKind::Analyze), "the full analysis goes on");
                 assert_eq!(h.state().showing_preview(), Some((PREVIEW_TOKENS, PREVIEW_TOKENS + 100)));
@@ -425,7 +425,7 @@ fn long_texts_show_a_preview_first() {
     settle(&mut h);
     no_errors(&h);
     let preview = preview.expect("a preview before the full result");
-    let full = h.state().result.clone().unwrap();
+    let full = h.state().session.result.clone().unwrap();
     assert_eq!(full.tokens(), PREVIEW_TOKENS + 100);
     assert!(h.state().showing_preview().is_none());
     assert!(layer_steps.iter().any(|&d| d > 0 && d < 30), "progress moved within the forward pass: {layer_steps:?}");
@@ -441,7 +441,7 @@ fn long_texts_show_a_preview_first() {
     h.state_mut().settings.params.max_tokens = PREVIEW_TOKENS;
     h.step();
     assert!(!h.state().is_running(TaskKind::Analyze));
-    assert!(Arc::ptr_eq(h.state().result.as_ref().unwrap(), &preview));
+    assert!(Arc::ptr_eq(h.state().session.result.as_ref().unwrap(), &preview));
 }
 
 /// File dialogs answer in a later frame: the UI keeps running while one is open, its menu items
@@ -479,15 +479,15 @@ fn file_dialog_answers_arrive_asynchronously() {
     settle(&mut h);
     no_errors(&h);
     assert_eq!(h.state().settings.text, Some(text));
-    assert!(h.state().result.as_ref().unwrap().analysis.tokens[0].text.starts_with("Words"));
+    assert!(h.state().session.result.as_ref().unwrap().analysis.tokens[0].text.starts_with("Words"));
 
     // A cancelled dialog changes nothing; a chosen export path receives the file.
-    let key = h.state().result.as_ref().unwrap().key.clone();
+    let key = h.state().session.result.as_ref().unwrap().key.clone();
     h.state_mut().dialogs.start(Purpose::Open(InputKind::Model), || None, None);
     let out = dir.path().join("chosen.csv");
     let out2 = out.clone();
     wait_for_dialog(&mut h);
-    assert_eq!(h.state().result.as_ref().unwrap().key, key);
+    assert_eq!(h.state().session.result.as_ref().unwrap().key, key);
     h.state_mut().dialogs.start(Purpose::Export(ExportKind::StatsCsv), move || Some(out2), None);
     for _ in 0..100 {
         h.step();
@@ -567,11 +567,11 @@ fn speed_panel_attention_kernels() {
     settle(&mut h);
     no_errors(&h);
     let (groups, k) = {
-        let r = h.state().result.as_ref().unwrap();
+        let r = h.state().session.result.as_ref().unwrap();
         (r.groups(), r.key.params.k)
     };
     {
-        let b = h.state().attn_bench.as_ref().expect("attention benchmark state");
+        let b = h.state().views.speed.attn_bench.as_ref().expect("attention benchmark state");
         assert!(b.error.is_none(), "{:?}", b.error);
         assert_eq!(b.rows.iter().map(|r| r.n).collect::<Vec<_>>(), vec![256, 512]);
         for r in &b.rows {
@@ -607,7 +607,7 @@ fn speed_panel_attention_kernels() {
     h.get_by_label("Cancel benchmark").click();
     h.step();
     settle(&mut h);
-    let b = h.state().attn_bench.as_ref().unwrap();
+    let b = h.state().views.speed.attn_bench.as_ref().unwrap();
     assert_eq!(b.error.as_deref(), Some("benchmark cancelled"));
     assert!(b.rows.is_empty() && b.current_rows().len() < 4, "{:?}", b.current_rows().len());
 }
@@ -622,7 +622,7 @@ fn categories_fit_the_window() {
     h.get_by_label("Categories").click();
     h.step();
     h.step();
-    let view = h.state().view_rect.expect("the central view");
+    let view = h.state().views.rect.expect("the central view");
     let purity = h.get_by_label("purity").rect();
     assert!(purity.right() <= view.right() + 1.0, "purity column at {purity:?}, view {view:?}");
     let lines = h.get_all_by_label_contains("(mixed").chain(h.get_all_by_label_contains("%): ")).map(|n| n.rect()).collect::<Vec<_>>();

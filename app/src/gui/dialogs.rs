@@ -1,13 +1,14 @@
 //! Native file dialogs that never block the UI. A dialog is modal for the user but not for our
 //! event loop: rfd's async dialog is created on the UI thread (as macOS requires) and awaited on
-//! a helper thread, and the chosen path comes back through a channel that the app polls each
-//! frame, like background work does. One dialog at a time.
+//! a helper thread, and the chosen path comes back as a `Msg::Dialog` on the worker's channel,
+//! with the results of background work. One dialog at a time.
 
 use super::export::ExportKind;
+use super::jobs::Msg;
 use super::state::InputKind;
+use super::worker::Post;
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -21,19 +22,17 @@ pub enum Purpose {
 }
 
 pub struct Dialogs {
-    tx: Sender<(Purpose, Option<PathBuf>)>,
-    rx: Receiver<(Purpose, Option<PathBuf>)>,
+    post: Post<Msg>,
     open: Option<Purpose>,
 }
 
-impl Default for Dialogs {
-    fn default() -> Self {
-        let (tx, rx) = channel();
-        Dialogs { tx, rx, open: None }
-    }
-}
-
 impl Dialogs {
+    /// Dialogs whose answers go to `post` (the worker's channel).
+    pub fn new(post: Post<Msg>) -> Self {
+        Dialogs { post, open: None }
+    }
+
+
     /// The purpose of the dialog now open, if any.
     pub fn open(&self) -> Option<Purpose> {
         self.open
@@ -57,15 +56,15 @@ impl Dialogs {
         self.start(purpose, move || block_on(fut).map(|f| f.path().to_path_buf()), repaint);
     }
 
-    /// Runs `pick` (a dialog, or a stand-in in tests) on its own thread; its answer arrives
-    /// through `poll`. Ignored while another dialog is open.
+    /// Runs `pick` (a dialog, or a stand-in in tests) on its own thread; its answer arrives as
+    /// `Msg::Dialog`. Ignored while another dialog is open.
     pub fn start(&mut self, purpose: Purpose, pick: impl FnOnce() -> Option<PathBuf> + Send + 'static, repaint: Option<egui::Context>) {
         if self.open.is_some() {
             return;
         }
-        let tx = self.tx.clone();
+        let post = self.post.clone();
         let spawned = std::thread::Builder::new().name("focus-lens dialog".into()).spawn(move || {
-            let _ = tx.send((purpose, pick()));
+            post.send(Msg::Dialog(purpose, pick()));
             if let Some(c) = repaint {
                 c.request_repaint();
             }
@@ -75,12 +74,9 @@ impl Dialogs {
         }
     }
 
-    /// The answer of the dialog that closed since the last call: its purpose and the chosen path
-    /// (`None` when the user cancelled).
-    pub fn poll(&mut self) -> Option<(Purpose, Option<PathBuf>)> {
-        let r = self.rx.try_recv().ok()?;
+    /// The open dialog's answer has arrived: another may open.
+    pub fn closed(&mut self) {
         self.open = None;
-        Some(r)
     }
 }
 

@@ -1,52 +1,87 @@
 //! The slow work the GUI runs in the background (see `worker`): loading inputs, analysing,
 //! attention rows for the partners view, mask images and benchmarks. Plain functions of their
-//! inputs, so tests can call them directly too. Errors come back as one line of text.
+//! inputs, so tests can call them directly too. `Msg` is the one message type that comes back
+//! (from these jobs, and from file dialogs and screenshots); failures are a `JobError`, whose
+//! `Cancelled` tells a stop the user asked for from a real failure.
 
+use super::dialogs::Purpose;
 use super::state::*;
 use super::worker::Handle;
 use focus_core::analysis::{analyze as core_analyze, AnalyzeOptions};
-use focus_core::bench::{forward_bench, BenchOptions, BenchRow};
+use focus_core::bench::{forward_bench, AttentionBench, AttentionRow, BenchOptions, BenchRow};
+use focus_core::focus::mask::{classify, PairClass};
 use focus_core::{Adapter, Error, Model};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-pub enum Msg {
-    Model(Result<Arc<Model>, String>, Option<PathBuf>, DeviceChoice),
-    Adapter(Result<Arc<Adapter>, String>, Option<PathBuf>, u64),
-    Text(Result<(Arc<String>, Option<String>), String>, Option<PathBuf>),
-    Analysis(Result<AnalysisResult, String>),
-    /// A finished analysis of the first `PREVIEW_TOKENS` tokens while the full one runs.
-    Preview(AnalysisResult),
-    Partners(Result<Partners, String>),
-    Mask(Option<MaskImage>),
-    Bench(Result<(Vec<BenchRow>, String), String>),
-    AttnBench(Result<Vec<focus_core::bench::AttentionRow>, String>),
+/// Why a job returned no result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobError {
+    /// Stopped on request (its cancel flag).
+    Cancelled,
+    /// Failed, with the reason in one line.
+    Failed(String),
 }
 
-fn err(e: Error) -> String {
-    match e {
-        Error::Cancelled => "cancelled".into(),
-        e => e.to_string(),
+impl std::fmt::Display for JobError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JobError::Cancelled => f.write_str("cancelled"),
+            JobError::Failed(e) => f.write_str(e),
+        }
     }
+}
+
+impl From<Error> for JobError {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Cancelled => JobError::Cancelled,
+            e => JobError::Failed(e.to_string()),
+        }
+    }
+}
+
+impl From<String> for JobError {
+    fn from(e: String) -> Self {
+        JobError::Failed(e)
+    }
+}
+
+/// Everything that comes back to the UI thread, over the worker's one channel.
+pub enum Msg {
+    Model(Result<Arc<Model>, JobError>, Option<PathBuf>, DeviceChoice),
+    Adapter(Result<Arc<Adapter>, JobError>, Option<PathBuf>, u64),
+    Text(Result<(Arc<String>, Option<String>), JobError>, Option<PathBuf>),
+    Analysis(Result<AnalysisResult, JobError>),
+    /// A finished analysis of the first `PREVIEW_TOKENS` tokens while the full one runs.
+    Preview(AnalysisResult),
+    Partners(Result<Partners, JobError>),
+    Mask(Result<MaskImage, JobError>),
+    Bench(Result<(Vec<BenchRow>, String), JobError>),
+    AttnBench(Result<Vec<AttentionRow>, JobError>),
+    /// A file dialog closed: what it was for, and the chosen path (`None`: the user cancelled).
+    Dialog(Purpose, Option<PathBuf>),
+    /// A PNG export was written to this path, or failed.
+    Png(Result<PathBuf, String>),
 }
 
 pub fn load_model(path: Option<PathBuf>, device: DeviceChoice, h: &Handle) -> Msg {
     h.set_progress(0, 0, "loading the model");
-    let r = (|| {
+    let r = (|| -> Result<Arc<Model>, JobError> {
         let p = match &path {
             Some(p) => p.clone(),
             None => {
-                let p = crate::cli::common::default_model_path();
+                let p = crate::defaults::default_model_path();
                 if !p.exists() {
-                    return Err(format!("the default model is not at {}: run scripts/fetch-model.sh, or open a model file", p.display()));
+                    return Err(JobError::Failed(format!("the default model is not at {}: run scripts/fetch-model.sh, or open a model file", p.display())));
                 }
                 p
             }
         };
-        let dev = device.device().map_err(err)?;
-        Model::load(&p, &dev).map(Arc::new).map_err(err)
+        let dev = device.device()?;
+        Ok(Arc::new(Model::load(&p, &dev)?))
     })();
     Msg::Model(r, path, device)
 }
@@ -54,19 +89,19 @@ pub fn load_model(path: Option<PathBuf>, device: DeviceChoice, h: &Handle) -> Ms
 pub fn load_adapter(model: Arc<Model>, path: Option<PathBuf>, model_gen: u64, h: &Handle) -> Msg {
     h.set_progress(0, 0, "loading the adapter");
     let r = match &path {
-        Some(p) => Adapter::load(p, &model),
-        None => crate::cli::demo::sample_adapter(&model),
+        Some(p) => Adapter::load(p, &model.identity(), model.device()),
+        None => crate::defaults::sample_adapter(&model),
     };
-    Msg::Adapter(r.map(Arc::new).map_err(err), path, model_gen)
+    Msg::Adapter(r.map(Arc::new).map_err(JobError::from), path, model_gen)
 }
 
 /// Reads and checks a text; files over `MAX_TEXT_BYTES` are truncated (at a character
 /// boundary) with a note that the window shows.
-pub fn read_text(path: &Option<PathBuf>) -> Result<(String, Option<String>), String> {
-    let Some(p) = path else { return Ok((super::app::SAMPLE_TEXT.to_string(), None)) };
+pub fn read_text(path: &Option<PathBuf>) -> Result<(String, Option<String>), JobError> {
+    let Some(p) = path else { return Ok((crate::defaults::SAMPLE_TEXT.to_string(), None)) };
     let meta = std::fs::metadata(p).map_err(|e| format!("{}: {e}", p.display()))?;
     if meta.is_dir() {
-        return Err(format!("{} is a folder, not a text file", p.display()));
+        return Err(JobError::Failed(format!("{} is a folder, not a text file", p.display())));
     }
     let mut bytes = Vec::new();
     use std::io::Read;
@@ -87,7 +122,7 @@ pub fn read_text(path: &Option<PathBuf>) -> Result<(String, Option<String>), Str
             MAX_TEXT_BYTES >> 20
         ));
     }
-    let text = focus_core::text::text_from_bytes(bytes, &p.display().to_string()).map_err(err)?;
+    let text = focus_core::io::text::text_from_bytes(bytes, &p.display().to_string())?;
     Ok((text, note))
 }
 
@@ -120,15 +155,15 @@ pub fn preview_key(key: &AnalysisKey) -> Option<AnalysisKey> {
 /// Analyses the first `max_tokens` tokens of the text. With `preview`, a text longer than
 /// `PREVIEW_TOKENS` is first analysed up to there and that result sent through `interim`
 /// (it is the analysis of `preview_key`: the same tokens, parameters and segmenting).
-pub fn analyze(job: AnalysisJob, preview: bool, h: &Handle, interim: &dyn Fn(AnalysisResult)) -> Result<AnalysisResult, String> {
+pub fn analyze(job: AnalysisJob, preview: bool, h: &Handle, interim: &dyn Fn(AnalysisResult)) -> Result<AnalysisResult, JobError> {
     let params = &job.key.params;
     let groups = job.adapter.config.groups;
     if params.k == 0 || params.k > groups {
-        return Err(format!("k = {} must be in 1..={groups}", params.k));
+        return Err(JobError::Failed(format!("k = {} must be in 1..={groups}", params.k)));
     }
     h.set_progress(0, 0, "tokenising");
-    let tok = job.model.tokenizer().map_err(err)?;
-    let enc = tok.encode(&job.text, false).map_err(err)?;
+    let tok = job.model.tokenizer()?;
+    let enc = tok.encode(&job.text, false)?;
     let n = enc.ids.len();
     let take = n.min(params.max_tokens.max(1));
     if preview && take > PREVIEW_TOKENS {
@@ -146,7 +181,7 @@ fn analyze_prefix(
     take: usize,
     h: &Handle,
     what: &str,
-) -> Result<AnalysisResult, String> {
+) -> Result<AnalysisResult, JobError> {
     let t0 = Instant::now();
     let params = &key.params;
     let groups = job.adapter.config.groups;
@@ -154,7 +189,7 @@ fn analyze_prefix(
     let note = (take < n).then(|| format!("the text has {n} tokens: the first {take} are analysed (raise \"tokens\" to see more)"));
     let text = if take < offsets.len() { &job.text[..offsets[take - 1].1] } else { job.text.as_str() };
     if h.cancelled() {
-        return Err("cancelled".into());
+        return Err(JobError::Cancelled);
     }
     let seg = 2048.min(job.model.config().context);
     let label = if what.is_empty() { format!("{take} tokens") } else { format!("{take} tokens ({what})") };
@@ -167,8 +202,7 @@ fn analyze_prefix(
         let at = if segs > 1 { format!(", segment {} of {segs}", d / layers + 1) } else { String::new() };
         let layer = if d < t { format!("layer {} of {layers}{at}", d % layers + 1) } else { "statistics".into() };
         h.set_progress(d, t, format!("{label}: {layer}"))
-    })
-    .map_err(err)?;
+    })?;
     let argmax: Vec<Vec<u8>> = analysis
         .layers
         .iter()
@@ -226,29 +260,30 @@ pub fn group_labels(tokens: &[focus_core::analysis::TokenInfo], argmax: &[u8], g
 
 /// The attention row of token `i` in `layer`/`head` and its same-group partners beyond the
 /// window, in the segment that holds it.
-pub fn partners(res: &AnalysisResult, i: usize, layer: usize, head: usize, h: &Handle) -> Result<Partners, String> {
+pub fn partners(res: &AnalysisResult, i: usize, layer: usize, head: usize, h: &Handle) -> Result<Partners, JobError> {
     let an = &res.analysis;
     if i >= an.tokens.len() || layer >= an.layers.len() {
-        return Err("token or layer out of range".into());
+        return Err(JobError::Failed("token or layer out of range".into()));
     }
     h.set_progress(0, 0, format!("token {i}, layer {layer}, head {head}"));
     let seg = an.segment_len;
     let start = i / seg * seg;
     let end = (start + seg).min(an.tokens.len());
     let ids: Vec<u32> = an.tokens[start..end].iter().map(|t| t.id).collect();
-    let w = focus_core::inspect::query_attention(&res.model, Some(res.adapter.as_ref()), &ids, res.key.params.mode(), layer, head, i - start, Some(&h.cancel))
-        .map_err(err)?;
+    let w = focus_core::analysis::partners::query_attention(&res.model, Some(res.adapter.as_ref()), &ids, res.key.params.mode(), layer, head, i - start, Some(&h.cancel))?;
     let masks = &res.masks[layer];
     let window = res.window();
     let mut partners = Vec::new();
     let (mut partner_mass, mut local_mass) = (0f32, 0f32);
     for (q, &wt) in w.iter().enumerate() {
         let j = start + q;
-        if i - j <= window {
-            local_mass += wt;
-        } else if masks[i] & masks[j] != 0 {
-            partners.push((j, wt));
-            partner_mass += wt;
+        match classify(i, j, masks[i], masks[j], window) {
+            PairClass::Local => local_mass += wt,
+            PairClass::SharedGroup(_) => {
+                partners.push((j, wt));
+                partner_mass += wt;
+            }
+            PairClass::Pruned | PairClass::Future => {}
         }
     }
     partners.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
@@ -289,8 +324,8 @@ impl MaskImage {
     }
 }
 
-pub fn mask_image(res: &AnalysisResult, layer: usize, max_side: usize, h: &Handle) -> Option<MaskImage> {
-    let masks = res.masks.get(layer)?;
+pub fn mask_image(res: &AnalysisResult, layer: usize, max_side: usize, h: &Handle) -> Result<MaskImage, JobError> {
+    let masks = res.masks.get(layer).ok_or_else(|| JobError::Failed(format!("no layer {layer}")))?;
     let t = masks.len();
     let (w, seg) = (res.window(), res.analysis.segment_len.max(1));
     let block = t.div_ceil(max_side.max(1)).max(1);
@@ -300,7 +335,7 @@ pub fn mask_image(res: &AnalysisResult, layer: usize, max_side: usize, h: &Handl
     for i in 0..t {
         if i % 256 == 0 {
             if h.cancelled() {
-                return None;
+                return Err(JobError::Cancelled);
             }
             h.set_progress(i, t, format!("layer {layer}"));
         }
@@ -308,23 +343,29 @@ pub fn mask_image(res: &AnalysisResult, layer: usize, max_side: usize, h: &Handl
         let row = (i / block) * side;
         let mi = masks[i];
         for (j, &mj) in masks.iter().enumerate().take(i + 1).skip(seg_start) {
-            let c = if i - j <= w {
-                local += 1;
-                0
-            } else if mi & mj != 0 {
-                same += 1;
-                1
-            } else {
-                pruned += 1;
-                2
+            let c = match classify(i, j, mi, mj, w) {
+                PairClass::Local => {
+                    local += 1;
+                    0
+                }
+                PairClass::SharedGroup(_) => {
+                    same += 1;
+                    1
+                }
+                PairClass::Pruned => {
+                    pruned += 1;
+                    2
+                }
+                // j <= i here.
+                PairClass::Future => continue,
             };
             counts[row + j / block][c] += 1;
         }
     }
-    Some(MaskImage { key: res.key.clone(), layer, tokens: t, block, side, counts, local, same_group: same, pruned })
+    Ok(MaskImage { key: res.key.clone(), layer, tokens: t, block, side, counts, local, same_group: same, pruned })
 }
 
-/// CPU model name for the speed panel.
+/// CPU model name for the speed view.
 pub fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -333,17 +374,17 @@ pub fn machine() -> String {
     format!("{cpu}, {} threads", rayon::current_num_threads())
 }
 
-/// The speed panel's data source: prefill time, dense vs Focus top-k, over lengths. One
-/// function so that the panel can later point at other kernels' benchmarks.
-/// Each finished length is also pushed to `live`, so the panel can plot rows as they come.
+/// The speed view's data source: prefill time, dense vs Focus top-k, over lengths. One
+/// function so that the view can later point at other kernels' benchmarks.
+/// Each finished length is also pushed to `live`, so the view can plot rows as they come.
 pub fn bench(
     res: &AnalysisResult,
     lengths: Vec<usize>,
     repeats: usize,
     device: DeviceChoice,
-    live: &std::sync::Mutex<Vec<BenchRow>>,
+    live: &Mutex<Vec<BenchRow>>,
     h: &Handle,
-) -> Result<(Vec<BenchRow>, String), String> {
+) -> Result<(Vec<BenchRow>, String), JobError> {
     let base: Vec<u32> = res.analysis.tokens.iter().map(|t| t.id).collect();
     let k = res.key.params.k;
     let opts = BenchOptions { lengths, repeats, k, cancel: Some(&h.cancel) };
@@ -359,18 +400,17 @@ pub fn bench(
         if let Ok(mut v) = live.lock() {
             v.push(r.clone());
         }
-    })
-    .map_err(err)?;
+    })?;
     Ok((rows, settings))
 }
 
-/// The attention-kernel benchmark as the speed panel runs it: the adapter's K, the selected k,
+/// The attention-kernel benchmark as the speed view runs it: the adapter's K, the selected k,
 /// the window, and the loaded model's heads and head size; memberships balanced as Sinkhorn
 /// leaves them (`balanced_masks`, as `focus-lens bench attention` does). Candle's attention is
 /// timed on CUDA only (on the CPU it would only add time and T x T memory).
-pub fn attention_config(res: &AnalysisResult, lengths: Vec<usize>, repeats: usize, device: DeviceChoice) -> focus_core::bench::AttentionBench {
+pub fn attention_config(res: &AnalysisResult, lengths: Vec<usize>, repeats: usize, device: DeviceChoice) -> AttentionBench {
     let c = res.model.config();
-    focus_core::bench::AttentionBench {
+    AttentionBench {
         lengths,
         groups: vec![res.groups()],
         ks: vec![res.key.params.k.clamp(1, res.groups().max(1))],
@@ -387,7 +427,7 @@ pub fn attention_config(res: &AnalysisResult, lengths: Vec<usize>, repeats: usiz
 }
 
 /// What an attention benchmark ran, in words, and the equivalent CLI command.
-pub fn attention_settings(res: &AnalysisResult, cfg: &focus_core::bench::AttentionBench, device: DeviceChoice) -> (String, String) {
+pub fn attention_settings(res: &AnalysisResult, cfg: &AttentionBench, device: DeviceChoice) -> (String, String) {
     let lengths = cfg.lengths.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",");
     let words = format!(
         "{}; device {}; f32; shapes of {}: {} query heads, {} KV heads x {} dims (one attention call, all heads); K={} k={} w={}; memberships balanced as Sinkhorn leaves them; {} timed repeat(s) after a warm-up, median",
@@ -420,29 +460,45 @@ pub fn attention_settings(res: &AnalysisResult, cfg: &focus_core::bench::Attenti
 /// Runs the attention benchmark one length at a time (the same numbers as one call: each
 /// length seeds its own inputs), so that it reports progress and can stop between lengths.
 pub fn attention_bench(
-    cfg: focus_core::bench::AttentionBench,
+    cfg: AttentionBench,
     device: DeviceChoice,
-    live: &std::sync::Mutex<Vec<focus_core::bench::AttentionRow>>,
+    live: &Mutex<Vec<AttentionRow>>,
     h: &Handle,
-) -> Result<Vec<focus_core::bench::AttentionRow>, String> {
-    cfg.validate().map_err(err)?;
-    let dev = device.device().map_err(err)?;
+) -> Result<Vec<AttentionRow>, JobError> {
+    cfg.validate()?;
+    let dev = device.device()?;
     let total = cfg.lengths.len();
     let mut rows = Vec::new();
     for (i, &n) in cfg.lengths.iter().enumerate() {
         if h.cancelled() {
-            return Err("cancelled".into());
+            return Err(JobError::Cancelled);
         }
         h.set_progress(i, total, format!("attention at {n} tokens"));
-        let one = focus_core::bench::AttentionBench { lengths: vec![n], ..cfg.clone() };
+        let one = AttentionBench { lengths: vec![n], ..cfg.clone() };
         let r = focus_core::bench::run_attention_bench(&one, &dev, |r| {
             if let Ok(mut v) = live.lock() {
                 v.push(r.clone());
             }
-        })
-        .map_err(err)?;
+        })?;
         rows.extend(r);
     }
     h.set_progress(total, total, "attention");
     Ok(rows)
+}
+
+/// A benchmark as the speed view prepares it, run by `run` on the worker.
+pub enum BenchJob {
+    /// The attention kernels alone (`attention_bench`).
+    Attention { cfg: AttentionBench, device: DeviceChoice, live: Arc<Mutex<Vec<AttentionRow>>> },
+    /// Prefill of the whole model (`bench`).
+    WholeModel { res: Arc<AnalysisResult>, lengths: Vec<usize>, repeats: usize, device: DeviceChoice, live: Arc<Mutex<Vec<BenchRow>>> },
+}
+
+impl BenchJob {
+    pub fn run(self, h: &Handle) -> Msg {
+        match self {
+            BenchJob::Attention { cfg, device, live } => Msg::AttnBench(attention_bench(cfg, device, &live, h)),
+            BenchJob::WholeModel { res, lengths, repeats, device, live } => Msg::Bench(bench(&res, lengths, repeats, device, &live, h)),
+        }
+    }
 }

@@ -1,16 +1,28 @@
-//! The Focus Lens desktop app (egui/eframe). Layout follows the usual egui split:
-//! `state` (what is remembered and loaded), `worker` + `jobs` (background work), `app` (the
-//! per-frame reconcile and layout) and `panels` (one module per view); `svg`, `palette` and
-//! `export` serve the exports; `dialogs` runs the native file dialogs off the UI thread.
+//! The Focus Lens desktop app (egui/eframe). The layout:
+//!
+//! - `state`: what is remembered (settings, persisted) and the shapes of loaded inputs, results,
+//!   selection and timing;
+//! - `session`: what is loaded and analysed, and the reconcile step that starts what the
+//!   settings ask for;
+//! - `worker` + `jobs`: background work on threads, and the slow functions it runs; `jobs::Msg`
+//!   is the one message type that comes back, over the worker's one channel (file dialogs,
+//!   `dialogs`, and PNG screenshots post to it too);
+//! - `app`: `FocusLensApp`, the per-frame loop: receive messages, reconcile, let the views draw,
+//!   apply the commands they return;
+//! - `views`: one module per view, each with its own state and its SVG export; views read a
+//!   `ViewCtx` and return `Command`s;
+//! - `export` (shared export helpers and the SVG writer), `palette` (colours), `busy` (the busy
+//!   indicator).
 
 pub mod app;
+pub mod busy;
 pub mod dialogs;
 pub mod export;
 pub mod jobs;
 pub mod palette;
-pub mod panels;
+pub mod session;
 pub mod state;
-pub mod svg;
+pub mod views;
 pub mod worker;
 
 pub use app::FocusLensApp;
@@ -37,18 +49,4 @@ pub fn run() -> anyhow::Result<()> {
         }),
     )
     .map_err(|e| anyhow::anyhow!("cannot open the window: {e}"))
-}
-
-/// `focus-lens` with no arguments: the window when there is a display, else (or when the window
-/// cannot open) a clear message and the text demo.
-pub fn run_or_demo() -> anyhow::Result<()> {
-    if !display_available() {
-        eprintln!("focus-lens: no display (neither DISPLAY nor WAYLAND_DISPLAY is set), so no window: printing the text demo instead (`focus-lens demo`; `focus-lens --help` lists the commands)");
-        return crate::cli::demo::run();
-    }
-    if let Err(e) = run() {
-        eprintln!("focus-lens: {e:#}: printing the text demo instead");
-        return crate::cli::demo::run();
-    }
-    Ok(())
 }

@@ -1,12 +1,15 @@
-//! What the app remembers: persisted settings (eframe storage) and the loaded inputs and results
-//! of the session. Panels read these; only the app's reconcile step and the controls change them.
+//! What the app remembers: persisted settings (eframe storage) and the `Setting` edits views ask
+//! for, the loaded inputs and analysis results, the hovered and selected token with its
+//! partners, and frame timing. Views read these through their context (`views::ViewCtx`); only
+//! the app changes them.
 
 use focus_core::analysis::Analysis;
-use focus_core::bench::BenchRow;
 use focus_core::{Adapter, Mode, Model};
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Texts larger than this are truncated (with a visible note) before tokenising: the GUI analyses
 /// at most `MAX_TOKENS_LIMIT` tokens anyway.
@@ -154,7 +157,7 @@ pub struct Settings {
     pub strip: bool,
     pub bench_lengths: String,
     pub bench_repeats: usize,
-    /// What the speed panel times: attention kernels alone, or whole-model prefill.
+    /// What the speed view times: attention kernels alone, or whole-model prefill.
     pub bench_kind: BenchKind,
     /// Lengths of the attention-kernel benchmark (its own, longer, defaults).
     pub attn_bench_lengths: String,
@@ -206,6 +209,39 @@ impl Settings {
         self.recent.insert(0, (kind, path));
         self.recent.truncate(RECENT_LEN);
     }
+    pub fn set(&mut self, s: Setting) {
+        match s {
+            Setting::Params(p) => self.params = p,
+            Setting::Layer(l) => self.layer = l,
+            Setting::Head(h) => self.head = h,
+            Setting::Tab(t) => self.tab = t,
+            Setting::SideLayers(v) => self.side_layers = v,
+            Setting::Strip(b) => self.strip = b,
+            Setting::ColorByCategory(b) => self.color_by_category = b,
+            Setting::BenchKind(k) => self.bench_kind = k,
+            Setting::BenchLengths(s) => self.bench_lengths = s,
+            Setting::AttnBenchLengths(s) => self.attn_bench_lengths = s,
+            Setting::BenchRepeats(n) => self.bench_repeats = n,
+            Setting::AttnBenchDevice(d) => self.attn_bench_device = d,
+        }
+    }
+}
+
+/// One edit of the settings, as a view asks for it (the app applies it with `Settings::set`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Setting {
+    Params(RunParams),
+    Layer(usize),
+    Head(usize),
+    Tab(Tab),
+    SideLayers(Vec<usize>),
+    Strip(bool),
+    ColorByCategory(bool),
+    BenchKind(BenchKind),
+    BenchLengths(String),
+    AttnBenchLengths(String),
+    BenchRepeats(usize),
+    AttnBenchDevice(DeviceChoice),
 }
 
 /// Where an input came from: a file, or the default embedded in the binary.
@@ -282,9 +318,19 @@ impl AnalysisResult {
     pub fn window(&self) -> usize {
         self.analysis.window
     }
-    pub fn token_routing(&self, layer: usize, i: usize) -> Option<&focus_core::stats::TokenRouting> {
+    pub fn token_routing(&self, layer: usize, i: usize) -> Option<&focus_core::analysis::stats::TokenRouting> {
         self.analysis.layers.get(layer)?.tokens.as_ref()?.get(i)
     }
+}
+
+/// The token under the pointer and the clicked one, with the clicked one's partners.
+#[derive(Default)]
+pub struct Selection {
+    pub hovered: Option<usize>,
+    /// The layer of the column the hovered token is in (layers view); else the selected layer.
+    pub hovered_layer: Option<usize>,
+    pub selected: Option<usize>,
+    pub partners: Option<Partners>,
 }
 
 /// The long-range partners of one clicked token, with the attention weight each receives.
@@ -300,7 +346,7 @@ pub struct Partners {
     pub local_mass: f32,
 }
 
-/// The speed panel's two benchmarks.
+/// The speed view's two benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum BenchKind {
     /// `focus_core::bench::run_attention_bench`: one attention call, dense vs Focus top-k.
@@ -319,43 +365,38 @@ impl BenchKind {
     }
 }
 
-/// The attention-kernel benchmark: finished rows, rows so far, and what was run.
-#[derive(Default)]
-pub struct AttnBenchState {
-    pub rows: Vec<focus_core::bench::AttentionRow>,
-    pub live: std::sync::Arc<std::sync::Mutex<Vec<focus_core::bench::AttentionRow>>>,
-    /// Machine, threads, dtype, shapes and settings, in words.
-    pub settings: String,
-    /// The equivalent `focus-lens bench attention` command.
-    pub cli: String,
-    pub error: Option<String>,
+/// How long things take, for the status bar.
+pub struct Timing {
+    /// Seconds our UI code took in recent frames (not counting rendering).
+    pub frame_times: VecDeque<f32>,
+    /// Seconds from the app's start to the first analysis on screen (a preview counts).
+    pub first_view_seconds: Option<f64>,
+    started: Instant,
 }
 
-impl AttnBenchState {
-    pub fn current_rows(&self) -> Vec<focus_core::bench::AttentionRow> {
-        if !self.rows.is_empty() {
-            return self.rows.clone();
-        }
-        self.live.lock().map(|v| v.clone()).unwrap_or_default()
+impl Default for Timing {
+    fn default() -> Self {
+        Timing { frame_times: VecDeque::new(), first_view_seconds: None, started: Instant::now() }
     }
 }
 
-#[derive(Default)]
-pub struct BenchState {
-    /// The finished benchmark's rows.
-    pub rows: Vec<BenchRow>,
-    /// Rows as they finish, shared with the running task (shown while it runs or after a cancel).
-    pub live: std::sync::Arc<std::sync::Mutex<Vec<BenchRow>>>,
-    pub settings: String,
-    pub error: Option<String>,
-}
-
-impl BenchState {
-    /// The rows to show: the finished run's, else those measured so far.
-    pub fn current_rows(&self) -> Vec<BenchRow> {
-        if !self.rows.is_empty() {
-            return self.rows.clone();
+impl Timing {
+    pub fn frame(&mut self, seconds: f32) {
+        self.frame_times.push_back(seconds);
+        if self.frame_times.len() > 120 {
+            self.frame_times.pop_front();
         }
-        self.live.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+    /// Notes the first result on screen.
+    pub fn first_view(&mut self) {
+        self.first_view_seconds.get_or_insert_with(|| self.started.elapsed().as_secs_f64());
+    }
+    /// The last frame's UI time, in seconds.
+    pub fn last_frame(&self) -> f32 {
+        self.frame_times.back().cloned().unwrap_or(0.0)
+    }
+    /// Worst UI time over the recent frames, in seconds.
+    pub fn worst_frame(&self) -> f32 {
+        self.frame_times.iter().cloned().fold(0.0, f32::max)
     }
 }

@@ -2,7 +2,9 @@
 //! own thread with a cancel flag and a progress counter, and sends one message back when done.
 //! The UI thread only polls (`Worker::poll`) and never waits, so frames stay short while the
 //! model runs. At most one task per kind: starting a kind cancels the one before it. A task may
-//! also send interim results (`Interim`), e.g. a quick preview before the full analysis.
+//! also send interim results (`Interim`), e.g. a quick preview before the full analysis. The
+//! same channel carries messages posted from outside any task (`Post`: file dialogs, PNG
+//! screenshots), so that everything that comes back arrives in one place.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,36 +59,65 @@ struct Running {
     started: Instant,
 }
 
-/// A finished task's message, tagged with its kind and id.
-pub struct Finished<T> {
+/// What travels on the channel: a task's message, tagged with its kind and id (so that results of
+/// cancelled or superseded tasks are dropped), or a posted one.
+enum Envelope<T> {
+    Task {
+        kind: TaskKind,
+        id: u64,
+        /// `Err` when the task panicked.
+        value: Result<T, String>,
+        /// False for an interim result: the task is still running.
+        last: bool,
+    },
+    Posted(T),
+}
+
+/// A task that panicked: its kind and the panic's message.
+#[derive(Debug, Clone)]
+pub struct Panicked {
     pub kind: TaskKind,
-    pub id: u64,
-    /// `Err` when the task panicked.
-    pub value: Result<T, String>,
-    /// False for an interim result: the task is still running.
-    pub last: bool,
+    pub message: String,
 }
 
 /// Sends interim results of a running task to the UI (dropped when the task is superseded).
 pub struct Interim<T> {
     kind: TaskKind,
     id: u64,
-    tx: Sender<Finished<T>>,
+    tx: Sender<Envelope<T>>,
     repaint: Option<egui::Context>,
 }
 
 impl<T> Interim<T> {
     pub fn send(&self, value: T) {
-        let _ = self.tx.send(Finished { kind: self.kind, id: self.id, value: Ok(value), last: false });
+        let _ = self.tx.send(Envelope::Task { kind: self.kind, id: self.id, value: Ok(value), last: false });
         if let Some(c) = &self.repaint {
             c.request_repaint();
         }
     }
 }
 
+/// Posts messages to the worker's channel from anywhere (a dialog's thread, a screenshot
+/// callback); `Worker::poll` returns them with the tasks' results.
+pub struct Post<T> {
+    tx: Sender<Envelope<T>>,
+}
+
+impl<T> Clone for Post<T> {
+    fn clone(&self) -> Self {
+        Post { tx: self.tx.clone() }
+    }
+}
+
+impl<T> Post<T> {
+    pub fn send(&self, value: T) {
+        let _ = self.tx.send(Envelope::Posted(value));
+    }
+}
+
 pub struct Worker<T: Send + 'static> {
-    tx: Sender<Finished<T>>,
-    rx: Receiver<Finished<T>>,
+    tx: Sender<Envelope<T>>,
+    rx: Receiver<Envelope<T>>,
     running: HashMap<TaskKind, Running>,
     next_id: u64,
     repaint: Option<egui::Context>,
@@ -100,6 +131,11 @@ impl<T: Send + 'static> Default for Worker<T> {
 }
 
 impl<T: Send + 'static> Worker<T> {
+    /// A sender for messages from outside any task.
+    pub fn poster(&self) -> Post<T> {
+        Post { tx: self.tx.clone() }
+    }
+
     /// The context to wake when a task ends or reports progress.
     pub fn set_context(&mut self, ctx: &egui::Context) {
         if self.repaint.is_none() {
@@ -125,7 +161,7 @@ impl<T: Send + 'static> Worker<T> {
             let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&h, &interim))).map_err(|p| {
                 p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "internal error".into())
             });
-            let _ = tx.send(Finished { kind, id, value, last: true });
+            let _ = tx.send(Envelope::Task { kind, id, value, last: true });
             if let Some(c) = ctx {
                 c.request_repaint();
             }
@@ -150,16 +186,22 @@ impl<T: Send + 'static> Worker<T> {
         }
     }
 
-    /// Results of tasks that are still current (not cancelled or superseded), interim ones
-    /// included; a task counts as running until its last result.
-    pub fn poll(&mut self) -> Vec<Finished<T>> {
+    /// Messages of tasks that are still current (not cancelled or superseded), interim ones
+    /// included, and posted messages, in the order they arrived; a task counts as running until
+    /// its last result. A task that panicked arrives as `Err`.
+    pub fn poll(&mut self) -> Vec<Result<T, Panicked>> {
         let mut out = Vec::new();
-        while let Ok(f) = self.rx.try_recv() {
-            if self.running.get(&f.kind).is_some_and(|r| r.id == f.id) {
-                if f.last {
-                    self.running.remove(&f.kind);
+        while let Ok(e) = self.rx.try_recv() {
+            match e {
+                Envelope::Posted(v) => out.push(Ok(v)),
+                Envelope::Task { kind, id, value, last } => {
+                    if self.running.get(&kind).is_some_and(|r| r.id == id) {
+                        if last {
+                            self.running.remove(&kind);
+                        }
+                        out.push(value.map_err(|message| Panicked { kind, message }));
+                    }
                 }
-                out.push(f);
             }
         }
         out

@@ -1,10 +1,12 @@
 //! Categories: per layer, the K x category matrix of token counts (largest membership), each
-//! centroid's purity, automatic label and top tokens (`focus_core::categories`).
+//! centroid's purity, automatic label and top tokens (`focus_core::analysis::categories`), and
+//! the matrix as SVG; also each token's category and its colour, for the other views.
 
-use crate::gui::app::FocusLensApp;
+use super::{Command, ViewCtx};
+use crate::gui::export::svg::Svg;
 use crate::gui::palette;
 use crate::gui::state::AnalysisResult;
-use focus_core::categories::{Category, Piece};
+use focus_core::analysis::categories::{Category, Piece};
 
 /// The linguistic category of token `i` (and where it sits in its word).
 pub fn category_of(res: &AnalysisResult, i: usize) -> String {
@@ -25,12 +27,11 @@ pub fn category_color(res: &AnalysisResult, i: usize) -> egui::Color32 {
     res.analysis.tokens.get(i).map(|t| color(t.category)).unwrap_or(egui::Color32::LIGHT_GRAY)
 }
 
-pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
-    let Some(res) = app.result.clone() else { return };
-    let layer = app.settings.layer.min(res.layers() - 1);
+pub fn show(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec<Command> {
+    let layer = cx.layer(res);
     let Some(p) = res.analysis.profiles.get(layer) else {
         ui.label("no category profile for this layer");
-        return;
+        return Vec::new();
     };
     ui.label(format!("layer {layer}: tokens per group (largest membership) by linguistic category; purity = the top category's share of the group"));
     // Vertical scrolling only: the matrix has numbers only, and each group's label and top
@@ -73,4 +74,36 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
             });
         }
     });
+    Vec::new()
+}
+
+/// The K x category matrix of one layer with purity and labels.
+pub fn svg(res: &AnalysisResult, layer: usize) -> Result<String, String> {
+    let p = res.analysis.profiles.get(layer).ok_or("no category profile for this layer")?;
+    let (cell_w, cell_h, left, top) = (70.0, 22.0, 60.0, 60.0);
+    let ncat = p.categories.len();
+    let width = left + cell_w * (ncat as f64 + 1.0) + 260.0;
+    let height = top + cell_h * (p.centroids.len() as f64 + 1.0);
+    let mut s = Svg::new(width, height);
+    s.text(10.0, 20.0, &format!("layer {layer}: tokens per group (largest membership) by category"), 14.0, "black", "start");
+    for (c, cat) in p.categories.iter().enumerate() {
+        s.text(left + cell_w * (c as f64 + 0.5), top - 8.0, cat.name(), 10.0, "black", "middle");
+    }
+    s.text(left + cell_w * (ncat as f64 + 0.5), top - 8.0, "purity", 10.0, "black", "middle");
+    for (r, c) in p.centroids.iter().enumerate() {
+        let y = top + r as f64 * cell_h;
+        s.rect(10.0, y + 3.0, 40.0, cell_h - 6.0, &palette::hex(palette::group(c.group)), None);
+        s.text(30.0, y + cell_h * 0.7, &format!("g{}", c.group), 11.0, "black", "middle");
+        let max = c.by_category.iter().cloned().max().unwrap_or(0).max(1) as f64;
+        for (k, &n) in c.by_category.iter().enumerate() {
+            let shade = 255.0 - 155.0 * n as f64 / max;
+            let fill = format!("#{0:02x}{0:02x}ff", shade as u8);
+            s.rect(left + cell_w * k as f64, y, cell_w, cell_h, &fill, Some("#ffffff"));
+            s.text(left + cell_w * (k as f64 + 0.5), y + cell_h * 0.7, &n.to_string(), 11.0, "black", "middle");
+        }
+        let pur = c.purity.map(|p| format!("{:.0}%", 100.0 * p)).unwrap_or_else(|| "-".into());
+        s.text(left + cell_w * (ncat as f64 + 0.5), y + cell_h * 0.7, &pur, 11.0, "black", "middle");
+        s.text(left + cell_w * (ncat as f64 + 1.0) + 10.0, y + cell_h * 0.7, &c.label, 11.0, "black", "start");
+    }
+    Ok(s.finish())
 }

@@ -1,18 +1,23 @@
 //! The left panel: what to run (device, mode, k, window, Sinkhorn variant, tokens) and what to
-//! look at (layer, head). Changing a run control re-runs the analysis in the background.
+//! look at (layer, head), with the selected layer's figures. Changing a run control re-runs the
+//! analysis in the background (the app's reconcile step sees the new settings).
 
-use crate::gui::app::FocusLensApp;
-use crate::gui::state::{DeviceChoice, ModeChoice, MAX_TOKENS_LIMIT};
+use super::{Command, ViewCtx};
+use crate::gui::state::{DeviceChoice, ModeChoice, Setting, MAX_TOKENS_LIMIT};
+use crate::gui::worker::TaskKind;
 
-pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
+pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+    let mut out = Vec::new();
     egui::Panel::left("controls").resizable(false).show(ui, |ui| {
         ui.heading("Run");
-        let (groups, adapter_window, adapter_causal) = app
+        let session = cx.session;
+        let (groups, adapter_window, adapter_causal) = session
             .adapter
             .as_ref()
             .map(|a| (a.adapter.config.groups, a.adapter.config.window, a.adapter.config.causal_sinkhorn))
             .unwrap_or((8, 128, false));
-        let p = &mut app.settings.params;
+        // Edited here, asked for below; this frame shows the edited values.
+        let mut p = cx.settings.params.clone();
         egui::ComboBox::from_label("device").selected_text(p.device.label()).show_ui(ui, |ui| {
             for d in DeviceChoice::available() {
                 ui.selectable_value(&mut p.device, d, d.label());
@@ -39,27 +44,40 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
             p.causal = Some(causal);
         }
         ui.add(egui::Slider::new(&mut p.max_tokens, 16..=MAX_TOKENS_LIMIT).logarithmic(true).text("tokens"));
-        let stopped = app.wanted_key().is_some() && app.result.as_ref().map(|r| Some(&r.key) != app.wanted_key().as_ref()).unwrap_or(true) && !app.is_running(crate::gui::worker::TaskKind::Analyze);
+        let wanted = session.wanted_key(&p);
+        let stopped = wanted.is_some() && session.result.as_ref().map(|r| Some(&r.key) != wanted.as_ref()).unwrap_or(true) && !cx.worker.is_running(TaskKind::Analyze);
         if stopped && ui.button("Run analysis").clicked() {
-            app.rerun();
+            out.push(Command::Rerun);
+        }
+        if p != cx.settings.params {
+            out.push(Command::Set(Setting::Params(p)));
         }
         ui.separator();
         ui.heading("View");
-        let (layers, heads) = app.model.as_ref().map(|m| (m.model.config().n_layers, m.model.config().n_heads)).unwrap_or((1, 1));
-        let old = (app.settings.layer, app.settings.head);
-        ui.add(egui::Slider::new(&mut app.settings.layer, 0..=layers.saturating_sub(1)).text("layer"));
-        ui.add(egui::Slider::new(&mut app.settings.head, 0..=heads.saturating_sub(1)).text("head"));
-        if old != (app.settings.layer, app.settings.head) && app.selected.is_some() {
-            app.select_token(app.selected);
+        let (layers, heads) = session.model.as_ref().map(|m| (m.model.config().n_layers, m.model.config().n_heads)).unwrap_or((1, 1));
+        let (mut layer, mut head) = (cx.settings.layer, cx.settings.head);
+        ui.add(egui::Slider::new(&mut layer, 0..=layers.saturating_sub(1)).text("layer"));
+        ui.add(egui::Slider::new(&mut head, 0..=heads.saturating_sub(1)).text("head"));
+        if (layer, head) != (cx.settings.layer, cx.settings.head) {
+            out.push(Command::Set(Setting::Layer(layer)));
+            out.push(Command::Set(Setting::Head(head)));
+            // The partners of the selected token, in the new layer and head.
+            if cx.selection.selected.is_some() {
+                out.push(Command::Select(cx.selection.selected));
+            }
         }
-        ui.checkbox(&mut app.settings.color_by_category, "colour by category");
+        let mut by_cat = cx.settings.color_by_category;
+        if ui.checkbox(&mut by_cat, "colour by category").changed() {
+            out.push(Command::Set(Setting::ColorByCategory(by_cat)));
+        }
         ui.separator();
-        if let Some(r) = &app.result {
-            let l = &r.analysis.layers[app.settings.layer.min(r.layers() - 1)];
+        if let Some(r) = &session.result {
+            let l = &r.analysis.layers[layer.min(r.layers() - 1)];
             ui.label(format!("layer {}: dominance {:.3} (ideal 1/K = {:.3})", l.layer, l.dominance, 1.0 / r.groups() as f64));
             ui.label(format!("confidence {:.3}, entropy {:.3} nats", l.mean_confidence, l.mean_entropy));
             ui.label(format!("pairs retained {:.2}%", 100.0 * l.pairs.retained));
             ui.label(format!("{} tokens, K = {}, w = {}, {}", r.tokens(), r.groups(), r.window(), r.analysis.mode));
         }
     });
+    out
 }

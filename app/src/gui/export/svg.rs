@@ -1,5 +1,6 @@
-//! A small SVG writer for vector exports (token view, mask heatmap, charts): enough of SVG 1.1
-//! for rectangles, lines, polylines and text, with XML escaping.
+//! A small SVG writer for the views' vector exports: enough of SVG 1.1 for rectangles, lines,
+//! polylines, circles and text, with XML escaping, plus the charts several views draw (line and
+//! grouped bar charts) and `stack`, which puts documents one above the other.
 
 use std::fmt::Write;
 
@@ -191,6 +192,19 @@ pub fn bar_chart(title: &str, categories: &[String], series: &[(String, String, 
         ly += 18.0;
     }
     s.finish()
+}
+
+/// Stacks SVG documents vertically into one.
+pub fn stack(docs: &[String], width: f64, heights: &[f64]) -> String {
+    let total: f64 = heights.iter().sum();
+    let mut out = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{total}\" viewBox=\"0 0 {width} {total}\">\n");
+    let mut y = 0.0;
+    for (d, h) in docs.iter().zip(heights) {
+        let body = d.split_once("?>\n").map(|x| x.1).unwrap_or(d);
+        out += &body.replacen("<svg ", &format!("<svg y=\"{y}\" "), 1);
+        y += h;
+    }
+    out + "</svg>\n"
 }
 
 fn tick(v: f64) -> String {

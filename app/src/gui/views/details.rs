@@ -1,16 +1,18 @@
 //! The right panel: the hovered (or selected) token's routing — membership bars, top-k groups,
 //! confidence, category — and the selected token's long-range partners by attention weight.
 
-use crate::gui::app::FocusLensApp;
+use super::{Command, ViewCtx};
 use crate::gui::palette;
 
-pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
+pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+    let mut out = Vec::new();
     egui::Panel::right("details").min_size(300.0).show(ui, |ui| {
-        let Some(res) = app.result.clone() else { return };
-        let layer = app.settings.layer.min(res.layers() - 1);
-        let shown = app.hovered.or(app.selected);
+        let Some(res) = cx.result() else { return };
+        let layer = cx.layer(res);
+        let sel = cx.selection;
+        let shown = sel.hovered.or(sel.selected);
         // A token hovered in a layer column is shown in that column's layer.
-        let token_layer = app.hovered.and(app.hovered_layer).filter(|&l| l < res.layers()).unwrap_or(layer);
+        let token_layer = sel.hovered.and(sel.hovered_layer).filter(|&l| l < res.layers()).unwrap_or(layer);
         ui.heading("Token");
         match shown {
             None => {
@@ -19,7 +21,7 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
             Some(i) if i < res.tokens() => {
                 let t = &res.analysis.tokens[i];
                 ui.label(format!("#{i} {:?} (id {}, segment {})", t.text, t.id, t.segment));
-                ui.label(format!("category: {}", crate::gui::panels::categories::category_of(&res, i)));
+                ui.label(format!("category: {}", super::categories::category_of(res, i)));
                 if let Some(r) = res.token_routing(token_layer, i) {
                     ui.label(format!("layer {token_layer}: top groups {:?}, confidence {:.3}", r.top, r.confidence));
                     membership_bars(ui, &r.memberships, &r.top, &res.labels[token_layer]);
@@ -29,14 +31,14 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
         }
         ui.separator();
         ui.heading("Long-range partners");
-        let Some(sel) = app.selected else {
+        let Some(selected) = sel.selected else {
             ui.weak("Click a token.");
             return;
         };
-        match &app.partners {
-            Some(p) if p.token == sel && p.key == res.key => {
+        match &sel.partners {
+            Some(p) if p.token == selected && p.key == res.key => {
                 ui.label(format!(
-                    "#{sel}, layer {}, head {}: {} same-group tokens beyond w = {}; they receive {:.1}% of the attention (local window {:.1}%)",
+                    "#{selected}, layer {}, head {}: {} same-group tokens beyond w = {}; they receive {:.1}% of the attention (local window {:.1}%)",
                     p.layer,
                     p.head,
                     p.partners.len(),
@@ -54,17 +56,18 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
                     }
                 });
                 if let Some(j) = jump {
-                    app.panels.scroll_to = Some(j);
+                    out.push(Command::ScrollTo(j));
                 }
             }
             _ => {
                 ui.horizontal(|ui| {
-                    super::busy::busy(ui);
+                    crate::gui::busy::busy(ui);
                     ui.label("computing the attention row…");
                 });
             }
         }
     });
+    out
 }
 
 /// One row per group: a bar in the group's colour (full width = membership 1), the membership

@@ -1,13 +1,15 @@
 //! Balance: per layer, group mass before and after Sinkhorn (selected layer), and across layers
-//! the dominance against the ideal 1/K, mean confidence and membership entropy against ln K.
+//! the dominance against the ideal 1/K, mean confidence and membership entropy against ln K; and
+//! the same four charts as SVG.
 
-use crate::gui::app::FocusLensApp;
+use super::{Command, ViewCtx};
+use crate::gui::export::svg::{bar_chart, line_chart, stack, Series};
 use crate::gui::palette;
+use crate::gui::state::AnalysisResult;
 use egui_plot::{uniform_grid_spacer, AxisHints, Bar, BarChart, GridMark, HLine, Legend, Line, Plot, PlotPoints, VLine};
 
-pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
-    let Some(res) = app.result.clone() else { return };
-    let layer = app.settings.layer.min(res.layers() - 1);
+pub fn show(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec<Command> {
+    let layer = cx.layer(res);
     let l = &res.analysis.layers[layer];
     let k = res.groups() as f64;
     let h = (ui.available_height() / 2.0 - 30.0).max(150.0);
@@ -53,6 +55,7 @@ pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
             p.hline(HLine::new("uniform ln K", k.ln()).color(egui::Color32::GRAY));
         });
     });
+    Vec::new()
 }
 
 /// Marks the layer chosen in the controls on the per-layer charts.
@@ -63,4 +66,40 @@ fn selected(layer: usize) -> VLine {
 /// A y bound above the data, so that the legend (top right) covers no point.
 fn headroom(values: impl Iterator<Item = f64>) -> f64 {
     values.fold(0.0, f64::max) * 1.45
+}
+
+/// The balance view as SVG: the mass chart of `layer` and the three per-layer charts, stacked.
+pub fn svg(res: &AnalysisResult, layer: usize) -> String {
+    let l = &res.analysis.layers[layer];
+    let k = res.groups() as f64;
+    let cats: Vec<String> = (0..res.groups()).map(|g| format!("g{g}")).collect();
+    let mass = bar_chart(
+        &format!("layer {layer}: membership mass per group"),
+        &cats,
+        &[("before Sinkhorn".into(), "#9ecae1".into(), l.mass_before.clone()), ("after Sinkhorn".into(), "#3182bd".into(), l.mass_after.clone())],
+        Some(("ideal 1/K".into(), 1.0 / k)),
+    );
+    let per_layer = |f: fn(&focus_core::analysis::stats::LayerStats) -> f64| res.analysis.layers.iter().map(|l| (l.layer as f64, f(l))).collect::<Vec<_>>();
+    let dom = line_chart(
+        "dominance per layer",
+        "layer",
+        "share of tokens in the largest group",
+        &[Series { name: "dominance".into(), color: "#d62728".into(), points: per_layer(|l| l.dominance), dashed: false }],
+        &[("ideal 1/K".into(), 1.0 / k)],
+    );
+    let conf = line_chart(
+        "mean confidence per layer",
+        "layer",
+        "largest membership",
+        &[Series { name: "confidence".into(), color: "#2ca02c".into(), points: per_layer(|l| l.mean_confidence), dashed: false }],
+        &[("uniform 1/K".into(), 1.0 / k)],
+    );
+    let ent = line_chart(
+        "mean membership entropy per layer",
+        "layer",
+        "nats",
+        &[Series { name: "entropy".into(), color: "#9467bd".into(), points: per_layer(|l| l.mean_entropy), dashed: false }],
+        &[("uniform ln K".into(), k.ln())],
+    );
+    stack(&[mass, dom, conf, ent], 640.0, &[400.0; 4])
 }

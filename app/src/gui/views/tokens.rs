@@ -1,8 +1,10 @@
 //! The token view: the analysed text as tokens coloured by group for the selected layer, with a
-//! legend. Only visible lines are painted: token widths are measured once per analysis and lines
-//! are laid out once per width, so scrolling 10K+ tokens costs only the rows on screen.
+//! legend, and its SVG export. Only visible lines are painted: token widths are measured once per
+//! analysis and lines are laid out once per width, so scrolling 10K+ tokens costs only the rows
+//! on screen. The layout, line painting and partner marks are shared with the layers view.
 
-use crate::gui::app::FocusLensApp;
+use super::{Command, ViewCtx};
+use crate::gui::export::svg::Svg;
 use crate::gui::palette;
 use crate::gui::state::AnalysisResult;
 use egui::{pos2, vec2, Color32, FontId, Pos2, Rect, Sense, Stroke};
@@ -86,7 +88,7 @@ impl TokenLayout {
 /// Fill colour of token `i` in `layer`.
 pub fn token_color(res: &AnalysisResult, layer: usize, i: usize, by_category: bool) -> Color32 {
     if by_category {
-        return crate::gui::panels::categories::category_color(res, i);
+        return super::categories::category_color(res, i);
     }
     res.argmax.get(layer).and_then(|a| a.get(i)).map(|&g| palette::group(g as usize)).unwrap_or(Color32::LIGHT_GRAY)
 }
@@ -147,65 +149,128 @@ pub fn legend(ui: &mut egui::Ui, res: &AnalysisResult, layer: usize) {
     });
 }
 
-pub fn show(app: &mut FocusLensApp, ui: &mut egui::Ui) {
-    let Some(res) = app.result.clone() else { return };
-    let layer = app.settings.layer.min(res.layers() - 1);
-    legend(ui, &res, layer);
-    ui.separator();
-    let width = ui.available_width() - 16.0;
-    app.panels.tokens.ensure(ui, &res, width);
-    let (partners, max_weight) = partner_map(app, &res, layer);
-    let marks = Marks { selected: app.selected, partners: &partners, max_weight };
-    let lay = &app.panels.tokens;
-    let mut area = egui::ScrollArea::vertical().id_salt("tokens").auto_shrink(false);
-    if let Some(j) = app.panels.scroll_to.take() {
-        if let Some(&l) = lay.line_of.get(j) {
-            area = area.vertical_scroll_offset((l as f32 * ROW_H - 100.0).max(0.0));
-        }
-    }
-    let by_cat = app.settings.color_by_category;
-    let mut hovered = None;
-    let mut clicked = None;
-    area.show_viewport(ui, |ui, viewport| {
-        let total = lay.lines.len() as f32 * ROW_H;
-        let (rect, resp) = ui.allocate_exact_size(vec2(width, total), Sense::click());
-        let pointer = resp.hover_pos();
-        let first = (viewport.min.y / ROW_H).floor().max(0.0) as usize;
-        let last = ((viewport.max.y / ROW_H).ceil() as usize + 1).min(lay.lines.len());
-        let painter = ui.painter_at(rect);
-        for line in first..last {
-            let origin = rect.min + vec2(0.0, line as f32 * ROW_H);
-            if let Some(i) = paint_line(&painter, &res, lay, line, origin, layer, by_cat, &marks, pointer) {
-                hovered = Some(i);
+/// The token view's state: its layout cache.
+#[derive(Default)]
+pub struct TokensView {
+    pub layout: TokenLayout,
+}
+
+impl TokensView {
+    /// `scroll_to`: a token to scroll to, taken when shown.
+    pub fn show(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, scroll_to: &mut Option<usize>, ui: &mut egui::Ui) -> Vec<Command> {
+        let mut out = Vec::new();
+        let layer = cx.layer(res);
+        legend(ui, res, layer);
+        ui.separator();
+        let width = ui.available_width() - 16.0;
+        self.layout.ensure(ui, res, width);
+        let (partners, max_weight) = partner_map(cx, res, layer);
+        let marks = Marks { selected: cx.selection.selected, partners: &partners, max_weight };
+        let lay = &self.layout;
+        let mut area = egui::ScrollArea::vertical().id_salt("tokens").auto_shrink(false);
+        if let Some(j) = scroll_to.take() {
+            if let Some(&l) = lay.line_of.get(j) {
+                area = area.vertical_scroll_offset((l as f32 * ROW_H - 100.0).max(0.0));
             }
         }
-        if resp.clicked() {
-            clicked = Some(hovered);
+        let by_cat = cx.settings.color_by_category;
+        let mut hovered = None;
+        let mut clicked = None;
+        area.show_viewport(ui, |ui, viewport| {
+            let total = lay.lines.len() as f32 * ROW_H;
+            let (rect, resp) = ui.allocate_exact_size(vec2(width, total), Sense::click());
+            let pointer = resp.hover_pos();
+            let first = (viewport.min.y / ROW_H).floor().max(0.0) as usize;
+            let last = ((viewport.max.y / ROW_H).ceil() as usize + 1).min(lay.lines.len());
+            let painter = ui.painter_at(rect);
+            for line in first..last {
+                let origin = rect.min + vec2(0.0, line as f32 * ROW_H);
+                if let Some(i) = paint_line(&painter, res, lay, line, origin, layer, by_cat, &marks, pointer) {
+                    hovered = Some(i);
+                }
+            }
+            if resp.clicked() {
+                clicked = Some(hovered);
+            }
+            if let Some(i) = hovered {
+                let tip = match res.token_routing(layer, i) {
+                    Some(r) => format!(
+                        "#{i} {:?}: groups {:?}, confidence {:.3}, {}",
+                        res.analysis.tokens[i].text,
+                        r.top,
+                        r.confidence,
+                        super::categories::category_of(res, i)
+                    ),
+                    None => format!("#{i}"),
+                };
+                resp.on_hover_text_at_pointer(tip);
+            }
+        });
+        out.push(Command::Hover { token: hovered, layer: None });
+        if let Some(c) = clicked {
+            out.push(Command::Select(c));
         }
-        if let Some(i) = hovered {
-            let tip = match res.token_routing(layer, i) {
-                Some(r) => format!(
-                    "#{i} {:?}: groups {:?}, confidence {:.3}, {}",
-                    res.analysis.tokens[i].text,
-                    r.top,
-                    r.confidence,
-                    crate::gui::panels::categories::category_of(&res, i)
-                ),
-                None => format!("#{i}"),
-            };
-            resp.on_hover_text_at_pointer(tip);
-        }
-    });
-    app.hovered = hovered;
-    app.hovered_layer = None;
-    if let Some(c) = clicked {
-        app.select_token(c);
+        out
     }
 }
 
 /// The selected token's partners (when computed for this analysis and layer) by token.
-pub fn partner_map(app: &FocusLensApp, res: &AnalysisResult, layer: usize) -> (std::collections::HashMap<usize, f32>, f32) {
-    let p = app.partners.as_ref().filter(|p| Some(p.token) == app.selected && p.key == res.key && p.layer == layer);
+pub fn partner_map(cx: &ViewCtx, res: &AnalysisResult, layer: usize) -> (std::collections::HashMap<usize, f32>, f32) {
+    let sel = cx.selection;
+    let p = sel.partners.as_ref().filter(|p| Some(p.token) == sel.selected && p.key == res.key && p.layer == layer);
     let map = p.map(|p| p.partners.iter().cloned().collect()).unwrap_or_default();
     (map, p.and_then(|p| p.partners.first().map(|x| x.1)).unwrap_or(1.0))
+}
+
+/// The token view as SVG: the selected layer.
+pub fn svg(res: &AnalysisResult, layer: usize) -> String {
+    tokens_svg(res, &[layer], 100, 4000)
+}
+
+/// Tokens of the first `max_tokens` tokens coloured by group, one column per layer, wrapped at
+/// `cols` characters (monospace), with a legend per column.
+pub fn tokens_svg(res: &AnalysisResult, layers: &[usize], cols: usize, max_tokens: usize) -> String {
+    let size = 11.0;
+    let cw = size * 0.6;
+    let row = size * 1.6;
+    let n = res.tokens().min(max_tokens);
+    // Line breaks by character count, the same for every column.
+    let mut pos = Vec::with_capacity(n);
+    let (mut line, mut x) = (0usize, 0usize);
+    for t in &res.analysis.tokens[..n] {
+        let len = display_text(&t.text).chars().count();
+        if x > 0 && x + len > cols {
+            line += 1;
+            x = 0;
+        }
+        pos.push((line, x));
+        x += len;
+        if t.text.contains('\n') {
+            line += 1;
+            x = 0;
+        }
+    }
+    let col_w = cols as f64 * cw + 30.0;
+    let legend_h = (res.groups() as f64 + 2.0) * row;
+    let height = legend_h + (line + 2) as f64 * row + 20.0;
+    let mut s = Svg::new(col_w * layers.len().max(1) as f64 + 20.0, height);
+    for (c, &l) in layers.iter().enumerate() {
+        let x0 = 10.0 + c as f64 * col_w;
+        let ls = &res.analysis.layers[l];
+        s.text(x0, row, &format!("layer {l} ({} of {} tokens)", n, res.tokens()), size + 2.0, "black", "start");
+        for g in 0..res.groups() {
+            let y = row * (g as f64 + 1.5);
+            s.rect(x0, y, 10.0, 10.0, &palette::hex(palette::group(g)), None);
+            s.text(x0 + 14.0, y + 9.0, &format!("g{g}: {} tokens, {}", ls.group_size[g], res.labels[l][g]), size, "black", "start");
+        }
+        for (i, t) in res.analysis.tokens[..n].iter().enumerate() {
+            let (ln, cx) = pos[i];
+            let txt = display_text(&t.text);
+            let (x, y) = (x0 + cx as f64 * cw, legend_h + ln as f64 * row);
+            let g = res.argmax[l][i] as usize;
+            s.rect(x, y, txt.chars().count() as f64 * cw, row - 2.0, &palette::hex(palette::group(g)), None);
+            s.mono(x, y + row * 0.7, &txt, size);
+        }
+    }
+    s.finish()
 }

@@ -1,0 +1,168 @@
+//! The views, one module each, and what they share. A view draws from a read-only `ViewCtx`
+//! (settings, what is loaded and analysed, selection, running work, messages) and its own state
+//! (`&mut self`: layouts, textures, its benchmark), and returns `Command`s, which the app applies
+//! once per frame (`FocusLensApp::apply`). Views never change the app, start workers or cancel
+//! tasks themselves. Each view's SVG export sits next to its drawing code.
+//!
+//! Panels around the window: `menu` (top), `status` (bottom), `controls` (left), `details`
+//! (right). The central area (`Views::central`) shows the tab bar and one of `tokens`, `layers`,
+//! `balance`, `mask`, `categories`, `routing`, `speed`.
+
+pub mod balance;
+pub mod categories;
+pub mod controls;
+pub mod details;
+pub mod layers;
+pub mod mask;
+pub mod menu;
+pub mod routing;
+pub mod speed;
+pub mod status;
+pub mod tokens;
+
+use super::dialogs::Purpose;
+use super::export::ExportKind;
+use super::jobs::{BenchJob, Msg};
+use super::session::Session;
+use super::state::{AnalysisResult, InputKind, Selection, Setting, Settings, Tab, Timing};
+use super::worker::{TaskKind, Worker};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// What a view may read.
+pub struct ViewCtx<'a> {
+    pub settings: &'a Settings,
+    /// The loaded inputs and the analysis on screen.
+    pub session: &'a Session,
+    pub selection: &'a Selection,
+    /// What runs in the background (progress, `is_running`); read-only here.
+    pub worker: &'a Worker<Msg>,
+    pub errors: &'a [String],
+    /// The last informational message.
+    pub status: &'a str,
+    pub timing: &'a Timing,
+    /// A file dialog is open (its menu items are disabled until it answers).
+    pub dialog_open: bool,
+}
+
+impl ViewCtx<'_> {
+    pub fn result(&self) -> Option<&Arc<AnalysisResult>> {
+        self.session.result.as_ref()
+    }
+    /// The selected layer, within `res`.
+    pub fn layer(&self, res: &AnalysisResult) -> usize {
+        self.settings.layer.min(res.layers() - 1)
+    }
+}
+
+/// What a view asks the app to do.
+pub enum Command {
+    /// Open a file as model, adapter or text.
+    Open(InputKind, PathBuf),
+    /// Back to the embedded default for one input.
+    UseDefault(InputKind),
+    /// Show a native file dialog.
+    Dialog(Purpose),
+    Export(ExportKind),
+    Set(Setting),
+    /// Run the current analysis again after a cancel or failure.
+    Rerun,
+    /// Click a token (`None`: clicked beside the tokens).
+    Select(Option<usize>),
+    /// The token under the pointer this frame, and the layer of its column (layers view).
+    Hover { token: Option<usize>, layer: Option<usize> },
+    /// Scroll the token views to this token.
+    ScrollTo(usize),
+    DismissError(usize),
+    /// Report an error in the window.
+    Error(String),
+    /// Cancel the running analysis (the previous result stays).
+    CancelAnalysis,
+    /// Cancel the running task of this kind.
+    Cancel(TaskKind),
+    StartBench(BenchJob),
+    /// Build the mask image of this result's layer.
+    BuildMask(Arc<AnalysisResult>, usize),
+}
+
+/// Every view's own state.
+#[derive(Default)]
+pub struct Views {
+    pub menu: menu::MenuView,
+    pub tokens: tokens::TokensView,
+    pub layers: layers::LayersView,
+    pub mask: mask::MaskView,
+    pub routing: routing::RoutingView,
+    pub speed: speed::SpeedView,
+    /// Scroll to this token in the token view (or layers view) shown next.
+    pub scroll_to: Option<usize>,
+    /// The central area's rectangle, for PNG exports of the current view.
+    pub rect: Option<egui::Rect>,
+}
+
+impl Views {
+    /// The whole window: the side panels, then the central area.
+    pub fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let mut out = self.menu.show(cx, ui);
+        out.extend(status::show(cx, ui));
+        out.extend(controls::show(cx, ui));
+        out.extend(details::show(cx, ui));
+        let central = egui::CentralPanel::default().show(ui, |ui| self.central(cx, ui));
+        out.extend(central.inner);
+        self.rect = Some(central.response.rect);
+        out
+    }
+
+    /// The tab bar and the selected view.
+    fn central(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let mut out = Vec::new();
+        let mut tab = cx.settings.tab;
+        ui.horizontal(|ui| {
+            for t in Tab::ALL {
+                if ui.selectable_label(tab == t, t.label()).clicked() {
+                    tab = t;
+                }
+            }
+        });
+        if tab != cx.settings.tab {
+            out.push(Command::Set(Setting::Tab(tab)));
+        }
+        ui.separator();
+        let Some(res) = cx.result() else {
+            ui.centered_and_justified(|ui| {
+                if cx.worker.busy() {
+                    super::busy::busy(ui);
+                } else {
+                    ui.label("Nothing analysed yet: open a model, an adapter and a text (File menu, or drop files on the window).");
+                }
+            });
+            return out;
+        };
+        // Nothing hovered, unless a view that draws tokens says otherwise (applied in order).
+        out.push(Command::Hover { token: None, layer: None });
+        out.extend(match tab {
+            Tab::Tokens => self.tokens.show(cx, res, &mut self.scroll_to, ui),
+            Tab::Layers => self.layers.show(cx, res, &mut self.scroll_to, ui),
+            Tab::Balance => balance::show(cx, res, ui),
+            Tab::Mask => self.mask.show(cx, res, ui),
+            Tab::Categories => categories::show(cx, res, ui),
+            Tab::Routing => self.routing.show(cx, res, ui),
+            Tab::Speed => self.speed.show(cx, res, ui),
+        });
+        out
+    }
+
+    /// The SVG of the current tab (`Err`: why there is none yet).
+    pub fn svg(&self, settings: &Settings, res: &AnalysisResult) -> Result<String, String> {
+        let layer = settings.layer.min(res.layers() - 1);
+        match settings.tab {
+            Tab::Tokens => Ok(tokens::svg(res, layer)),
+            Tab::Layers => Ok(layers::svg(res, &settings.side_layers)),
+            Tab::Balance => Ok(balance::svg(res, layer)),
+            Tab::Mask => self.mask.svg(res, layer),
+            Tab::Speed => self.speed.svg(settings.bench_kind, res),
+            Tab::Categories => categories::svg(res, layer),
+            Tab::Routing => routing::svg(res, layer),
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! Routing space: a 2D PCA projection of each token's routing vector h W_g in the selected layer,
+//! with the K centroids projected onto the same axes (`focus_core::analysis::projection`), and
+//! its SVG. Points are coloured by group or by category; hovering names the nearest token. The
+//! view keeps the last projection.
+
+use super::{Command, ViewCtx};
+use crate::gui::export::svg::Svg;
+use crate::gui::palette;
+use crate::gui::state::{AnalysisKey, AnalysisResult};
+use egui_plot::{Corner, Legend, MarkerShape, Plot, PlotPoints, Points};
+use focus_core::analysis::categories::Category;
+use focus_core::analysis::projection::Projection;
+use std::sync::Arc;
+
+#[derive(Default)]
+pub struct RoutingView {
+    cached: Option<(AnalysisKey, usize, Result<Arc<Projection>, String>)>,
+}
+
+impl RoutingView {
+    pub fn show(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, ui: &mut egui::Ui) -> Vec<Command> {
+        let layer = cx.layer(res);
+        if !self.cached.as_ref().is_some_and(|(k, l, _)| k == &res.key && *l == layer) {
+            // A T x d_g PCA (d_g = 16): milliseconds even for 10K tokens.
+            let p = res.analysis.projection(&res.adapter, layer).map(Arc::new).map_err(|e| e.to_string());
+            self.cached = Some((res.key.clone(), layer, p));
+        }
+        let proj = match &self.cached.as_ref().expect("just set").2 {
+            Ok(p) => p.clone(),
+            Err(e) => {
+                ui.colored_label(egui::Color32::from_rgb(200, 30, 30), format!("projection: {e}"));
+                return Vec::new();
+            }
+        };
+        let by_cat = cx.settings.color_by_category;
+        let group_name = |g: usize| format!("g{g} {}", res.labels[layer][g]);
+        ui.label(format!(
+            "layer {layer}: routing vectors h W_g (d_g = {}) on their two principal axes ({:.0}% and {:.0}% of the variance); diamonds: the K centroids on the same axes. Colour: {}.",
+            proj.d_g,
+            100.0 * proj.explained[0],
+            100.0 * proj.explained[1],
+            if by_cat { "category" } else { "group (largest membership)" }
+        ));
+        let (hover_res, hover_proj) = (res.clone(), proj.clone());
+        Plot::new("routing_space")
+            .legend(Legend::default().position(Corner::LeftBottom))
+            .data_aspect(1.0)
+            .label_formatter(move |hp| {
+                let pos = match hp {
+                    egui_plot::HoverPosition::NearDataPoint { position, .. } | egui_plot::HoverPosition::Elsewhere { position } => *position,
+                };
+                let (i, d) = hover_proj
+                    .points
+                    .iter()
+                    .enumerate()
+                    .map(|(i, p)| (i, (p[0] - pos.x).powi(2) + (p[1] - pos.y).powi(2)))
+                    .min_by(|a, b| a.1.total_cmp(&b.1))?;
+                let _ = d;
+                let t = &hover_res.analysis.tokens[i];
+                Some(format!("#{i} {:?}\ngroup {}, {}", t.text, hover_res.argmax[layer][i], t.category))
+            })
+            .show(ui, |p| {
+                if by_cat {
+                    for c in Category::ALL {
+                        let pts: Vec<[f64; 2]> = proj.points.iter().zip(&res.analysis.tokens).filter(|(_, t)| t.category == c).map(|(p, _)| *p).collect();
+                        if !pts.is_empty() {
+                            p.points(Points::new(c.name(), PlotPoints::from(pts)).color(super::categories::color(c)).radius(2.0));
+                        }
+                    }
+                } else {
+                    for g in 0..res.groups() {
+                        let pts: Vec<[f64; 2]> = proj.points.iter().zip(&res.argmax[layer]).filter(|(_, &a)| a as usize == g).map(|(p, _)| *p).collect();
+                        if !pts.is_empty() {
+                            p.points(Points::new(group_name(g), PlotPoints::from(pts)).color(palette::group(g)).radius(2.0));
+                        }
+                    }
+                }
+                // A centroid shares its group's legend entry (one entry per group, not two).
+                for (g, c) in proj.centroids.iter().enumerate() {
+                    let name = if by_cat { "centroids".to_string() } else { group_name(g) };
+                    p.points(
+                        Points::new(name, PlotPoints::from(vec![*c]))
+                            .shape(MarkerShape::Diamond)
+                            .radius(8.0)
+                            .filled(true)
+                            .color(palette::group(g)),
+                    );
+                }
+            });
+        Vec::new()
+    }
+}
+
+/// The routing space of one layer: tokens coloured by group, centroids outlined.
+pub fn svg(res: &AnalysisResult, layer: usize) -> Result<String, String> {
+    let p = res.analysis.projection(&res.adapter, layer).map_err(|e| e.to_string())?;
+    let all = p.points.iter().chain(&p.centroids);
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY);
+    for q in all {
+        x0 = x0.min(q[0]);
+        x1 = x1.max(q[0]);
+        y0 = y0.min(q[1]);
+        y1 = y1.max(q[1]);
+    }
+    let span = (x1 - x0).max(y1 - y0).max(1e-9);
+    let (size, m) = (600.0, 40.0);
+    let px = |x: f64| m + (x - x0) / span * size;
+    let py = |y: f64| m + size - (y - y0) / span * size;
+    let mut s = Svg::new(size + 2.0 * m + 200.0, size + 2.0 * m);
+    s.text(10.0, 20.0, &format!("layer {layer}: routing vectors on their two principal axes ({:.0}% / {:.0}% of the variance)", 100.0 * p.explained[0], 100.0 * p.explained[1]), 13.0, "black", "start");
+    for (i, q) in p.points.iter().enumerate() {
+        let g = res.argmax[layer].get(i).cloned().unwrap_or(0) as usize;
+        s.circle(px(q[0]), py(q[1]), 1.8, &palette::hex(palette::group(g)));
+    }
+    for (g, q) in p.centroids.iter().enumerate() {
+        s.rect(px(q[0]) - 5.0, py(q[1]) - 5.0, 10.0, 10.0, &palette::hex(palette::group(g)), Some("#000000"));
+        s.text(px(q[0]) + 8.0, py(q[1]) + 4.0, &format!("c{g}"), 11.0, "black", "start");
+    }
+    for g in 0..res.groups() {
+        let y = m + 18.0 * g as f64;
+        s.rect(size + 2.0 * m, y, 10.0, 10.0, &palette::hex(palette::group(g)), None);
+        s.text(size + 2.0 * m + 14.0, y + 9.0, &format!("g{g} {}", res.labels[layer][g]), 10.0, "black", "start");
+    }
+    Ok(s.finish())
+}

@@ -1,0 +1,487 @@
+//! Speed: dense vs Focus top-k over lengths, run in the background, either as attention kernels
+//! alone (`jobs::attention_bench`, `focus_core::bench::run_attention_bench`, the default) or as
+//! prefill of the whole model (`jobs::bench`), with the speedup against its theoretical bound;
+//! and both benchmarks' charts as SVG. The view owns its benchmarks' state: it prepares a run
+//! (`jobs::BenchJob`) for the app to start, and receives its rows.
+
+use super::{Command, ViewCtx};
+use crate::gui::export::svg::{line_chart, stack, Series};
+use crate::gui::jobs::{self, BenchJob, JobError};
+use crate::gui::state::{AnalysisResult, BenchKind, DeviceChoice, Setting};
+use crate::gui::worker::TaskKind;
+use egui_plot::{Corner, HLine, Legend, Line, LineStyle, Plot, PlotPoints, Points};
+use focus_core::bench::{AttentionRow, BenchRow};
+use std::sync::Arc;
+
+const DENSE_C: egui::Color32 = egui::Color32::from_rgb(0x1f, 0x77, 0xb4);
+const TOPK_C: egui::Color32 = egui::Color32::from_rgb(0xff, 0x7f, 0x0e);
+const SPEED_C: egui::Color32 = egui::Color32::from_rgb(0x2c, 0xa0, 0x2c);
+const BOUND_C: egui::Color32 = egui::Color32::from_rgb(0xd6, 0x27, 0x28);
+const CANDLE_C: egui::Color32 = egui::Color32::from_rgb(0x94, 0x67, 0xbd);
+
+/// The speed view's state: the last run of each benchmark.
+#[derive(Default)]
+pub struct SpeedView {
+    /// The whole-model benchmark.
+    pub bench: Option<BenchState>,
+    /// The attention-kernel benchmark.
+    pub attn_bench: Option<AttnBenchState>,
+}
+
+/// The benchmark settings as this frame edits them.
+struct Edited {
+    kind: BenchKind,
+    bench_lengths: String,
+    attn_lengths: String,
+    repeats: usize,
+    attn_device: DeviceChoice,
+}
+
+impl SpeedView {
+    pub fn show(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, ui: &mut egui::Ui) -> Vec<Command> {
+        let mut out = Vec::new();
+        let s = cx.settings;
+        // Edited here, asked for below; this frame shows the edited values.
+        let mut e = Edited {
+            kind: s.bench_kind,
+            bench_lengths: s.bench_lengths.clone(),
+            attn_lengths: s.attn_bench_lengths.clone(),
+            repeats: s.bench_repeats,
+            attn_device: s.attn_bench_device,
+        };
+        ui.horizontal(|ui| {
+            ui.label("benchmark:");
+            for kind in BenchKind::ALL {
+                ui.selectable_value(&mut e.kind, kind, kind.label());
+            }
+        });
+        // The settings and the run button on a row of their own, so that the spinner and the
+        // cancel button fit while it runs.
+        ui.horizontal(|ui| {
+            let kind = e.kind;
+            let lengths_label = ui.label("lengths (tokens):");
+            // One field per benchmark, each with its own fixed id: the focus (and the text being
+            // typed) belongs to that id, whatever else this row shows from frame to frame.
+            let (text, salt) = match kind {
+                BenchKind::Attention => (&mut e.attn_lengths, "attn_bench_lengths"),
+                BenchKind::WholeModel => (&mut e.bench_lengths, "model_bench_lengths"),
+            };
+            ui.add(egui::TextEdit::singleline(text).id_salt(salt).desired_width(200.0)).labelled_by(lengths_label.id);
+            ui.add(egui::DragValue::new(&mut e.repeats).range(1..=10).prefix("repeats "));
+            if kind == BenchKind::Attention && DeviceChoice::available().len() > 1 {
+                egui::ComboBox::from_id_salt("attn_bench_device").selected_text(e.attn_device.label()).show_ui(ui, |ui| {
+                    for d in DeviceChoice::available() {
+                        ui.selectable_value(&mut e.attn_device, d, d.label());
+                    }
+                });
+            }
+            let running = cx.worker.is_running(TaskKind::Bench);
+            if running {
+                crate::gui::busy::busy(ui);
+                if ui.button("Cancel benchmark").clicked() {
+                    out.push(Command::Cancel(TaskKind::Bench));
+                    self.cancelled();
+                }
+            } else if ui.button("Run benchmark").clicked() {
+                out.push(match self.prepare(res, &e, cx.settings.params.device) {
+                    Ok(job) => Command::StartBench(job),
+                    Err(msg) => Command::Error(msg),
+                });
+            }
+        });
+        if e.kind != s.bench_kind {
+            out.push(Command::Set(Setting::BenchKind(e.kind)));
+        }
+        if e.bench_lengths != s.bench_lengths {
+            out.push(Command::Set(Setting::BenchLengths(e.bench_lengths.clone())));
+        }
+        if e.attn_lengths != s.attn_bench_lengths {
+            out.push(Command::Set(Setting::AttnBenchLengths(e.attn_lengths.clone())));
+        }
+        if e.repeats != s.bench_repeats {
+            out.push(Command::Set(Setting::BenchRepeats(e.repeats)));
+        }
+        if e.attn_device != s.attn_bench_device {
+            out.push(Command::Set(Setting::AttnBenchDevice(e.attn_device)));
+        }
+        if e.kind == BenchKind::Attention {
+            attention(self.attn_bench.as_ref(), res, ui);
+        } else {
+            whole_model(self.bench.as_ref(), res, ui);
+        }
+        out
+    }
+
+    /// The benchmark the edited settings ask for, with its state set up to receive the rows
+    /// (`Err`: the lengths are not numbers).
+    fn prepare(&mut self, res: &Arc<AnalysisResult>, e: &Edited, model_device: DeviceChoice) -> Result<BenchJob, String> {
+        match e.kind {
+            BenchKind::Attention => {
+                let Some(lengths) = parse_lengths(&e.attn_lengths) else {
+                    return Err(format!("benchmark lengths {:?}: expected positive numbers separated by commas", e.attn_lengths));
+                };
+                let device = if DeviceChoice::available().contains(&e.attn_device) { e.attn_device } else { DeviceChoice::Cpu };
+                let cfg = jobs::attention_config(res, lengths, e.repeats, device);
+                let (settings, cli) = jobs::attention_settings(res, &cfg, device);
+                let live = Arc::new(std::sync::Mutex::new(Vec::new()));
+                self.attn_bench = Some(AttnBenchState { live: live.clone(), settings, cli, ..Default::default() });
+                // One benchmark at a time (they would slow each other down): starting one
+                // cancels a running one.
+                Ok(BenchJob::Attention { cfg, device, live })
+            }
+            BenchKind::WholeModel => {
+                let lengths: Result<Vec<usize>, _> = e.bench_lengths.split(',').map(|s| s.trim().parse::<usize>()).collect();
+                let lengths = match lengths {
+                    Ok(l) if !l.is_empty() => l,
+                    _ => return Err(format!("benchmark lengths {:?}: expected numbers separated by commas", e.bench_lengths)),
+                };
+                let repeats = e.repeats.max(1);
+                let live = Arc::new(std::sync::Mutex::new(Vec::new()));
+                self.bench = Some(BenchState { live: live.clone(), ..Default::default() });
+                Ok(BenchJob::WholeModel { res: res.clone(), lengths, repeats, device: model_device, live })
+            }
+        }
+    }
+
+    /// The benchmark was cancelled from this view: say so where no run has finished.
+    fn cancelled(&mut self) {
+        if let Some(b) = &mut self.bench {
+            if b.rows.is_empty() {
+                b.error = Some("benchmark cancelled".into());
+            }
+        }
+        if let Some(b) = &mut self.attn_bench {
+            if b.rows.is_empty() {
+                b.error = Some("benchmark cancelled".into());
+            }
+        }
+    }
+
+    /// The whole-model benchmark's result.
+    pub fn receive_model(&mut self, r: Result<(Vec<BenchRow>, String), JobError>) {
+        let b = self.bench.get_or_insert_with(BenchState::default);
+        match r {
+            Ok((rows, settings)) => {
+                b.rows = rows;
+                b.settings = settings;
+                b.error = None;
+            }
+            Err(JobError::Cancelled) => b.error = Some("benchmark cancelled".into()),
+            Err(JobError::Failed(e)) => b.error = Some(e),
+        }
+    }
+
+    /// The attention benchmark's result.
+    pub fn receive_attention(&mut self, r: Result<Vec<AttentionRow>, JobError>) {
+        let b = self.attn_bench.get_or_insert_with(AttnBenchState::default);
+        match r {
+            Ok(rows) => {
+                b.rows = rows;
+                b.error = None;
+            }
+            Err(JobError::Cancelled) => b.error = Some("benchmark cancelled".into()),
+            Err(JobError::Failed(e)) => b.error = Some(e),
+        }
+    }
+
+    /// The SVG of the benchmark of this kind (`Err`: none has run yet).
+    pub fn svg(&self, kind: BenchKind, res: &AnalysisResult) -> Result<String, String> {
+        match kind {
+            BenchKind::Attention => match &self.attn_bench {
+                Some(b) if !b.current_rows().is_empty() => Ok(attention_svg(b, res)),
+                _ => Err("no benchmark results yet: run the benchmark first".into()),
+            },
+            BenchKind::WholeModel => match &self.bench {
+                Some(b) if !b.current_rows().is_empty() => Ok(speed_svg(b, res)),
+                _ => Err("no benchmark results yet: run the benchmark first".into()),
+            },
+        }
+    }
+}
+
+/// The whole-model benchmark: prefill, dense vs Focus top-k.
+fn whole_model(bench: Option<&BenchState>, res: &AnalysisResult, ui: &mut egui::Ui) {
+    let (kk, k) = (res.groups() as f64, res.key.params.k as f64);
+    // Why the measured gain can be far below K/k: the window and shared groups keep pairs.
+    let kept = res.analysis.layers.iter().map(|l| l.pairs.retained).sum::<f64>() / res.layers().max(1) as f64;
+    ui.label(format!(
+        "Prefill time of the whole model, dense vs Focus top-k (K = {}, k = {}, w = {}). Attention alone gains at most 1 / (fraction of causal pairs kept): at long lengths with balanced groups that is {:.2} (K/k = {:.1} only for k = 1); on the analysed {} tokens this adapter keeps {:.0}% of causal pairs (mean over layers), so attention gains at most {:.1}x there, and projections and MLPs, which Focus does not change, take the rest of the time.",
+        res.groups(),
+        res.key.params.k,
+        res.window(),
+        bound_limit(res.groups(), res.key.params.k.max(1)),
+        kk / k,
+        res.tokens(),
+        100.0 * kept,
+        1.0 / kept.max(1e-9)
+    ));
+    let Some(b) = bench else {
+        ui.weak(format!("Machine: {}, device {}. Run the benchmark to measure.", crate::gui::jobs::machine(), res.key.params.device.label()));
+        return;
+    };
+    if let Some(e) = &b.error {
+        ui.colored_label(egui::Color32::from_rgb(200, 30, 30), e);
+    }
+    let rows = b.current_rows();
+    if rows.is_empty() {
+        return;
+    }
+    if b.rows.is_empty() {
+        ui.label(format!("{} length(s) measured so far", rows.len()));
+    } else {
+        ui.weak(format!("Measured on {}", b.settings));
+    }
+    table(ui, &rows);
+    let h = (ui.available_height() - 20.0).max(150.0);
+    // One colour per series for its line and its points (as in the SVG export), so that the
+    // legend has one entry per series; legends at the top left, away from the longest lengths.
+    let (dense_c, topk_c, speed_c) = (egui::Color32::from_rgb(0x1f, 0x77, 0xb4), egui::Color32::from_rgb(0xff, 0x7f, 0x0e), egui::Color32::from_rgb(0x2c, 0xa0, 0x2c));
+    let legend = || Legend::default().position(Corner::LeftTop);
+    let xs: Vec<f64> = rows.iter().map(|r| r.tokens as f64).collect();
+    ui.columns(2, |cols| {
+        cols[0].label("seconds per prefill");
+        Plot::new("bench_time").height(h).x_grid_spacer(length_marks(xs.clone())).legend(legend()).x_axis_label("tokens").y_axis_label("s").include_y(0.0).show(&mut cols[0], |p| {
+            let series: [(&str, egui::Color32, fn(&BenchRow) -> f64); 2] = [("dense", dense_c, |r| r.dense_s), ("Focus top-k", topk_c, |r| r.topk_s)];
+            for (name, c, f) in series {
+                let pts: Vec<[f64; 2]> = rows.iter().map(|r| [r.tokens as f64, f(r)]).collect();
+                p.line(Line::new(name, PlotPoints::from(pts.clone())).color(c));
+                p.points(Points::new(name, PlotPoints::from(pts)).radius(3.0).color(c));
+            }
+        });
+        cols[1].label("speedup (dense time / top-k time)");
+        Plot::new("bench_speedup").height(h).x_grid_spacer(length_marks(xs.clone())).legend(legend()).x_axis_label("tokens").include_y(0.0).include_y(kk / k * 1.6).show(&mut cols[1], |p| {
+            let s: Vec<[f64; 2]> = rows.iter().map(|r| [r.tokens as f64, r.topk_over_dense_speed]).collect();
+            p.line(Line::new("measured", PlotPoints::from(s.clone())).color(speed_c));
+            p.points(Points::new("measured", PlotPoints::from(s)).radius(3.0).color(speed_c));
+            let limit = bound_limit(res.groups(), res.key.params.k.max(1));
+            p.hline(HLine::new(format!("long-length limit, balanced groups = {limit:.2}"), limit).color(BOUND_C).width(1.5));
+            p.hline(HLine::new(format!("theoretical K/k = {:.1} (k = 1)", kk / k), kk / k).color(egui::Color32::from_rgb(0x55, 0x55, 0x55)).width(2.0).style(LineStyle::dashed_loose()));
+            p.hline(HLine::new("1 (no gain)", 1.0).color(egui::Color32::from_gray(160)));
+        });
+    });
+}
+
+/// The measured numbers, one row per length.
+fn table(ui: &mut egui::Ui, rows: &[BenchRow]) {
+    egui::Grid::new("bench_table").striped(true).num_columns(6).show(ui, |ui| {
+        for h in ["tokens", "dense s", "top-k s", "dense tok/s", "top-k tok/s", "speedup"] {
+            ui.strong(h);
+        }
+        ui.end_row();
+        for r in rows {
+            ui.label(r.tokens.to_string());
+            ui.label(format!("{:.3}", r.dense_s));
+            ui.label(format!("{:.3}", r.topk_s));
+            ui.label(format!("{:.0}", r.dense_tokens_per_s));
+            ui.label(format!("{:.0}", r.topk_tokens_per_s));
+            ui.label(format!("{:.2}x", r.topk_over_dense_speed));
+            ui.end_row();
+        }
+    });
+}
+
+/// A time series of the attention plot: name, colour, value per row.
+type AttnSeries = (&'static str, egui::Color32, fn(&AttentionRow) -> Option<f64>);
+
+/// The attention-kernel benchmark: one attention call, dense vs Focus top-k.
+fn attention(bench: Option<&AttnBenchState>, res: &AnalysisResult, ui: &mut egui::Ui) {
+    let (kk, k) = (res.groups(), res.key.params.k.clamp(1, res.groups().max(1)));
+    let c = res.model.config();
+    ui.label(format!(
+        "One causal attention call (all heads), our tiled dense kernel vs exact hard top-k Focus attention (K = {kk}, k = {k}, window w = {}), on random inputs with the shapes of {} ({} query heads, {} KV heads x {} dims, f32) and top-k memberships balanced as Sinkhorn leaves them. Focus computes only the pairs its mask keeps, so its speedup is bounded by 1 / (fraction of causal pairs kept). Past the window that bound tends to 1 / (1 - C(K-k, k) / C(K, k)) = {:.2}: K/k = {:.1} is reached only for k = 1, since two tokens with k > 1 groups each share one more often than k/K.",
+        res.window(),
+        res.analysis.model,
+        c.n_heads,
+        c.n_kv_heads,
+        c.head_dim,
+        bound_limit(kk, k),
+        kk as f64 / k as f64
+    ));
+    let Some(b) = bench else {
+        ui.weak(format!("Machine: {}. Run the benchmark to measure.", crate::gui::jobs::machine()));
+        return;
+    };
+    if let Some(e) = &b.error {
+        ui.colored_label(egui::Color32::from_rgb(200, 30, 30), e);
+    }
+    ui.weak(format!("Measured on {}", b.settings));
+    ui.horizontal(|ui| {
+        ui.weak("Same run from the command line:");
+        ui.add(egui::Label::new(egui::RichText::new(&b.cli).monospace()).wrap());
+    });
+    let rows = b.current_rows();
+    if rows.is_empty() {
+        return;
+    }
+    if b.rows.is_empty() {
+        ui.label(format!("{} length(s) measured so far", rows.len()));
+    }
+    attention_table(ui, &rows);
+    let (asymptote, limit) = (kk as f64 / k as f64, bound_limit(kk, k));
+    let h = (ui.available_height() - 20.0).max(150.0);
+    let xs: Vec<f64> = rows.iter().map(|r| r.n as f64).collect();
+    let legend = || Legend::default().position(Corner::LeftTop);
+    let x = |r: &AttentionRow| r.n as f64;
+    ui.columns(2, |cols| {
+        cols[0].label("milliseconds per attention call");
+        Plot::new("attn_bench_time").height(h).x_grid_spacer(length_marks(xs.clone())).legend(legend()).x_axis_label("tokens").y_axis_label("ms").include_y(0.0).show(&mut cols[0], |p| {
+            let series: [AttnSeries; 3] =
+                [("dense", DENSE_C, |r| r.dense_ms), ("Focus top-k", TOPK_C, |r| r.focus_ms), ("candle (matmul + softmax)", CANDLE_C, |r| r.candle_ms)];
+            for (name, c, f) in series {
+                let pts: Vec<[f64; 2]> = rows.iter().filter_map(|r| f(r).map(|y| [x(r), y])).collect();
+                if pts.is_empty() {
+                    continue;
+                }
+                p.line(Line::new(name, PlotPoints::from(pts.clone())).color(c).width(2.0));
+                p.points(Points::new(name, PlotPoints::from(pts)).radius(3.5).color(c));
+            }
+        });
+        cols[1].label("speedup (dense time / Focus time) and its bound");
+        Plot::new("attn_bench_speedup").height(h).x_grid_spacer(length_marks(xs.clone())).legend(legend()).x_axis_label("tokens").include_y(0.0).include_y(asymptote * 1.6).show(&mut cols[1], |p| {
+            let s: Vec<[f64; 2]> = rows.iter().filter_map(|r| r.speedup.map(|y| [x(r), y])).collect();
+            if !s.is_empty() {
+                p.line(Line::new("measured", PlotPoints::from(s.clone())).color(SPEED_C).width(2.5));
+                p.points(Points::new("measured", PlotPoints::from(s)).radius(4.0).color(SPEED_C));
+            }
+            let bound: Vec<[f64; 2]> = rows.iter().map(|r| [x(r), r.bound]).collect();
+            p.line(Line::new("bound 1 / pairs kept", PlotPoints::from(bound.clone())).color(BOUND_C).width(2.0).style(LineStyle::dashed_dense()));
+            p.points(Points::new("bound 1 / pairs kept", PlotPoints::from(bound)).radius(3.0).color(BOUND_C));
+            p.hline(HLine::new(format!("limit of the bound = {limit:.2}"), limit).color(BOUND_C).width(1.5));
+            p.hline(HLine::new(format!("K/k = {asymptote:.1} (the limit for k = 1)"), asymptote).color(egui::Color32::from_rgb(0x55, 0x55, 0x55)).width(2.0).style(LineStyle::dashed_loose()));
+            p.hline(HLine::new("1 (no gain)", 1.0).color(egui::Color32::from_gray(140)).width(1.0));
+        });
+    });
+}
+
+pub use focus_core::bench::bound_limit;
+
+/// Grid lines (and tick labels) on the x axis at the measured lengths only: egui_plot's own
+/// marks at round numbers are too close together at these scales and lose their labels.
+fn length_marks(xs: Vec<f64>) -> impl Fn(egui_plot::GridInput) -> Vec<egui_plot::GridMark> {
+    move |input| {
+        let w = (input.bounds.1 - input.bounds.0).abs().max(1.0);
+        xs.iter().map(|&value| egui_plot::GridMark { value, step_size: w }).collect()
+    }
+}
+
+fn opt_ms(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{v:.1}"))
+}
+
+/// The attention benchmark's numbers, one row per length.
+fn attention_table(ui: &mut egui::Ui, rows: &[AttentionRow]) {
+    let candle = rows.iter().any(|r| r.candle_ms.is_some());
+    egui::Grid::new("attn_bench_table").striped(true).show(ui, |ui| {
+        let mut heads = vec!["n", "dense ms", "focus ms", "speedup", "pairs fraction", "bound", "efficiency", "CPU-time speedup"];
+        if candle {
+            heads.push("candle ms");
+        }
+        for h in heads {
+            ui.strong(h);
+        }
+        ui.end_row();
+        for r in rows {
+            ui.label(r.n.to_string());
+            ui.label(opt_ms(r.dense_ms));
+            ui.label(opt_ms(r.focus_ms));
+            ui.label(r.speedup.map_or("-".into(), |s| format!("{s:.2}x")));
+            ui.label(format!("{:.3}", r.pairs_fraction));
+            ui.label(format!("{:.2}x", r.bound));
+            ui.label(r.efficiency.map_or("-".into(), |e| format!("{:.0}%", 100.0 * e)));
+            ui.label(r.speedup_cpu.map_or("-".into(), |s| format!("{s:.2}x")));
+            if candle {
+                ui.label(opt_ms(r.candle_ms));
+            }
+            ui.end_row();
+        }
+    });
+}
+
+/// "1024, 2048,4096" -> lengths; None when empty, not numbers, or zero.
+pub fn parse_lengths(s: &str) -> Option<Vec<usize>> {
+    let v: Vec<usize> = s.split(',').filter(|p| !p.trim().is_empty()).map(|p| p.trim().parse::<usize>().ok().filter(|&n| n > 0)).collect::<Option<_>>()?;
+    (!v.is_empty()).then_some(v)
+}
+
+pub fn speed_svg(b: &BenchState, res: &AnalysisResult) -> String {
+    let rows = b.current_rows();
+    let pts = |f: fn(&focus_core::bench::BenchRow) -> f64| rows.iter().map(|r| (r.tokens as f64, f(r))).collect::<Vec<_>>();
+    let measured = Series { name: "measured".into(), color: "#2ca02c".into(), points: pts(|r| r.topk_over_dense_speed), dashed: false };
+    time_and_speedup(res, ("prefill time", "seconds"), pts(|r| r.dense_s), pts(|r| r.topk_s), vec![measured])
+}
+
+pub fn attention_svg(b: &AttnBenchState, res: &AnalysisResult) -> String {
+    let rows = b.current_rows();
+    let pts = |f: fn(&focus_core::bench::AttentionRow) -> Option<f64>| rows.iter().filter_map(|r| f(r).map(|y| (r.n as f64, y))).collect::<Vec<_>>();
+    let speed = vec![
+        Series { name: "measured".into(), color: "#2ca02c".into(), points: pts(|r| r.speedup), dashed: false },
+        Series { name: "bound 1/pairs".into(), color: "#d62728".into(), points: pts(|r| Some(r.bound)), dashed: true },
+    ];
+    time_and_speedup(res, ("attention time (one call, all heads)", "ms"), pts(|r| r.dense_ms), pts(|r| r.focus_ms), speed)
+}
+
+/// The two speed charts of both benchmarks: dense vs Focus time, and the speedup with the
+/// long-length limit of the pair bound, K/k and 1 as reference lines.
+fn time_and_speedup(res: &AnalysisResult, (title, unit): (&str, &str), dense: Vec<(f64, f64)>, focus: Vec<(f64, f64)>, speed: Vec<Series>) -> String {
+    let k = res.key.params.k.clamp(1, res.groups().max(1));
+    let (kk, limit) = (res.groups() as f64 / k as f64, focus_core::bench::bound_limit(res.groups(), k));
+    let time = line_chart(
+        title,
+        "tokens",
+        unit,
+        &[
+            Series { name: "dense".into(), color: "#1f77b4".into(), points: dense, dashed: false },
+            Series { name: "Focus top-k".into(), color: "#ff7f0e".into(), points: focus, dashed: false },
+        ],
+        &[],
+    );
+    let speed = line_chart(
+        "speedup (dense / Focus)",
+        "tokens",
+        "x",
+        &speed,
+        &[(format!("limit = {limit:.2}"), limit), (format!("theoretical K/k = {kk:.1}"), kk), ("1".into(), 1.0)],
+    );
+    stack(&[time, speed], 640.0, &[400.0, 400.0])
+}
+
+/// The attention-kernel benchmark: finished rows, rows so far, and what was run.
+#[derive(Default)]
+pub struct AttnBenchState {
+    pub rows: Vec<focus_core::bench::AttentionRow>,
+    pub live: std::sync::Arc<std::sync::Mutex<Vec<focus_core::bench::AttentionRow>>>,
+    /// Machine, threads, dtype, shapes and settings, in words.
+    pub settings: String,
+    /// The equivalent `focus-lens bench attention` command.
+    pub cli: String,
+    pub error: Option<String>,
+}
+
+impl AttnBenchState {
+    pub fn current_rows(&self) -> Vec<focus_core::bench::AttentionRow> {
+        if !self.rows.is_empty() {
+            return self.rows.clone();
+        }
+        self.live.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+#[derive(Default)]
+pub struct BenchState {
+    /// The finished benchmark's rows.
+    pub rows: Vec<BenchRow>,
+    /// Rows as they finish, shared with the running task (shown while it runs or after a cancel).
+    pub live: std::sync::Arc<std::sync::Mutex<Vec<BenchRow>>>,
+    pub settings: String,
+    pub error: Option<String>,
+}
+
+impl BenchState {
+    /// The rows to show: the finished run's, else those measured so far.
+    pub fn current_rows(&self) -> Vec<BenchRow> {
+        if !self.rows.is_empty() {
+            return self.rows.clone();
+        }
+        self.live.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
