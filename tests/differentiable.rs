@@ -6,7 +6,7 @@ mod common;
 
 use candle_core::{backprop::GradStore, Device, Tensor, Var};
 use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
-use focus_core::focus::adapter::Router;
+use focus_core::focus::router::Router;
 use focus_core::model::{decoder::Decoder, ForwardOptions};
 use focus_core::{Adapter, AdapterSpec, Gate, Mode, Model};
 
