@@ -305,7 +305,7 @@ fn check_adapter_modes(name: &str) {
             .decoder
             .forward_with(&ids, &opts, |_, routing| {
                 let routing = routing.expect("routing is computed when an adapter is attached");
-                Ok(Some(LayerPlan::Masked(attention::topk_mask_bias(&routing.topk_masks(k), window, &dev)?)))
+                Ok(Some(LayerPlan::Masked(focus_core::focus::mask::topk_mask_bias(&routing.topk_masks(k), window, &dev)?)))
             })
             .unwrap();
         let err = max_abs_diff(&fast.logits, &masked.logits);
