@@ -5,7 +5,8 @@
 mod common;
 
 use candle_core::{Device, Tensor};
-use focus_core::attention::{topk_mask_bias, LayerPlan};
+use focus_core::attention::LayerPlan;
+use focus_core::focus::mask::topk_mask_bias;
 use focus_core::model::ForwardOptions;
 use focus_core::{Adapter, AdapterSpec, Gate, Mode, Model};
 use std::sync::OnceLock;
