@@ -1,6 +1,8 @@
 //! The hard top-k mask of FOCUS-METHOD section 1, defined once:
 //!
-//!     M(i, j) = [j <= i] and ( [i - j <= w] or [G(i) and G(j) share a group] )
+//! ```text
+//! M(i, j) = [j <= i] and ( [i - j <= w] or [G(i) and G(j) share a group] )
+//! ```
 //!
 //! `G(i)` is token i's top-k group set, held as a bitmask (`topk_mask`; K <= 64). Every user of
 //! the rule goes through this module: the reference kernel and its tests, the pair statistics,
