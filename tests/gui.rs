@@ -4,7 +4,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use egui_kittest::kittest::Queryable;
+use egui_kittest::kittest::{NodeT, Queryable};
 use egui_kittest::Harness;
 use focus_lens::gui::state::{BenchKind, InputKind, ModeChoice, Settings, Tab};
 use focus_lens::gui::worker::TaskKind;
@@ -45,6 +45,11 @@ fn no_errors(h: &Harness<'static, FocusLensApp>) {
     assert!(h.state().errors.is_empty(), "errors: {:?}", h.state().errors);
 }
 
+/// Some node's label contains `s`.
+fn has(h: &Harness<'static, FocusLensApp>, s: &str) -> bool {
+    h.query_all_by_label_contains(s).next().is_some()
+}
+
 fn click_menu(h: &mut Harness<'static, FocusLensApp>, menu: &str, item: &str) {
     h.get_by_label(menu).click();
     h.step();
@@ -66,12 +71,11 @@ fn gui_end_to_end() {
     assert_eq!(r.layers(), 30);
     assert_eq!(r.analysis.mode, "topk(2)");
 
-    // Open a text file through the File menu's path field.
+    // Open a text file as a user does: File → Open text…, click the path field, type, open.
     let text = dir.path().join("text.txt");
     let body = "The cat sat on the mat. ".repeat(40);
     std::fs::write(&text, &body).unwrap();
-    h.state_mut().views.menu.path_input = text.display().to_string();
-    click_menu(&mut h, "File", "as text");
+    type_path_and_open(&mut h, "Open text…", &text, "Open as text");
     settle(&mut h);
     no_errors(&h);
     let r = h.state().session.result.clone().unwrap();
@@ -118,10 +122,26 @@ fn gui_end_to_end() {
     let csv = std::fs::read_to_string(dir.path().join("focus-lens-stats.csv")).unwrap();
     assert!(csv.starts_with("layer,group,size"));
     assert_eq!(csv.lines().count(), 1 + 30 * 8);
+    // The CSV set of `focus-lens analyze`: category profiles and tokens beside it.
+    let profiles = std::fs::read_to_string(dir.path().join("focus-lens-stats.profiles.csv")).expect("profiles CSV");
+    assert!(profiles.starts_with("layer,group,tokens,label,top_category,purity"));
+    assert_eq!(profiles.lines().count(), 1 + 30 * 8);
+    let tokens_csv = std::fs::read_to_string(dir.path().join("focus-lens-stats.tokens.csv")).expect("tokens CSV");
+    assert_eq!(tokens_csv.lines().count(), 1 + r.tokens());
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-stats.json")).unwrap()).unwrap();
     assert_eq!(json["tokens"].as_array().unwrap().len(), r.tokens());
+    // The JSON says where everything came from and how it ran.
+    let pv = &json["provenance"];
+    assert!(pv["adapter_path"].as_str().unwrap().contains("smollm2-135m-k8"), "{pv}");
+    assert_eq!(pv["text_path"].as_str().unwrap(), text.display().to_string());
+    assert_eq!(pv["text_sha256"].as_str().unwrap(), focus_lens::gui::export::sha256::hex(body.as_bytes()));
+    assert_eq!(pv["settings"]["mode"], "topk(2)");
+    assert_eq!(pv["settings"]["k"], 2);
+    assert_eq!(pv["settings"]["layer"], 7);
+    assert!(pv["settings"]["window"].as_u64().is_some() && pv["settings"]["causal_sinkhorn"].is_boolean() && pv["settings"]["max_tokens"].as_u64() == Some(300));
     let svg = std::fs::read_to_string(dir.path().join("focus-lens-balance-layer7.svg")).unwrap();
     assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>") && svg.contains("dominance per layer"));
+    assert!(svg.contains("rotate(-90"), "axis titles turned along the y axis");
     for tab in [Tab::Tokens, Tab::Mask] {
         h.get_by_label(tab.label()).click();
         settle(&mut h);
@@ -257,6 +277,304 @@ fn gui_end_to_end() {
     assert!(h.state().errors.is_empty());
 }
 
+/// File → Open KIND…, then the path field is clicked and typed into, and the button pressed:
+/// what a user does (the field used to sit inside the File menu, which closed on the click).
+fn type_path_and_open(h: &mut Harness<'static, FocusLensApp>, item: &str, path: &Path, button: &str) {
+    click_menu(h, "File", item);
+    h.step();
+    h.step();
+    h.step();
+    h.get_by_label("Path:").click();
+    h.step();
+    h.step();
+    h.get_by_label("Path:").type_text(&path.display().to_string());
+    h.step();
+    h.step();
+    assert_eq!(h.state().views.files.path, path.display().to_string(), "typed text reaches the path field");
+    h.get_by_label(button).click();
+    h.step();
+}
+
+/// Without a system file dialog (no portal, no zenity, as on CI): the file window says so, the
+/// typed path opens and exports, and the adapter picker lists the shipped adapters with what
+/// their configs record.
+#[test]
+fn file_window_without_a_system_dialog() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(120), dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    h.state_mut().views.files.native = false;
+    h.state_mut().export_dir = None;
+
+    // The adapter picker.
+    click_menu(&mut h, "File", "Open adapter…");
+    h.step();
+    h.step();
+    h.step();
+    assert!(h.query_by_label_contains("No system file dialog on this display").is_some(), "the window says why it is there");
+    assert!(h.get_by_label("System dialog…").accesskit_node().is_disabled());
+    assert!(has(&h, "K = 4, k = 2 · 1.43M training tokens · held-out PPL 32.88 (soft)"), "the K = 4 adapter with what its config records");
+    assert!(h.query_by_label_contains("K = 8, k = 2 · untrained (random init)").is_some(), "the init adapter");
+    h.get_by_label("smollm2-135m-k4").click();
+    settle(&mut h);
+    no_errors(&h);
+    assert!(h.state().settings.adapter.as_ref().unwrap().ends_with("smollm2-135m-k4"));
+    assert_eq!(h.state().session.result.as_ref().unwrap().groups(), 4);
+
+    // Export through the typed path: the CSV set.
+    click_menu(&mut h, "Export", "Statistics as CSV…");
+    h.step();
+    h.step();
+    h.step();
+    let out = dir.path().join("typed.csv");
+    h.state_mut().views.files.path.clear();
+    h.get_by_label("Path:").click();
+    h.step();
+    h.get_by_label("Path:").type_text(&out.display().to_string());
+    h.step();
+    h.get_by_label("Save").click();
+    h.step();
+    no_errors(&h);
+    for f in ["typed.csv", "typed.profiles.csv", "typed.tokens.csv"] {
+        assert!(dir.path().join(f).exists(), "{f}");
+    }
+    assert!(h.state().status.contains("typed.tokens.csv"), "{}", h.state().status);
+
+    // A system dialog that answers "cancelled" at once never showed: the window opens instead.
+    h.state_mut().dialogs.start(focus_lens::gui::dialogs::Purpose::Open(InputKind::Text), || None, None);
+    wait_for_dialog(&mut h);
+    h.step();
+    assert!(h.query_by_label_contains("The system file dialog did not open").is_some());
+    assert!(h.state().views.files.task.is_some());
+}
+
+/// After any re-analysis the selected token's partners are computed again (the panel used to
+/// say "computing the attention row…" forever while nothing ran).
+#[test]
+fn partners_follow_a_reanalysis() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(300), dir.path());
+    settle(&mut h);
+    h.state_mut().select_token(Some(250));
+    settle(&mut h);
+    assert!(h.state().selection.partners.is_some());
+    h.get_by_label("dense").click();
+    settle(&mut h);
+    h.step();
+    let app = h.state();
+    let res = app.session.result.as_ref().unwrap();
+    assert_eq!(res.analysis.mode, "dense");
+    let p = app.selection.partners.as_ref().expect("partners recomputed");
+    assert_eq!((p.token, &p.key), (250, &res.key), "for the analysis on screen");
+    assert!(h.query_by_label_contains("computing the attention row").is_none());
+    assert!(h.query_by_label_contains("same-group tokens beyond w").is_some());
+}
+
+/// k is re-fitted and said when another adapter comes (K = 8, k = 3 -> K = 4 used to keep k = 3:
+/// every pair shares a group, silently dense); k beyond K/2 is flagged in the controls.
+#[test]
+fn k_follows_the_adapter() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(120);
+    s.params.k = 3;
+    let mut h = harness(s, dir.path());
+    settle(&mut h);
+    assert_eq!(h.state().session.result.as_ref().unwrap().analysis.mode, "topk(3)", "the remembered k at start-up");
+    h.state_mut().open(InputKind::Adapter, common::root().join("sample_adapters/smollm2-135m-k4"));
+    settle(&mut h);
+    no_errors(&h);
+    assert_eq!(h.state().settings.params.k, 2);
+    assert!(h.state().status.contains("k set to 2") && h.state().status.contains("K = 4"), "{}", h.state().status);
+    assert_eq!(h.state().session.result.as_ref().unwrap().analysis.mode, "topk(2)");
+    h.state_mut().settings.params.k = 3;
+    settle(&mut h);
+    assert!(h.query_by_label_contains("every pair shares a group (2k > K)").is_some());
+}
+
+/// The remembered layer and head survive the start-up (the sliders used to clamp them to 0
+/// while no model was loaded).
+#[test]
+fn layer_and_head_are_restored() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(64);
+    s.layer = 12;
+    s.head = 5;
+    let mut h = harness(s, dir.path());
+    h.step();
+    h.step();
+    assert!(h.state().session.model.is_none(), "the first frames run before the model is loaded");
+    settle(&mut h);
+    assert_eq!((h.state().settings.layer, h.state().settings.head), (12, 5));
+}
+
+/// Colour by category swaps the legend for the categories'; the status line counts the tokens
+/// of the text on screen (not the last one's note); errors share one line and one dismiss; the
+/// status bar wraps within the window.
+#[test]
+fn legend_status_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(100), dir.path());
+    settle(&mut h);
+    assert!(has(&h, "g0 "), "the group legend first");
+    h.get_by_label("colour by category").click();
+    h.step();
+    h.step();
+    assert!(h.query_by_label("colour = linguistic category:").is_some(), "the category legend");
+    let group_entry = |l: &str| l.starts_with('g') && l[1..].split(' ').next().is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit())) && l.contains("%)");
+    assert_eq!(h.query_all_by(|n| n.value().is_some_and(|l| group_entry(&l)) || n.label().is_some_and(|l| group_entry(&l))).count(), 0, "no group legend");
+
+    // The sample has more than 100 tokens: the status says so; a short text then has its own count.
+    let n_sample = h.state().session.result.as_ref().unwrap().text_tokens;
+    assert!(h.query_by_label_contains(&format!("100 of {n_sample} tokens analysed")).is_some());
+    let short = dir.path().join("short.txt");
+    std::fs::write(&short, "Just a few words here.").unwrap();
+    h.state_mut().open(InputKind::Text, short);
+    settle(&mut h);
+    let n = h.state().session.result.as_ref().unwrap().tokens();
+    assert!(n < 20);
+    assert!(h.query_by_label_contains(&format!("short.txt: {n} tokens analysed")).is_some());
+    assert!(!has(&h, &n_sample.to_string()), "nothing of the previous text's count");
+
+    for e in ["first problem", "second problem", "third problem"] {
+        h.state_mut().errors.push(e.into());
+    }
+    h.step();
+    assert_eq!(h.get_all_by_label("dismiss").count(), 1, "one dismiss button for all errors");
+    assert!(h.query_by_label("3 errors; the last:").is_some());
+    // The bottom panel has grown by the errors' lines: let it settle before clicking.
+    h.step();
+    h.step();
+    h.get_by_label("dismiss").click();
+    h.step();
+    assert!(h.state().errors.is_empty());
+
+    h.state_mut().status = "a very long message ".repeat(40);
+    h.step();
+    h.step();
+    for node in h.get_all_by_label_contains("a very long message") {
+        assert!(node.rect().right() <= 1400.0 + 1.0, "the status bar runs past the window: {:?}", node.rect());
+    }
+}
+
+/// Compare mode, dense vs top-k, driven by clicks: per-token loss change, pruned attention mass
+/// (top-k run) and group changes; a row click jumps to the token with its partners; the table
+/// and the curves export.
+#[test]
+fn compare_dense_with_topk() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(200), dir.path());
+    settle(&mut h);
+    h.get_by_label("Compare").click();
+    h.step();
+    h.get_by_label("B = dense").click();
+    h.step();
+    h.state_mut().settings.compare.max_tokens = 200;
+    h.step();
+    h.get_by_label("Run comparison").click();
+    h.step();
+    assert!(h.state().is_running(TaskKind::Compare));
+    settle(&mut h);
+    no_errors(&h);
+    {
+        let c = h.state().views.compare.result.as_ref().expect("a comparison");
+        assert_eq!(c.tokens(), 200);
+        assert_eq!(c.layers(), 30);
+        assert!(c.a.contains("topk(2)") && c.b.contains("dense"), "{} / {}", c.a, c.b);
+        let pa = c.pruned_a.as_ref().expect("run A is top-k: its pruned mass");
+        assert!(c.pruned_b.is_none(), "dense prunes nothing");
+        // Within the window (w = 128) nothing is pruned; beyond it some mass is.
+        assert!(pa.iter().all(|l| l[..=128].iter().all(|&m| m == 0.0)));
+        assert!(pa.iter().any(|l| l[150..].iter().any(|&m| m > 0.0)));
+        assert!(pa.iter().flatten().all(|&m| (0.0..=1.0 + 1e-5).contains(&m)));
+        // Up to the window top-k is exact dense attention: the losses agree there.
+        for i in 0..100 {
+            assert!((c.loss_a[i] - c.loss_b[i]).abs() < 2e-3, "token {i}: {} vs {}", c.loss_a[i], c.loss_b[i]);
+        }
+        assert!(c.loss_a[199].is_nan());
+        assert!(c.loss_a[..199].iter().all(|x| x.is_finite() && *x >= 0.0));
+    }
+    // Sorted by Δ loss, largest first: the first row is the token that lost most.
+    let order = {
+        let v = &h.state().views.compare;
+        v.order(v.result.as_ref().unwrap())
+    };
+    let c = h.state().views.compare.result.as_ref().unwrap();
+    let best = (0..199).max_by(|&a, &b| c.delta(a).total_cmp(&c.delta(b))).unwrap();
+    assert_eq!(order[0], best);
+    h.step();
+    let prefix = format!("{:<7}", best);
+    h.get_by(|n| n.label().is_some_and(|l| l.starts_with(&prefix)) || n.value().is_some_and(|l| l.starts_with(&prefix))).click();
+    h.step();
+    settle(&mut h);
+    assert_eq!(h.state().settings.tab, Tab::Tokens);
+    assert_eq!(h.state().selection.selected, Some(best));
+    assert!(h.state().selection.partners.as_ref().is_some_and(|p| p.token == best));
+    h.get_by_label("Compare").click();
+    h.step();
+    h.get_by_label("Export table (CSV)…").click();
+    h.step();
+    let csv = std::fs::read_to_string(dir.path().join("focus-lens-compare.csv")).unwrap();
+    assert!(csv.contains("index,token,loss_a,loss_b,delta_loss"));
+    assert!((0..200).all(|i| csv.contains(&format!("\n{i},\""))), "one row per token");
+    click_menu(&mut h, "Export", "Current view as SVG…");
+    no_errors(&h);
+    let layer = h.state().settings.layer;
+    assert!(std::fs::read_to_string(dir.path().join(format!("focus-lens-compare-layer{layer}.svg"))).unwrap().contains("pruned mass A"));
+}
+
+/// Groups line up: matched numbers make a layer's group with the most tokens in common with
+/// the previous layer's group g show as g; the raw toggle shows the centroids' numbers; the
+/// categories view has a layer x group purity heatmap with lift.
+#[test]
+fn groups_line_up_and_purity_heatmap() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(300), dir.path());
+    settle(&mut h);
+    let res = h.state().session.result.clone().unwrap();
+    for l in 1..res.layers() {
+        let m = &res.aligned[l];
+        let mut sorted = m.clone();
+        sorted.sort();
+        assert_eq!(sorted, (0..res.groups()).collect::<Vec<_>>(), "layer {l}: a permutation");
+    }
+    // Matched numbers agree more across adjacent layers than raw ones do.
+    let agree = |raw: bool| -> usize {
+        (1..res.layers())
+            .map(|l| (0..res.tokens()).filter(|&i| res.shown_group(l, res.argmax[l][i] as usize, raw) == res.shown_group(l - 1, res.argmax[l - 1][i] as usize, raw)).count())
+            .sum()
+    };
+    assert!(agree(false) > agree(true), "matched {} vs raw {}", agree(false), agree(true));
+    h.get_by_label("raw group indices").click();
+    h.step();
+    assert!(h.state().settings.raw_groups);
+
+    h.get_by_label("Categories").click();
+    h.step();
+    h.get_by_label("all layers: purity heatmap").click();
+    h.step();
+    h.step();
+    assert!(h.query_by_label_contains("Base rates in this text").is_some());
+    click_menu(&mut h, "Export", "Current view as SVG…");
+    no_errors(&h);
+    let layer = h.state().settings.layer;
+    let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-categories-layer{layer}.svg"))).unwrap();
+    assert!(svg.contains("lift over its base rate") && svg.contains("layer 29"));
+}
+
+/// Help → Glossary opens a window that explains the words the views use.
+#[test]
+fn glossary_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(64), dir.path());
+    settle(&mut h);
+    click_menu(&mut h, "Help", "Glossary…");
+    h.step();
+    h.step();
+    h.step();
+    assert!(h.query_by_label("dominance").is_some() && h.query_by_label("pairs retained").is_some());
+}
+
 /// Huge text files are truncated with a visible note.
 #[test]
 fn huge_text_is_truncated_with_a_note() {
@@ -305,6 +623,8 @@ fn scrolling_10k_tokens_stays_fast() {
         argmax: r.argmax.iter().map(tile).collect(),
         masks: r.masks.iter().map(|m| m.iter().cycle().take(n).cloned().collect()).collect(),
         labels: r.labels.clone(),
+        aligned: r.aligned.clone(),
+        text_label: r.text_label.clone(),
     };
     h.state_mut().session.result = Some(Arc::new(big));
     let mut report = Vec::new();
@@ -416,6 +736,7 @@ fn long_texts_show_a_preview_first() {
                 assert_eq!(h.state().showing_preview(), Some((PREVIEW_TOKENS, PREVIEW_TOKENS + 100)));
                 h.step();
                 assert!(h.query_by_label_contains("showing the first 512 tokens").is_some(), "the status line says it is a preview");
+                assert!(h.query_by_label_contains("PROVISIONAL: the first 512 of 612 tokens").is_some(), "the view says it is provisional");
                 preview = Some(r);
             }
         }
@@ -444,12 +765,58 @@ fn long_texts_show_a_preview_first() {
     assert!(Arc::ptr_eq(h.state().session.result.as_ref().unwrap(), &preview));
 }
 
+/// The full analysis does not replace the preview under a still mouse: while the pointer rests
+/// on a token it waits (and says so); when the pointer moves, it comes.
+#[test]
+fn nothing_flips_under_a_still_mouse() {
+    use focus_lens::gui::jobs::PREVIEW_TOKENS;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(PREVIEW_TOKENS + 100), dir.path());
+    let t0 = Instant::now();
+    while h.state().session.result.is_none() {
+        h.step();
+        assert!(t0.elapsed() < Duration::from_secs(600));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(h.state().session.result.as_ref().unwrap().tokens(), PREVIEW_TOKENS);
+    // Rest the pointer on a token of the preview.
+    let view = h.state().views.rect.unwrap();
+    let mut at = None;
+    'find: for dy in (60..400).step_by(20) {
+        for dx in (10..300).step_by(30) {
+            let p = view.min + egui::vec2(dx as f32, dy as f32);
+            h.hover_at(p);
+            h.step();
+            h.step();
+            if h.state().selection.hovered.is_some() {
+                at = Some(p);
+                break 'find;
+            }
+        }
+    }
+    let at = at.expect("a token under the pointer");
+    assert!(h.state().is_running(TaskKind::Analyze), "the full analysis still runs");
+    while h.state().is_running(TaskKind::Analyze) {
+        h.step();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for _ in 0..5 {
+        h.step();
+    }
+    assert_eq!(h.state().session.result.as_ref().unwrap().tokens(), PREVIEW_TOKENS, "nothing changed under the still mouse");
+    assert!(h.state().pending_full.is_some());
+    assert!(h.query_by_label_contains("replaces the preview when the mouse moves").is_some());
+    h.hover_at(at + egui::vec2(3.0, 0.0));
+    h.step();
+    h.step();
+    assert_eq!(h.state().session.result.as_ref().unwrap().tokens(), PREVIEW_TOKENS + 100, "the full result once the mouse moved");
+}
+
 /// File dialogs answer in a later frame: the UI keeps running while one is open, its menu items
 /// are disabled, and the chosen path opens the file or receives the export.
 #[test]
 fn file_dialog_answers_arrive_asynchronously() {
     use focus_lens::gui::dialogs::Purpose;
-    use egui_kittest::kittest::NodeT;
     use focus_lens::gui::export::ExportKind;
     let dir = tempfile::tempdir().unwrap();
     let mut h = harness(settings(200), dir.path());
@@ -460,11 +827,14 @@ fn file_dialog_answers_arrive_asynchronously() {
     // A stand-in for the native dialog that stays open until we answer it.
     let (answer, wait) = std::sync::mpsc::channel::<Option<std::path::PathBuf>>();
     h.state_mut().dialogs.start(Purpose::Open(InputKind::Text), move || wait.recv().unwrap(), None);
-    h.get_by_label("File").click();
+    click_menu(&mut h, "File", "Open text…");
     h.step();
+    h.state_mut().views.files.native = true;
     h.step();
-    let item = h.get_by_label("Open text…");
+    let item = h.get_by_label("System dialog…");
     assert!(item.accesskit_node().is_disabled(), "no second dialog while one is open");
+    h.get_by_label("Cancel").click();
+    h.step();
     let t0 = Instant::now();
     for _ in 0..5 {
         h.step();

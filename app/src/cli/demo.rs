@@ -46,7 +46,41 @@ pub fn run() -> Result<()> {
         let shown: Vec<String> = v.iter().take(10).map(|(t, c)| format!("{:?}x{c}", t)).collect();
         println!("  group {g}: {}", shown.join(" "));
     }
-    println!("\nThe adapter is untrained (random init): groups become linguistic only after training.");
+    println!("\n{}", adapter_note(&adapter.config));
     println!("More: focus-lens --help");
     Ok(())
+}
+
+/// What the demo says about the adapter's training: its recorded provenance, or that it is a
+/// random initialisation.
+pub fn adapter_note(c: &focus_core::focus::adapter::AdapterConfig) -> String {
+    let Some(t) = &c.training else {
+        return "The adapter is untrained (random init): groups become linguistic only after training.".into();
+    };
+    let tokens = t.get("tokens_seen").and_then(|v| v.as_f64());
+    let ppl = t.get("heldout_ppl_final").and_then(|v| v.as_f64());
+    let mode = t.get("heldout_mode").and_then(|v| v.as_str()).unwrap_or("");
+    let mut s = format!("The adapter is trained (K = {}, top_k = {}", c.groups, c.top_k);
+    if let Some(n) = tokens {
+        s += &format!(", {:.2}M training tokens", n / 1e6);
+    }
+    if let Some(p) = ppl {
+        s += &format!(", held-out perplexity {p:.2}{}", if mode.is_empty() { String::new() } else { format!(" ({mode})") });
+    }
+    s + ")."
+}
+
+#[cfg(test)]
+mod tests {
+    /// The embedded sample adapter is trained: the demo must not call it a random init.
+    #[test]
+    fn demo_describes_the_trained_adapter() {
+        let cfg: focus_core::focus::adapter::AdapterConfig =
+            serde_json::from_str(include_str!("../../../sample_adapters/smollm2-135m-k8/adapter_config.json")).unwrap();
+        let s = super::adapter_note(&cfg);
+        assert!(!s.contains("untrained") && s.contains("trained") && s.contains("2.05M training tokens"), "{s}");
+        let init: focus_core::focus::adapter::AdapterConfig =
+            serde_json::from_str(include_str!("../../../sample_adapters/smollm2-135m-k8-init/adapter_config.json")).unwrap();
+        assert!(super::adapter_note(&init).contains("untrained"));
+    }
 }

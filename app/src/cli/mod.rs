@@ -25,8 +25,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Open the desktop app (the default when no subcommand is given).
-    Gui,
+    /// Open the desktop app (the default when no subcommand is given), optionally on a model,
+    /// an adapter and a text (or a saved session).
+    Gui(GuiArgs),
     /// Print the routing analysis of the embedded sample text (default model + sample adapter).
     Demo,
     /// Describe a model file or directory.
@@ -53,6 +54,20 @@ enum Command {
     },
 }
 
+/// `focus-lens gui [--model M] [--adapter A] [TEXT]`: what to open instead of the remembered
+/// (or embedded default) inputs.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct GuiArgs {
+    /// A .gguf file or a Hugging Face model folder.
+    #[arg(long, short)]
+    pub model: Option<std::path::PathBuf>,
+    /// An adapter folder (adapter_config.json + adapter_model.safetensors).
+    #[arg(long, short)]
+    pub adapter: Option<std::path::PathBuf>,
+    /// A text file to analyse.
+    pub text: Option<std::path::PathBuf>,
+}
+
 #[derive(Subcommand)]
 enum AdapterCommand {
     /// Make a randomly initialised adapter for a model.
@@ -73,7 +88,7 @@ pub fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let Some(command) = cli.command else { return run_or_demo() };
     match command {
-        Command::Gui => crate::gui::run(),
+        Command::Gui(a) => crate::gui::run(crate::gui::StartArgs::from(a)),
         Command::Demo => demo::run(),
         Command::Info(a) => info::run(a),
         Command::Tokenize(a) => tokenize::run(a),
@@ -95,9 +110,26 @@ pub fn run_or_demo() -> anyhow::Result<()> {
         eprintln!("focus-lens: no display (neither DISPLAY nor WAYLAND_DISPLAY is set), so no window: printing the text demo instead (`focus-lens demo`; `focus-lens --help` lists the commands)");
         return demo::run();
     }
-    if let Err(e) = crate::gui::run() {
+    if let Err(e) = crate::gui::run(Default::default()) {
         eprintln!("focus-lens: {e:#}: printing the text demo instead");
         return demo::run();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `focus-lens gui FILE` and its options parse (it used to be rejected).
+    #[test]
+    fn gui_takes_model_adapter_and_text() {
+        let cli = Cli::try_parse_from(["focus-lens", "gui", "--model", "m.gguf", "--adapter", "ad", "notes.txt"]).expect("parses");
+        let Some(Command::Gui(a)) = cli.command else { panic!("not the gui command") };
+        assert_eq!(a.model.as_deref(), Some(std::path::Path::new("m.gguf")));
+        assert_eq!(a.adapter.as_deref(), Some(std::path::Path::new("ad")));
+        assert_eq!(a.text.as_deref(), Some(std::path::Path::new("notes.txt")));
+        let Some(Command::Gui(a)) = Cli::try_parse_from(["focus-lens", "gui"]).unwrap().command else { panic!() };
+        assert!(a.model.is_none() && a.adapter.is_none() && a.text.is_none());
+    }
 }

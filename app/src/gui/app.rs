@@ -4,11 +4,12 @@
 //! is loaded with what the settings ask for (`Session::reconcile` starts loads and analyses),
 //! then lets the views draw and applies the commands they return (`apply`), in one place.
 
-use super::dialogs::{Dialogs, Purpose};
+use super::dialogs::{Dialogs, Purpose, FAILED_WITHIN};
 use super::export::{self, ExportKind};
 use super::jobs::{self, JobError, MaskImage, Msg};
 use super::session::Session;
 use super::state::*;
+use super::views::files::FileTask;
 use super::views::{mask, Command, ViewCtx, Views};
 use super::worker::{TaskKind, Worker};
 use focus_core::Adapter;
@@ -37,6 +38,9 @@ pub struct FocusLensApp {
     /// When set, exports go to this folder without a file dialog (tests, scripted use).
     pub export_dir: Option<PathBuf>,
     pub timing: Timing,
+    /// The full analysis, arrived while the pointer rests on its preview: it replaces the
+    /// preview when the pointer moves (nothing changes under a still mouse).
+    pub pending_full: Option<Arc<AnalysisResult>>,
     ctx: Option<egui::Context>,
 }
 
@@ -55,6 +59,7 @@ impl FocusLensApp {
             status: String::new(),
             export_dir: None,
             timing: Timing::default(),
+            pending_full: None,
             ctx: None,
         }
     }
@@ -142,8 +147,10 @@ impl FocusLensApp {
         self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::partners(&res, i, layer, head, h)));
     }
 
-    /// Puts an analysis on screen, fitting the layer choices to it.
+    /// Puts an analysis on screen, fitting the layer choices to it; a selected token's partners
+    /// are computed again for it (they belong to one analysis).
     fn set_result(&mut self, res: Arc<AnalysisResult>) {
+        self.pending_full = None;
         let n_layers = res.layers();
         if self.settings.layer >= n_layers {
             self.settings.layer = n_layers.saturating_sub(1);
@@ -159,8 +166,12 @@ impl FocusLensApp {
         if self.selection.partners.as_ref().is_some_and(|p| p.key != res.key) {
             self.selection.partners = None;
         }
+        let stale_partners = self.selection.partners.as_ref().is_none_or(|p| p.key != res.key);
         self.session.result = Some(res);
         self.timing.first_view();
+        if self.selection.selected.is_some() && stale_partners {
+            self.select_token(self.selection.selected);
+        }
     }
 
     // ---- What comes back on the worker's channel, one function per kind of message.
@@ -175,6 +186,7 @@ impl FocusLensApp {
             Msg::Partners(r) => self.handle_partners(r),
             Msg::Mask(r) => self.handle_mask(r),
             Msg::Bench(r) => self.views.speed.receive_model(r),
+            Msg::Compare(r) => self.views.compare.receive(r),
             Msg::AttnBench(r) => self.views.speed.receive_attention(r),
             Msg::Dialog(purpose, path) => self.handle_dialog(purpose, path),
             Msg::Png(r) => self.handle_png(r),
@@ -201,13 +213,14 @@ impl FocusLensApp {
                 if let Some(p) = &path {
                     self.settings.remember(InputKind::Adapter, p.clone());
                 }
-                let k = adapter.config.top_k;
-                let groups = adapter.config.groups;
                 let label = source_label(&path, crate::defaults::SAMPLE_ADAPTER_NAME);
-                self.session.adapter = Some(LoadedAdapter { adapter, path, label, model_gen, gen });
-                if self.settings.params.k == 0 || self.settings.params.k > groups {
-                    self.settings.params.k = k.clamp(1, groups);
+                // Another adapter (not the same one loaded again for a new model, nor the first
+                // load at start-up, which keeps the remembered k) brings its own k.
+                let changed = self.session.adapter.as_ref().is_some_and(|a| a.path != path);
+                if let Some(msg) = refit_k(&mut self.settings.params.k, &adapter.config, changed) {
+                    self.status = msg;
                 }
+                self.session.adapter = Some(LoadedAdapter { adapter, path, label, model_gen, gen });
             }
             Err(e) => self.load_failed(InputKind::Adapter, e),
         }
@@ -251,11 +264,15 @@ impl FocusLensApp {
         match r {
             Ok(res) => {
                 let res = Arc::new(res);
-                if let Some(n) = &res.note {
-                    self.status = n.clone();
-                }
                 self.session.remember_result(res.clone());
-                self.set_result(res);
+                // The preview on screen and the pointer resting on it: wait for the pointer to
+                // move, so that nothing changes under a still mouse.
+                let over_preview = self.session.result.as_ref().is_some_and(|r| key.as_ref().and_then(jobs::preview_key).as_ref() == Some(&r.key));
+                if over_preview && self.selection.hovered.is_some() {
+                    self.pending_full = Some(res);
+                } else {
+                    self.set_result(res);
+                }
             }
             Err(JobError::Cancelled) => {}
             Err(JobError::Failed(e)) => {
@@ -291,8 +308,25 @@ impl FocusLensApp {
 
     /// A file dialog's answer: open the chosen file or write the export (nothing on cancel).
     fn handle_dialog(&mut self, purpose: Purpose, path: Option<PathBuf>) {
-        self.dialogs.closed();
-        let Some(path) = path else { return };
+        let open_for = self.dialogs.closed();
+        let Some(path) = path else {
+            if open_for < FAILED_WITHIN {
+                // Answered "cancelled" at once: no dialog showed (no portal, no zenity). Say so,
+                // and offer the path field and the browser instead.
+                let task = match purpose {
+                    Purpose::Open(k) => FileTask::Open(k),
+                    Purpose::OpenModelFolder => FileTask::OpenModelFolder,
+                    Purpose::Export(k) => FileTask::Export(k),
+                };
+                let name = matches!(task, FileTask::Export(_)).then(|| export::default_name(&self.settings, match task {
+                    FileTask::Export(k) => k,
+                    _ => ExportKind::StatsCsv,
+                }));
+                let msg = "The system file dialog did not open (no XDG desktop portal or zenity answered): type a path or pick one below.".to_string();
+                self.views.files.show_task(task, name.as_deref(), &self.settings.recent, Some(msg));
+            }
+            return;
+        };
         match purpose {
             Purpose::Open(kind) => self.open(kind, path),
             Purpose::OpenModelFolder => self.open(InputKind::Model, path),
@@ -309,8 +343,8 @@ impl FocusLensApp {
 
     // ---- Exports.
 
-    /// The Export menu: asks for a path (a native dialog, answered in a later frame), or writes
-    /// into `export_dir` at once when that is set.
+    /// The Export menu: asks for a path in the file window (which offers the system dialog
+    /// too), or writes into `export_dir` at once when that is set.
     fn export(&mut self, kind: ExportKind) {
         if self.session.result.is_none() {
             self.errors.push("nothing to export yet: no analysis has finished".into());
@@ -322,7 +356,7 @@ impl FocusLensApp {
                 let path = d.join(name);
                 self.export_to(kind, path)
             }
-            None => self.dialogs.show(Purpose::Export(kind), &name, self.ctx.clone()),
+            None => self.views.files.show_task(FileTask::Export(kind), Some(&name), &self.settings.recent, None),
         }
     }
 
@@ -335,10 +369,22 @@ impl FocusLensApp {
         if kind == ExportKind::ViewPng {
             return self.request_png(path);
         }
+        if kind == ExportKind::StatsCsv {
+            // The set `focus-lens analyze` writes: per group, profiles, tokens.
+            match export::write_csv_set(&res, &path) {
+                Ok(paths) => self.status = format!("wrote {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
+                Err(e) => self.errors.push(format!("export to {} failed: {e}", path.display())),
+            }
+            return;
+        }
         let text = match kind {
-            ExportKind::StatsCsv | ExportKind::StatsJson => export::stats(&res, kind),
+            ExportKind::StatsJson => {
+                let text = self.session.text.as_ref().filter(|t| t.gen == res.key.text_gen).map(|t| t.text.clone());
+                export::stats(&res, kind, export::provenance(&res, &self.settings, text.as_deref().map(|s| s.as_str())))
+            }
             ExportKind::ViewSvg => self.views.svg(&self.settings, &res),
-            ExportKind::ViewPng => unreachable!(),
+            ExportKind::CompareCsv => self.views.compare.result.as_ref().map(|c| c.csv()).ok_or_else(|| "no comparison yet: press Run comparison first".to_string()),
+            ExportKind::StatsCsv | ExportKind::ViewPng => unreachable!(),
         };
         match text.and_then(|t| export::write(&path, t.as_bytes())) {
             Ok(()) => self.status = format!("wrote {}", path.display()),
@@ -366,8 +412,29 @@ impl FocusLensApp {
         match c {
             Command::Open(kind, path) => self.open(kind, path),
             Command::UseDefault(kind) => self.use_default(kind),
-            Command::Dialog(purpose) => self.dialogs.show(purpose, "", self.ctx.clone()),
+            Command::Dialog(purpose) => {
+                let name = match purpose {
+                    Purpose::Export(k) => export::default_name(&self.settings, k),
+                    _ => String::new(),
+                };
+                self.dialogs.show(purpose, &name, self.ctx.clone())
+            }
+            Command::ShowFiles(task) => {
+                let name = match task {
+                    FileTask::Export(k) => Some(export::default_name(&self.settings, k)),
+                    _ => None,
+                };
+                self.views.files.show_task(task, name.as_deref(), &self.settings.recent, None)
+            }
             Command::Export(kind) => self.export(kind),
+            Command::ExportTo(kind, path) => self.export_to(kind, path),
+            Command::ShowGlossary => self.views.glossary = true,
+            Command::Jump(i) => {
+                self.settings.tab = Tab::Tokens;
+                self.views.scroll_to = Some(i);
+                self.select_token(Some(i));
+            }
+            Command::StartCompare(spec) => self.start_compare(spec),
             Command::Set(s) => self.settings.set(s),
             Command::Rerun => self.session.unstop(),
             Command::Select(i) => self.select_token(i),
@@ -376,11 +443,7 @@ impl FocusLensApp {
                 self.selection.hovered_layer = layer;
             }
             Command::ScrollTo(j) => self.views.scroll_to = Some(j),
-            Command::DismissError(n) => {
-                if n < self.errors.len() {
-                    self.errors.remove(n);
-                }
-            }
+            Command::DismissErrors => self.errors.clear(),
             Command::Error(e) => self.errors.push(e),
             Command::CancelAnalysis => self.cancel_analysis(),
             Command::Cancel(kind) => self.worker.cancel(kind),
@@ -391,6 +454,66 @@ impl FocusLensApp {
             Command::BuildMask(res, layer) => {
                 self.worker.spawn(TaskKind::Mask, move |h| Msg::Mask(jobs::mask_image(&res, layer, mask::MAX_SIDE, h)));
             }
+        }
+    }
+
+    /// Starts the comparison of the analysis on screen (run A) with run B.
+    fn start_compare(&mut self, spec: CompareSpec) {
+        let Some(res) = self.session.result.clone() else { return };
+        let groups = res.groups();
+        let a_adapter = res.adapter.clone();
+        let mut b_adapter = (*self.session.adapter.as_ref().map(|a| a.adapter.clone()).unwrap_or_else(|| a_adapter.clone())).clone();
+        b_adapter.config.window = a_adapter.config.window;
+        b_adapter.config.causal_sinkhorn = spec.causal.unwrap_or(a_adapter.config.causal_sinkhorn);
+        let k_b = spec.k.max(1);
+        if spec.adapter.is_none() && k_b > groups {
+            self.errors.push(format!("run B: k = {k_b} must be in 1..={groups}"));
+            return;
+        }
+        let mode_b = match spec.mode {
+            ModeChoice::Dense => focus_core::Mode::Dense,
+            ModeChoice::Soft => focus_core::Mode::Soft,
+            ModeChoice::TopK => focus_core::Mode::TopK(k_b),
+        };
+        let a_label = super::views::compare::describe(res.key.params.mode(), a_adapter.config.causal_sinkhorn, &res.analysis.adapter);
+        let b_name = spec.adapter.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| res.analysis.adapter.clone());
+        let b_label = super::views::compare::describe(mode_b, b_adapter.config.causal_sinkhorn, &b_name);
+        let job = super::compare::CompareJob {
+            res: res.clone(),
+            spec: spec.clone(),
+            a: super::compare::Run { label: a_label, mode: res.key.params.mode(), k: res.key.params.k, adapter: a_adapter },
+            b: super::compare::Run { label: b_label, mode: mode_b, k: k_b, adapter: Arc::new(b_adapter) },
+            b_adapter_path: spec.adapter.clone(),
+        };
+        self.views.compare.error = None;
+        self.worker.spawn(TaskKind::Compare, move |h| Msg::Compare(job.run(h)));
+    }
+
+    /// Arrow keys move the layer (left/right) and the head (up/down) while no text field has
+    /// the keyboard.
+    fn keys(&mut self, ctx: &egui::Context) {
+        if ctx.memory(|m| m.focused().is_some()) {
+            return;
+        }
+        let Some(m) = self.session.model.as_ref() else { return };
+        let (layers, heads) = (m.model.config().n_layers, m.model.config().n_heads);
+        let (l, h) = (self.settings.layer, self.settings.head);
+        ctx.input(|i| {
+            if i.key_pressed(egui::Key::ArrowRight) {
+                self.settings.layer = (l + 1).min(layers - 1);
+            }
+            if i.key_pressed(egui::Key::ArrowLeft) {
+                self.settings.layer = l.saturating_sub(1);
+            }
+            if i.key_pressed(egui::Key::ArrowUp) {
+                self.settings.head = h.saturating_sub(1);
+            }
+            if i.key_pressed(egui::Key::ArrowDown) {
+                self.settings.head = (h + 1).min(heads - 1);
+            }
+        });
+        if (l, h) != (self.settings.layer, self.settings.head) && self.selection.selected.is_some() {
+            self.select_token(self.selection.selected);
         }
     }
 
@@ -414,8 +537,21 @@ impl FocusLensApp {
             self.open_dropped(p);
         }
         if let Some(res) = self.session.reconcile(&self.settings, &mut self.worker) {
-            self.set_result(res);
+            // The cache holds the full result that waits for the mouse: it keeps waiting.
+            if self.pending_full.as_ref().is_none_or(|p| p.key != res.key) {
+                self.set_result(res);
+            }
         }
+        if let Some(p) = &self.pending_full {
+            let moved = ctx.input(|i| i.pointer.delta() != egui::Vec2::ZERO || i.pointer.hover_pos().is_none());
+            if self.wanted_key().as_ref() != Some(&p.key) {
+                self.pending_full = None;
+            } else if moved || self.selection.hovered.is_none() {
+                let p = p.clone();
+                self.set_result(p);
+            }
+        }
+        self.keys(ctx);
         if self.busy() {
             // Progress and busy indicators move at this pace; results arrive with a repaint
             // request anyway. Not faster: every frame costs CPU that the work could use.
@@ -437,6 +573,7 @@ impl FocusLensApp {
             status: &self.status,
             timing: &self.timing,
             dialog_open: self.dialogs.open().is_some(),
+            pending_full: self.pending_full.is_some(),
         };
         let commands = self.views.show(&cx, ui);
         // What the commands change shows in the next frame. (Every frame says what is hovered:
@@ -463,5 +600,41 @@ impl eframe::App for FocusLensApp {
     fn on_exit(&mut self, _gl: Option<&eframe::glow::Context>) {
         // Closing during work: ask every task to stop; their threads end at the next layer.
         self.worker.cancel_all();
+    }
+}
+
+/// Fits k to a newly loaded adapter: a different adapter (`changed`) brings its own top_k; any
+/// k outside 1..=K is clamped. Returns what changed, in words, for the status line (k used to
+/// stay at 3 when K went from 8 to 4: every pair then shares a group, i.e. dense attention).
+pub fn refit_k(k: &mut usize, cfg: &focus_core::AdapterConfig, changed: bool) -> Option<String> {
+    let groups = cfg.groups.max(1);
+    let before = *k;
+    if changed {
+        *k = cfg.top_k.clamp(1, groups);
+    } else if *k == 0 || *k > groups {
+        *k = cfg.top_k.clamp(1, groups);
+    }
+    (*k != before).then(|| format!("k set to {} (the adapter's top_k; K = {groups}), was {before}", *k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k_is_refitted_when_the_adapter_changes() {
+        let mut cfg: focus_core::AdapterConfig = serde_json::from_str(include_str!("../../../sample_adapters/smollm2-135m-k4/adapter_config.json")).unwrap();
+        let mut k = 3;
+        let msg = refit_k(&mut k, &cfg, true).expect("stated");
+        assert_eq!(k, 2);
+        assert!(msg.contains("k set to 2") && msg.contains("K = 4"), "{msg}");
+        // Start-up (the same adapter as remembered): the remembered k stays when valid.
+        let mut k = 3;
+        assert!(refit_k(&mut k, &cfg, false).is_none());
+        assert_eq!(k, 3);
+        cfg.groups = 2;
+        let mut k = 3;
+        refit_k(&mut k, &cfg, false).unwrap();
+        assert_eq!(k, 2);
     }
 }

@@ -24,14 +24,18 @@ pub enum Purpose {
 pub struct Dialogs {
     post: Post<Msg>,
     open: Option<Purpose>,
+    opened_at: Option<std::time::Instant>,
 }
+
+/// A dialog that answers "cancelled" sooner than this never showed: rfd reports a missing
+/// portal (and a missing zenity) as a cancel, at once.
+pub const FAILED_WITHIN: std::time::Duration = std::time::Duration::from_millis(700);
 
 impl Dialogs {
     /// Dialogs whose answers go to `post` (the worker's channel).
     pub fn new(post: Post<Msg>) -> Self {
-        Dialogs { post, open: None }
+        Dialogs { post, open: None, opened_at: None }
     }
-
 
     /// The purpose of the dialog now open, if any.
     pub fn open(&self) -> Option<Purpose> {
@@ -71,12 +75,14 @@ impl Dialogs {
         });
         if spawned.is_ok() {
             self.open = Some(purpose);
+            self.opened_at = Some(std::time::Instant::now());
         }
     }
 
-    /// The open dialog's answer has arrived: another may open.
-    pub fn closed(&mut self) {
+    /// The open dialog's answer has arrived: another may open. Returns how long it was open.
+    pub fn closed(&mut self) -> std::time::Duration {
         self.open = None;
+        self.opened_at.take().map(|t| t.elapsed()).unwrap_or_default()
     }
 }
 

@@ -60,6 +60,7 @@ pub enum Msg {
     Partners(Result<Partners, JobError>),
     Mask(Result<MaskImage, JobError>),
     Bench(Result<(Vec<BenchRow>, String), JobError>),
+    Compare(Result<super::compare::Comparison, JobError>),
     AttnBench(Result<Vec<AttentionRow>, JobError>),
     /// A file dialog closed: what it was for, and the chosen path (`None`: the user cancelled).
     Dialog(Purpose, Option<PathBuf>),
@@ -135,6 +136,7 @@ pub struct AnalysisJob {
     pub model: Arc<Model>,
     pub adapter: Arc<Adapter>,
     pub adapter_label: String,
+    pub text_label: String,
     pub text: Arc<String>,
     pub key: AnalysisKey,
 }
@@ -223,6 +225,7 @@ fn analyze_prefix(
             _ => group_labels(&analysis.tokens, a, groups),
         })
         .collect();
+    let aligned = super::align::chain(&masks, groups);
     Ok(AnalysisResult {
         key,
         analysis,
@@ -234,6 +237,8 @@ fn analyze_prefix(
         argmax,
         masks,
         labels,
+        aligned,
+        text_label: job.text_label.clone(),
     })
 }
 
@@ -430,7 +435,7 @@ pub fn attention_config(res: &AnalysisResult, lengths: Vec<usize>, repeats: usiz
 pub fn attention_settings(res: &AnalysisResult, cfg: &AttentionBench, device: DeviceChoice) -> (String, String) {
     let lengths = cfg.lengths.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",");
     let words = format!(
-        "{}; device {}; f32; shapes of {}: {} query heads, {} KV heads x {} dims (one attention call, all heads); K={} k={} w={}; memberships balanced as Sinkhorn leaves them; {} timed repeat(s) after a warm-up, median",
+        "{}; device {}; f32; shapes of {}: {} query heads, {} KV heads x {} dims (one attention call, all heads); K={} k={} w={}; memberships balanced as Sinkhorn leaves them; {} timed repeat(s) after a warm-up: median, with min and max",
         machine(),
         device.label(),
         res.analysis.model,
@@ -457,30 +462,84 @@ pub fn attention_settings(res: &AnalysisResult, cfg: &AttentionBench, device: De
     (words, cli)
 }
 
+/// The spread of one length's timed repeats: (min, median, max) of each figure.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    pub n: usize,
+    pub repeats: usize,
+    pub dense_ms: (f64, f64, f64),
+    pub focus_ms: (f64, f64, f64),
+    pub speedup: (f64, f64, f64),
+}
+
+/// (min, median, max) of `v` (NaN when empty).
+pub fn min_med_max(v: &[f64]) -> (f64, f64, f64) {
+    let mut v: Vec<f64> = v.iter().cloned().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    let med = if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) };
+    (v[0], med, v[n - 1])
+}
+
+/// One length's row from its repeats: the medians of the timings (and the speedup of the
+/// medians), with their spread.
+pub fn combine_repeats(reps: &[AttentionRow]) -> Option<(AttentionRow, Spread)> {
+    let first = reps.first()?;
+    let get = |f: fn(&AttentionRow) -> Option<f64>| reps.iter().filter_map(f).collect::<Vec<f64>>();
+    let dense = min_med_max(&get(|r| r.dense_ms));
+    let focus = min_med_max(&get(|r| r.focus_ms));
+    let speed = min_med_max(&get(|r| r.speedup));
+    let mut row = first.clone();
+    row.dense_ms = first.dense_ms.map(|_| dense.1);
+    row.focus_ms = first.focus_ms.map(|_| focus.1);
+    row.speedup = match (row.dense_ms, row.focus_ms) {
+        (Some(d), Some(f)) if f > 0.0 => Some(d / f),
+        _ => None,
+    };
+    row.efficiency = row.speedup.map(|s| s / row.bound);
+    let cpu = min_med_max(&get(|r| r.speedup_cpu));
+    row.speedup_cpu = first.speedup_cpu.map(|_| cpu.1);
+    row.candle_ms = first.candle_ms.map(|_| min_med_max(&get(|r| r.candle_ms)).1);
+    Some((row, Spread { n: first.n, repeats: reps.len(), dense_ms: dense, focus_ms: focus, speedup: speed }))
+}
+
 /// Runs the attention benchmark one length at a time (the same numbers as one call: each
 /// length seeds its own inputs), so that it reports progress and can stop between lengths.
+/// Each length runs `cfg.repeats` single timed repeats (after one warm-up), so that the panel
+/// can show their spread (min / median / max) besides the median.
 pub fn attention_bench(
     cfg: AttentionBench,
     device: DeviceChoice,
     live: &Mutex<Vec<AttentionRow>>,
+    spreads: &Mutex<Vec<Spread>>,
     h: &Handle,
 ) -> Result<Vec<AttentionRow>, JobError> {
     cfg.validate()?;
     let dev = device.device()?;
-    let total = cfg.lengths.len();
+    let total = cfg.lengths.len() * cfg.repeats.max(1);
     let mut rows = Vec::new();
     for (i, &n) in cfg.lengths.iter().enumerate() {
-        if h.cancelled() {
-            return Err(JobError::Cancelled);
-        }
-        h.set_progress(i, total, format!("attention at {n} tokens"));
-        let one = AttentionBench { lengths: vec![n], ..cfg.clone() };
-        let r = focus_core::bench::run_attention_bench(&one, &dev, |r| {
-            if let Ok(mut v) = live.lock() {
-                v.push(r.clone());
+        let mut reps = Vec::new();
+        for rep in 0..cfg.repeats.max(1) {
+            if h.cancelled() {
+                return Err(JobError::Cancelled);
             }
-        })?;
-        rows.extend(r);
+            h.set_progress(i * cfg.repeats.max(1) + rep, total, format!("attention at {n} tokens, repeat {} of {}", rep + 1, cfg.repeats.max(1)));
+            let one = AttentionBench { lengths: vec![n], repeats: 1, warmup: cfg.warmup && rep == 0, ..cfg.clone() };
+            reps.extend(focus_core::bench::run_attention_bench(&one, &dev, |_| {})?);
+        }
+        if let Some((row, spread)) = combine_repeats(&reps) {
+            if let Ok(mut v) = live.lock() {
+                v.push(row.clone());
+            }
+            if let Ok(mut v) = spreads.lock() {
+                v.push(spread);
+            }
+            rows.push(row);
+        }
     }
     h.set_progress(total, total, "attention");
     Ok(rows)
@@ -489,7 +548,7 @@ pub fn attention_bench(
 /// A benchmark as the speed view prepares it, run by `run` on the worker.
 pub enum BenchJob {
     /// The attention kernels alone (`attention_bench`).
-    Attention { cfg: AttentionBench, device: DeviceChoice, live: Arc<Mutex<Vec<AttentionRow>>> },
+    Attention { cfg: AttentionBench, device: DeviceChoice, live: Arc<Mutex<Vec<AttentionRow>>>, spreads: Arc<Mutex<Vec<Spread>>> },
     /// Prefill of the whole model (`bench`).
     WholeModel { res: Arc<AnalysisResult>, lengths: Vec<usize>, repeats: usize, device: DeviceChoice, live: Arc<Mutex<Vec<BenchRow>>> },
 }
@@ -497,8 +556,20 @@ pub enum BenchJob {
 impl BenchJob {
     pub fn run(self, h: &Handle) -> Msg {
         match self {
-            BenchJob::Attention { cfg, device, live } => Msg::AttnBench(attention_bench(cfg, device, &live, h)),
+            BenchJob::Attention { cfg, device, live, spreads } => Msg::AttnBench(attention_bench(cfg, device, &live, &spreads, h)),
             BenchJob::WholeModel { res, lengths, repeats, device, live } => Msg::Bench(bench(&res, lengths, repeats, device, &live, h)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_and_spread() {
+        assert_eq!(min_med_max(&[3.0, 1.0, 2.0]), (1.0, 2.0, 3.0));
+        assert_eq!(min_med_max(&[4.0, 1.0]), (1.0, 2.5, 4.0));
+        assert!(min_med_max(&[]).1.is_nan());
     }
 }

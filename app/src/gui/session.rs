@@ -186,6 +186,7 @@ impl Session {
             model: m.model.clone(),
             adapter: Self::configured_adapter(&a.adapter, &settings.params),
             adapter_label: a.label.clone(),
+            text_label: t.label.clone(),
             text: t.text.clone(),
             key: key.clone(),
         };

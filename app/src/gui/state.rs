@@ -121,11 +121,12 @@ pub enum Tab {
     Mask,
     Categories,
     Routing,
+    Compare,
     Speed,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 7] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Categories, Tab::Routing, Tab::Speed];
+    pub const ALL: [Tab; 8] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed];
     pub fn label(self) -> &'static str {
         match self {
             Tab::Tokens => "Tokens",
@@ -134,6 +135,7 @@ impl Tab {
             Tab::Mask => "Mask",
             Tab::Categories => "Categories",
             Tab::Routing => "Routing space",
+            Tab::Compare => "Compare",
             Tab::Speed => "Speed",
         }
     }
@@ -164,6 +166,30 @@ pub struct Settings {
     /// Device of the attention-kernel benchmark.
     pub attn_bench_device: DeviceChoice,
     pub color_by_category: bool,
+    /// Show the centroids' own group numbers instead of numbers matched across layers.
+    pub raw_groups: bool,
+    /// Run B of the compare view.
+    pub compare: CompareSpec,
+}
+
+/// Run B of a comparison: what differs from the analysis on screen (run A).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CompareSpec {
+    pub mode: ModeChoice,
+    pub k: usize,
+    /// `None`: run A's Sinkhorn variant.
+    pub causal: Option<bool>,
+    /// `None`: run A's adapter.
+    pub adapter: Option<PathBuf>,
+    /// At most this many tokens (the start of run A's text).
+    pub max_tokens: usize,
+}
+
+impl Default for CompareSpec {
+    fn default() -> Self {
+        CompareSpec { mode: ModeChoice::Dense, k: 2, causal: None, adapter: None, max_tokens: 512 }
+    }
 }
 
 impl Default for Settings {
@@ -180,11 +206,13 @@ impl Default for Settings {
             side_layers: vec![0, 15, 29],
             strip: false,
             bench_lengths: "256,512,1024,2048".into(),
-            bench_repeats: 1,
+            bench_repeats: 3,
             bench_kind: BenchKind::Attention,
             attn_bench_lengths: "1024,2048,4096,8192".into(),
             attn_bench_device: DeviceChoice::Cpu,
             color_by_category: false,
+            raw_groups: false,
+            compare: CompareSpec::default(),
         }
     }
 }
@@ -218,6 +246,8 @@ impl Settings {
             Setting::SideLayers(v) => self.side_layers = v,
             Setting::Strip(b) => self.strip = b,
             Setting::ColorByCategory(b) => self.color_by_category = b,
+            Setting::RawGroups(b) => self.raw_groups = b,
+            Setting::Compare(c) => self.compare = c,
             Setting::BenchKind(k) => self.bench_kind = k,
             Setting::BenchLengths(s) => self.bench_lengths = s,
             Setting::AttnBenchLengths(s) => self.attn_bench_lengths = s,
@@ -237,6 +267,8 @@ pub enum Setting {
     SideLayers(Vec<usize>),
     Strip(bool),
     ColorByCategory(bool),
+    RawGroups(bool),
+    Compare(CompareSpec),
     BenchKind(BenchKind),
     BenchLengths(String),
     AttnBenchLengths(String),
@@ -303,6 +335,10 @@ pub struct AnalysisResult {
     pub masks: Vec<Vec<u64>>,
     /// `labels[layer][group]`: a short automatic label per group.
     pub labels: Vec<Vec<String>>,
+    /// `aligned[layer][group]`: the group's number matched across layers (`align::chain`).
+    pub aligned: Vec<Vec<usize>>,
+    /// The analysed text's name (file name or the embedded sample).
+    pub text_label: String,
 }
 
 impl AnalysisResult {
@@ -317,6 +353,19 @@ impl AnalysisResult {
     }
     pub fn window(&self) -> usize {
         self.analysis.window
+    }
+    /// The number (and colour) group `g` of `layer` is shown by: matched across layers, or raw.
+    pub fn shown_group(&self, layer: usize, g: usize, raw: bool) -> usize {
+        if raw {
+            return g;
+        }
+        self.aligned.get(layer).and_then(|m| m.get(g)).copied().unwrap_or(g)
+    }
+    /// The raw groups of `layer` in the order they are shown (by shown number).
+    pub fn groups_in_shown_order(&self, layer: usize, raw: bool) -> Vec<usize> {
+        let mut v: Vec<usize> = (0..self.groups()).collect();
+        v.sort_by_key(|&g| self.shown_group(layer, g, raw));
+        v
     }
     pub fn token_routing(&self, layer: usize, i: usize) -> Option<&focus_core::analysis::stats::TokenRouting> {
         self.analysis.layers.get(layer)?.tokens.as_ref()?.get(i)

@@ -21,6 +21,7 @@ pub enum TaskKind {
     Attention,
     Mask,
     Bench,
+    Compare,
 }
 
 impl TaskKind {
@@ -33,6 +34,7 @@ impl TaskKind {
             TaskKind::Attention => "computing attention weights",
             TaskKind::Mask => "building the mask image",
             TaskKind::Bench => "benchmarking",
+            TaskKind::Compare => "comparing runs",
         }
     }
 }

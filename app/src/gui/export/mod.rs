@@ -4,6 +4,7 @@
 //! and encoded). `svg` is the SVG writer and its charts. Each view's own SVG is drawn next to the
 //! view, in `views/`.
 
+pub mod sha256;
 pub mod svg;
 
 use super::state::{AnalysisResult, Settings};
@@ -15,9 +16,12 @@ pub enum ExportKind {
     StatsJson,
     ViewSvg,
     ViewPng,
+    /// The compare view's per-token table.
+    CompareCsv,
 }
 
 impl ExportKind {
+    /// The Export menu's items.
     pub const ALL: [ExportKind; 4] = [ExportKind::StatsCsv, ExportKind::StatsJson, ExportKind::ViewSvg, ExportKind::ViewPng];
     pub fn label(self) -> &'static str {
         match self {
@@ -25,11 +29,12 @@ impl ExportKind {
             ExportKind::StatsJson => "Statistics as JSON…",
             ExportKind::ViewSvg => "Current view as SVG…",
             ExportKind::ViewPng => "Current view as PNG…",
+            ExportKind::CompareCsv => "Comparison table as CSV…",
         }
     }
     pub fn ext(self) -> &'static str {
         match self {
-            ExportKind::StatsCsv => "csv",
+            ExportKind::StatsCsv | ExportKind::CompareCsv => "csv",
             ExportKind::StatsJson => "json",
             ExportKind::ViewSvg => "svg",
             ExportKind::ViewPng => "png",
@@ -41,17 +46,77 @@ impl ExportKind {
 pub fn default_name(settings: &Settings, kind: ExportKind) -> String {
     let what = match kind {
         ExportKind::StatsCsv | ExportKind::StatsJson => "stats".to_string(),
+        ExportKind::CompareCsv => "compare".to_string(),
         _ => format!("{}-layer{}", settings.tab.label().to_lowercase().replace(' ', "-"), settings.layer),
     };
     format!("focus-lens-{what}.{}", kind.ext())
 }
 
-/// The assignment statistics of `res` as CSV or JSON.
-pub fn stats(res: &AnalysisResult, kind: ExportKind) -> Result<String, String> {
+/// Where the analysis came from and how it was run, for the JSON export: paths (none: the
+/// embedded default), the text's SHA-256 and every setting.
+pub fn provenance(res: &AnalysisResult, settings: &Settings, text: Option<&str>) -> serde_json::Value {
+    let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    let analysed = res.analysis.tokens.last().map(|t| t.end).unwrap_or(0);
+    serde_json::json!({
+        "app": format!("focus-lens {}", env!("CARGO_PKG_VERSION")),
+        "model_path": path(&settings.model).unwrap_or_else(|| format!("default: {}", crate::defaults::default_model_path().display())),
+        "adapter_path": path(&settings.adapter).unwrap_or_else(|| format!("embedded default: {}", crate::defaults::SAMPLE_ADAPTER_NAME)),
+        "text_path": path(&settings.text).unwrap_or_else(|| format!("embedded default: {}", crate::defaults::SAMPLE_TEXT_NAME)),
+        "text_sha256": text.map(|t| sha256::hex(t.as_bytes())),
+        "text_bytes": text.map(str::len),
+        "analysed_bytes": analysed,
+        "analysed_sha256": text.and_then(|t| t.get(..analysed)).map(|t| sha256::hex(t.as_bytes())),
+        "text_tokens": res.text_tokens,
+        "analysed_tokens": res.tokens(),
+        "settings": {
+            "device": res.key.params.device.label(),
+            "mode": res.analysis.mode,
+            "k": res.key.params.k,
+            "window": res.window(),
+            "window_overridden": res.key.params.window.is_some(),
+            "causal_sinkhorn": res.adapter.config.causal_sinkhorn,
+            "causal_overridden": res.key.params.causal.is_some(),
+            "sinkhorn_iters": res.adapter.config.sinkhorn_iters,
+            "tau": res.adapter.config.tau,
+            "groups": res.groups(),
+            "max_tokens": res.key.params.max_tokens,
+            "segment_len": res.analysis.segment_len,
+            "layer": settings.layer,
+            "head": settings.head,
+            "raw_group_indices": settings.raw_groups,
+        },
+    })
+}
+
+/// The assignment statistics of `res` as CSV or JSON (the JSON with its `provenance`).
+pub fn stats(res: &AnalysisResult, kind: ExportKind, provenance: serde_json::Value) -> Result<String, String> {
     match kind {
-        ExportKind::StatsJson => serde_json::to_string_pretty(&res.analysis).map_err(|e| e.to_string()),
+        ExportKind::StatsJson => {
+            let mut v = serde_json::to_value(&res.analysis).map_err(|e| e.to_string())?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("provenance".into(), provenance);
+            }
+            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())
+        }
         _ => Ok(res.analysis.to_csv()),
     }
+}
+
+/// The CSV set `focus-lens analyze --out STEM.csv` writes: the per-group file at `path`, the
+/// category profiles at STEM.profiles.csv and the tokens at STEM.tokens.csv (each atomically).
+/// Returns the paths written.
+pub fn write_csv_set(res: &AnalysisResult, path: &Path) -> Result<Vec<PathBuf>, String> {
+    let files = [
+        (path.to_path_buf(), res.analysis.to_csv()),
+        (path.with_extension("profiles.csv"), res.analysis.profiles_csv()),
+        (path.with_extension("tokens.csv"), res.analysis.tokens_csv()),
+    ];
+    let mut out = Vec::new();
+    for (p, text) in files {
+        write(&p, text.as_bytes()).map_err(|e| format!("{}: {e}", p.display()))?;
+        out.push(p);
+    }
+    Ok(out)
 }
 
 /// Writes `bytes` to `path` atomically (a reader never sees half a file).

@@ -64,6 +64,11 @@ impl Svg {
         );
     }
 
+    /// Text turned 90 degrees counter-clockwise about its anchor (a y axis' title).
+    pub fn text_vertical(&mut self, x: f64, y: f64, s: &str, size: f64) {
+        let _ = writeln!(self.body, r#"<text x="{x:.2}" y="{y:.2}" font-size="{size}" fill="black" text-anchor="middle" transform="rotate(-90 {x:.2} {y:.2})">{}</text>"#, escape(s));
+    }
+
     /// Monospace text, so that layouts computed from character counts line up.
     pub fn mono(&mut self, x: f64, y: f64, s: &str, size: f64) {
         let _ = writeln!(
@@ -116,23 +121,27 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series], 
     if !y1.is_finite() || y1 <= y0 {
         y1 = y0 + 1.0;
     }
-    y1 += (y1 - y0) * 0.05;
+    // The axes run from nice round numbers (1, 2 or 5 times a power of ten) around the data.
+    let yt = nice_ticks(y0, y1 + (y1 - y0) * 0.02, 5);
+    let (y0, y1) = (yt[0], *yt.last().expect("ticks"));
+    let xt = nice_ticks(x0, x1, 6);
     let px = |x: f64| l + (x - x0) / (x1 - x0) * (w - l - r);
     let py = |y: f64| h - b - (y - y0) / (y1 - y0) * (h - t - b);
     let mut s = Svg::new(w, h);
     s.text(w / 2.0, 24.0, title, 15.0, "black", "middle");
     s.line(l, h - b, w - r, h - b, "black", 1.0, false);
     s.line(l, t, l, h - b, "black", 1.0, false);
-    for i in 0..=5 {
-        let fx = x0 + (x1 - x0) * i as f64 / 5.0;
-        let fy = y0 + (y1 - y0) * i as f64 / 5.0;
+    for &fx in xt.iter().filter(|&&v| v >= x0 - 1e-9 && v <= x1 + 1e-9) {
         s.line(px(fx), h - b, px(fx), h - b + 4.0, "black", 1.0, false);
         s.text(px(fx), h - b + 16.0, &tick(fx), 11.0, "black", "middle");
+    }
+    for &fy in &yt {
         s.line(l - 4.0, py(fy), l, py(fy), "black", 1.0, false);
         s.text(l - 6.0, py(fy) + 4.0, &tick(fy), 11.0, "black", "end");
     }
-    s.text((l + w - r) / 2.0, h - 12.0, x_label, 12.0, "black", "middle");
-    s.text(16.0, (t + h - b) / 2.0, y_label, 12.0, "black", "start");
+    // Axis titles outside the tick labels: x below them, y turned along the axis at the edge.
+    s.text((l + w - r) / 2.0, h - 10.0, x_label, 12.0, "black", "middle");
+    s.text_vertical(14.0, (t + h - b) / 2.0, y_label, 12.0);
     let mut ly = t + 10.0;
     for (name, y) in hlines {
         s.line(l, py(*y), w - r, py(*y), "#888888", 1.0, true);
@@ -157,7 +166,9 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series], 
 pub fn bar_chart(title: &str, categories: &[String], series: &[(String, String, Vec<f64>)], hline: Option<(String, f64)>) -> String {
     let (w, h) = (640.0, 400.0);
     let (l, r, t, b) = (70.0, 170.0, 40.0, 50.0);
-    let ymax = series.iter().flat_map(|s| s.2.iter().cloned()).chain(hline.iter().map(|h| h.1)).fold(0f64, f64::max).max(1e-9) * 1.1;
+    let data_max = series.iter().flat_map(|s| s.2.iter().cloned()).chain(hline.iter().map(|h| h.1)).fold(0f64, f64::max).max(1e-9) * 1.05;
+    let yt = nice_ticks(0.0, data_max, 5);
+    let ymax = *yt.last().expect("ticks");
     let py = |y: f64| h - b - y / ymax * (h - t - b);
     let n = categories.len().max(1) as f64;
     let cw = (w - l - r) / n;
@@ -166,8 +177,7 @@ pub fn bar_chart(title: &str, categories: &[String], series: &[(String, String, 
     s.text(w / 2.0, 24.0, title, 15.0, "black", "middle");
     s.line(l, h - b, w - r, h - b, "black", 1.0, false);
     s.line(l, t, l, h - b, "black", 1.0, false);
-    for i in 0..=5 {
-        let fy = ymax * i as f64 / 5.0;
+    for &fy in &yt {
         s.line(l - 4.0, py(fy), l, py(fy), "black", 1.0, false);
         s.text(l - 6.0, py(fy) + 4.0, &tick(fy), 11.0, "black", "end");
     }
@@ -207,14 +217,29 @@ pub fn stack(docs: &[String], width: f64, heights: &[f64]) -> String {
     out + "</svg>\n"
 }
 
+/// Tick values covering [lo, hi]: multiples of a step of 1, 2 or 5 times a power of ten, about
+/// `target` of them, from a multiple at or below `lo` to one at or above `hi`.
+pub fn nice_ticks(lo: f64, hi: f64, target: usize) -> Vec<f64> {
+    let (lo, hi) = if hi > lo { (lo, hi) } else { (lo, lo + 1.0) };
+    let raw = (hi - lo) / target.max(1) as f64;
+    let p = 10f64.powf(raw.log10().floor());
+    // The finest of 1, 2, 5, 10 times p with at most target + 1 intervals.
+    let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * p).find(|&s| (hi - lo) / s <= target as f64 + 1.0 + 1e-9).unwrap_or(10.0 * p);
+    let (a, b) = ((lo / step + 1e-9).floor() as i64, (hi / step - 1e-9).ceil() as i64);
+    (a..=b).map(|i| {
+        let v = i as f64 * step;
+        // Rounded to the step's decimals, so that 0.1 * 3 prints as 0.3.
+        let d = (-step.log10().floor()).max(0.0) as i32;
+        let f = 10f64.powi(d);
+        (v * f).round() / f
+    }).collect()
+}
+
 fn tick(v: f64) -> String {
-    if v.abs() >= 100.0 || v == v.round() {
-        format!("{v:.0}")
-    } else if v.abs() >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
+    // Ticks are round numbers: print as few decimals as they have.
+    let s = format!("{v:.6}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" { "0".into() } else { s.to_string() }
 }
 
 #[cfg(test)]
@@ -228,6 +253,19 @@ mod tests {
         let out = s.finish();
         assert!(out.contains("a&lt;b &amp; &quot;c&quot;\u{fffd}"));
         assert!(out.trim_end().ends_with("</svg>"));
+    }
+
+    /// Ticks are 1-2-5 multiples (not 0.204, 0.408, …) and cover the data.
+    #[test]
+    fn ticks_are_round() {
+        assert_eq!(nice_ticks(0.0, 1.02, 5), vec![0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.2]);
+        assert_eq!(nice_ticks(0.0, 43.0, 5), vec![0.0, 10.0, 20.0, 30.0, 40.0, 50.0]);
+        assert_eq!(nice_ticks(1024.0, 8192.0, 6), vec![0.0, 2000.0, 4000.0, 6000.0, 8000.0, 10000.0]);
+        assert_eq!(nice_ticks(0.0, 0.17, 5), vec![0.0, 0.05, 0.1, 0.15, 0.2]);
+        let c = line_chart("t", "x", "y", &[Series { name: "s".into(), color: "#000".into(), points: vec![(0.0, 0.0), (29.0, 1.02)], dashed: false }], &[]);
+        assert!(!c.contains(">0.204<") && c.contains(">0.2<") && c.contains(">1.2<"), "{c}");
+        // The y title is turned along the axis, left of the tick labels.
+        assert!(c.contains("rotate(-90"));
     }
 
     #[test]

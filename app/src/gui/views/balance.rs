@@ -15,8 +15,10 @@ pub fn show(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec<Comman
     let h = (ui.available_height() / 2.0 - 30.0).max(150.0);
     ui.columns(2, |cols| {
         cols[0].label(format!("layer {layer}: share of membership mass per group; pale: before Sinkhorn (softmax of S / tau), solid: after"));
-        let before: Vec<Bar> = l.mass_before.iter().enumerate().map(|(g, &m)| Bar::new(g as f64 - 0.2, m).width(0.38).fill(palette::group(g).gamma_multiply(0.5))).collect();
-        let after: Vec<Bar> = l.mass_after.iter().enumerate().map(|(g, &m)| Bar::new(g as f64 + 0.2, m).width(0.38).fill(palette::group(g))).collect();
+        // Bars at the groups' shown numbers (matched across layers unless raw), in their colours.
+        let sg = |g: usize| cx.shown(res, layer, g);
+        let before: Vec<Bar> = l.mass_before.iter().enumerate().map(|(g, &m)| Bar::new(sg(g) as f64 - 0.2, m).width(0.38).fill(palette::group(sg(g)).gamma_multiply(0.5))).collect();
+        let after: Vec<Bar> = l.mass_after.iter().enumerate().map(|(g, &m)| Bar::new(sg(g) as f64 + 0.2, m).width(0.38).fill(palette::group(sg(g)))).collect();
         // Bars are in group colours; the legend's grey dots only tell pale (before) from solid.
         let n = res.groups();
         let group_ticks = move |m: GridMark, _: &std::ops::RangeInclusive<f64>| {

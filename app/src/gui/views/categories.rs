@@ -1,6 +1,8 @@
 //! Categories: per layer, the K x category matrix of token counts (largest membership), each
 //! centroid's purity, automatic label and top tokens (`focus_core::analysis::categories`), and
-//! the matrix as SVG; also each token's category and its colour, for the other views.
+//! the matrix as SVG; across layers, a layer x centroid heatmap of purity with each cell's top
+//! category and its lift over that category's base rate in the text (and its SVG); also each
+//! token's category and its colour, for the other views.
 
 use super::{Command, ViewCtx};
 use crate::gui::export::svg::Svg;
@@ -27,6 +29,175 @@ pub fn category_color(res: &AnalysisResult, i: usize) -> egui::Color32 {
     res.analysis.tokens.get(i).map(|t| color(t.category)).unwrap_or(egui::Color32::LIGHT_GRAY)
 }
 
+/// The categories view's state: which of its two views shows.
+#[derive(Default)]
+pub struct CategoriesView {
+    /// The layer x centroid purity heatmap instead of one layer's matrix.
+    pub overview: bool,
+}
+
+/// Each category's share of the analysed tokens (the base rate a group's purity is measured
+/// against).
+pub fn base_rates(res: &AnalysisResult) -> Vec<f64> {
+    let mut n = vec![0usize; Category::ALL.len()];
+    for t in &res.analysis.tokens {
+        n[t.category.index()] += 1;
+    }
+    let total = res.tokens().max(1) as f64;
+    n.iter().map(|&c| c as f64 / total).collect()
+}
+
+/// One heatmap cell: a group of a layer, at its shown column.
+pub struct Cell {
+    pub layer: usize,
+    pub group: usize,
+    pub shown: usize,
+    pub tokens: usize,
+    pub top: Option<Category>,
+    pub purity: Option<f64>,
+    /// purity / base rate of the top category.
+    pub lift: Option<f64>,
+}
+
+/// Every layer's groups with purity, top category and lift.
+pub fn heatmap_cells(res: &AnalysisResult, raw: bool) -> Vec<Cell> {
+    let base = base_rates(res);
+    let mut out = Vec::new();
+    for p in &res.analysis.profiles {
+        for c in &p.centroids {
+            let lift = match (c.purity, c.top_category) {
+                (Some(pu), Some(cat)) if base[cat.index()] > 0.0 => Some(pu / base[cat.index()]),
+                _ => None,
+            };
+            out.push(Cell { layer: p.layer, group: c.group, shown: res.shown_group(p.layer, c.group, raw), tokens: c.tokens, top: c.top_category, purity: c.purity, lift });
+        }
+    }
+    out
+}
+
+/// Three letters of a category, for the heatmap's cells.
+fn short(c: Category) -> String {
+    c.name().chars().take(4).collect()
+}
+
+impl CategoriesView {
+    pub fn show(&mut self, cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec<Command> {
+        ui.horizontal(|ui| {
+            ui.selectable_value(&mut self.overview, false, "this layer");
+            ui.selectable_value(&mut self.overview, true, "all layers: purity heatmap");
+        });
+        if self.overview {
+            heatmap(cx, res, ui);
+            return Vec::new();
+        }
+        show(cx, res, ui)
+    }
+
+    pub fn svg(&self, res: &AnalysisResult, layer: usize, raw: bool) -> Result<String, String> {
+        if self.overview {
+            heatmap_svg(res, raw)
+        } else {
+            svg(res, layer)
+        }
+    }
+}
+
+/// Purity as a colour: white (0) to dark blue (1).
+fn purity_color(p: f64) -> egui::Color32 {
+    let p = p.clamp(0.0, 1.0) as f32;
+    let lerp = |a: f32, b: f32| (a + (b - a) * p).round() as u8;
+    egui::Color32::from_rgb(lerp(255.0, 33.0), lerp(255.0, 80.0), lerp(255.0, 160.0))
+}
+
+/// Layers as rows, groups (by shown number) as columns; the cell's colour is the group's
+/// purity, its text the top category and the lift (purity over base rate).
+fn heatmap(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) {
+    let raw = cx.settings.raw_groups;
+    let base = base_rates(res);
+    let rates: Vec<String> = Category::ALL.iter().map(|c| format!("{} {:.0}%", c.name(), 100.0 * base[c.index()])).collect();
+    ui.label(format!(
+        "rows: layers; columns: groups ({}); colour: purity (the top category's share of the group); text: top category and lift = purity / that category's base rate. Base rates in this text: {}.",
+        if raw { "raw indices" } else { "numbers matched across layers" },
+        rates.join(", ")
+    ));
+    let cells = heatmap_cells(res, raw);
+    let (layers, groups) = (res.layers(), res.groups());
+    let label_w = 60.0;
+    let cw = ((ui.available_width() - label_w - 20.0) / groups as f32).clamp(40.0, 120.0);
+    let ch = 18.0;
+    egui::ScrollArea::vertical().id_salt("purity_heatmap").auto_shrink(false).show(ui, |ui| {
+        let (rect, resp) = ui.allocate_exact_size(egui::vec2(label_w + cw * groups as f32, ch * (layers + 1) as f32), egui::Sense::hover());
+        let p = ui.painter_at(rect);
+        let fg = ui.visuals().text_color();
+        for g in 0..groups {
+            let x = rect.min.x + label_w + (g as f32 + 0.5) * cw;
+            let r = egui::Rect::from_center_size(egui::pos2(x, rect.min.y + ch / 2.0), egui::vec2(cw - 4.0, ch - 4.0));
+            p.rect_filled(r, 2.0, palette::group(g));
+            p.text(r.center(), egui::Align2::CENTER_CENTER, format!("g{g}"), egui::FontId::proportional(11.0), egui::Color32::BLACK);
+        }
+        let mut tip = None;
+        for c in &cells {
+            let r = egui::Rect::from_min_size(egui::pos2(rect.min.x + label_w + c.shown as f32 * cw, rect.min.y + ch * (c.layer + 1) as f32), egui::vec2(cw - 1.0, ch - 1.0));
+            let pur = c.purity.unwrap_or(0.0);
+            p.rect_filled(r, 0.0, purity_color(pur));
+            let text_c = if pur > 0.55 { egui::Color32::WHITE } else { egui::Color32::BLACK };
+            let txt = match (c.top, c.lift) {
+                (Some(t), Some(l)) => format!("{} {l:.1}x", short(t)),
+                _ => "-".into(),
+            };
+            p.text(r.center(), egui::Align2::CENTER_CENTER, txt, egui::FontId::proportional(10.0), text_c);
+            if resp.hover_pos().is_some_and(|h| r.contains(h)) {
+                tip = Some(format!(
+                    "layer {}, g{} (centroid {}): {} tokens; top category {}; purity {}; lift {}",
+                    c.layer,
+                    c.shown,
+                    c.group,
+                    c.tokens,
+                    c.top.map(|t| t.name()).unwrap_or("-"),
+                    c.purity.map(|x| format!("{:.0}%", 100.0 * x)).unwrap_or_else(|| "-".into()),
+                    c.lift.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "-".into())
+                ));
+            }
+        }
+        for l in 0..layers {
+            p.text(egui::pos2(rect.min.x, rect.min.y + ch * (l as f32 + 1.5)), egui::Align2::LEFT_CENTER, format!("layer {l}"), egui::FontId::proportional(11.0), fg);
+        }
+        if let Some(t) = tip {
+            resp.on_hover_text_at_pointer(t);
+        }
+    });
+}
+
+/// The purity heatmap as SVG.
+pub fn heatmap_svg(res: &AnalysisResult, raw: bool) -> Result<String, String> {
+    if res.analysis.profiles.is_empty() {
+        return Err("no category profiles in this analysis".into());
+    }
+    let cells = heatmap_cells(res, raw);
+    let (layers, groups) = (res.layers(), res.groups());
+    let (cw, ch, left, top) = (64.0, 18.0, 70.0, 60.0);
+    let mut s = Svg::new(left + cw * groups as f64 + 20.0, top + ch * layers as f64 + 20.0);
+    s.text(10.0, 20.0, "purity per layer and group (colour); top category and lift over its base rate (text)", 13.0, "black", "start");
+    for g in 0..groups {
+        s.rect(left + cw * g as f64 + 2.0, top - 22.0, cw - 4.0, 16.0, &palette::hex(palette::group(g)), None);
+        s.text(left + cw * (g as f64 + 0.5), top - 10.0, &format!("g{g}"), 11.0, "black", "middle");
+    }
+    for l in 0..layers {
+        s.text(10.0, top + ch * (l as f64 + 0.7), &format!("layer {l}"), 11.0, "black", "start");
+    }
+    for c in &cells {
+        let (x, y) = (left + cw * c.shown as f64, top + ch * c.layer as f64);
+        let pur = c.purity.unwrap_or(0.0);
+        s.rect(x, y, cw - 1.0, ch - 1.0, &palette::hex(purity_color(pur)), None);
+        let txt = match (c.top, c.lift) {
+            (Some(t), Some(l)) => format!("{} {l:.1}x", short(t)),
+            _ => "-".into(),
+        };
+        s.text(x + cw / 2.0, y + ch * 0.7, &txt, 10.0, if pur > 0.55 { "white" } else { "black" }, "middle");
+    }
+    Ok(s.finish())
+}
+
 pub fn show(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec<Command> {
     let layer = cx.layer(res);
     let Some(p) = res.analysis.profiles.get(layer) else {
@@ -50,8 +221,9 @@ pub fn show(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec<Comman
                 // column it ran past the window's width).
                 let (r, swatch) = ui.allocate_exact_size(egui::vec2(40.0, 16.0), egui::Sense::hover());
                 swatch.on_hover_text(&c.label);
-                ui.painter().rect_filled(r, 2.0, palette::group(c.group));
-                ui.painter().text(r.center(), egui::Align2::CENTER_CENTER, format!("g{}", c.group), egui::FontId::proportional(12.0), egui::Color32::BLACK);
+                let sg = cx.shown(res, layer, c.group);
+                ui.painter().rect_filled(r, 2.0, palette::group(sg));
+                ui.painter().text(r.center(), egui::Align2::CENTER_CENTER, format!("g{sg}"), egui::FontId::proportional(12.0), egui::Color32::BLACK);
                 ui.label(c.tokens.to_string());
                 let max = c.by_category.iter().cloned().max().unwrap_or(0);
                 for &n in &c.by_category {
@@ -68,9 +240,10 @@ pub fn show(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec<Comman
             let tops: Vec<String> = c.top_tokens.iter().map(|t| format!("{:?} {}", t.text, t.count)).collect();
             ui.horizontal_top(|ui| {
                 let (r, _) = ui.allocate_exact_size(egui::vec2(14.0, 14.0), egui::Sense::hover());
-                ui.painter().rect_filled(r, 2.0, palette::group(c.group));
+                let sg = cx.shown(res, layer, c.group);
+                ui.painter().rect_filled(r, 2.0, palette::group(sg));
                 // Wrapped to the panel's width, never wider.
-                ui.add(egui::Label::new(format!("g{} ({}): {}", c.group, c.label, tops.join("  "))).wrap());
+                ui.add(egui::Label::new(format!("g{sg} ({}): {}", c.label, tops.join("  "))).wrap());
             });
         }
     });

@@ -30,6 +30,10 @@ pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
             }
         });
         ui.add(egui::Slider::new(&mut p.k, 1..=groups.max(1)).text("k (top-k groups)"));
+        if session.adapter.is_some() && p.mode == ModeChoice::TopK && 2 * p.k > groups {
+            // Two k-sets of K groups always intersect when 2k > K: nothing is pruned.
+            ui.colored_label(egui::Color32::from_rgb(170, 90, 0), format!("k = {} of K = {groups}: every pair shares a group (2k > K), so top-k is dense attention", p.k));
+        }
         let mut w = p.window.unwrap_or(adapter_window);
         ui.horizontal(|ui| {
             if ui.add(egui::DragValue::new(&mut w).range(0..=8192).prefix("window w = ")).changed() {
@@ -54,10 +58,19 @@ pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
         }
         ui.separator();
         ui.heading("View");
-        let (layers, heads) = session.model.as_ref().map(|m| (m.model.config().n_layers, m.model.config().n_heads)).unwrap_or((1, 1));
         let (mut layer, mut head) = (cx.settings.layer, cx.settings.head);
-        ui.add(egui::Slider::new(&mut layer, 0..=layers.saturating_sub(1)).text("layer"));
-        ui.add(egui::Slider::new(&mut head, 0..=heads.saturating_sub(1)).text("head"));
+        match session.model.as_ref().map(|m| (m.model.config().n_layers, m.model.config().n_heads)) {
+            // Sliders only once the model says how many layers and heads there are: a slider
+            // over 0..=0 would clamp the remembered layer and head to 0.
+            Some((layers, heads)) => {
+                ui.add(egui::Slider::new(&mut layer, 0..=layers.saturating_sub(1)).text("layer"));
+                ui.add(egui::Slider::new(&mut head, 0..=heads.saturating_sub(1)).text("head"));
+                ui.weak("(arrow keys: left/right layer, up/down head)");
+            }
+            None => {
+                ui.label(format!("layer {layer}, head {head} (the model is loading)"));
+            }
+        }
         if (layer, head) != (cx.settings.layer, cx.settings.head) {
             out.push(Command::Set(Setting::Layer(layer)));
             out.push(Command::Set(Setting::Head(head)));
@@ -69,6 +82,14 @@ pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
         let mut by_cat = cx.settings.color_by_category;
         if ui.checkbox(&mut by_cat, "colour by category").changed() {
             out.push(Command::Set(Setting::ColorByCategory(by_cat)));
+        }
+        let mut raw = cx.settings.raw_groups;
+        if ui
+            .checkbox(&mut raw, "raw group indices")
+            .on_hover_text("unchecked: each layer's groups are numbered (and coloured) by the previous layer's group they share most tokens with, so one colour means the same tokens throughout")
+            .changed()
+        {
+            out.push(Command::Set(Setting::RawGroups(raw)));
         }
         ui.separator();
         if let Some(r) = &session.result {

@@ -23,8 +23,10 @@ pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
                 ui.label(format!("#{i} {:?} (id {}, segment {})", t.text, t.id, t.segment));
                 ui.label(format!("category: {}", super::categories::category_of(res, i)));
                 if let Some(r) = res.token_routing(token_layer, i) {
-                    ui.label(format!("layer {token_layer}: top groups {:?}, confidence {:.3}", r.top, r.confidence));
-                    membership_bars(ui, &r.memberships, &r.top, &res.labels[token_layer]);
+                    let shown: Vec<usize> = (0..res.groups()).map(|g| cx.shown(res, token_layer, g)).collect();
+                    let top: Vec<String> = r.top.iter().map(|&g| format!("g{}", shown[g])).collect();
+                    ui.label(format!("layer {token_layer}: top groups {}, confidence {:.3}", top.join(", "), r.confidence));
+                    membership_bars(ui, &r.memberships, &r.top, &res.labels[token_layer], &shown);
                 }
             }
             Some(_) => {}
@@ -59,11 +61,18 @@ pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
                     out.push(Command::ScrollTo(j));
                 }
             }
-            _ => {
+            _ if cx.worker.is_running(crate::gui::worker::TaskKind::Attention) => {
                 ui.horizontal(|ui| {
                     crate::gui::busy::busy(ui);
                     ui.label("computing the attention row…");
                 });
+            }
+            _ => {
+                // Nothing runs for this analysis (it never says "computing" while nothing does).
+                ui.weak("The partners of this token are not computed for the analysis on screen.");
+                if ui.button("Compute them").clicked() {
+                    out.push(Command::Select(Some(selected)));
+                }
             }
         }
     });
@@ -72,20 +81,24 @@ pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
 
 /// One row per group: a bar in the group's colour (full width = membership 1), the membership
 /// and the group's label, cut to the panel's width (the whole label on hover). Top-k groups in bold.
-pub fn membership_bars(ui: &mut egui::Ui, m: &[f32], top: &[usize], labels: &[String]) {
-    for (g, &v) in m.iter().enumerate() {
+pub fn membership_bars(ui: &mut egui::Ui, m: &[f32], top: &[usize], labels: &[String], shown: &[usize]) {
+    let mut order: Vec<usize> = (0..m.len()).collect();
+    order.sort_by_key(|&g| shown.get(g).copied().unwrap_or(g));
+    for g in order {
+        let v = m[g];
+        let sg = shown.get(g).copied().unwrap_or(g);
         ui.horizontal(|ui| {
             ui.spacing_mut().item_spacing.x = 6.0;
             let (rect, _) = ui.allocate_exact_size(egui::vec2(90.0, 12.0), egui::Sense::hover());
             let p = ui.painter();
             p.rect_stroke(rect, 1.0, egui::Stroke::new(0.5, egui::Color32::from_gray(200)), egui::StrokeKind::Inside);
-            p.rect_filled(egui::Rect::from_min_size(rect.min, egui::vec2(rect.width() * v.clamp(0.0, 1.0), rect.height())), 1.0, palette::group(g));
+            p.rect_filled(egui::Rect::from_min_size(rect.min, egui::vec2(rect.width() * v.clamp(0.0, 1.0), rect.height())), 1.0, palette::group(sg));
             let label = labels.get(g).map(String::as_str).unwrap_or("");
-            let mut text = egui::RichText::new(format!("g{g} {v:.3}  {label}")).size(11.0);
+            let mut text = egui::RichText::new(format!("g{sg} {v:.3}  {label}")).size(11.0);
             if top.contains(&g) {
                 text = text.strong();
             }
-            ui.add(egui::Label::new(text).truncate()).on_hover_text(format!("g{g}: membership {v:.4}; group: {label}"));
+            ui.add(egui::Label::new(text).truncate()).on_hover_text(format!("g{sg} (centroid {g}): membership {v:.4}; group: {label}"));
         });
     }
 }

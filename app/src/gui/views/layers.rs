@@ -2,7 +2,7 @@
 //! scroll area, each row paints the same line in every column), or a compact token x layer
 //! strip (rows tokens, columns layers, colour = group); and the SVG export of the columns.
 
-use super::tokens::{paint_line, partner_map, tokens_svg, Marks, TokenLayout, ROW_H};
+use super::tokens::{paint_line, partner_map, tokens_svg, Colouring, Marks, TokenLayout, ROW_H};
 use super::{Command, ViewCtx};
 use crate::gui::palette;
 use crate::gui::state::{AnalysisResult, Setting};
@@ -16,8 +16,8 @@ pub struct LayersView {
 }
 
 /// The layers view as SVG: the chosen layers' columns.
-pub fn svg(res: &AnalysisResult, side_layers: &[usize]) -> String {
-    tokens_svg(res, side_layers, 48, 1500)
+pub fn svg(res: &AnalysisResult, side_layers: &[usize], raw: bool) -> String {
+    tokens_svg(res, side_layers, 48, 1500, raw)
 }
 
 impl LayersView {
@@ -52,8 +52,9 @@ impl LayersView {
             out.push(Command::Set(Setting::SideLayers(side_layers.clone())));
         }
         ui.separator();
+        super::tokens::provisional_banner(cx, res, ui);
         if strip {
-            out.push(strip_view(res, scroll_to, ui));
+            out.push(strip_view(cx, res, scroll_to, ui));
             return out;
         }
         out.extend(self.columns(cx, res, side_layers, scroll_to, ui));
@@ -68,26 +69,34 @@ impl LayersView {
         }
         let gap = 12.0;
         let col_w = ((ui.available_width() - 16.0 - gap * (cols.len() - 1) as f32) / cols.len() as f32).max(60.0);
-        // Colours mean different groups in each layer: every column gets its own legend (hover a
+        // Group numbers are matched across layers (unless raw indices are asked for), so a colour
+        // means the same tokens in every column; each column still has its own legend (hover a
         // swatch for the group's size and label).
+        let colouring = Colouring::of(cx);
         ui.horizontal(|ui| {
             for &l in &cols {
                 ui.allocate_ui_with_layout(vec2(col_w + gap, 16.0), egui::Layout::left_to_right(egui::Align::Center), |ui| {
                     ui.set_width(col_w + gap);
                     ui.strong(format!("layer {l}"));
-                    for g in 0..res.groups() {
+                    if colouring.by_category {
+                        ui.weak("(by category)");
+                        return;
+                    }
+                    for g in res.groups_in_shown_order(l, colouring.raw) {
+                        let shown = res.shown_group(l, g, colouring.raw);
                         let (r, resp) = ui.allocate_exact_size(vec2(11.0, 11.0), Sense::hover());
-                        ui.painter().rect_filled(r, 2.0, palette::group(g));
+                        ui.painter().rect_filled(r, 2.0, palette::group(shown));
                         let size = res.analysis.layers[l].group_size[g];
-                        resp.on_hover_text(format!("layer {l}, g{g}: {size} tokens, {}", res.labels[l][g]));
+                        resp.on_hover_text(format!("layer {l}, g{shown} (centroid {g}): {size} tokens, {}", res.labels[l][g]));
                     }
                 });
             }
         });
         self.layout.ensure(ui, res, col_w);
         let lay: &TokenLayout = &self.layout;
-        let by_cat = cx.settings.color_by_category;
         let maps: Vec<_> = cols.iter().map(|&l| partner_map(cx, res, l)).collect();
+        // The token hovered last frame, in any column, is outlined in all of them.
+        let hovered_before = cx.selection.hovered;
         let mut hovered = None;
         let mut hovered_layer = None;
         let mut clicked = false;
@@ -104,10 +113,10 @@ impl LayersView {
             let last = ((viewport.max.y / ROW_H).ceil() as usize + 1).min(lay.lines.len());
             let painter = ui.painter_at(rect);
             for (c, &l) in cols.iter().enumerate() {
-                let marks = Marks { selected: cx.selection.selected, partners: &maps[c].0, max_weight: maps[c].1 };
+                let marks = Marks { selected: cx.selection.selected, hovered: hovered_before, partners: &maps[c].0, max_weight: maps[c].1 };
                 for line in first..last {
                     let origin = rect.min + vec2(c as f32 * (col_w + gap), line as f32 * ROW_H);
-                    if let Some(i) = paint_line(&painter, res, lay, line, origin, l, by_cat, &marks, pointer) {
+                    if let Some(i) = paint_line(&painter, res, lay, line, origin, l, colouring, &marks, pointer) {
                         hovered = Some(i);
                         hovered_layer = Some(l);
                     }
@@ -125,12 +134,29 @@ impl LayersView {
 
 const STRIP_ROW: f32 = 4.0;
 
-/// The token x layer strip; returns what is hovered.
-fn strip_view(res: &AnalysisResult, scroll_to: &mut Option<usize>, ui: &mut egui::Ui) -> Command {
+/// The token x layer strip, under a header that numbers its layer columns; returns what is
+/// hovered.
+fn strip_view(cx: &ViewCtx, res: &AnalysisResult, scroll_to: &mut Option<usize>, ui: &mut egui::Ui) -> Command {
     let (t, n_layers) = (res.tokens(), res.layers());
     let label_w = 60.0;
     let cell = ((ui.available_width() - label_w - 16.0) / n_layers as f32).clamp(4.0, 40.0);
-    ui.label(format!("rows: tokens 0..{t} ({STRIP_ROW} px each); columns: layers 0..{}; colour: argmax group. Hover for the token.", n_layers - 1));
+    let colouring = Colouring::of(cx);
+    ui.label(format!(
+        "rows: tokens 0..{t} ({STRIP_ROW} px each); columns: layers 0..{}; colour: {}. Hover for the token.",
+        n_layers - 1,
+        if colouring.by_category { "category" } else if colouring.raw { "argmax group (raw indices)" } else { "argmax group (numbers matched across layers)" }
+    ));
+    // The header: "token" over the index column, then every layer's number (every 5th when
+    // the cells are narrow), outside the scroll area so that it stays.
+    let (hr, _) = ui.allocate_exact_size(vec2(label_w + cell * n_layers as f32, 14.0), Sense::hover());
+    let hp = ui.painter_at(hr);
+    let fg = ui.visuals().text_color();
+    hp.text(egui::pos2(hr.min.x, hr.center().y), egui::Align2::LEFT_CENTER, "token \\ layer", egui::FontId::proportional(10.0), fg);
+    let every = if cell >= 16.0 { 1 } else if cell >= 8.0 { 2 } else { 5 };
+    for l in (0..n_layers).filter(|l| l % every == 0) {
+        let x = hr.min.x + label_w + (l as f32 + 0.5) * cell;
+        hp.text(egui::pos2(x, hr.center().y), egui::Align2::CENTER_CENTER, l.to_string(), egui::FontId::monospace(9.0), fg);
+    }
     let mut hovered = None;
     let mut hovered_layer = None;
     let mut area = egui::ScrollArea::vertical().id_salt("strip").auto_shrink(false);
@@ -148,9 +174,12 @@ fn strip_view(res: &AnalysisResult, scroll_to: &mut Option<usize>, ui: &mut egui
                 painter.text(egui::pos2(rect.min.x, y), egui::Align2::LEFT_TOP, i.to_string(), egui::FontId::monospace(9.0), ui.visuals().text_color());
             }
             for l in 0..n_layers {
-                let g = res.argmax[l][i] as usize;
                 let r = Rect::from_min_size(egui::pos2(rect.min.x + label_w + l as f32 * cell, y), vec2(cell, STRIP_ROW));
-                painter.rect_filled(r, 0.0, palette::group(g));
+                painter.rect_filled(r, 0.0, super::tokens::token_color(res, l, i, colouring));
+            }
+            if cx.selection.hovered == Some(i) {
+                let r = Rect::from_min_size(egui::pos2(rect.min.x + label_w, y), vec2(cell * n_layers as f32, STRIP_ROW));
+                painter.rect_stroke(r, 0.0, egui::Stroke::new(1.5, egui::Color32::from_rgb(230, 0, 230)), egui::StrokeKind::Outside);
             }
         }
         if let Some(p) = resp.hover_pos() {
@@ -160,7 +189,8 @@ fn strip_view(res: &AnalysisResult, scroll_to: &mut Option<usize>, ui: &mut egui
                 hovered = Some(i);
                 let l = l as usize;
                 hovered_layer = Some(l);
-                resp.on_hover_text_at_pointer(format!("#{i} {:?}: layer {l}, group {}", res.analysis.tokens[i].text, res.argmax[l][i]));
+                let g = res.argmax[l][i] as usize;
+                resp.on_hover_text_at_pointer(format!("#{i} {:?}: layer {l}, group g{} (centroid {g})", res.analysis.tokens[i].text, res.shown_group(l, g, colouring.raw)));
             }
         }
     });

@@ -1,16 +1,14 @@
-//! The menu bar: open files (dialogs, typed paths, recent files), defaults, exports, and what is
-//! loaded. Owns the File menu's path field.
+//! The menu bar: open files (each item opens the in-app file window, `files`, with its path
+//! field, browser and system-dialog button), defaults, recent files, exports, the
+//! glossary, and what is loaded.
 
+use super::files::FileTask;
 use super::{Command, ViewCtx};
-use crate::gui::dialogs::Purpose;
 use crate::gui::export::ExportKind;
 use crate::gui::state::InputKind;
 
 #[derive(Default)]
-pub struct MenuView {
-    /// The path field of the File menu (typed paths, for when no file dialog is available).
-    pub path_input: String,
-}
+pub struct MenuView {}
 
 impl MenuView {
     pub fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
@@ -19,12 +17,17 @@ impl MenuView {
             egui::MenuBar::new().ui(ui, |ui| {
                 ui.menu_button("File", |ui| self.file_menu(cx, ui, &mut out));
                 ui.menu_button("Export", |ui| {
-                    let free = !cx.dialog_open;
                     for kind in ExportKind::ALL {
-                        if ui.add_enabled(free, egui::Button::new(kind.label())).clicked() {
+                        if ui.button(kind.label()).clicked() {
                             out.push(Command::Export(kind));
                             ui.close();
                         }
+                    }
+                });
+                ui.menu_button("Help", |ui| {
+                    if ui.button("Glossary…").clicked() {
+                        out.push(Command::ShowGlossary);
+                        ui.close();
                     }
                 });
                 ui.separator();
@@ -32,36 +35,23 @@ impl MenuView {
                 let m = s.model.as_ref().map(|m| m.model.config().name.clone()).unwrap_or_else(|| "no model".into());
                 let a = s.adapter.as_ref().map(|a| a.label.clone()).unwrap_or_else(|| "no adapter".into());
                 let t = s.text.as_ref().map(|t| t.label.clone()).unwrap_or_else(|| "no text".into());
-                ui.label(format!("{m}  ·  {a}  ·  {t}"));
+                ui.add(egui::Label::new(format!("{m}  ·  {a}  ·  {t}")).truncate());
             });
         });
         out
     }
 
-    fn file_menu(&mut self, cx: &ViewCtx, ui: &mut egui::Ui, out: &mut Vec<Command>) {
+    fn file_menu(&mut self, _cx: &ViewCtx, ui: &mut egui::Ui, out: &mut Vec<Command>) {
         for kind in [InputKind::Model, InputKind::Adapter, InputKind::Text] {
-            // Disabled while a dialog is open: its answer arrives in a later frame.
-            let free = !cx.dialog_open;
-            if ui.add_enabled(free, egui::Button::new(format!("Open {}…", kind.label()))).clicked() {
+            if ui.button(format!("Open {}…", kind.label())).clicked() {
                 ui.close();
-                out.push(Command::Dialog(Purpose::Open(kind)));
+                out.push(Command::ShowFiles(FileTask::Open(kind)));
             }
-            if kind == InputKind::Model && ui.add_enabled(free, egui::Button::new("Open model folder (Hugging Face)…")).clicked() {
+            if kind == InputKind::Model && ui.button("Open model folder (Hugging Face)…").clicked() {
                 ui.close();
-                out.push(Command::Dialog(Purpose::OpenModelFolder));
+                out.push(Command::ShowFiles(FileTask::OpenModelFolder));
             }
         }
-        ui.separator();
-        ui.label("Or type a path:");
-        ui.add(egui::TextEdit::singleline(&mut self.path_input).hint_text("/path/to/file").desired_width(320.0));
-        ui.horizontal(|ui| {
-            for kind in [InputKind::Model, InputKind::Adapter, InputKind::Text] {
-                if ui.button(format!("as {}", kind.label())).clicked() && !self.path_input.trim().is_empty() {
-                    out.push(Command::Open(kind, std::path::PathBuf::from(self.path_input.trim())));
-                    ui.close();
-                }
-            }
-        });
         ui.separator();
         ui.label("Defaults:");
         ui.horizontal(|ui| {
@@ -74,7 +64,7 @@ impl MenuView {
         });
         ui.separator();
         ui.label("Recent:");
-        let recent = &cx.settings.recent;
+        let recent = &_cx.settings.recent;
         if recent.is_empty() {
             ui.weak("(none yet)");
         }

@@ -5,13 +5,17 @@
 //! tasks themselves. Each view's SVG export sits next to its drawing code.
 //!
 //! Panels around the window: `menu` (top), `status` (bottom), `controls` (left), `details`
-//! (right). The central area (`Views::central`) shows the tab bar and one of `tokens`, `layers`,
-//! `balance`, `mask`, `categories`, `routing`, `speed`.
+//! (right); windows: `files` (open and export paths, browser, adapter picker) and `glossary`.
+//! The central area (`Views::central`) shows the tab bar and one of `tokens`, `layers`,
+//! `balance`, `mask`, `categories`, `routing`, `compare`, `speed`.
 
 pub mod balance;
 pub mod categories;
+pub mod compare;
 pub mod controls;
 pub mod details;
+pub mod files;
+pub mod glossary;
 pub mod layers;
 pub mod mask;
 pub mod menu;
@@ -43,6 +47,9 @@ pub struct ViewCtx<'a> {
     pub timing: &'a Timing,
     /// A file dialog is open (its menu items are disabled until it answers).
     pub dialog_open: bool,
+    /// The full analysis has arrived and waits for the mouse to move before it replaces the
+    /// preview.
+    pub pending_full: bool,
 }
 
 impl ViewCtx<'_> {
@@ -52,6 +59,10 @@ impl ViewCtx<'_> {
     /// The selected layer, within `res`.
     pub fn layer(&self, res: &AnalysisResult) -> usize {
         self.settings.layer.min(res.layers() - 1)
+    }
+    /// The index group `g` of `layer` is shown (and coloured) by: matched across layers, or raw.
+    pub fn shown(&self, res: &AnalysisResult, layer: usize, g: usize) -> usize {
+        res.shown_group(layer, g, self.settings.raw_groups)
     }
 }
 
@@ -63,7 +74,13 @@ pub enum Command {
     UseDefault(InputKind),
     /// Show a native file dialog.
     Dialog(Purpose),
+    /// Open the in-app file window.
+    ShowFiles(files::FileTask),
+    /// Export: to `export_dir` when set, else through the file window.
     Export(ExportKind),
+    /// Write an export to this path.
+    ExportTo(ExportKind, PathBuf),
+    ShowGlossary,
     Set(Setting),
     /// Run the current analysis again after a cancel or failure.
     Rerun,
@@ -73,7 +90,9 @@ pub enum Command {
     Hover { token: Option<usize>, layer: Option<usize> },
     /// Scroll the token views to this token.
     ScrollTo(usize),
-    DismissError(usize),
+    /// Show this token in the token view, selected (its partners computed) and scrolled to.
+    Jump(usize),
+    DismissErrors,
     /// Report an error in the window.
     Error(String),
     /// Cancel the running analysis (the previous result stays).
@@ -83,12 +102,18 @@ pub enum Command {
     StartBench(BenchJob),
     /// Build the mask image of this result's layer.
     BuildMask(Arc<AnalysisResult>, usize),
+    /// Run the comparison of the analysis on screen with run B.
+    StartCompare(super::state::CompareSpec),
 }
 
 /// Every view's own state.
 #[derive(Default)]
 pub struct Views {
     pub menu: menu::MenuView,
+    pub files: files::FilesView,
+    pub glossary: bool,
+    pub categories: categories::CategoriesView,
+    pub compare: compare::CompareView,
     pub tokens: tokens::TokensView,
     pub layers: layers::LayersView,
     pub mask: mask::MaskView,
@@ -107,6 +132,12 @@ impl Views {
         out.extend(status::show(cx, ui));
         out.extend(controls::show(cx, ui));
         out.extend(details::show(cx, ui));
+        out.extend(self.files.show(cx, ui));
+        if self.glossary {
+            let mut open = true;
+            glossary::show(ui.ctx(), &mut open);
+            self.glossary = open;
+        }
         let central = egui::CentralPanel::default().show(ui, |ui| self.central(cx, ui));
         out.extend(central.inner);
         self.rect = Some(central.response.rect);
@@ -145,8 +176,9 @@ impl Views {
             Tab::Layers => self.layers.show(cx, res, &mut self.scroll_to, ui),
             Tab::Balance => balance::show(cx, res, ui),
             Tab::Mask => self.mask.show(cx, res, ui),
-            Tab::Categories => categories::show(cx, res, ui),
+            Tab::Categories => self.categories.show(cx, res, ui),
             Tab::Routing => self.routing.show(cx, res, ui),
+            Tab::Compare => self.compare.show(cx, res, ui),
             Tab::Speed => self.speed.show(cx, res, ui),
         });
         out
@@ -155,14 +187,16 @@ impl Views {
     /// The SVG of the current tab (`Err`: why there is none yet).
     pub fn svg(&self, settings: &Settings, res: &AnalysisResult) -> Result<String, String> {
         let layer = settings.layer.min(res.layers() - 1);
+        let raw = settings.raw_groups;
         match settings.tab {
-            Tab::Tokens => Ok(tokens::svg(res, layer)),
-            Tab::Layers => Ok(layers::svg(res, &settings.side_layers)),
+            Tab::Tokens => Ok(tokens::svg(res, layer, raw)),
+            Tab::Layers => Ok(layers::svg(res, &settings.side_layers, raw)),
             Tab::Balance => Ok(balance::svg(res, layer)),
             Tab::Mask => self.mask.svg(res, layer),
             Tab::Speed => self.speed.svg(settings.bench_kind, res),
-            Tab::Categories => categories::svg(res, layer),
-            Tab::Routing => routing::svg(res, layer),
+            Tab::Categories => self.categories.svg(res, layer, raw),
+            Tab::Routing => routing::svg(res, layer, raw),
+            Tab::Compare => self.compare.svg(),
         }
     }
 }

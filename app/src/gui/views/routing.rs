@@ -33,7 +33,9 @@ impl RoutingView {
             }
         };
         let by_cat = cx.settings.color_by_category;
-        let group_name = |g: usize| format!("g{g} {}", res.labels[layer][g]);
+        let raw = cx.settings.raw_groups;
+        let shown = |g: usize| res.shown_group(layer, g, raw);
+        let group_name = |g: usize| format!("g{} {}", shown(g), res.labels[layer][g]);
         ui.label(format!(
             "layer {layer}: routing vectors h W_g (d_g = {}) on their two principal axes ({:.0}% and {:.0}% of the variance); diamonds: the K centroids on the same axes. Colour: {}.",
             proj.d_g,
@@ -68,10 +70,10 @@ impl RoutingView {
                         }
                     }
                 } else {
-                    for g in 0..res.groups() {
+                    for g in res.groups_in_shown_order(layer, raw) {
                         let pts: Vec<[f64; 2]> = proj.points.iter().zip(&res.argmax[layer]).filter(|(_, &a)| a as usize == g).map(|(p, _)| *p).collect();
                         if !pts.is_empty() {
-                            p.points(Points::new(group_name(g), PlotPoints::from(pts)).color(palette::group(g)).radius(2.0));
+                            p.points(Points::new(group_name(g), PlotPoints::from(pts)).color(palette::group(shown(g))).radius(2.0));
                         }
                     }
                 }
@@ -83,7 +85,7 @@ impl RoutingView {
                             .shape(MarkerShape::Diamond)
                             .radius(8.0)
                             .filled(true)
-                            .color(palette::group(g)),
+                            .color(palette::group(shown(g))),
                     );
                 }
             });
@@ -92,7 +94,7 @@ impl RoutingView {
 }
 
 /// The routing space of one layer: tokens coloured by group, centroids outlined.
-pub fn svg(res: &AnalysisResult, layer: usize) -> Result<String, String> {
+pub fn svg(res: &AnalysisResult, layer: usize, raw: bool) -> Result<String, String> {
     let p = res.analysis.projection(&res.adapter, layer).map_err(|e| e.to_string())?;
     let all = p.points.iter().chain(&p.centroids);
     let (mut x0, mut x1, mut y0, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY);
@@ -109,17 +111,19 @@ pub fn svg(res: &AnalysisResult, layer: usize) -> Result<String, String> {
     let mut s = Svg::new(size + 2.0 * m + 200.0, size + 2.0 * m);
     s.text(10.0, 20.0, &format!("layer {layer}: routing vectors on their two principal axes ({:.0}% / {:.0}% of the variance)", 100.0 * p.explained[0], 100.0 * p.explained[1]), 13.0, "black", "start");
     for (i, q) in p.points.iter().enumerate() {
-        let g = res.argmax[layer].get(i).cloned().unwrap_or(0) as usize;
+        let g = res.shown_group(layer, res.argmax[layer].get(i).cloned().unwrap_or(0) as usize, raw);
         s.circle(px(q[0]), py(q[1]), 1.8, &palette::hex(palette::group(g)));
     }
     for (g, q) in p.centroids.iter().enumerate() {
-        s.rect(px(q[0]) - 5.0, py(q[1]) - 5.0, 10.0, 10.0, &palette::hex(palette::group(g)), Some("#000000"));
-        s.text(px(q[0]) + 8.0, py(q[1]) + 4.0, &format!("c{g}"), 11.0, "black", "start");
+        let sg = res.shown_group(layer, g, raw);
+        s.rect(px(q[0]) - 5.0, py(q[1]) - 5.0, 10.0, 10.0, &palette::hex(palette::group(sg)), Some("#000000"));
+        s.text(px(q[0]) + 8.0, py(q[1]) + 4.0, &format!("g{sg}"), 11.0, "black", "start");
     }
-    for g in 0..res.groups() {
-        let y = m + 18.0 * g as f64;
-        s.rect(size + 2.0 * m, y, 10.0, 10.0, &palette::hex(palette::group(g)), None);
-        s.text(size + 2.0 * m + 14.0, y + 9.0, &format!("g{g} {}", res.labels[layer][g]), 10.0, "black", "start");
+    for (n, g) in res.groups_in_shown_order(layer, raw).into_iter().enumerate() {
+        let y = m + 18.0 * n as f64;
+        let sg = res.shown_group(layer, g, raw);
+        s.rect(size + 2.0 * m, y, 10.0, 10.0, &palette::hex(palette::group(sg)), None);
+        s.text(size + 2.0 * m + 14.0, y + 9.0, &format!("g{sg} {}", res.labels[layer][g]), 10.0, "black", "start");
     }
     Ok(s.finish())
 }

@@ -124,10 +124,11 @@ impl SpeedView {
                 let cfg = jobs::attention_config(res, lengths, e.repeats, device);
                 let (settings, cli) = jobs::attention_settings(res, &cfg, device);
                 let live = Arc::new(std::sync::Mutex::new(Vec::new()));
-                self.attn_bench = Some(AttnBenchState { live: live.clone(), settings, cli, ..Default::default() });
+                let spreads = Arc::new(std::sync::Mutex::new(Vec::new()));
+                self.attn_bench = Some(AttnBenchState { live: live.clone(), spreads: spreads.clone(), settings, cli, ..Default::default() });
                 // One benchmark at a time (they would slow each other down): starting one
                 // cancels a running one.
-                Ok(BenchJob::Attention { cfg, device, live })
+                Ok(BenchJob::Attention { cfg, device, live, spreads })
             }
             BenchKind::WholeModel => {
                 let lengths: Result<Vec<usize>, _> = e.bench_lengths.split(',').map(|s| s.trim().parse::<usize>()).collect();
@@ -316,7 +317,8 @@ fn attention(bench: Option<&AttnBenchState>, res: &AnalysisResult, ui: &mut egui
     if b.rows.is_empty() {
         ui.label(format!("{} length(s) measured so far", rows.len()));
     }
-    attention_table(ui, &rows);
+    let spreads = b.spreads.lock().map(|v| v.clone()).unwrap_or_default();
+    attention_table(ui, &rows, &spreads, limit_of(res));
     let (asymptote, limit) = (kk as f64 / k as f64, bound_limit(kk, k));
     let h = (ui.available_height() - 20.0).max(150.0);
     let xs: Vec<f64> = rows.iter().map(|r| r.n as f64).collect();
@@ -368,23 +370,62 @@ fn opt_ms(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
-/// The attention benchmark's numbers, one row per length.
-fn attention_table(ui: &mut egui::Ui, rows: &[AttentionRow]) {
+/// The long-length limit of the pair bound for this analysis' K and k.
+fn limit_of(res: &AnalysisResult) -> f64 {
+    let k = res.key.params.k.clamp(1, res.groups().max(1));
+    bound_limit(res.groups(), k)
+}
+
+/// Why a measured speedup cannot be trusted as it stands: above its own bound (1 / pairs
+/// kept) or above the bound's long-length limit, which time proportional to pairs computed
+/// cannot exceed; the figure is noise (or the dense kernel's own cost per pair growing).
+pub fn noise_note(speedup: Option<f64>, bound: f64, limit: f64) -> Option<String> {
+    let s = speedup?;
+    if s > bound * 1.0001 {
+        Some(format!("above its bound {bound:.2}x ({:.0}%): noise", 100.0 * s / bound))
+    } else if s > limit * 1.0001 {
+        Some(format!("above the limit {limit:.2}x: noise"))
+    } else {
+        None
+    }
+}
+
+fn spread_ms(s: Option<&crate::gui::jobs::Spread>, f: fn(&crate::gui::jobs::Spread) -> (f64, f64, f64)) -> String {
+    match s {
+        Some(s) if s.repeats > 1 => {
+            let (a, _, c) = f(s);
+            format!("{a:.1}-{c:.1}")
+        }
+        _ => "-".into(),
+    }
+}
+
+/// The attention benchmark's numbers, one row per length: medians, the spread of the repeats
+/// (min-max), and a warning where a speedup exceeds what its bound allows.
+fn attention_table(ui: &mut egui::Ui, rows: &[AttentionRow], spreads: &[crate::gui::jobs::Spread], limit: f64) {
     let candle = rows.iter().any(|r| r.candle_ms.is_some());
     egui::Grid::new("attn_bench_table").striped(true).show(ui, |ui| {
-        let mut heads = vec!["n", "dense ms", "focus ms", "speedup", "pairs fraction", "bound", "efficiency", "CPU-time speedup"];
+        let mut heads = vec!["n", "dense ms", "(min-max)", "focus ms", "(min-max)", "speedup", "(min-max)", "pairs fraction", "bound", "efficiency", "CPU-time speedup"];
         if candle {
             heads.push("candle ms");
         }
+        heads.push("note");
         for h in heads {
             ui.strong(h);
         }
         ui.end_row();
         for r in rows {
+            let sp = spreads.iter().find(|s| s.n == r.n);
             ui.label(r.n.to_string());
             ui.label(opt_ms(r.dense_ms));
+            ui.weak(spread_ms(sp, |s| s.dense_ms));
             ui.label(opt_ms(r.focus_ms));
+            ui.weak(spread_ms(sp, |s| s.focus_ms));
             ui.label(r.speedup.map_or("-".into(), |s| format!("{s:.2}x")));
+            ui.weak(match sp {
+                Some(s) if s.repeats > 1 => format!("{:.2}-{:.2}x", s.speedup.0, s.speedup.2),
+                _ => "-".into(),
+            });
             ui.label(format!("{:.3}", r.pairs_fraction));
             ui.label(format!("{:.2}x", r.bound));
             ui.label(r.efficiency.map_or("-".into(), |e| format!("{:.0}%", 100.0 * e)));
@@ -392,6 +433,10 @@ fn attention_table(ui: &mut egui::Ui, rows: &[AttentionRow]) {
             if candle {
                 ui.label(opt_ms(r.candle_ms));
             }
+            match noise_note(r.speedup, r.bound, limit) {
+                Some(n) => ui.colored_label(egui::Color32::from_rgb(190, 80, 0), n),
+                None => ui.label(""),
+            };
             ui.end_row();
         }
     });
@@ -450,6 +495,8 @@ fn time_and_speedup(res: &AnalysisResult, (title, unit): (&str, &str), dense: Ve
 pub struct AttnBenchState {
     pub rows: Vec<focus_core::bench::AttentionRow>,
     pub live: std::sync::Arc<std::sync::Mutex<Vec<focus_core::bench::AttentionRow>>>,
+    /// Each length's spread over its repeats, as they finish.
+    pub spreads: std::sync::Arc<std::sync::Mutex<Vec<crate::gui::jobs::Spread>>>,
     /// Machine, threads, dtype, shapes and settings, in words.
     pub settings: String,
     /// The equivalent `focus-lens bench attention` command.
@@ -483,5 +530,16 @@ impl BenchState {
             return self.rows.clone();
         }
         self.live.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn speedups_above_their_bound_are_flagged() {
+        assert!(super::noise_note(Some(1.30), 1.69, 1.20).unwrap().contains("above the limit 1.20x"));
+        assert!(super::noise_note(Some(2.34), 2.08, 2.15).unwrap().contains("above its bound 2.08x (112%)"));
+        assert!(super::noise_note(Some(1.10), 1.69, 2.15).is_none());
+        assert!(super::noise_note(None, 1.69, 2.15).is_none());
     }
 }

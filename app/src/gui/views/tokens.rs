@@ -85,16 +85,35 @@ impl TokenLayout {
     }
 }
 
+/// How tokens are coloured: by category, or by group (matched across layers, or raw).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Colouring {
+    pub by_category: bool,
+    pub raw: bool,
+}
+
+impl Colouring {
+    pub fn of(cx: &ViewCtx) -> Colouring {
+        Colouring { by_category: cx.settings.color_by_category, raw: cx.settings.raw_groups }
+    }
+}
+
 /// Fill colour of token `i` in `layer`.
-pub fn token_color(res: &AnalysisResult, layer: usize, i: usize, by_category: bool) -> Color32 {
-    if by_category {
+pub fn token_color(res: &AnalysisResult, layer: usize, i: usize, c: Colouring) -> Color32 {
+    if c.by_category {
         return super::categories::category_color(res, i);
     }
-    res.argmax.get(layer).and_then(|a| a.get(i)).map(|&g| palette::group(g as usize)).unwrap_or(Color32::LIGHT_GRAY)
+    res.argmax.get(layer).and_then(|a| a.get(i)).map(|&g| palette::group(res.shown_group(layer, g as usize, c.raw))).unwrap_or(Color32::LIGHT_GRAY)
 }
+
+/// The outline of a selected token's long-range partners: dark, with a white line inside, so
+/// that it shows on every group colour (the old red vanished on red groups).
+pub const PARTNER_OUTLINE: Color32 = Color32::from_rgb(25, 25, 140);
 
 pub struct Marks<'a> {
     pub selected: Option<usize>,
+    /// The token under the pointer (in any column): outlined in every column.
+    pub hovered: Option<usize>,
     /// Weight of each of the selected token's partners, and the largest weight.
     pub partners: &'a std::collections::HashMap<usize, f32>,
     pub max_weight: f32,
@@ -109,7 +128,7 @@ pub fn paint_line(
     line: usize,
     origin: Pos2,
     layer: usize,
-    by_category: bool,
+    colouring: Colouring,
     marks: &Marks,
     pointer: Option<Pos2>,
 ) -> Option<usize> {
@@ -118,35 +137,76 @@ pub fn paint_line(
     let font = FontId::monospace(FONT);
     for i in s..e {
         let r = Rect::from_min_size(origin + vec2(lay.xs[i], 0.0), vec2(lay.widths[i], ROW_H - 2.0));
-        painter.rect_filled(r, 2.0, token_color(res, layer, i, by_category));
+        painter.rect_filled(r, 2.0, token_color(res, layer, i, colouring));
         painter.text(pos2(r.min.x + PAD, r.center().y), egui::Align2::LEFT_CENTER, &lay.texts[i], font.clone(), Color32::BLACK);
         if let Some(&w) = marks.partners.get(&i) {
             let a = (w / marks.max_weight.max(1e-9)).sqrt().clamp(0.15, 1.0);
-            painter.rect_stroke(r, 2.0, Stroke::new(1.0 + 2.5 * a, Color32::from_rgb(220, 0, 60)), egui::StrokeKind::Inside);
+            let width = 1.5 + 2.0 * a;
+            painter.rect_stroke(r, 2.0, Stroke::new(width, PARTNER_OUTLINE), egui::StrokeKind::Inside);
+            painter.rect_stroke(r.shrink(width), 1.0, Stroke::new(1.0, Color32::WHITE), egui::StrokeKind::Inside);
         }
         if marks.selected == Some(i) {
             painter.rect_stroke(r, 2.0, Stroke::new(2.5, Color32::BLACK), egui::StrokeKind::Outside);
         }
-        if pointer.is_some_and(|p| r.contains(p)) {
-            painter.rect_stroke(r, 2.0, Stroke::new(1.0, Color32::DARK_GRAY), egui::StrokeKind::Outside);
+        let under = pointer.is_some_and(|p| r.contains(p));
+        if under || marks.hovered == Some(i) {
+            painter.rect_stroke(r, 2.0, Stroke::new(2.0, Color32::from_rgb(230, 0, 230)), egui::StrokeKind::Outside);
+        }
+        if under {
             hit = Some(i);
         }
     }
     hit
 }
 
-/// Legend: colour, size and automatic label of each group in `layer`.
-pub fn legend(ui: &mut egui::Ui, res: &AnalysisResult, layer: usize) {
-    let l = &res.analysis.layers[layer];
+/// Legend: colour, size and automatic label of each group in `layer` (in their shown order and
+/// numbers), or, when colouring by category, each category's colour and count.
+pub fn legend(ui: &mut egui::Ui, res: &AnalysisResult, layer: usize, c: Colouring) {
     let t = res.tokens().max(1) as f64;
+    if c.by_category {
+        let mut counts = [0usize; focus_core::analysis::categories::Category::ALL.len()];
+        for tok in &res.analysis.tokens {
+            counts[tok.category.index()] += 1;
+        }
+        ui.horizontal_wrapped(|ui| {
+            ui.label("colour = linguistic category:");
+            for cat in focus_core::analysis::categories::Category::ALL {
+                let (rect, _) = ui.allocate_exact_size(vec2(14.0, 14.0), Sense::hover());
+                ui.painter().rect_filled(rect, 2.0, super::categories::color(cat));
+                let n = counts[cat.index()];
+                ui.label(format!("{} {n} ({:.0}%)", cat.name(), 100.0 * n as f64 / t));
+            }
+        });
+        return;
+    }
+    let l = &res.analysis.layers[layer];
     ui.horizontal_wrapped(|ui| {
         ui.label(format!("layer {layer}:"));
-        for g in 0..res.groups() {
+        for g in res.groups_in_shown_order(layer, c.raw) {
+            let shown = res.shown_group(layer, g, c.raw);
             let (rect, _) = ui.allocate_exact_size(vec2(14.0, 14.0), Sense::hover());
-            ui.painter().rect_filled(rect, 2.0, palette::group(g));
-            ui.label(format!("g{g} {} ({:.0}%) {}", l.group_size[g], 100.0 * l.group_size[g] as f64 / t, res.labels[layer][g]));
+            ui.painter().rect_filled(rect, 2.0, palette::group(shown));
+            let centroid = if shown != g { format!(" (centroid {g})") } else { String::new() };
+            ui.label(format!("g{shown}{centroid} {} ({:.0}%) {}", l.group_size[g], 100.0 * l.group_size[g] as f64 / t, res.labels[layer][g]));
         }
     });
+}
+
+/// The banner over a provisional result (the preview of a long text).
+pub fn provisional_banner(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) {
+    if !(cx.session.showing_preview().is_some() || cx.pending_full) {
+        return;
+    }
+    let all = res.text_tokens.min(cx.settings.params.max_tokens);
+    let why = if res.adapter.config.causal_sinkhorn {
+        "causal Sinkhorn: these tokens' groups are final; the labels and statistics will change"
+    } else {
+        "whole-sequence Sinkhorn balanced over these tokens only: groups, colours and labels will change"
+    };
+    ui.colored_label(
+        Color32::from_rgb(170, 90, 0),
+        format!("PROVISIONAL: the first {} of {all} tokens, analysed alone ({why}). The full analysis replaces it when ready (not while the mouse rests on a token).", res.tokens()),
+    );
 }
 
 /// The token view's state: its layout cache.
@@ -160,12 +220,13 @@ impl TokensView {
     pub fn show(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, scroll_to: &mut Option<usize>, ui: &mut egui::Ui) -> Vec<Command> {
         let mut out = Vec::new();
         let layer = cx.layer(res);
-        legend(ui, res, layer);
+        provisional_banner(cx, res, ui);
+        legend(ui, res, layer, Colouring::of(cx));
         ui.separator();
         let width = ui.available_width() - 16.0;
         self.layout.ensure(ui, res, width);
         let (partners, max_weight) = partner_map(cx, res, layer);
-        let marks = Marks { selected: cx.selection.selected, partners: &partners, max_weight };
+        let marks = Marks { selected: cx.selection.selected, hovered: None, partners: &partners, max_weight };
         let lay = &self.layout;
         let mut area = egui::ScrollArea::vertical().id_salt("tokens").auto_shrink(false);
         if let Some(j) = scroll_to.take() {
@@ -173,7 +234,7 @@ impl TokensView {
                 area = area.vertical_scroll_offset((l as f32 * ROW_H - 100.0).max(0.0));
             }
         }
-        let by_cat = cx.settings.color_by_category;
+        let colouring = Colouring::of(cx);
         let mut hovered = None;
         let mut clicked = None;
         area.show_viewport(ui, |ui, viewport| {
@@ -185,7 +246,7 @@ impl TokensView {
             let painter = ui.painter_at(rect);
             for line in first..last {
                 let origin = rect.min + vec2(0.0, line as f32 * ROW_H);
-                if let Some(i) = paint_line(&painter, res, lay, line, origin, layer, by_cat, &marks, pointer) {
+                if let Some(i) = paint_line(&painter, res, lay, line, origin, layer, colouring, &marks, pointer) {
                     hovered = Some(i);
                 }
             }
@@ -197,7 +258,7 @@ impl TokensView {
                     Some(r) => format!(
                         "#{i} {:?}: groups {:?}, confidence {:.3}, {}",
                         res.analysis.tokens[i].text,
-                        r.top,
+                        r.top.iter().map(|&g| format!("g{}", res.shown_group(layer, g, colouring.raw))).collect::<Vec<_>>(),
                         r.confidence,
                         super::categories::category_of(res, i)
                     ),
@@ -223,13 +284,13 @@ pub fn partner_map(cx: &ViewCtx, res: &AnalysisResult, layer: usize) -> (std::co
 }
 
 /// The token view as SVG: the selected layer.
-pub fn svg(res: &AnalysisResult, layer: usize) -> String {
-    tokens_svg(res, &[layer], 100, 4000)
+pub fn svg(res: &AnalysisResult, layer: usize, raw: bool) -> String {
+    tokens_svg(res, &[layer], 100, 4000, raw)
 }
 
 /// Tokens of the first `max_tokens` tokens coloured by group, one column per layer, wrapped at
 /// `cols` characters (monospace), with a legend per column.
-pub fn tokens_svg(res: &AnalysisResult, layers: &[usize], cols: usize, max_tokens: usize) -> String {
+pub fn tokens_svg(res: &AnalysisResult, layers: &[usize], cols: usize, max_tokens: usize, raw: bool) -> String {
     let size = 11.0;
     let cw = size * 0.6;
     let row = size * 1.6;
@@ -258,19 +319,43 @@ pub fn tokens_svg(res: &AnalysisResult, layers: &[usize], cols: usize, max_token
         let x0 = 10.0 + c as f64 * col_w;
         let ls = &res.analysis.layers[l];
         s.text(x0, row, &format!("layer {l} ({} of {} tokens)", n, res.tokens()), size + 2.0, "black", "start");
-        for g in 0..res.groups() {
-            let y = row * (g as f64 + 1.5);
-            s.rect(x0, y, 10.0, 10.0, &palette::hex(palette::group(g)), None);
-            s.text(x0 + 14.0, y + 9.0, &format!("g{g}: {} tokens, {}", ls.group_size[g], res.labels[l][g]), size, "black", "start");
+        for (n, g) in res.groups_in_shown_order(l, raw).into_iter().enumerate() {
+            let y = row * (n as f64 + 1.5);
+            let shown = res.shown_group(l, g, raw);
+            s.rect(x0, y, 10.0, 10.0, &palette::hex(palette::group(shown)), None);
+            s.text(x0 + 14.0, y + 9.0, &format!("g{shown}: {} tokens, {}", ls.group_size[g], res.labels[l][g]), size, "black", "start");
         }
         for (i, t) in res.analysis.tokens[..n].iter().enumerate() {
             let (ln, cx) = pos[i];
             let txt = display_text(&t.text);
             let (x, y) = (x0 + cx as f64 * cw, legend_h + ln as f64 * row);
-            let g = res.argmax[l][i] as usize;
+            let g = res.shown_group(l, res.argmax[l][i] as usize, raw);
             s.rect(x, y, txt.chars().count() as f64 * cw, row - 2.0, &palette::hex(palette::group(g)), None);
             s.mono(x, y + row * 0.7, &txt, size);
         }
     }
     s.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    /// WCAG relative luminance.
+    fn lum(c: egui::Color32) -> f64 {
+        let ch = |v: u8| {
+            let v = v as f64 / 255.0;
+            if v <= 0.03928 { v / 12.92 } else { ((v + 0.055) / 1.055).powf(2.4) }
+        };
+        0.2126 * ch(c.r()) + 0.7152 * ch(c.g()) + 0.0722 * ch(c.b())
+    }
+
+    /// The partner outline stands out (contrast >= 3:1) on every group colour, the red one
+    /// included.
+    #[test]
+    fn partner_outline_shows_on_every_group_colour() {
+        for g in 0..12 {
+            let (a, b) = (lum(super::PARTNER_OUTLINE), lum(crate::gui::palette::group(g)));
+            let contrast = (a.max(b) + 0.05) / (a.min(b) + 0.05);
+            assert!(contrast >= 3.0, "group {g}: contrast {contrast:.2}");
+        }
+    }
 }

@@ -1,0 +1,302 @@
+//! Compare mode's computation: the researcher's question "what does Focus change?". Two runs
+//! over the same tokens (the start of the analysed text): A, the analysis on screen, and B, what
+//! the compare view sets (dense, soft, another k, another adapter, the other Sinkhorn variant).
+//! One inference pass per run gives, per token, the next-token loss; per layer and token, the
+//! top-k groups; and, for a top-k run, the attention mass its mask prunes: the weight the dense
+//! softmax of the same layer's queries and keys gives the pairs that the mask drops, averaged
+//! over heads. B's groups are matched to A's (`align`) when the adapters differ.
+
+use super::jobs::JobError;
+use super::state::{AnalysisKey, AnalysisResult, CompareSpec};
+use super::worker::Handle;
+use candle_core::{DType, Tensor, D};
+use focus_core::focus::mask::{classify, PairClass};
+use focus_core::focus::router::LayerRouting;
+use focus_core::model::block::AttentionInputs;
+use focus_core::model::decoder::{Decoder, LayerHook, RunEnd};
+use focus_core::model::ForwardOptions;
+use focus_core::{Adapter, Mode, Model};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+/// One run of a comparison.
+#[derive(Clone)]
+pub struct Run {
+    pub label: String,
+    pub mode: Mode,
+    /// k of the top-k groups reported (and of the mask in top-k mode).
+    pub k: usize,
+    /// The adapter as run (window and Sinkhorn variant applied).
+    pub adapter: Arc<Adapter>,
+}
+
+/// What one run gives.
+pub struct RunOut {
+    /// `loss[i]`: the loss of predicting token i + 1 at position i (NaN at the last position).
+    pub loss: Vec<f32>,
+    /// `masks[layer][token]`: top-k groups.
+    pub masks: Vec<Vec<u64>>,
+    /// `pruned[layer][token]`: attention mass the top-k mask prunes (top-k runs only).
+    pub pruned: Option<Vec<Vec<f32>>>,
+}
+
+pub struct Comparison {
+    /// The analysis compared (run A).
+    pub key: AnalysisKey,
+    pub spec: CompareSpec,
+    pub a: String,
+    pub b: String,
+    pub texts: Vec<String>,
+    pub loss_a: Vec<f32>,
+    pub loss_b: Vec<f32>,
+    pub pruned_a: Option<Vec<Vec<f32>>>,
+    pub pruned_b: Option<Vec<Vec<f32>>>,
+    /// `changed[layer][token]`: the token's top-k groups differ between the runs.
+    pub changed: Vec<Vec<bool>>,
+    pub seconds: f64,
+}
+
+impl Comparison {
+    pub fn tokens(&self) -> usize {
+        self.texts.len()
+    }
+    pub fn layers(&self) -> usize {
+        self.changed.len()
+    }
+    /// loss(A) - loss(B) at token i (NaN at the last position).
+    pub fn delta(&self, i: usize) -> f32 {
+        self.loss_a[i] - self.loss_b[i]
+    }
+    /// Mean over layers of a per-layer, per-token figure.
+    fn mean_over_layers(v: &[Vec<f32>], i: usize) -> f32 {
+        v.iter().map(|l| l[i]).sum::<f32>() / v.len().max(1) as f32
+    }
+    pub fn pruned_a_at(&self, i: usize) -> Option<f32> {
+        self.pruned_a.as_ref().map(|v| Self::mean_over_layers(v, i))
+    }
+    pub fn pruned_b_at(&self, i: usize) -> Option<f32> {
+        self.pruned_b.as_ref().map(|v| Self::mean_over_layers(v, i))
+    }
+    /// In how many layers the token's top-k groups change.
+    pub fn changed_layers(&self, i: usize) -> usize {
+        self.changed.iter().filter(|l| l[i]).count()
+    }
+    /// Per layer: the share of tokens whose top-k groups change.
+    pub fn changed_per_layer(&self) -> Vec<f64> {
+        self.changed.iter().map(|l| l.iter().filter(|&&c| c).count() as f64 / l.len().max(1) as f64).collect()
+    }
+    /// Per layer: the mean pruned mass of a run.
+    pub fn pruned_per_layer(v: &[Vec<f32>]) -> Vec<f64> {
+        v.iter().map(|l| l.iter().map(|&x| x as f64).sum::<f64>() / l.len().max(1) as f64).collect()
+    }
+    /// Mean loss of a run over the scored positions.
+    pub fn mean_loss(v: &[f32]) -> f64 {
+        let s: Vec<f64> = v.iter().filter(|x| x.is_finite()).map(|&x| x as f64).collect();
+        s.iter().sum::<f64>() / s.len().max(1) as f64
+    }
+
+    /// The per-token table as CSV.
+    pub fn csv(&self) -> String {
+        let mut s = format!("# A: {}\n# B: {}\nindex,token,loss_a,loss_b,delta_loss,pruned_mass_a,pruned_mass_b,groups_changed_layers\n", self.a, self.b);
+        let f = |x: Option<f32>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
+        for i in 0..self.tokens() {
+            let t = self.texts[i].replace('"', "\"\"");
+            s += &format!(
+                "{i},\"{t}\",{},{},{},{},{},{}\n",
+                f(Some(self.loss_a[i]).filter(|x| x.is_finite())),
+                f(Some(self.loss_b[i]).filter(|x| x.is_finite())),
+                f(Some(self.delta(i)).filter(|x| x.is_finite())),
+                f(self.pruned_a_at(i)),
+                f(self.pruned_b_at(i)),
+                self.changed_layers(i)
+            );
+        }
+        s
+    }
+}
+
+/// Computes each layer's pruned attention mass from the attention inputs the pass sees.
+struct PrunedHook<'a> {
+    /// Some(k, window): measure (top-k runs).
+    measure: Option<(usize, usize)>,
+    out: Vec<Vec<f32>>,
+    err: Option<String>,
+    h: &'a Handle,
+    base: usize,
+    total: usize,
+    what: String,
+}
+
+impl LayerHook for PrunedHook<'_> {
+    fn inputs(&mut self, l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> ControlFlow<()> {
+        if let (Some((k, w)), Some(r)) = (self.measure, routing) {
+            match pruned_mass(&inp.q, &inp.k, &r.topk_masks(k), w) {
+                Ok(v) => self.out.push(v),
+                Err(e) => {
+                    self.err = Some(e.to_string());
+                    return ControlFlow::Break(());
+                }
+            }
+        }
+        let _ = l;
+        ControlFlow::Continue(())
+    }
+    fn done(&mut self, l: usize) {
+        self.h.set_progress(self.base + l + 1, self.total, format!("{}: layer {}", self.what, l + 1));
+    }
+}
+
+/// Per token: the dense softmax weight (queries `q` (1, H, T, D), keys `k` (1, Hkv, T, D)) on
+/// the causal pairs that the top-k `masks` prune beyond `window`, averaged over heads.
+pub fn pruned_mass(q: &Tensor, k: &Tensor, masks: &[u64], window: usize) -> candle_core::Result<Vec<f32>> {
+    let q = q.squeeze(0)?.to_dtype(DType::F32)?;
+    let k = k.squeeze(0)?.to_dtype(DType::F32)?;
+    let (h, t, d) = q.dims3()?;
+    let hkv = k.dim(0)?;
+    let rep = h / hkv.max(1);
+    // Head h reads KV head h / rep.
+    let k = k.unsqueeze(1)?.expand((hkv, rep, t, d))?.reshape((h, t, d))?;
+    let scores = (q.matmul(&k.t()?.contiguous()?)? * (1.0 / (d as f64).sqrt()))?;
+    let dev = q.device();
+    let mut bias = vec![0f32; t * t];
+    let mut pruned = vec![0f32; t * t];
+    for i in 0..t {
+        for j in 0..t {
+            if j > i {
+                bias[i * t + j] = f32::NEG_INFINITY;
+            } else if classify(i, j, masks[i], masks[j], window) == PairClass::Pruned {
+                pruned[i * t + j] = 1.0;
+            }
+        }
+    }
+    let scores = scores.broadcast_add(&Tensor::from_vec(bias, (t, t), dev)?)?;
+    let m = scores.max_keepdim(D::Minus1)?;
+    let e = scores.broadcast_sub(&m)?.exp()?;
+    let z = e.sum_keepdim(D::Minus1)?;
+    let w = e.broadcast_div(&z)?;
+    let mass = w.broadcast_mul(&Tensor::from_vec(pruned, (t, t), dev)?)?.sum(D::Minus1)?; // (H, T)
+    (mass.sum(0)? / h as f64)?.to_vec1::<f32>()
+}
+
+/// One run over `ids`: loss per position, top-k groups per layer, and (top-k) pruned mass.
+pub fn run(model: &Model, ids: &[u32], r: &Run, h: &Handle, base: usize, total: usize) -> Result<RunOut, JobError> {
+    let mut opts = ForwardOptions::new(r.mode, Some(r.adapter.as_ref()));
+    opts.record_routing = true;
+    opts.cancel = Some(&h.cancel);
+    let measure = match r.mode {
+        Mode::TopK(k) => Some((k, r.adapter.config.window)),
+        _ => None,
+    };
+    let mut hook = PrunedHook { measure, out: Vec::new(), err: None, h, base, total, what: r.label.clone() };
+    let end = model.decoder.run(&[ids], &opts, &mut hook)?;
+    if let Some(e) = hook.err {
+        return Err(JobError::Failed(format!("pruned attention mass: {e}")));
+    }
+    let RunEnd::Finished { x, routing } = end else { return Err(JobError::Failed("the pass stopped early".into())) };
+    let t = ids.len();
+    let mut loss = vec![f32::NAN; t];
+    if t > 1 {
+        let x = model.decoder.final_norm.forward(&x.narrow(0, 0, t - 1).map_err(err)?, false)?;
+        let logits = x.matmul(&model.decoder.lm_head.t().map_err(err)?).map_err(err)?;
+        let nll = Decoder::nll(&logits, &ids[1..])?;
+        loss[..t - 1].copy_from_slice(&nll);
+    }
+    let masks = routing.iter().map(|l| l.topk_masks(r.k)).collect();
+    Ok(RunOut { loss, masks, pruned: measure.map(|_| hook.out) })
+}
+
+fn err(e: candle_core::Error) -> JobError {
+    JobError::Failed(e.to_string())
+}
+
+/// Everything a comparison needs, prepared on the UI thread.
+pub struct CompareJob {
+    pub res: Arc<AnalysisResult>,
+    pub spec: CompareSpec,
+    pub a: Run,
+    /// Run B, or the path of its adapter still to load (with the rest of run B).
+    pub b: Run,
+    pub b_adapter_path: Option<std::path::PathBuf>,
+}
+
+impl CompareJob {
+    pub fn run(mut self, h: &Handle) -> Result<Comparison, JobError> {
+        let t0 = std::time::Instant::now();
+        let model = self.res.model.clone();
+        if let Some(p) = &self.b_adapter_path {
+            h.set_progress(0, 0, "loading adapter B");
+            let mut a = Adapter::load(p, &model.identity(), model.device())?;
+            if let Some(c) = self.spec.causal {
+                a.config.causal_sinkhorn = c;
+            }
+            if self.b.k == 0 || self.b.k > a.config.groups {
+                return Err(JobError::Failed(format!("run B: k = {} must be in 1..={} (adapter B's K)", self.b.k, a.config.groups)));
+            }
+            self.b.adapter = Arc::new(a);
+        }
+        let n = self.res.tokens().min(self.spec.max_tokens.max(2)).min(model.config().context);
+        let ids: Vec<u32> = self.res.analysis.tokens[..n].iter().map(|t| t.id).collect();
+        let layers = model.config().n_layers;
+        let a = run(&model, &ids, &self.a, h, 0, 2 * layers)?;
+        let b = run(&model, &ids, &self.b, h, layers, 2 * layers)?;
+        // Top-k groups of B, in A's numbering when the adapters differ.
+        let same_adapter = self.b_adapter_path.is_none();
+        let changed = (0..layers)
+            .map(|l| {
+                let (ma, mb) = (&a.masks[l], &b.masks[l]);
+                let map: Vec<usize> = if same_adapter {
+                    (0..self.b.adapter.config.groups).collect()
+                } else {
+                    let ident: Vec<usize> = (0..self.a.adapter.config.groups).collect();
+                    super::align::match_layer(ma, &ident, mb, self.b.adapter.config.groups)
+                };
+                ma.iter()
+                    .zip(mb)
+                    .map(|(&x, &y)| {
+                        let y: u64 = focus_core::focus::mask::groups(y).fold(0, |m, g| m | 1 << map[g]);
+                        x != y
+                    })
+                    .collect()
+            })
+            .collect();
+        Ok(Comparison {
+            key: self.res.key.clone(),
+            spec: self.spec,
+            a: self.a.label,
+            b: self.b.label,
+            texts: self.res.analysis.tokens[..n].iter().map(|t| t.text.clone()).collect(),
+            loss_a: a.loss,
+            loss_b: b.loss,
+            pruned_a: a.pruned,
+            pruned_b: b.pruned,
+            changed,
+            seconds: t0.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pruned mass equals the softmax weight on the pruned pairs, computed by hand.
+    #[test]
+    fn pruned_mass_by_hand() {
+        let dev = candle_core::Device::Cpu;
+        let (t, d) = (4usize, 2usize);
+        let qv: Vec<f32> = vec![1.0, 0.0, 0.5, 0.5, 0.0, 1.0, 1.0, 1.0];
+        let kv: Vec<f32> = vec![0.2, 0.1, 1.0, 0.0, 0.0, 1.0, 0.3, 0.3];
+        let q = Tensor::from_vec(qv.clone(), (1, 1, t, d), &dev).unwrap();
+        let k = Tensor::from_vec(kv.clone(), (1, 1, t, d), &dev).unwrap();
+        // Token 3 shares no group with token 0 or 1; window 1: pairs (3,0) and (3,1) are pruned.
+        let masks = [1u64, 1, 2, 2];
+        let m = pruned_mass(&q, &k, &masks, 1).unwrap();
+        let s: Vec<f64> = (0..4).map(|j| (qv[6] * kv[2 * j] + qv[7] * kv[2 * j + 1]) as f64 / (d as f64).sqrt()).collect();
+        let e: Vec<f64> = s.iter().map(|x| x.exp()).collect();
+        let want = (e[0] + e[1]) / e.iter().sum::<f64>();
+        assert!((m[3] as f64 - want).abs() < 1e-5, "{} vs {want}", m[3]);
+        assert_eq!((m[0], m[1]), (0.0, 0.0));
+        // Token 2 vs token 0: distance 2 > w, groups disjoint: pruned.
+        assert!(m[2] > 0.0);
+    }
+}

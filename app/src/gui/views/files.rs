@@ -1,0 +1,435 @@
+//! The in-app file window: a path field that can be clicked and typed into, a small file
+//! browser, the recent files and, for adapters, a picker of the shipped and recent adapters with
+//! their K, training tokens and held-out perplexity. It serves both opening (model, adapter,
+//! text) and exporting (a path to write to), in a window of its own, so that it works on every
+//! display: the system dialog (XDG portal or zenity) is one button in it, and when that cannot
+//! open the window says so and stays.
+
+use super::{Command, ViewCtx};
+use crate::gui::dialogs::Purpose;
+use crate::gui::export::ExportKind;
+use crate::gui::state::InputKind;
+use std::path::{Path, PathBuf};
+
+/// What the window is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileTask {
+    Open(InputKind),
+    /// A Hugging Face model folder.
+    OpenModelFolder,
+    Export(ExportKind),
+}
+
+impl FileTask {
+    pub fn title(self) -> String {
+        match self {
+            FileTask::Open(k) => format!("Open {}", k.label()),
+            FileTask::OpenModelFolder => "Open a Hugging Face model folder".into(),
+            FileTask::Export(k) => format!("Export: {}", k.label().trim_end_matches('…')),
+        }
+    }
+    pub fn purpose(self) -> Purpose {
+        match self {
+            FileTask::Open(k) => Purpose::Open(k),
+            FileTask::OpenModelFolder => Purpose::OpenModelFolder,
+            FileTask::Export(k) => Purpose::Export(k),
+        }
+    }
+}
+
+/// One adapter the picker offers, with what its config records.
+#[derive(Debug, Clone)]
+pub struct AdapterInfo {
+    pub path: PathBuf,
+    pub name: String,
+    pub groups: Option<usize>,
+    pub top_k: Option<usize>,
+    /// Tokens seen in training; `None` for an untrained adapter.
+    pub tokens: Option<f64>,
+    /// Held-out perplexity at the end of training, and its mode.
+    pub heldout_ppl: Option<(f64, String)>,
+    /// Measured top-k perplexity at ctx 1024 for the adapter's k, where recorded.
+    pub topk_ppl: Option<f64>,
+    pub error: Option<String>,
+}
+
+impl AdapterInfo {
+    /// Reads `dir/adapter_config.json` (only the fields the picker shows).
+    pub fn read(dir: &Path) -> AdapterInfo {
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string());
+        let mut info = AdapterInfo { path: dir.to_path_buf(), name, groups: None, top_k: None, tokens: None, heldout_ppl: None, topk_ppl: None, error: None };
+        let v: serde_json::Value = match std::fs::read_to_string(dir.join("adapter_config.json")).map_err(|e| e.to_string()).and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string())) {
+            Ok(v) => v,
+            Err(e) => {
+                info.error = Some(e);
+                return info;
+            }
+        };
+        info.groups = v["groups"].as_u64().map(|x| x as usize);
+        info.top_k = v["top_k"].as_u64().map(|x| x as usize);
+        let t = &v["training"];
+        info.tokens = t["tokens_seen"].as_f64();
+        if let Some(p) = t["heldout_ppl_final"].as_f64() {
+            info.heldout_ppl = Some((p, t["heldout_mode"].as_str().unwrap_or("").to_string()));
+        }
+        if let Some(k) = info.top_k {
+            info.topk_ppl = v["results"]["ppl"]["ctx1024"][format!("topk{k}")].as_f64();
+        }
+        info
+    }
+
+    /// "K = 8, k = 2 · 2.05M training tokens · held-out PPL 33.35 (soft) · top-2 PPL 43.21 (ctx 1024)".
+    pub fn summary(&self) -> String {
+        if let Some(e) = &self.error {
+            return format!("unreadable: {e}");
+        }
+        let mut parts = vec![format!("K = {}, k = {}", opt(self.groups), opt(self.top_k))];
+        parts.push(match self.tokens {
+            Some(n) => format!("{:.2}M training tokens", n / 1e6),
+            None => "untrained (random init)".into(),
+        });
+        if let Some((p, m)) = &self.heldout_ppl {
+            parts.push(format!("held-out PPL {p:.2}{}", if m.is_empty() { String::new() } else { format!(" ({m})") }));
+        }
+        if let (Some(p), Some(k)) = (self.topk_ppl, self.top_k) {
+            parts.push(format!("top-{k} PPL {p:.2} (ctx 1024)"));
+        }
+        parts.join(" · ")
+    }
+}
+
+fn opt(x: Option<usize>) -> String {
+    x.map_or("?".into(), |v| v.to_string())
+}
+
+/// Folders that may hold the shipped adapters: `sample_adapters/` in the working directory, beside
+/// the executable (or above it, in a build tree) and in the source tree it was built from.
+pub fn sample_adapter_dirs() -> Vec<PathBuf> {
+    let mut c = Vec::new();
+    if let Ok(d) = std::env::current_dir() {
+        c.push(d.join("sample_adapters"));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        for a in exe.ancestors().skip(1).take(4) {
+            c.push(a.join("sample_adapters"));
+        }
+    }
+    c.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample_adapters"));
+    let mut out: Vec<PathBuf> = Vec::new();
+    for d in c {
+        if let Ok(d) = d.canonicalize() {
+            if d.is_dir() && !out.contains(&d) {
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+/// The adapters the picker lists: every folder with an adapter_config.json under the sample
+/// folders, then the recent adapters (each once).
+pub fn adapters(recent: &[(InputKind, PathBuf)]) -> Vec<AdapterInfo> {
+    let mut paths: Vec<PathBuf> = Vec::new();
+    for d in sample_adapter_dirs() {
+        let mut sub: Vec<PathBuf> = std::fs::read_dir(&d).into_iter().flatten().flatten().map(|e| e.path()).filter(|p| p.join("adapter_config.json").is_file()).collect();
+        sub.sort();
+        paths.extend(sub);
+    }
+    for (k, p) in recent {
+        if *k == InputKind::Adapter {
+            paths.push(p.clone());
+        }
+    }
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for p in paths {
+        let key = p.canonicalize().unwrap_or_else(|_| p.clone());
+        if !seen.contains(&key) {
+            seen.push(key);
+            out.push(AdapterInfo::read(&p));
+        }
+    }
+    out
+}
+
+/// One row of the browser.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub name: String,
+    pub path: PathBuf,
+    pub dir: bool,
+    /// A folder that is an adapter (adapter_config.json) or a Hugging Face model (config.json).
+    pub tag: Option<&'static str>,
+}
+
+/// The entries of `dir`, folders first, then files, each sorted by name; hidden ones left out.
+pub fn list_dir(dir: &Path) -> Result<Vec<Entry>, String> {
+    let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut v: Vec<Entry> = rd
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                return None;
+            }
+            let path = e.path();
+            let dir = path.is_dir();
+            let tag = if !dir {
+                None
+            } else if path.join("adapter_config.json").is_file() {
+                Some("adapter")
+            } else if path.join("config.json").is_file() {
+                Some("model folder")
+            } else {
+                None
+            };
+            Some(Entry { name, path, dir, tag })
+        })
+        .collect();
+    v.sort_by(|a, b| b.dir.cmp(&a.dir).then_with(|| a.name.to_lowercase().cmp(&b.name.to_lowercase())));
+    Ok(v)
+}
+
+/// Is a system file dialog likely to open here? rfd asks the XDG desktop portal over the
+/// session D-Bus, then falls back to zenity; with neither it returns "cancelled" at once.
+pub fn native_dialog_possible() -> bool {
+    let bus = std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some_and(|s| !s.is_empty())
+        || std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| Path::new(&d).join("bus").exists());
+    let zenity = std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("zenity").is_file()));
+    bus || zenity || cfg!(any(target_os = "macos", target_os = "windows"))
+}
+
+/// The file window's state.
+pub struct FilesView {
+    pub task: Option<FileTask>,
+    /// The path field.
+    pub path: String,
+    /// The folder the browser shows, and its listing.
+    pub dir: PathBuf,
+    listing: Option<(PathBuf, Result<Vec<Entry>, String>)>,
+    /// Why the window is open instead of a system dialog (shown at its top).
+    pub message: Option<String>,
+    /// The adapter picker's rows (read when the window opens for an adapter).
+    pub adapters: Vec<AdapterInfo>,
+    /// Can a system dialog open here (`native_dialog_possible`, settable by tests)?
+    pub native: bool,
+}
+
+impl Default for FilesView {
+    fn default() -> Self {
+        FilesView {
+            task: None,
+            path: String::new(),
+            dir: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            listing: None,
+            message: None,
+            adapters: Vec::new(),
+            native: native_dialog_possible(),
+        }
+    }
+}
+
+impl FilesView {
+    /// Opens the window for `task`; `suggested`: the path field's starting text (an export's
+    /// default file name, in the browser's folder).
+    pub fn show_task(&mut self, task: FileTask, suggested: Option<&str>, recent: &[(InputKind, PathBuf)], message: Option<String>) {
+        self.task = Some(task);
+        self.message = message.or_else(|| {
+            (!self.native).then(|| "No system file dialog on this display (no XDG desktop portal on a session bus, no zenity): type a path or pick one below.".to_string())
+        });
+        self.path = match suggested {
+            Some(name) => self.dir.join(name).display().to_string(),
+            None => String::new(),
+        };
+        self.listing = None;
+        self.adapters = if task == FileTask::Open(InputKind::Adapter) { adapters(recent) } else { Vec::new() };
+    }
+
+    pub fn close(&mut self) {
+        self.task = None;
+        self.message = None;
+    }
+
+    fn go(&mut self, dir: PathBuf) {
+        self.dir = dir;
+        self.listing = None;
+    }
+
+    /// The window, when open.
+    pub fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let mut out = Vec::new();
+        let Some(task) = self.task else { return out };
+        let mut open = true;
+        egui::Window::new(task.title())
+            .open(&mut open)
+            .collapsible(false)
+            .resizable(true)
+            .default_size([640.0, 520.0])
+            .default_pos([220.0, 90.0])
+            .show(ui.ctx(), |ui| self.contents(cx, task, ui, &mut out));
+        if !open {
+            self.close();
+        }
+        out
+    }
+
+    fn contents(&mut self, cx: &ViewCtx, task: FileTask, ui: &mut egui::Ui, out: &mut Vec<Command>) {
+        if let Some(m) = &self.message {
+            ui.colored_label(egui::Color32::from_rgb(170, 90, 0), m);
+            ui.separator();
+        }
+        let mut submit = false;
+        ui.horizontal(|ui| {
+            let label = ui.label("Path:");
+            let r = ui.add(egui::TextEdit::singleline(&mut self.path).id_salt("files_path").hint_text("/path/to/file").desired_width(ui.available_width() - 10.0)).labelled_by(label.id);
+            submit = r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+        });
+        let path = PathBuf::from(self.path.trim());
+        let has_path = !self.path.trim().is_empty();
+        ui.horizontal(|ui| {
+            match task {
+                FileTask::Open(kind) => {
+                    // The window's own kind first; the other two are there for a path that is
+                    // something else.
+                    let mut kinds = vec![kind];
+                    kinds.extend([InputKind::Model, InputKind::Adapter, InputKind::Text].into_iter().filter(|&k| k != kind));
+                    for (n, k) in kinds.into_iter().enumerate() {
+                        let b = egui::Button::new(format!("Open as {}", k.label()));
+                        if ui.add_enabled(has_path, b).clicked() || (n == 0 && submit && has_path) {
+                            out.push(Command::Open(k, path.clone()));
+                            self.close();
+                        }
+                    }
+                }
+                FileTask::OpenModelFolder => {
+                    if ui.add_enabled(has_path, egui::Button::new("Open as model")).clicked() || (submit && has_path) {
+                        out.push(Command::Open(InputKind::Model, path.clone()));
+                        self.close();
+                    }
+                }
+                FileTask::Export(kind) => {
+                    if ui.add_enabled(has_path, egui::Button::new("Save")).clicked() || (submit && has_path) {
+                        out.push(Command::ExportTo(kind, path.clone()));
+                        self.close();
+                    }
+                }
+            }
+            if ui.button("Cancel").clicked() {
+                self.close();
+            }
+            let sys = ui
+                .add_enabled(self.native && !cx.dialog_open, egui::Button::new("System dialog…"))
+                .on_disabled_hover_text("no XDG desktop portal and no zenity here: use the path field or the browser");
+            if sys.clicked() {
+                out.push(Command::Dialog(task.purpose()));
+                self.close();
+            }
+        });
+        if self.task.is_none() {
+            return;
+        }
+        if task == FileTask::Open(InputKind::Adapter) {
+            ui.separator();
+            ui.strong("Adapters (shipped and recent)");
+            if ui.button("the embedded default (smollm2-135m-k8)").clicked() {
+                out.push(Command::UseDefault(InputKind::Adapter));
+                self.close();
+                return;
+            }
+            let mut chosen = None;
+            egui::Grid::new("adapter_picker").striped(true).show(ui, |ui| {
+                for a in &self.adapters {
+                    if ui.button(&a.name).on_hover_text(a.path.display().to_string()).clicked() {
+                        chosen = Some(a.path.clone());
+                    }
+                    ui.label(a.summary());
+                    ui.end_row();
+                }
+            });
+            if let Some(p) = chosen {
+                out.push(Command::Open(InputKind::Adapter, p));
+                self.close();
+                return;
+            }
+        }
+        let recent: Vec<&PathBuf> = cx.settings.recent.iter().filter(|(k, _)| matches!(task, FileTask::Open(kind) if kind == *k)).map(|(_, p)| p).collect();
+        if !recent.is_empty() {
+            ui.separator();
+            ui.strong("Recent");
+            for p in recent {
+                if ui.selectable_label(false, p.display().to_string()).clicked() {
+                    self.path = p.display().to_string();
+                }
+            }
+        }
+        ui.separator();
+        self.browser(task, ui, out);
+    }
+
+    /// The folder listing: click a folder to enter it (and, for folder inputs, to choose it), a
+    /// file to put it in the path field; double-click a file to open it at once.
+    fn browser(&mut self, task: FileTask, ui: &mut egui::Ui, out: &mut Vec<Command>) {
+        ui.horizontal(|ui| {
+            if ui.button("Up").clicked() {
+                if let Some(p) = self.dir.parent() {
+                    let p = p.to_path_buf();
+                    self.go(p);
+                }
+            }
+            if ui.button("Home").clicked() {
+                if let Some(h) = std::env::var_os("HOME") {
+                    self.go(PathBuf::from(h));
+                }
+            }
+            ui.label(format!("Folder: {}", self.dir.display()));
+        });
+        if self.listing.as_ref().is_none_or(|(d, _)| d != &self.dir) {
+            self.listing = Some((self.dir.clone(), list_dir(&self.dir)));
+        }
+        let entries = match &self.listing.as_ref().expect("just listed").1 {
+            Ok(v) => v.clone(),
+            Err(e) => {
+                ui.colored_label(egui::Color32::from_rgb(200, 30, 30), e);
+                return;
+            }
+        };
+        let folder_input = matches!(task, FileTask::Open(InputKind::Adapter) | FileTask::OpenModelFolder);
+        let mut go = None;
+        egui::ScrollArea::vertical().id_salt("files_list").max_height(260.0).auto_shrink([false, true]).show_rows(ui, 18.0, entries.len(), |ui, range| {
+            for e in &entries[range] {
+                let text = match (e.dir, e.tag) {
+                    (true, Some(t)) => format!("{}/  ({t})", e.name),
+                    (true, None) => format!("{}/", e.name),
+                    (false, _) => e.name.clone(),
+                };
+                let r = ui.selectable_label(self.path == e.path.display().to_string(), text);
+                if r.double_clicked() && !e.dir {
+                    if let FileTask::Open(k) = task {
+                        out.push(Command::Open(k, e.path.clone()));
+                        self.task = None;
+                    }
+                } else if r.clicked() {
+                    if e.dir {
+                        if folder_input || e.tag.is_some() {
+                            self.path = e.path.display().to_string();
+                        }
+                        if e.tag.is_none() || !folder_input {
+                            go = Some(e.path.clone());
+                        }
+                    } else {
+                        self.path = e.path.display().to_string();
+                    }
+                }
+            }
+        });
+        if let Some(d) = go {
+            if let FileTask::Export(_) = task {
+                let name = Path::new(self.path.trim()).file_name().map(|n| n.to_os_string());
+                if let Some(n) = name {
+                    self.path = d.join(n).display().to_string();
+                }
+            }
+            self.go(d);
+        }
+    }
+}
