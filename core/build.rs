@@ -1,24 +1,30 @@
 //! Under the `cuda` feature, compiles core/kernels/*.cu to PTX with nvcc (the toolchain that
-//! ../shared/tools/cuda-env.sh sets up: CUDA_ROOT, CUDA_COMPUTE_CAP). Without it, does nothing,
-//! so CPU builds need no CUDA toolchain.
+//! ../shared/tools/cuda-env.sh sets up: CUDA_ROOT, CUDA_COMPUTE_CAP): focus_attention.cu (the
+//! inference kernels) and focus_train.cu (the training step's). Without it, does nothing, so
+//! CPU builds need no CUDA toolchain.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
-    println!("cargo:rerun-if-changed=kernels/focus_attention.cu");
+    const KERNELS: [&str; 2] = ["focus_attention", "focus_train"];
+    for k in KERNELS {
+        println!("cargo:rerun-if-changed=kernels/{k}.cu");
+    }
     println!("cargo:rerun-if-env-changed=CUDA_COMPUTE_CAP");
     if std::env::var_os("CARGO_FEATURE_CUDA").is_none() {
         return;
     }
-    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("focus_attention.ptx");
     let nvcc = std::env::var("CUDA_ROOT").map(|r| format!("{r}/bin/nvcc")).unwrap_or_else(|_| "nvcc".into());
     let cap = std::env::var("CUDA_COMPUTE_CAP").unwrap_or_else(|_| "90".into());
-    let status = Command::new(&nvcc)
-        .args(["--ptx", "-O3", "-std=c++17", &format!("-arch=sm_{cap}"), "-o"])
-        .arg(&out)
-        .arg("kernels/focus_attention.cu")
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {nvcc} (source ../shared/tools/cuda-env.sh first): {e}"));
-    assert!(status.success(), "nvcc failed on kernels/focus_attention.cu");
+    for k in KERNELS {
+        let out = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join(format!("{k}.ptx"));
+        let status = Command::new(&nvcc)
+            .args(["--ptx", "-O3", "-std=c++17", &format!("-arch=sm_{cap}"), "-o"])
+            .arg(&out)
+            .arg(format!("kernels/{k}.cu"))
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run {nvcc} (source ../shared/tools/cuda-env.sh first): {e}"));
+        assert!(status.success(), "nvcc failed on kernels/{k}.cu");
+    }
 }

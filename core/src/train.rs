@@ -4,11 +4,17 @@
 //!
 //! Determinism: batch positions come from an RNG seeded by (seed, step), and the optimizer state
 //! is checkpointed, so a run resumed from a checkpoint continues exactly as an uninterrupted one.
+//!
+//! Speed: by default a step runs the fused training step (`model::decoder::TrainPath`, frozen
+//! weights in bf16 on CUDA) and the fused cross-entropy; `Trainer::kernels` selects the
+//! composed forms instead (for A/B timings and as the reference).
 
 use crate::focus::adapter::{Adapter, AdapterSpec};
 use crate::focus::router::Router;
 use crate::attention::Mode;
 use crate::error::{Error, Result};
+use crate::model::decoder::TrainPath;
+use crate::model::train_ops::{cross_entropy_rows, TrainWeights};
 use crate::model::{ForwardOptions, Model};
 use crate::focus::sinkhorn::SinkhornGrad;
 use crate::analysis::stats::layer_stats;
@@ -57,6 +63,24 @@ impl TrainOptions {
         }
         let p = (step as f64 / self.steps as f64).min(1.0);
         self.lr * (0.1 + 0.45 * (1.0 + (std::f64::consts::PI * p).cos()))
+    }
+}
+
+/// Which kernels a training step uses (all on by default; each off gives the composed ops).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TrainKernels {
+    /// The fused step (fused attention, norms, SwiGLU, frozen projections, cross-entropy).
+    pub fused: bool,
+    /// Sinkhorn as one fused op.
+    pub fused_sinkhorn: bool,
+    /// On CUDA, the fused step's frozen weights and matmul activations in bf16 (f32
+    /// accumulation; the residual stream, norms, routers and softmax stay f32); else f32.
+    pub bf16: bool,
+}
+
+impl Default for TrainKernels {
+    fn default() -> Self {
+        TrainKernels { fused: true, fused_sinkhorn: true, bf16: true }
     }
 }
 
@@ -119,6 +143,10 @@ pub struct Trainer<'m> {
     pub opts: TrainOptions,
     pub step: usize,
     pub tokens_seen: usize,
+    /// The kernels of each step; may be changed between steps.
+    pub kernels: TrainKernels,
+    /// The frozen weights as the fused step reads them, built at the first fused step.
+    weights: Option<TrainWeights>,
 }
 
 const CKPT_OPT: &str = "optimizer.safetensors";
@@ -164,7 +192,7 @@ impl<'m> Trainer<'m> {
             vars.push(c);
         }
         let opt = AdamW::new(&vars)?;
-        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0 })
+        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), weights: None })
     }
 
     /// Continues from a checkpoint directory written by `save_checkpoint`.
@@ -209,9 +237,32 @@ impl<'m> Trainer<'m> {
 
     /// One optimizer step; returns the mean training loss (nats/token).
     pub fn train_step(&mut self, data: &TrainData) -> Result<f64> {
+        let (mean, grads) = self.loss_and_gradients(data)?;
+        self.opt.step(&self.vars, &grads, self.opts.lr_at(self.step), self.opts.weight_decay)?;
+        self.step += 1;
+        self.tokens_seen += self.opts.batch * self.opts.seq_len;
+        Ok(mean)
+    }
+
+    /// The router gradients this step would apply (each router's W_g, then its centroids, layer
+    /// by layer; zeros where a parameter gets none), without applying them.
+    pub fn router_gradients(&mut self, data: &TrainData) -> Result<Vec<Tensor>> {
+        let (_, grads) = self.loss_and_gradients(data)?;
+        grads.into_iter().zip(&self.vars).map(|(g, v)| Ok(match g { Some(g) => g, None => v.as_tensor().zeros_like()? })).collect()
+    }
+
+    /// The mean loss of this step's batch and the gradient of every router parameter.
+    fn loss_and_gradients(&mut self, data: &TrainData) -> Result<(f64, Vec<Option<Tensor>>)> {
         let (t, dev) = (self.opts.seq_len, &self.model.decoder.device);
         if data.train.len() < t + 1 {
             return Err(Error::Invalid(format!("the training data has {} tokens; need more than seq_len {t}", data.train.len())));
+        }
+        let k = self.kernels;
+        if k.fused {
+            let dtype = if dev.is_cuda() && k.bf16 { DType::BF16 } else { DType::F32 };
+            if self.weights.as_ref().is_none_or(|w| w.dtype != dtype) {
+                self.weights = Some(TrainWeights::new(&self.model.decoder, dtype)?);
+            }
         }
         // The whole batch is one graph and one backward pass: the mean loss over its tokens.
         let b = self.opts.batch;
@@ -222,17 +273,16 @@ impl<'m> Trainer<'m> {
         o.differentiable = true;
         o.sinkhorn_grad = self.opts.sinkhorn_grad;
         o.straight_through = self.opts.straight_through;
+        o.train = TrainPath { fused: k.fused, fused_sinkhorn: k.fused_sinkhorn, weights: if k.fused { self.weights.as_ref() } else { None } };
         let logits = self.model.decoder.forward_train(&inputs, &o)?;
-        let loss = candle_nn::loss::cross_entropy(&logits, &Tensor::from_vec(targets, b * t, dev)?)?;
+        let targets = Tensor::from_vec(targets, b * t, dev)?;
+        let loss = if k.fused { cross_entropy_rows(&logits, &targets)?.mean_all()? } else { candle_nn::loss::cross_entropy(&logits, &targets)? };
         let store = loss.backward()?;
         // Detached: a gradient that kept its op history would keep this step's whole graph
         // (activations included) alive through the optimizer state.
         let grads: Vec<Option<Tensor>> = self.vars.iter().map(|v| store.get(v.as_tensor()).map(|g| g.detach())).collect();
         let mean = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
-        self.opt.step(&self.vars, &grads, self.opts.lr_at(self.step), self.opts.weight_decay)?;
-        self.step += 1;
-        self.tokens_seen += b * t;
-        Ok(mean)
+        Ok((mean, grads))
     }
 
     /// The inference mode the training optimises: soft, or top-k for straight-through runs.

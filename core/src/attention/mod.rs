@@ -13,10 +13,13 @@
 //!    softmax (`cpu::simd`) on the CPU.
 //!
 //! `soft` builds the soft-gate plans, `reference` holds the independent references the kernels
-//! are tested against; the mask rule itself is `focus::mask`.
+//! are tested against; the mask rule itself is `focus::mask`. Training's fused path takes
+//! `fused`: RoPE, the soft gate and causal attention as one op with a backward pass, which
+//! computes what `attend_batch` with a `soft` plan computes without any T x T tensor.
 
 pub mod cpu;
 pub mod cuda;
+pub mod fused;
 pub mod reference;
 pub mod soft;
 

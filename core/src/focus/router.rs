@@ -6,6 +6,7 @@
 use super::adapter::Adapter;
 use super::mask::topk_mask;
 use super::sinkhorn::{sinkhorn, sinkhorn_tensor, SinkhornGrad};
+use super::sinkhorn_fused::sinkhorn_fused;
 use crate::error::Result;
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
@@ -55,12 +56,16 @@ impl Adapter {
     /// sequences) as a tensor built from candle ops, so gradients reach `proj` and
     /// `centroids` when they are trainable variables.
     /// With `grad == SinkhornGrad::Detached` the Sinkhorn iterations run outside the graph.
-    pub fn route_tensor(&self, l: usize, h: &Tensor, seqs: usize, grad: SinkhornGrad) -> Result<Tensor> {
+    /// `fused`: Sinkhorn as one op each way (`sinkhorn_fused`), else ~150 candle ops.
+    pub fn route_tensor(&self, l: usize, h: &Tensor, seqs: usize, grad: SinkhornGrad, fused: bool) -> Result<Tensor> {
         let r = &self.layers[l];
         let c = &self.config;
         let scores = c.score.scores(&h.matmul(&r.proj)?, &r.centroids)?;
         // `h` stacks `seqs` sequences (B*T rows): each is balanced on its own.
         let scores = scores.reshape((seqs, scores.dim(0)? / seqs, c.groups))?;
+        if fused {
+            return sinkhorn_fused(&scores, c.tau, c.sinkhorn_iters, c.causal_sinkhorn, grad);
+        }
         Ok(sinkhorn_tensor(&scores, c.tau, c.sinkhorn_iters, c.causal_sinkhorn, grad)?)
     }
 

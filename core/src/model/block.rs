@@ -2,11 +2,16 @@
 //! The block owns its weights and the tensor plumbing (norms, Q/K/V projections, RoPE, output
 //! projection, MLP); which pairs attend is decided by the caller (`Decoder::run`), which hands
 //! `Block::finish` the attention output. Every pass (inference, training, inspection) goes
-//! through `attention_inputs` and `finish`.
+//! through `attention_inputs` and `finish`, except the fused training step, which goes through
+//! `train_inputs` and `train_finish`: the same block with the frozen weights in the form of
+//! `train_ops::TrainBlock` (concatenated projections in the compute dtype, no weight
+//! gradients) and fused norms and SwiGLU; tests/differentiable.rs checks that it computes the
+//! same function.
 
 use super::config::{MlpKind, ModelConfig, NormKind, Positions};
+use super::train_ops::{rms_norm, swiglu, TrainBlock};
 use crate::error::Result;
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 /// y = x W^T + b, with W stored as (out, in) like PyTorch's nn.Linear.
 #[derive(Debug, Clone)]
@@ -56,6 +61,15 @@ impl Norm {
                 }
             }
         })
+    }
+
+    /// The fused training step's norm of the f32 residual stream, in f32: RMSNorm as one op
+    /// each way (`train_ops::rms_norm`), layer norm composed.
+    pub fn forward_train(&self, x: &Tensor) -> Result<Tensor> {
+        match self.kind {
+            NormKind::Rms => rms_norm(x, &self.weight, self.eps, DType::F32),
+            NormKind::Layer => self.forward(x, true),
+        }
     }
 }
 
@@ -118,6 +132,11 @@ impl Pass {
         };
         Ok(Pass { b, t, n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope, differentiable })
     }
+
+    /// The RoPE tables (T, head_dim / 2) and whether adjacent pairs rotate (interleaved).
+    pub fn rope(&self) -> Option<&(Tensor, Tensor, bool)> {
+        self.rope.as_ref()
+    }
 }
 
 /// A block's attention inputs: the normalised state `h` that feeds Q/K/V and the router
@@ -160,6 +179,28 @@ impl Block {
         let o = o.transpose(1, 2)?.reshape((pass.b * pass.t, pass.n_heads * pass.head_dim))?;
         let x = (x + self.o.forward(&o)?)?;
         Ok((&x + self.mlp.forward(&self.mlp_norm.forward(&x, pass.differentiable)?)?)?)
+    }
+
+    /// The fused training step's attention inputs from the f32 residual stream `x` ((B*T,
+    /// d_model)): the normalised state `h` in f32 (it feeds the router) and the concatenated
+    /// Q/K/V projection ((B*T, (H + 2 Hkv) * D), before RoPE) in `tb`'s dtype.
+    pub fn train_inputs(&self, x: &Tensor, tb: &TrainBlock) -> Result<(Tensor, Tensor)> {
+        let h = self.attn_norm.forward_train(x)?;
+        let qkv = tb.qkv.forward(&h, tb.qkv.w.dtype())?;
+        Ok((h, qkv))
+    }
+
+    /// The rest of the block in the fused training step, given the attention output `o`
+    /// ((B*T, H*D), as `attention::fused` gives it): what `finish` computes, with the residual
+    /// stream in f32 and the projections in `tb`'s dtype.
+    pub fn train_finish(&self, x: &Tensor, o: &Tensor, tb: &TrainBlock) -> Result<Tensor> {
+        let x = (x + tb.o.forward(o, DType::F32)?)?;
+        let h = self.mlp_norm.forward_train(&x)?;
+        let a = match self.mlp.kind {
+            MlpKind::SwiGlu => swiglu(&tb.mlp_in.forward(&h, tb.mlp_in.w.dtype())?)?,
+            MlpKind::GeluTanh => tb.mlp_in.forward(&h, DType::F32)?.gelu()?,
+        };
+        Ok((&x + tb.down.forward(&a, DType::F32)?)?)
     }
 }
 

@@ -3,9 +3,18 @@
 //! report each layer's routing when a Focus adapter is attached. `Decoder::run` is the one layer
 //! loop: inference (`forward`), training (`forward_train`) and inspection
 //! (`analysis::partners`) all go through it, and a `LayerHook` sees what they need of each layer.
+//!
+//! Training runs one of two forms of the same function (`TrainPath`): the fused step (the
+//! default: per layer one fused norm, one Q/K/V matmul, the router, fused Sinkhorn, one fused
+//! RoPE + gated attention op, and the block's fused rest, with the frozen weights in bf16 on
+//! CUDA and no T x T tensor), or the composed ops (candle's, f32, explicit T x T scores and
+//! gates), which the straight-through objective and the shapes the CUDA kernels do not take
+//! use.
 
 use super::block::{AttentionInputs, Block, Norm, Pass};
 use super::config::ModelConfig;
+use super::train_ops::TrainWeights;
+use crate::attention::fused::{GateFn, SoftAttention};
 use crate::attention::{self, LayerPlan, Mode};
 use crate::error::{Error, Result};
 use crate::focus::adapter::Adapter;
@@ -46,11 +55,33 @@ pub struct ForwardOptions<'a> {
     /// Training only: run the hard top-k mask of this k, with the log gate's gradient
     /// (`attention::soft::straight_through_plan`), instead of the soft gate.
     pub straight_through: Option<usize>,
+    /// Training only: which form of the step runs.
+    pub train: TrainPath<'a>,
+}
+
+/// Which form of the training step runs (both compute the same function).
+#[derive(Clone, Copy)]
+pub struct TrainPath<'a> {
+    /// The fused step (`attention::fused`, `model::train_ops`); else the composed ops. The
+    /// straight-through objective, and on CUDA the shapes its kernels do not take (head dim
+    /// other than 64, more than 16 groups), always run composed.
+    pub fused: bool,
+    /// Sinkhorn as one op each way (`focus::sinkhorn_fused`), in either form.
+    pub fused_sinkhorn: bool,
+    /// The frozen weights as the fused step reads them (`TrainWeights::new`); built for the
+    /// call, in `TrainWeights::default_dtype`, when absent.
+    pub weights: Option<&'a TrainWeights>,
+}
+
+impl Default for TrainPath<'_> {
+    fn default() -> Self {
+        TrainPath { fused: true, fused_sinkhorn: true, weights: None }
+    }
 }
 
 impl<'a> ForwardOptions<'a> {
     pub fn new(mode: Mode, adapter: Option<&'a Adapter>) -> Self {
-        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default(), straight_through: None }
+        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default(), straight_through: None, train: TrainPath::default() }
     }
 }
 
@@ -133,12 +164,37 @@ impl Decoder {
     /// as one batched graph, for training: one backward pass per step instead of one per
     /// sequence, and B times fewer (larger) kernel launches on a GPU. Each sequence is routed
     /// and balanced on its own, exactly as `forward` with `differentiable` set.
-    /// Returns the logits (B*T, vocab), sequence after sequence.
+    /// Returns the logits (B*T, vocab), sequence after sequence (in the fused step's compute
+    /// dtype: bf16 on CUDA).
     pub fn forward_train(&self, seqs: &[&[u32]], opts: &ForwardOptions) -> Result<Tensor> {
         let opts = ForwardOptions { differentiable: true, ..*opts };
+        let owned;
+        let opts = match (self.fused_train(&opts), opts.train.weights) {
+            (true, None) => {
+                owned = TrainWeights::new(self, TrainWeights::default_dtype(&self.device))?;
+                ForwardOptions { train: TrainPath { weights: Some(&owned), ..opts.train }, ..opts }
+            }
+            _ => opts,
+        };
         let RunEnd::Finished { x, .. } = self.run(seqs, &opts, &mut NoHook)? else { unreachable!("no hook stops a training pass") };
-        let x = self.final_norm.forward(&x, true)?;
-        Ok(x.matmul(&self.lm_head.t()?)?)
+        match (self.fused_train(&opts), opts.train.weights) {
+            (true, Some(tw)) => Ok(tw.lm_head.forward(&self.final_norm.forward_train(&x)?, tw.dtype)?),
+            _ => {
+                let x = self.final_norm.forward(&x, true)?;
+                Ok(x.matmul(&self.lm_head.t()?)?)
+            }
+        }
+    }
+
+    /// Whether a differentiable pass with `opts` runs the fused step (`TrainPath`).
+    fn fused_train(&self, opts: &ForwardOptions) -> bool {
+        let cfg = &self.config;
+        let groups = opts.adapter.map_or(0, |a| a.config.groups);
+        let kernels_take_it = match &self.device {
+            Device::Cpu => true,
+            _ => cfg.head_dim == 64 && groups <= attention::fused::CUDA_MAX_GROUPS,
+        };
+        opts.differentiable && opts.train.fused && opts.straight_through.is_none() && kernels_take_it
     }
 
     /// Checks a batch of sequences and the options against the model.
@@ -178,18 +234,38 @@ impl Decoder {
             x = x.reshape((b, t, dm))?.broadcast_add(&pe.narrow(0, 0, t)?)?.reshape((b * t, dm))?;
         }
         let pass = Pass::new(&self.config, b, t, train, dev)?;
-        // The fast CPU kernels apply the causal mask themselves; other paths add it to the scores.
-        let causal = if train || !dev.is_cpu() { Some(mask::causal_bias(t, dev)?) } else { None };
+        let fused = match (self.fused_train(opts), opts.train.weights) {
+            (true, Some(tw)) => Some(tw),
+            _ => None,
+        };
+        // The fast CPU kernels apply the causal mask themselves, the fused step's attention too;
+        // other paths add it to the scores.
+        let causal = if fused.is_none() && (train || !dev.is_cpu()) { Some(mask::causal_bias(t, dev)?) } else { None };
         let mut routing = Vec::new();
         for (l, blk) in self.blocks.iter().enumerate() {
             if opts.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
                 return Err(Error::Cancelled);
             }
+            if let Some(tw) = fused {
+                let tb = &tw.blocks[l];
+                let (h, qkv) = blk.train_inputs(&x, tb)?;
+                let (gate, g, window) = match opts.adapter {
+                    Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
+                        (GateFn::of(&a.config), Some(a.route_tensor(l, &h, b, opts.sinkhorn_grad, opts.train.fused_sinkhorn)?), a.config.window)
+                    }
+                    _ => (GateFn::None, None, 0),
+                };
+                let cfg = &self.config;
+                let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope().cloned(), gate, window };
+                x = blk.train_finish(&x, &attn.forward(&qkv, g.as_ref())?, tb)?;
+                hook.done(l);
+                continue;
+            }
             let inp = blk.attention_inputs(&x, &pass)?;
             let o = if train {
                 let plan = match opts.adapter {
                     Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
-                        let g = a.route_tensor(l, &inp.h, b, opts.sinkhorn_grad)?;
+                        let g = a.route_tensor(l, &inp.h, b, opts.sinkhorn_grad, opts.train.fused_sinkhorn)?;
                         match opts.straight_through {
                             Some(k) => attention::soft::straight_through_plan(&g, &a.config, k)?,
                             None => attention::soft::soft_plan(&g, &a.config)?,

@@ -10,6 +10,7 @@ pub mod identity;
 pub mod llama;
 pub mod qwen2;
 pub mod tokenizer;
+pub mod train_ops;
 pub mod weights;
 
 use crate::error::{Error, Result};
