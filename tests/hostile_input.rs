@@ -306,3 +306,41 @@ fn io_errors_name_the_os_cause_once() {
     let e = err_msg(focus_core::io::write_atomic(tmp.path(), b"x"));
     assert!(e.starts_with("cannot write"), "{e}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// The command line: every flag has a range, checked before anything is loaded.
+
+fn cli(args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_focus-lens")).args(args).output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn absurd_flags_are_usage_errors_naming_the_range() {
+    let tiny = common::fixture("hf_tiny").join("llama");
+    let tiny = tiny.to_str().unwrap();
+    for (args, want) in [
+        (vec!["adapter", "init", "--dg", "0", "--out", "x"], "0 is outside the accepted range 1..=4096"),
+        (vec!["adapter", "init", "--dg", "100000000", "--out", "x"], "100000000 is outside"),
+        (vec!["adapter", "init", "--tau", "5e-324", "--out", "x"], "outside the accepted range [0.0001"),
+        (vec!["bench", "attention", "--groups", "1000000"], "1000000 is outside the accepted range 1..=64"),
+        (vec!["bench", "forward", "--repeats", "0"], "0 is outside the accepted range 1..=1000"),
+        (vec!["eval", "--limit", "0"], "0 is outside"),
+        (vec!["train", "--lr", "nan", "--data", "a", "--heldout", "b", "--out", "c"], "NaN is outside the accepted range (0, 10]"),
+        (vec!["ppl", "--ctx", "1", "f.txt"], "1 is outside the accepted range 2..="),
+    ] {
+        let (code, err) = cli(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    // A top-k above K is refused, not clamped (exit 1: a valid flag that does not fit).
+    let out = tempfile::tempdir().unwrap();
+    let (code, err) = cli(&["adapter", "init", "--model", tiny, "--groups", "4", "--top-k", "5", "--out", out.path().join("a").to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("top_k = 5 must be in 1..=4"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one error line: {err}");
+    // --resume with no text to continue on.
+    let (code, err) = cli(&["train", "--model", tiny, "--resume", out.path().to_str().unwrap(), "--out", out.path().to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no training text given"), "{err}");
+}

@@ -16,7 +16,7 @@ pub struct Args {
     pub mode: ModeArgs,
     /// Texts longer than this are analysed in consecutive segments of this many tokens, each
     /// from position 0 (capped at the model's context).
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, value_parser = super::common::count::<1, 1048576>)]
     pub segment: usize,
     /// Leave per-token memberships out of the JSON.
     #[arg(long)]
