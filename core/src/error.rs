@@ -5,8 +5,13 @@ use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    /// The OS message is printed once: it is this error's text, not also its `source`, so a
+    /// caller that prints the error chain does not repeat it.
+    #[error("cannot read {path}: {err}")]
+    Io { path: PathBuf, err: std::io::Error },
+
+    #[error("cannot write {path}: {err}")]
+    Write { path: PathBuf, err: std::io::Error },
 
     /// A model, adapter or tensor file whose bytes do not form a valid file of its kind.
     #[error("{path}: {detail}")]
@@ -30,6 +35,10 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     Invalid(String),
 
+    /// A computation that produced NaN or infinity; the text names the likely cause.
+    #[error("{0}")]
+    NonFinite(String),
+
     #[error("cancelled")]
     Cancelled,
 
@@ -46,10 +55,51 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+    pub fn io(path: impl Into<PathBuf>, err: std::io::Error) -> Self {
+        Error::Io { path: path.into(), err }
+    }
+    pub fn write(path: impl Into<PathBuf>, err: std::io::Error) -> Self {
+        Error::Write { path: path.into(), err }
     }
     pub fn bad_file(path: impl Into<PathBuf>, detail: impl Into<String>) -> Self {
         Error::BadFile { path: path.into(), detail: detail.into() }
+    }
+}
+
+thread_local! {
+    static CONTAINED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, turning a panic inside it (a dependency's bug, e.g. the tokenizers crate on a
+/// hostile tokenizer.json) into `Error::Unsupported` naming `what`. The panic message is kept
+/// for the error instead of being printed: the default hook is silenced on this thread only.
+pub fn contain<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !CONTAINED.with(|c| c.get()) {
+                prev(info)
+            }
+        }));
+    });
+    let was = CONTAINED.with(|c| c.replace(true));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    CONTAINED.with(|c| c.set(was));
+    r.unwrap_or_else(|p| {
+        let msg = p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "unknown panic".into());
+        Err(Error::Unsupported(format!("{what} failed inside a dependency: {msg}")))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contained_panics_become_errors() {
+        let e = contain("encoding", || -> Result<()> { panic!("boom") }).unwrap_err().to_string();
+        assert!(e.contains("encoding failed") && e.contains("boom"), "{e}");
+        assert_eq!(contain("x", || Ok(3)).unwrap(), 3);
     }
 }

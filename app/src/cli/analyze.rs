@@ -2,7 +2,7 @@
 //! statistics (JSON, or CSV with category profiles and per-token categories beside it).
 
 use super::common::{load_adapter, progress, ModeArgs, ModelArgs};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use focus_core::analysis::{analyze, AnalyzeOptions};
 use std::path::PathBuf;
 
@@ -16,7 +16,7 @@ pub struct Args {
     pub mode: ModeArgs,
     /// Texts longer than this are analysed in consecutive segments of this many tokens, each
     /// from position 0 (capped at the model's context).
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = 2048, value_parser = super::common::count::<1, 1048576>)]
     pub segment: usize,
     /// Leave per-token memberships out of the JSON.
     #[arg(long)]
@@ -49,13 +49,17 @@ pub fn run(a: Args) -> Result<()> {
     })?;
     pb.finish_and_clear();
     let bytes = if ext == "json" { serde_json::to_vec_pretty(&an)? } else { an.to_csv().into_bytes() };
-    focus_core::io::write_atomic(&a.out, &bytes).with_context(|| format!("writing {}", a.out.display()))?;
+    // One export: the CSV set is written to temporary files first and renamed together, so a
+    // kill leaves either the old set or the new one (and no temporary file that piles up).
+    let mut files = vec![(a.out.clone(), bytes)];
     if ext == "csv" {
         for (suffix, csv) in [("profiles.csv", an.profiles_csv()), ("tokens.csv", an.tokens_csv())] {
-            let out = a.out.with_extension(suffix);
-            focus_core::io::write_atomic(&out, csv.as_bytes()).with_context(|| format!("writing {}", out.display()))?;
-            eprintln!("wrote {}", out.display());
+            files.push((a.out.with_extension(suffix), csv.into_bytes()));
         }
+    }
+    focus_core::io::write_atomic_set(&files)?;
+    for (p, _) in &files[1..] {
+        eprintln!("wrote {}", p.display());
     }
     let segs = an.tokens.len().div_ceil(an.segment_len);
     eprintln!("{} tokens in {segs} segment(s) of <= {} tokens; {} layers", an.tokens.len(), an.segment_len, an.layers.len());

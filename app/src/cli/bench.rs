@@ -19,14 +19,14 @@ pub struct ForwardArgs {
     /// Adapter for the top-k pass (default: a random K=8 adapter, seed 0, window 128).
     #[arg(long)]
     pub adapter: Option<PathBuf>,
-    /// k of the top-k pass (default: the adapter's top_k).
-    #[arg(long)]
+    /// k of the top-k pass (default: the adapter's top_k), 1..=K.
+    #[arg(long, value_parser = super::common::count::<1, 64>)]
     pub k: Option<usize>,
     /// Sequence lengths in tokens (at most the model's context; the text is repeated to length).
-    #[arg(long, value_delimiter = ',', default_values_t = vec![2048, 4096, 8192])]
+    #[arg(long, value_delimiter = ',', default_values_t = vec![2048, 4096, 8192], value_parser = super::common::count::<1, 1048576>)]
     pub lengths: Vec<usize>,
-    /// Timed repeats per length and mode (the median is reported), after one warm-up.
-    #[arg(long, default_value_t = 3)]
+    /// Timed repeats per length and mode (the median is reported), after one warm-up; 1..=1000.
+    #[arg(long, default_value_t = 3, value_parser = super::common::count::<1, 1000>)]
     pub repeats: usize,
     /// Text to run (default: the embedded sample, repeated to length).
     #[arg(long)]
@@ -80,9 +80,9 @@ pub struct MatmulArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// Rows (tokens) of the activation matrix.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = super::common::count::<1, 65536>)]
     pub tokens: usize,
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, value_parser = super::common::count::<1, 1000>)]
     pub repeats: usize,
     #[arg(long)]
     pub json: bool,
@@ -143,29 +143,29 @@ pub struct AttentionArgs {
     #[arg(long, default_value = "f32")]
     pub dtype: String,
     /// Query rows per block of the CUDA bf16 kernels: 64 or 128.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = super::common::count::<1, 1024>)]
     pub tile_rows: usize,
-    /// Sequence lengths in tokens.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1024, 2048, 4096, 8192, 16384, 32768, 65536])]
+    /// Sequence lengths in tokens, 1..=1048576 (and at most 4 GiB of q, k, v and output).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1024, 2048, 4096, 8192, 16384, 32768, 65536], value_parser = super::common::count::<1, 1048576>)]
     pub lengths: Vec<usize>,
-    /// K values (groups).
-    #[arg(long, value_delimiter = ',', default_values_t = vec![4, 8])]
+    /// K values (groups), 1..=64.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![4, 8], value_parser = super::common::count::<1, 64>)]
     pub groups: Vec<usize>,
-    /// k values (top-k memberships per token); pairs with k > K are skipped.
-    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2])]
+    /// k values (top-k memberships per token), 1..=64; pairs with k > K are skipped.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1, 2], value_parser = super::common::count::<1, 64>)]
     pub k: Vec<usize>,
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = super::common::count::<1, 256>)]
     pub heads: usize,
     /// KV heads (GQA); default: as many as --heads.
-    #[arg(long)]
+    #[arg(long, value_parser = super::common::count::<1, 256>)]
     pub kv_heads: Option<usize>,
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, value_parser = super::common::count::<1, 512>)]
     pub head_dim: usize,
     /// Local window w: pairs with i - j <= w always attend.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 128, value_parser = super::common::count::<0, 16777216>)]
     pub window: usize,
-    /// Timed repeats (median reported), after one warm-up.
-    #[arg(long, default_value_t = 3)]
+    /// Timed repeats (median reported), after one warm-up; 1..=1000.
+    #[arg(long, default_value_t = 3, value_parser = super::common::count::<1, 1000>)]
     pub repeats: usize,
     /// Skip the untimed warm-up call (for long inputs, where one call takes minutes).
     #[arg(long)]
@@ -173,7 +173,7 @@ pub struct AttentionArgs {
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Candle's attention is skipped where its T x T scores and probabilities exceed this (GiB).
-    #[arg(long, default_value_t = 6.0)]
+    #[arg(long, default_value_t = 6.0, value_parser = super::common::positive)]
     pub candle_max_gib: f64,
     /// One JSON object per row (JSON lines) on stdout.
     #[arg(long)]
@@ -210,6 +210,10 @@ pub fn attention(a: AttentionArgs) -> Result<()> {
         tile_rows: a.tile_rows,
     };
     cfg.validate()?;
+    // q, k, v and the output in f32 for the longest length: refused before any allocation.
+    let longest = cfg.lengths.iter().copied().max().unwrap_or(0) as u64;
+    let bytes = longest * (2 * cfg.heads + 2 * cfg.kv_heads) as u64 * cfg.head_dim as u64 * 4;
+    anyhow::ensure!(bytes <= 4 << 30, "--lengths {longest} with {} heads x {} dims needs {} MiB of q, k, v and output; at most 4096 MiB", cfg.heads, cfg.head_dim, bytes >> 20);
     anyhow::ensure!(device.is_cuda() || a.dtype == "f32", "--dtype bf16 needs --device cuda (the CPU kernels are f32)");
     if !a.json {
         let how = if device.is_cpu() { format!("{} threads", rayon::current_num_threads()) } else { format!("{}, {} rows per block", a.dtype, cfg.tile_rows) };

@@ -7,6 +7,53 @@ use focus_core::{Adapter, Mode, Model};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 
+// Flag parsers with the documented ranges: a value outside is a usage error (exit 2) that names
+// the flag and its range, before anything is loaded or allocated.
+
+/// A whole number in `LO..=HI`.
+pub fn count<const LO: usize, const HI: usize>(s: &str) -> Result<usize, String> {
+    let v: usize = s.trim().parse().map_err(|_| format!("{s:?} is not a whole number"))?;
+    if (LO..=HI).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("{v} is outside the accepted range {LO}..={HI}"))
+    }
+}
+
+fn real_in(s: &str, lo: f64, hi: f64, lo_open: bool) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number"))?;
+    let above = if lo_open { v > lo } else { v >= lo };
+    if v.is_finite() && above && v <= hi {
+        Ok(v)
+    } else {
+        Err(format!("{v} is outside the accepted range {}{lo}, {hi}]", if lo_open { "(" } else { "[" }))
+    }
+}
+/// A learning rate: (0, 10].
+pub fn learning_rate(s: &str) -> Result<f64, String> {
+    real_in(s, 0.0, 10.0, true)
+}
+/// A non-negative factor up to 10 (weight decay).
+pub fn factor(s: &str) -> Result<f64, String> {
+    real_in(s, 0.0, 10.0, false)
+}
+/// Sinkhorn temperature: [1e-4, 1e4], as the adapter format accepts.
+pub fn temperature(s: &str) -> Result<f64, String> {
+    real_in(s, 1e-4, 1e4, false)
+}
+/// The paper gate's slope: [-1e6, 1e6].
+pub fn slope(s: &str) -> Result<f64, String> {
+    real_in(s, -1e6, 1e6, false)
+}
+/// A time limit in minutes: 0 (none) or up to 1e6.
+pub fn factor_minutes(s: &str) -> Result<f64, String> {
+    real_in(s, 0.0, 1e6, false)
+}
+/// A duration in minutes or a size in GiB: (0, 1e6].
+pub fn positive(s: &str) -> Result<f64, String> {
+    real_in(s, 0.0, 1e6, true)
+}
+
 #[derive(ClapArgs, Clone)]
 pub struct ModelArgs {
     /// A .gguf file or a Hugging Face directory (config.json + *.safetensors). Default: the
@@ -53,8 +100,8 @@ pub struct ModeArgs {
     /// Attention: dense (the base model), soft (Focus soft gates) or topk (exact hard top-k).
     #[arg(long, value_enum, default_value = "dense")]
     pub mode: ModeArg,
-    /// k for topk (default: the adapter's top_k).
-    #[arg(long)]
+    /// k for topk (default: the adapter's top_k); 1..=K.
+    #[arg(long, value_parser = count::<1, 64>)]
     pub k: Option<usize>,
 }
 
@@ -98,22 +145,25 @@ pub fn print_json(v: &impl serde::Serialize) -> Result<()> {
 #[derive(ClapArgs, Clone)]
 pub struct SpecArgs {
     /// K, the number of groups per layer.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = count::<1, 64>)]
     pub groups: usize,
-    #[arg(long, default_value_t = 16)]
+    /// Routing dimension d_g, 1..=4096.
+    #[arg(long, default_value_t = 16, value_parser = count::<1, 4096>)]
     pub dg: usize,
-    #[arg(long, default_value_t = 0.1)]
+    /// Sinkhorn temperature, [1e-4, 1e4].
+    #[arg(long, default_value_t = 0.1, value_parser = temperature)]
     pub tau: f64,
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = count::<0, 1000>)]
     pub sinkhorn_iters: usize,
-    #[arg(long, default_value_t = 128)]
+    /// Local window w (pairs with i - j <= w always attend), 0..=16777216.
+    #[arg(long, default_value_t = 128, value_parser = count::<0, 16777216>)]
     pub window: usize,
     #[arg(long, value_parser = ["paper", "log"], default_value = "log")]
     pub gate: String,
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = slope)]
     pub lambda: f64,
-    /// Default k for hard top-k inference.
-    #[arg(long, default_value_t = 2)]
+    /// Default k for hard top-k inference, 1..=K.
+    #[arg(long, default_value_t = 2, value_parser = count::<1, 64>)]
     pub top_k: usize,
     #[arg(long)]
     pub causal_sinkhorn: bool,
@@ -133,7 +183,8 @@ impl SpecArgs {
             window: self.window,
             gate: if self.gate == "paper" { focus_core::Gate::Paper } else { focus_core::Gate::Log },
             lambda: self.lambda,
-            top_k: self.top_k.min(self.groups),
+            // Not clamped: a top_k above K is refused by the adapter check, with both named.
+            top_k: self.top_k,
             causal_sinkhorn: self.causal_sinkhorn,
             score: if self.score == "cosine" { focus_core::Score::Cosine } else { focus_core::Score::Dot },
         }

@@ -36,7 +36,7 @@ pub struct Args {
     #[arg(long)]
     pub few_shot: bool,
     /// Only the first N items of each suite.
-    #[arg(long)]
+    #[arg(long, value_parser = super::common::count::<1, 1048576>)]
     pub limit: Option<usize>,
     /// Skip the base-model (dense) run that Focus is compared with.
     #[arg(long)]

@@ -16,7 +16,7 @@ pub struct Args {
     #[command(flatten)]
     pub mode: ModeArgs,
     /// Chunk length in tokens (llama-perplexity's -c).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, value_parser = super::common::count::<2, 1048576>)]
     pub ctx: usize,
     #[arg(long)]
     pub json: bool,

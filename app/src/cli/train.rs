@@ -23,23 +23,28 @@ pub struct Args {
     pub heldout: Vec<PathBuf>,
     #[command(flatten)]
     pub spec: SpecArgs,
-    #[arg(long, default_value_t = 1000)]
+    /// Optimiser steps, 1..=10000000.
+    #[arg(long, default_value_t = 1000, value_parser = super::common::count::<1, 10000000>)]
     pub steps: usize,
-    #[arg(long, default_value_t = 512)]
+    /// Tokens per training sequence, 2..=1048576 (and at most the model's context).
+    #[arg(long, default_value_t = 512, value_parser = super::common::count::<2, 1048576>)]
     pub seq_len: usize,
-    #[arg(long, default_value_t = 4)]
+    /// Sequences per step, 1..=4096.
+    #[arg(long, default_value_t = 4, value_parser = super::common::count::<1, 4096>)]
     pub batch: usize,
-    #[arg(long, default_value_t = 1e-2)]
+    /// AdamW learning rate, (0, 10].
+    #[arg(long, default_value_t = 1e-2, value_parser = super::common::learning_rate)]
     pub lr: f64,
-    #[arg(long, default_value_t = 0.0)]
+    /// AdamW weight decay, [0, 10].
+    #[arg(long, default_value_t = 0.0, value_parser = super::common::factor)]
     pub weight_decay: f64,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = super::common::count::<1, 10000000>)]
     pub eval_every: usize,
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, value_parser = super::common::count::<1, 65536>)]
     pub eval_seqs: usize,
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 200, value_parser = super::common::count::<0, 10000000>)]
     pub checkpoint_every: usize,
     /// Gradient through Sinkhorn: `full` (exact) or `detached` (column normalisers held
     /// constant: same forward, a much smaller graph, 1.34x faster steps on the H200). Measured:
@@ -53,10 +58,11 @@ pub struct Args {
     /// Train through the hard top-k mask of this k (straight-through estimator: the forward is
     /// top-k inference, the gradient the log gate's, for either gate) instead of the soft gate.
     /// Held-out perplexity is then top-k perplexity.
-    #[arg(long)]
+    #[arg(long, value_parser = super::common::count::<1, 64>)]
     pub straight_through: Option<usize>,
-    /// Stop after this many minutes (evaluating and saving as if the last step were reached).
-    #[arg(long, default_value_t = 0.0)]
+    /// Stop after this many minutes (evaluating and saving as if the last step were reached);
+    /// 0 means no limit, at most 1e6.
+    #[arg(long, default_value_t = 0.0, value_parser = super::common::factor_minutes)]
     pub time_limit_min: f64,
     /// Continue from OUT/checkpoint (or this checkpoint directory).
     #[arg(long)]
@@ -85,8 +91,11 @@ fn text_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             out.push(p.clone());
         }
     }
+    if paths.is_empty() {
+        bail!("no training text given: pass --data and --heldout (a resumed run needs the same files as the run it continues)");
+    }
     if out.is_empty() {
-        bail!("no text files in {paths:?}");
+        bail!("no text files in {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
     }
     Ok(out)
 }

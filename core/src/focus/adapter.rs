@@ -16,6 +16,10 @@ use std::path::Path;
 pub const CONFIG_FILE: &str = "adapter_config.json";
 pub const WEIGHTS_FILE: &str = "adapter_model.safetensors";
 pub const FORMAT: &str = "focus-lens-adapter";
+/// The largest adapter weights file read: K <= 64 and d_g <= 4096 keep real adapters far below
+/// this (SmolLM2 K=8 d_g=16: 1.8 MB; a 100-layer, d_model 16384 model at d_g 64: 420 MB would
+/// not fit, and is refused with this limit named).
+pub const MAX_WEIGHTS_BYTES: u64 = 256 << 20;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -144,8 +148,16 @@ impl AdapterConfig {
         if !(1..=4096).contains(&self.d_g) {
             return bad(format!("d_g = {} must be in 1..=4096", self.d_g));
         }
-        if !(self.tau.is_finite() && self.tau > 0.0) {
-            return bad(format!("tau = {} must be positive", self.tau));
+        let weights = (self.base_model.n_layers as u64) * (self.base_model.d_model as u64 + self.groups as u64) * self.d_g as u64 * 4;
+        if weights > MAX_WEIGHTS_BYTES {
+            return bad(format!("d_g = {} gives {} MiB of router weights for this model; at most {} MiB", self.d_g, weights >> 20, MAX_WEIGHTS_BYTES >> 20));
+        }
+        if self.window > 1 << 24 {
+            return bad(format!("window = {} is more than 16M tokens", self.window));
+        }
+        // Scores are divided by tau: a tiny tau overflows them (tau = 5e-324 passes `> 0`).
+        if !(self.tau.is_finite() && (1e-4..=1e4).contains(&self.tau)) {
+            return bad(format!("tau = {} must be in [1e-4, 1e4]", self.tau));
         }
         if self.sinkhorn_iters > 1000 {
             return bad(format!("sinkhorn_iters = {} is more than 1000", self.sinkhorn_iters));
@@ -153,8 +165,8 @@ impl AdapterConfig {
         if !(1..=self.groups).contains(&self.top_k) {
             return bad(format!("top_k = {} must be in 1..={}", self.top_k, self.groups));
         }
-        if !self.lambda.is_finite() || !(self.log_eps.is_finite() && self.log_eps > 0.0) {
-            return bad("lambda must be finite and log_eps positive".into());
+        if !(self.lambda.is_finite() && self.lambda.abs() <= 1e6) || !(self.log_eps.is_finite() && self.log_eps > 0.0 && self.log_eps < 1.0) {
+            return bad(format!("lambda = {} must be finite (|lambda| <= 1e6) and log_eps = {} in (0, 1)", self.lambda, self.log_eps));
         }
         Ok(())
     }
@@ -168,22 +180,7 @@ impl Adapter {
     /// A randomly initialised adapter for the model `base` on `dev`: W_g ~ N(0, 1/d_model),
     /// C ~ N(0, 1/d_g) with unit-norm rows. Everything works with it before any training.
     pub fn random(base: &BaseModel, dev: &Device, spec: &AdapterSpec, seed: u64) -> Result<Adapter> {
-        let cfg = base;
-        let mut rng = StdRng::seed_from_u64(seed);
-        let mut layers = Vec::with_capacity(cfg.n_layers);
-        for _ in 0..cfg.n_layers {
-            let s = 1.0 / (cfg.d_model as f32).sqrt();
-            let proj: Vec<f32> = (0..cfg.d_model * spec.d_g).map(|_| normal(&mut rng) * s).collect();
-            let mut cent: Vec<f32> = (0..spec.groups * spec.d_g).map(|_| normal(&mut rng)).collect();
-            for row in cent.chunks_mut(spec.d_g) {
-                let n = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-                row.iter_mut().for_each(|x| *x /= n);
-            }
-            layers.push(Router {
-                proj: Tensor::from_vec(proj, (cfg.d_model, spec.d_g), dev)?,
-                centroids: Tensor::from_vec(cent, (spec.groups, spec.d_g), dev)?,
-            });
-        }
+        // The config is built and checked first: every allocation below depends on its fields.
         let config = AdapterConfig {
             format: FORMAT.into(),
             format_version: 1,
@@ -205,6 +202,22 @@ impl Adapter {
             results: None,
         };
         config.check()?;
+        let cfg = base;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for _ in 0..cfg.n_layers {
+            let s = 1.0 / (cfg.d_model as f32).sqrt();
+            let proj: Vec<f32> = (0..cfg.d_model * spec.d_g).map(|_| normal(&mut rng) * s).collect();
+            let mut cent: Vec<f32> = (0..spec.groups * spec.d_g).map(|_| normal(&mut rng)).collect();
+            for row in cent.chunks_mut(spec.d_g) {
+                let n = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+                row.iter_mut().for_each(|x| *x /= n);
+            }
+            layers.push(Router {
+                proj: Tensor::from_vec(proj, (cfg.d_model, spec.d_g), dev)?,
+                centroids: Tensor::from_vec(cent, (spec.groups, spec.d_g), dev)?,
+            });
+        }
         Ok(Adapter { config, layers })
     }
 
@@ -212,10 +225,10 @@ impl Adapter {
     /// is checked before the weights are read, so an adapter for another model is named as such.
     pub fn load(dir: &Path, base: &BaseModel, dev: &Device) -> Result<Adapter> {
         let cfg_path = dir.join(CONFIG_FILE);
-        let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
+        let text = crate::io::read_capped_string(&cfg_path, crate::io::MAX_JSON_BYTES, "adapter config")?;
         Self::parse_config(&text, base, dir)?;
         let w_path = dir.join(WEIGHTS_FILE);
-        let bytes = std::fs::read(&w_path).map_err(|e| Error::io(&w_path, e))?;
+        let bytes = crate::io::read_capped(&w_path, MAX_WEIGHTS_BYTES, "adapter weights")?;
         Self::from_bytes(&text, &bytes, base, dev, dir)
     }
 
@@ -284,16 +297,16 @@ impl Adapter {
     /// Writes the adapter directory; each file goes to a temporary name first and is renamed
     /// into place, so a reader never sees half a file.
     pub fn save(&self, dir: &Path) -> Result<()> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        std::fs::create_dir_all(dir).map_err(|e| Error::write(dir, e))?;
         let mut tensors: HashMap<String, Tensor> = HashMap::new();
         for (l, r) in self.layers.iter().enumerate() {
             tensors.insert(format!("layers.{l}.proj"), r.proj.to_device(&Device::Cpu)?);
             tensors.insert(format!("layers.{l}.centroids"), r.centroids.to_device(&Device::Cpu)?);
         }
         let w_path = dir.join(WEIGHTS_FILE);
-        let tmp = dir.join(format!(".{WEIGHTS_FILE}.tmp"));
+        let tmp = crate::io::temp_path(&w_path);
         candle_core::safetensors::save(&tensors, &tmp)?;
-        std::fs::rename(&tmp, &w_path).map_err(|e| Error::io(&w_path, e))?;
+        std::fs::rename(&tmp, &w_path).map_err(|e| Error::write(&w_path, e))?;
         crate::io::write_atomic(&dir.join(CONFIG_FILE), serde_json::to_string_pretty(&self.config)?.as_bytes())
     }
 }

@@ -77,6 +77,13 @@ impl Adapter {
         let vecs = h.matmul(&r.proj)?;
         let scores = c.score.scores(&vecs, &r.centroids)?.flatten_all()?.to_vec1::<f32>()?;
         let memberships = sinkhorn(&scores, t, c.groups, c.tau, c.sinkhorn_iters, c.causal_sinkhorn);
+        // NaN memberships would give every token every group (silently dense) or none.
+        if memberships.iter().any(|x| !x.is_finite()) {
+            return Err(crate::error::Error::NonFinite(format!(
+                "layer {l}: the router's group memberships are NaN or infinite (its scores overflow: the model's activations or the adapter's weights are too large for tau = {})",
+                c.tau
+            )));
+        }
         let vectors = if keep_vectors { Some(vecs.flatten_all()?.to_vec1::<f32>()?) } else { None };
         Ok(LayerRouting { t, groups: c.groups, scores, memberships, vectors, d_g: c.d_g })
     }

@@ -1,26 +1,148 @@
-//! Files in and out: atomic writes (`write_atomic`, here) and reading a user's text (`text`).
+//! Files in and out. Reading: every input goes through `open_input` / `read_capped`, which
+//! refuse what is not a regular file (a FIFO would block forever, `/dev/zero` never ends) and
+//! cap the bytes read. Writing: `write_atomic` and `write_atomic_set`. Reading a user's text:
+//! `text`.
 
 pub mod text;
 
 use crate::error::{Error, Result};
-use std::io::Write;
-use std::path::Path;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed to
-/// disk, then renamed over the target. A crash leaves either the old file or the new one.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+/// The largest JSON file read (`config.json`, `tokenizer.json`, `adapter_config.json`): the
+/// biggest real tokenizer.json files are ~20 MiB.
+pub const MAX_JSON_BYTES: u64 = 64 << 20;
+
+/// Checks that `path` names a regular file (following symlinks) and returns its length. `what`
+/// says what the file is for ("text", "tokenizer.json") in the error.
+pub fn check_regular(path: &Path, what: &str) -> Result<u64> {
+    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    if meta.is_dir() {
+        return Err(Error::bad_file(path, format!("is a directory, not a {what} file")));
+    }
+    if !meta.is_file() {
+        // FIFOs, sockets and devices: reading them could block forever or never end.
+        return Err(Error::bad_file(path, format!("is not a regular file (a pipe, socket or device?); the {what} must be a regular file")));
+    }
+    Ok(meta.len())
+}
+
+/// Opens a regular file of at most `max` bytes for reading.
+pub fn open_input(path: &Path, max: u64, what: &str) -> Result<std::fs::File> {
+    let len = check_regular(path, what)?;
+    if len > max {
+        return Err(Error::bad_file(path, format!("the {what} is {} bytes; at most {} ({}) is accepted", len, max, human(max))));
+    }
+    std::fs::File::open(path).map_err(|e| Error::io(path, e))
+}
+
+/// Reads a regular file of at most `max` bytes. The cap is also enforced while reading, so a
+/// file that grows after the size check cannot take more.
+pub fn read_capped(path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
+    let f = open_input(path, max, what)?;
+    let mut buf = Vec::new();
+    f.take(max + 1).read_to_end(&mut buf).map_err(|e| Error::io(path, e))?;
+    if buf.len() as u64 > max {
+        return Err(Error::bad_file(path, format!("the {what} grew past {} while it was read", human(max))));
+    }
+    Ok(buf)
+}
+
+/// `read_capped` as UTF-8 text.
+pub fn read_capped_string(path: &Path, max: u64, what: &str) -> Result<String> {
+    String::from_utf8(read_capped(path, max, what)?).map_err(|e| Error::bad_file(path, format!("the {what} is not UTF-8 (invalid bytes at offset {})", e.utf8_error().valid_up_to())))
+}
+
+fn human(bytes: u64) -> String {
+    if bytes >= 1 << 30 {
+        format!("{} GiB", bytes >> 30)
+    } else if bytes >= 1 << 20 {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// The temporary name `write_atomic` uses for `path`: fixed (no PID), so a file left by a killed
+/// run is overwritten and removed by the next one instead of piling up.
+pub fn temp_path(path: &Path) -> PathBuf {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let res = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = res {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::io(path, e));
+    dir.join(format!(".{name}.focus-tmp"))
+}
+
+fn write_temp(tmp: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::File::create(tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed to
+/// disk, then renamed over the target. A crash leaves either the old file or the new one (and
+/// at most one temporary file, which the next write to `path` replaces).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_set(&[(path.to_path_buf(), bytes.to_vec())])
+}
+
+/// Writes several files as one export: every file is written in full to its temporary name
+/// first, and only then are they renamed into place, back to back. A failure before the renames
+/// leaves every old file as it was and removes the temporaries.
+pub fn write_atomic_set(files: &[(PathBuf, Vec<u8>)]) -> Result<()> {
+    let tmps: Vec<PathBuf> = files.iter().map(|(p, _)| temp_path(p)).collect();
+    let cleanup = |tmps: &[PathBuf]| tmps.iter().for_each(|t| drop(std::fs::remove_file(t)));
+    for ((path, bytes), tmp) in files.iter().zip(&tmps) {
+        if path.is_dir() {
+            cleanup(&tmps);
+            return Err(Error::write(path, std::io::Error::new(std::io::ErrorKind::IsADirectory, "it is a directory")));
+        }
+        if let Err(e) = write_temp(tmp, bytes) {
+            cleanup(&tmps);
+            return Err(Error::write(path, e));
+        }
+    }
+    for (i, ((path, _), tmp)) in files.iter().zip(&tmps).enumerate() {
+        if let Err(e) = std::fs::rename(tmp, path) {
+            cleanup(&tmps[i..]);
+            return Err(Error::write(path, e));
+        }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_what_is_not_a_regular_file() {
+        let dir = std::env::temp_dir().join(format!("focus-io-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = read_capped(&dir, 10, "text").unwrap_err().to_string();
+        assert!(e.contains("directory"), "{e}");
+        let e = read_capped(Path::new("/dev/zero"), 10, "text").unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let f = dir.join("big.txt");
+        std::fs::write(&f, vec![b'a'; 11]).unwrap();
+        let e = read_capped(&f, 10, "text").unwrap_err().to_string();
+        assert!(e.contains("11 bytes") && e.contains("at most 10"), "{e}");
+        assert_eq!(read_capped(&f, 11, "text").unwrap().len(), 11);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn atomic_writes_leave_no_temporaries_and_word_failures_as_writes() {
+        let dir = std::env::temp_dir().join(format!("focus-io-w-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        let a = dir.join("a.csv");
+        // A temporary left by a killed run is replaced, not added to.
+        std::fs::write(temp_path(&a), b"stale").unwrap();
+        write_atomic_set(&[(a.clone(), b"1".to_vec()), (dir.join("b.csv"), b"2".to_vec())]).unwrap();
+        let names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert!(names.iter().all(|n| !n.ends_with(".focus-tmp")), "{names:?}");
+        // One target is a directory: nothing is written, the old file stays.
+        let e = write_atomic_set(&[(a.clone(), b"new".to_vec()), (dir.join("sub"), b"x".to_vec())]).unwrap_err().to_string();
+        assert!(e.starts_with("cannot write") && e.matches("directory").count() == 1, "{e}");
+        assert_eq!(std::fs::read(&a).unwrap(), b"1");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

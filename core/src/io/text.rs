@@ -25,20 +25,21 @@ pub fn text_from_bytes(bytes: Vec<u8>, what: &str) -> Result<String> {
     Ok(text)
 }
 
+/// Reads a user's text file: a regular file of at most `MAX_TEXT_BYTES`, holding UTF-8 text.
 pub fn read_text(path: &Path) -> Result<String> {
-    let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
-    if meta.is_dir() {
-        return Err(Error::BadText(format!("{} is a directory, not a text file", path.display())));
-    }
-    if meta.len() > MAX_TEXT_BYTES {
+    let len = super::check_regular(path, "text").map_err(|e| match e {
+        Error::BadFile { path, detail } => Error::BadText(format!("{}: {detail}", path.display())),
+        e => e,
+    })?;
+    if len > MAX_TEXT_BYTES {
         return Err(Error::BadText(format!(
             "{} is {} MiB; text files over {} MiB are refused",
             path.display(),
-            meta.len() >> 20,
+            len >> 20,
             MAX_TEXT_BYTES >> 20
         )));
     }
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bytes = super::read_capped(path, MAX_TEXT_BYTES, "text")?;
     text_from_bytes(bytes, &path.display().to_string())
 }
 

@@ -91,6 +91,15 @@ impl ModelConfig {
         if matches!(self.positions, Positions::Rope { .. }) && !self.head_dim.is_multiple_of(2) {
             return Err(format!("head_dim {} must be even for RoPE", self.head_dim));
         }
+        // Out-of-range values here give NaN logits, not an error, so they are refused up front.
+        if !(self.norm_eps.is_finite() && self.norm_eps > 0.0 && self.norm_eps <= 1.0) {
+            return Err(format!("the norm epsilon {} must be in (0, 1]", self.norm_eps));
+        }
+        if let Positions::Rope { theta, .. } = self.positions {
+            if !(theta.is_finite() && theta > 1.0 && theta <= 1e12) {
+                return Err(format!("the RoPE base (theta) {theta} must be in (1, 1e12]"));
+            }
+        }
         Ok(())
     }
 }

@@ -128,6 +128,18 @@ pub enum RunEnd {
     Stopped,
 }
 
+/// A non-finite logit is an error, never a printed result: it means the weights (finite but so
+/// large that activations overflow) or the header's norm/RoPE values are broken.
+fn check_finite_logits(logits: &Tensor) -> Result<()> {
+    let max = logits.abs()?.max_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()?;
+    if !max.is_finite() {
+        return Err(Error::NonFinite(
+            "the model produced NaN or infinite logits: its weights overflow in f32 or its header's norm epsilon / RoPE base is broken".into(),
+        ));
+    }
+    Ok(())
+}
+
 impl Decoder {
     /// Runs one sequence from position 0. The mode decides the attention of every layer.
     pub fn forward(&self, ids: &[u32], opts: &ForwardOptions) -> Result<ForwardOutput> {
@@ -157,7 +169,9 @@ impl Decoder {
             return Err(Error::Invalid("the pass was stopped before the last layer".into()));
         };
         let x = self.final_norm.forward(&x.narrow(0, opts.logits_from, t - opts.logits_from)?, false)?;
-        Ok(ForwardOutput { logits: x.matmul(&self.lm_head.t()?)?, routing })
+        let logits = x.matmul(&self.lm_head.t()?)?;
+        check_finite_logits(&logits)?;
+        Ok(ForwardOutput { logits, routing })
     }
 
     /// The differentiable forward pass (dense or soft mode) of several sequences of one length

@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 const MAGIC: &[u8; 4] = b"GGUF";
 /// GGML tensors have at most 4 dimensions.
 const MAX_DIMS: u32 = 4;
+/// At most this many metadata values (array elements included) are parsed from one file. A
+/// parsed value takes 32 bytes, so this bounds the metadata at ~130 MB whatever the header
+/// says; the largest real vocabularies (tokens + scores + types + merges) hold ~1.2M.
+pub const MAX_METADATA_VALUES: usize = 4 << 20;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
@@ -114,6 +118,8 @@ struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
     path: &'a Path,
+    /// Metadata values parsed so far (see `MAX_METADATA_VALUES`).
+    values: usize,
 }
 
 impl<'a> Cursor<'a> {
@@ -196,6 +202,10 @@ impl<'a> Cursor<'a> {
                     t => return Err(self.err(&format!("unknown array element type {t}"))),
                 };
                 let n = self.count(min, "array")?;
+                self.values = self.values.saturating_add(n);
+                if self.values > MAX_METADATA_VALUES {
+                    return Err(self.err(&format!("metadata holds more than {MAX_METADATA_VALUES} values (an array of {n})")));
+                }
                 let mut v = Vec::with_capacity(n);
                 for _ in 0..n {
                     v.push(self.value(inner, depth + 1)?);
@@ -212,11 +222,11 @@ impl<'a> Cursor<'a> {
 
 impl GgufFile {
     pub fn open(path: &Path) -> Result<Self> {
-        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let file = crate::io::open_input(path, u64::MAX, "model")?;
         // SAFETY: the map is read-only and private to this process; a file truncated under us
         // while mapped is outside what we can defend against (the same holds for every mmap user).
         let mmap = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-        let mut c = Cursor { buf: &mmap, pos: 0, path };
+        let mut c = Cursor { buf: &mmap, pos: 0, path, values: 0 };
         if mmap.len() < 4 || &mmap[..4] != MAGIC {
             return Err(Error::bad_file(path, "not a GGUF file (wrong magic; expected \"GGUF\")"));
         }

@@ -36,7 +36,7 @@ pub fn config_from_hf(c: &HfConfig) -> Result<ModelConfig> {
         vocab: c.usize("vocab_size")?,
         context: c.usize("n_positions")?,
         norm: NormKind::Layer,
-        norm_eps: c.f64_or("layer_norm_epsilon", 1e-5),
+        norm_eps: c.f64_or("layer_norm_epsilon", 1e-5)?,
         mlp: MlpKind::GeluTanh,
         positions: Positions::Learned,
         qkv_bias: true,

@@ -12,7 +12,7 @@ pub struct HfConfig {
 
 impl HfConfig {
     pub fn open(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = crate::io::read_capped_string(path, crate::io::MAX_JSON_BYTES, "config.json")?;
         let json: Value = serde_json::from_str(&text).map_err(|e| Error::bad_file(path, format!("invalid JSON: {e}")))?;
         if !json.is_object() {
             return Err(Error::bad_file(path, "config.json is not a JSON object"));
@@ -31,8 +31,13 @@ impl HfConfig {
     pub fn usize(&self, key: &str) -> Result<usize> {
         self.opt_usize(key)?.ok_or_else(|| self.err(key, "missing"))
     }
-    pub fn f64_or(&self, key: &str, default: f64) -> f64 {
-        self.json.get(key).and_then(|v| v.as_f64()).unwrap_or(default)
+    /// A number, `default` when the key is absent or null; a value of another type is an error
+    /// (a string "10000" must not silently become the default).
+    pub fn f64_or(&self, key: &str, default: f64) -> Result<f64> {
+        match self.json.get(key) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v.as_f64().ok_or_else(|| self.err(key, &format!("{v} is not a number"))),
+        }
     }
     pub fn bool_or(&self, key: &str, default: bool) -> bool {
         self.json.get(key).and_then(|v| v.as_bool()).unwrap_or(default)
@@ -56,12 +61,13 @@ impl HfConfig {
                 if ty != "default" {
                     return Err(Error::Unsupported(format!("{}: RoPE type {ty:?} (only \"default\")", self.path.display())));
                 }
-                if let Some(t) = p.get("rope_theta").and_then(|v| v.as_f64()) {
-                    return Ok(t);
+                match p.get("rope_theta") {
+                    None | Some(Value::Null) => {}
+                    Some(v) => return v.as_f64().ok_or_else(|| self.err(&format!("{key}.rope_theta"), &format!("{v} is not a number"))),
                 }
             }
         }
-        Ok(self.f64_or("rope_theta", default))
+        self.f64_or("rope_theta", default)
     }
 }
 
@@ -93,7 +99,7 @@ pub fn llama_style_config(c: &HfConfig, arch: Arch, qkv_bias: bool) -> Result<Mo
         vocab: c.usize("vocab_size")?,
         context,
         norm: NormKind::Rms,
-        norm_eps: c.f64_or("rms_norm_eps", 1e-6),
+        norm_eps: c.f64_or("rms_norm_eps", 1e-6)?,
         mlp: MlpKind::SwiGlu,
         positions: Positions::Rope { theta: c.rope_theta(10000.0)?, interleaved: false },
         qkv_bias,

@@ -45,7 +45,7 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig> {
         norm: NormKind::Rms,
         norm_eps: g.f64(&key("attention.layer_norm_rms_epsilon"))?,
         mlp: MlpKind::SwiGlu,
-        positions: Positions::Rope { theta: g.get(&key("rope.freq_base")).and_then(|v| v.as_f64()).unwrap_or(10000.0), interleaved },
+        positions: Positions::Rope { theta: if g.get(&key("rope.freq_base")).is_some() { g.f64(&key("rope.freq_base"))? } else { 10000.0 }, interleaved },
         qkv_bias,
         tied_embeddings: !g.tensors.contains_key("output.weight"),
     };
@@ -134,6 +134,11 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, dev: &D
                 down: lin(l, "down", d, cfg.ffn_dim, false)?,
             },
         });
+    }
+    // As llama.cpp: a checkpoint with blocks beyond its layer count is refused, not truncated.
+    let extra = (names.block)(cfg.n_layers, "");
+    if let Some(name) = src.names().into_iter().find(|n| n.starts_with(&extra)) {
+        return Err(Error::Unsupported(format!("the model says it has {} layers but holds tensor {name}: the layer count disagrees with the weights", cfg.n_layers)));
     }
     let embed = get(names.embed, &[cfg.vocab, d])?;
     let lm_head = if cfg.tied_embeddings { embed.clone() } else { get(names.lm_head, &[cfg.vocab, d])? };

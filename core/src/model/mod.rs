@@ -42,6 +42,12 @@ impl Model {
         }
         let g = GgufFile::open(path)?;
         let cfg = llama::config_from_gguf(&g)?;
+        // Compare the header's counts before building anything from them.
+        if let Some(n) = g.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()).map(<[_]>::len) {
+            if n > cfg.vocab {
+                return Err(Error::bad_file(path, format!("tokenizer.ggml.tokens has {n} tokens but the embedding only {} rows", cfg.vocab)));
+            }
+        }
         let tokenizer = Tokenizer::from_gguf(&g)?;
         if tokenizer.vocab_size() > cfg.vocab {
             return Err(Error::bad_file(path, format!("tokenizer has {} tokens but the embedding only {}", tokenizer.vocab_size(), cfg.vocab)));
@@ -67,6 +73,11 @@ impl Model {
         };
         let tok_path = dir.join("tokenizer.json");
         let tokenizer = if tok_path.exists() { Some(Tokenizer::from_file(&tok_path)?) } else { None };
+        if let Some(t) = &tokenizer {
+            if t.vocab_size() > decoder.config.vocab {
+                return Err(Error::bad_file(&tok_path, format!("the tokenizer has {} tokens but the model's embedding only {}", t.vocab_size(), decoder.config.vocab)));
+            }
+        }
         Ok(Model { path: dir.to_path_buf(), decoder, tokenizer, fingerprint: src.fingerprint(), format: "safetensors" })
     }
 

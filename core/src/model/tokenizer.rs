@@ -52,6 +52,25 @@ fn pre_tokenizer_for(pre: &str) -> Option<(Vec<&'static str>, bool, bool)> {
     })
 }
 
+/// Where the piece of `text` starting at `start` should end: the first safe cut at or after
+/// `start + chunk` bytes (the end of the text when there is none).
+fn chunk_end(text: &str, start: usize, chunk: usize) -> usize {
+    let b = text.as_bytes();
+    let mut i = start + chunk;
+    while i < b.len() {
+        // ASCII bytes only, so `i` is a character boundary. A letter or digit followed by a
+        // space or newline: every regex here ends a piece there and starts the next with the
+        // whitespace, whatever follows (a cut inside a whitespace run would change what
+        // `\s+(?!\S)` sees; one after punctuation would split llama3's `[^\s..]+[\r\n]*`).
+        let (p, c) = (b[i - 1], b[i]);
+        if p.is_ascii_alphanumeric() && (c == b' ' || c == b'\n') {
+            return i;
+        }
+        i += 1;
+    }
+    b.len()
+}
+
 /// Token ids of a text and where each token came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Encoding {
@@ -71,7 +90,15 @@ pub struct Tokenizer {
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
+    /// Whether a long text may be encoded in pieces cut at pre-tokenizer boundaries with the
+    /// same ids (true for our GGUF tokenizers and for tokenizer.json files whose normalizer
+    /// and pre-tokenizer see no further than a word). Keeps memory per input byte bounded.
+    chunkable: bool,
 }
+
+/// Texts longer than this are encoded in pieces of about this size (see `Tokenizer::encode`):
+/// the tokenizers crate holds ~100 bytes per token of bookkeeping for a whole input.
+pub const ENCODE_CHUNK_BYTES: usize = 1 << 20;
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -95,6 +122,7 @@ impl Tokenizer {
         bos: Option<u32>,
         eos: Option<u32>,
         add_bos: bool,
+        chunkable: bool,
     ) -> Self {
         special.set_encode_special_tokens(false);
         let mut plain = special.clone();
@@ -106,31 +134,43 @@ impl Tokenizer {
             bos,
             eos,
             add_bos,
+            chunkable,
         }
     }
 
     /// A Hugging Face `tokenizer.json`. BOS/EOS come from `tokenizer_config.json` / `config.json`
     /// beside it when present; otherwise BOS is whatever the file's post-processor prepends.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        let mut hf = HfTokenizer::from_bytes(&bytes)
-            .map_err(|e| Error::bad_file(path, format!("not a valid tokenizer.json: {e}")))?;
-
+        let bytes = crate::io::read_capped(path, crate::io::MAX_JSON_BYTES, "tokenizer.json")?;
+        let doc: Json = serde_json::from_slice(&bytes).map_err(|e| Error::bad_file(path, format!("not a valid tokenizer.json: {e}")))?;
+        let chunkable = doc.get("normalizer").is_none_or(|n| n.is_null() || matches!(n.get("type").and_then(Json::as_str), Some("NFC" | "NFKC" | "NFD" | "NFKD" | "Lowercase")))
+            && !doc.get("pre_tokenizer").is_some_and(|p| {
+                let t = p.to_string();
+                t.contains("Metaspace") || t.contains("\"add_prefix_space\":true")
+            });
+        // The tokenizers crate can panic on hostile files (a bad Precompiled charsmap, an empty
+        // Replace pattern): every call into it is contained.
+        let mut hf = crate::error::contain("loading tokenizer.json", || {
+            HfTokenizer::from_bytes(&bytes).map_err(|e| Error::bad_file(path, format!("not a valid tokenizer.json: {e}")))
+        })?;
+        // We add BOS ourselves, so the post-processor (which may also trim offsets) goes, and
+        // so do truncation and padding, which some files carry and would cut long texts (or pad
+        // the probe below to a giant length).
+        hf.with_truncation(None).map_err(tok_err)?;
+        hf.with_padding(None);
         // What the post-processor adds in front of an empty text is the model's BOS (if any).
-        let probe = hf.encode("", true).map_err(tok_err)?;
+        let probe = crate::error::contain("encoding with tokenizer.json", || hf.encode("", true).map_err(tok_err))?;
         let probed_bos = probe.get_ids().first().copied().filter(|&id| {
             hf.id_to_token(id)
                 .is_some_and(|t| hf.get_added_vocabulary().is_special_token(&t))
         });
-        // We add BOS ourselves, so the post-processor (which may also trim offsets) goes, and
-        // so do truncation and padding, which some files carry and would cut long texts.
         hf.with_post_processor(None::<tokenizers::PostProcessorWrapper>);
-        hf.with_truncation(None).map_err(tok_err)?;
-        hf.with_padding(None);
+        // A file that cannot encode a plain sentence is refused now, not at the user's text.
+        crate::error::contain("encoding with tokenizer.json", || hf.encode("Hello, world. 123", false).map_err(tok_err))?;
 
         let dir = path.parent().unwrap_or(Path::new("."));
         let read_json = |name: &str| -> Option<Json> {
-            serde_json::from_slice(&std::fs::read(dir.join(name)).ok()?).ok()
+            serde_json::from_slice(&crate::io::read_capped(&dir.join(name), crate::io::MAX_JSON_BYTES, name).ok()?).ok()
         };
         let tok_config = read_json("tokenizer_config.json");
         let model_config = read_json("config.json");
@@ -163,7 +203,7 @@ impl Tokenizer {
             .map(|&id| id as usize + 1)
             .max()
             .unwrap_or(0);
-        Ok(Self::new(hf, vocab_size, bos, eos, add_bos))
+        Ok(Self::new(hf, vocab_size, bos, eos, add_bos, chunkable))
     }
 
     /// Rebuilds the tokenizer described by a GGUF file's `tokenizer.ggml.*` metadata. Only
@@ -332,26 +372,35 @@ impl Tokenizer {
                 "tokenizer.ggml.add_bos_token is set but there is no bos_token_id".into(),
             ));
         }
-        Ok(Self::new(hf, n, bos, eos, add_bos))
+        Ok(Self::new(hf, n, bos, eos, add_bos, true))
     }
 
     /// Token ids of `text`, with BOS in front when the model asks for it. With `parse_special`,
     /// special-token strings such as `<|im_start|>` become their ids; otherwise they are text.
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Encoding> {
-        let hf = if parse_special {
-            &self.special
-        } else {
-            &self.plain
-        };
-        let enc = hf.encode(text, false).map_err(tok_err)?;
-        let mut ids = Vec::with_capacity(enc.len() + 1);
-        let mut offsets = Vec::with_capacity(enc.len() + 1);
+        self.encode_chunked(text, parse_special, ENCODE_CHUNK_BYTES)
+    }
+
+    /// `encode` with pieces of about `chunk` bytes: a long text is cut where a pre-tokenizer
+    /// would cut it anyway (between a letter or digit and the space or newline after it), so
+    /// the ids are those of the whole text while memory stays per piece.
+    pub fn encode_chunked(&self, text: &str, parse_special: bool, chunk: usize) -> Result<Encoding> {
+        let hf = if parse_special { &self.special } else { &self.plain };
+        let mut ids = Vec::new();
+        let mut offsets = Vec::new();
         if self.add_bos {
             ids.extend(self.bos);
             offsets.push((0, 0));
         }
-        ids.extend_from_slice(enc.get_ids());
-        offsets.extend_from_slice(enc.get_offsets());
+        let mut start = 0;
+        while start < text.len() {
+            let end = if self.chunkable { chunk_end(text, start, chunk.max(1)) } else { text.len() };
+            let piece = &text[start..end];
+            let enc = crate::error::contain("encoding the text", || hf.encode(piece, false).map_err(tok_err))?;
+            ids.extend_from_slice(enc.get_ids());
+            offsets.extend(enc.get_offsets().iter().map(|&(a, b)| (a + start, b + start)));
+            start = end;
+        }
         Ok(Encoding { ids, offsets })
     }
 

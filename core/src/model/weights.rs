@@ -43,7 +43,7 @@ impl SafeTensorsDir {
         let mut maps = Vec::new();
         let mut index = BTreeMap::new();
         for (fi, path) in files.into_iter().enumerate() {
-            let f = std::fs::File::open(&path).map_err(|e| Error::io(&path, e))?;
+            let f = crate::io::open_input(&path, u64::MAX, "safetensors")?;
             // SAFETY: read-only private map; see gguf.rs.
             let mmap = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| Error::io(&path, e))?;
             // `deserialize` validates the header size, the JSON, and every tensor's byte range.
@@ -100,6 +100,14 @@ impl WeightSource {
         }
     }
 
+    /// Every tensor name in the checkpoint.
+    pub fn names(&self) -> Vec<&str> {
+        match self {
+            WeightSource::Gguf(g) => g.tensors.keys().map(String::as_str).collect(),
+            WeightSource::SafeTensors(s) => s.names().map(String::as_str).collect(),
+        }
+    }
+
     pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
         match self {
             WeightSource::Gguf(g) => g.tensors.get(name).map(|t| t.shape.clone()),
@@ -120,8 +128,8 @@ impl WeightSource {
         }
         let values: Vec<f32> = match self {
             WeightSource::Gguf(g) => {
-                let q = g.qtensor(name, &Device::Cpu)?;
-                q.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?
+                let deq = || -> Result<Vec<f32>> { Ok(g.qtensor(name, &Device::Cpu)?.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?) };
+                deq().map_err(|e| Error::bad_file(&g.path, format!("tensor {name} ({:?}, shape {found:?}) cannot be read: {e}", g.tensors[name].dtype)))?
             }
             WeightSource::SafeTensors(s) => {
                 let e = &s.index[name];
