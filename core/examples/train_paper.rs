@@ -1,0 +1,120 @@
+//! Paper-scale router training on the GPU machine without the app (focus-lens pulls in the GUI
+//! and candle's quantized kernels, too long a build for one session): what `focus-lens train`
+//! does (the same `Trainer::run`, train_log.jsonl, the adapter with its provenance), then the
+//! held-out perplexities of the result (`eval::ppl`), dense, soft and top-k.
+//!
+//!   train_paper --model GGUF --data DIR --heldout DIR --out DIR [--groups 8] [--gate log]
+//!       [--tau 0.1] [--steps 4000] [--minutes 0] [--eval-every 500] [--ppl FILE] [--ctx 512,1024]
+//!       [--seq 1024] [--batch 4] [--cpu]
+//!
+//! Fixed: dot scores, d_g 16, Sinkhorn 10 iterations with the full gradient, w 128, 4 x 1024
+//! tokens per step (unless --seq / --batch), AdamW lr 1e-2 with cosine decay, seed 0.
+//! Build: `cargo build --release --features cuda -p focus-core --example train_paper`.
+
+use focus_core::eval::ppl::perplexity;
+use focus_core::focus::sinkhorn::SinkhornGrad;
+use focus_core::train::{LogRow, TrainData, TrainOptions, Trainer};
+use focus_core::{AdapterSpec, Gate, Mode, Model, Score};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+fn arg(args: &[String], name: &str, default: &str) -> String {
+    args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.to_string())
+}
+
+/// The .txt files of a folder in name order, tokenized and joined by the end-of-text token.
+fn tokens(model: &Model, dir: &Path) -> focus_core::Result<(Vec<u32>, Vec<String>)> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir).map_err(|e| focus_core::Error::io(dir, e))?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "txt")).collect();
+    files.sort();
+    let tok = model.tokenizer()?;
+    let mut ids = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).map_err(|e| focus_core::Error::io(f, e))?;
+        ids.extend(tok.encode(&text, false)?.ids);
+        if let Some(eos) = tok.eos_id() {
+            ids.push(eos);
+        }
+    }
+    Ok((ids, files.iter().map(|p| p.display().to_string()).collect()))
+}
+
+fn main() -> focus_core::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let dev = if args.iter().any(|a| a == "--cpu") { candle_core::Device::Cpu } else { focus_core::device::cuda(0)? };
+    let (seq, batch): (usize, usize) = (arg(&args, "--seq", "1024").parse().unwrap(), arg(&args, "--batch", "4").parse().unwrap());
+    let model = Model::load(Path::new(&arg(&args, "--model", "")), &dev)?;
+    let out = PathBuf::from(arg(&args, "--out", "run"));
+    let (train, train_files) = tokens(&model, Path::new(&arg(&args, "--data", "")))?;
+    let (heldout, heldout_files) = tokens(&model, Path::new(&arg(&args, "--heldout", "")))?;
+    let data = TrainData { train, heldout };
+    let groups: usize = arg(&args, "--groups", "8").parse().unwrap();
+    let gate = if arg(&args, "--gate", "log") == "paper" { Gate::Paper } else { Gate::Log };
+    let tau: f64 = arg(&args, "--tau", "0.1").parse().unwrap();
+    let spec = AdapterSpec { groups, d_g: 16, tau, sinkhorn_iters: 10, window: 128, gate, score: Score::Dot, ..Default::default() };
+    let minutes: f64 = arg(&args, "--minutes", "0").parse().unwrap();
+    let opts = TrainOptions {
+        steps: arg(&args, "--steps", "4000").parse().unwrap(),
+        seq_len: seq,
+        batch,
+        lr: 1e-2,
+        weight_decay: 0.0,
+        seed: 0,
+        eval_every: arg(&args, "--eval-every", "500").parse().unwrap(),
+        eval_seqs: 8,
+        checkpoint_every: 0,
+        max_seconds: minutes * 60.0,
+        sinkhorn_grad: SinkhornGrad::Full,
+        cosine_decay: true,
+        straight_through: None,
+    };
+    let mut trainer = Trainer::new(&model, &spec, opts)?;
+    std::fs::create_dir_all(&out).map_err(|e| focus_core::Error::io(&out, e))?;
+    let log_path = out.join("train_log.jsonl");
+    let mut log = std::fs::File::create(&log_path).map_err(|e| focus_core::Error::io(&log_path, e))?;
+    eprintln!("training K={groups} {gate:?} on {} tokens, held out {}", data.train.len(), data.heldout.len());
+    let t0 = std::time::Instant::now();
+    let mut last = None;
+    trainer.run(
+        &data,
+        &out,
+        None,
+        |row: &LogRow| {
+            if row.heldout_ppl.is_some() {
+                last = row.heldout_ppl;
+                eprintln!("step {} loss {:.4} held-out {:?} dominance max {:.3} ({:.0} s)", row.step, row.loss, row.heldout_ppl, row.dominance.as_ref().map_or(0.0, |d| d.iter().cloned().fold(0.0, f64::max)), row.seconds);
+            }
+            writeln!(log, "{}", serde_json::to_string(row).unwrap()).map_err(|e| focus_core::Error::io(&log_path, e))
+        },
+        |_, _| {},
+    )?;
+    let secs = t0.elapsed().as_secs_f64();
+    trainer.adapter.config.training = Some(serde_json::json!({
+        "data": train_files, "heldout": heldout_files, "steps": trainer.step, "seq_len": seq, "batch": batch,
+        "lr": 1e-2, "weight_decay": 0.0, "seed": 0, "tokens_seen": trainer.tokens_seen, "seconds_this_run": secs,
+        "device": if dev.is_cuda() { "cuda (NVIDIA H200)" } else { "cpu" }, "time_limit_min": minutes, "heldout_ppl": last, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
+        "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": true, "straight_through": null,
+        "heldout_mode": trainer.eval_mode().to_string(), "init": null, "trainer": "core/examples/train_paper.rs (fused step)",
+    }));
+    trainer.adapter.save(&out)?;
+    eprintln!("TRAINED K={groups} {gate:?}: {} steps, {} tokens, {secs:.0} s, held-out {last:?}", trainer.step, trainer.tokens_seen);
+    // Held-out perplexities of the trained adapter.
+    let ppl_file = arg(&args, "--ppl", "");
+    if !ppl_file.is_empty() {
+        let text = std::fs::read_to_string(&ppl_file).map_err(|e| focus_core::Error::io(Path::new(&ppl_file), e))?;
+        let ids = model.tokenizer()?.encode(&text, false)?.ids;
+        let mut results = Vec::new();
+        for ctx in arg(&args, "--ctx", "512,1024").split(',').map(|c| c.parse::<usize>().unwrap()) {
+            let mut modes = vec![Mode::Dense, Mode::Soft];
+            modes.extend((1..=3).filter(|&k| k < groups).map(Mode::TopK));
+            for mode in modes {
+                let a = if mode == Mode::Dense { None } else { Some(&trainer.adapter) };
+                let r = perplexity(&model, &ids, ctx, mode, a, None, |_, _| {})?;
+                eprintln!("PPL K={groups} ctx {ctx} {mode}: {:.4}", r.ppl);
+                results.push(serde_json::json!({"ctx": ctx, "mode": mode.to_string(), "ppl": r.ppl, "chunks": r.chunks, "scored_tokens": r.scored_tokens}));
+            }
+        }
+        let p = out.join("ppl.json");
+        std::fs::write(&p, serde_json::to_string_pretty(&results).unwrap()).map_err(|e| focus_core::Error::io(&p, e))?;
+    }
+    Ok(())
+}
