@@ -545,6 +545,27 @@ fn groups_line_up_and_purity_heatmap() {
             .sum()
     };
     assert!(agree(false) > agree(true), "matched {} vs raw {}", agree(false), agree(true));
+    // The mask's tooltip says whether a pair is kept, and why.
+    use focus_lens::gui::views::mask::pair_reason;
+    let w = res.window();
+    assert!(pair_reason(&res, 7, 20, 10, false).starts_with("kept: local (i - j = 10"));
+    assert!(pair_reason(&res, 7, 10, 20, false).contains("causal"));
+    let m = &res.masks[7];
+    let pruned = (w + 1..res.tokens()).find_map(|i| (0..i - w).find(|&j| m[i] & m[j] == 0).map(|j| (i, j))).expect("a pruned pair");
+    assert!(pair_reason(&res, 7, pruned.0, pruned.1, false).starts_with("pruned: no shared group"));
+    // The routing space projects what a cosine adapter's scores use: unit-length vectors.
+    use focus_lens::gui::views::routing;
+    assert!(routing::cosine(&res), "the sample adapter scores by cosine");
+    let shown = routing::projection(&res, 7).unwrap();
+    let r7 = &res.analysis.routing[7];
+    let unit = |v: &[f32], d: usize| -> Vec<f32> { v.chunks(d).flat_map(|r| { let n = r.iter().map(|x| x * x).sum::<f32>().sqrt(); r.iter().map(move |x| x / n) }).collect() };
+    let cent = res.adapter.layers[7].centroids.to_dtype(candle_core::DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let want = focus_core::analysis::projection::pca_2d(&unit(r7.vectors.as_ref().unwrap(), r7.d_g), r7.t, r7.d_g, &unit(&cent, r7.d_g), res.groups()).unwrap();
+    assert_eq!(shown, want);
+    assert_ne!(shown, res.analysis.projection(&res.adapter, 7).unwrap(), "not the raw vectors");
+    let shared = (w + 1..res.tokens()).find_map(|i| (0..i - w).find(|&j| m[i] & m[j] != 0).map(|j| (i, j))).expect("a shared pair");
+    let g = (m[shared.0] & m[shared.1]).trailing_zeros() as usize;
+    assert!(pair_reason(&res, 7, shared.0, shared.1, false).starts_with(&format!("kept: both in group g{}", res.shown_group(7, g, false))));
     h.get_by_label("raw group indices").click();
     h.step();
     assert!(h.state().settings.raw_groups);
@@ -958,9 +979,18 @@ fn speed_panel_attention_kernels() {
         }
         assert!(b.settings.contains("threads") && b.settings.contains("f32") && b.settings.contains("KV heads"), "{}", b.settings);
         assert!(b.cli.starts_with("focus-lens bench attention") && b.cli.contains("--lengths 256,512"), "{}", b.cli);
+        // 3 repeats by default, with their spread per length.
+        assert!(b.settings.contains("3 timed repeat(s)"), "{}", b.settings);
+        let spreads = b.spreads.lock().unwrap().clone();
+        assert_eq!(spreads.iter().map(|s| (s.n, s.repeats)).collect::<Vec<_>>(), vec![(256, 3), (512, 3)]);
+        for (s, r) in spreads.iter().zip(&b.rows) {
+            assert!(s.dense_ms.0 <= s.dense_ms.1 && s.dense_ms.1 <= s.dense_ms.2);
+            assert!((s.dense_ms.1 - r.dense_ms.unwrap()).abs() < 1e-9, "the row shows the median");
+        }
     }
     h.step();
     assert!(h.query_by_label("pairs fraction").is_some(), "the table of figures");
+    assert_eq!(h.get_all_by_label("(min-max)").count(), 3, "the spread columns");
     assert!(h.query_by_label_contains("focus-lens bench attention").is_some(), "the equivalent command");
     click_menu(&mut h, "Export", "Current view as SVG…");
     no_errors(&h);
@@ -1000,4 +1030,150 @@ fn categories_fit_the_window() {
     for r in lines {
         assert!(r.right() <= view.right() + 1.0, "a group's line at {r:?} runs past the view {view:?}");
     }
+}
+
+/// A session saved from the menu reopens, from the menu, what was on screen: inputs, settings,
+/// layer, tab and the selected token with its partners.
+#[test]
+fn sessions_save_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(150), dir.path());
+    settle(&mut h);
+    h.state_mut().export_dir = None;
+    h.state_mut().settings.layer = 9;
+    h.state_mut().settings.params.mode = ModeChoice::Soft;
+    settle(&mut h);
+    h.state_mut().select_token(Some(140));
+    settle(&mut h);
+    h.get_by_label("Balance").click();
+    h.step();
+    let path = dir.path().join("my.session.json");
+    click_menu(&mut h, "File", "Save session…");
+    h.step();
+    h.step();
+    h.step();
+    h.state_mut().views.files.path.clear();
+    h.get_by_label("Path:").click();
+    h.step();
+    h.get_by_label("Path:").type_text(&path.display().to_string());
+    h.step();
+    h.get_by_label("Save").click();
+    h.step();
+    no_errors(&h);
+    assert!(std::fs::read_to_string(&path).unwrap().contains("focus-lens-session"));
+
+    // A fresh window on other settings, then File → Open session….
+    let mut h = harness(settings(100), dir.path());
+    settle(&mut h);
+    type_path_and_open(&mut h, "Open session…", &path, "Open this session");
+    settle(&mut h);
+    h.step();
+    settle(&mut h);
+    no_errors(&h);
+    let app = h.state();
+    assert_eq!((app.settings.layer, app.settings.tab, app.settings.params.mode, app.settings.params.max_tokens), (9, Tab::Balance, ModeChoice::Soft, 150));
+    assert_eq!(app.session.result.as_ref().unwrap().analysis.mode, "soft");
+    assert_eq!(app.selection.selected, Some(140));
+    assert!(app.selection.partners.as_ref().is_some_and(|p| p.token == 140 && p.layer == 9));
+}
+
+/// Ctrl+F opens the search: typing finds every occurrence (case folded) and scrolls to the
+/// first; Enter goes to the next; matches are underlined.
+#[test]
+fn ctrl_f_searches_the_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(300), dir.path());
+    settle(&mut h);
+    h.key_press_modifiers(egui::Modifiers::COMMAND, egui::Key::F);
+    h.step();
+    h.step();
+    let field = h.get_by_label("Find:");
+    assert!(field.is_focused(), "Ctrl+F puts the keyboard in the search field");
+    field.type_text("the");
+    h.step();
+    h.step();
+    let res = h.state().session.result.clone().unwrap();
+    let text: String = res.analysis.tokens.iter().map(|t| t.text.to_ascii_lowercase()).collect();
+    let n = text.matches("the").count();
+    assert!(n > 3);
+    assert_eq!(h.state().views.tokens.matches.len(), n);
+    assert!(h.query_by_label(&format!("match 1 of {n}")).is_some());
+    let first = h.state().views.tokens.matches[0];
+    assert!(res.analysis.tokens[first].text.to_ascii_lowercase().contains("th"));
+    h.key_press(egui::Key::Enter);
+    h.step();
+    h.step();
+    assert!(h.query_by_label(&format!("match 2 of {n}")).is_some());
+}
+
+/// Arrow keys move the layer and the head (not while a text field has the keyboard).
+#[test]
+fn arrow_keys_move_layer_and_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(64), dir.path());
+    settle(&mut h);
+    let (l, hd) = (h.state().settings.layer, h.state().settings.head);
+    h.key_press(egui::Key::ArrowRight);
+    h.step();
+    h.key_press(egui::Key::ArrowDown);
+    h.step();
+    assert_eq!((h.state().settings.layer, h.state().settings.head), (l + 1, hd + 1));
+    h.key_press(egui::Key::ArrowLeft);
+    h.step();
+    h.key_press(egui::Key::ArrowUp);
+    h.step();
+    assert_eq!((h.state().settings.layer, h.state().settings.head), (l, hd));
+}
+
+/// The colour-blind option switches the group colours to Okabe-Ito.
+#[test]
+fn colour_blind_palette() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(64), dir.path());
+    settle(&mut h);
+    h.get_by_label("colour-blind palette").click();
+    h.step();
+    h.step();
+    assert!(h.state().settings.colour_blind);
+    let c = focus_lens::gui::palette::OKABE_ITO[0];
+    assert_eq!(focus_lens::gui::palette::group(0), egui::Color32::from_rgb(c[0], c[1], c[2]));
+    h.get_by_label("colour-blind palette").click();
+    h.step();
+    h.step();
+    assert_ne!(focus_lens::gui::palette::group(0), egui::Color32::from_rgb(c[0], c[1], c[2]));
+}
+
+/// The attention view: a clicked token's head x layer grid, each cell's attention split into
+/// local, shared-group and pruned shares (of the dense softmax), consistent with the partners
+/// view's exact row in the selected layer and head.
+#[test]
+fn attention_grid_of_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(300);
+    s.params.mode = ModeChoice::Dense;
+    s.layer = 7;
+    s.head = 2;
+    let mut h = harness(s, dir.path());
+    settle(&mut h);
+    h.state_mut().select_token(Some(250));
+    h.get_by_label("Attention").click();
+    h.step();
+    settle(&mut h);
+    h.step();
+    settle(&mut h);
+    no_errors(&h);
+    let app = h.state();
+    let res = app.session.result.as_ref().unwrap();
+    let g = app.views.attention.current(res, 250).expect("the grid");
+    assert_eq!((g.cells.len(), g.cells[0].len()), (30, 9));
+    for row in &g.cells {
+        for c in row {
+            assert!((c.iter().sum::<f32>() - 1.0).abs() < 1e-4, "{c:?}");
+        }
+    }
+    // In dense mode the partners' row is the dense softmax: its mass on same-group distant
+    // tokens and on the window is the grid's cell.
+    let p = app.selection.partners.as_ref().expect("partners");
+    let c = g.cells[7][2];
+    assert!((p.local_mass - c[0]).abs() < 1e-3 && (p.partner_mass - c[1]).abs() < 1e-3, "{p:?} vs {c:?}", p = (p.local_mass, p.partner_mass));
 }

@@ -66,6 +66,10 @@ pub struct GuiArgs {
     pub adapter: Option<std::path::PathBuf>,
     /// A text file to analyse.
     pub text: Option<std::path::PathBuf>,
+    /// A session file saved from the app (File → Save session…): its inputs, settings, view and
+    /// selection; --model, --adapter and TEXT override its inputs.
+    #[arg(long)]
+    pub session: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -124,11 +128,12 @@ mod tests {
     /// `focus-lens gui FILE` and its options parse (it used to be rejected).
     #[test]
     fn gui_takes_model_adapter_and_text() {
-        let cli = Cli::try_parse_from(["focus-lens", "gui", "--model", "m.gguf", "--adapter", "ad", "notes.txt"]).expect("parses");
+        let cli = Cli::try_parse_from(["focus-lens", "gui", "--model", "m.gguf", "--adapter", "ad", "--session", "s.json", "notes.txt"]).expect("parses");
         let Some(Command::Gui(a)) = cli.command else { panic!("not the gui command") };
         assert_eq!(a.model.as_deref(), Some(std::path::Path::new("m.gguf")));
         assert_eq!(a.adapter.as_deref(), Some(std::path::Path::new("ad")));
         assert_eq!(a.text.as_deref(), Some(std::path::Path::new("notes.txt")));
+        assert_eq!(a.session.as_deref(), Some(std::path::Path::new("s.json")));
         let Some(Command::Gui(a)) = Cli::try_parse_from(["focus-lens", "gui"]).unwrap().command else { panic!() };
         assert!(a.model.is_none() && a.adapter.is_none() && a.text.is_none());
     }

@@ -41,6 +41,8 @@ pub struct FocusLensApp {
     /// The full analysis, arrived while the pointer rests on its preview: it replaces the
     /// preview when the pointer moves (nothing changes under a still mouse).
     pub pending_full: Option<Arc<AnalysisResult>>,
+    /// A reopened session's selected token, selected once an analysis long enough arrives.
+    pub pending_select: Option<usize>,
     ctx: Option<egui::Context>,
 }
 
@@ -60,6 +62,7 @@ impl FocusLensApp {
             export_dir: None,
             timing: Timing::default(),
             pending_full: None,
+            pending_select: None,
             ctx: None,
         }
     }
@@ -97,6 +100,21 @@ impl FocusLensApp {
             self.settings.params.causal = None;
         }
         self.session.unstop();
+    }
+
+    /// Reopens a session file: its inputs, settings, view and selection (an error in the window
+    /// when it cannot be read; nothing changes then).
+    pub fn open_session(&mut self, path: &Path) {
+        match super::sessionfile::SessionFile::read(path) {
+            Ok(f) => {
+                f.apply(&mut self.settings);
+                self.selection = Selection::default();
+                self.pending_select = f.selected;
+                self.session.unstop();
+                self.status = format!("opened session {}", path.display());
+            }
+            Err(e) => self.errors.push(format!("cannot open session: {e}")),
+        }
     }
 
     /// Back to the embedded default for one input.
@@ -166,6 +184,12 @@ impl FocusLensApp {
         if self.selection.partners.as_ref().is_some_and(|p| p.key != res.key) {
             self.selection.partners = None;
         }
+        if let Some(i) = self.pending_select.filter(|&i| i < res.tokens() && self.wanted_key().as_ref() == Some(&res.key)) {
+            self.pending_select = None;
+            self.selection.selected = Some(i);
+            self.selection.partners = None;
+            self.views.scroll_to = Some(i);
+        }
         let stale_partners = self.selection.partners.as_ref().is_none_or(|p| p.key != res.key);
         self.session.result = Some(res);
         self.timing.first_view();
@@ -187,6 +211,7 @@ impl FocusLensApp {
             Msg::Mask(r) => self.handle_mask(r),
             Msg::Bench(r) => self.views.speed.receive_model(r),
             Msg::Compare(r) => self.views.compare.receive(r),
+            Msg::AttnGrid(r) => self.views.attention.receive(r),
             Msg::AttnBench(r) => self.views.speed.receive_attention(r),
             Msg::Dialog(purpose, path) => self.handle_dialog(purpose, path),
             Msg::Png(r) => self.handle_png(r),
@@ -316,6 +341,7 @@ impl FocusLensApp {
                 let task = match purpose {
                     Purpose::Open(k) => FileTask::Open(k),
                     Purpose::OpenModelFolder => FileTask::OpenModelFolder,
+                    Purpose::OpenSession => FileTask::OpenSession,
                     Purpose::Export(k) => FileTask::Export(k),
                 };
                 let name = matches!(task, FileTask::Export(_)).then(|| export::default_name(&self.settings, match task {
@@ -330,6 +356,7 @@ impl FocusLensApp {
         match purpose {
             Purpose::Open(kind) => self.open(kind, path),
             Purpose::OpenModelFolder => self.open(InputKind::Model, path),
+            Purpose::OpenSession => self.open_session(&path),
             Purpose::Export(kind) => self.export_to(kind, path),
         }
     }
@@ -346,7 +373,7 @@ impl FocusLensApp {
     /// The Export menu: asks for a path in the file window (which offers the system dialog
     /// too), or writes into `export_dir` at once when that is set.
     fn export(&mut self, kind: ExportKind) {
-        if self.session.result.is_none() {
+        if self.session.result.is_none() && kind != ExportKind::Session {
             self.errors.push("nothing to export yet: no analysis has finished".into());
             return;
         }
@@ -362,6 +389,14 @@ impl FocusLensApp {
 
     /// Writes the export to `path` (atomically); a PNG is written when its screenshot arrives.
     fn export_to(&mut self, kind: ExportKind, path: PathBuf) {
+        if kind == ExportKind::Session {
+            let json = super::sessionfile::SessionFile::from_settings(&self.settings, self.selection.selected).to_json();
+            match export::write(&path, json.as_bytes()) {
+                Ok(()) => self.status = format!("saved session {}", path.display()),
+                Err(e) => self.errors.push(format!("saving the session to {} failed: {e}", path.display())),
+            }
+            return;
+        }
         let Some(res) = self.session.result.clone() else {
             self.errors.push("nothing to export yet: no analysis has finished".into());
             return;
@@ -382,9 +417,9 @@ impl FocusLensApp {
                 let text = self.session.text.as_ref().filter(|t| t.gen == res.key.text_gen).map(|t| t.text.clone());
                 export::stats(&res, kind, export::provenance(&res, &self.settings, text.as_deref().map(|s| s.as_str())))
             }
-            ExportKind::ViewSvg => self.views.svg(&self.settings, &res),
+            ExportKind::ViewSvg => self.views.svg(&self.settings, &res, self.selection.selected),
             ExportKind::CompareCsv => self.views.compare.result.as_ref().map(|c| c.csv()).ok_or_else(|| "no comparison yet: press Run comparison first".to_string()),
-            ExportKind::StatsCsv | ExportKind::ViewPng => unreachable!(),
+            ExportKind::StatsCsv | ExportKind::ViewPng | ExportKind::Session => unreachable!(),
         };
         match text.and_then(|t| export::write(&path, t.as_bytes())) {
             Ok(()) => self.status = format!("wrote {}", path.display()),
@@ -411,6 +446,7 @@ impl FocusLensApp {
     fn apply(&mut self, c: Command) {
         match c {
             Command::Open(kind, path) => self.open(kind, path),
+            Command::OpenSession(path) => self.open_session(&path),
             Command::UseDefault(kind) => self.use_default(kind),
             Command::Dialog(purpose) => {
                 let name = match purpose {
@@ -435,6 +471,9 @@ impl FocusLensApp {
                 self.select_token(Some(i));
             }
             Command::StartCompare(spec) => self.start_compare(spec),
+            Command::BuildAttnGrid(res, i) => {
+                self.worker.spawn(TaskKind::AttnGrid, move |h| Msg::AttnGrid(super::compare::attention_grid(&res, i, h)));
+            }
             Command::Set(s) => self.settings.set(s),
             Command::Rerun => self.session.unstop(),
             Command::Select(i) => self.select_token(i),
@@ -522,6 +561,7 @@ impl FocusLensApp {
     /// Collects finished background work and starts what is needed. Called every frame (and by
     /// tests between steps).
     pub fn update(&mut self, ctx: &egui::Context) {
+        super::palette::set_colour_blind(self.settings.colour_blind);
         self.worker.set_context(ctx);
         if self.ctx.is_none() {
             self.ctx = Some(ctx.clone());

@@ -300,3 +300,90 @@ mod tests {
         assert!(m[2] > 0.0);
     }
 }
+
+/// One token's attention in every layer and head, split by what the top-k mask does with each
+/// pair: for the attention view's head x layer grid.
+pub struct AttnGrid {
+    pub key: AnalysisKey,
+    pub token: usize,
+    /// `cells[layer][head]` = (local, shared-group, pruned) shares of the token's dense softmax
+    /// attention (summing to 1).
+    pub cells: Vec<Vec<[f32; 3]>>,
+}
+
+struct RowHook {
+    query: usize,
+    k: usize,
+    window: usize,
+    cells: Vec<Vec<[f32; 3]>>,
+    err: Option<String>,
+}
+
+impl LayerHook for RowHook {
+    fn inputs(&mut self, _l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> ControlFlow<()> {
+        let Some(r) = routing else {
+            self.err = Some("the run has no routing (no adapter)".into());
+            return ControlFlow::Break(());
+        };
+        match row_split(&inp.q, &inp.k, &r.topk_masks(self.k), self.window, self.query) {
+            Ok(c) => self.cells.push(c),
+            Err(e) => {
+                self.err = Some(e.to_string());
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Per head: the dense softmax weights of query `i` split into (local, shared-group, pruned).
+fn row_split(q: &Tensor, k: &Tensor, masks: &[u64], window: usize, i: usize) -> candle_core::Result<Vec<[f32; 3]>> {
+    let q = q.squeeze(0)?.to_dtype(DType::F32)?;
+    let k = k.squeeze(0)?.to_dtype(DType::F32)?;
+    let (h, _t, d) = q.dims3()?;
+    let hkv = k.dim(0)?;
+    let rep = h / hkv.max(1);
+    let qi = q.narrow(1, i, 1)?; // (H, 1, D)
+    let kk = k.narrow(1, 0, i + 1)?.unsqueeze(1)?.expand((hkv, rep, i + 1, d))?.reshape((h, i + 1, d))?;
+    let s = (qi.matmul(&kk.t()?.contiguous()?)? * (1.0 / (d as f64).sqrt()))?.squeeze(1)?; // (H, i+1)
+    let m = s.max_keepdim(D::Minus1)?;
+    let e = s.broadcast_sub(&m)?.exp()?;
+    let w = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?.to_vec2::<f32>()?;
+    Ok(w.iter()
+        .map(|row| {
+            let mut c = [0f32; 3];
+            for (j, &x) in row.iter().enumerate() {
+                let slot = match classify(i, j, masks[i], masks[j], window) {
+                    PairClass::Local => 0,
+                    PairClass::SharedGroup(_) => 1,
+                    _ => 2,
+                };
+                c[slot] += x;
+            }
+            c
+        })
+        .collect())
+}
+
+/// The head x layer grid of token `i` of `res` (its segment, run in `res`'s mode).
+pub fn attention_grid(res: &AnalysisResult, i: usize, h: &Handle) -> Result<AttnGrid, JobError> {
+    let an = &res.analysis;
+    if i >= an.tokens.len() {
+        return Err(JobError::Failed("token out of range".into()));
+    }
+    h.set_progress(0, 0, format!("token {i}, every layer and head"));
+    let seg = an.segment_len.max(1);
+    let start = i / seg * seg;
+    let end = (start + seg).min(an.tokens.len());
+    // Whole-sequence Sinkhorn: later tokens change earlier routing, so the whole segment runs.
+    let end = if res.adapter.config.causal_sinkhorn { i + 1 } else { end };
+    let ids: Vec<u32> = an.tokens[start..end].iter().map(|t| t.id).collect();
+    let mut opts = ForwardOptions::new(res.key.params.mode(), Some(res.adapter.as_ref()));
+    opts.cancel = Some(&h.cancel);
+    let mut hook = RowHook { query: i - start, k: res.key.params.k, window: res.window(), cells: Vec::new(), err: None };
+    res.model.decoder.run(&[ids.as_slice()], &opts, &mut hook)?;
+    if let Some(e) = hook.err {
+        return Err(JobError::Failed(e));
+    }
+    Ok(AttnGrid { key: res.key.clone(), token: i, cells: hook.cells })
+}

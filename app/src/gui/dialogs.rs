@@ -18,6 +18,7 @@ pub enum Purpose {
     Open(InputKind),
     /// A Hugging Face model directory (config.json + *.safetensors): a folder, not a file.
     OpenModelFolder,
+    OpenSession,
     Export(ExportKind),
 }
 
@@ -55,6 +56,7 @@ impl Dialogs {
                 }
             }
             Purpose::OpenModelFolder => Box::pin(d.set_title("Open a Hugging Face model folder (config.json + *.safetensors)").pick_folder()),
+            Purpose::OpenSession => Box::pin(d.set_title("Open session").add_filter("session", &["json"]).pick_file()),
             Purpose::Export(kind) => Box::pin(d.set_file_name(name).add_filter(kind.ext(), &[kind.ext()]).save_file()),
         };
         self.start(purpose, move || block_on(fut).map(|f| f.path().to_path_buf()), repaint);

@@ -61,6 +61,7 @@ pub enum Msg {
     Mask(Result<MaskImage, JobError>),
     Bench(Result<(Vec<BenchRow>, String), JobError>),
     Compare(Result<super::compare::Comparison, JobError>),
+    AttnGrid(Result<super::compare::AttnGrid, JobError>),
     AttnBench(Result<Vec<AttentionRow>, JobError>),
     /// A file dialog closed: what it was for, and the chosen path (`None`: the user cancelled).
     Dialog(Purpose, Option<PathBuf>),

@@ -23,6 +23,7 @@ pub mod export;
 pub mod jobs;
 pub mod palette;
 pub mod session;
+pub mod sessionfile;
 pub mod state;
 pub mod views;
 pub mod worker;
@@ -36,7 +37,7 @@ mod tests {
         let mut stored = Settings::default();
         stored.text = Some("/old.txt".into());
         stored.params.window = Some(64);
-        let s = startup_settings(stored.clone(), &StartArgs { text: Some("new.txt".into()), adapter: Some("/ad".into()), model: None });
+        let s = startup_settings(stored.clone(), &StartArgs { text: Some("new.txt".into()), adapter: Some("/ad".into()), ..Default::default() });
         assert_eq!(s.text, Some(std::env::current_dir().unwrap().join("new.txt")));
         assert_eq!(s.adapter, Some("/ad".into()));
         assert_eq!(s.params.window, None, "a new adapter brings its own window");
@@ -61,11 +62,13 @@ pub struct StartArgs {
     pub model: Option<std::path::PathBuf>,
     pub adapter: Option<std::path::PathBuf>,
     pub text: Option<std::path::PathBuf>,
+    /// A session file to reopen (its inputs and settings; the others above override it).
+    pub session: Option<std::path::PathBuf>,
 }
 
 impl From<crate::cli::GuiArgs> for StartArgs {
     fn from(a: crate::cli::GuiArgs) -> Self {
-        StartArgs { model: a.model, adapter: a.adapter, text: a.text }
+        StartArgs { model: a.model, adapter: a.adapter, text: a.text, session: a.session }
     }
 }
 
@@ -103,8 +106,12 @@ pub fn run(args: StartArgs) -> anyhow::Result<()> {
         Box::new(|cc| {
             cc.egui_ctx.set_theme(egui::Theme::Light);
             let stored: Settings = cc.storage.and_then(|s| eframe::get_value(s, eframe::APP_KEY)).unwrap_or_default();
-            let settings = startup_settings(stored, &args);
-            Ok(Box::new(FocusLensApp::new(settings)))
+            let mut app = FocusLensApp::new(stored);
+            if let Some(p) = &args.session {
+                app.open_session(p);
+            }
+            app.settings = startup_settings(app.settings.clone(), &args);
+            Ok(Box::new(app))
         }),
     )
     .map_err(|e| anyhow::anyhow!("cannot open the window: {e}"))

@@ -1,7 +1,33 @@
 //! Group colours: a fixed qualitative palette (light enough for black text), then evenly spread
-//! hues for K beyond it. The same colours go to the screen and to SVG exports.
+//! hues for K beyond it; or, with the colour-blind option, the Okabe-Ito palette (distinguishable
+//! with the common colour-vision deficiencies) for the first 8 groups. The same colours go to the
+//! screen and to SVG exports. The option is process-wide (`set_colour_blind`, set by the app
+//! from its settings each frame), as every view and export asks this module for colours.
 
 use egui::Color32;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static COLOUR_BLIND: AtomicBool = AtomicBool::new(false);
+
+pub fn set_colour_blind(on: bool) {
+    COLOUR_BLIND.store(on, Ordering::Relaxed);
+}
+
+pub fn colour_blind() -> bool {
+    COLOUR_BLIND.load(Ordering::Relaxed)
+}
+
+/// Okabe & Ito's palette (black replaced by a light grey, blue lightened for black text).
+pub const OKABE_ITO: [[u8; 3]; 8] = [
+    [230, 159, 0],
+    [86, 180, 233],
+    [0, 158, 115],
+    [240, 228, 66],
+    [93, 165, 218],
+    [213, 94, 0],
+    [204, 121, 167],
+    [187, 187, 187],
+];
 
 const BASE: [[u8; 3]; 12] = [
     [141, 211, 199],
@@ -19,6 +45,11 @@ const BASE: [[u8; 3]; 12] = [
 ];
 
 pub fn group(g: usize) -> Color32 {
+    if colour_blind() {
+        if let Some(c) = OKABE_ITO.get(g) {
+            return Color32::from_rgb(c[0], c[1], c[2]);
+        }
+    }
     if let Some(c) = BASE.get(g) {
         return Color32::from_rgb(c[0], c[1], c[2]);
     }

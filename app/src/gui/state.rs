@@ -119,6 +119,7 @@ pub enum Tab {
     Layers,
     Balance,
     Mask,
+    Attention,
     Categories,
     Routing,
     Compare,
@@ -126,13 +127,14 @@ pub enum Tab {
 }
 
 impl Tab {
-    pub const ALL: [Tab; 8] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed];
+    pub const ALL: [Tab; 9] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Attention, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed];
     pub fn label(self) -> &'static str {
         match self {
             Tab::Tokens => "Tokens",
             Tab::Layers => "Layers",
             Tab::Balance => "Balance",
             Tab::Mask => "Mask",
+            Tab::Attention => "Attention",
             Tab::Categories => "Categories",
             Tab::Routing => "Routing space",
             Tab::Compare => "Compare",
@@ -170,6 +172,8 @@ pub struct Settings {
     pub raw_groups: bool,
     /// Run B of the compare view.
     pub compare: CompareSpec,
+    /// Colour-blind-safe group colours (Okabe-Ito).
+    pub colour_blind: bool,
 }
 
 /// Run B of a comparison: what differs from the analysis on screen (run A).
@@ -213,6 +217,7 @@ impl Default for Settings {
             color_by_category: false,
             raw_groups: false,
             compare: CompareSpec::default(),
+            colour_blind: false,
         }
     }
 }
@@ -247,6 +252,7 @@ impl Settings {
             Setting::Strip(b) => self.strip = b,
             Setting::ColorByCategory(b) => self.color_by_category = b,
             Setting::RawGroups(b) => self.raw_groups = b,
+            Setting::ColourBlind(b) => self.colour_blind = b,
             Setting::Compare(c) => self.compare = c,
             Setting::BenchKind(k) => self.bench_kind = k,
             Setting::BenchLengths(s) => self.bench_lengths = s,
@@ -268,6 +274,7 @@ pub enum Setting {
     Strip(bool),
     ColorByCategory(bool),
     RawGroups(bool),
+    ColourBlind(bool),
     Compare(CompareSpec),
     BenchKind(BenchKind),
     BenchLengths(String),

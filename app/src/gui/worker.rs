@@ -22,6 +22,7 @@ pub enum TaskKind {
     Mask,
     Bench,
     Compare,
+    AttnGrid,
 }
 
 impl TaskKind {
@@ -35,6 +36,7 @@ impl TaskKind {
             TaskKind::Mask => "building the mask image",
             TaskKind::Bench => "benchmarking",
             TaskKind::Compare => "comparing runs",
+            TaskKind::AttnGrid => "attention of every layer and head",
         }
     }
 }

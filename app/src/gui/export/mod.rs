@@ -18,6 +18,8 @@ pub enum ExportKind {
     ViewPng,
     /// The compare view's per-token table.
     CompareCsv,
+    /// A session file (`sessionfile`).
+    Session,
 }
 
 impl ExportKind {
@@ -30,12 +32,13 @@ impl ExportKind {
             ExportKind::ViewSvg => "Current view as SVG…",
             ExportKind::ViewPng => "Current view as PNG…",
             ExportKind::CompareCsv => "Comparison table as CSV…",
+            ExportKind::Session => "Session…",
         }
     }
     pub fn ext(self) -> &'static str {
         match self {
             ExportKind::StatsCsv | ExportKind::CompareCsv => "csv",
-            ExportKind::StatsJson => "json",
+            ExportKind::StatsJson | ExportKind::Session => "json",
             ExportKind::ViewSvg => "svg",
             ExportKind::ViewPng => "png",
         }
@@ -47,6 +50,7 @@ pub fn default_name(settings: &Settings, kind: ExportKind) -> String {
     let what = match kind {
         ExportKind::StatsCsv | ExportKind::StatsJson => "stats".to_string(),
         ExportKind::CompareCsv => "compare".to_string(),
+        ExportKind::Session => "session".to_string(),
         _ => format!("{}-layer{}", settings.tab.label().to_lowercase().replace(' ', "-"), settings.layer),
     };
     format!("focus-lens-{what}.{}", kind.ext())

@@ -91,6 +91,10 @@ pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
         {
             out.push(Command::Set(Setting::RawGroups(raw)));
         }
+        let mut cb = cx.settings.colour_blind;
+        if ui.checkbox(&mut cb, "colour-blind palette").on_hover_text("Okabe-Ito colours for the first 8 groups").changed() {
+            out.push(Command::Set(Setting::ColourBlind(cb)));
+        }
         ui.separator();
         if let Some(r) = &session.result {
             let l = &r.analysis.layers[layer.min(r.layers() - 1)];

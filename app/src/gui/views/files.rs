@@ -17,6 +17,8 @@ pub enum FileTask {
     Open(InputKind),
     /// A Hugging Face model folder.
     OpenModelFolder,
+    /// A session file.
+    OpenSession,
     Export(ExportKind),
 }
 
@@ -25,6 +27,7 @@ impl FileTask {
         match self {
             FileTask::Open(k) => format!("Open {}", k.label()),
             FileTask::OpenModelFolder => "Open a Hugging Face model folder".into(),
+            FileTask::OpenSession => "Open session".into(),
             FileTask::Export(k) => format!("Export: {}", k.label().trim_end_matches('…')),
         }
     }
@@ -32,6 +35,7 @@ impl FileTask {
         match self {
             FileTask::Open(k) => Purpose::Open(k),
             FileTask::OpenModelFolder => Purpose::OpenModelFolder,
+            FileTask::OpenSession => Purpose::OpenSession,
             FileTask::Export(k) => Purpose::Export(k),
         }
     }
@@ -307,6 +311,12 @@ impl FilesView {
                         self.close();
                     }
                 }
+                FileTask::OpenSession => {
+                    if ui.add_enabled(has_path, egui::Button::new("Open this session")).clicked() || (submit && has_path) {
+                        out.push(Command::OpenSession(path.clone()));
+                        self.close();
+                    }
+                }
                 FileTask::Export(kind) => {
                     if ui.add_enabled(has_path, egui::Button::new("Save")).clicked() || (submit && has_path) {
                         out.push(Command::ExportTo(kind, path.clone()));
@@ -406,6 +416,9 @@ impl FilesView {
                 if r.double_clicked() && !e.dir {
                     if let FileTask::Open(k) = task {
                         out.push(Command::Open(k, e.path.clone()));
+                        self.task = None;
+                    } else if task == FileTask::OpenSession {
+                        out.push(Command::OpenSession(e.path.clone()));
                         self.task = None;
                     }
                 } else if r.clicked() {

@@ -113,7 +113,7 @@ impl LayersView {
             let last = ((viewport.max.y / ROW_H).ceil() as usize + 1).min(lay.lines.len());
             let painter = ui.painter_at(rect);
             for (c, &l) in cols.iter().enumerate() {
-                let marks = Marks { selected: cx.selection.selected, hovered: hovered_before, partners: &maps[c].0, max_weight: maps[c].1 };
+                let marks = Marks { selected: cx.selection.selected, hovered: hovered_before, found: None, partners: &maps[c].0, max_weight: maps[c].1 };
                 for line in first..last {
                     let origin = rect.min + vec2(c as f32 * (col_w + gap), line as f32 * ROW_H);
                     if let Some(i) = paint_line(&painter, res, lay, line, origin, l, colouring, &marks, pointer) {

@@ -11,6 +11,7 @@ use crate::gui::palette;
 use crate::gui::state::{AnalysisKey, AnalysisResult};
 use crate::gui::worker::TaskKind;
 use egui_plot::{Plot, PlotImage, PlotPoint};
+use focus_core::focus::mask::{classify, PairClass};
 use std::sync::Arc;
 
 /// Blocks per side at most (the image is side x side).
@@ -21,11 +22,62 @@ pub struct MaskView {
     pub image: Option<MaskImage>,
     texture: Option<egui::TextureHandle>,
     requested: Option<(AnalysisKey, usize)>,
+    /// The full-resolution image of the zoomed-in region: (key, layer, first query, first key,
+    /// side in tokens) and its texture.
+    pub zoom: Option<((AnalysisKey, usize, usize, usize, usize), egui::TextureHandle)>,
+}
+
+/// Why the pair (query i, key j) of `layer` is kept or not, in words: local, a shared group
+/// (its shown number), pruned (with both tokens' groups), the future, or across segments.
+pub fn pair_reason(res: &AnalysisResult, layer: usize, i: usize, j: usize, raw: bool) -> String {
+    let Some(m) = res.masks.get(layer) else { return String::new() };
+    if i >= m.len() || j >= m.len() {
+        return String::new();
+    }
+    let seg = res.analysis.segment_len.max(1);
+    if i / seg != j / seg {
+        return "not computed: the tokens are in different segments".into();
+    }
+    let w = res.window();
+    let names = |set: u64| focus_core::focus::mask::groups(set).map(|g| format!("g{}", res.shown_group(layer, g, raw))).collect::<Vec<_>>().join(", ");
+    match classify(i, j, m[i], m[j], w) {
+        PairClass::Future => "not attended: the key comes after the query (causal)".into(),
+        PairClass::Local => format!("kept: local (i - j = {} <= w = {w})", i - j),
+        PairClass::SharedGroup(g) => format!("kept: both in group g{} (i - j = {} > w)", res.shown_group(layer, g, raw), i - j),
+        PairClass::Pruned => format!("pruned: no shared group (query in {}, key in {}; i - j = {} > w)", names(m[i]), names(m[j]), i - j),
+    }
+}
+
+/// One token pair per pixel for queries i0.. and keys j0.. (side x side).
+fn full_resolution(res: &AnalysisResult, layer: usize, i0: usize, j0: usize, side: usize) -> egui::ColorImage {
+    let m = &res.masks[layer];
+    let (w, seg) = (res.window(), res.analysis.segment_len.max(1));
+    let mut px = vec![palette::NONE; side * side];
+    for di in 0..side {
+        let i = i0 + di;
+        if i >= m.len() {
+            break;
+        }
+        for dj in 0..side {
+            let j = j0 + dj;
+            if j >= m.len() || i / seg != j / seg {
+                continue;
+            }
+            px[di * side + dj] = match classify(i, j, m[i], m[j], w) {
+                PairClass::Local => palette::LOCAL,
+                PairClass::SharedGroup(_) => palette::SAME_GROUP,
+                PairClass::Pruned => palette::PRUNED,
+                PairClass::Future => palette::NONE,
+            };
+        }
+    }
+    egui::ColorImage::new([side, side], px)
 }
 
 impl MaskView {
     pub fn receive(&mut self, img: MaskImage) {
         self.texture = None;
+        self.zoom = None;
         self.image = Some(img);
     }
     /// The image for this analysis and layer, when ready.
@@ -77,8 +129,12 @@ impl MaskView {
             });
             return out;
         };
+        let zoomed = self.zoom.as_ref().filter(|(z, _)| z.0 == res.key && z.1 == layer).map(|(z, t)| (z.2, z.3, z.4, t.id()));
         if img.block > 1 {
-            ui.label(format!("{} tokens shown as {} x {} blocks of {} x {} tokens; colours mix the pairs of each block by their counts", img.tokens, img.side, img.side, img.block, img.block));
+            match zoomed {
+                Some((i0, j0, n, _)) => ui.label(format!("zoomed in: queries {i0}..{} x keys {j0}..{} at full resolution (one pair per pixel); zoom out for blocks of {} x {} tokens", i0 + n, j0 + n, img.block, img.block)),
+                None => ui.label(format!("{} tokens shown as {} x {} blocks of {} x {} tokens (colours mix the pairs of each block by their counts); zoom in (Ctrl + scroll, or drag a box with the right button) to {} tokens or fewer for full resolution", img.tokens, img.side, img.side, img.block, img.block, MAX_SIDE)),
+            };
         }
         let tex = self.texture.get_or_insert_with(|| {
             let mut pixels = vec![palette::NONE; img.side * img.side];
@@ -94,9 +150,13 @@ impl MaskView {
         let (block, side) = (img.block, img.side);
         let counts = img.counts.clone();
         let tokens = res.analysis.tokens.clone();
-        Plot::new("mask_plot")
+        let res2 = res.clone();
+        let raw = cx.settings.raw_groups;
+        let plot = Plot::new("mask_plot")
             .data_aspect(1.0)
             .invert_y(true)
+            // Plain scrolling used to pan into negative indices; zoom is Ctrl + scroll.
+            .allow_scroll(false)
             .x_axis_label("key token j")
             .y_axis_label("query token i")
             .label_formatter(move |hp| {
@@ -110,12 +170,38 @@ impl MaskView {
                 let (i, j) = (i as usize, j as usize);
                 let [l, s, pr] = counts[(i / block) * side + j / block];
                 let tok = |n: usize| tokens.get(n).map(|x| format!("{:?}", x.text)).unwrap_or_default();
-                Some(format!("query #{i} {}\nkey #{j} {}\nblock: {l} local, {s} same-group, {pr} pruned", tok(i), tok(j)))
+                let why = pair_reason(&res2, layer, i, j, raw);
+                let blk = if block > 1 { format!("\nblock of {block} x {block}: {l} local, {s} same-group, {pr} pruned") } else { String::new() };
+                Some(format!("query #{i} {}\nkey #{j} {}\n{why}{blk}", tok(i), tok(j)))
             })
             .show(ui, |p| {
                 let size = (side * block) as f32;
                 p.image(PlotImage::new("mask", tex.id(), PlotPoint::new(size as f64 / 2.0, size as f64 / 2.0), egui::vec2(size, size)));
+                if let Some((i0, j0, n, id)) = zoomed {
+                    let c = PlotPoint::new(j0 as f64 + n as f64 / 2.0, i0 as f64 + n as f64 / 2.0);
+                    p.image(PlotImage::new("mask (full resolution)", id, c, egui::vec2(n as f32, n as f32)));
+                }
             });
+        // Zoomed in to MAX_SIDE tokens or fewer: draw that region at one pair per pixel (from
+        // the next frame on).
+        if img.block > 1 {
+            let b = plot.transform.bounds();
+            let (x0, x1, y0, y1) = (b.min()[0], b.max()[0], b.min()[1], b.max()[1]);
+            let span = (x1 - x0).max(y1 - y0);
+            if span <= MAX_SIDE as f64 {
+                let n = (span.ceil() as usize + 2).min(img.tokens).max(1);
+                let i0 = (y0.floor().max(0.0) as usize).min(img.tokens.saturating_sub(1));
+                let j0 = (x0.floor().max(0.0) as usize).min(img.tokens.saturating_sub(1));
+                let want = (res.key.clone(), layer, i0, j0, n);
+                if self.zoom.as_ref().is_none_or(|(z, _)| *z != want) {
+                    let ci = full_resolution(res, layer, i0, j0, n);
+                    let tex = ui.ctx().load_texture("mask_zoom", ci, egui::TextureOptions::NEAREST);
+                    self.zoom = Some((want, tex));
+                }
+            } else {
+                self.zoom = None;
+            }
+        }
         out
     }
 }

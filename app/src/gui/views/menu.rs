@@ -53,6 +53,15 @@ impl MenuView {
             }
         }
         ui.separator();
+        if ui.button("Open session…").clicked() {
+            ui.close();
+            out.push(Command::ShowFiles(FileTask::OpenSession));
+        }
+        if ui.button("Save session…").clicked() {
+            ui.close();
+            out.push(Command::Export(ExportKind::Session));
+        }
+        ui.separator();
         ui.label("Defaults:");
         ui.horizontal(|ui| {
             for kind in [InputKind::Model, InputKind::Adapter, InputKind::Text] {

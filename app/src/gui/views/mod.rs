@@ -7,8 +7,9 @@
 //! Panels around the window: `menu` (top), `status` (bottom), `controls` (left), `details`
 //! (right); windows: `files` (open and export paths, browser, adapter picker) and `glossary`.
 //! The central area (`Views::central`) shows the tab bar and one of `tokens`, `layers`,
-//! `balance`, `mask`, `categories`, `routing`, `compare`, `speed`.
+//! `balance`, `mask`, `attention`, `categories`, `routing`, `compare`, `speed`.
 
+pub mod attention;
 pub mod balance;
 pub mod categories;
 pub mod compare;
@@ -70,6 +71,8 @@ impl ViewCtx<'_> {
 pub enum Command {
     /// Open a file as model, adapter or text.
     Open(InputKind, PathBuf),
+    /// Reopen a saved session.
+    OpenSession(PathBuf),
     /// Back to the embedded default for one input.
     UseDefault(InputKind),
     /// Show a native file dialog.
@@ -104,6 +107,8 @@ pub enum Command {
     BuildMask(Arc<AnalysisResult>, usize),
     /// Run the comparison of the analysis on screen with run B.
     StartCompare(super::state::CompareSpec),
+    /// Compute the head x layer attention grid of a token.
+    BuildAttnGrid(Arc<AnalysisResult>, usize),
 }
 
 /// Every view's own state.
@@ -114,6 +119,7 @@ pub struct Views {
     pub glossary: bool,
     pub categories: categories::CategoriesView,
     pub compare: compare::CompareView,
+    pub attention: attention::AttentionView,
     pub tokens: tokens::TokensView,
     pub layers: layers::LayersView,
     pub mask: mask::MaskView,
@@ -176,6 +182,7 @@ impl Views {
             Tab::Layers => self.layers.show(cx, res, &mut self.scroll_to, ui),
             Tab::Balance => balance::show(cx, res, ui),
             Tab::Mask => self.mask.show(cx, res, ui),
+            Tab::Attention => self.attention.show(cx, res, ui),
             Tab::Categories => self.categories.show(cx, res, ui),
             Tab::Routing => self.routing.show(cx, res, ui),
             Tab::Compare => self.compare.show(cx, res, ui),
@@ -185,7 +192,7 @@ impl Views {
     }
 
     /// The SVG of the current tab (`Err`: why there is none yet).
-    pub fn svg(&self, settings: &Settings, res: &AnalysisResult) -> Result<String, String> {
+    pub fn svg(&self, settings: &Settings, res: &AnalysisResult, selected: Option<usize>) -> Result<String, String> {
         let layer = settings.layer.min(res.layers() - 1);
         let raw = settings.raw_groups;
         match settings.tab {
@@ -193,6 +200,7 @@ impl Views {
             Tab::Layers => Ok(layers::svg(res, &settings.side_layers, raw)),
             Tab::Balance => Ok(balance::svg(res, layer)),
             Tab::Mask => self.mask.svg(res, layer),
+            Tab::Attention => self.attention.svg(res, selected),
             Tab::Speed => self.speed.svg(settings.bench_kind, res),
             Tab::Categories => self.categories.svg(res, layer, raw),
             Tab::Routing => routing::svg(res, layer, raw),

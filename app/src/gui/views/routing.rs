@@ -12,6 +12,36 @@ use focus_core::analysis::categories::Category;
 use focus_core::analysis::projection::Projection;
 use std::sync::Arc;
 
+/// Rows of `v` (n x d) scaled to unit length (zero rows stay zero).
+fn normalised(v: &[f32], d: usize) -> Vec<f32> {
+    v.chunks(d)
+        .flat_map(|r| {
+            let n = r.iter().map(|x| x * x).sum::<f32>().sqrt();
+            r.iter().map(move |x| if n > 0.0 { x / n } else { 0.0 })
+        })
+        .collect()
+}
+
+/// Does the adapter score by cosine (so that the projection should show normalised vectors)?
+pub fn cosine(res: &AnalysisResult) -> bool {
+    res.adapter.config.score == focus_core::Score::Cosine
+}
+
+/// The projection of what the scores use: for a cosine adapter, the routing vectors and the
+/// centroids each normalised to unit length (the raw vectors' lengths play no part in the
+/// scores, and plotting them left the unit-length centroids outside the cloud); for a dot-product
+/// adapter, the raw ones.
+pub fn projection(res: &AnalysisResult, layer: usize) -> Result<Projection, String> {
+    if !cosine(res) {
+        return res.analysis.projection(&res.adapter, layer).map_err(|e| e.to_string());
+    }
+    let r = res.analysis.routing.get(layer).ok_or_else(|| format!("layer {layer} out of range"))?;
+    let v = r.vectors.as_ref().ok_or("routing vectors were not recorded for this layer")?;
+    let router = res.adapter.layers.get(layer).ok_or_else(|| format!("layer {layer} out of range"))?;
+    let c = router.centroids.to_dtype(candle_core::DType::F32).and_then(|t| t.flatten_all()).and_then(|t| t.to_vec1::<f32>()).map_err(|e| e.to_string())?;
+    focus_core::analysis::projection::pca_2d(&normalised(v, r.d_g), r.t, r.d_g, &normalised(&c, r.d_g), res.groups()).map_err(|e| e.to_string())
+}
+
 #[derive(Default)]
 pub struct RoutingView {
     cached: Option<(AnalysisKey, usize, Result<Arc<Projection>, String>)>,
@@ -22,7 +52,7 @@ impl RoutingView {
         let layer = cx.layer(res);
         if !self.cached.as_ref().is_some_and(|(k, l, _)| k == &res.key && *l == layer) {
             // A T x d_g PCA (d_g = 16): milliseconds even for 10K tokens.
-            let p = res.analysis.projection(&res.adapter, layer).map(Arc::new).map_err(|e| e.to_string());
+            let p = projection(res, layer).map(Arc::new);
             self.cached = Some((res.key.clone(), layer, p));
         }
         let proj = match &self.cached.as_ref().expect("just set").2 {
@@ -37,10 +67,12 @@ impl RoutingView {
         let shown = |g: usize| res.shown_group(layer, g, raw);
         let group_name = |g: usize| format!("g{} {}", shown(g), res.labels[layer][g]);
         ui.label(format!(
-            "layer {layer}: routing vectors h W_g (d_g = {}) on their two principal axes ({:.0}% and {:.0}% of the variance); diamonds: the K centroids on the same axes. Colour: {}.",
+            "layer {layer}: {} (d_g = {}) on their two principal axes ({:.0}% and {:.0}% of the variance); diamonds: the K centroids{} on the same axes. Colour: {}.",
+            if cosine(res) { "routing vectors h W_g normalised to unit length (the adapter scores by cosine)" } else { "routing vectors h W_g" },
             proj.d_g,
             100.0 * proj.explained[0],
             100.0 * proj.explained[1],
+            if cosine(res) { " (normalised)" } else { "" },
             if by_cat { "category" } else { "group (largest membership)" }
         ));
         let (hover_res, hover_proj) = (res.clone(), proj.clone());
@@ -95,7 +127,7 @@ impl RoutingView {
 
 /// The routing space of one layer: tokens coloured by group, centroids outlined.
 pub fn svg(res: &AnalysisResult, layer: usize, raw: bool) -> Result<String, String> {
-    let p = res.analysis.projection(&res.adapter, layer).map_err(|e| e.to_string())?;
+    let p = projection(res, layer)?;
     let all = p.points.iter().chain(&p.centroids);
     let (mut x0, mut x1, mut y0, mut y1) = (f64::INFINITY, f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY);
     for q in all {

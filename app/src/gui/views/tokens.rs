@@ -114,6 +114,8 @@ pub struct Marks<'a> {
     pub selected: Option<usize>,
     /// The token under the pointer (in any column): outlined in every column.
     pub hovered: Option<usize>,
+    /// Tokens that hold a match of the search (underlined).
+    pub found: Option<&'a std::collections::HashSet<usize>>,
     /// Weight of each of the selected token's partners, and the largest weight.
     pub partners: &'a std::collections::HashMap<usize, f32>,
     pub max_weight: f32,
@@ -147,6 +149,10 @@ pub fn paint_line(
         }
         if marks.selected == Some(i) {
             painter.rect_stroke(r, 2.0, Stroke::new(2.5, Color32::BLACK), egui::StrokeKind::Outside);
+        }
+        if marks.found.is_some_and(|f| f.contains(&i)) {
+            let bar = Rect::from_min_max(pos2(r.min.x, r.max.y - 3.0), r.max);
+            painter.rect_filled(bar, 0.0, Color32::from_rgb(230, 120, 0));
         }
         let under = pointer.is_some_and(|p| r.contains(p));
         if under || marks.hovered == Some(i) {
@@ -209,10 +215,103 @@ pub fn provisional_banner(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui)
     );
 }
 
-/// The token view's state: its layout cache.
+/// The token view's state: its layout cache and the search (Ctrl+F).
 #[derive(Default)]
 pub struct TokensView {
     pub layout: TokenLayout,
+    pub find_open: bool,
+    pub find: String,
+    /// The tokens each match covers, in text order (one entry per match: its first token).
+    pub matches: Vec<usize>,
+    pub found: std::collections::HashSet<usize>,
+    /// The match shown last (index into `matches`).
+    pub at: usize,
+    matches_for: Option<(usize, String)>,
+}
+
+/// Where `query` occurs in the analysed text (ASCII case folded): for each occurrence, the
+/// tokens it overlaps.
+pub fn find_tokens(res: &AnalysisResult, query: &str) -> Vec<Vec<usize>> {
+    let q = query.to_ascii_lowercase();
+    if q.is_empty() {
+        return Vec::new();
+    }
+    let toks = &res.analysis.tokens;
+    let text: String = toks.iter().map(|t| t.text.as_str()).collect::<String>().to_ascii_lowercase();
+    // Byte offset of each token in the concatenation.
+    let mut starts = Vec::with_capacity(toks.len());
+    let mut o = 0;
+    for t in toks {
+        starts.push(o);
+        o += t.text.len();
+    }
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(p) = text[from..].find(&q) {
+        let (a, b) = (from + p, from + p + q.len());
+        let first = starts.partition_point(|&s| s <= a).saturating_sub(1);
+        let last = starts.partition_point(|&s| s < b).saturating_sub(1);
+        out.push((first..=last).collect());
+        from = a + q.len().max(1);
+        if from >= text.len() {
+            break;
+        }
+    }
+    out
+}
+
+impl TokensView {
+    /// The search bar (Ctrl+F opens it; Enter or Next goes to the next match).
+    fn search_bar(&mut self, res: &Arc<AnalysisResult>, scroll_to: &mut Option<usize>, ui: &mut egui::Ui) {
+        let id = ui.make_persistent_id("token_find");
+        if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::F)) {
+            self.find_open = true;
+            ui.memory_mut(|m| m.request_focus(id));
+        }
+        if !self.find_open {
+            return;
+        }
+        let key = (Arc::as_ptr(res) as usize, self.find.clone());
+        let mut go = None;
+        if self.matches_for.as_ref() != Some(&key) {
+            let m = find_tokens(res, &self.find);
+            self.found = m.iter().flatten().cloned().collect();
+            self.matches = m.iter().map(|v| v[0]).collect();
+            self.at = 0;
+            // Typing searches as it goes: show the first match.
+            if !self.matches.is_empty() {
+                go = Some(0);
+            }
+            self.matches_for = Some(key);
+        }
+        ui.horizontal(|ui| {
+            let l = ui.label("Find:");
+            let r = ui.add(egui::TextEdit::singleline(&mut self.find).id(id).desired_width(220.0)).labelled_by(l.id);
+            let enter = r.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+            if enter {
+                r.request_focus();
+            }
+            let n = self.matches.len();
+            ui.label(if self.find.is_empty() { String::new() } else if n == 0 { "no match".into() } else { format!("match {} of {n}", self.at + 1) });
+            let prev = ui.add_enabled(n > 0, egui::Button::new("Previous")).clicked();
+            let next = ui.add_enabled(n > 0, egui::Button::new("Next")).clicked() || enter;
+            if n > 0 && prev {
+                self.at = (self.at + n - 1) % n;
+                go = Some(self.at);
+            }
+            if n > 0 && next {
+                self.at = (self.at + 1) % n;
+                go = Some(self.at);
+            }
+            if ui.button("Close").clicked() {
+                self.find_open = false;
+                self.find.clear();
+            }
+        });
+        if let Some(a) = go {
+            *scroll_to = self.matches.get(a).copied();
+        }
+    }
 }
 
 impl TokensView {
@@ -222,11 +321,13 @@ impl TokensView {
         let layer = cx.layer(res);
         provisional_banner(cx, res, ui);
         legend(ui, res, layer, Colouring::of(cx));
+        self.search_bar(res, scroll_to, ui);
         ui.separator();
         let width = ui.available_width() - 16.0;
         self.layout.ensure(ui, res, width);
         let (partners, max_weight) = partner_map(cx, res, layer);
-        let marks = Marks { selected: cx.selection.selected, hovered: None, partners: &partners, max_weight };
+        let found = (self.find_open && !self.found.is_empty()).then_some(&self.found);
+        let marks = Marks { selected: cx.selection.selected, hovered: None, found, partners: &partners, max_weight };
         let lay = &self.layout;
         let mut area = egui::ScrollArea::vertical().id_salt("tokens").auto_shrink(false);
         if let Some(j) = scroll_to.take() {
@@ -352,10 +453,11 @@ mod tests {
     /// included.
     #[test]
     fn partner_outline_shows_on_every_group_colour() {
-        for g in 0..12 {
-            let (a, b) = (lum(super::PARTNER_OUTLINE), lum(crate::gui::palette::group(g)));
+        let okabe = crate::gui::palette::OKABE_ITO.iter().map(|c| egui::Color32::from_rgb(c[0], c[1], c[2]));
+        for (g, c) in (0..12).map(crate::gui::palette::group).chain(okabe).enumerate() {
+            let (a, b) = (lum(super::PARTNER_OUTLINE), lum(c));
             let contrast = (a.max(b) + 0.05) / (a.min(b) + 0.05);
-            assert!(contrast >= 3.0, "group {g}: contrast {contrast:.2}");
+            assert!(contrast >= 3.0, "colour {g}: contrast {contrast:.2}");
         }
     }
 }

@@ -1,0 +1,114 @@
+//! Session files: what a researcher needs to come back to a view, in one JSON file: the model,
+//! adapter and text paths, every run setting, the layer, head, tab, layer columns, colouring,
+//! the selected token and the compare view's run B. Saved from File → Save session…, reopened
+//! from File → Open session… or `focus-lens gui --session FILE`. Paths are stored as given
+//! (absolute when they were opened through the app); `None` is the embedded default.
+
+use super::state::{CompareSpec, RunParams, Settings, Tab};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+pub const FORMAT: &str = "focus-lens-session";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionFile {
+    pub format: String,
+    pub version: u32,
+    pub model: Option<PathBuf>,
+    pub adapter: Option<PathBuf>,
+    pub text: Option<PathBuf>,
+    pub params: RunParams,
+    pub layer: usize,
+    pub head: usize,
+    pub tab: Tab,
+    pub side_layers: Vec<usize>,
+    pub strip: bool,
+    pub color_by_category: bool,
+    pub raw_groups: bool,
+    #[serde(default)]
+    pub colour_blind: bool,
+    #[serde(default)]
+    pub compare: CompareSpec,
+    /// The selected token (its partners are computed again on opening).
+    #[serde(default)]
+    pub selected: Option<usize>,
+}
+
+impl SessionFile {
+    pub fn from_settings(s: &Settings, selected: Option<usize>) -> SessionFile {
+        SessionFile {
+            format: FORMAT.into(),
+            version: 1,
+            model: s.model.clone(),
+            adapter: s.adapter.clone(),
+            text: s.text.clone(),
+            params: s.params.clone(),
+            layer: s.layer,
+            head: s.head,
+            tab: s.tab,
+            side_layers: s.side_layers.clone(),
+            strip: s.strip,
+            color_by_category: s.color_by_category,
+            raw_groups: s.raw_groups,
+            colour_blind: s.colour_blind,
+            compare: s.compare.clone(),
+            selected,
+        }
+    }
+
+    /// The settings this session asks for (the rest, e.g. recent files, from `s`).
+    pub fn apply(&self, s: &mut Settings) {
+        s.model = self.model.clone();
+        s.adapter = self.adapter.clone();
+        s.text = self.text.clone();
+        s.params = self.params.clone();
+        s.layer = self.layer;
+        s.head = self.head;
+        s.tab = self.tab;
+        s.side_layers = self.side_layers.clone();
+        s.strip = self.strip;
+        s.color_by_category = self.color_by_category;
+        s.raw_groups = self.raw_groups;
+        s.colour_blind = self.colour_blind;
+        s.compare = self.compare.clone();
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a session serialises")
+    }
+
+    pub fn read(path: &Path) -> Result<SessionFile, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let s: SessionFile = serde_json::from_str(&text).map_err(|e| format!("{} is not a session file: {e}", path.display()))?;
+        if s.format != FORMAT {
+            return Err(format!("{} is not a session file (format {:?})", path.display(), s.format));
+        }
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let mut s = Settings::default();
+        s.text = Some("/t.txt".into());
+        s.layer = 9;
+        s.params.k = 3;
+        s.tab = Tab::Compare;
+        let f = SessionFile::from_settings(&s, Some(42));
+        let dir = std::env::temp_dir().join(format!("focus-lens-session-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("s.json");
+        std::fs::write(&p, f.to_json()).unwrap();
+        let back = SessionFile::read(&p).unwrap();
+        assert_eq!(back, f);
+        let mut t = Settings::default();
+        back.apply(&mut t);
+        assert_eq!((t.text, t.layer, t.params.k, t.tab), (s.text, 9, 3, Tab::Compare));
+        std::fs::write(&p, "{\"format\": \"other\"}").unwrap();
+        assert!(SessionFile::read(&p).is_err());
+    }
+}
