@@ -341,6 +341,33 @@ fn file_window_without_a_system_dialog() {
     }
     assert!(h.state().status.contains("typed.tokens.csv"), "{}", h.state().status);
 
+    // JSON and SVG through the typed path as well.
+    for (item, name) in [("Statistics as JSON…", "typed.json"), ("Current view as SVG…", "typed.svg")] {
+        click_menu(&mut h, "Export", item);
+        h.step();
+        h.step();
+        h.step();
+        h.state_mut().views.files.path.clear();
+        h.get_by_label("Path:").click();
+        h.step();
+        h.get_by_label("Path:").type_text(&dir.path().join(name).display().to_string());
+        h.step();
+        h.get_by_label("Save").click();
+        h.step();
+        no_errors(&h);
+        assert!(dir.path().join(name).exists(), "{name}");
+    }
+    assert!(std::fs::read_to_string(dir.path().join("typed.json")).unwrap().contains("text_sha256"));
+
+    // A model through the typed path (another name for the same file, so that it loads again).
+    let link = dir.path().join("linked-model.gguf");
+    std::os::unix::fs::symlink(common::model_path(), &link).unwrap();
+    type_path_and_open(&mut h, "Open model…", &link, "Open as model");
+    settle(&mut h);
+    no_errors(&h);
+    assert_eq!(h.state().session.model.as_ref().unwrap().path.as_ref(), Some(&link));
+    assert!(h.state().session.result.is_some());
+
     // A system dialog that answers "cancelled" at once never showed: the window opens instead.
     h.state_mut().dialogs.start(focus_lens::gui::dialogs::Purpose::Open(InputKind::Text), || None, None);
     wait_for_dialog(&mut h);
@@ -381,9 +408,16 @@ fn k_follows_the_adapter() {
     let mut h = harness(s, dir.path());
     settle(&mut h);
     assert_eq!(h.state().session.result.as_ref().unwrap().analysis.mode, "topk(3)", "the remembered k at start-up");
+    let k8 = h.state().session.result.clone().unwrap();
     h.state_mut().open(InputKind::Adapter, common::root().join("sample_adapters/smollm2-135m-k4"));
     settle(&mut h);
     no_errors(&h);
+    // Its groups are numbered by the K = 8 run's, layer by layer (the same tokens).
+    let k4 = h.state().session.result.clone().unwrap();
+    assert_eq!(k4.aligned, focus_lens::gui::align::to_reference(&k8.masks, &k8.aligned, &k4.masks, 4));
+    assert!(k4.aligned_to.as_deref().is_some_and(|a| a.contains("smollm2-135m-k8")));
+    h.step();
+    assert!(has(&h, "matched, layer by layer, to the previous adapter's"));
     assert_eq!(h.state().settings.params.k, 2);
     assert!(h.state().status.contains("k set to 2") && h.state().status.contains("K = 4"), "{}", h.state().status);
     assert_eq!(h.state().session.result.as_ref().unwrap().analysis.mode, "topk(2)");
@@ -645,6 +679,7 @@ fn scrolling_10k_tokens_stays_fast() {
         masks: r.masks.iter().map(|m| m.iter().cycle().take(n).cloned().collect()).collect(),
         labels: r.labels.clone(),
         aligned: r.aligned.clone(),
+        aligned_to: None,
         text_label: r.text_label.clone(),
     };
     h.state_mut().session.result = Some(Arc::new(big));

@@ -169,6 +169,20 @@ impl FocusLensApp {
     /// are computed again for it (they belong to one analysis).
     fn set_result(&mut self, res: Arc<AnalysisResult>) {
         self.pending_full = None;
+        // Another adapter on the same tokens: number its groups by the previous run's, layer by
+        // layer, so that one colour keeps meaning the same tokens.
+        let res = match &self.session.result {
+            Some(prev)
+                if prev.key.adapter_gen != res.key.adapter_gen
+                    && prev.key.text_gen == res.key.text_gen
+                    && prev.key.model_gen == res.key.model_gen
+                    && prev.tokens() == res.tokens()
+                    && res.aligned_to.is_none() =>
+            {
+                Arc::new(res.aligned_to(prev))
+            }
+            _ => res,
+        };
         let n_layers = res.layers();
         if self.settings.layer >= n_layers {
             self.settings.layer = n_layers.saturating_sub(1);

@@ -239,6 +239,7 @@ fn analyze_prefix(
         masks,
         labels,
         aligned,
+        aligned_to: None,
         text_label: job.text_label.clone(),
     })
 }

@@ -342,8 +342,11 @@ pub struct AnalysisResult {
     pub masks: Vec<Vec<u64>>,
     /// `labels[layer][group]`: a short automatic label per group.
     pub labels: Vec<Vec<String>>,
-    /// `aligned[layer][group]`: the group's number matched across layers (`align::chain`).
+    /// `aligned[layer][group]`: the group's number matched across layers (`align::chain`), or,
+    /// after another adapter was shown on the same tokens, to that run's numbers layer by layer
+    /// (`align::to_reference`; `aligned_to` names it).
     pub aligned: Vec<Vec<usize>>,
+    pub aligned_to: Option<String>,
     /// The analysed text's name (file name or the embedded sample).
     pub text_label: String,
 }
@@ -367,6 +370,26 @@ impl AnalysisResult {
             return g;
         }
         self.aligned.get(layer).and_then(|m| m.get(g)).copied().unwrap_or(g)
+    }
+    /// The same analysis with its group numbers matched, layer by layer, to `reference`'s (the
+    /// same tokens run with another adapter), so that a colour keeps meaning the same tokens
+    /// when the adapter changes.
+    pub fn aligned_to(&self, reference: &AnalysisResult) -> AnalysisResult {
+        AnalysisResult {
+            key: self.key.clone(),
+            analysis: self.analysis.clone(),
+            adapter: self.adapter.clone(),
+            model: self.model.clone(),
+            seconds: self.seconds,
+            note: self.note.clone(),
+            text_tokens: self.text_tokens,
+            argmax: self.argmax.clone(),
+            masks: self.masks.clone(),
+            labels: self.labels.clone(),
+            aligned: super::align::to_reference(&reference.masks, &reference.aligned, &self.masks, self.groups()),
+            aligned_to: Some(reference.analysis.adapter.clone()),
+            text_label: self.text_label.clone(),
+        }
     }
     /// The raw groups of `layer` in the order they are shown (by shown number).
     pub fn groups_in_shown_order(&self, layer: usize, raw: bool) -> Vec<usize> {

@@ -186,6 +186,9 @@ pub fn legend(ui: &mut egui::Ui, res: &AnalysisResult, layer: usize, c: Colourin
         return;
     }
     let l = &res.analysis.layers[layer];
+    if let (Some(a), false) = (&res.aligned_to, c.raw) {
+        ui.weak(format!("group numbers matched, layer by layer, to the previous adapter's ({a})"));
+    }
     ui.horizontal_wrapped(|ui| {
         ui.label(format!("layer {layer}:"));
         for g in res.groups_in_shown_order(layer, c.raw) {
