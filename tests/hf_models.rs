@@ -8,7 +8,7 @@ mod common;
 mod gguf_builder;
 
 use candle_core::{DType, Device, Tensor};
-use focus_core::attention::{self, LayerPlan};
+use focus_core::attention::LayerPlan;
 use focus_core::model::config::Positions;
 use focus_core::model::ForwardOptions;
 use focus_core::focus::router::LayerRouting;
