@@ -381,8 +381,12 @@ fn bench_attention_rows_and_errors() {
         let pf = r["pairs_fraction"].as_f64().unwrap();
         assert!(pf > 0.0 && pf <= 1.0);
     }
-    has(&fails(["bench", "attention", "--lengths", "0"]), &["lengths must be positive"]);
-    has(&fails(["bench", "attention", "--groups", "65"]), &["groups (K) must be in 1..=64"]);
+    // Outside the flags' ranges: usage errors (exit 2) that name the range.
+    for (args, want) in [(["bench", "attention", "--lengths", "0"], "0 is outside the accepted range 1..="), (["bench", "attention", "--groups", "65"], "65 is outside the accepted range 1..=64")] {
+        let (shown, o) = run_shown(args);
+        assert_eq!(o.status.code(), Some(2), "focus-lens {shown:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "focus-lens {shown:?}: {}", stderr(&o));
+    }
     has(&fails(["bench", "attention", "--groups", "2", "--k", "3"]), &["no (K, k) pair with k <= K"]);
     has(&fails(["bench", "attention", "--heads", "6", "--kv-heads", "4"]), &["multiple of kv-heads"]);
     has(&fails(["bench", "attention", "--device", "tpu"]), &["unknown device"]);
