@@ -347,8 +347,8 @@ fn errors_are_one_line() {
     // A model without a tokenizer cannot tokenize.
     let tiny = common::fixture("hf_tiny/llama");
     has(&fails([OsStr::new("tokenize"), OsStr::new("--model"), tiny.as_os_str(), short.as_os_str()]), &["ships no tokenizer"]);
-    // Benchmark lengths the model cannot run.
-    has(&fails(["bench", "forward", "--lengths", "0", "--repeats", "1"]), &["--lengths 0 must be in 1..=8192"]);
+    // Benchmark lengths the model cannot run (0 is a usage error, tests/hostile_input.rs).
+    has(&fails(["bench", "forward", "--lengths", "9000", "--repeats", "1"]), &["--lengths 9000 must be in 1..=8192"]);
 }
 
 #[test]
@@ -381,8 +381,12 @@ fn bench_attention_rows_and_errors() {
         let pf = r["pairs_fraction"].as_f64().unwrap();
         assert!(pf > 0.0 && pf <= 1.0);
     }
-    has(&fails(["bench", "attention", "--lengths", "0"]), &["lengths must be positive"]);
-    has(&fails(["bench", "attention", "--groups", "65"]), &["groups (K) must be in 1..=64"]);
+    // Outside the flags' ranges: usage errors (exit 2) that name the range.
+    for (args, want) in [(["bench", "attention", "--lengths", "0"], "0 is outside the accepted range 1..="), (["bench", "attention", "--groups", "65"], "65 is outside the accepted range 1..=64")] {
+        let (shown, o) = run_shown(args);
+        assert_eq!(o.status.code(), Some(2), "focus-lens {shown:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(want), "focus-lens {shown:?}: {}", stderr(&o));
+    }
     has(&fails(["bench", "attention", "--groups", "2", "--k", "3"]), &["no (K, k) pair with k <= K"]);
     has(&fails(["bench", "attention", "--heads", "6", "--kv-heads", "4"]), &["multiple of kv-heads"]);
     has(&fails(["bench", "attention", "--device", "tpu"]), &["unknown device"]);

@@ -344,3 +344,14 @@ fn absurd_flags_are_usage_errors_naming_the_range() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("no training text given"), "{err}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Inputs the fuzzers found (fuzz/, scripts/fuzz.sh), kept as regressions.
+
+#[test]
+fn fuzz_regressions_are_clean_errors() {
+    for (file, want) in [("gguf-unaligned-tensor.gguf", "is not aligned")] {
+        let p = common::fixture("fuzz_regressions").join(file);
+        assert_has(&load_err(&p), &[want]);
+    }
+}

@@ -299,6 +299,12 @@ impl GgufFile {
                     ),
                 ));
             }
+            // candle reads tensor data in place as f32/f16/block slices, which must be aligned
+            // (found by fuzzing: an unaligned offset is undefined behaviour there). Real files
+            // align every tensor to `general.alignment` (32 by default), as llama.cpp requires.
+            if !(data_start as u64 + offset).is_multiple_of(8) || !offset.is_multiple_of(alignment as u64) {
+                return Err(Error::bad_file(path, format!("tensor {name}: data offset {offset} is not aligned to {alignment} bytes")));
+            }
             let shape = ne.iter().rev().map(|&d| d as usize).collect();
             let info = TensorInfo { name: name.clone(), shape, dtype, start: data_start + offset as usize, len: bytes as usize };
             if tensors.insert(name.clone(), info).is_some() {
