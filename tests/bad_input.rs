@@ -6,6 +6,7 @@ mod common;
 #[path = "common/gguf_builder.rs"]
 mod gguf_builder;
 
+use common::inputs::{assert_has, edit_config, edit_tensor, err_msg, tiny_copy};
 use gguf_builder::{put_str, GgufBuilder};
 
 use candle_core::{Device, Tensor};
@@ -16,20 +17,6 @@ use rand::{rngs::StdRng, Rng, SeedableRng};
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-
-/// The error message of a result that must be an error.
-fn err_msg<T>(r: focus_core::Result<T>) -> String {
-    match r {
-        Ok(_) => panic!("expected an error, got Ok"),
-        Err(e) => e.to_string(),
-    }
-}
-
-fn assert_has(msg: &str, phrases: &[&str]) {
-    for p in phrases {
-        assert!(msg.contains(p), "error message {msg:?} lacks {p:?}");
-    }
-}
 
 fn load_err(path: &Path) -> String {
     err_msg(Model::load(path, &Device::Cpu))
@@ -284,34 +271,6 @@ fn gguf_random_corruption_never_panics() {
 
 fn tiny(name: &str) -> PathBuf {
     common::fixture("hf_tiny").join(name)
-}
-
-/// A copy of a tiny fixture (config.json and model.safetensors) in a temporary directory.
-fn tiny_copy(name: &str) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(tiny(name).join(f), tmp.path().join(f)).unwrap();
-    }
-    tmp
-}
-
-fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
-    let p = dir.join("config.json");
-    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-    edit(v.as_object_mut().unwrap());
-    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-}
-
-/// Rewrites one tensor of a directory's model.safetensors.
-fn edit_tensor(dir: &Path, name: &str, edit: impl FnOnce(&mut Vec<f32>)) {
-    let p = dir.join("model.safetensors");
-    let mut ts: HashMap<String, Tensor> = candle_core::safetensors::load(&p, &Device::Cpu).unwrap();
-    let t = ts.get(name).unwrap_or_else(|| panic!("no tensor {name}"));
-    let shape = t.dims().to_vec();
-    let mut v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    edit(&mut v);
-    ts.insert(name.to_string(), Tensor::from_vec(v, shape, &Device::Cpu).unwrap());
-    candle_core::safetensors::save(&ts, &p).unwrap();
 }
 
 #[test]

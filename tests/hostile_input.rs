@@ -6,12 +6,12 @@ mod common;
 #[path = "common/gguf_builder.rs"]
 mod gguf_builder;
 
-use candle_core::{Device, Tensor};
+use candle_core::Device;
 use focus_core::model::tokenizer::Tokenizer;
 use focus_core::model::ForwardOptions;
 use focus_core::{Adapter, AdapterSpec, Mode, Model};
+use common::inputs::{assert_has, edit_config, edit_tensor, err_msg, tiny_copy};
 use gguf_builder::GgufBuilder;
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -25,37 +25,9 @@ fn within_time<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'st
     rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("{what} hung"))
 }
 
-fn err_msg<T>(r: focus_core::Result<T>) -> String {
-    match r {
-        Ok(_) => panic!("expected an error, got Ok"),
-        Err(e) => e.to_string(),
-    }
-}
-
-fn assert_has(msg: &str, phrases: &[&str]) {
-    for p in phrases {
-        assert!(msg.contains(p), "error message {msg:?} lacks {p:?}");
-    }
-}
-
 fn mkfifo(p: &Path) {
     let st = std::process::Command::new("mkfifo").arg(p).status().expect("mkfifo runs");
     assert!(st.success());
-}
-
-fn tiny_copy(name: &str) -> tempfile::TempDir {
-    let tmp = tempfile::tempdir().unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(common::fixture("hf_tiny").join(name).join(f), tmp.path().join(f)).unwrap();
-    }
-    tmp
-}
-
-fn edit_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Map<String, serde_json::Value>)) {
-    let p = dir.join("config.json");
-    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
-    edit(v.as_object_mut().unwrap());
-    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
 }
 
 fn load_err(path: &Path) -> String {
@@ -253,18 +225,6 @@ fn header_values_that_give_nan_are_refused() {
         });
         assert_has(&load_err(d.path()), &[want]);
     }
-}
-
-/// Rewrites one tensor of a directory's model.safetensors.
-fn edit_tensor(dir: &Path, name: &str, edit: impl FnOnce(&mut Vec<f32>)) {
-    let p = dir.join("model.safetensors");
-    let mut ts: HashMap<String, Tensor> = candle_core::safetensors::load(&p, &Device::Cpu).unwrap();
-    let t = &ts[name];
-    let shape = t.dims().to_vec();
-    let mut v = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    edit(&mut v);
-    ts.insert(name.to_string(), Tensor::from_vec(v, shape, &Device::Cpu).unwrap());
-    candle_core::safetensors::save(&ts, &p).unwrap();
 }
 
 #[test]

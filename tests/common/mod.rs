@@ -1,6 +1,8 @@
 //! Shared helpers of the end-to-end tests.
 #![allow(dead_code)]
 
+pub mod inputs;
+
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
