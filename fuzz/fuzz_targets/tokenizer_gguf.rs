@@ -22,19 +22,19 @@ struct Input {
 const PRE: [&str; 7] = ["default", "gpt2", "smollm", "llama3", "qwen2", "unknown-pre", ""];
 
 fuzz_target!(|inp: Input| {
-    let mut g = common::Gguf::default();
-    g.kv_str("tokenizer.ggml.model", "gpt2");
-    g.kv_str("tokenizer.ggml.pre", PRE[inp.pre as usize % PRE.len()]);
-    g.kv_str_array("tokenizer.ggml.tokens", &inp.tokens);
-    g.kv_str_array("tokenizer.ggml.merges", &inp.merges);
+    let mut g = common::gguf_builder::GgufBuilder::default()
+        .kv_str("tokenizer.ggml.model", "gpt2")
+        .kv_str("tokenizer.ggml.pre", PRE[inp.pre as usize % PRE.len()])
+        .kv_str_array("tokenizer.ggml.tokens", &inp.tokens)
+        .kv_str_array("tokenizer.ggml.merges", &inp.merges);
     if let Some(t) = &inp.types {
-        g.kv_u32_array("tokenizer.ggml.token_type", t);
+        g = g.kv_u32_array("tokenizer.ggml.token_type", t.len() as u64, t);
     }
     if let Some(b) = inp.bos {
-        g.kv_u32("tokenizer.ggml.bos_token_id", b);
+        g = g.kv_u32("tokenizer.ggml.bos_token_id", b);
     }
     if let Some(a) = inp.add_bos {
-        g.kv_raw("tokenizer.ggml.add_bos_token", 7, &[a as u8]);
+        g = g.kv_bool("tokenizer.ggml.add_bos_token", a);
     }
     let p = common::scratch().join("tok.gguf");
     std::fs::write(&p, g.bytes()).unwrap();

@@ -41,15 +41,18 @@ impl GgufBuilder {
     pub fn kv_u64(self, k: &str, v: u64) -> Self {
         self.kv(k, T_U64, |b| b.extend(v.to_le_bytes()))
     }
+    pub fn kv_bool(self, k: &str, v: bool) -> Self {
+        self.kv(k, 7, |b| b.push(v as u8))
+    }
     pub fn kv_f32(self, k: &str, v: f32) -> Self {
         self.kv(k, T_F32, |b| b.extend(v.to_le_bytes()))
     }
     /// An array of strings.
-    pub fn kv_str_array(self, k: &str, values: &[&str]) -> Self {
+    pub fn kv_str_array(self, k: &str, values: &[impl AsRef<str>]) -> Self {
         self.kv(k, T_ARRAY, |b| {
             b.extend(T_STR.to_le_bytes());
             b.extend((values.len() as u64).to_le_bytes());
-            values.iter().for_each(|v| put_str(b, v));
+            values.iter().for_each(|v| put_str(b, v.as_ref()));
         })
     }
     /// An array of u32 whose declared length is `declared` but which holds only `values`.
