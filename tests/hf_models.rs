@@ -113,7 +113,7 @@ fn qwen2_gguf_matches_transformers() {
         .kv_str("tokenizer.ggml.model", "gpt2")
         .kv_str("tokenizer.ggml.pre", "qwen2")
         .kv_str_array("tokenizer.ggml.tokens", &tokens)
-        .kv_str_array("tokenizer.ggml.merges", &[]);
+        .kv_str_array("tokenizer.ggml.merges", &[] as &[&str]);
     let gguf_name = |hf: &str| -> String {
         let top = [("model.embed_tokens.weight", "token_embd.weight"), ("model.norm.weight", "output_norm.weight"), ("lm_head.weight", "output.weight")];
         if let Some((_, g)) = top.iter().find(|(h, _)| *h == hf) {
