@@ -191,3 +191,54 @@ fn straight_through_training_optimises_top_k() {
     assert!(Trainer::new(&model, &paper, TrainOptions { straight_through: Some(2), ..opts(1) }).is_ok(), "paper gate");
     assert!(Trainer::new(&model, &spec(), TrainOptions { straight_through: Some(5), ..opts(1) }).is_err(), "k > K");
 }
+
+/// A learning rate that blows the routers up stops the run with one error naming the step and
+/// the learning rate, instead of writing an adapter full of NaN.
+#[test]
+fn a_non_finite_loss_stops_training() {
+    let (model, data) = setup();
+    let mut t = Trainer::new(&model, &spec(), TrainOptions { lr: 1e30, ..opts(6) }).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let err = t.run(&data, dir.path(), None, |_| Ok(()), |_, _| {}).expect_err("a 1e30 learning rate trained on");
+    let msg = err.to_string();
+    assert!(msg.contains("loss is") && msg.contains("learning rate"), "{msg}");
+    assert!(t.step < 6, "the run went on to its end");
+}
+
+/// On the real model: k-means initialisation puts each layer's centroids at cluster means of its
+/// routing vectors (spherical for cosine scores), records it in the config, and the log's
+/// category structure is computed on the probe passage for every layer.
+#[test]
+fn kmeans_init_and_category_log_on_the_real_model() {
+    let model = Model::load(&common::model_path(), &Device::Cpu).unwrap();
+    let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
+    let ids = model.tokenizer().unwrap().encode(&text[..20000], false).unwrap().ids;
+    let data = TrainData { train: ids[..2000].to_vec(), heldout: ids[2000..].to_vec() };
+    let spec = AdapterSpec { groups: 8, window: 32, score: focus_core::Score::Cosine, ..Default::default() };
+    let o = TrainOptions { seq_len: 160, batch: 1, eval_every: 1, eval_seqs: 1, ..opts(1) };
+    let mut t = Trainer::new(&model, &spec, o).unwrap();
+    let random = router_values(&t);
+    t.init_kmeans(&data, 2, 30).unwrap();
+    let after = router_values(&t);
+    assert_eq!(random[0], after[0], "k-means changed W_g");
+    assert_ne!(random[1], after[1], "k-means left the centroids as they were");
+    for c in after[1].chunks(16) {
+        let n: f32 = c.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((n - 1.0).abs() < 1e-4, "spherical k-means centroid of norm {n}");
+    }
+    assert!(t.adapter.config.init.contains("spherical k-means"), "{}", t.adapter.config.init);
+    // Every token of the first window is nearest (by cosine) to its own cluster's centroid, so
+    // the hard argmax of the scores is spread over the groups, not all in one.
+    t.probe = Some(focus_core::train::probe_passage(&text[20000..]).to_string());
+    let cats = t.probe_categories().unwrap().expect("a probe was set");
+    assert_eq!(cats.len(), model.config().n_layers);
+    for (l, c) in cats.iter().enumerate() {
+        assert!((0.0..=1.0).contains(&c.purity) && c.purity > 0.0, "layer {l}: purity {}", c.purity);
+        assert!((c.sizes.iter().sum::<f64>() - 1.0).abs() < 1e-9 && c.sizes.len() == 8);
+        assert!(c.pure80 <= c.pure60 && c.pure60 <= 8 && c.confidence >= 1.0 / 8.0);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_, rows) = run_logged(&mut t, &data, dir.path());
+    let logged = rows.last().unwrap().categories.as_ref().expect("the evaluation row carries categories");
+    assert_eq!(logged.len(), model.config().n_layers);
+}

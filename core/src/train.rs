@@ -104,7 +104,45 @@ pub struct LogRow {
     pub dominance: Option<Vec<f64>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group_mass: Option<Vec<Vec<f64>>>,
+    /// Per layer, category structure on the fixed probe passage (`Trainer::probe`), at each
+    /// held-out evaluation: when groups form.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub categories: Option<Vec<LayerCategories>>,
 }
+
+/// One layer's category structure on the probe passage (the categoriser of `analysis`).
+#[derive(Debug, Clone, Serialize)]
+pub struct LayerCategories {
+    /// Token-weighted centroid purity.
+    pub purity: f64,
+    /// Centroids with at least `PURE_MIN_TOKENS` tokens that are >= 60% / >= 80% pure.
+    pub pure60: usize,
+    pub pure80: usize,
+    /// Mean largest membership.
+    pub confidence: f64,
+    /// Share of tokens per group (argmax membership).
+    pub sizes: Vec<f64>,
+}
+
+/// The probe passage of a text: its first `PROBE_BYTES` bytes, cut at a whitespace boundary
+/// (about 900 tokens of English prose).
+pub fn probe_passage(text: &str) -> &str {
+    if text.len() <= PROBE_BYTES {
+        return text;
+    }
+    let mut end = PROBE_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let cut = text[..end].rfind(char::is_whitespace).filter(|&i| i > 0).unwrap_or(end);
+    &text[..cut]
+}
+
+pub const PROBE_BYTES: usize = 4000;
+
+/// A centroid counts as pure only with this many tokens of the probe passage (a group of three
+/// commas is not a finding).
+pub const PURE_MIN_TOKENS: usize = 20;
 
 /// AdamW with its state as plain tensors, so that it can be checkpointed.
 struct AdamW {
@@ -147,6 +185,9 @@ pub struct Trainer<'m> {
     pub kernels: TrainKernels,
     /// The frozen weights as the fused step reads them, built at the first fused step.
     weights: Option<TrainWeights>,
+    /// A fixed held-out passage on which each evaluation logs category structure (None: not
+    /// logged).
+    pub probe: Option<String>,
 }
 
 const CKPT_OPT: &str = "optimizer.safetensors";
@@ -192,7 +233,7 @@ impl<'m> Trainer<'m> {
             vars.push(c);
         }
         let opt = AdamW::new(&vars)?;
-        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), weights: None })
+        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), weights: None, probe: None })
     }
 
     /// Continues from a checkpoint directory written by `save_checkpoint`.
@@ -235,9 +276,57 @@ impl<'m> Trainer<'m> {
         (0..self.opts.batch).map(|_| rng.gen_range(0..=len - self.opts.seq_len)).collect()
     }
 
+    /// Replaces every layer's centroids by k-means of its routing vectors h W_g (W_g at its
+    /// current value) over `seqs` training windows of `seq_len` tokens, taken from the start of
+    /// the training data; spherical k-means for cosine scores. Only before the first step.
+    pub fn init_kmeans(&mut self, data: &TrainData, seqs: usize, iters: usize) -> Result<()> {
+        if self.step != 0 {
+            return Err(Error::Invalid("k-means initialisation is only for a run that has not started".into()));
+        }
+        let (t, c) = (self.opts.seq_len, self.adapter.config.clone());
+        let n_seq = (data.train.len() / t).min(seqs.max(1));
+        if n_seq == 0 || n_seq * t < c.groups {
+            return Err(Error::Invalid(format!("k-means needs at least one window of {t} tokens; the training data has {}", data.train.len())));
+        }
+        // Routing vectors do not depend on routing in dense mode: one pass gives every layer's.
+        let mut vecs: Vec<Vec<f32>> = vec![Vec::new(); self.adapter.layers.len()];
+        for s in 0..n_seq {
+            let mut o = ForwardOptions::new(Mode::Dense, Some(&self.adapter));
+            o.record_routing = true;
+            o.logits_from = t - 1;
+            let out = self.model.decoder.forward(&data.train[s * t..(s + 1) * t], &o)?;
+            for (l, r) in out.routing.into_iter().enumerate() {
+                vecs[l].extend(r.vectors.unwrap_or_default());
+            }
+        }
+        let spherical = c.score == crate::focus::adapter::Score::Cosine;
+        let dev = self.model.device();
+        for (l, v) in vecs.iter().enumerate() {
+            let cent = crate::focus::kmeans::kmeans(v, v.len() / c.d_g, c.d_g, c.groups, iters, spherical, self.opts.seed ^ l as u64);
+            let cent = Tensor::from_vec(cent, (c.groups, c.d_g), dev)?;
+            self.vars[2 * l + 1].set(&cent)?;
+        }
+        self.adapter.config.init = format!(
+            "{}; then centroids = {} k-means ({iters} Lloyd iterations, k-means++ seeding) of h W_g over the first {} training tokens",
+            c.init,
+            if spherical { "spherical" } else { "Euclidean" },
+            n_seq * t
+        );
+        Ok(())
+    }
+
     /// One optimizer step; returns the mean training loss (nats/token).
     pub fn train_step(&mut self, data: &TrainData) -> Result<f64> {
         let (mean, grads) = self.loss_and_gradients(data)?;
+        // A NaN or infinite loss (a learning rate that blew the routers up) would write NaN
+        // into every router; stop with the step that produced it instead.
+        if !mean.is_finite() {
+            return Err(Error::NonFinite(format!(
+                "training step {}: the loss is {mean} (learning rate {}); the routers were left as they were",
+                self.step + 1,
+                self.opts.lr_at(self.step)
+            )));
+        }
         self.opt.step(&self.vars, &grads, self.opts.lr_at(self.step), self.opts.weight_decay)?;
         self.step += 1;
         self.tokens_seen += self.opts.batch * self.opts.seq_len;
@@ -320,6 +409,31 @@ impl<'m> Trainer<'m> {
         Ok(((nll / count as f64).exp(), dom, mass))
     }
 
+    /// Category structure of every layer on the probe passage (None without one), routed in
+    /// `eval_mode` as `focus-lens analyze` would.
+    pub fn probe_categories(&self) -> Result<Option<Vec<LayerCategories>>> {
+        let Some(text) = &self.probe else { return Ok(None) };
+        let c = &self.adapter.config;
+        let opts = crate::analysis::AnalyzeOptions { mode: self.eval_mode(), k: c.top_k, segment_len: self.opts.seq_len, keep_tokens: false, cancel: None };
+        let a = crate::analysis::analyze(self.model, &self.adapter, "training", text, &opts, |_, _| {})?;
+        Ok(Some(
+            a.profiles
+                .iter()
+                .zip(&a.layers)
+                .map(|(p, st)| {
+                    let n = st.group_size.iter().sum::<usize>().max(1) as f64;
+                    LayerCategories {
+                        purity: p.purity(),
+                        pure60: p.pure_centroids(0.6, PURE_MIN_TOKENS),
+                        pure80: p.pure_centroids(0.8, PURE_MIN_TOKENS),
+                        confidence: st.mean_confidence,
+                        sizes: st.group_size.iter().map(|&s| s as f64 / n).collect(),
+                    }
+                })
+                .collect(),
+        ))
+    }
+
     /// Runs to `opts.steps`, calling `log` for every row and `progress(step)`. Stops early,
     /// after saving a checkpoint, when `stop` is set.
     pub fn run(
@@ -342,12 +456,13 @@ impl<'m> Trainer<'m> {
                 self.opts.steps = self.step;
             }
             let eval_now = (self.opts.eval_every > 0 && self.step.is_multiple_of(self.opts.eval_every)) || self.step == self.opts.steps;
-            let mut row = LogRow { step: self.step, loss, train_ppl: loss.exp(), tokens_seen: self.tokens_seen, seconds: t0.elapsed().as_secs_f64(), heldout_ppl: None, dominance: None, group_mass: None };
+            let mut row = LogRow { step: self.step, loss, train_ppl: loss.exp(), tokens_seen: self.tokens_seen, seconds: t0.elapsed().as_secs_f64(), heldout_ppl: None, dominance: None, group_mass: None, categories: None };
             if eval_now {
                 let (ppl, dom, mass) = self.evaluate(data)?;
                 row.heldout_ppl = Some(ppl);
                 row.dominance = Some(dom);
                 row.group_mass = Some(mass);
+                row.categories = self.probe_categories()?;
             }
             log(&row)?;
             progress(self.step, loss);

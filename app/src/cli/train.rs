@@ -72,6 +72,10 @@ pub struct Args {
     /// come from it and cannot be given.
     #[arg(long, conflicts_with_all = ["resume", "SpecArgs"])]
     pub init: Option<PathBuf>,
+    /// Initialise each layer's centroids by k-means of its routing vectors h W_g over the first
+    /// 8 training windows (spherical k-means for --score cosine) instead of at random.
+    #[arg(long, conflicts_with_all = ["resume", "init"])]
+    pub kmeans_init: bool,
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -138,6 +142,12 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
     };
+    if a.kmeans_init {
+        trainer.init_kmeans(&data, 8, 50)?;
+    }
+    // Category structure is logged on the start of the first held-out file.
+    let probe_file = &heldout_files[0];
+    trainer.probe = Some(focus_core::train::probe_passage(&focus_core::io::text::read_text(probe_file)?).to_string());
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let log_path = a.out.join("train_log.jsonl");
     let mut log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).with_context(|| format!("opening {}", log_path.display()))?;
@@ -180,7 +190,8 @@ pub fn run(a: Args) -> Result<()> {
         "device": device_name(&a.model.device), "time_limit_min": a.time_limit_min, "heldout_ppl": last_heldout, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
         "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": trainer.opts.cosine_decay,
         "straight_through": trainer.opts.straight_through, "heldout_mode": trainer.eval_mode().to_string(),
-        "init": a.init.as_ref().map(|p| p.display().to_string()),
+        "init": a.init.as_ref().map(|p| p.display().to_string()), "kmeans_init": a.kmeans_init,
+        "probe": probe_file.display().to_string(),
     }));
     trainer.adapter.save(&a.out)?;
     eprintln!("wrote {} (held-out {} PPL {:?})", a.out.display(), trainer.eval_mode(), last_heldout);

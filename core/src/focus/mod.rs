@@ -1,9 +1,10 @@
 //! What Focus adds to a frozen model: the adapter file format (`adapter`), each layer's router
 //! (`router`: scores and memberships), Sinkhorn balancing (`sinkhorn`), and the hard mask rule
 //! (`mask`: which pairs are local, share a group, or are pruned); `sinkhorn_fused`, Sinkhorn
-//! as one op with a backward pass for training.
+//! as one op with a backward pass for training; `kmeans`, the data-driven centroid initialisation.
 
 pub mod adapter;
+pub mod kmeans;
 pub mod mask;
 pub mod router;
 pub mod sinkhorn;
