@@ -5,10 +5,13 @@
 //!
 //!   train_paper --model GGUF --data DIR --heldout DIR --out DIR [--groups 8] [--gate log]
 //!       [--tau 0.1] [--steps 4000] [--minutes 0] [--eval-every 500] [--ppl FILE] [--ctx 512,1024]
-//!       [--seq 1024] [--batch 4] [--cpu]
+//!       [--seq 1024] [--batch 4] [--score dot|cosine] [--iters 10] [--init random|kmeans]
+//!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--cpu]
 //!
-//! Fixed: dot scores, d_g 16, Sinkhorn 10 iterations with the full gradient, w 128, 4 x 1024
-//! tokens per step (unless --seq / --batch), AdamW lr 1e-2 with cosine decay, seed 0.
+//! Defaults are the paper's setting: dot scores, tau 0.1, Sinkhorn 10 iterations with the full
+//! gradient, log gate, random init; and ours: d_g 16, w 128, 4 x 1024 tokens per step, AdamW lr
+//! 1e-2 with cosine decay to lr/10, seed 0. Category structure is logged at each evaluation on
+//! the start of the first held-out file (train_log.jsonl, `categories`).
 //! Build: `cargo build --release --features cuda -p focus-core --example train_paper`.
 
 use focus_core::eval::ppl::perplexity;
@@ -23,19 +26,23 @@ fn arg(args: &[String], name: &str, default: &str) -> String {
 }
 
 /// The .txt files of a folder in name order, tokenized and joined by the end-of-text token.
-fn tokens(model: &Model, dir: &Path) -> focus_core::Result<(Vec<u32>, Vec<String>)> {
+fn tokens(model: &Model, dir: &Path) -> focus_core::Result<(Vec<u32>, Vec<String>, String)> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir).map_err(|e| focus_core::Error::io(dir, e))?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "txt")).collect();
     files.sort();
     let tok = model.tokenizer()?;
     let mut ids = Vec::new();
+    let mut first = String::new();
     for f in &files {
         let text = std::fs::read_to_string(f).map_err(|e| focus_core::Error::io(f, e))?;
+        if first.is_empty() {
+            first = focus_core::train::probe_passage(&text).to_string();
+        }
         ids.extend(tok.encode(&text, false)?.ids);
         if let Some(eos) = tok.eos_id() {
             ids.push(eos);
         }
     }
-    Ok((ids, files.iter().map(|p| p.display().to_string()).collect()))
+    Ok((ids, files.iter().map(|p| p.display().to_string()).collect(), first))
 }
 
 fn main() -> focus_core::Result<()> {
@@ -44,34 +51,43 @@ fn main() -> focus_core::Result<()> {
     let (seq, batch): (usize, usize) = (arg(&args, "--seq", "1024").parse().unwrap(), arg(&args, "--batch", "4").parse().unwrap());
     let model = Model::load(Path::new(&arg(&args, "--model", "")), &dev)?;
     let out = PathBuf::from(arg(&args, "--out", "run"));
-    let (train, train_files) = tokens(&model, Path::new(&arg(&args, "--data", "")))?;
-    let (heldout, heldout_files) = tokens(&model, Path::new(&arg(&args, "--heldout", "")))?;
+    let (train, train_files, _) = tokens(&model, Path::new(&arg(&args, "--data", "")))?;
+    let (heldout, heldout_files, probe) = tokens(&model, Path::new(&arg(&args, "--heldout", "")))?;
     let data = TrainData { train, heldout };
     let groups: usize = arg(&args, "--groups", "8").parse().unwrap();
     let gate = if arg(&args, "--gate", "log") == "paper" { Gate::Paper } else { Gate::Log };
     let tau: f64 = arg(&args, "--tau", "0.1").parse().unwrap();
-    let spec = AdapterSpec { groups, d_g: 16, tau, sinkhorn_iters: 10, window: 128, gate, score: Score::Dot, ..Default::default() };
+    let score = if arg(&args, "--score", "dot") == "cosine" { Score::Cosine } else { Score::Dot };
+    let iters: usize = arg(&args, "--iters", "10").parse().unwrap();
+    let (lr, seed): (f64, u64) = (arg(&args, "--lr", "1e-2").parse().unwrap(), arg(&args, "--seed", "0").parse().unwrap());
+    let cosine_decay = arg(&args, "--schedule", "cosine") == "cosine";
+    let kmeans = arg(&args, "--init", "random") == "kmeans";
+    let spec = AdapterSpec { groups, d_g: 16, tau, sinkhorn_iters: iters, window: 128, gate, score, ..Default::default() };
     let minutes: f64 = arg(&args, "--minutes", "0").parse().unwrap();
     let opts = TrainOptions {
         steps: arg(&args, "--steps", "4000").parse().unwrap(),
         seq_len: seq,
         batch,
-        lr: 1e-2,
+        lr,
         weight_decay: 0.0,
-        seed: 0,
+        seed,
         eval_every: arg(&args, "--eval-every", "500").parse().unwrap(),
         eval_seqs: 8,
         checkpoint_every: 0,
         max_seconds: minutes * 60.0,
         sinkhorn_grad: SinkhornGrad::Full,
-        cosine_decay: true,
+        cosine_decay,
         straight_through: None,
     };
     let mut trainer = Trainer::new(&model, &spec, opts)?;
+    if kmeans {
+        trainer.init_kmeans(&data, 8, 50)?;
+    }
+    trainer.probe = Some(probe);
     std::fs::create_dir_all(&out).map_err(|e| focus_core::Error::io(&out, e))?;
     let log_path = out.join("train_log.jsonl");
     let mut log = std::fs::File::create(&log_path).map_err(|e| focus_core::Error::io(&log_path, e))?;
-    eprintln!("training K={groups} {gate:?} on {} tokens, held out {}", data.train.len(), data.heldout.len());
+    eprintln!("training K={groups} {gate:?} {score:?} tau {tau} iters {iters} lr {lr} kmeans {kmeans} on {} tokens, held out {}", data.train.len(), data.heldout.len());
     let t0 = std::time::Instant::now();
     let mut last = None;
     trainer.run(
@@ -81,7 +97,14 @@ fn main() -> focus_core::Result<()> {
         |row: &LogRow| {
             if row.heldout_ppl.is_some() {
                 last = row.heldout_ppl;
-                eprintln!("step {} loss {:.4} held-out {:?} dominance max {:.3} ({:.0} s)", row.step, row.loss, row.heldout_ppl, row.dominance.as_ref().map_or(0.0, |d| d.iter().cloned().fold(0.0, f64::max)), row.seconds);
+                let cats = row.categories.as_deref().unwrap_or(&[]);
+                let purity = cats.iter().map(|c| c.purity).sum::<f64>() / cats.len().max(1) as f64;
+                let best = cats.iter().map(|c| c.purity).fold(0.0, f64::max);
+                eprintln!(
+                    "step {} loss {:.4} held-out {:?} dominance max {:.3} purity mean {purity:.3} best {best:.3} pure60 {} ({:.0} s)",
+                    row.step, row.loss, row.heldout_ppl, row.dominance.as_ref().map_or(0.0, |d| d.iter().cloned().fold(0.0, f64::max)),
+                    cats.iter().map(|c| c.pure60).sum::<usize>(), row.seconds
+                );
             }
             writeln!(log, "{}", serde_json::to_string(row).unwrap()).map_err(|e| focus_core::Error::io(&log_path, e))
         },
@@ -90,10 +113,10 @@ fn main() -> focus_core::Result<()> {
     let secs = t0.elapsed().as_secs_f64();
     trainer.adapter.config.training = Some(serde_json::json!({
         "data": train_files, "heldout": heldout_files, "steps": trainer.step, "seq_len": seq, "batch": batch,
-        "lr": 1e-2, "weight_decay": 0.0, "seed": 0, "tokens_seen": trainer.tokens_seen, "seconds_this_run": secs,
+        "lr": lr, "weight_decay": 0.0, "seed": seed, "tokens_seen": trainer.tokens_seen, "seconds_this_run": secs,
         "device": if dev.is_cuda() { "cuda (NVIDIA H200)" } else { "cpu" }, "time_limit_min": minutes, "heldout_ppl": last, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
-        "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": true, "straight_through": null,
-        "heldout_mode": trainer.eval_mode().to_string(), "init": null, "trainer": "core/examples/train_paper.rs (fused step)",
+        "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": cosine_decay, "straight_through": null,
+        "heldout_mode": trainer.eval_mode().to_string(), "init": null, "kmeans_init": kmeans, "trainer": "core/examples/train_paper.rs (fused step)",
     }));
     trainer.adapter.save(&out)?;
     eprintln!("TRAINED K={groups} {gate:?}: {} steps, {} tokens, {secs:.0} s, held-out {last:?}", trainer.step, trainer.tokens_seen);
