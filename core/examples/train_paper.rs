@@ -133,7 +133,7 @@ fn main() -> focus_core::Result<()> {
                 let a = if mode == Mode::Dense { None } else { Some(&trainer.adapter) };
                 let r = perplexity(&model, &ids, ctx, mode, a, None, |_, _| {})?;
                 eprintln!("PPL K={groups} ctx {ctx} {mode}: {:.4}", r.ppl);
-                results.push(serde_json::json!({"ctx": ctx, "mode": mode.to_string(), "ppl": r.ppl, "chunks": r.chunks, "scored_tokens": r.scored_tokens}));
+                results.push(serde_json::json!({"ctx": ctx, "mode": mode.to_string(), "ppl": r.ppl, "chunks": r.chunks, "scored_tokens": r.scored_tokens, "per_chunk_nll": r.per_chunk_nll}));
             }
         }
         let p = out.join("ppl.json");

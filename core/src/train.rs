@@ -263,9 +263,9 @@ impl<'m> Trainer<'m> {
             t.insert(format!("m.{i}"), self.opt.m[i].to_device(&Device::Cpu)?);
             t.insert(format!("v.{i}"), self.opt.v[i].to_device(&Device::Cpu)?);
         }
-        let tmp = dir.join(format!(".{CKPT_OPT}.tmp"));
+        let tmp = crate::io::temp_path(&dir.join(CKPT_OPT));
         candle_core::safetensors::save(&t, &tmp)?;
-        std::fs::rename(&tmp, dir.join(CKPT_OPT)).map_err(|e| Error::io(dir.join(CKPT_OPT), e))?;
+        std::fs::rename(&tmp, dir.join(CKPT_OPT)).map_err(|e| Error::write(dir.join(CKPT_OPT), e))?;
         let st = CheckpointState { step: self.step, tokens_seen: self.tokens_seen, adam_t: self.opt.t, options: self.opts.clone() };
         crate::io::write_atomic(&dir.join(CKPT_STATE), serde_json::to_string_pretty(&st)?.as_bytes())
     }
