@@ -1433,8 +1433,8 @@ fn range_selection_by_drag_and_shift_click() {
     assert_eq!(h.state().selection.range, None);
 }
 
-/// Hostile inputs given through the file window, typed as a user does: a FIFO (as text and as
-/// model), a corrupt GGUF, an adapter that does not fit the model, a binary text and an empty
+/// Hostile inputs given through the file window, typed as a user does: a FIFO (as session, text
+/// and model), a corrupt GGUF, an adapter that does not fit the model, a binary text and an empty
 /// file. Each gives one clear error in the window within seconds (nothing hangs on the FIFO),
 /// the app keeps its working inputs and result, and keeps running.
 #[test]
@@ -1464,7 +1464,10 @@ fn hostile_inputs_through_the_file_window() {
     std::fs::write(&binary, b"text\0\x01\x02 with a NUL").unwrap();
     let empty = d.join("empty.txt");
     std::fs::write(&empty, b"").unwrap();
-    let cases: [(&str, &Path, &str, &[&str]); 6] = [
+    let fifo_session = d.join("pipe.session.json");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo_session).status().unwrap().success());
+    let cases: [(&str, &Path, &str, &[&str]); 7] = [
+        ("Open session…", &fifo_session, "Open this session", &["cannot open session", "pipe.session.json", "not a regular file"]),
         ("Open text…", &fifo, "Open as text", &["cannot open text", "pipe.txt", "not a regular file"]),
         ("Open model…", &fifo_model, "Open as model", &["cannot open model", "pipe.gguf", "not a regular file"]),
         ("Open model…", &corrupt, "Open as model", &["cannot open model", "corrupt.gguf"]),
@@ -1473,8 +1476,8 @@ fn hostile_inputs_through_the_file_window() {
         ("Open text…", &empty, "Open as text", &["cannot open text", "empty"]),
     ];
     for (item, path, button, words) in cases {
-        type_path_and_open(&mut h, item, path, button);
         let t0 = Instant::now();
+        type_path_and_open(&mut h, item, path, button);
         while h.state().busy() || h.state().errors.is_empty() {
             h.step();
             assert!(t0.elapsed() < Duration::from_secs(60), "{}: no answer after 60 s (a hang?): {:?}", path.display(), h.state().worker.progress());
