@@ -1427,6 +1427,18 @@ fn range_selection_by_drag_and_shift_click() {
     no_errors(&h);
     let svg = std::fs::read_to_string(dir.path().join("focus-lens-tokens-layer0.svg")).unwrap();
     assert!(svg.contains("tokens #200-#215 (16 of 300)"), "the SVG shows the range");
+    // The JSON export records the selection: the range, its byte span and its group make-up.
+    click_menu(&mut h, "Export", "Statistics as JSON…");
+    no_errors(&h);
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-stats.json")).unwrap()).unwrap();
+    let sel = &json["provenance"]["selection"];
+    assert_eq!((sel["token"].as_u64(), sel["range"].clone()), (Some(200), serde_json::json!([200, 215])), "{sel}");
+    let n: Vec<u64> = sel["range_group_tokens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    assert_eq!(n.iter().sum::<u64>(), 16);
+    for (g, &c) in n.iter().enumerate() {
+        assert_eq!(c as usize, res.argmax[0][200..=215].iter().filter(|&&x| x as usize == g).count());
+    }
+    assert_eq!(sel["range_bytes"], serde_json::json!([res.analysis.tokens[200].start, res.analysis.tokens[215].end]));
     // The range can be cleared from the panel.
     h.get_by_label("clear the range").click();
     h.step();

@@ -156,7 +156,7 @@ pub fn paint_line(
             painter.rect_stroke(r, 2.0, Stroke::new(2.5, Color32::BLACK), egui::StrokeKind::Outside);
         }
         if marks.range.is_some_and(|(a, b)| (a..=b).contains(&i)) {
-            let bar = Rect::from_min_max(r.min, pos2(r.max.x, r.min.y + 3.0));
+            let bar = Rect::from_min_max(r.min, pos2(r.max.x, r.min.y + 4.0));
             painter.rect_filled(bar, 0.0, RANGE_BAR);
         }
         if marks.found.is_some_and(|f| f.contains(&i)) {
