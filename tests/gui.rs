@@ -1095,7 +1095,7 @@ fn categories_fit_the_window() {
 }
 
 /// A session saved from the menu reopens, from the menu, what was on screen: inputs, settings,
-/// layer, tab and the selected token with its partners.
+/// layer, tab and the selection (a range of tokens) with its partners.
 #[test]
 fn sessions_save_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
@@ -1105,7 +1105,7 @@ fn sessions_save_and_reopen() {
     h.state_mut().settings.layer = 9;
     h.state_mut().settings.params.mode = ModeChoice::Soft;
     settle(&mut h);
-    h.state_mut().select_token(Some(140));
+    h.state_mut().select_range(Some((140, 145)));
     settle(&mut h);
     h.get_by_label("Balance").click();
     h.step();
@@ -1135,8 +1135,8 @@ fn sessions_save_and_reopen() {
     let app = h.state();
     assert_eq!((app.settings.layer, app.settings.tab, app.settings.params.mode, app.settings.params.max_tokens), (9, Tab::Balance, ModeChoice::Soft, 150));
     assert_eq!(app.session.result.as_ref().unwrap().analysis.mode, "soft");
-    assert_eq!(app.selection.selected, Some(140));
-    assert!(app.selection.partners.as_ref().is_some_and(|p| p.token == 140 && p.layer == 9));
+    assert_eq!((app.selection.selected, app.selection.range), (Some(140), Some((140, 145))), "the token and its range");
+    assert!(app.selection.partners.as_ref().is_some_and(|p| p.token == 140 && p.range == Some((140, 145)) && p.layer == 9));
 }
 
 /// Ctrl+F opens the search: typing finds every occurrence (case folded) and scrolls to the

@@ -43,6 +43,8 @@ pub struct FocusLensApp {
     pub pending_full: Option<Arc<AnalysisResult>>,
     /// A reopened session's selected token, selected once an analysis long enough arrives.
     pub pending_select: Option<usize>,
+    /// And its selected range, restored with it.
+    pub pending_range: Option<(usize, usize)>,
     ctx: Option<egui::Context>,
 }
 
@@ -63,6 +65,7 @@ impl FocusLensApp {
             timing: Timing::default(),
             pending_full: None,
             pending_select: None,
+            pending_range: None,
             ctx: None,
         }
     }
@@ -110,6 +113,7 @@ impl FocusLensApp {
                 f.apply(&mut self.settings);
                 self.selection = Selection::default();
                 self.pending_select = f.selected;
+                self.pending_range = f.range;
                 self.session.unstop();
                 self.status = format!("opened session {}", path.display());
             }
@@ -231,6 +235,7 @@ impl FocusLensApp {
         if let Some(i) = self.pending_select.filter(|&i| i < res.tokens() && self.wanted_key().as_ref() == Some(&res.key)) {
             self.pending_select = None;
             self.selection.selected = Some(i);
+            self.selection.range = self.pending_range.take().filter(|&(a, b)| a == i && b < res.tokens() && b > a);
             self.selection.partners = None;
             self.views.scroll_to = Some(i);
         }
@@ -435,7 +440,9 @@ impl FocusLensApp {
     /// Writes the export to `path` (atomically); a PNG is written when its screenshot arrives.
     fn export_to(&mut self, kind: ExportKind, path: PathBuf) {
         if kind == ExportKind::Session {
-            let json = super::sessionfile::SessionFile::from_settings(&self.settings, self.selection.selected).to_json();
+            let mut f = super::sessionfile::SessionFile::from_settings(&self.settings, self.selection.selected);
+            f.range = self.selection.range;
+            let json = f.to_json();
             match export::write(&path, json.as_bytes()) {
                 Ok(()) => self.status = format!("saved session {}", path.display()),
                 Err(e) => self.errors.push(format!("saving the session to {} failed: {e}", path.display())),

@@ -32,6 +32,9 @@ pub struct SessionFile {
     /// The selected token (its partners are computed again on opening).
     #[serde(default)]
     pub selected: Option<usize>,
+    /// The selected range of tokens `[a, b]` (starting at `selected`), if any.
+    #[serde(default)]
+    pub range: Option<(usize, usize)>,
 }
 
 impl SessionFile {
@@ -53,6 +56,7 @@ impl SessionFile {
             colour_blind: s.colour_blind,
             compare: s.compare.clone(),
             selected,
+            range: None,
         }
     }
 
