@@ -170,7 +170,7 @@ fn sample_analysis_profiles_and_routing_space() {
     assert!(an.projection(&adapter, 30).is_err());
 }
 
-/// `focus-lens analyze --labels` prints each layer's centroid labels and writes the category CSVs.
+/// `focus-lens analyze --labels` prints the best layer's centroid table and writes the category CSVs.
 #[test]
 fn cli_prints_labels_and_writes_category_csvs() {
     let tmp = tempfile::tempdir().unwrap();
@@ -190,7 +190,8 @@ fn cli_prints_labels_and_writes_category_csvs() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let stdout = String::from_utf8(o.stdout).unwrap();
-    assert!(stdout.contains("layer 29:") && stdout.contains("group  7"), "{stdout}");
+    // The best layer's table: one row per group, G0..G7.
+    assert!(stdout.contains("(best: highest token-weighted purity)") && stdout.contains("\nG7 "), "{stdout}");
     assert!(stdout.contains('%'), "{stdout}");
     let profiles = std::fs::read_to_string(tmp.path().join("stats.profiles.csv")).unwrap();
     assert_eq!(profiles.lines().count(), 1 + 30 * 8);

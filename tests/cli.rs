@@ -323,6 +323,89 @@ fn analyze_writes_json_and_csv() {
     );
 }
 
+/// The token-weighted purity of each layer in an analysis JSON, from its centroid profiles.
+fn layer_purities(v: &Value) -> Vec<f64> {
+    v["profiles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let cs = p["centroids"].as_array().unwrap();
+            let n: f64 = cs.iter().map(|c| c["tokens"].as_f64().unwrap()).sum();
+            cs.iter().map(|c| c["tokens"].as_f64().unwrap() * c["purity"].as_f64().unwrap_or(0.0)).sum::<f64>() / n
+        })
+        .collect()
+}
+
+/// Checks one printed labels table (`analyze --labels`) against layer `l` of the JSON: one row
+/// per group with its top category, purity, share and top tokens with counts.
+fn check_labels_table(stdout: &str, v: &Value, l: usize, heading: &str) {
+    let lines: Vec<&str> = stdout.lines().collect();
+    let at = lines.iter().position(|x| x.starts_with(&format!("layer {l} ("))).unwrap_or_else(|| panic!("no table heading for layer {l}:\n{stdout}"));
+    assert!(lines[at].contains(heading), "{}", lines[at]);
+    let purity = layer_purities(v)[l];
+    assert!(lines[at].contains(&format!("token-weighted purity {:.1}%", 100.0 * purity)), "{} vs {purity}", lines[at]);
+    assert!(lines[at + 1].starts_with("group  category") && lines[at + 1].contains("purity") && lines[at + 1].contains("top tokens"), "{}", lines[at + 1]);
+    let cs = v["profiles"][l]["centroids"].as_array().unwrap();
+    let total: f64 = cs.iter().map(|c| c["tokens"].as_f64().unwrap()).sum();
+    for (g, c) in cs.iter().enumerate() {
+        let row = lines[at + 2 + g];
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cols[0], format!("G{g}"), "{row}");
+        assert_eq!(cols[1], c["top_category"].as_str().unwrap_or("empty"), "{row}");
+        // The purity figure is the JSON's, rounded to a whole percent.
+        let want = c["purity"].as_f64().map(|p| format!("{:.0}%", 100.0 * p)).unwrap_or("-".into());
+        assert_eq!(cols[2], want, "{row}");
+        assert_eq!(cols[3], format!("{:.1}%", 100.0 * c["tokens"].as_f64().unwrap() / total), "{row}");
+        // Top tokens with their counts, most frequent first, as the JSON lists them.
+        let tops: Vec<(String, u64)> = row.splitn(2, "%  ").nth(1).and_then(|r| r.splitn(2, "%  ").nth(1)).unwrap_or("").split("  ").filter(|t| !t.is_empty()).map(|t| {
+            let (text, n) = t.rsplit_once(" x").unwrap_or_else(|| panic!("token {t:?} in {row}"));
+            (text.to_string(), n.parse().unwrap())
+        }).collect();
+        let json_tops = c["top_tokens"].as_array().unwrap();
+        assert_eq!(tops.len(), json_tops.len().min(5), "{row}");
+        for ((text, n), j) in tops.iter().zip(json_tops) {
+            assert_eq!(*n, j["count"].as_u64().unwrap(), "{row}");
+            assert_eq!(*text, j["text"].as_str().unwrap().replace(' ', "·").replace('\n', "¶").replace('\t', "»"), "{row}");
+        }
+    }
+    assert!(lines.get(at + 2 + cs.len()).is_none_or(|x| !x.starts_with('G')), "one row per group");
+}
+
+/// `analyze --labels` prints the best layer's table in the paper's form (group, category,
+/// purity, top tokens with counts), on the real model with the shipped K = 8 adapter; the best
+/// layer is the one of highest token-weighted purity, and every figure is the JSON's.
+/// `--layer N` prints layer N's table instead; a layer beyond the model is refused.
+#[test]
+fn analyze_labels_prints_the_best_layer_table() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ad = common::root().join("sample_adapters/smollm2-135m-k8");
+    let f = persuasion(tmp.path(), "p.txt", 1500);
+    let out = tmp.path().join("stats.json");
+    let run = |extra: &[&str]| {
+        let mut args: Vec<&OsStr> = vec![OsStr::new("analyze"), OsStr::new("--labels"), OsStr::new("--adapter"), ad.as_os_str(), f.as_os_str(), OsStr::new("--out"), out.as_os_str()];
+        args.extend(extra.iter().map(OsStr::new));
+        let stdout = ok(&args);
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        (stdout, v)
+    };
+    let (stdout, v) = run(&[]);
+    let pur = layer_purities(&v);
+    assert_eq!(pur.len(), 30);
+    let best = (0..pur.len()).fold(0, |b, l| if pur[l] > pur[b] { l } else { b });
+    check_labels_table(&stdout, &v, best, "best: highest token-weighted purity");
+    // The per-layer table carries the purity column too.
+    let row = stdout.lines().find(|x| x.split_whitespace().next() == Some(&best.to_string()) && x.split_whitespace().count() == 5).expect("the layer's stats row");
+    assert_eq!(row.split_whitespace().last().unwrap(), format!("{:.3}", pur[best]));
+
+    let other = if best == 3 { 4 } else { 3 };
+    let (stdout, v) = run(&["--layer", &other.to_string()]);
+    check_labels_table(&stdout, &v, other, &format!("asked for; the best is layer {best}"));
+
+    let line = fails([OsStr::new("analyze"), OsStr::new("--labels"), OsStr::new("--layer"), OsStr::new("30"), OsStr::new("--adapter"), ad.as_os_str(), f.as_os_str(), OsStr::new("--out"), out.as_os_str()]);
+    has(&line, &["--layer 30 is out of range", "30 layers"]);
+}
+
 #[test]
 fn errors_are_one_line() {
     let tmp = tempfile::tempdir().unwrap();

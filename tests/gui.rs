@@ -168,10 +168,20 @@ fn gui_end_to_end() {
         assert_eq!(b.rows.iter().map(|r| r.tokens).collect::<Vec<_>>(), vec![64, 160]);
         assert!(b.rows.iter().all(|r| r.dense_s > 0.0 && r.topk_s > 0.0));
         assert!(b.settings.contains("threads"));
+        // The spread of the 3 default repeats: min <= median <= max of both modes and the speedup.
+        for r in &b.rows {
+            assert_eq!(r.repeats, Some(3), "{r:?}");
+            for (lo, med, hi) in r.spread() {
+                assert!(lo <= med && med <= hi && lo > 0.0, "{r:?}");
+            }
+            assert!(r.dense_min_s.is_some() && r.topk_max_s.is_some() && r.speedup_min.is_some());
+        }
+        assert!(b.settings.contains("median, with min and max"), "{}", b.settings);
     }
     // The measured numbers as a table, and why the gain is below K/k (the kept share of pairs).
     h.step();
     assert!(h.query_by_label("top-k tok/s").is_some(), "the benchmark table");
+    assert_eq!(h.get_all_by_label("(min-max)").count(), 3, "the spread columns of the whole-model table");
     assert!(h.query_by_label_contains("% of causal pairs (mean over layers)").is_some());
     click_menu(&mut h, "Export", "Current view as SVG…");
     no_errors(&h);
@@ -537,6 +547,23 @@ fn compare_dense_with_topk() {
     let best = (0..199).max_by(|&a, &b| c.delta(a).total_cmp(&c.delta(b))).unwrap();
     assert_eq!(order[0], best);
     h.step();
+    // The column headers sit over their columns: monospace cells as wide as the values'.
+    {
+        use focus_lens::gui::views::compare::{header_cell, COLUMNS};
+        let v = &h.state().views.compare;
+        let row_prefix = format!("{:<7}", order[0]);
+        let row = h.get_by(|n| n.label().is_some_and(|l| l.starts_with(&row_prefix)) || n.value().is_some_and(|l| l.starts_with(&row_prefix))).rect();
+        let mut at = 0usize;
+        let mut glyph = None;
+        for (s, name, width, right) in COLUMNS {
+            let mark = if v.sort == s { if v.descending { "↓" } else { "↑" } } else { "" };
+            let cell = h.get_by_label(&header_cell(name, mark, width, right)).rect();
+            let g = *glyph.get_or_insert(cell.width() / width as f32);
+            assert!((cell.width() - g * width as f32).abs() < 0.5, "{name}: {cell:?}");
+            assert!((cell.left() - (row.left() + g * at as f32)).abs() < 1.0, "header {name:?} at {} but its column at {}", cell.left(), row.left() + g * at as f32);
+            at += width;
+        }
+    }
     let prefix = format!("{:<7}", best);
     h.get_by(|n| n.label().is_some_and(|l| l.starts_with(&prefix)) || n.value().is_some_and(|l| l.starts_with(&prefix))).click();
     h.step();
@@ -1068,7 +1095,7 @@ fn categories_fit_the_window() {
 }
 
 /// A session saved from the menu reopens, from the menu, what was on screen: inputs, settings,
-/// layer, tab and the selected token with its partners.
+/// layer, tab and the selection (a range of tokens) with its partners.
 #[test]
 fn sessions_save_and_reopen() {
     let dir = tempfile::tempdir().unwrap();
@@ -1078,7 +1105,7 @@ fn sessions_save_and_reopen() {
     h.state_mut().settings.layer = 9;
     h.state_mut().settings.params.mode = ModeChoice::Soft;
     settle(&mut h);
-    h.state_mut().select_token(Some(140));
+    h.state_mut().select_range(Some((140, 145)));
     settle(&mut h);
     h.get_by_label("Balance").click();
     h.step();
@@ -1108,8 +1135,8 @@ fn sessions_save_and_reopen() {
     let app = h.state();
     assert_eq!((app.settings.layer, app.settings.tab, app.settings.params.mode, app.settings.params.max_tokens), (9, Tab::Balance, ModeChoice::Soft, 150));
     assert_eq!(app.session.result.as_ref().unwrap().analysis.mode, "soft");
-    assert_eq!(app.selection.selected, Some(140));
-    assert!(app.selection.partners.as_ref().is_some_and(|p| p.token == 140 && p.layer == 9));
+    assert_eq!((app.selection.selected, app.selection.range), (Some(140), Some((140, 145))), "the token and its range");
+    assert!(app.selection.partners.as_ref().is_some_and(|p| p.token == 140 && p.range == Some((140, 145)) && p.layer == 9));
 }
 
 /// Ctrl+F opens the search: typing finds every occurrence (case folded) and scrolls to the
@@ -1211,4 +1238,284 @@ fn attention_grid_of_a_token() {
     let p = app.selection.partners.as_ref().expect("partners");
     let c = g.cells[7][2];
     assert!((p.local_mass - c[0]).abs() < 1e-3 && (p.partner_mass - c[1]).abs() < 1e-3, "{p:?} vs {c:?}", p = (p.local_mass, p.partner_mass));
+}
+
+/// The categories view's purity curve: per layer, the token-weighted purity of the adapter on
+/// screen against its untrained twin (a random init with the same config and seed), computed in
+/// the background; the twin's figures equal an analysis with `Adapter::random` made here.
+#[test]
+fn purity_curve_against_the_untrained_adapter() {
+    use focus_lens::gui::views::categories::purity_curve;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(200), dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    h.get_by_label("Categories").click();
+    h.step();
+    h.get_by_label("purity by layer vs untrained").click();
+    h.step();
+    h.step();
+    assert!(h.state().is_running(TaskKind::Baseline), "the untrained run is a background task");
+    assert!(h.query_by_label_contains("analysing the same tokens with the untrained adapter").is_some());
+    settle(&mut h);
+    no_errors(&h);
+    h.step();
+    let res = h.state().session.result.clone().unwrap();
+    let b = h.state().views.categories.baseline_for(&res).expect("the baseline of the analysis on screen");
+    assert_eq!((b.purity.len(), b.seed), (30, 0));
+    assert!(b.trained, "the sample adapter records its training");
+    // The same figures from an independent run: the untrained adapter built by hand.
+    let c = &res.adapter.config;
+    let spec = focus_core::AdapterSpec {
+        groups: c.groups,
+        d_g: c.d_g,
+        tau: c.tau,
+        sinkhorn_iters: c.sinkhorn_iters,
+        window: c.window,
+        gate: c.gate,
+        lambda: c.lambda,
+        top_k: c.top_k,
+        causal_sinkhorn: c.causal_sinkhorn,
+        score: c.score,
+    };
+    let twin = focus_core::Adapter::random(&res.model.identity(), res.model.device(), &spec, 0).unwrap();
+    let text: String = res.analysis.tokens.iter().map(|t| t.text.as_str()).collect();
+    let opts = focus_core::analysis::AnalyzeOptions { mode: res.key.params.mode(), k: res.key.params.k, segment_len: res.analysis.segment_len, keep_tokens: false, cancel: None };
+    let want = focus_core::analysis::analyze(&res.model, &twin, "twin", &text, &opts, |_, _| {}).unwrap();
+    for (l, p) in want.profiles.iter().enumerate() {
+        let got = b.purity[l].unwrap();
+        assert!((got - p.purity()).abs() < 1e-12, "layer {l}: {got} vs {}", p.purity());
+    }
+    // The trained curve is the analysis' own profiles; they differ from the twin's.
+    let trained = purity_curve(&res);
+    assert_eq!(trained.len(), 30);
+    assert!(trained.iter().zip(&b.purity).any(|(a, b)| (a.unwrap() - b.unwrap()).abs() > 1e-6));
+    assert!(h.query_by_label_contains("Untrained twin (a random init with this adapter's config and seed 0").is_some());
+    // Computed once per analysis: showing the view again starts nothing.
+    h.step();
+    assert!(!h.state().is_running(TaskKind::Baseline));
+    click_menu(&mut h, "Export", "Current view as SVG…");
+    no_errors(&h);
+    let layer = h.state().settings.layer;
+    let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-categories-layer{layer}.svg"))).unwrap();
+    assert!(svg.contains("token-weighted purity per layer") && svg.contains("untrained (seed 0)"), "the curve is exported");
+}
+
+/// The token view's legend names each group by its centroid label, as the categories view does
+/// ("g3 determiner 71% · 120 tokens (12%)"), not by its number alone.
+#[test]
+fn legend_shows_centroid_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(200), dir.path());
+    settle(&mut h);
+    h.step();
+    let res = h.state().session.result.clone().unwrap();
+    let layer = h.state().settings.layer;
+    let profile = &res.analysis.profiles[layer];
+    for c in &profile.centroids {
+        let shown = res.shown_group(layer, c.group, false);
+        assert_eq!(res.labels[layer][c.group], c.label, "the legend's label is the centroid profile's");
+        let entry = format!("g{shown} {} · {} tokens", c.label, c.tokens);
+        assert!(has(&h, &entry), "legend entry {entry:?}");
+    }
+    h.get_by_label("Categories").click();
+    h.step();
+    h.step();
+    for c in &profile.centroids {
+        let shown = res.shown_group(layer, c.group, false);
+        assert!(has(&h, &format!("g{shown} ({}): ", c.label)), "the categories view names g{shown} the same way");
+    }
+}
+
+/// Range selection in the token view: a drag over tokens, or a click and then a shift-click,
+/// selects the range; the details panel shows its group and category make-up; its partners are
+/// the mean over its queries of each query's own partners; the token view's SVG covers it.
+#[test]
+fn range_selection_by_drag_and_shift_click() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(300), dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    h.step();
+    let center = |h: &Harness<'static, FocusLensApp>, i: usize| h.state().views.tokens.token_center(i).expect("the token view is drawn");
+    // Drag from token 3 to token 12.
+    let (a, b) = (center(&h, 3), center(&h, 12));
+    h.hover_at(a);
+    h.step();
+    h.drag_at(a);
+    h.step();
+    h.hover_at(a + egui::vec2(8.0, 0.0));
+    h.step();
+    h.hover_at(b);
+    h.step();
+    assert_eq!(h.state().views.tokens.dragging, Some((3, 12)), "the range follows the pointer");
+    h.drop_at(b);
+    h.step();
+    h.step();
+    assert_eq!(h.state().selection.range, Some((3, 12)));
+    assert_eq!(h.state().selection.selected, Some(3));
+    settle(&mut h);
+    no_errors(&h);
+    h.step();
+    assert!(h.query_by_label_contains("#3-#12: 10 tokens, layer 0").is_some(), "the range's make-up in the details panel");
+    let res = h.state().session.result.clone().unwrap();
+    for line in focus_lens::gui::views::tokens::range_summary(&res, 0, (3, 12), false) {
+        assert!(has(&h, &line), "{line}");
+    }
+    // A plain click selects one token again.
+    let c = center(&h, 20);
+    h.hover_at(c);
+    h.step();
+    h.get_by_label("Tokens").hover();
+    h.hover_at(c);
+    h.event(egui::Event::PointerButton { pos: c, button: egui::PointerButton::Primary, pressed: true, modifiers: egui::Modifiers::NONE });
+    h.step();
+    h.event(egui::Event::PointerButton { pos: c, button: egui::PointerButton::Primary, pressed: false, modifiers: egui::Modifiers::NONE });
+    h.step();
+    h.step();
+    assert_eq!((h.state().selection.selected, h.state().selection.range), (Some(20), None));
+
+    // Click token 200, then shift-click token 215 (beyond the window: they have partners).
+    h.state_mut().views.scroll_to = Some(200);
+    h.step();
+    h.step();
+    let click = |h: &mut Harness<'static, FocusLensApp>, i: usize, shift: bool| {
+        let p = h.state().views.tokens.token_center(i).unwrap();
+        let m = if shift { egui::Modifiers::SHIFT } else { egui::Modifiers::NONE };
+        h.event(egui::Event::ModifiersChanged(m));
+        h.hover_at(p);
+        h.step();
+        h.event(egui::Event::PointerButton { pos: p, button: egui::PointerButton::Primary, pressed: true, modifiers: m });
+        h.step();
+        h.event(egui::Event::PointerButton { pos: p, button: egui::PointerButton::Primary, pressed: false, modifiers: m });
+        h.step();
+        h.event(egui::Event::ModifiersChanged(egui::Modifiers::NONE));
+        h.step();
+    };
+    click(&mut h, 200, false);
+    assert_eq!(h.state().selection.selected, Some(200));
+    click(&mut h, 215, true);
+    assert_eq!(h.state().selection.range, Some((200, 215)), "shift-click extends the selection to a range");
+    settle(&mut h);
+    no_errors(&h);
+    let app = h.state();
+    let res = app.session.result.clone().unwrap();
+    let p = app.selection.partners.as_ref().expect("the range's partners");
+    assert_eq!((p.range, p.layer, p.key.clone()), (Some((200, 215)), 0, res.key.clone()));
+    // Each partner's weight is the mean over the range's queries of that query's own weight.
+    let handle = focus_lens::gui::worker::Handle::default();
+    let mut sum: std::collections::HashMap<usize, f64> = Default::default();
+    let (mut pm, mut lm) = (0f64, 0f64);
+    for i in 200..=215 {
+        let one = focus_lens::gui::jobs::partners(&res, i, 0, app.settings.head, &handle).unwrap();
+        for (j, w) in one.partners {
+            *sum.entry(j).or_default() += w as f64 / 16.0;
+        }
+        pm += one.partner_mass as f64 / 16.0;
+        lm += one.local_mass as f64 / 16.0;
+    }
+    assert!(!p.partners.is_empty(), "tokens 200-215 have partners beyond w = 128");
+    assert_eq!(p.partners.len(), sum.len());
+    for &(j, w) in &p.partners {
+        assert!((w as f64 - sum[&j]).abs() < 1e-5, "partner {j}: {w} vs {}", sum[&j]);
+    }
+    assert!((p.partner_mass as f64 - pm).abs() < 1e-5 && (p.local_mass as f64 - lm).abs() < 1e-5);
+    h.step();
+    assert!(h.query_by_label_contains("#200-#215 (16 queries, weights averaged over them)").is_some());
+    // The token view's SVG covers the range.
+    click_menu(&mut h, "Export", "Current view as SVG…");
+    no_errors(&h);
+    let svg = std::fs::read_to_string(dir.path().join("focus-lens-tokens-layer0.svg")).unwrap();
+    assert!(svg.contains("tokens #200-#215 (16 of 300)"), "the SVG shows the range");
+    // The JSON export records the selection: the range, its byte span and its group make-up.
+    click_menu(&mut h, "Export", "Statistics as JSON…");
+    no_errors(&h);
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-stats.json")).unwrap()).unwrap();
+    let sel = &json["provenance"]["selection"];
+    assert_eq!((sel["token"].as_u64(), sel["range"].clone()), (Some(200), serde_json::json!([200, 215])), "{sel}");
+    let n: Vec<u64> = sel["range_group_tokens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+    assert_eq!(n.iter().sum::<u64>(), 16);
+    for (g, &c) in n.iter().enumerate() {
+        assert_eq!(c as usize, res.argmax[0][200..=215].iter().filter(|&&x| x as usize == g).count());
+    }
+    assert_eq!(sel["range_bytes"], serde_json::json!([res.analysis.tokens[200].start, res.analysis.tokens[215].end]));
+    // The range can be cleared from the panel.
+    h.get_by_label("clear the range").click();
+    h.step();
+    assert_eq!(h.state().selection.range, None);
+}
+
+/// Hostile inputs given through the file window, typed as a user does: a FIFO (as session, text
+/// and model), a corrupt GGUF, an adapter that does not fit the model, a binary text and an empty
+/// file. Each gives one clear error in the window within seconds (nothing hangs on the FIFO),
+/// the app keeps its working inputs and result, and keeps running.
+#[test]
+fn hostile_inputs_through_the_file_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(120), dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    h.state_mut().views.files.native = false;
+    let before = h.state().session.result.as_ref().unwrap().key.clone();
+    let d = dir.path();
+    let fifo = d.join("pipe.txt");
+    let fifo_model = d.join("pipe.gguf");
+    for f in [&fifo, &fifo_model] {
+        assert!(std::process::Command::new("mkfifo").arg(f).status().unwrap().success());
+    }
+    let corrupt = d.join("corrupt.gguf");
+    std::fs::write(&corrupt, b"GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7f junk").unwrap();
+    let misfit = d.join("misfit-adapter");
+    std::fs::create_dir(&misfit).unwrap();
+    let init = common::root().join("sample_adapters/smollm2-135m-k8-init");
+    let cfg = std::fs::read_to_string(init.join("adapter_config.json")).unwrap();
+    assert!(cfg.contains("\"n_layers\": 30"));
+    std::fs::write(misfit.join("adapter_config.json"), cfg.replace("\"n_layers\": 30", "\"n_layers\": 2")).unwrap();
+    std::fs::copy(init.join("adapter_model.safetensors"), misfit.join("adapter_model.safetensors")).unwrap();
+    let binary = d.join("binary.txt");
+    std::fs::write(&binary, b"text\0\x01\x02 with a NUL").unwrap();
+    let empty = d.join("empty.txt");
+    std::fs::write(&empty, b"").unwrap();
+    let fifo_session = d.join("pipe.session.json");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo_session).status().unwrap().success());
+    let cases: [(&str, &Path, &str, &[&str]); 7] = [
+        ("Open session…", &fifo_session, "Open this session", &["cannot open session", "pipe.session.json", "not a regular file"]),
+        ("Open text…", &fifo, "Open as text", &["cannot open text", "pipe.txt", "not a regular file"]),
+        ("Open model…", &fifo_model, "Open as model", &["cannot open model", "pipe.gguf", "not a regular file"]),
+        ("Open model…", &corrupt, "Open as model", &["cannot open model", "corrupt.gguf"]),
+        ("Open adapter…", &misfit, "Open as adapter", &["cannot open adapter", "misfit-adapter", "does not fit the model"]),
+        ("Open text…", &binary, "Open as text", &["cannot open text", "binary"]),
+        ("Open text…", &empty, "Open as text", &["cannot open text", "empty"]),
+    ];
+    for (item, path, button, words) in cases {
+        let t0 = Instant::now();
+        type_path_and_open(&mut h, item, path, button);
+        while h.state().busy() || h.state().errors.is_empty() {
+            h.step();
+            assert!(t0.elapsed() < Duration::from_secs(60), "{}: no answer after 60 s (a hang?): {:?}", path.display(), h.state().worker.progress());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        settle(&mut h);
+        h.step();
+        let errs = h.state().errors.clone();
+        assert_eq!(errs.len(), 1, "{}: one error, got {errs:?}", path.display());
+        for w in words {
+            assert!(errs[0].contains(w), "{}: {w:?} not in {:?}", path.display(), errs[0]);
+        }
+        assert!(!errs[0].contains("panicked") && !errs[0].contains("internal error"), "{}", errs[0]);
+        assert!(h.query_by_label_contains(&errs[0]).is_some(), "the error shows in the window");
+        // The working inputs and the result on screen stay.
+        let app = h.state();
+        assert_eq!(app.settings.model, Some(common::model_path()));
+        assert_eq!((app.settings.adapter.as_ref(), app.settings.text.as_ref()), (None, None));
+        assert_eq!(app.session.result.as_ref().unwrap().key, before, "{}", path.display());
+        h.get_by_label("dismiss").click();
+        h.step();
+        assert!(h.state().errors.is_empty());
+    }
+    // Still running: a control click re-analyses.
+    h.get_by_label("dense").click();
+    settle(&mut h);
+    no_errors(&h);
+    assert_eq!(h.state().session.result.as_ref().unwrap().analysis.mode, "dense");
 }

@@ -26,9 +26,13 @@ pub struct Args {
     /// profiles go to STEM.profiles.csv and per-token categories to STEM.tokens.csv beside it).
     #[arg(long)]
     pub out: PathBuf,
-    /// Print each layer's centroid labels (e.g. "punctuation 96%") to stdout.
+    /// Print the best layer's centroid table in the paper's form (group, category, purity, top
+    /// tokens with counts); the best layer has the highest token-weighted purity.
     #[arg(long)]
     pub labels: bool,
+    /// With --labels: print this layer's table instead of the best layer's (0-based).
+    #[arg(long, requires = "labels", value_parser = super::common::count::<0, 4096>)]
+    pub layer: Option<usize>,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -38,6 +42,12 @@ pub fn run(a: Args) -> Result<()> {
     }
     let text = focus_core::io::text::read_text(&a.file)?;
     let model = a.model.load()?;
+    if let Some(l) = a.layer {
+        let n = model.config().n_layers;
+        if l >= n {
+            bail!("--layer {l} is out of range: the model has {n} layers (0..={})", n - 1);
+        }
+    }
     let adapter = load_adapter(Some(&a.adapter), &model)?.expect("adapter given");
     let mode = a.mode.resolve(Some(&adapter))?;
     let k = mode.k().unwrap_or(a.mode.k.unwrap_or(adapter.config.top_k));
@@ -63,19 +73,58 @@ pub fn run(a: Args) -> Result<()> {
     }
     let segs = an.tokens.len().div_ceil(an.segment_len);
     eprintln!("{} tokens in {segs} segment(s) of <= {} tokens; {} layers", an.tokens.len(), an.segment_len, an.layers.len());
-    println!("layer  dominance  confidence  pairs_retained");
-    for l in &an.layers {
-        println!("{:>5}  {:>9.3}  {:>10.3}  {:>14.3}", l.layer, l.dominance, l.mean_confidence, l.pairs.retained);
+    println!("layer  dominance  confidence  pairs_retained  purity");
+    for (l, p) in an.layers.iter().zip(&an.profiles) {
+        println!("{:>5}  {:>9.3}  {:>10.3}  {:>14.3}  {:>6.3}", l.layer, l.dominance, l.mean_confidence, l.pairs.retained, p.purity());
     }
     if a.labels {
-        for p in &an.profiles {
-            println!("layer {:>2}:", p.layer);
-            for c in &p.centroids {
-                let top: Vec<String> = c.top_tokens.iter().take(5).map(|t| format!("{:?}", t.text)).collect();
-                println!("  group {:>2} ({:>5} tokens)  {:<36} {}", c.group, c.tokens, c.label, top.join(" "));
-            }
-        }
+        print!("{}", labels_table(&an, a.layer));
     }
     eprintln!("wrote {}", a.out.display());
     Ok(())
+}
+
+/// Top tokens listed per group in the labels table.
+const TABLE_TOKENS: usize = 5;
+
+/// A token as the table shows it: blanks and line breaks made visible.
+fn shown_token(t: &str) -> String {
+    t.chars()
+        .map(|c| match c {
+            ' ' => '·',
+            '\n' => '¶',
+            '\t' => '»',
+            c => c,
+        })
+        .collect()
+}
+
+/// The centroid table of one layer (`layer`, else the one of highest token-weighted purity) in
+/// the paper's form: per group its top category, purity, share of the tokens and top tokens
+/// with counts, e.g. `G4  punctuation  96%  12.5%  , x55  . x24  ; x4`.
+pub fn labels_table(an: &focus_core::analysis::Analysis, layer: Option<usize>) -> String {
+    use focus_core::analysis::categories::best_layer;
+    let Some((best, _)) = best_layer(&an.profiles) else { return "no category profiles: nothing to label\n".into() };
+    let l = layer.unwrap_or(best);
+    let Some(p) = an.profiles.get(l) else { return format!("no category profile for layer {l}\n") };
+    let total: usize = p.centroids.iter().map(|c| c.tokens).sum();
+    let stats = &an.layers[l];
+    let why = if layer.is_some() && l != best { format!("layer {l} (asked for; the best is layer {best})") } else { format!("layer {l} (best: highest token-weighted purity)") };
+    let mut s = format!(
+        "\n{why}: token-weighted purity {:.1}%, {} tokens, mean confidence {:.2}, dominance {:.1}% (1/K = {:.1}%)\n",
+        100.0 * p.purity(),
+        total,
+        stats.mean_confidence,
+        100.0 * stats.dominance,
+        100.0 / an.groups.max(1) as f64
+    );
+    s += &format!("{:<5}  {:<12}  {:>6}  {:>6}  top tokens (count)\n", "group", "category", "purity", "size");
+    for c in &p.centroids {
+        let cat = c.top_category.map(|c| c.name()).unwrap_or("empty");
+        let purity = c.purity.map(|u| format!("{:.0}%", 100.0 * u)).unwrap_or_else(|| "-".into());
+        let size = format!("{:.1}%", 100.0 * c.tokens as f64 / total.max(1) as f64);
+        let tops: Vec<String> = c.top_tokens.iter().take(TABLE_TOKENS).map(|t| format!("{} x{}", shown_token(&t.text), t.count)).collect();
+        s += &format!("{:<5}  {:<12}  {:>6}  {:>6}  {}\n", format!("G{}", c.group), cat, purity, size, tops.join("  "));
+    }
+    s
 }

@@ -57,9 +57,10 @@ pub fn forward(a: ForwardArgs) -> Result<()> {
     let rows = forward_bench(&model, &adapter, &base, &opts, |_, _| {}, |r| {
         if !quiet {
             let n = r.tokens;
+            let [d, t, s] = r.spread();
             eprintln!(
-                "{n:>6} tokens: dense {:>8.1} tok/s ({:.3} s)  topk(k={k}) {:>8.1} tok/s ({:.3} s)  ratio {:.2}x",
-                r.dense_tokens_per_s, r.dense_s, r.topk_tokens_per_s, r.topk_s, r.topk_over_dense_speed
+                "{n:>6} tokens: dense {:>8.1} tok/s ({:.3} s, {:.3}-{:.3})  topk(k={k}) {:>8.1} tok/s ({:.3} s, {:.3}-{:.3})  ratio {:.2}x ({:.2}-{:.2}); median (min-max) of {} repeat(s)",
+                r.dense_tokens_per_s, r.dense_s, d.0, d.2, r.topk_tokens_per_s, r.topk_s, t.0, t.2, r.topk_over_dense_speed, s.0, s.2, r.repeats.unwrap_or(1)
             );
         }
     })

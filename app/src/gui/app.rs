@@ -43,6 +43,8 @@ pub struct FocusLensApp {
     pub pending_full: Option<Arc<AnalysisResult>>,
     /// A reopened session's selected token, selected once an analysis long enough arrives.
     pub pending_select: Option<usize>,
+    /// And its selected range, restored with it.
+    pub pending_range: Option<(usize, usize)>,
     ctx: Option<egui::Context>,
 }
 
@@ -63,6 +65,7 @@ impl FocusLensApp {
             timing: Timing::default(),
             pending_full: None,
             pending_select: None,
+            pending_range: None,
             ctx: None,
         }
     }
@@ -110,6 +113,7 @@ impl FocusLensApp {
                 f.apply(&mut self.settings);
                 self.selection = Selection::default();
                 self.pending_select = f.selected;
+                self.pending_range = f.range;
                 self.session.unstop();
                 self.status = format!("opened session {}", path.display());
             }
@@ -155,14 +159,41 @@ impl FocusLensApp {
         self.status = "analysis cancelled; the view shows the previous result".into();
     }
 
-    /// Clicking a token: compute the attention its row gives, in the background.
+    /// Clicking a token: compute the attention its row gives, in the background (a selected
+    /// range is dropped).
     pub fn select_token(&mut self, i: Option<usize>) {
         self.selection.selected = i;
+        self.selection.range = None;
+        self.refresh_partners();
+    }
+
+    /// Dragging over tokens, or shift-clicking after a click: the range `[a, b]` (in either
+    /// order) is selected, its first token too, and the range's partners are computed. A range
+    /// of one token is that token's selection.
+    pub fn select_range(&mut self, r: Option<(usize, usize)>) {
+        match r {
+            Some((a, b)) if a != b => {
+                let (a, b) = (a.min(b), a.max(b));
+                self.selection.selected = Some(a);
+                self.selection.range = Some((a, b));
+                self.refresh_partners();
+            }
+            Some((a, _)) => self.select_token(Some(a)),
+            None => self.select_token(None),
+        }
+    }
+
+    /// (Re)computes the partners of the selection (the range, else the token) for the analysis
+    /// on screen, in the selected layer and head.
+    fn refresh_partners(&mut self) {
         self.selection.partners = None;
         self.worker.cancel(TaskKind::Attention);
-        let (Some(i), Some(res)) = (i, self.session.result.clone()) else { return };
+        let (Some(i), Some(res)) = (self.selection.selected, self.session.result.clone()) else { return };
         let (layer, head) = (self.settings.layer, self.settings.head);
-        self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::partners(&res, i, layer, head, h)));
+        match self.selection.range {
+            Some(r) => self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::range_partners(&res, r, layer, head, h))),
+            None => self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::partners(&res, i, layer, head, h))),
+        };
     }
 
     /// Puts an analysis on screen, fitting the layer choices to it; a selected token's partners
@@ -195,12 +226,16 @@ impl FocusLensApp {
         if self.selection.selected.is_some_and(|s| s >= res.tokens()) {
             self.selection.selected = None;
         }
+        if self.selection.range.is_some_and(|(_, b)| b >= res.tokens()) || self.selection.selected.is_none() {
+            self.selection.range = None;
+        }
         if self.selection.partners.as_ref().is_some_and(|p| p.key != res.key) {
             self.selection.partners = None;
         }
         if let Some(i) = self.pending_select.filter(|&i| i < res.tokens() && self.wanted_key().as_ref() == Some(&res.key)) {
             self.pending_select = None;
             self.selection.selected = Some(i);
+            self.selection.range = self.pending_range.take().filter(|&(a, b)| a == i && b < res.tokens() && b > a);
             self.selection.partners = None;
             self.views.scroll_to = Some(i);
         }
@@ -208,7 +243,7 @@ impl FocusLensApp {
         self.session.result = Some(res);
         self.timing.first_view();
         if self.selection.selected.is_some() && stale_partners {
-            self.select_token(self.selection.selected);
+            self.refresh_partners();
         }
     }
 
@@ -222,6 +257,7 @@ impl FocusLensApp {
             Msg::Analysis(r) => self.handle_analysis(r),
             Msg::Preview(res) => self.handle_preview(res),
             Msg::Partners(r) => self.handle_partners(r),
+            Msg::Baseline(r) => self.views.categories.receive(r),
             Msg::Mask(r) => self.handle_mask(r),
             Msg::Bench(r) => self.views.speed.receive_model(r),
             Msg::Compare(r) => self.views.compare.receive(r),
@@ -404,7 +440,9 @@ impl FocusLensApp {
     /// Writes the export to `path` (atomically); a PNG is written when its screenshot arrives.
     fn export_to(&mut self, kind: ExportKind, path: PathBuf) {
         if kind == ExportKind::Session {
-            let json = super::sessionfile::SessionFile::from_settings(&self.settings, self.selection.selected).to_json();
+            let mut f = super::sessionfile::SessionFile::from_settings(&self.settings, self.selection.selected);
+            f.range = self.selection.range;
+            let json = f.to_json();
             match export::write(&path, json.as_bytes()) {
                 Ok(()) => self.status = format!("saved session {}", path.display()),
                 Err(e) => self.errors.push(format!("saving the session to {} failed: {e}", path.display())),
@@ -429,9 +467,9 @@ impl FocusLensApp {
         let text = match kind {
             ExportKind::StatsJson => {
                 let text = self.session.text.as_ref().filter(|t| t.gen == res.key.text_gen).map(|t| t.text.clone());
-                export::stats(&res, kind, export::provenance(&res, &self.settings, text.as_deref().map(|s| s.as_str())))
+                export::stats(&res, kind, export::provenance(&res, &self.settings, text.as_deref().map(|s| s.as_str()), &self.selection))
             }
-            ExportKind::ViewSvg => self.views.svg(&self.settings, &res, self.selection.selected),
+            ExportKind::ViewSvg => self.views.svg(&self.settings, &res, self.selection.selected, self.selection.range),
             ExportKind::CompareCsv => self.views.compare.result.as_ref().map(|c| c.csv()).ok_or_else(|| "no comparison yet: press Run comparison first".to_string()),
             ExportKind::StatsCsv | ExportKind::ViewPng | ExportKind::Session => unreachable!(),
         };
@@ -491,6 +529,16 @@ impl FocusLensApp {
             Command::Set(s) => self.settings.set(s),
             Command::Rerun => self.session.unstop(),
             Command::Select(i) => self.select_token(i),
+            Command::SelectRange(r) => self.select_range(r),
+            Command::BuildBaseline(res) => {
+                // The text the analysis was made from (the loaded one, when it still is), else
+                // its tokens put back together.
+                let text = match self.session.text.as_ref().filter(|t| t.gen == res.key.text_gen) {
+                    Some(t) => t.text.clone(),
+                    None => Arc::new(res.analysis.tokens.iter().map(|t| t.text.as_str()).collect::<String>()),
+                };
+                self.worker.spawn(TaskKind::Baseline, move |h| Msg::Baseline(jobs::baseline(&res, &text, h)));
+            }
             Command::Hover { token, layer } => {
                 self.selection.hovered = token;
                 self.selection.hovered_layer = layer;
@@ -566,7 +614,7 @@ impl FocusLensApp {
             }
         });
         if (l, h) != (self.settings.layer, self.settings.head) && self.selection.selected.is_some() {
-            self.select_token(self.selection.selected);
+            self.refresh_partners();
         }
     }
 

@@ -58,6 +58,8 @@ pub enum Msg {
     /// A finished analysis of the first `PREVIEW_TOKENS` tokens while the full one runs.
     Preview(AnalysisResult),
     Partners(Result<Partners, JobError>),
+    /// The untrained adapter's per-layer purity, for the categories view.
+    Baseline(Result<Baseline, JobError>),
     Mask(Result<MaskImage, JobError>),
     Bench(Result<(Vec<BenchRow>, String), JobError>),
     Compare(Result<super::compare::Comparison, JobError>),
@@ -105,6 +107,8 @@ pub fn read_text(path: &Option<PathBuf>) -> Result<(String, Option<String>), Job
     if meta.is_dir() {
         return Err(JobError::Failed(format!("{} is a folder, not a text file", p.display())));
     }
+    // A FIFO (or socket, or device) would block the reader forever, or never end.
+    focus_core::io::check_regular(p, "text")?;
     let mut bytes = Vec::new();
     use std::io::Read;
     std::fs::File::open(p)
@@ -294,7 +298,118 @@ pub fn partners(res: &AnalysisResult, i: usize, layer: usize, head: usize, h: &H
         }
     }
     partners.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    Ok(Partners { token: i, layer, head, key: res.key.clone(), partners, partner_mass, local_mass })
+    Ok(Partners { token: i, range: None, layer, head, key: res.key.clone(), partners, partner_mass, local_mass })
+}
+
+/// The long-range partners of a range of tokens `[a, b]` in `layer`/`head`: each query of the
+/// range gives its attention row (one pass up to the layer for the whole segment), and a key's
+/// weight is the mean, over the range's queries, of the weight it receives where it is that
+/// query's partner (beyond the window, sharing a top-k group). The masses are means over the
+/// queries too, so a range of one token gives that token's partners. A range is cut to the
+/// segment of its first token (pairs never cross segments).
+pub fn range_partners(res: &AnalysisResult, range: (usize, usize), layer: usize, head: usize, h: &Handle) -> Result<Partners, JobError> {
+    let an = &res.analysis;
+    let (a, b) = (range.0.min(range.1), range.0.max(range.1));
+    if b >= an.tokens.len() || layer >= an.layers.len() {
+        return Err(JobError::Failed("range or layer out of range".into()));
+    }
+    let seg = an.segment_len.max(1);
+    let start = a / seg * seg;
+    let end = (start + seg).min(an.tokens.len());
+    let b = b.min(end - 1);
+    h.set_progress(0, 0, format!("tokens {a}-{b}, layer {layer}, head {head}"));
+    let ids: Vec<u32> = an.tokens[start..end].iter().map(|t| t.id).collect();
+    let mode = res.key.params.mode();
+    let inp = focus_core::analysis::partners::layer_inputs(&res.model, Some(res.adapter.as_ref()), &ids, mode, layer, Some(&h.cancel))?;
+    let masks = &res.masks[layer];
+    let window = res.window();
+    let mut weight: HashMap<usize, f64> = HashMap::new();
+    let (mut partner_mass, mut local_mass) = (0f64, 0f64);
+    for i in a..=b {
+        if h.cancelled() {
+            return Err(JobError::Cancelled);
+        }
+        let w = focus_core::analysis::partners::attention_row(&inp, Some(&res.adapter.config), mode, head, i - start)?;
+        for (q, &wt) in w.iter().enumerate() {
+            let j = start + q;
+            match classify(i, j, masks[i], masks[j], window) {
+                PairClass::Local => local_mass += wt as f64,
+                PairClass::SharedGroup(_) => {
+                    *weight.entry(j).or_default() += wt as f64;
+                    partner_mass += wt as f64;
+                }
+                PairClass::Pruned | PairClass::Future => {}
+            }
+        }
+    }
+    let n = (b - a + 1) as f64;
+    let mut partners: Vec<(usize, f32)> = weight.into_iter().map(|(j, w)| (j, (w / n) as f32)).collect();
+    partners.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+    Ok(Partners { token: a, range: Some((a, b)), layer, head, key: res.key.clone(), partners, partner_mass: (partner_mass / n) as f32, local_mass: (local_mass / n) as f32 })
+}
+
+/// The untrained twin of an adapter: a random init with its configuration (K, d_g, tau,
+/// Sinkhorn, window, gate, score) and the seed its `init` records (0 when it records none),
+/// i.e. what `adapter init` with those flags writes. Returns it and the seed.
+pub fn untrained_twin(a: &Adapter, model: &Model) -> Result<(Adapter, u64), JobError> {
+    let c = &a.config;
+    let seed = c
+        .init
+        .split("seed")
+        .nth(1)
+        .and_then(|r| r.trim_start_matches([' ', '=', ':']).split(|ch: char| !ch.is_ascii_digit()).next().and_then(|d| d.parse().ok()))
+        .unwrap_or(0);
+    let spec = focus_core::AdapterSpec {
+        groups: c.groups,
+        d_g: c.d_g,
+        tau: c.tau,
+        sinkhorn_iters: c.sinkhorn_iters,
+        window: c.window,
+        gate: c.gate,
+        lambda: c.lambda,
+        top_k: c.top_k,
+        causal_sinkhorn: c.causal_sinkhorn,
+        score: c.score,
+    };
+    let mut twin = Adapter::random(&model.identity(), model.device(), &spec, seed)?;
+    twin.config.log_eps = c.log_eps;
+    Ok((twin, seed))
+}
+
+/// Per-layer purity of the untrained twin of the analysis' adapter, on the same tokens, mode
+/// and k: the baseline the categories view draws the trained purity against.
+pub struct Baseline {
+    /// The analysis it was computed for.
+    pub key: AnalysisKey,
+    /// Token-weighted purity per layer (`LayerProfile::purity`).
+    pub purity: Vec<Option<f64>>,
+    pub seed: u64,
+    /// Whether the analysed adapter records any training (else it may itself be untrained).
+    pub trained: bool,
+    pub seconds: f64,
+}
+
+/// Analyses the same text prefix as `res` with the untrained twin of its adapter (same mode, k
+/// and segmenting). `text`: the text `res` was analysed from.
+pub fn baseline(res: &AnalysisResult, text: &str, h: &Handle) -> Result<Baseline, JobError> {
+    let t0 = Instant::now();
+    h.set_progress(0, 0, "untrained adapter: initialising");
+    let (twin, seed) = untrained_twin(&res.adapter, &res.model)?;
+    let end = res.analysis.tokens.last().map(|t| t.end).unwrap_or(0);
+    let text = text.get(..end).filter(|t| !t.is_empty()).ok_or_else(|| JobError::Failed("the analysed text is not at hand".into()))?;
+    let opts = AnalyzeOptions { mode: res.key.params.mode(), k: res.key.params.k, segment_len: res.analysis.segment_len, keep_tokens: false, cancel: Some(&h.cancel) };
+    let layers = res.layers();
+    let an = core_analyze(&res.model, &twin, "untrained", text, &opts, |d, t| h.set_progress(d, t, format!("untrained adapter: layer {} of {layers}", (d % layers.max(1)) + 1)))?;
+    if an.tokens.len() != res.tokens() {
+        return Err(JobError::Failed(format!("the untrained run saw {} tokens, the analysis {}", an.tokens.len(), res.tokens())));
+    }
+    Ok(Baseline {
+        key: res.key.clone(),
+        purity: an.profiles.iter().map(|p| p.centroids.iter().any(|c| c.tokens > 0).then(|| p.purity())).collect(),
+        seed,
+        trained: res.adapter.config.training.is_some(),
+        seconds: t0.elapsed().as_secs_f64(),
+    })
 }
 
 /// The hard mask of one layer as an image of at most `max_side` x `max_side` blocks. Each
@@ -396,7 +511,7 @@ pub fn bench(
     let k = res.key.params.k;
     let opts = BenchOptions { lengths, repeats, k, cancel: Some(&h.cancel) };
     let settings = format!(
-        "{}; device {}; model {}; K={} k={k} w={}; {repeats} timed repeat(s) after a warm-up, median; text: the analysed text cycled to length",
+        "{}; device {}; model {}; K={} k={k} w={}; {repeats} timed repeat(s) after a warm-up: median, with min and max; text: the analysed text cycled to length",
         machine(),
         device.label(),
         res.analysis.model,

@@ -32,6 +32,9 @@ pub struct SessionFile {
     /// The selected token (its partners are computed again on opening).
     #[serde(default)]
     pub selected: Option<usize>,
+    /// The selected range of tokens `[a, b]` (starting at `selected`), if any.
+    #[serde(default)]
+    pub range: Option<(usize, usize)>,
 }
 
 impl SessionFile {
@@ -53,6 +56,7 @@ impl SessionFile {
             colour_blind: s.colour_blind,
             compare: s.compare.clone(),
             selected,
+            range: None,
         }
     }
 
@@ -78,7 +82,8 @@ impl SessionFile {
     }
 
     pub fn read(path: &Path) -> Result<SessionFile, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        // Read on the UI thread: a FIFO would block the window, a huge file fill memory.
+        let text = focus_core::io::read_capped_string(path, focus_core::io::MAX_JSON_BYTES, "session").map_err(|e| e.to_string())?;
         let s: SessionFile = serde_json::from_str(&text).map_err(|e| format!("{} is not a session file: {e}", path.display()))?;
         if s.format != FORMAT {
             return Err(format!("{} is not a session file (format {:?})", path.display(), s.format));

@@ -409,12 +409,18 @@ pub struct Selection {
     /// The layer of the column the hovered token is in (layers view); else the selected layer.
     pub hovered_layer: Option<usize>,
     pub selected: Option<usize>,
+    /// A selected range of tokens `[a, b]` (drag, or shift-click after a click); its partners
+    /// replace the token's.
+    pub range: Option<(usize, usize)>,
     pub partners: Option<Partners>,
 }
 
 /// The long-range partners of one clicked token, with the attention weight each receives.
 pub struct Partners {
+    /// The token (the first of a range).
     pub token: usize,
+    /// The range these are the partners of (mean over its queries), or None for one token.
+    pub range: Option<(usize, usize)>,
     pub layer: usize,
     pub head: usize,
     pub key: AnalysisKey,

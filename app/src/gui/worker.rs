@@ -23,6 +23,7 @@ pub enum TaskKind {
     Bench,
     Compare,
     AttnGrid,
+    Baseline,
 }
 
 impl TaskKind {
@@ -37,6 +38,7 @@ impl TaskKind {
             TaskKind::Bench => "benchmarking",
             TaskKind::Compare => "comparing runs",
             TaskKind::AttnGrid => "attention of every layer and head",
+            TaskKind::Baseline => "analysing with the untrained adapter",
         }
     }
 }

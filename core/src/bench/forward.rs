@@ -1,6 +1,7 @@
 //! Prefill benchmark of the whole model, dense vs hard top-k, shared by `focus-lens bench
 //! forward` and the GUI's speed panel. Modes alternate within each repeat so that drift (thermal,
-//! other load) hits both alike; the median of the timed repeats is reported.
+//! other load) hits both alike; the median of the timed repeats is reported, with the fastest
+//! and slowest repeat of each mode (and of the per-repeat speedup) beside it.
 
 use super::median;
 use crate::focus::adapter::Adapter;
@@ -22,6 +23,43 @@ pub struct BenchRow {
     pub dense_tokens_per_s: f64,
     pub topk_tokens_per_s: f64,
     pub topk_over_dense_speed: f64,
+    /// Timed repeats behind the figures (absent in reports written before the spread was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeats: Option<usize>,
+    /// Fastest and slowest timed repeat of each mode, seconds (absent in older reports).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dense_min_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dense_max_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk_min_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk_max_s: Option<f64>,
+    /// Smallest and largest speedup of one repeat (dense / top-k of the same repeat: the modes
+    /// alternate within a repeat, so each pair saw the same conditions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speedup_min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speedup_max: Option<f64>,
+}
+
+impl BenchRow {
+    /// (min, median, max) of the dense and top-k times and of the speedup; the median alone
+    /// (three times) for rows read from reports without the spread.
+    pub fn spread(&self) -> [(f64, f64, f64); 3] {
+        let or = |x: Option<f64>, m: f64| x.unwrap_or(m);
+        [
+            (or(self.dense_min_s, self.dense_s), self.dense_s, or(self.dense_max_s, self.dense_s)),
+            (or(self.topk_min_s, self.topk_s), self.topk_s, or(self.topk_max_s, self.topk_s)),
+            (or(self.speedup_min, self.topk_over_dense_speed), self.topk_over_dense_speed, or(self.speedup_max, self.topk_over_dense_speed)),
+        ]
+    }
+}
+
+fn min_max(v: &[f64]) -> (Option<f64>, Option<f64>) {
+    let min = v.iter().cloned().fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.min(x))));
+    let max = v.iter().cloned().fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+    (min, max)
 }
 
 pub struct BenchOptions<'a> {
@@ -75,6 +113,9 @@ pub fn forward_bench(
         }
         // repeats >= 1 (validated), so both lists hold timings.
         let (dense, topk) = (median(&times[0]).unwrap_or_default(), median(&times[1]).unwrap_or_default());
+        let ((dmin, dmax), (tmin, tmax)) = (min_max(&times[0]), min_max(&times[1]));
+        let ratios: Vec<f64> = times[0].iter().zip(&times[1]).map(|(d, t)| d / t).collect();
+        let (smin, smax) = min_max(&ratios);
         let r = BenchRow {
             tokens: n,
             dense_s: dense,
@@ -85,9 +126,45 @@ pub fn forward_bench(
             dense_tokens_per_s: n as f64 / dense,
             topk_tokens_per_s: n as f64 / topk,
             topk_over_dense_speed: dense / topk,
+            repeats: Some(reps),
+            dense_min_s: dmin,
+            dense_max_s: dmax,
+            topk_min_s: tmin,
+            topk_max_s: tmax,
+            speedup_min: smin,
+            speedup_max: smax,
         };
         row(&r);
         rows.push(r);
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reports written before the spread existed still read, and give the median as their spread.
+    #[test]
+    fn old_reports_still_read() {
+        let old = r#"{"tokens":64,"dense_s":0.2,"topk_s":0.1,"k":2,"groups":8,"window":128,"dense_tokens_per_s":320.0,"topk_tokens_per_s":640.0,"topk_over_dense_speed":2.0}"#;
+        let r: BenchRow = serde_json::from_str(old).unwrap();
+        assert_eq!(r.spread(), [(0.2, 0.2, 0.2), (0.1, 0.1, 0.1), (2.0, 2.0, 2.0)]);
+        assert!(r.repeats.is_none());
+        // And a new row keeps every old field under its old name.
+        let new = BenchRow { dense_min_s: Some(0.15), dense_max_s: Some(0.3), repeats: Some(3), ..r.clone() };
+        let v = serde_json::to_value(&new).unwrap();
+        for f in ["tokens", "dense_s", "topk_s", "k", "groups", "window", "dense_tokens_per_s", "topk_tokens_per_s", "topk_over_dense_speed"] {
+            assert_eq!(v[f], serde_json::to_value(&r).unwrap()[f], "{f}");
+        }
+        assert_eq!((v["dense_min_s"].as_f64(), v["repeats"].as_u64()), (Some(0.15), Some(3)));
+        assert!(v.get("topk_min_s").is_none());
+        assert_eq!(new.spread()[0], (0.15, 0.2, 0.3));
+    }
+
+    #[test]
+    fn min_and_max() {
+        assert_eq!(min_max(&[0.3, 0.1, 0.2]), (Some(0.1), Some(0.3)));
+        assert_eq!(min_max(&[]), (None, None));
+    }
 }

@@ -58,7 +58,7 @@ pub fn default_name(settings: &Settings, kind: ExportKind) -> String {
 
 /// Where the analysis came from and how it was run, for the JSON export: paths (none: the
 /// embedded default), the text's SHA-256 and every setting.
-pub fn provenance(res: &AnalysisResult, settings: &Settings, text: Option<&str>) -> serde_json::Value {
+pub fn provenance(res: &AnalysisResult, settings: &Settings, text: Option<&str>, selection: &crate::gui::state::Selection) -> serde_json::Value {
     let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
     let analysed = res.analysis.tokens.last().map(|t| t.end).unwrap_or(0);
     serde_json::json!({
@@ -88,6 +88,21 @@ pub fn provenance(res: &AnalysisResult, settings: &Settings, text: Option<&str>)
             "layer": settings.layer,
             "head": settings.head,
             "raw_group_indices": settings.raw_groups,
+        },
+        // The selected token and range (token indices, both ends included), and for a range the
+        // tokens of each group in the selected layer (raw indices) and its byte span.
+        "selection": {
+            "token": selection.selected,
+            "range": selection.range.map(|(a, b)| [a, b]),
+            "range_group_tokens": selection.range.filter(|&(_, b)| b < res.tokens()).map(|(a, b)| {
+                let layer = settings.layer.min(res.layers().saturating_sub(1));
+                let mut n = vec![0usize; res.groups()];
+                for &g in &res.argmax[layer][a..=b] {
+                    n[g as usize] += 1;
+                }
+                n
+            }),
+            "range_bytes": selection.range.filter(|&(_, b)| b < res.tokens()).map(|(a, b)| [res.analysis.tokens[a].start, res.analysis.tokens[b].end]),
         },
     })
 }

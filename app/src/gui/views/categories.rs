@@ -29,11 +29,44 @@ pub fn category_color(res: &AnalysisResult, i: usize) -> egui::Color32 {
     res.analysis.tokens.get(i).map(|t| color(t.category)).unwrap_or(egui::Color32::LIGHT_GRAY)
 }
 
-/// The categories view's state: which of its two views shows.
+/// Which of the categories view's three views shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CatMode {
+    /// One layer's K x category matrix.
+    #[default]
+    Layer,
+    /// The layer x centroid purity heatmap.
+    Heatmap,
+    /// Token-weighted purity per layer against the untrained adapter's.
+    Curve,
+}
+
+/// The categories view's state: which view shows, and the untrained baseline of the purity
+/// curve (computed in the background, `jobs::baseline`).
 #[derive(Default)]
 pub struct CategoriesView {
-    /// The layer x centroid purity heatmap instead of one layer's matrix.
-    pub overview: bool,
+    pub mode: CatMode,
+    pub baseline: Option<crate::gui::jobs::Baseline>,
+    /// Why the baseline of `requested` could not be computed.
+    pub baseline_error: Option<String>,
+    /// The analysis a baseline was last asked for.
+    requested: Option<crate::gui::state::AnalysisKey>,
+}
+
+/// Token-weighted purity per layer of the analysis (`LayerProfile::purity`).
+pub fn purity_curve(res: &AnalysisResult) -> Vec<Option<f64>> {
+    res.analysis.profiles.iter().map(|p| p.centroids.iter().any(|c| c.tokens > 0).then(|| p.purity())).collect()
+}
+
+/// Mean of the known values.
+fn mean(v: &[Option<f64>]) -> Option<f64> {
+    let k: Vec<f64> = v.iter().flatten().cloned().collect();
+    (!k.is_empty()).then(|| k.iter().sum::<f64>() / k.len() as f64)
+}
+
+/// The purity if every token sat in one group: the largest category's base rate.
+pub fn one_group_purity(res: &AnalysisResult) -> f64 {
+    base_rates(res).into_iter().fold(0.0, f64::max)
 }
 
 /// Each category's share of the analysed tokens (the base rate a group's purity is measured
@@ -81,25 +114,162 @@ fn short(c: Category) -> String {
 }
 
 impl CategoriesView {
-    pub fn show(&mut self, cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec<Command> {
+    pub fn show(&mut self, cx: &ViewCtx, res: &std::sync::Arc<AnalysisResult>, ui: &mut egui::Ui) -> Vec<Command> {
         ui.horizontal(|ui| {
-            ui.selectable_value(&mut self.overview, false, "this layer");
-            ui.selectable_value(&mut self.overview, true, "all layers: purity heatmap");
+            ui.selectable_value(&mut self.mode, CatMode::Layer, "this layer");
+            ui.selectable_value(&mut self.mode, CatMode::Heatmap, "all layers: purity heatmap");
+            ui.selectable_value(&mut self.mode, CatMode::Curve, "purity by layer vs untrained");
         });
-        if self.overview {
-            heatmap(cx, res, ui);
-            return Vec::new();
+        match self.mode {
+            CatMode::Heatmap => {
+                heatmap(cx, res, ui);
+                Vec::new()
+            }
+            CatMode::Curve => self.curve(cx, res, ui),
+            CatMode::Layer => show(cx, res, ui),
         }
-        show(cx, res, ui)
+    }
+
+    /// The untrained baseline's result.
+    pub fn receive(&mut self, r: Result<crate::gui::jobs::Baseline, crate::gui::jobs::JobError>) {
+        match r {
+            Ok(b) => {
+                self.baseline = Some(b);
+                self.baseline_error = None;
+            }
+            Err(e) => self.baseline_error = Some(e.to_string()),
+        }
+    }
+
+    /// The baseline for this analysis, when computed.
+    pub fn baseline_for(&self, res: &AnalysisResult) -> Option<&crate::gui::jobs::Baseline> {
+        self.baseline.as_ref().filter(|b| b.key == res.key)
+    }
+
+    /// Asks for the baseline of `res` once (again only when the analysis changes).
+    fn request(&mut self, res: &std::sync::Arc<AnalysisResult>) -> Option<Command> {
+        if self.baseline_for(res).is_some() || self.requested.as_ref() == Some(&res.key) {
+            return None;
+        }
+        self.requested = Some(res.key.clone());
+        self.baseline_error = None;
+        Some(Command::BuildBaseline(res.clone()))
+    }
+
+    /// Token-weighted purity per layer, this adapter against its untrained twin: where the two
+    /// part is where training made groups of one kind of token.
+    fn curve(&mut self, cx: &ViewCtx, res: &std::sync::Arc<AnalysisResult>, ui: &mut egui::Ui) -> Vec<Command> {
+        let out: Vec<Command> = self.request(res).into_iter().collect();
+        let trained = purity_curve(res);
+        let base = self.baseline_for(res);
+        let one = one_group_purity(res);
+        let best = focus_core::analysis::categories::best_layer(&res.analysis.profiles);
+        let mut words = format!(
+            "Token-weighted purity per layer: the share of tokens whose group's top category is their own (every centroid's purity weighted by its tokens). This adapter: mean {}",
+            mean(&trained).map_or("-".into(), |m| format!("{:.1}%", 100.0 * m))
+        );
+        if let Some((l, p)) = best {
+            words += &format!(", best layer {l} ({:.1}%)", 100.0 * p);
+        }
+        match base {
+            Some(b) => {
+                words += &format!(
+                    ". Untrained twin (a random init with this adapter's config and seed {}, same tokens, mode and k): mean {}",
+                    b.seed,
+                    mean(&b.purity).map_or("-".into(), |m| format!("{:.1}%", 100.0 * m))
+                );
+                if let Some((l, _)) = best {
+                    if let Some(Some(u)) = b.purity.get(l) {
+                        words += &format!(", layer {l} {:.1}%", 100.0 * u);
+                    }
+                }
+                if !b.trained {
+                    words += " (this adapter records no training: it may itself be a random init)";
+                }
+                words += &format!(". All tokens in one group would give {:.1}% (the largest category's share).", 100.0 * one);
+            }
+            None => words += ".",
+        }
+        ui.add(egui::Label::new(words).wrap());
+        if base.is_none() {
+            match &self.baseline_error {
+                Some(e) => {
+                    ui.colored_label(egui::Color32::from_rgb(200, 30, 30), format!("the untrained baseline failed: {e}"));
+                }
+                None => {
+                    ui.horizontal(|ui| {
+                        crate::gui::busy::busy(ui);
+                        ui.label("analysing the same tokens with the untrained adapter (in the background)…");
+                    });
+                }
+            }
+        }
+        let layer = cx.layer(res);
+        let pts = |v: &[Option<f64>]| egui_plot::PlotPoints::from(v.iter().enumerate().filter_map(|(l, p)| p.map(|p| [l as f64, p])).collect::<Vec<_>>());
+        let (trained_c, base_c) = (egui::Color32::from_rgb(0x1f, 0x77, 0xb4), egui::Color32::from_rgb(0x7f, 0x7f, 0x7f));
+        let h = (ui.available_height() - 30.0).clamp(160.0, 420.0);
+        egui_plot::Plot::new("purity_curve")
+            .height(h)
+            .legend(egui_plot::Legend::default().position(egui_plot::Corner::RightTop))
+            .x_axis_label("layer")
+            .y_axis_label("purity")
+            .include_y(0.0)
+            .include_y(1.0)
+            .show(ui, |p| {
+                p.line(egui_plot::Line::new("this adapter", pts(&trained)).color(trained_c).width(2.5));
+                p.points(egui_plot::Points::new("this adapter", pts(&trained)).radius(3.0).color(trained_c));
+                if let Some(b) = base {
+                    let name = format!("untrained (random init, seed {})", b.seed);
+                    p.line(egui_plot::Line::new(name.clone(), pts(&b.purity)).color(base_c).width(2.0).style(egui_plot::LineStyle::dashed_dense()));
+                    p.points(egui_plot::Points::new(name, pts(&b.purity)).radius(2.5).color(base_c));
+                }
+                p.hline(egui_plot::HLine::new(format!("one group for all tokens = {:.0}%", 100.0 * one), one).color(egui::Color32::from_gray(190)));
+                p.vline(egui_plot::VLine::new(format!("selected layer {layer}"), layer as f64).color(egui::Color32::from_gray(200)));
+            });
+        egui::CollapsingHeader::new("per layer (numbers)").id_salt("purity_numbers").show(ui, |ui| {
+            egui::ScrollArea::vertical().id_salt("purity_numbers_scroll").max_height(220.0).show(ui, |ui| {
+                egui::Grid::new("purity_table").striped(true).show(ui, |ui| {
+                    for hd in ["layer", "purity", "untrained", "difference"] {
+                        ui.strong(hd);
+                    }
+                    ui.end_row();
+                    for (l, p) in trained.iter().enumerate() {
+                        let u = base.and_then(|b| b.purity.get(l).copied().flatten());
+                        let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.1}%", 100.0 * x));
+                        ui.label(l.to_string());
+                        ui.label(pct(*p));
+                        ui.label(pct(u));
+                        ui.label(match (p, u) {
+                            (Some(p), Some(u)) => format!("{:+.1} pt", 100.0 * (p - u)),
+                            _ => "-".into(),
+                        });
+                        ui.end_row();
+                    }
+                });
+            });
+        });
+        out
     }
 
     pub fn svg(&self, res: &AnalysisResult, layer: usize, raw: bool) -> Result<String, String> {
-        if self.overview {
-            heatmap_svg(res, raw)
-        } else {
-            svg(res, layer)
+        match self.mode {
+            CatMode::Heatmap => heatmap_svg(res, raw),
+            CatMode::Layer => svg(res, layer),
+            CatMode::Curve => Ok(curve_svg(res, self.baseline_for(res))),
         }
     }
+}
+
+/// The purity curve as SVG (the baseline when computed).
+pub fn curve_svg(res: &AnalysisResult, base: Option<&crate::gui::jobs::Baseline>) -> String {
+    use crate::gui::export::svg::{line_chart, Series};
+    let pts = |v: &[Option<f64>]| v.iter().enumerate().filter_map(|(l, p)| p.map(|p| (l as f64, p))).collect::<Vec<_>>();
+    let mut series = vec![Series { name: "this adapter".into(), color: "#1f77b4".into(), points: pts(&purity_curve(res)), dashed: false }];
+    if let Some(b) = base {
+        series.push(Series { name: format!("untrained (seed {})", b.seed), color: "#7f7f7f".into(), points: pts(&b.purity), dashed: true });
+    }
+    let one = one_group_purity(res);
+    line_chart(&format!("token-weighted purity per layer: {}", res.analysis.adapter), "layer", "purity", &series, &[(format!("one group = {:.2}", one), one)])
 }
 
 /// Purity as a colour: white (0) to dark blue (1).

@@ -204,54 +204,52 @@ impl CompareView {
         });
         // The table: click a header to sort (again: reverse), a row to jump to the token.
         let order = self.order(c);
-        let heads = [
-            (SortBy::Index, "#"),
-            (SortBy::Delta, "delta loss"),
-            (SortBy::PrunedA, "pruned A"),
-            (SortBy::PrunedB, "pruned B"),
-            (SortBy::Changed, "layers changed"),
-        ];
-        let widths = [60.0, 90.0, 80.0, 80.0, 110.0];
-        ui.horizontal(|ui| {
-            for ((s, name), w) in heads.iter().zip(widths) {
-                let arrow = if self.sort == *s { if self.descending { " (desc)" } else { " (asc)" } } else { "" };
-                if ui.add_sized([w, 18.0], egui::Button::new(format!("{name}{arrow}"))).clicked() {
-                    if self.sort == *s {
-                        self.descending = !self.descending;
-                    } else {
-                        self.sort = *s;
-                        self.descending = *s != SortBy::Index;
-                    }
-                }
-            }
-            ui.strong("token (loss A / loss B)");
-        });
+        // Header cells and rows are monospace text in the same column widths (`COLUMNS`), with
+        // no padding or spacing between cells, so each header sits over its column.
         let mut jump = None;
         let f = |x: Option<f32>| x.map(|v| format!("{:.1}%", 100.0 * v)).unwrap_or_else(|| "-".into());
-        egui::ScrollArea::vertical().id_salt("compare_table").auto_shrink(false).show_rows(ui, 18.0, order.len(), |ui, range| {
-            for &i in &order[range] {
-                let d = c.delta(i);
-                let row = format!(
-                    "{:<7}{:>+10}{:>10}{:>10}{:>12}    {:?} ({} / {})",
-                    i,
-                    if d.is_finite() { format!("{d:+.3}") } else { "-".into() },
-                    f(c.pruned_a_at(i)),
-                    f(c.pruned_b_at(i)),
-                    format!("{}/{}", c.changed_layers(i), c.layers()),
-                    c.texts[i],
-                    fmt_loss(c.loss_a[i]),
-                    fmt_loss(c.loss_b[i])
-                );
-                let mut text = egui::RichText::new(row).monospace();
-                if d.is_finite() && d > 0.5 {
-                    text = text.color(egui::Color32::from_rgb(180, 20, 20));
-                } else if d.is_finite() && d < -0.5 {
-                    text = text.color(egui::Color32::from_rgb(20, 110, 20));
+        ui.scope(|ui| {
+            ui.spacing_mut().item_spacing.x = 0.0;
+            ui.spacing_mut().button_padding.x = 0.0;
+            ui.horizontal(|ui| {
+                ui.spacing_mut().item_spacing.x = 0.0;
+                for (s, name, width, right) in COLUMNS {
+                    let arrow = if self.sort == s { if self.descending { "↓" } else { "↑" } } else { "" };
+                    let text = header_cell(name, arrow, width, right);
+                    let r = ui.selectable_label(self.sort == s, egui::RichText::new(text).monospace().strong()).on_hover_text("click: sort by this column (again: reverse)");
+                    if r.clicked() {
+                        if self.sort == s {
+                            self.descending = !self.descending;
+                        } else {
+                            self.sort = s;
+                            self.descending = s != SortBy::Index;
+                        }
+                    }
                 }
-                if ui.selectable_label(cx.selection.selected == Some(i), text).on_hover_text("click: show this token in the text, with its partners").clicked() {
-                    jump = Some(i);
+                ui.label(egui::RichText::new("    token (loss A / loss B)").monospace().strong());
+            });
+            egui::ScrollArea::vertical().id_salt("compare_table").auto_shrink(false).show_rows(ui, 18.0, order.len(), |ui, range| {
+                for &i in &order[range] {
+                    let d = c.delta(i);
+                    let cells = [
+                        i.to_string(),
+                        if d.is_finite() { format!("{d:+.3}") } else { "-".into() },
+                        f(c.pruned_a_at(i)),
+                        f(c.pruned_b_at(i)),
+                        format!("{}/{}", c.changed_layers(i), c.layers()),
+                    ];
+                    let row = format!("{}    {:?} ({} / {})", table_cells(&cells), c.texts[i], fmt_loss(c.loss_a[i]), fmt_loss(c.loss_b[i]));
+                    let mut text = egui::RichText::new(row).monospace();
+                    if d.is_finite() && d > 0.5 {
+                        text = text.color(egui::Color32::from_rgb(180, 20, 20));
+                    } else if d.is_finite() && d < -0.5 {
+                        text = text.color(egui::Color32::from_rgb(20, 110, 20));
+                    }
+                    if ui.selectable_label(cx.selection.selected == Some(i), text).on_hover_text("click: show this token in the text, with its partners").clicked() {
+                        jump = Some(i);
+                    }
                 }
-            }
+            });
         });
         if let Some(i) = jump {
             out.push(Command::Jump(i));
@@ -272,6 +270,31 @@ impl CompareView {
         }
         Ok(line_chart(&format!("A: {} vs B: {}", c.a, c.b), "layer", "share", &series, &[]))
     }
+}
+
+/// The table's columns: sort key, header, width in characters, right-aligned.
+pub const COLUMNS: [(SortBy, &str, usize, bool); 5] = [
+    (SortBy::Index, "#", 7, false),
+    (SortBy::Delta, "delta loss", 12, true),
+    (SortBy::PrunedA, "pruned A", 10, true),
+    (SortBy::PrunedB, "pruned B", 10, true),
+    (SortBy::Changed, "layers changed", 16, true),
+];
+
+/// A header cell: its name and sort mark, padded to the column's width (as its values are).
+pub fn header_cell(name: &str, mark: &str, width: usize, right: bool) -> String {
+    // The mark goes on the side away from the values' edge, so that the name ends (or starts)
+    // where they do.
+    if right {
+        format!("{:>width$}", format!("{mark}{name}"))
+    } else {
+        format!("{:<width$}", format!("{name}{mark}"))
+    }
+}
+
+/// A row's cells in the columns' widths and alignment.
+pub fn table_cells(cells: &[String]) -> String {
+    COLUMNS.iter().zip(cells).map(|((_, _, w, right), c)| if *right { format!("{c:>w$}") } else { format!("{c:<w$}") }).collect()
 }
 
 fn fmt_loss(x: f32) -> String {

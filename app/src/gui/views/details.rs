@@ -31,16 +31,30 @@ pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
             }
             Some(_) => {}
         }
+        if let Some(r) = sel.range.filter(|&(_, b)| b < res.tokens()) {
+            ui.separator();
+            ui.heading("Selected range");
+            for line in super::tokens::range_summary(res, layer, r, cx.settings.raw_groups) {
+                ui.add(egui::Label::new(line).wrap());
+            }
+            if ui.small_button("clear the range").clicked() {
+                out.push(Command::SelectRange(None));
+            }
+        }
         ui.separator();
         ui.heading("Long-range partners");
         let Some(selected) = sel.selected else {
-            ui.weak("Click a token.");
+            ui.weak("Click a token, or drag over a range of tokens.");
             return;
         };
         match &sel.partners {
-            Some(p) if p.token == selected && p.key == res.key => {
+            Some(p) if p.token == selected && p.range == sel.range && p.key == res.key => {
+                let who = match p.range {
+                    Some((a, b)) => format!("#{a}-#{b} ({} queries, weights averaged over them)", b - a + 1),
+                    None => format!("#{selected}"),
+                };
                 ui.label(format!(
-                    "#{selected}, layer {}, head {}: {} same-group tokens beyond w = {}; they receive {:.1}% of the attention (local window {:.1}%)",
+                    "{who}, layer {}, head {}: {} same-group tokens beyond w = {}; they receive {:.1}% of the attention (local window {:.1}%)",
                     p.layer,
                     p.head,
                     p.partners.len(),
@@ -69,9 +83,12 @@ pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
             }
             _ => {
                 // Nothing runs for this analysis (it never says "computing" while nothing does).
-                ui.weak("The partners of this token are not computed for the analysis on screen.");
+                ui.weak("The partners of this selection are not computed for the analysis on screen.");
                 if ui.button("Compute them").clicked() {
-                    out.push(Command::Select(Some(selected)));
+                    out.push(match sel.range {
+                        Some(r) => Command::SelectRange(Some(r)),
+                        None => Command::Select(Some(selected)),
+                    });
                 }
             }
         }

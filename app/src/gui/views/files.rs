@@ -62,7 +62,7 @@ impl AdapterInfo {
     pub fn read(dir: &Path) -> AdapterInfo {
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string());
         let mut info = AdapterInfo { path: dir.to_path_buf(), name, groups: None, top_k: None, tokens: None, heldout_ppl: None, topk_ppl: None, error: None };
-        let v: serde_json::Value = match std::fs::read_to_string(dir.join("adapter_config.json")).map_err(|e| e.to_string()).and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string())) {
+        let v: serde_json::Value = match focus_core::io::read_capped_string(&dir.join("adapter_config.json"), focus_core::io::MAX_JSON_BYTES, "adapter config").map_err(|e| e.to_string()).and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string())) {
             Ok(v) => v,
             Err(e) => {
                 info.error = Some(e);

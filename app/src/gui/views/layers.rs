@@ -17,7 +17,7 @@ pub struct LayersView {
 
 /// The layers view as SVG: the chosen layers' columns.
 pub fn svg(res: &AnalysisResult, side_layers: &[usize], raw: bool) -> String {
-    tokens_svg(res, side_layers, 48, 1500, raw)
+    tokens_svg(res, side_layers, 48, 0..1500, raw)
 }
 
 impl LayersView {
@@ -113,7 +113,7 @@ impl LayersView {
             let last = ((viewport.max.y / ROW_H).ceil() as usize + 1).min(lay.lines.len());
             let painter = ui.painter_at(rect);
             for (c, &l) in cols.iter().enumerate() {
-                let marks = Marks { selected: cx.selection.selected, hovered: hovered_before, found: None, partners: &maps[c].0, max_weight: maps[c].1 };
+                let marks = Marks { selected: cx.selection.selected, hovered: hovered_before, found: None, range: cx.selection.range, partners: &maps[c].0, max_weight: maps[c].1 };
                 for line in first..last {
                     let origin = rect.min + vec2(c as f32 * (col_w + gap), line as f32 * ROW_H);
                     if let Some(i) = paint_line(&painter, res, lay, line, origin, l, colouring, &marks, pointer) {

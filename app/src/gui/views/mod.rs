@@ -89,6 +89,10 @@ pub enum Command {
     Rerun,
     /// Click a token (`None`: clicked beside the tokens).
     Select(Option<usize>),
+    /// Select a range of tokens `[a, b]` (drag or shift-click).
+    SelectRange(Option<(usize, usize)>),
+    /// Analyse this result's tokens with its adapter's untrained twin (the purity baseline).
+    BuildBaseline(Arc<AnalysisResult>),
     /// The token under the pointer this frame, and the layer of its column (layers view).
     Hover { token: Option<usize>, layer: Option<usize> },
     /// Scroll the token views to this token.
@@ -192,11 +196,11 @@ impl Views {
     }
 
     /// The SVG of the current tab (`Err`: why there is none yet).
-    pub fn svg(&self, settings: &Settings, res: &AnalysisResult, selected: Option<usize>) -> Result<String, String> {
+    pub fn svg(&self, settings: &Settings, res: &AnalysisResult, selected: Option<usize>, range: Option<(usize, usize)>) -> Result<String, String> {
         let layer = settings.layer.min(res.layers() - 1);
         let raw = settings.raw_groups;
         match settings.tab {
-            Tab::Tokens => Ok(tokens::svg(res, layer, raw)),
+            Tab::Tokens => Ok(tokens::svg(res, layer, raw, range)),
             Tab::Layers => Ok(layers::svg(res, &settings.side_layers, raw)),
             Tab::Balance => Ok(balance::svg(res, layer)),
             Tab::Mask => self.mask.svg(res, layer),

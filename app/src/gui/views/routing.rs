@@ -91,7 +91,7 @@ impl RoutingView {
                     .min_by(|a, b| a.1.total_cmp(&b.1))?;
                 let _ = d;
                 let t = &hover_res.analysis.tokens[i];
-                Some(format!("#{i} {:?}\ngroup {}, {}", t.text, hover_res.argmax[layer][i], t.category))
+                Some(format!("#{i} {:?}\ng{} {}, {}", t.text, hover_res.shown_group(layer, hover_res.argmax[layer][i] as usize, cx.settings.raw_groups), hover_res.labels[layer][hover_res.argmax[layer][i] as usize], t.category))
             })
             .show(ui, |p| {
                 if by_cat {

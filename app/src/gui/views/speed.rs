@@ -232,6 +232,7 @@ fn whole_model(bench: Option<&BenchState>, res: &AnalysisResult, ui: &mut egui::
     } else {
         ui.weak(format!("Measured on {}", b.settings));
     }
+    ui.weak("Figures are medians of the timed repeats; (min-max): the fastest and slowest repeat (for the speedup, of single repeats: the two modes alternate within a repeat). Bars on the time plot show that spread.");
     table(ui, &rows);
     let h = (ui.available_height() - 20.0).max(150.0);
     // One colour per series for its line and its points (as in the SVG export), so that the
@@ -243,10 +244,18 @@ fn whole_model(bench: Option<&BenchState>, res: &AnalysisResult, ui: &mut egui::
         cols[0].label("seconds per prefill");
         Plot::new("bench_time").height(h).x_grid_spacer(length_marks(xs.clone())).legend(legend()).x_axis_label("tokens").y_axis_label("s").include_y(0.0).show(&mut cols[0], |p| {
             let series: [(&str, egui::Color32, fn(&BenchRow) -> f64); 2] = [("dense", dense_c, |r| r.dense_s), ("Focus top-k", topk_c, |r| r.topk_s)];
-            for (name, c, f) in series {
+            for (m, (name, c, f)) in series.into_iter().enumerate() {
                 let pts: Vec<[f64; 2]> = rows.iter().map(|r| [r.tokens as f64, f(r)]).collect();
                 p.line(Line::new(name, PlotPoints::from(pts.clone())).color(c));
                 p.points(Points::new(name, PlotPoints::from(pts)).radius(3.0).color(c));
+                // The spread of the repeats: a bar from the fastest to the slowest at each length.
+                for r in &rows {
+                    let (lo, _, hi) = r.spread()[m];
+                    if hi > lo {
+                        let x = r.tokens as f64;
+                        p.line(Line::new(name, PlotPoints::from(vec![[x, lo], [x, hi]])).color(c).width(4.0));
+                    }
+                }
             }
         });
         cols[1].label("speedup (dense time / top-k time)");
@@ -262,23 +271,49 @@ fn whole_model(bench: Option<&BenchState>, res: &AnalysisResult, ui: &mut egui::
     });
 }
 
-/// The measured numbers, one row per length.
+/// The measured numbers, one row per length: medians of the timed repeats with their spread
+/// (fastest-slowest repeat; the speedup's of single repeats, whose modes ran back to back), and
+/// a note where the spread is wide enough that the median speedup means little.
 fn table(ui: &mut egui::Ui, rows: &[BenchRow]) {
-    egui::Grid::new("bench_table").striped(true).num_columns(6).show(ui, |ui| {
-        for h in ["tokens", "dense s", "top-k s", "dense tok/s", "top-k tok/s", "speedup"] {
+    egui::Grid::new("bench_table").striped(true).num_columns(10).show(ui, |ui| {
+        for h in ["tokens", "dense s", "(min-max)", "top-k s", "(min-max)", "dense tok/s", "top-k tok/s", "speedup", "(min-max)", "note"] {
             ui.strong(h);
         }
         ui.end_row();
         for r in rows {
+            let [d, t, sp] = r.spread();
+            let spread = r.repeats.is_some_and(|n| n > 1);
+            let range = |x: (f64, f64, f64), digits: usize| if spread { format!("{:.digits$}-{:.digits$}", x.0, x.2) } else { "-".into() };
             ui.label(r.tokens.to_string());
             ui.label(format!("{:.3}", r.dense_s));
+            ui.weak(range(d, 3));
             ui.label(format!("{:.3}", r.topk_s));
+            ui.weak(range(t, 3));
             ui.label(format!("{:.0}", r.dense_tokens_per_s));
             ui.label(format!("{:.0}", r.topk_tokens_per_s));
             ui.label(format!("{:.2}x", r.topk_over_dense_speed));
+            ui.weak(range(sp, 2));
+            match spread_note(r) {
+                Some(n) => ui.colored_label(egui::Color32::from_rgb(190, 80, 0), n),
+                None => ui.label(""),
+            };
             ui.end_row();
         }
     });
+}
+
+/// A warning when a row's repeats disagree: the speedup's range straddles 1 (faster or slower
+/// depends on the repeat), or the slowest repeat of a mode took over 1.5x its fastest.
+pub fn spread_note(r: &BenchRow) -> Option<String> {
+    if !r.repeats.is_some_and(|n| n > 1) {
+        return None;
+    }
+    let [d, t, s] = r.spread();
+    if s.0 < 1.0 && s.2 > 1.0 && (s.1 - 1.0).abs() > 1e-9 {
+        return Some(format!("the repeats disagree on the sign of the gain ({:.2}-{:.2}x): noise", s.0, s.2));
+    }
+    let wide = |x: (f64, f64, f64)| x.0 > 0.0 && x.2 / x.0 > 1.5;
+    (wide(d) || wide(t)).then(|| "repeats vary by more than 1.5x: other load on the machine?".to_string())
 }
 
 /// A time series of the attention plot: name, colour, value per row.

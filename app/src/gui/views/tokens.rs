@@ -110,12 +110,17 @@ pub fn token_color(res: &AnalysisResult, layer: usize, i: usize, c: Colouring) -
 /// that it shows on every group colour (the old red vanished on red groups).
 pub const PARTNER_OUTLINE: Color32 = Color32::from_rgb(25, 25, 140);
 
+/// The bar over the tokens of a selected range.
+pub const RANGE_BAR: Color32 = Color32::from_rgb(20, 20, 20);
+
 pub struct Marks<'a> {
     pub selected: Option<usize>,
     /// The token under the pointer (in any column): outlined in every column.
     pub hovered: Option<usize>,
     /// Tokens that hold a match of the search (underlined).
     pub found: Option<&'a std::collections::HashSet<usize>>,
+    /// The selected range `[a, b]` (a bar over each of its tokens).
+    pub range: Option<(usize, usize)>,
     /// Weight of each of the selected token's partners, and the largest weight.
     pub partners: &'a std::collections::HashMap<usize, f32>,
     pub max_weight: f32,
@@ -150,6 +155,10 @@ pub fn paint_line(
         if marks.selected == Some(i) {
             painter.rect_stroke(r, 2.0, Stroke::new(2.5, Color32::BLACK), egui::StrokeKind::Outside);
         }
+        if marks.range.is_some_and(|(a, b)| (a..=b).contains(&i)) {
+            let bar = Rect::from_min_max(r.min, pos2(r.max.x, r.min.y + 4.0));
+            painter.rect_filled(bar, 0.0, RANGE_BAR);
+        }
         if marks.found.is_some_and(|f| f.contains(&i)) {
             let bar = Rect::from_min_max(pos2(r.min.x, r.max.y - 3.0), r.max);
             painter.rect_filled(bar, 0.0, Color32::from_rgb(230, 120, 0));
@@ -163,6 +172,17 @@ pub fn paint_line(
         }
     }
     hit
+}
+
+/// The token at `pos` in a token area laid out by `lay` from `origin` (rows of `ROW_H`).
+pub fn token_at(lay: &TokenLayout, origin: Pos2, pos: Pos2) -> Option<usize> {
+    let y = pos.y - origin.y;
+    if y < 0.0 {
+        return None;
+    }
+    let &(s, e) = lay.lines.get((y / ROW_H) as usize)?;
+    let x = pos.x - origin.x;
+    (s..e).find(|&i| x >= lay.xs[i] && x < lay.xs[i] + lay.widths[i])
 }
 
 /// Legend: colour, size and automatic label of each group in `layer` (in their shown order and
@@ -185,7 +205,6 @@ pub fn legend(ui: &mut egui::Ui, res: &AnalysisResult, layer: usize, c: Colourin
         });
         return;
     }
-    let l = &res.analysis.layers[layer];
     if let (Some(a), false) = (&res.aligned_to, c.raw) {
         ui.weak(format!("group numbers matched, layer by layer, to the previous adapter's ({a})"));
     }
@@ -195,10 +214,56 @@ pub fn legend(ui: &mut egui::Ui, res: &AnalysisResult, layer: usize, c: Colourin
             let shown = res.shown_group(layer, g, c.raw);
             let (rect, _) = ui.allocate_exact_size(vec2(14.0, 14.0), Sense::hover());
             ui.painter().rect_filled(rect, 2.0, palette::group(shown));
-            let centroid = if shown != g { format!(" (centroid {g})") } else { String::new() };
-            ui.label(format!("g{shown}{centroid} {} ({:.0}%) {}", l.group_size[g], 100.0 * l.group_size[g] as f64 / t, res.labels[layer][g]));
+            let centroid = if shown != g { format!("; centroid {g}") } else { String::new() };
+            let entry = ui.label(legend_entry(res, layer, g, c.raw, t));
+            let tops = res.analysis.profiles.get(layer).and_then(|p| p.centroids.get(g)).map(|c| {
+                c.top_tokens.iter().take(8).map(|t| format!("{:?} x{}", t.text, t.count)).collect::<Vec<_>>().join("  ")
+            });
+            entry.on_hover_text(format!("g{shown}{centroid}: {}{}", res.labels[layer][g], tops.map(|t| format!("\ntop tokens: {t}")).unwrap_or_default()));
         }
     });
+}
+
+/// One group's legend entry, label first as in the categories view: "g3 determiner 71% · 120
+/// tokens (12%)" (the label is the centroid's category profile, `jobs::analyze`).
+pub fn legend_entry(res: &AnalysisResult, layer: usize, g: usize, raw: bool, total: f64) -> String {
+    let n = res.analysis.layers[layer].group_size[g];
+    format!("g{} {} · {n} tokens ({:.0}%)", res.shown_group(layer, g, raw), res.labels[layer][g], 100.0 * n as f64 / total)
+}
+
+/// The group and category make-up of the tokens `[a, b]` in `layer`, in words: per shown group
+/// its count and share (with its share of the whole text), then the categories by count.
+pub fn range_summary(res: &AnalysisResult, layer: usize, (a, b): (usize, usize), raw: bool) -> Vec<String> {
+    let n = b - a + 1;
+    let t = res.tokens().max(1) as f64;
+    let mut lines = vec![format!("#{a}-#{b}: {n} tokens, layer {layer}")];
+    let argmax = &res.argmax[layer];
+    let sizes = &res.analysis.layers[layer].group_size;
+    let mut counts = vec![0usize; res.groups()];
+    for &g in &argmax[a..=b] {
+        counts[g as usize] += 1;
+    }
+    for g in res.groups_in_shown_order(layer, raw) {
+        if counts[g] > 0 {
+            lines.push(format!(
+                "g{} {}: {} ({:.0}%; {:.0}% of the text)",
+                res.shown_group(layer, g, raw),
+                res.labels[layer][g],
+                counts[g],
+                100.0 * counts[g] as f64 / n as f64,
+                100.0 * sizes[g] as f64 / t
+            ));
+        }
+    }
+    let mut cats = [0usize; focus_core::analysis::categories::Category::COUNT];
+    for tok in &res.analysis.tokens[a..=b] {
+        cats[tok.category.index()] += 1;
+    }
+    let mut order: Vec<usize> = (0..cats.len()).filter(|&c| cats[c] > 0).collect();
+    order.sort_by(|&x, &y| cats[y].cmp(&cats[x]));
+    let cat = order.iter().map(|&c| format!("{} {}", focus_core::analysis::categories::Category::ALL[c].name(), cats[c])).collect::<Vec<_>>();
+    lines.push(format!("categories: {}", cat.join(", ")));
+    lines
 }
 
 /// The banner over a provisional result (the preview of a long text).
@@ -229,6 +294,11 @@ pub struct TokensView {
     pub found: std::collections::HashSet<usize>,
     /// The match shown last (index into `matches`).
     pub at: usize,
+    /// While dragging over tokens: the token the drag started on, and the one under the pointer.
+    pub dragging: Option<(usize, usize)>,
+    /// Where the token area's top-left corner was drawn last (screen points): with `layout`, a
+    /// token's place on screen.
+    pub origin: Option<Pos2>,
     matches_for: Option<(usize, String)>,
 }
 
@@ -264,6 +334,14 @@ pub fn find_tokens(res: &AnalysisResult, query: &str) -> Vec<Vec<usize>> {
 }
 
 impl TokensView {
+    /// The centre of token `i` on screen as last drawn (`None` before the view has been drawn).
+    pub fn token_center(&self, i: usize) -> Option<Pos2> {
+        let o = self.origin?;
+        let lay = &self.layout;
+        let line = *lay.line_of.get(i)? as f32;
+        Some(o + vec2(lay.xs[i] + lay.widths[i] / 2.0, line * ROW_H + ROW_H / 2.0 - 1.0))
+    }
+
     /// The search bar (Ctrl+F opens it; Enter or Next goes to the next match).
     fn search_bar(&mut self, res: &Arc<AnalysisResult>, scroll_to: &mut Option<usize>, ui: &mut egui::Ui) {
         let id = ui.make_persistent_id("token_find");
@@ -330,7 +408,8 @@ impl TokensView {
         self.layout.ensure(ui, res, width);
         let (partners, max_weight) = partner_map(cx, res, layer);
         let found = (self.find_open && !self.found.is_empty()).then_some(&self.found);
-        let marks = Marks { selected: cx.selection.selected, hovered: None, found, partners: &partners, max_weight };
+        let range = self.dragging.map(|(a, b)| (a.min(b), a.max(b))).or(cx.selection.range);
+        let marks = Marks { selected: cx.selection.selected, hovered: None, found, range, partners: &partners, max_weight };
         let lay = &self.layout;
         let mut area = egui::ScrollArea::vertical().id_salt("tokens").auto_shrink(false);
         if let Some(j) = scroll_to.take() {
@@ -341,10 +420,12 @@ impl TokensView {
         let colouring = Colouring::of(cx);
         let mut hovered = None;
         let mut clicked = None;
+        let mut range_done = None;
         area.show_viewport(ui, |ui, viewport| {
             let total = lay.lines.len() as f32 * ROW_H;
-            let (rect, resp) = ui.allocate_exact_size(vec2(width, total), Sense::click());
+            let (rect, resp) = ui.allocate_exact_size(vec2(width, total), Sense::click_and_drag());
             let pointer = resp.hover_pos();
+            self.origin = Some(rect.min);
             let first = (viewport.min.y / ROW_H).floor().max(0.0) as usize;
             let last = ((viewport.max.y / ROW_H).ceil() as usize + 1).min(lay.lines.len());
             let painter = ui.painter_at(rect);
@@ -354,8 +435,28 @@ impl TokensView {
                     hovered = Some(i);
                 }
             }
+            // A drag over tokens selects the range from the token it started on to the one it
+            // ends on; shift-click selects from the selected token to the clicked one.
+            if resp.drag_started() {
+                let from = ui.input(|i| i.pointer.press_origin()).and_then(|p| token_at(lay, rect.min, p));
+                self.dragging = from.map(|a| (a, a));
+            }
+            if let (Some((a, _)), Some(p)) = (self.dragging, resp.interact_pointer_pos()) {
+                if let Some(b) = token_at(lay, rect.min, p) {
+                    self.dragging = Some((a, b));
+                }
+            }
+            if resp.drag_stopped() {
+                if let Some((a, b)) = self.dragging.take() {
+                    range_done = Some((a, b));
+                }
+            }
             if resp.clicked() {
-                clicked = Some(hovered);
+                let shift = ui.input(|i| i.modifiers.shift);
+                match (shift, cx.selection.selected, hovered) {
+                    (true, Some(a), Some(b)) => range_done = Some((a, b)),
+                    _ => clicked = Some(hovered),
+                }
             }
             if let Some(i) = hovered {
                 let tip = match res.token_routing(layer, i) {
@@ -375,6 +476,9 @@ impl TokensView {
         if let Some(c) = clicked {
             out.push(Command::Select(c));
         }
+        if let Some(r) = range_done {
+            out.push(Command::SelectRange(Some(r)));
+        }
         out
     }
 }
@@ -382,27 +486,35 @@ impl TokensView {
 /// The selected token's partners (when computed for this analysis and layer) by token.
 pub fn partner_map(cx: &ViewCtx, res: &AnalysisResult, layer: usize) -> (std::collections::HashMap<usize, f32>, f32) {
     let sel = cx.selection;
-    let p = sel.partners.as_ref().filter(|p| Some(p.token) == sel.selected && p.key == res.key && p.layer == layer);
+    let p = sel.partners.as_ref().filter(|p| Some(p.token) == sel.selected && p.range == sel.range && p.key == res.key && p.layer == layer);
     let map = p.map(|p| p.partners.iter().cloned().collect()).unwrap_or_default();
     (map, p.and_then(|p| p.partners.first().map(|x| x.1)).unwrap_or(1.0))
 }
 
-/// The token view as SVG: the selected layer.
-pub fn svg(res: &AnalysisResult, layer: usize, raw: bool) -> String {
-    tokens_svg(res, &[layer], 100, 4000, raw)
+/// The token view as SVG: the selected layer; with a selected range, only the range's tokens,
+/// its legend counting the range's tokens.
+pub fn svg(res: &AnalysisResult, layer: usize, raw: bool, range: Option<(usize, usize)>) -> String {
+    let span = match range {
+        Some((a, b)) if b < res.tokens() => a..b + 1,
+        _ => 0..res.tokens().min(4000),
+    };
+    tokens_svg(res, &[layer], 100, span, raw)
 }
 
-/// Tokens of the first `max_tokens` tokens coloured by group, one column per layer, wrapped at
-/// `cols` characters (monospace), with a legend per column.
-pub fn tokens_svg(res: &AnalysisResult, layers: &[usize], cols: usize, max_tokens: usize, raw: bool) -> String {
+/// The tokens of `span` (at most the first 4000 of it) coloured by group, one column per layer,
+/// wrapped at `cols` characters (monospace), with a legend per column (group sizes over `span`).
+pub fn tokens_svg(res: &AnalysisResult, layers: &[usize], cols: usize, span: std::ops::Range<usize>, raw: bool) -> String {
     let size = 11.0;
     let cw = size * 0.6;
     let row = size * 1.6;
-    let n = res.tokens().min(max_tokens);
+    let first = span.start.min(res.tokens());
+    let end = span.end.min(res.tokens()).min(first + 4000).max(first);
+    let n = end - first;
+    let whole = first == 0 && end == res.tokens();
     // Line breaks by character count, the same for every column.
     let mut pos = Vec::with_capacity(n);
     let (mut line, mut x) = (0usize, 0usize);
-    for t in &res.analysis.tokens[..n] {
+    for t in &res.analysis.tokens[first..end] {
         let len = display_text(&t.text).chars().count();
         if x > 0 && x + len > cols {
             line += 1;
@@ -421,19 +533,30 @@ pub fn tokens_svg(res: &AnalysisResult, layers: &[usize], cols: usize, max_token
     let mut s = Svg::new(col_w * layers.len().max(1) as f64 + 20.0, height);
     for (c, &l) in layers.iter().enumerate() {
         let x0 = 10.0 + c as f64 * col_w;
-        let ls = &res.analysis.layers[l];
-        s.text(x0, row, &format!("layer {l} ({} of {} tokens)", n, res.tokens()), size + 2.0, "black", "start");
+        let mut sizes = vec![0usize; res.groups()];
+        for &g in &res.argmax[l][first..end] {
+            sizes[g as usize] += 1;
+        }
+        let title = if first == 0 && n == res.tokens() {
+            format!("layer {l} ({n} tokens)")
+        } else if first == 0 {
+            format!("layer {l} ({n} of {} tokens)", res.tokens())
+        } else {
+            format!("layer {l}: tokens #{first}-#{} ({n} of {})", end - 1, res.tokens())
+        };
+        s.text(x0, row, &title, size + 2.0, "black", "start");
         for (n, g) in res.groups_in_shown_order(l, raw).into_iter().enumerate() {
             let y = row * (n as f64 + 1.5);
             let shown = res.shown_group(l, g, raw);
             s.rect(x0, y, 10.0, 10.0, &palette::hex(palette::group(shown)), None);
-            s.text(x0 + 14.0, y + 9.0, &format!("g{shown}: {} tokens, {}", ls.group_size[g], res.labels[l][g]), size, "black", "start");
+            let of = if whole { String::new() } else { format!(" here, {} in all", res.analysis.layers[l].group_size[g]) };
+            s.text(x0 + 14.0, y + 9.0, &format!("g{shown}: {} tokens{of}, {}", sizes[g], res.labels[l][g]), size, "black", "start");
         }
-        for (i, t) in res.analysis.tokens[..n].iter().enumerate() {
+        for (i, t) in res.analysis.tokens[first..end].iter().enumerate() {
             let (ln, cx) = pos[i];
             let txt = display_text(&t.text);
             let (x, y) = (x0 + cx as f64 * cw, legend_h + ln as f64 * row);
-            let g = res.shown_group(l, res.argmax[l][i] as usize, raw);
+            let g = res.shown_group(l, res.argmax[l][first + i] as usize, raw);
             s.rect(x, y, txt.chars().count() as f64 * cw, row - 2.0, &palette::hex(palette::group(g)), None);
             s.mono(x, y + row * 0.7, &txt, size);
         }

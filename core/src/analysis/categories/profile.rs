@@ -52,6 +52,14 @@ pub struct LayerProfile {
     pub centroids: Vec<CentroidProfile>,
 }
 
+/// The layer of highest token-weighted purity (the first of equals), with that purity.
+pub fn best_layer(profiles: &[LayerProfile]) -> Option<(usize, f64)> {
+    profiles.iter().filter(|p| p.centroids.iter().any(|c| c.tokens > 0)).map(|p| (p.layer, p.purity())).fold(None, |best, (l, u)| match best {
+        Some((_, b)) if b >= u => best,
+        _ => Some((l, u)),
+    })
+}
+
 /// The profile of one layer. `ids`, `texts` and `cats` are per token and as long as the routing.
 pub fn layer_profile(
     layer: usize,

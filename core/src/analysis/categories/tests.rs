@@ -124,6 +124,14 @@ fn profile_counts_purity_and_labels() {
     // Mass sums to the token count per category.
     let punct_mass: f64 = p.centroids.iter().map(|c| c.mass_by_category[Punctuation.index()]).sum();
     assert!((punct_mass - 3.0).abs() < 1e-6);
+    // Token-weighted purity: (3 x 1.0 + 2 x 0.5) / 5; the empty group weighs nothing.
+    assert!((p.purity() - 0.8).abs() < 1e-12);
+    let mut q = p.clone();
+    q.layer = 8;
+    q.centroids[0].purity = Some(0.9);
+    assert_eq!(best_layer(&[q.clone(), p.clone()]).map(|b| b.0), Some(7));
+    assert_eq!(best_layer(&[p.clone(), p.clone()]).map(|b| b.0), Some(7), "the first of equals");
+    assert_eq!(best_layer(&[]), None);
     // Wrong lengths are an error, not a panic.
     assert!(layer_profile(0, &r, &ids[..4], &texts, &cats).is_err());
 }
