@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Copy a run of the paper-scale sweep (experiments/results/sweep_h200/RUN, weights in WEIGHTS)
+into sample_adapters/DEST with its provenance and measured results in adapter_config.json: the
+data files relative to the corpus, the split, the schedule, the command, the held-out
+perplexities (the run's ppl.json, H200), the last evaluation's dominance and category structure
+(train_log.jsonl), and the CPU analysis of STATS (focus-lens analyze --mode topk --k 2 JSON).
+Usage: ship_sweep_adapter.py RUN WEIGHTS DEST STATS CALL"""
+import json, shutil, sys
+from pathlib import Path
+
+run, weights, dest, stats, call = sys.argv[1:6]
+src = Path("experiments/results/sweep_h200") / run
+cfg = json.load(open(src / "adapter_config.json"))
+t = cfg["training"]
+rel = lambda p: p.split("/corpus/", 1)[-1]
+rows = [json.loads(l) for l in open(src / "train_log.jsonl") if l.strip()]
+last = [r for r in rows if "categories" in r][-1]
+K = cfg["groups"]
+cfg["training"] = {
+    "data": "corpus/train/* from scripts/fetch_corpus.py ({} Austen novels, {} Shakespeare plays and poems, {} State of the Union addresses 1790-2000)".format(
+        *(sum(f"/{w}__" in p for p in t["data"]) for w in ("austen", "shakespeare", "sotu"))),
+    "data_files": [rel(p) for p in t["data"]],
+    "heldout_files": [rel(p) for p in t["heldout"]],
+    "split": "by whole works: held out Persuasion; Hamlet, Macbeth, The Tempest, Twelfth Night; SOTU 2001-2021",
+    "steps": t["steps"], "seq_len": t["seq_len"], "batch": t["batch"], "tokens_seen": t["tokens_seen"],
+    "lr": t["lr"], "cosine_decay": t["cosine_decay"], "weight_decay": t["weight_decay"], "seed": t["seed"],
+    "optimizer": t["optimizer"], "sinkhorn_grad": t["sinkhorn_grad"], "device": t["device"],
+    "seconds": t["seconds_this_run"], "heldout_ppl_final": t["heldout_ppl"], "heldout_mode": t["heldout_mode"],
+    "trainer": "core/examples/train_paper.rs (the fused training step), sharing the GPU with two other runs",
+    "command": f"bash experiments/gpu/sweep.sh {call}",
+    "same_as": (f"focus-lens train --device cuda --data corpus/train --heldout corpus/heldout --groups {K} --gate {cfg['gate']} "
+                f"--score {cfg['score']} --tau {cfg['tau']} --sinkhorn-iters {cfg['sinkhorn_iters']} --seq-len {t['seq_len']} "
+                f"--batch {t['batch']} --lr {t['lr']} --cosine-decay --steps {t['steps']} --seed {t['seed']}"),
+    "date": "2026-12-01",
+}
+ppl = {p["mode"]: p["ppl"] for p in json.load(open(src / "ppl.json"))}
+st = json.load(open(stats))
+dom = [L["dominance"] for L in st["layers"]]
+pur = []
+for L in st["profiles"]:
+    cs = L["centroids"]; tot = sum(c["tokens"] for c in cs)
+    pur.append(sum(c["tokens"] * (c["purity"] or 0) for c in cs) / max(tot, 1))
+cfg["results"] = {
+    "ppl_file": "tests/fixtures/ppl_persuasion_60k.txt (held-out Persuasion; llama-perplexity convention)",
+    "ppl": {"ctx1024": {"dense": ppl["dense"], "soft": ppl["soft"]} | {f"topk{k}": ppl[f"topk({k})"] for k in (1, 2, 3) if f"topk({k})" in ppl}},
+    "measured_on": "ppl: NVIDIA H200, CUDA build (the CPU reproduces per-chunk NLL: tests/trained_adapters.rs); analysis: this project's 2-core CPU",
+    "probe_categories_last_eval": last["categories"],
+    "probe_note": "train_log.jsonl's last evaluation: the first 4,000 bytes of Persuasion, soft mode; pure = >= 20 tokens",
+    "analysis": {
+        "command": "focus-lens analyze FIRST_25000_BYTES_OF_THE_FIXTURE --adapter A --mode topk --k 2 --segment 1024 --out stats.json",
+        "dominance_mean": sum(dom) / len(dom), "dominance_worst": max(dom), "dominance_target": 1.3 / K,
+        "purity_mean": sum(pur) / len(pur), "purity_best_layer": max(range(len(pur)), key=lambda i: pur[i]), "purity_best": max(pur),
+        "pairs_retained_mean": sum(L["pairs"]["retained"] for L in st["layers"]) / len(st["layers"]),
+    },
+}
+d = Path("sample_adapters") / dest
+d.mkdir(parents=True, exist_ok=True)
+(d / "adapter_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+shutil.copy(weights, d / "adapter_model.safetensors")
+print(d, json.dumps(cfg["results"]["ppl"]), json.dumps(cfg["results"]["analysis"]))
