@@ -12,6 +12,7 @@ use crate::attention::cpu::simd::exp;
 use crate::attention::fused::GateFn;
 use crate::error::{Error, Result};
 use crate::focus::mask::{self, PairClass};
+use crate::model::matvec::dot;
 use multiversion::multiversion;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -194,21 +195,6 @@ fn chunk_pv(p: &[f32], rep: usize, d: usize, v: &[f32], keys: &[u32], acc: &mut 
             }
         }
     }
-}
-
-/// A dot product with 16 independent lanes, so that it vectorises without reassociation.
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const L: usize = 16;
-    let mut acc = [0f32; L];
-    let (ca, cb) = (a.chunks_exact(L), b.chunks_exact(L));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..L {
-            acc[l] = x[l].mul_add(y[l], acc[l]);
-        }
-    }
-    acc.iter().sum::<f32>() + tail
 }
 
 #[cfg(test)]

@@ -22,6 +22,10 @@ pub struct Linear {
 
 impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // A generation step's single row: a plain matrix-vector product (`matvec`).
+        if let Some(y) = super::matvec::row_times(x, &self.w, self.b.as_ref())? {
+            return Ok(y);
+        }
         let y = x.matmul(&self.w.t()?)?;
         Ok(match &self.b {
             Some(b) => y.broadcast_add(b)?,

@@ -318,7 +318,11 @@ impl Decoder {
 
     /// Logits ((rows, vocab)) of the last block's output `x` ((rows, d_model)), checked finite.
     pub fn logits(&self, x: &Tensor) -> Result<Tensor> {
-        let logits = self.final_norm.forward(x, false)?.matmul(&self.lm_head.t()?)?;
+        let h = self.final_norm.forward(x, false)?;
+        let logits = match super::matvec::row_times(&h, &self.lm_head, None)? {
+            Some(l) => l,
+            None => h.matmul(&self.lm_head.t()?)?,
+        };
         check_finite_logits(&logits)?;
         Ok(logits)
     }
