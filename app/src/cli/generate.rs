@@ -146,7 +146,7 @@ pub fn run(a: Args) -> Result<()> {
         writeln!(out, "{rec}")?;
     } else {
         writeln!(out)?;
-        let reads = if read.dense > 0 { format!("; attention read {:.1}% of dense's bytes", 100.0 * read.fraction()) } else { String::new() };
+        let reads = if read.dense > 0 && mode != focus_core::Mode::Dense { format!("; attention read {:.1}% of dense's bytes", 100.0 * read.fraction()) } else { String::new() };
         eprintln!("[{n} tokens ({reason}) in {gen_s:.2} s, {tps:.1} tok/s; prompt of {} tokens in {prefill_s:.2} s; mode {mode}{reads}]", prompt.len());
     }
     Ok(())
