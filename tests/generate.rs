@@ -159,7 +159,8 @@ fn generate_command_streams_records_and_validates_flags() {
 }
 
 /// Every architecture decodes exactly: the tiny Hugging Face checkpoints (GPT-2 with learned
-/// positions, Llama, Qwen2 with Q/K/V biases), dense and top-k with causal Sinkhorn.
+/// positions, Llama, Qwen2 with Q/K/V biases), dense, top-k and soft (log and paper gates) with
+/// causal Sinkhorn.
 #[test]
 fn every_architecture_decodes_like_its_forward() {
     for arch in ["gpt2", "llama", "qwen2"] {
@@ -167,7 +168,8 @@ fn every_architecture_decodes_like_its_forward() {
         let ids: Vec<u32> = (0..100u32).map(|i| (i * 37 + 11) % m.config().vocab as u32).collect();
         let spec = AdapterSpec { groups: 4, window: 8, causal_sinkhorn: true, ..Default::default() };
         let ad = Adapter::random(&m.identity(), m.device(), &spec, 2).unwrap();
-        for (mode, adapter) in [(Mode::Dense, None), (Mode::TopK(1), Some(&ad))] {
+        let paper = Adapter::random(&m.identity(), m.device(), &AdapterSpec { gate: focus_core::Gate::Paper, ..spec }, 2).unwrap();
+        for (mode, adapter) in [(Mode::Dense, None), (Mode::TopK(1), Some(&ad)), (Mode::Soft, Some(&ad)), (Mode::Soft, Some(&paper))] {
             let full = m.decoder.forward(&ids, &ForwardOptions::new(mode, adapter)).unwrap().logits.to_vec2::<f32>().unwrap();
             let mut g = Generator::new(&m.decoder, adapter, mode).unwrap();
             g.feed(&ids[..30]).unwrap();
