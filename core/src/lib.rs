@@ -9,6 +9,8 @@
 //! - `attention`: one layer's attention in every mode, and its CPU / CUDA kernels;
 //! - `analysis`: routing statistics, partners, the routing-space projection, categories;
 //! - `eval`: perplexity and the zero-degradation suites;
+//! - `generate`: token-by-token generation (KV cache, incremental causal routing, sparse
+//!   decode, sampling, chat templates);
 //! - `train`: router training; `bench`: benchmarks; `io`: files in and out.
 
 pub mod analysis;
@@ -18,6 +20,7 @@ pub mod device;
 pub mod error;
 pub mod eval;
 pub mod focus;
+pub mod generate;
 pub mod io;
 pub mod model;
 pub mod train;

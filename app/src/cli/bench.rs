@@ -1,7 +1,9 @@
 //! `bench`: the benchmarks, each measured side by side in one run: `bench forward` (prefill of
 //! the whole model, dense vs hard top-k, modes alternating within each repeat so drift hits both
-//! alike), `bench matmul` (one layer's projections, quantized vs f32) and `bench attention`
-//! (one attention call, our dense kernel vs exact top-k Focus vs candle's matmul + softmax).
+//! alike), `bench matmul` (one layer's projections, quantized vs f32), `bench attention`
+//! (one attention call, our dense kernel vs exact top-k Focus vs candle's matmul + softmax),
+//! `bench decode` (one generation step over a cached context, dense vs top-k, alternated) and
+//! `bench routing` (whole-sequence vs causal Sinkhorn on the same text).
 
 use super::common::{load_adapter, print_json, ModelArgs};
 use anyhow::{Context, Result};
@@ -251,5 +253,120 @@ pub fn attention(a: AttentionArgs) -> Result<()> {
             }
         }
     }
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct DecodeArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Adapter of the top-k steps; it must use causal Sinkhorn (default: a random K=8 adapter
+    /// with causal Sinkhorn, seed 0, window 128).
+    #[arg(long)]
+    pub adapter: Option<PathBuf>,
+    /// k of the top-k steps (default: the adapter's top_k), 1..=K.
+    #[arg(long, value_parser = super::common::count::<1, 64>)]
+    pub k: Option<usize>,
+    /// Cached context lengths in tokens (plus the steps, at most the model's context).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1024, 4096, 8192], value_parser = super::common::count::<1, 1048576>)]
+    pub contexts: Vec<usize>,
+    /// Timed steps per context and mode (the median is reported), after one warm-up; 1..=10000.
+    #[arg(long, default_value_t = 16, value_parser = super::common::count::<1, 10000>)]
+    pub steps: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `bench decode`: one generation step over a cached context, dense vs top-k, alternated.
+pub fn decode(a: DecodeArgs) -> Result<()> {
+    let model = a.model.load()?;
+    let adapter = match load_adapter(a.adapter.as_deref(), &model)? {
+        Some(ad) => ad,
+        None => Adapter::random(&model.identity(), model.device(), &AdapterSpec { causal_sinkhorn: true, ..AdapterSpec::default() }, 0)?,
+    };
+    let k = a.k.unwrap_or(adapter.config.top_k);
+    let base = model.tokenizer()?.encode(crate::defaults::SAMPLE_TEXT, false)?.ids;
+    let opts = focus_core::bench::DecodeBenchOptions { contexts: a.contexts.clone(), steps: a.steps, k, seed: a.seed };
+    let threads = rayon::current_num_threads();
+    if !a.json {
+        eprintln!(
+            "decode on {} ({threads} threads), {}: synthetic cached context (random K/V, routing balanced by causal Sinkhorn), median of {} steps",
+            a.model.device, model.config().name, a.steps
+        );
+        eprintln!("{:>7} {:>12} {:>12} {:>8} {:>14} {:>14} {:>8}", "context", "dense tok/s", "topk tok/s", "speedup", "dense MB/tok", "topk MB/tok", "read");
+    }
+    let quiet = a.json;
+    let rows = focus_core::bench::decode_bench(&model, &adapter, &base, &opts, |r| {
+        if !quiet {
+            eprintln!(
+                "{:>7} {:>12.2} {:>12.2} {:>7.2}x {:>14.2} {:>14.2} {:>7.1}%",
+                r.context, r.dense_tokens_per_s, r.topk_tokens_per_s, r.topk_over_dense_speed,
+                r.dense_bytes as f64 / 1e6, r.topk_bytes as f64 / 1e6, 100.0 * r.topk_read_fraction
+            );
+        }
+    })
+    .context("decode benchmark")?;
+    if !a.json {
+        let c = &adapter.config;
+        eprintln!("top-k: K={} k={k} window {}; cache reads only (weights are read alike by both modes)", c.groups, c.window);
+    } else {
+        print_json(&serde_json::json!({
+            "bench": "decode", "model": model.config().name, "device": a.model.device, "threads": threads, "steps": a.steps,
+            "adapter": a.adapter.as_ref().map(|p| p.display().to_string()).unwrap_or("random K=8 causal seed 0".into()), "rows": rows,
+        }))?;
+    }
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct RoutingArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The adapter whose routers score the text (default: the sample adapter, on the default
+    /// model).
+    #[arg(long)]
+    pub adapter: Option<PathBuf>,
+    /// Top-k set size compared (default: the adapter's top_k), 1..=K.
+    #[arg(long, value_parser = super::common::count::<1, 64>)]
+    pub k: Option<usize>,
+    /// The text is routed in consecutive segments of this many tokens, each from position 0.
+    #[arg(long, default_value_t = 2048, value_parser = super::common::count::<1, 1048576>)]
+    pub segment: usize,
+    #[arg(long)]
+    pub json: bool,
+    /// The text (e.g. tests/fixtures/ppl_persuasion_60k.txt).
+    pub text: PathBuf,
+}
+
+/// `bench routing`: whole-sequence vs causal Sinkhorn on the same scores, per layer.
+pub fn routing(a: RoutingArgs) -> Result<()> {
+    let model = a.model.load()?;
+    let adapter = match load_adapter(a.adapter.as_deref(), &model)? {
+        Some(ad) => ad,
+        None => crate::defaults::sample_adapter(&model).context("the sample adapter fits only the default model: pass --adapter")?,
+    };
+    let k = a.k.unwrap_or(adapter.config.top_k);
+    let ids = model.tokenizer()?.encode(&focus_core::io::text::read_text(&a.text)?, false)?.ids;
+    anyhow::ensure!(!ids.is_empty(), "the text has no tokens");
+    let rows = focus_core::bench::routing_difference(&model, &adapter, &ids, a.segment, k)?;
+    let mean = |f: fn(&focus_core::bench::RoutingDiffRow) -> f64| rows.iter().map(f).sum::<f64>() / rows.len().max(1) as f64;
+    if a.json {
+        return print_json(&serde_json::json!({
+            "bench": "routing", "model": model.config().name, "tokens": ids.len(), "segment": a.segment, "k": k,
+            "groups": adapter.config.groups, "window": adapter.config.window, "rows": rows,
+            "mean_changed_topk": mean(|r| r.changed_topk), "mean_changed_top1": mean(|r| r.changed_top1),
+        }));
+    }
+    println!("whole-sequence vs causal Sinkhorn, same scores (dense pass), {} tokens in segments of {}, K={} k={k}", ids.len(), a.segment, adapter.config.groups);
+    println!("{:>5} {:>12} {:>12} {:>12} {:>14} {:>14}", "layer", "top-k set", "top group", "mean |dg|", "kept (whole)", "kept (causal)");
+    for r in &rows {
+        println!(
+            "{:>5} {:>11.1}% {:>11.1}% {:>12.4} {:>13.1}% {:>13.1}%",
+            r.layer, 100.0 * r.changed_topk, 100.0 * r.changed_top1, r.mean_abs_diff, 100.0 * r.retained_whole, 100.0 * r.retained_causal
+        );
+    }
+    println!("mean over layers: top-k set changed for {:.1}% of tokens, top group for {:.1}%", 100.0 * mean(|r| r.changed_topk), 100.0 * mean(|r| r.changed_top1));
     Ok(())
 }

@@ -41,6 +41,14 @@ pub fn factor(s: &str) -> Result<f64, String> {
 pub fn temperature(s: &str) -> Result<f64, String> {
     real_in(s, 1e-4, 1e4, false)
 }
+/// A sampling temperature: [0, 100] (0: greedy).
+pub fn sampling_temperature(s: &str) -> Result<f64, String> {
+    real_in(s, 0.0, 100.0, false)
+}
+/// A share of probability mass: (0, 1].
+pub fn share(s: &str) -> Result<f64, String> {
+    real_in(s, 0.0, 1.0, true)
+}
 /// The paper gate's slope: [-1e6, 1e6].
 pub fn slope(s: &str) -> Result<f64, String> {
     real_in(s, -1e6, 1e6, false)

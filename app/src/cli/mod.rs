@@ -6,6 +6,7 @@ pub mod bench;
 pub mod common;
 pub mod demo;
 mod eval;
+mod generate;
 mod info;
 mod init;
 mod ppl;
@@ -34,6 +35,9 @@ enum Command {
     Info(info::Args),
     /// Print the token ids of a text file.
     Tokenize(tokenize::Args),
+    /// Generate text from a prompt, streamed token by token (KV cache; Focus top-k decode reads
+    /// only the keys its mask keeps).
+    Generate(generate::Args),
     /// Perplexity with llama.cpp's chunking convention (comparable with llama-perplexity).
     Ppl(ppl::Args),
     /// Per-layer routing statistics of a text, written to JSON or CSV.
@@ -86,6 +90,10 @@ enum BenchCommand {
     Matmul(bench::MatmulArgs),
     /// One attention call: tiled dense vs exact hard top-k Focus vs candle, in one run.
     Attention(bench::AttentionArgs),
+    /// One generation step over a cached context, dense vs top-k: tokens/s and bytes read.
+    Decode(bench::DecodeArgs),
+    /// How far whole-sequence and causal Sinkhorn route a text apart, per layer.
+    Routing(bench::RoutingArgs),
 }
 
 pub fn run() -> anyhow::Result<()> {
@@ -96,6 +104,7 @@ pub fn run() -> anyhow::Result<()> {
         Command::Demo => demo::run(),
         Command::Info(a) => info::run(a),
         Command::Tokenize(a) => tokenize::run(a),
+        Command::Generate(a) => generate::run(a),
         Command::Ppl(a) => ppl::run(a),
         Command::Analyze(a) => analyze::run(a),
         Command::Train(a) => train::run(a),
@@ -104,6 +113,8 @@ pub fn run() -> anyhow::Result<()> {
         Command::Bench { command: BenchCommand::Forward(a) } => bench::forward(a),
         Command::Bench { command: BenchCommand::Matmul(a) } => bench::matmul(a),
         Command::Bench { command: BenchCommand::Attention(a) } => bench::attention(a),
+        Command::Bench { command: BenchCommand::Decode(a) } => bench::decode(a),
+        Command::Bench { command: BenchCommand::Routing(a) } => bench::routing(a),
     }
 }
 

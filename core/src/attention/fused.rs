@@ -42,7 +42,7 @@ impl GateFn {
     /// The score of a pair from u = q.k / sqrt(d) and the affinity a (distant pairs only),
     /// and the gate factor f (paper gate; 1 otherwise).
     #[inline(always)]
-    fn score(self, u: f32, a: f32, distant: bool) -> (f32, f32) {
+    pub fn score(self, u: f32, a: f32, distant: bool) -> (f32, f32) {
         match (self, distant) {
             (GateFn::Log { eps }, true) => (u + (a + eps).ln(), 1.0),
             (GateFn::Paper { lambda }, true) => {

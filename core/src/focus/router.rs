@@ -71,21 +71,33 @@ impl Adapter {
 
     /// Routes the normalised attention input `h` (T x d_model) of layer `l`.
     pub fn route(&self, l: usize, h: &Tensor, keep_vectors: bool) -> Result<LayerRouting> {
-        let r = &self.layers[l];
         let c = &self.config;
         let t = h.dim(0)?;
-        let vecs = h.matmul(&r.proj)?;
-        let scores = c.score.scores(&vecs, &r.centroids)?.flatten_all()?.to_vec1::<f32>()?;
+        let (vecs, scores) = self.scores(l, h)?;
         let memberships = sinkhorn(&scores, t, c.groups, c.tau, c.sinkhorn_iters, c.causal_sinkhorn);
-        // NaN memberships would give every token every group (silently dense) or none.
+        self.check_memberships(l, &memberships)?;
+        let vectors = if keep_vectors { Some(vecs.flatten_all()?.to_vec1::<f32>()?) } else { None };
+        Ok(LayerRouting { t, groups: c.groups, scores, memberships, vectors, d_g: c.d_g })
+    }
+
+    /// Layer `l`'s routing vectors h W_g (T x d_g) and raw scores (T x K, row-major) of `h`
+    /// (T x d_model), before Sinkhorn (generation balances them incrementally).
+    pub fn scores(&self, l: usize, h: &Tensor) -> Result<(Tensor, Vec<f32>)> {
+        let r = &self.layers[l];
+        let vecs = h.matmul(&r.proj)?;
+        let scores = self.config.score.scores(&vecs, &r.centroids)?.flatten_all()?.to_vec1::<f32>()?;
+        Ok((vecs, scores))
+    }
+
+    /// NaN memberships would give every token every group (silently dense) or none.
+    pub fn check_memberships(&self, l: usize, memberships: &[f32]) -> Result<()> {
         if memberships.iter().any(|x| !x.is_finite()) {
             return Err(crate::error::Error::NonFinite(format!(
                 "layer {l}: the router's group memberships are NaN or infinite (its scores overflow: the model's activations or the adapter's weights are too large for tau = {})",
-                c.tau
+                self.config.tau
             )));
         }
-        let vectors = if keep_vectors { Some(vecs.flatten_all()?.to_vec1::<f32>()?) } else { None };
-        Ok(LayerRouting { t, groups: c.groups, scores, memberships, vectors, d_g: c.d_g })
+        Ok(())
     }
 }
 

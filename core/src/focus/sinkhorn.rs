@@ -25,23 +25,15 @@ pub fn sinkhorn(scores: &[f32], t: usize, k: usize, tau: f64, iters: usize, caus
             row.iter_mut().for_each(|x| *x -= z);
         }
     };
+    if causal {
+        // Token by token: a row's values in each iteration depend only on earlier rows.
+        let mut state = CausalSinkhorn::new(k, tau, iters);
+        return scores.chunks(k).take(t).flat_map(|row| state.push(row)).collect();
+    }
     for _ in 0..iters {
-        if causal {
-            // Running log-sum-exp per column, over the values of this iteration.
-            let mut run = vec![f64::NEG_INFINITY; k];
-            for i in 0..t {
-                for g in 0..k {
-                    let x = l[i * k + g];
-                    let (a, b) = (run[g].max(x), run[g].min(x));
-                    run[g] = if b == f64::NEG_INFINITY { a } else { a + (b - a).exp().ln_1p() };
-                    l[i * k + g] = x - run[g];
-                }
-            }
-        } else {
-            for g in 0..k {
-                let z = log_sum_exp((0..t).map(|i| l[i * k + g]));
-                (0..t).for_each(|i| l[i * k + g] -= z);
-            }
+        for g in 0..k {
+            let z = log_sum_exp((0..t).map(|i| l[i * k + g]));
+            (0..t).for_each(|i| l[i * k + g] -= z);
         }
         row_norm(&mut l);
     }
@@ -49,6 +41,50 @@ pub fn sinkhorn(scores: &[f32], t: usize, k: usize, tau: f64, iters: usize, caus
         row_norm(&mut l);
     }
     l.iter().map(|&x| x.exp() as f32).collect()
+}
+
+/// Causal Sinkhorn as a running state, so that generation routes each new token in
+/// O(iters x K): `sinkhorn(.., causal = true)` is exactly a `push` of each row in order.
+/// The column step of iteration n divides a token's value by the sum of that iteration's values
+/// over the tokens up to it; those values depend only on earlier tokens, so the state is, per
+/// iteration and group, the running log-sum-exp of the column so far.
+#[derive(Debug, Clone)]
+pub struct CausalSinkhorn {
+    k: usize,
+    tau: f64,
+    iters: usize,
+    /// iters x K running log-sum-exps.
+    run: Vec<f64>,
+}
+
+impl CausalSinkhorn {
+    pub fn new(k: usize, tau: f64, iters: usize) -> Self {
+        CausalSinkhorn { k, tau, iters, run: vec![f64::NEG_INFINITY; iters * k] }
+    }
+
+    /// The memberships (K) of the next token from its raw scores (K); the state then holds it.
+    pub fn push(&mut self, scores: &[f32]) -> Vec<f32> {
+        let k = self.k;
+        debug_assert_eq!(scores.len(), k);
+        let mut l: Vec<f64> = scores.iter().map(|&s| s as f64 / self.tau).collect();
+        let row_norm = |l: &mut [f64]| {
+            let z = log_sum_exp(l.iter().cloned());
+            l.iter_mut().for_each(|x| *x -= z);
+        };
+        for run in self.run.chunks_mut(k) {
+            for g in 0..k {
+                let x = l[g];
+                let (a, b) = (run[g].max(x), run[g].min(x));
+                run[g] = if b == f64::NEG_INFINITY { a } else { a + (b - a).exp().ln_1p() };
+                l[g] = x - run[g];
+            }
+            row_norm(&mut l);
+        }
+        if self.iters == 0 {
+            row_norm(&mut l);
+        }
+        l.iter().map(|&x| x.exp() as f32).collect()
+    }
 }
 
 /// How gradients pass through the Sinkhorn iterations in training.
@@ -167,6 +203,51 @@ mod tests {
         let whole = sinkhorn(&s, t, k, 0.1, 10, false);
         let whole_prefix = sinkhorn(&s[..40 * k], 40, k, 0.1, 10, false);
         assert_ne!(&whole[..40 * k], &whole_prefix[..]);
+    }
+
+    /// The definition iteration by iteration over the whole sequence (prefix sums down each
+    /// column, then row norms), written independently of `CausalSinkhorn`.
+    fn causal_by_iterations(s: &[f32], t: usize, k: usize, tau: f64, iters: usize) -> Vec<f32> {
+        let mut l: Vec<f64> = s.iter().map(|&x| x as f64 / tau).collect();
+        let rows = |l: &mut Vec<f64>| {
+            for row in l.chunks_mut(k) {
+                let z = log_sum_exp(row.iter().cloned());
+                row.iter_mut().for_each(|x| *x -= z);
+            }
+        };
+        for _ in 0..iters {
+            for g in 0..k {
+                let mut run = f64::NEG_INFINITY;
+                for i in 0..t {
+                    run = log_sum_exp([run, l[i * k + g]].into_iter());
+                    l[i * k + g] -= run;
+                }
+            }
+            rows(&mut l);
+        }
+        if iters == 0 {
+            rows(&mut l);
+        }
+        l.iter().map(|&x| x.exp() as f32).collect()
+    }
+
+    /// Generation routes token by token (O(iters x K) each); that must be the causal pass.
+    #[test]
+    fn causal_state_equals_the_iteration_by_iteration_definition() {
+        let (t, k) = (90, 8);
+        let s = random_scores(3, t, k);
+        for iters in [0, 1, 10] {
+            let want = causal_by_iterations(&s, t, k, 0.1, iters);
+            let mut st = CausalSinkhorn::new(k, 0.1, iters);
+            let pushed: Vec<f32> = s.chunks(k).flat_map(|r| st.push(r)).collect();
+            let err = pushed.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(err < 1e-6, "iters {iters}: {err}");
+            assert_eq!(sinkhorn(&s, t, k, 0.1, iters, true), pushed);
+            // One iteration: token 0 is its own column total in every group, so 1/K each.
+            if iters == 1 {
+                assert!(pushed[..k].iter().all(|&x| (x - 1.0 / k as f32).abs() < 1e-6));
+            }
+        }
     }
 
     #[test]

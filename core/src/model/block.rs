@@ -22,6 +22,10 @@ pub struct Linear {
 
 impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // A generation step's single row: a plain matrix-vector product (`matvec`).
+        if let Some(y) = super::matvec::row_times(x, &self.w, self.b.as_ref())? {
+            return Ok(y);
+        }
         let y = x.matmul(&self.w.t()?)?;
         Ok(match &self.b {
             Some(b) => y.broadcast_add(b)?,
@@ -123,9 +127,14 @@ pub struct Pass {
 
 impl Pass {
     pub fn new(cfg: &ModelConfig, b: usize, t: usize, differentiable: bool, dev: &Device) -> Result<Pass> {
+        Self::at(cfg, b, t, 0, differentiable, dev)
+    }
+
+    /// A pass over positions `start..start + t` (generation's step runs one token at `start`).
+    pub fn at(cfg: &ModelConfig, b: usize, t: usize, start: usize, differentiable: bool, dev: &Device) -> Result<Pass> {
         let rope = match cfg.positions {
             Positions::Rope { theta, interleaved } => {
-                let (cos, sin) = rope_tables(t, cfg.head_dim, theta, dev)?;
+                let (cos, sin) = rope_tables_from(start, t, cfg.head_dim, theta, dev)?;
                 Some((cos, sin, interleaved))
             }
             Positions::Learned => None,
@@ -206,10 +215,15 @@ impl Block {
 
 /// cos/sin tables (T, head_dim/2) for rotary embeddings.
 pub fn rope_tables(t: usize, head_dim: usize, theta: f64, dev: &Device) -> Result<(Tensor, Tensor)> {
+    rope_tables_from(0, t, head_dim, theta, dev)
+}
+
+/// The rows `start..start + t` of the RoPE tables.
+pub fn rope_tables_from(start: usize, t: usize, head_dim: usize, theta: f64, dev: &Device) -> Result<(Tensor, Tensor)> {
     let half = head_dim / 2;
     let inv: Vec<f32> = (0..half).map(|i| (1.0 / theta.powf(2.0 * i as f64 / head_dim as f64)) as f32).collect();
     let mut ang = Vec::with_capacity(t * half);
-    for p in 0..t {
+    for p in start..start + t {
         for f in &inv {
             ang.push(p as f32 * f);
         }

@@ -168,9 +168,7 @@ impl Decoder {
         let RunEnd::Finished { x, routing } = self.run(&[ids], opts, &mut hook)? else {
             return Err(Error::Invalid("the pass was stopped before the last layer".into()));
         };
-        let x = self.final_norm.forward(&x.narrow(0, opts.logits_from, t - opts.logits_from)?, false)?;
-        let logits = x.matmul(&self.lm_head.t()?)?;
-        check_finite_logits(&logits)?;
+        let logits = self.logits(&x.narrow(0, opts.logits_from, t - opts.logits_from)?)?;
         Ok(ForwardOutput { logits, routing })
     }
 
@@ -242,11 +240,7 @@ impl Decoder {
         let (b, t) = (seqs.len(), seqs[0].len());
         let train = opts.differentiable;
         let dev = &self.device;
-        let dm = self.embed.dim(1)?;
-        let mut x = self.embed.index_select(&Tensor::from_vec(seqs.concat(), b * t, dev)?, 0)?;
-        if let Some(pe) = &self.pos_embed {
-            x = x.reshape((b, t, dm))?.broadcast_add(&pe.narrow(0, 0, t)?)?.reshape((b * t, dm))?;
-        }
+        let mut x = self.embed_at(seqs, 0)?;
         let pass = Pass::new(&self.config, b, t, train, dev)?;
         let fused = match (self.fused_train(opts), opts.train.weights) {
             (true, Some(tw)) => Some(tw),
@@ -308,6 +302,29 @@ impl Decoder {
             hook.done(l);
         }
         Ok(RunEnd::Finished { x, routing })
+    }
+
+    /// The residual stream entering the first block ((B*T, d_model)) for sequences of one
+    /// length whose first token sits at position `start` (generation embeds one token at a time).
+    pub fn embed_at(&self, seqs: &[&[u32]], start: usize) -> Result<Tensor> {
+        let (b, t) = (seqs.len(), seqs.first().map_or(0, |s| s.len()));
+        let dm = self.embed.dim(1)?;
+        let x = self.embed.index_select(&Tensor::from_vec(seqs.concat(), b * t, &self.device)?, 0)?;
+        Ok(match &self.pos_embed {
+            Some(pe) => x.reshape((b, t, dm))?.broadcast_add(&pe.narrow(0, start, t)?)?.reshape((b * t, dm))?,
+            None => x,
+        })
+    }
+
+    /// Logits ((rows, vocab)) of the last block's output `x` ((rows, d_model)), checked finite.
+    pub fn logits(&self, x: &Tensor) -> Result<Tensor> {
+        let h = self.final_norm.forward(x, false)?;
+        let logits = match super::matvec::row_times(&h, &self.lm_head, None)? {
+            Some(l) => l,
+            None => h.matmul(&self.lm_head.t()?)?,
+        };
+        check_finite_logits(&logits)?;
+        Ok(logits)
     }
 
     /// Mean negative log-likelihood of `targets[i]` under `logits[i]`, per position.

@@ -8,6 +8,7 @@ pub mod gpt2;
 pub mod hf;
 pub mod identity;
 pub mod llama;
+pub mod matvec;
 pub mod qwen2;
 pub mod tokenizer;
 pub mod train_ops;

@@ -1,0 +1,134 @@
+//! Decode benchmark (`focus-lens bench decode`): tokens/s of one generation step over a cached
+//! context of each length, dense vs hard top-k, and the bytes each step reads from the caches.
+//!
+//! The context is synthetic: random keys and values, and routing from random scores balanced
+//! by causal Sinkhorn (so top-k sets are spread over the groups as a balanced router spreads
+//! them). A real prefill of 32K tokens takes far longer on a small CPU than the steps measured,
+//! and the cost of a step depends on the cache's length and the selected keys' count, not on
+//! the values. The step itself is real: the new token runs through every block, and its
+//! routing comes from its own hidden state. Dense and top-k steps alternate so that drift hits
+//! both alike; the median step time is reported.
+
+use super::median;
+use crate::attention::Mode;
+use crate::error::{Error, Result};
+use crate::focus::adapter::Adapter;
+use crate::focus::sinkhorn::CausalSinkhorn;
+use crate::generate::decode::ReadBytes;
+use crate::generate::kv_cache::{CachedRouting, LayerCache};
+use crate::generate::Generator;
+use crate::model::Model;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::time::Instant;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DecodeRow {
+    pub context: usize,
+    pub k: usize,
+    pub groups: usize,
+    pub window: usize,
+    pub dense_tokens_per_s: f64,
+    pub topk_tokens_per_s: f64,
+    pub topk_over_dense_speed: f64,
+    /// Bytes read from the caches per token (all layers), median step.
+    pub dense_bytes: u64,
+    pub topk_bytes: u64,
+    /// topk_bytes / dense_bytes (index bytes included).
+    pub topk_read_fraction: f64,
+}
+
+pub struct DecodeBenchOptions {
+    pub contexts: Vec<usize>,
+    /// Timed steps per context and mode, after one warm-up step each.
+    pub steps: usize,
+    pub k: usize,
+    pub seed: u64,
+}
+
+/// One synthetic layer cache of `n` tokens; with `adapter`, routed as the module notes say.
+fn synthetic_cache(model: &Model, adapter: Option<&Adapter>, k: usize, n: usize, rng: &mut StdRng) -> LayerCache {
+    let cfg = model.config();
+    let routing = adapter.map(|a| {
+        let c = &a.config;
+        CachedRouting::new(c.groups, k, Some(CausalSinkhorn::new(c.groups, c.tau, c.sinkhorn_iters)))
+    });
+    let mut cache = LayerCache::new(cfg.n_kv_heads, cfg.head_dim, routing);
+    let len = cfg.n_kv_heads * n * cfg.head_dim;
+    let mut r = |len: usize| (0..len).map(|_| rng.gen::<f32>() * 2.0 - 1.0).collect::<Vec<f32>>();
+    let (kk, vv) = (r(len), r(len));
+    cache.push_kv(&kk, &vv, n);
+    if let Some(ro) = cache.routing.as_mut() {
+        let g = ro.groups;
+        for _ in 0..n {
+            let s = r(g);
+            let m = ro.sinkhorn.as_mut().expect("causal state").push(&s);
+            ro.push(&s, &m);
+        }
+    }
+    cache
+}
+
+/// `adapter` must use causal Sinkhorn (only causal routing can be cached); `base`: token ids
+/// cycled for the context's positions and the steps.
+pub fn decode_bench(model: &Model, adapter: &Adapter, base: &[u32], opts: &DecodeBenchOptions, mut row: impl FnMut(&DecodeRow)) -> Result<Vec<DecodeRow>> {
+    let ctx = model.config().context;
+    if base.is_empty() {
+        return Err(Error::Invalid("the benchmark text has no tokens".into()));
+    }
+    if !adapter.config.causal_sinkhorn {
+        return Err(Error::Invalid("top-k decode needs an adapter with causal Sinkhorn (causal_sinkhorn = true)".into()));
+    }
+    let k = opts.k;
+    if k == 0 || k > adapter.config.groups {
+        return Err(Error::Invalid(format!("k = {k} must be in 1..={}", adapter.config.groups)));
+    }
+    if let Some(&bad) = opts.contexts.iter().find(|&&n| n == 0 || n + opts.steps + 1 > ctx) {
+        return Err(Error::Invalid(format!("context {bad} plus {} steps must fit the model's context of {ctx} tokens", opts.steps + 1)));
+    }
+    let mut rng = StdRng::seed_from_u64(opts.seed);
+    let mut rows = Vec::new();
+    for &n in &opts.contexts {
+        let ids: Vec<u32> = base.iter().cycle().take(n).cloned().collect();
+        let mut topk_layers = Vec::new();
+        let mut dense_layers = Vec::new();
+        for _ in 0..model.config().n_layers {
+            let c = synthetic_cache(model, Some(adapter), k, n, &mut rng);
+            dense_layers.push(LayerCache { routing: None, ..c.clone() });
+            topk_layers.push(c);
+        }
+        let mut dense = Generator::with_cache(&model.decoder, None, Mode::Dense, dense_layers, ids.clone())?;
+        let mut topk = Generator::with_cache(&model.decoder, Some(adapter), Mode::TopK(k), topk_layers, ids)?;
+        let (mut td, mut tk) = (Vec::new(), Vec::new());
+        let (mut rd, mut rk) = (Vec::new(), Vec::new());
+        for s in 0..=opts.steps {
+            let id = base[(n + s) % base.len()];
+            for (g, times, reads) in [(&mut dense, &mut td, &mut rd), (&mut topk, &mut tk, &mut rk)] {
+                let t0 = Instant::now();
+                let step = g.feed(&[id])?;
+                if s > 0 {
+                    times.push(t0.elapsed().as_secs_f64());
+                    reads.push(step.read);
+                }
+            }
+        }
+        let (d, t) = (median(&td).unwrap_or_default(), median(&tk).unwrap_or_default());
+        let mid = |r: &[ReadBytes]| r[r.len() / 2];
+        let (bd, bk) = (mid(&rd), mid(&rk));
+        let r = DecodeRow {
+            context: n,
+            k,
+            groups: adapter.config.groups,
+            window: adapter.config.window,
+            dense_tokens_per_s: 1.0 / d,
+            topk_tokens_per_s: 1.0 / t,
+            topk_over_dense_speed: d / t,
+            dense_bytes: bd.kv + bd.index,
+            topk_bytes: bk.kv + bk.index,
+            topk_read_fraction: bk.fraction(),
+        };
+        row(&r);
+        rows.push(r);
+    }
+    Ok(rows)
+}

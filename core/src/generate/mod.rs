@@ -1,0 +1,264 @@
+//! Generation: a model (and optionally a Focus adapter) fed one token at a time.
+//!
+//! `Generator` keeps a KV cache per layer (`kv_cache`) and runs each new token through the same
+//! blocks as every other pass (`Block::attention_inputs` and `Block::finish`), at its position;
+//! only its attention differs: over the cache, with `decode` (dense, soft, or hard top-k that
+//! reads only the keys its mask keeps). A prompt of several tokens is prefilled by one pass of
+//! `Decoder::run`, whose layer hook copies each layer's keys, values and routing into the cache.
+//!
+//! Routing under generation. With causal Sinkhorn (`causal_sinkhorn = true`) a token's routing
+//! never depends on later tokens, so the cache stays exact: each new token is routed from its
+//! scores and the running per-group prefix log-sum-exps (`CausalSinkhorn`, O(iters x K) per
+//! token and layer). With the paper's whole-sequence Sinkhorn every new token changes the
+//! column sums, hence the routing of every earlier token, hence (in soft and top-k modes) which
+//! pairs attended and every later hidden state: no cache can be exact. The generator then
+//! recomputes the whole sequence for every new token (`Strategy::Recompute`: exact, O(T^2) per
+//! token). In dense mode routing does not change the output, so the cache is used, and the
+//! newest token's reported groups are those whole-sequence Sinkhorn gives it over the prefix.
+//! `bench routing` measures how far the two Sinkhorn variants route real text apart.
+
+pub mod chat;
+pub mod decode;
+pub mod kv_cache;
+pub mod sampler;
+
+use crate::attention::fused::GateFn;
+use crate::attention::Mode;
+use crate::error::{Error, Result};
+use crate::focus::adapter::Adapter;
+use crate::focus::mask;
+use crate::focus::router::LayerRouting;
+use crate::focus::sinkhorn::{sinkhorn, CausalSinkhorn};
+use crate::model::block::{AttentionInputs, Pass};
+use crate::model::decoder::{Decoder, LayerHook, RunEnd};
+use crate::model::ForwardOptions;
+use candle_core::Tensor;
+use decode::{DecodeAttention, ReadBytes};
+use kv_cache::{CachedRouting, LayerCache};
+use std::ops::ControlFlow;
+
+/// How the generator advances (see the module notes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// KV cache: each token costs one step over the cache.
+    KvCache,
+    /// Whole-sequence Sinkhorn in soft or top-k mode: the whole sequence is rerun per token.
+    Recompute,
+}
+
+/// What one fed token gives.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// Next-token logits (vocab).
+    pub logits: Vec<f32>,
+    /// Per layer, the newest token's top-k groups in descending membership (empty without an
+    /// adapter).
+    pub groups: Vec<Vec<usize>>,
+    /// Bytes its attention read from the caches (zero for a prefill or a recomputation).
+    pub read: ReadBytes,
+}
+
+pub struct Generator<'a> {
+    decoder: &'a Decoder,
+    adapter: Option<&'a Adapter>,
+    mode: Mode,
+    strategy: Strategy,
+    /// k of the top-k sets kept and reported.
+    k: usize,
+    layers: Vec<LayerCache>,
+    ids: Vec<u32>,
+}
+
+impl<'a> Generator<'a> {
+    pub fn new(decoder: &'a Decoder, adapter: Option<&'a Adapter>, mode: Mode) -> Result<Self> {
+        let k = match (mode, adapter) {
+            (Mode::Dense, a) => a.map_or(0, |a| a.config.top_k),
+            (Mode::Soft, Some(a)) => a.config.top_k,
+            (Mode::TopK(k), Some(a)) if (1..=a.config.groups).contains(&k) => k,
+            (Mode::TopK(k), Some(a)) => return Err(Error::Invalid(format!("top-k k = {k} must be in 1..={}", a.config.groups))),
+            (m, None) => return Err(Error::Invalid(format!("mode {m} needs an adapter"))),
+        };
+        let strategy = match adapter {
+            Some(a) if !a.config.causal_sinkhorn && mode != Mode::Dense => Strategy::Recompute,
+            _ => Strategy::KvCache,
+        };
+        let cfg = &decoder.config;
+        let layers = (0..cfg.n_layers)
+            .map(|_| {
+                let routing = adapter.map(|a| {
+                    let c = &a.config;
+                    CachedRouting::new(c.groups, k, c.causal_sinkhorn.then(|| CausalSinkhorn::new(c.groups, c.tau, c.sinkhorn_iters)))
+                });
+                LayerCache::new(cfg.n_kv_heads, cfg.head_dim, routing)
+            })
+            .collect();
+        Ok(Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new() })
+    }
+
+    /// A generator whose caches already hold `ids` (the decode benchmark builds them).
+    pub fn with_cache(decoder: &'a Decoder, adapter: Option<&'a Adapter>, mode: Mode, layers: Vec<LayerCache>, ids: Vec<u32>) -> Result<Self> {
+        let mut g = Self::new(decoder, adapter, mode)?;
+        if g.strategy != Strategy::KvCache || layers.len() != g.layers.len() || layers.iter().any(|l| l.len() != ids.len()) {
+            return Err(Error::Invalid("a prebuilt cache needs one layer cache per layer, each of the sequence's length, and a cached strategy".into()));
+        }
+        g.layers = layers;
+        g.ids = ids;
+        Ok(g)
+    }
+
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The tokens fed so far.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    pub fn layers(&self) -> &[LayerCache] {
+        &self.layers
+    }
+
+    /// Feeds tokens (a prompt, or the token just sampled); returns the step of the last one.
+    /// Into an empty cache several tokens are prefilled by one pass; otherwise one step each.
+    pub fn feed(&mut self, ids: &[u32]) -> Result<Step> {
+        let cfg = &self.decoder.config;
+        if ids.is_empty() {
+            return Err(Error::Invalid("nothing to feed: zero tokens".into()));
+        }
+        if self.ids.len() + ids.len() > cfg.context {
+            return Err(Error::Invalid(format!("{} tokens exceed the model's context of {} tokens", self.ids.len() + ids.len(), cfg.context)));
+        }
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= cfg.vocab) {
+            return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary ({})", cfg.vocab)));
+        }
+        match self.strategy {
+            Strategy::Recompute => {
+                self.ids.extend_from_slice(ids);
+                self.recompute()
+            }
+            Strategy::KvCache if self.ids.is_empty() && ids.len() > 1 => self.prefill(ids),
+            Strategy::KvCache => {
+                let mut last = None;
+                for &id in ids {
+                    last = Some(self.step(id)?);
+                }
+                Ok(last.expect("at least one token"))
+            }
+        }
+    }
+
+    fn decode_attention(&self) -> DecodeAttention {
+        let window = self.adapter.map_or(0, |a| a.config.window);
+        match (self.mode, self.adapter) {
+            (Mode::TopK(_), Some(_)) => DecodeAttention::TopK { window },
+            (Mode::Soft, Some(a)) => DecodeAttention::Soft { gate: GateFn::of(&a.config), window },
+            _ => DecodeAttention::Dense,
+        }
+    }
+
+    /// Per layer, the newest cached token's top-k groups.
+    fn newest_groups(&self) -> Vec<Vec<usize>> {
+        self.layers.iter().filter_map(|l| l.routing.as_ref()).map(|r| mask::top_k_indices(r.row(r.masks.len() - 1), self.k)).collect()
+    }
+
+    /// One token at position `ids.len()` through every block, attending over the cache.
+    fn step(&mut self, id: u32) -> Result<Step> {
+        let dec = self.decoder;
+        let cfg = &dec.config;
+        let p = self.ids.len();
+        let pass = Pass::at(cfg, 1, 1, p, false, &dec.device)?;
+        let how = self.decode_attention();
+        let mut x = dec.embed_at(&[&[id]], p)?;
+        let mut read = ReadBytes::default();
+        for (l, blk) in dec.blocks.iter().enumerate() {
+            let inp = blk.attention_inputs(&x, &pass)?;
+            let cache = &mut self.layers[l];
+            cache.push_kv(&inp.k.flatten_all()?.to_vec1::<f32>()?, &inp.v.flatten_all()?.to_vec1::<f32>()?, 1);
+            if let (Some(a), Some(r)) = (self.adapter, cache.routing.as_mut()) {
+                let (_, scores) = a.scores(l, &inp.h)?;
+                let m = match r.sinkhorn.as_mut() {
+                    Some(state) => state.push(&scores),
+                    None => {
+                        // Whole-sequence Sinkhorn (dense mode): the newest row of the prefix's.
+                        let (n, kk, c) = (r.masks.len() + 1, r.groups, &a.config);
+                        let mut all = r.scores.clone();
+                        all.extend_from_slice(&scores);
+                        sinkhorn(&all, n, kk, c.tau, c.sinkhorn_iters, false)[(n - 1) * kk..].to_vec()
+                    }
+                };
+                a.check_memberships(l, &m)?;
+                r.push(&scores, &m);
+            }
+            let (o, rb) = decode::attend(&inp.q.flatten_all()?.to_vec1::<f32>()?, cfg.n_heads, cache, how)?;
+            read.add(rb);
+            let o = Tensor::from_vec(o, (1, cfg.n_heads, 1, cfg.head_dim), &dec.device)?;
+            x = blk.finish(&x, &o, &pass)?;
+        }
+        let logits = dec.logits(&x)?.flatten_all()?.to_vec1::<f32>()?;
+        self.ids.push(id);
+        Ok(Step { logits, groups: self.newest_groups(), read })
+    }
+
+    /// The prompt through one pass of the decoder; its layer hook fills the caches.
+    fn prefill(&mut self, ids: &[u32]) -> Result<Step> {
+        let opts = ForwardOptions::new(self.mode, self.adapter);
+        let mut fill = Fill { layers: &mut self.layers, err: None };
+        let end = self.decoder.run(&[ids], &opts, &mut fill)?;
+        if let Some(e) = fill.err {
+            return Err(e);
+        }
+        let RunEnd::Finished { x, .. } = end else { return Err(Error::Invalid("the prefill pass stopped early".into())) };
+        let logits = self.decoder.logits(&x.narrow(0, ids.len() - 1, 1)?)?.flatten_all()?.to_vec1::<f32>()?;
+        self.ids.extend_from_slice(ids);
+        Ok(Step { logits, groups: self.newest_groups(), read: ReadBytes::default() })
+    }
+
+    /// The whole sequence again (whole-sequence Sinkhorn in soft or top-k mode).
+    fn recompute(&mut self) -> Result<Step> {
+        let t = self.ids.len();
+        let opts = ForwardOptions { logits_from: t - 1, ..ForwardOptions::new(self.mode, self.adapter) };
+        let out = self.decoder.forward(&self.ids, &opts)?;
+        let groups = out.routing.iter().map(|r| r.top_groups(t - 1, self.k)).collect();
+        Ok(Step { logits: out.logits.flatten_all()?.to_vec1::<f32>()?, groups, read: ReadBytes::default() })
+    }
+}
+
+/// The prefill's hook: each layer's keys, values and routing into its cache.
+struct Fill<'c> {
+    layers: &'c mut [LayerCache],
+    err: Option<Error>,
+}
+
+impl Fill<'_> {
+    fn fill(&mut self, l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> Result<()> {
+        let cache = &mut self.layers[l];
+        let t = inp.k.dim(2)?;
+        cache.push_kv(&inp.k.flatten_all()?.to_vec1::<f32>()?, &inp.v.flatten_all()?.to_vec1::<f32>()?, t);
+        if let (Some(r), Some(lr)) = (cache.routing.as_mut(), routing) {
+            let kk = lr.groups;
+            for i in 0..t {
+                let s = &lr.scores[i * kk..(i + 1) * kk];
+                // Causal: the state must also advance; it gives the pass's memberships exactly.
+                let m = match r.sinkhorn.as_mut() {
+                    Some(state) => state.push(s),
+                    None => lr.row(i).to_vec(),
+                };
+                r.push(s, &m);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LayerHook for Fill<'_> {
+    fn inputs(&mut self, l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> ControlFlow<()> {
+        match self.fill(l, inp, routing) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                self.err = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    }
+}
