@@ -149,6 +149,20 @@ pub fn causal_bias(t: usize, dev: &Device) -> Result<Tensor> {
     Ok(Tensor::from_vec(v, (t, t), dev)?)
 }
 
+/// A sliding-window layer's own mask (T x T, additive): -inf where i - j >= w (the keys its
+/// window has left), 0 elsewhere; the causal mask is separate. The Focus mask composes with it:
+/// a sliding layer keeps a pair only when both keep it.
+pub fn sliding_bias(t: usize, w: usize, dev: &Device) -> Result<Tensor> {
+    let v: Vec<f32> = (0..t * t).map(|n| if n / t >= n % t + w { f32::NEG_INFINITY } else { 0.0 }).collect();
+    Ok(Tensor::from_vec(v, (t, t), dev)?)
+}
+
+/// Whether a sliding layer of window `w` (None: a global layer) sees the pair (i, j), j <= i.
+#[inline(always)]
+pub fn in_window(i: usize, j: usize, w: Option<usize>) -> bool {
+    w.is_none_or(|w| i - j < w)
+}
+
 /// 1 where the pair is local (0 <= i - j <= window, and for j > i, which the causal mask removes
 /// anyway), else 0; T x T u8. The soft gates leave these pairs alone.
 pub fn local_mask(t: usize, window: usize, dev: &Device) -> Result<Tensor> {
