@@ -36,7 +36,9 @@ fn trainable(adapter: &mut Adapter) -> Vec<Var> {
 fn base_weights(d: &Decoder) -> Vec<Tensor> {
     let mut w = vec![d.embed.clone(), d.lm_head.clone(), d.final_norm.weight.clone()];
     for b in &d.blocks {
-        w.extend([b.q.w.clone(), b.k.w.clone(), b.v.w.clone(), b.o.w.clone(), b.attn_norm.weight.clone(), b.mlp_norm.weight.clone(), b.mlp.down.w.clone(), b.mlp.up_or_fc.w.clone()]);
+        w.extend([b.q.w.clone(), b.k.w.clone(), b.v.w.clone(), b.o.w.clone(), b.mlp.down.w.clone(), b.mlp.up_or_fc.w.clone()]);
+        let norms = [&b.attn_norm, &b.q_norm, &b.k_norm, &b.post_attn_norm, &b.mlp_norm, &b.post_mlp_norm];
+        w.extend(norms.into_iter().flatten().map(|n| n.weight.clone()));
     }
     w
 }
@@ -85,7 +87,9 @@ fn check(model: &Model, ids: &[u32], window: usize, tol: f32) {
 
 #[test]
 fn tiny_models() {
-    for name in ["llama", "gpt2", "qwen2"] {
+    // gemma2: soft-capping and sliding windows (composed path); olmo2: QK-norm over the whole
+    // projection and post-norms only (fused path).
+    for name in ["llama", "gpt2", "qwen2", "gemma2", "olmo2"] {
         let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu).unwrap();
         let ids: Vec<u32> = (0..60).map(|i| (i * 37 % 500) as u32).collect();
         check(&model, &ids[..60.min(model.config().context)], 8, 1e-4);
@@ -143,7 +147,9 @@ fn check_batched(model: &Model, seqs: &[&[u32]], window: usize, tol: f32) {
 
 #[test]
 fn batched_training_forward_tiny_models() {
-    for name in ["llama", "gpt2", "qwen2"] {
+    // gemma2: soft-capping and sliding windows (composed path); olmo2: QK-norm over the whole
+    // projection and post-norms only (fused path).
+    for name in ["llama", "gpt2", "qwen2", "gemma2", "olmo2"] {
         let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu).unwrap();
         let ids: Vec<u32> = (0..90).map(|i| (i * 37 % 500) as u32).collect();
         check_batched(&model, &[&ids[..30], &ids[30..60], &ids[60..90]], 8, 1e-4);
@@ -163,7 +169,9 @@ fn batched_training_forward_real_model() {
 /// the base gets none; for either gate.
 #[test]
 fn straight_through_forward_is_hard_topk_inference() {
-    for name in ["llama", "gpt2", "qwen2"] {
+    // gemma2: soft-capping and sliding windows (composed path); olmo2: QK-norm over the whole
+    // projection and post-norms only (fused path).
+    for name in ["llama", "gpt2", "qwen2", "gemma2", "olmo2"] {
         let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu).unwrap();
         let ids: Vec<u32> = (0..60).map(|i| (i * 37 % 500) as u32).collect();
         let mut adapter = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window: 8, ..Default::default() }, 11).unwrap();

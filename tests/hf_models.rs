@@ -1,6 +1,6 @@
-//! Hugging Face checkpoints (tests/fixtures/hf_tiny: tiny random-weight GPT-2, Llama and Qwen2
-//! saved by transformers) against the logits transformers computed for them, plus the Focus
-//! adapter modes on each family.
+//! Hugging Face checkpoints (tests/fixtures/hf_tiny: tiny random-weight GPT-2, Llama, Qwen2,
+//! Gemma 2 and OLMo-2 saved by transformers) against the logits transformers computed for them,
+//! plus the Focus adapter modes on each family.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -15,7 +15,7 @@ use focus_core::focus::router::LayerRouting;
 use focus_core::{Adapter, AdapterConfig, AdapterSpec, Gate, Mode, Model};
 use std::path::{Path, PathBuf};
 
-const FAMILIES: [&str; 3] = ["gpt2", "llama", "qwen2"];
+const FAMILIES: [&str; 5] = ["gpt2", "llama", "qwen2", "gemma2", "olmo2"];
 const TOL: f32 = 1e-4;
 
 fn tiny(name: &str) -> PathBuf {
@@ -51,7 +51,9 @@ fn check_family(name: &str) {
     let model = Model::load(&dir, &Device::Cpu).unwrap_or_else(|e| panic!("{name}: load failed: {e}"));
     assert_eq!(model.format, "safetensors");
     assert_eq!(model.config().arch.to_string(), name);
-    assert_eq!((model.config().n_layers, model.config().d_model, model.config().vocab), (2, 64, 512));
+    // The Gemma 2 and OLMo-2 fixtures have 4 layers (two local/global pairs for Gemma 2).
+    let layers = if matches!(name, "gemma2" | "olmo2") { 4 } else { 2 };
+    assert_eq!((model.config().n_layers, model.config().d_model, model.config().vocab), (layers, 64, 512));
     let (ids, want) = reference(&dir);
     // The reference varies far more than the tolerance, so matching it means something.
     let flat = want.flatten_all().unwrap();
@@ -87,6 +89,72 @@ fn llama_matches_transformers() {
 #[test]
 fn qwen2_matches_transformers() {
     check_family("qwen2");
+}
+
+#[test]
+fn gemma2_matches_transformers() {
+    check_family("gemma2");
+}
+
+#[test]
+fn olmo2_matches_transformers() {
+    check_family("olmo2");
+}
+
+/// Gemma 2's parts are read and each one matters: alternating sliding (window 8) and global
+/// layers, both soft-caps, the 1 + w norm convention, post-norms; OLMo-2's QK-norm is over the
+/// whole projection. Turning any of them off moves the logits away from transformers'.
+#[test]
+fn gemma2_and_olmo2_parts_are_used() {
+    let g = Model::load(&tiny("gemma2"), &Device::Cpu).unwrap();
+    let c = g.config();
+    let kinds: Vec<bool> = (0..4).map(|l| c.is_sliding(l)).collect();
+    assert_eq!(kinds, [true, false, true, false]);
+    assert_eq!((c.layer_attention(0).window, c.attn_softcap, c.final_softcap), (Some(8), Some(5.0), Some(3.0)));
+    assert!(c.post_norms && c.tied_embeddings && c.embed_scale == Some(8.0));
+    assert_eq!(c.attn_scale, Some(0.25));
+    let (ids, want) = reference(&tiny("gemma2"));
+    for (what, edit) in [
+        ("no attention soft-cap", Box::new(|c: &mut serde_json::Value| c["attn_logit_softcapping"] = serde_json::Value::Null) as Box<dyn Fn(&mut serde_json::Value)>),
+        ("no final soft-cap", Box::new(|c: &mut serde_json::Value| c["final_logit_softcapping"] = serde_json::Value::Null)),
+        ("no sliding window", Box::new(|c: &mut serde_json::Value| c["sliding_window"] = 4096.into())),
+        ("another query_pre_attn_scalar", Box::new(|c: &mut serde_json::Value| c["query_pre_attn_scalar"] = 64.into())),
+    ] {
+        let d = copy_with_config("gemma2", edit);
+        let m = Model::load(d.path(), &Device::Cpu).unwrap();
+        let err = max_abs_diff(&dense_logits(&m, &ids), &want);
+        assert!(err > 1e-3, "gemma2 {what}: the logits did not move ({err})");
+    }
+    let o = Model::load(&tiny("olmo2"), &Device::Cpu).unwrap();
+    let c = o.config();
+    assert_eq!(c.qk_norm, Some(focus_core::model::config::QkNorm::Full));
+    assert!(c.post_norms && o.decoder.blocks.iter().all(|b| b.attn_norm.is_none() && b.mlp_norm.is_none()));
+    assert_eq!(o.decoder.blocks[0].q_norm.as_ref().unwrap().weight.dims(), &[64]);
+    assert_eq!(o.decoder.blocks[0].k_norm.as_ref().unwrap().weight.dims(), &[32]);
+}
+
+/// Top-k on both layer kinds of Gemma 2 without attention soft-capping (so the exact CPU
+/// kernel runs, composing the Focus mask with the sliding layers' window of 8): equal to dense
+/// attention with the written-out Focus mask plus each layer's own window, for every k.
+#[test]
+fn gemma2_top_k_kernel_composes_with_the_sliding_window() {
+    let d = copy_with_config("gemma2", |c| c["attn_logit_softcapping"] = serde_json::Value::Null);
+    let model = Model::load(d.path(), &Device::Cpu).unwrap();
+    let (ids, _) = reference(&tiny("gemma2"));
+    let dev = Device::Cpu;
+    for window in [2, 4, 12] {
+        let a = Adapter::random(&model.identity(), model.device(), &AdapterSpec { window, groups: 4, ..Default::default() }, 2).unwrap();
+        for k in 1..=4 {
+            let opts = ForwardOptions::new(Mode::TopK(k), Some(&a));
+            let fast = model.decoder.forward(&ids, &opts).unwrap();
+            let masked = model
+                .decoder
+                .forward_with(&ids, &opts, |_, r| Ok(Some(LayerPlan::Masked(focus_core::focus::mask::topk_mask_bias(&r.unwrap().topk_masks(k), window, &dev)?))))
+                .unwrap();
+            let err = max_abs_diff(&fast.logits, &masked.logits);
+            assert!(err <= TOL, "w {window} topk({k}): fast kernel differs from masked reference by {err}");
+        }
+    }
 }
 
 /// The tiny Qwen2 checkpoint written as a GGUF file of arch `qwen2` the way llama.cpp's converter
@@ -256,7 +324,7 @@ fn check_adapter_modes(name: &str) {
     // Dense mode with an adapter attached is still the base model, and routing is reported.
     let out = model.decoder.forward(&ids, &ForwardOptions::new(Mode::Dense, Some(&adapter))).unwrap();
     assert!(max_abs_diff(&out.logits, &reference_logits) <= TOL);
-    assert_eq!(out.routing.len(), 2);
+    assert_eq!(out.routing.len(), model.config().n_layers);
     for r in &out.routing {
         assert_eq!((r.t, r.groups), (40, 4));
         for i in 0..r.t {
@@ -345,6 +413,16 @@ fn adapter_modes_llama() {
 #[test]
 fn adapter_modes_qwen2() {
     check_adapter_modes("qwen2");
+}
+
+#[test]
+fn adapter_modes_gemma2() {
+    check_adapter_modes("gemma2");
+}
+
+#[test]
+fn adapter_modes_olmo2() {
+    check_adapter_modes("olmo2");
 }
 
 #[test]

@@ -514,7 +514,8 @@ mod tests {
             let v = randn(&mut rng, kv_heads * t * d, 1.0);
             let k = rng.gen_range(1..=groups.min(3));
             let window = [0, 7, 32, 64][rng.gen_range(0..4)];
-            let masks = random_masks(&mut rng, t, groups, k, rng.gen_bool(0.3));
+            let few = rng.gen_bool(0.3);
+            let masks = random_masks(&mut rng, t, groups, k, few);
             for span in [None, Some(1), Some(window), Some(window + 1), Some(window + 2), Some(window + 70), Some(rng.gen_range(1..=t + 3))] {
                 let want = masked_dense_reference(&q, &kk, &v, s, |i, j| mask::kept(&masks, window, i, j) && mask::in_window(i, j, span));
                 for (path, fast) in [("gathered", focus_attention_within(&q, &kk, &v, s, &masks, window, span)), ("scan", focus_attention_scan(&q, &kk, &v, s, &masks, window, span))] {
