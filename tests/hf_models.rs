@@ -524,3 +524,97 @@ fn sliding_window_caps_the_context() {
         assert_eq!(Model::load(d.path(), &Device::Cpu).unwrap().config().context, ctx);
     }
 }
+
+/// Checkpoints as they ship: bf16 and f16 weights load (widened to f32) and give exactly the
+/// logits of the same rounded weights stored as f32, close to transformers' f32 logits; a
+/// sharded checkpoint (model.safetensors.index.json) loads the files its index names and
+/// matches transformers to 1e-4.
+#[test]
+fn half_precision_and_sharded_checkpoints_load_and_match() {
+    let (ids, want) = reference(&tiny("llama"));
+    let ts = candle_core::safetensors::load(tiny("llama").join("model.safetensors"), &Device::Cpu).unwrap();
+    let write = |tensors: &std::collections::HashMap<String, Tensor>| {
+        let d = copy_with_config("llama", |_| {});
+        candle_core::safetensors::save(tensors, d.path().join("model.safetensors")).unwrap();
+        d
+    };
+    for dt in [DType::BF16, DType::F16] {
+        let half: std::collections::HashMap<String, Tensor> = ts.iter().map(|(k, v)| (k.clone(), v.to_dtype(dt).unwrap())).collect();
+        let widened: std::collections::HashMap<String, Tensor> = half.iter().map(|(k, v)| (k.clone(), v.to_dtype(DType::F32).unwrap())).collect();
+        let (h, w) = (write(&half), write(&widened));
+        let got = dense_logits(&Model::load(h.path(), &Device::Cpu).unwrap(), &ids);
+        let exact = dense_logits(&Model::load(w.path(), &Device::Cpu).unwrap(), &ids);
+        assert!(max_abs_diff(&got, &exact) <= 1e-6, "{dt:?}: differs from the same weights in f32");
+        let err = max_abs_diff(&got, &want);
+        eprintln!("{dt:?} weights: max |logits - transformers (f32)| = {err:e}");
+        assert!(err <= 5e-2, "{dt:?}: {err}");
+    }
+    // Two shards and their index; a stray file the index does not name is not read.
+    let d = copy_with_config("llama", |_| {});
+    std::fs::remove_file(d.path().join("model.safetensors")).unwrap();
+    let mut names: Vec<&String> = ts.keys().collect();
+    names.sort();
+    let (a, b) = names.split_at(names.len() / 2);
+    let mut map = serde_json::Map::new();
+    for (part, file) in [(a, "model-00001-of-00002.safetensors"), (b, "model-00002-of-00002.safetensors")] {
+        let shard: std::collections::HashMap<String, Tensor> = part.iter().map(|n| ((*n).clone(), ts[*n].clone())).collect();
+        candle_core::safetensors::save(&shard, d.path().join(file)).unwrap();
+        part.iter().for_each(|n| {
+            map.insert((*n).clone(), file.into());
+        });
+    }
+    let index = serde_json::json!({"metadata": {"total_size": 0}, "weight_map": map});
+    std::fs::write(d.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
+    candle_core::safetensors::save(&ts, d.path().join("stray-copy.safetensors")).unwrap();
+    let err = max_abs_diff(&dense_logits(&Model::load(d.path(), &Device::Cpu).unwrap(), &ids), &want);
+    assert!(err <= TOL, "sharded: {err}");
+    // An index that puts a tensor in the wrong shard is refused.
+    let mut bad = index.clone();
+    bad["weight_map"][a[0].as_str()] = "model-00002-of-00002.safetensors".into();
+    std::fs::write(d.path().join("model.safetensors.index.json"), bad.to_string()).unwrap();
+    let e = Model::load(d.path(), &Device::Cpu).err().expect("wrong shard");
+    assert!(e.to_string().contains("where the index puts it"), "{e}");
+}
+
+/// `--model ORG/NAME` finds a repo in a Hugging Face hub cache laid out as the hub lays it out
+/// (blobs, snapshots/<commit>/ of links to them, refs/main), via HF_HUB_CACHE or HF_HOME, offline.
+#[test]
+fn hub_cache_repo_ids_resolve_offline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hub = tmp.path().join("home/hub");
+    let repo = hub.join("models--tiny-org--tiny-llama");
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let snap = repo.join("snapshots").join(commit);
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::create_dir_all(repo.join("blobs")).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), commit).unwrap();
+    for (i, f) in ["config.json", "model.safetensors"].iter().enumerate() {
+        let blob = repo.join("blobs").join(format!("blob{i}"));
+        std::fs::copy(tiny("llama").join(f), &blob).unwrap();
+        std::os::unix::fs::symlink(format!("../../blobs/blob{i}"), snap.join(f)).unwrap();
+    }
+    let info = |var: &str, val: &Path, id: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_focus-lens"))
+            .args(["info", "--json", id])
+            .env_remove("HF_HUB_CACHE")
+            .env_remove("HF_HOME")
+            .env(var, val)
+            .output()
+            .unwrap()
+    };
+    for (var, val) in [("HF_HUB_CACHE", hub.clone()), ("HF_HOME", tmp.path().join("home"))] {
+        let o = info(var, &val, "tiny-org/tiny-llama");
+        assert!(o.status.success(), "{var}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["config"]["arch"], "llama");
+        assert!(v["path"].as_str().unwrap().ends_with(commit), "{}", v["path"]);
+    }
+    let o = info("HF_HUB_CACHE", &hub, "tiny-org/absent");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not in the Hugging Face cache"), "{}", String::from_utf8_lossy(&o.stderr));
+    // The model loaded from the cache is the fixture.
+    let (ids, want) = reference(&tiny("llama"));
+    let m = Model::load(&snap, &Device::Cpu).unwrap();
+    assert!(max_abs_diff(&dense_logits(&m, &ids), &want) <= TOL);
+}

@@ -21,7 +21,7 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig> {
     let (arch, qkv_bias, interleaved) = match arch_name {
         "llama" => (Arch::Llama, false, true),
         "qwen2" => (Arch::Qwen2, true, false),
-        other => return Err(Error::Unsupported(format!("GGUF architecture {other:?} (supported: llama, qwen2)"))),
+        other => return Err(Error::Unsupported(format!("GGUF architecture {other:?} (supported: llama, qwen2, gemma3)"))),
     };
     let key = |k: &str| format!("{arch_name}.{k}");
     let n = |k: &str| -> Result<usize> { Ok(g.u64(&key(k))? as usize) };

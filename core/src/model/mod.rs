@@ -8,6 +8,7 @@ pub mod gemma3;
 pub mod gguf;
 pub mod gpt2;
 pub mod hf;
+pub mod hub;
 pub mod identity;
 pub mod llama;
 pub mod olmo2;
@@ -37,8 +38,11 @@ pub struct Model {
 }
 
 impl Model {
-    /// `path` is a `.gguf` file or a directory holding `config.json` and `*.safetensors`.
+    /// `path` is a `.gguf` file, a directory holding `config.json` and `*.safetensors`, or a
+    /// Hugging Face repo id (`ORG/NAME[@REV]`) found in the local hub cache (`hub`).
     pub fn load(path: &Path, device: &Device) -> Result<Model> {
+        let resolved = hub::resolve(path)?;
+        let path = resolved.as_path();
         let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
         if meta.is_dir() {
             return Self::load_hf(path, device);
