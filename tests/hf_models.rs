@@ -102,8 +102,8 @@ fn olmo2_matches_transformers() {
 }
 
 /// Gemma 2's parts are read and each one matters: alternating sliding (window 8) and global
-/// layers, both soft-caps, the 1 + w norm convention, post-norms; OLMo-2's QK-norm is over the
-/// whole projection. Turning any of them off moves the logits away from transformers'.
+/// layers, both soft-caps, the score scale; OLMo-2's QK-norm is over the whole projection.
+/// Changing any of them moves the logits away from transformers'.
 #[test]
 fn gemma2_and_olmo2_parts_are_used() {
     let g = Model::load(&tiny("gemma2"), &Device::Cpu).unwrap();
@@ -115,7 +115,9 @@ fn gemma2_and_olmo2_parts_are_used() {
     assert_eq!(c.attn_scale, Some(0.25));
     let (ids, want) = reference(&tiny("gemma2"));
     for (what, edit) in [
-        ("no attention soft-cap", Box::new(|c: &mut serde_json::Value| c["attn_logit_softcapping"] = serde_json::Value::Null) as Box<dyn Fn(&mut serde_json::Value)>),
+        // The random weights keep attention logits far below the cap of 5 (dropping it moves
+        // the logits by only 3e-6), so a cap that binds shows it is applied.
+        ("an attention soft-cap of 0.05", Box::new(|c: &mut serde_json::Value| c["attn_logit_softcapping"] = 0.05.into()) as Box<dyn Fn(&mut serde_json::Value)>),
         ("no final soft-cap", Box::new(|c: &mut serde_json::Value| c["final_logit_softcapping"] = serde_json::Value::Null)),
         ("no sliding window", Box::new(|c: &mut serde_json::Value| c["sliding_window"] = 4096.into())),
         ("another query_pre_attn_scalar", Box::new(|c: &mut serde_json::Value| c["query_pre_attn_scalar"] = 64.into())),

@@ -234,10 +234,6 @@ pub fn attend_batch(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &
     let rep = h / hkv;
     let scores = (q.reshape((b, hkv, rep * t, d))?.matmul(&k.t()?)?.reshape((b, h, t, t))? * (1.0 / (d as f64).sqrt()))?;
     let scores = cap(&scores, own.softcap)?;
-    let scores = match own.span(t) {
-        Some(w) => scores.broadcast_add(&mask::sliding_bias(t, w, q.device())?)?,
-        None => scores,
-    };
     let x = match plan {
         LayerPlan::Dense => scores,
         LayerPlan::SoftFactor(f) => scores.broadcast_mul(&f.unsqueeze(1)?)?,
@@ -246,6 +242,12 @@ pub fn attend_batch(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &
             return Err(Error::Invalid("batched attention takes dense or soft plans (training)".into()))
         }
     };
-    let p = candle_nn::ops::softmax(&x.broadcast_add(causal)?, candle_core::D::Minus1)?;
+    // The sliding window joins the causal mask after the gate: a gate times -inf would give the
+    // gate a NaN gradient.
+    let mask = match own.span(t) {
+        Some(w) => causal.broadcast_add(&mask::sliding_bias(t, w, q.device())?)?,
+        None => causal.clone(),
+    };
+    let p = candle_nn::ops::softmax(&x.broadcast_add(&mask)?, candle_core::D::Minus1)?;
     Ok(p.reshape((b, hkv, rep * t, t))?.matmul(v)?.reshape((b, h, t, d))?)
 }
