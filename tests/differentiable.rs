@@ -36,7 +36,9 @@ fn trainable(adapter: &mut Adapter) -> Vec<Var> {
 fn base_weights(d: &Decoder) -> Vec<Tensor> {
     let mut w = vec![d.embed.clone(), d.lm_head.clone(), d.final_norm.weight.clone()];
     for b in &d.blocks {
-        w.extend([b.q.w.clone(), b.k.w.clone(), b.v.w.clone(), b.o.w.clone(), b.attn_norm.weight.clone(), b.mlp_norm.weight.clone(), b.mlp.down.w.clone(), b.mlp.up_or_fc.w.clone()]);
+        w.extend([b.q.w.clone(), b.k.w.clone(), b.v.w.clone(), b.o.w.clone(), b.mlp.down.w.clone(), b.mlp.up_or_fc.w.clone()]);
+        let norms = [&b.attn_norm, &b.q_norm, &b.k_norm, &b.post_attn_norm, &b.mlp_norm, &b.post_mlp_norm];
+        w.extend(norms.into_iter().flatten().map(|n| n.weight.clone()));
     }
     w
 }
@@ -85,10 +87,14 @@ fn check(model: &Model, ids: &[u32], window: usize, tol: f32) {
 
 #[test]
 fn tiny_models() {
-    for name in ["llama", "gpt2", "qwen2"] {
+    // gemma2: soft-capping and sliding windows (composed path); olmo2: QK-norm over the whole
+    // projection and post-norms only (fused path). Gemma 2's sliding layers keep 8 keys, so a
+    // Focus window below 7 leaves them distant pairs to gate.
+    for name in ["llama", "gpt2", "qwen2", "gemma2", "olmo2"] {
+        let w = if name == "gemma2" { 3 } else { 8 };
         let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu).unwrap();
         let ids: Vec<u32> = (0..60).map(|i| (i * 37 % 500) as u32).collect();
-        check(&model, &ids[..60.min(model.config().context)], 8, 1e-4);
+        check(&model, &ids[..60.min(model.config().context)], w, 1e-4);
     }
 }
 
@@ -143,10 +149,14 @@ fn check_batched(model: &Model, seqs: &[&[u32]], window: usize, tol: f32) {
 
 #[test]
 fn batched_training_forward_tiny_models() {
-    for name in ["llama", "gpt2", "qwen2"] {
+    // gemma2: soft-capping and sliding windows (composed path); olmo2: QK-norm over the whole
+    // projection and post-norms only (fused path). Gemma 2's sliding layers keep 8 keys, so a
+    // Focus window below 7 leaves them distant pairs to gate.
+    for name in ["llama", "gpt2", "qwen2", "gemma2", "olmo2"] {
+        let w = if name == "gemma2" { 3 } else { 8 };
         let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu).unwrap();
         let ids: Vec<u32> = (0..90).map(|i| (i * 37 % 500) as u32).collect();
-        check_batched(&model, &[&ids[..30], &ids[30..60], &ids[60..90]], 8, 1e-4);
+        check_batched(&model, &[&ids[..30], &ids[30..60], &ids[60..90]], w, 1e-4);
     }
 }
 
@@ -163,10 +173,14 @@ fn batched_training_forward_real_model() {
 /// the base gets none; for either gate.
 #[test]
 fn straight_through_forward_is_hard_topk_inference() {
-    for name in ["llama", "gpt2", "qwen2"] {
+    // gemma2: soft-capping and sliding windows (composed path); olmo2: QK-norm over the whole
+    // projection and post-norms only (fused path). Gemma 2's sliding layers keep 8 keys, so a
+    // Focus window below 7 leaves them distant pairs to gate.
+    for name in ["llama", "gpt2", "qwen2", "gemma2", "olmo2"] {
+        let w = if name == "gemma2" { 3 } else { 8 };
         let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu).unwrap();
         let ids: Vec<u32> = (0..60).map(|i| (i * 37 % 500) as u32).collect();
-        let mut adapter = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window: 8, ..Default::default() }, 11).unwrap();
+        let mut adapter = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window: w, ..Default::default() }, 11).unwrap();
         let vars = trainable(&mut adapter);
         for k in [1, 2] {
             let mut o = ForwardOptions::new(Mode::Soft, Some(&adapter));
@@ -181,7 +195,7 @@ fn straight_through_forward_is_hard_topk_inference() {
             router_only_gradients(&model, &ids, &st, &vars, &format!("{name} k={k}"));
         }
         // The forward uses no gate: a paper-gate adapter trains through the same hard mask.
-        let paper = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window: 8, gate: Gate::Paper, ..Default::default() }, 11).unwrap();
+        let paper = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window: w, gate: Gate::Paper, ..Default::default() }, 11).unwrap();
         let mut o = ForwardOptions::new(Mode::Soft, Some(&paper));
         o.differentiable = true;
         o.straight_through = Some(2);

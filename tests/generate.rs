@@ -163,7 +163,9 @@ fn generate_command_streams_records_and_validates_flags() {
 /// causal Sinkhorn.
 #[test]
 fn every_architecture_decodes_like_its_forward() {
-    for arch in ["gpt2", "llama", "qwen2"] {
+    // Gemma 2: sliding layers (window 8 < 100 tokens), attention and final soft-capping, post-norms;
+    // OLMo-2: QK-norm and post-norm ordering.
+    for arch in ["gpt2", "llama", "qwen2", "gemma2", "olmo2"] {
         let m = Model::load(&common::fixture("hf_tiny").join(arch), &Device::Cpu).unwrap();
         let ids: Vec<u32> = (0..100u32).map(|i| (i * 37 + 11) % m.config().vocab as u32).collect();
         let spec = AdapterSpec { groups: 4, window: 8, causal_sinkhorn: true, ..Default::default() };

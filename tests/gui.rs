@@ -1266,18 +1266,7 @@ fn purity_curve_against_the_untrained_adapter() {
     assert!(b.trained, "the sample adapter records its training");
     // The same figures from an independent run: the untrained adapter built by hand.
     let c = &res.adapter.config;
-    let spec = focus_core::AdapterSpec {
-        groups: c.groups,
-        d_g: c.d_g,
-        tau: c.tau,
-        sinkhorn_iters: c.sinkhorn_iters,
-        window: c.window,
-        gate: c.gate,
-        lambda: c.lambda,
-        top_k: c.top_k,
-        causal_sinkhorn: c.causal_sinkhorn,
-        score: c.score,
-    };
+    let spec = c.spec();
     let twin = focus_core::Adapter::random(&res.model.identity(), res.model.device(), &spec, 0).unwrap();
     let text: String = res.analysis.tokens.iter().map(|t| t.text.as_str()).collect();
     let opts = focus_core::analysis::AnalyzeOptions { mode: res.key.params.mode(), k: res.key.params.k, segment_len: res.analysis.segment_len, keep_tokens: false, cancel: None };

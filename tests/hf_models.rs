@@ -1,6 +1,6 @@
-//! Hugging Face checkpoints (tests/fixtures/hf_tiny: tiny random-weight GPT-2, Llama and Qwen2
-//! saved by transformers) against the logits transformers computed for them, plus the Focus
-//! adapter modes on each family.
+//! Hugging Face checkpoints (tests/fixtures/hf_tiny: tiny random-weight GPT-2, Llama, Qwen2,
+//! Gemma 2 and OLMo-2 saved by transformers) against the logits transformers computed for them,
+//! plus the Focus adapter modes on each family.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -15,7 +15,7 @@ use focus_core::focus::router::LayerRouting;
 use focus_core::{Adapter, AdapterConfig, AdapterSpec, Gate, Mode, Model};
 use std::path::{Path, PathBuf};
 
-const FAMILIES: [&str; 3] = ["gpt2", "llama", "qwen2"];
+const FAMILIES: [&str; 5] = ["gpt2", "llama", "qwen2", "gemma2", "olmo2"];
 const TOL: f32 = 1e-4;
 
 fn tiny(name: &str) -> PathBuf {
@@ -51,7 +51,9 @@ fn check_family(name: &str) {
     let model = Model::load(&dir, &Device::Cpu).unwrap_or_else(|e| panic!("{name}: load failed: {e}"));
     assert_eq!(model.format, "safetensors");
     assert_eq!(model.config().arch.to_string(), name);
-    assert_eq!((model.config().n_layers, model.config().d_model, model.config().vocab), (2, 64, 512));
+    // The Gemma 2 and OLMo-2 fixtures have 4 layers (two local/global pairs for Gemma 2).
+    let layers = if matches!(name, "gemma2" | "olmo2") { 4 } else { 2 };
+    assert_eq!((model.config().n_layers, model.config().d_model, model.config().vocab), (layers, 64, 512));
     let (ids, want) = reference(&dir);
     // The reference varies far more than the tolerance, so matching it means something.
     let flat = want.flatten_all().unwrap();
@@ -87,6 +89,74 @@ fn llama_matches_transformers() {
 #[test]
 fn qwen2_matches_transformers() {
     check_family("qwen2");
+}
+
+#[test]
+fn gemma2_matches_transformers() {
+    check_family("gemma2");
+}
+
+#[test]
+fn olmo2_matches_transformers() {
+    check_family("olmo2");
+}
+
+/// Gemma 2's parts are read and each one matters: alternating sliding (window 8) and global
+/// layers, both soft-caps, the score scale; OLMo-2's QK-norm is over the whole projection.
+/// Changing any of them moves the logits away from transformers'.
+#[test]
+fn gemma2_and_olmo2_parts_are_used() {
+    let g = Model::load(&tiny("gemma2"), &Device::Cpu).unwrap();
+    let c = g.config();
+    let kinds: Vec<bool> = (0..4).map(|l| c.is_sliding(l)).collect();
+    assert_eq!(kinds, [true, false, true, false]);
+    assert_eq!((c.layer_attention(0).window, c.attn_softcap, c.final_softcap), (Some(8), Some(5.0), Some(3.0)));
+    assert!(c.post_norms && c.tied_embeddings && c.embed_scale == Some(8.0));
+    assert_eq!(c.attn_scale, Some(0.25));
+    let (ids, want) = reference(&tiny("gemma2"));
+    for (what, edit) in [
+        // The random weights keep attention logits far below the cap of 5 (dropping it moves
+        // the logits by only 3e-6), so a cap that binds shows it is applied.
+        ("an attention soft-cap of 0.05", Box::new(|c: &mut serde_json::Value| c["attn_logit_softcapping"] = 0.05.into()) as Box<dyn Fn(&mut serde_json::Value)>),
+        ("no final soft-cap", Box::new(|c: &mut serde_json::Value| c["final_logit_softcapping"] = serde_json::Value::Null)),
+        ("no sliding window", Box::new(|c: &mut serde_json::Value| c["sliding_window"] = 4096.into())),
+        ("another query_pre_attn_scalar", Box::new(|c: &mut serde_json::Value| c["query_pre_attn_scalar"] = 64.into())),
+    ] {
+        let d = copy_with_config("gemma2", edit);
+        let m = Model::load(d.path(), &Device::Cpu).unwrap();
+        let err = max_abs_diff(&dense_logits(&m, &ids), &want);
+        assert!(err > 1e-3, "gemma2 {what}: the logits did not move ({err})");
+    }
+    let o = Model::load(&tiny("olmo2"), &Device::Cpu).unwrap();
+    let c = o.config();
+    assert_eq!(c.qk_norm, Some(focus_core::model::config::QkNorm::Full));
+    assert!(c.post_norms && o.decoder.blocks.iter().all(|b| b.attn_norm.is_none() && b.mlp_norm.is_none()));
+    assert_eq!(o.decoder.blocks[0].q_norm.as_ref().unwrap().weight.dims(), &[64]);
+    assert_eq!(o.decoder.blocks[0].k_norm.as_ref().unwrap().weight.dims(), &[32]);
+}
+
+/// Top-k on both layer kinds of Gemma 2 without attention soft-capping (so the exact CPU
+/// kernel runs, composing the Focus mask with the sliding layers' window of 8): equal to dense
+/// attention with the written-out Focus mask plus each layer's own window, for every k.
+#[test]
+fn gemma2_top_k_kernel_composes_with_the_sliding_window() {
+    let d = copy_with_config("gemma2", |c| c["attn_logit_softcapping"] = serde_json::Value::Null);
+    let model = Model::load(d.path(), &Device::Cpu).unwrap();
+    let (ids, _) = reference(&tiny("gemma2"));
+    let dev = Device::Cpu;
+    for window in [2, 4, 12] {
+        let a = Adapter::random(&model.identity(), model.device(), &AdapterSpec { window, groups: 4, ..Default::default() }, 2).unwrap();
+        for k in 1..=4 {
+            let opts = ForwardOptions::new(Mode::TopK(k), Some(&a));
+            let fast = model.decoder.forward(&ids, &opts).unwrap();
+            let masked = model
+                .decoder
+                .forward_with(&ids, &opts, |_, r| Ok(Some(LayerPlan::Masked(focus_core::focus::mask::topk_mask_bias(&r.unwrap().topk_masks(k), window, &dev)?))))
+                .unwrap();
+            let err = max_abs_diff(&fast.logits, &masked.logits);
+            assert!(err <= TOL, "w {window} topk({k}): fast kernel differs from masked reference by {err}");
+        }
+    }
 }
 
 /// The tiny Qwen2 checkpoint written as a GGUF file of arch `qwen2` the way llama.cpp's converter
@@ -256,7 +326,7 @@ fn check_adapter_modes(name: &str) {
     // Dense mode with an adapter attached is still the base model, and routing is reported.
     let out = model.decoder.forward(&ids, &ForwardOptions::new(Mode::Dense, Some(&adapter))).unwrap();
     assert!(max_abs_diff(&out.logits, &reference_logits) <= TOL);
-    assert_eq!(out.routing.len(), 2);
+    assert_eq!(out.routing.len(), model.config().n_layers);
     for r in &out.routing {
         assert_eq!((r.t, r.groups), (40, 4));
         for i in 0..r.t {
@@ -345,6 +415,16 @@ fn adapter_modes_llama() {
 #[test]
 fn adapter_modes_qwen2() {
     check_adapter_modes("qwen2");
+}
+
+#[test]
+fn adapter_modes_gemma2() {
+    check_adapter_modes("gemma2");
+}
+
+#[test]
+fn adapter_modes_olmo2() {
+    check_adapter_modes("olmo2");
 }
 
 #[test]
@@ -445,4 +525,98 @@ fn sliding_window_caps_the_context() {
         });
         assert_eq!(Model::load(d.path(), &Device::Cpu).unwrap().config().context, ctx);
     }
+}
+
+/// Checkpoints as they ship: bf16 and f16 weights load (widened to f32) and give exactly the
+/// logits of the same rounded weights stored as f32, close to transformers' f32 logits; a
+/// sharded checkpoint (model.safetensors.index.json) loads the files its index names and
+/// matches transformers to 1e-4.
+#[test]
+fn half_precision_and_sharded_checkpoints_load_and_match() {
+    let (ids, want) = reference(&tiny("llama"));
+    let ts = candle_core::safetensors::load(tiny("llama").join("model.safetensors"), &Device::Cpu).unwrap();
+    let write = |tensors: &std::collections::HashMap<String, Tensor>| {
+        let d = copy_with_config("llama", |_| {});
+        candle_core::safetensors::save(tensors, d.path().join("model.safetensors")).unwrap();
+        d
+    };
+    for dt in [DType::BF16, DType::F16] {
+        let half: std::collections::HashMap<String, Tensor> = ts.iter().map(|(k, v)| (k.clone(), v.to_dtype(dt).unwrap())).collect();
+        let widened: std::collections::HashMap<String, Tensor> = half.iter().map(|(k, v)| (k.clone(), v.to_dtype(DType::F32).unwrap())).collect();
+        let (h, w) = (write(&half), write(&widened));
+        let got = dense_logits(&Model::load(h.path(), &Device::Cpu).unwrap(), &ids);
+        let exact = dense_logits(&Model::load(w.path(), &Device::Cpu).unwrap(), &ids);
+        assert!(max_abs_diff(&got, &exact) <= 1e-6, "{dt:?}: differs from the same weights in f32");
+        let err = max_abs_diff(&got, &want);
+        eprintln!("{dt:?} weights: max |logits - transformers (f32)| = {err:e}");
+        assert!(err <= 5e-2, "{dt:?}: {err}");
+    }
+    // Two shards and their index; a stray file the index does not name is not read.
+    let d = copy_with_config("llama", |_| {});
+    std::fs::remove_file(d.path().join("model.safetensors")).unwrap();
+    let mut names: Vec<&String> = ts.keys().collect();
+    names.sort();
+    let (a, b) = names.split_at(names.len() / 2);
+    let mut map = serde_json::Map::new();
+    for (part, file) in [(a, "model-00001-of-00002.safetensors"), (b, "model-00002-of-00002.safetensors")] {
+        let shard: std::collections::HashMap<String, Tensor> = part.iter().map(|n| ((*n).clone(), ts[*n].clone())).collect();
+        candle_core::safetensors::save(&shard, d.path().join(file)).unwrap();
+        part.iter().for_each(|n| {
+            map.insert((*n).clone(), file.into());
+        });
+    }
+    let index = serde_json::json!({"metadata": {"total_size": 0}, "weight_map": map});
+    std::fs::write(d.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
+    candle_core::safetensors::save(&ts, d.path().join("stray-copy.safetensors")).unwrap();
+    let err = max_abs_diff(&dense_logits(&Model::load(d.path(), &Device::Cpu).unwrap(), &ids), &want);
+    assert!(err <= TOL, "sharded: {err}");
+    // An index that puts a tensor in the wrong shard is refused.
+    let mut bad = index.clone();
+    bad["weight_map"][a[0].as_str()] = "model-00002-of-00002.safetensors".into();
+    std::fs::write(d.path().join("model.safetensors.index.json"), bad.to_string()).unwrap();
+    let e = Model::load(d.path(), &Device::Cpu).err().expect("wrong shard");
+    assert!(e.to_string().contains("where the index puts it"), "{e}");
+}
+
+/// `--model ORG/NAME` finds a repo in a Hugging Face hub cache laid out as the hub lays it out
+/// (blobs, snapshots/<commit>/ of links to them, refs/main), via HF_HUB_CACHE or HF_HOME, offline.
+#[test]
+fn hub_cache_repo_ids_resolve_offline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hub = tmp.path().join("home/hub");
+    let repo = hub.join("models--tiny-org--tiny-llama");
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let snap = repo.join("snapshots").join(commit);
+    std::fs::create_dir_all(&snap).unwrap();
+    std::fs::create_dir_all(repo.join("blobs")).unwrap();
+    std::fs::create_dir_all(repo.join("refs")).unwrap();
+    std::fs::write(repo.join("refs/main"), commit).unwrap();
+    for (i, f) in ["config.json", "model.safetensors"].iter().enumerate() {
+        let blob = repo.join("blobs").join(format!("blob{i}"));
+        std::fs::copy(tiny("llama").join(f), &blob).unwrap();
+        std::os::unix::fs::symlink(format!("../../blobs/blob{i}"), snap.join(f)).unwrap();
+    }
+    let info = |var: &str, val: &Path, id: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_focus-lens"))
+            .args(["info", "--json", id])
+            .env_remove("HF_HUB_CACHE")
+            .env_remove("HF_HOME")
+            .env(var, val)
+            .output()
+            .unwrap()
+    };
+    for (var, val) in [("HF_HUB_CACHE", hub.clone()), ("HF_HOME", tmp.path().join("home"))] {
+        let o = info(var, &val, "tiny-org/tiny-llama");
+        assert!(o.status.success(), "{var}: {}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["config"]["arch"], "llama");
+        assert!(v["path"].as_str().unwrap().ends_with(commit), "{}", v["path"]);
+    }
+    let o = info("HF_HUB_CACHE", &hub, "tiny-org/absent");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not in the Hugging Face cache"), "{}", String::from_utf8_lossy(&o.stderr));
+    // The model loaded from the cache is the fixture.
+    let (ids, want) = reference(&tiny("llama"));
+    let m = Model::load(&snap, &Device::Cpu).unwrap();
+    assert!(max_abs_diff(&dense_logits(&m, &ids), &want) <= TOL);
 }

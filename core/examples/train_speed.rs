@@ -56,6 +56,7 @@ fn smollm2_config(layers: usize) -> ModelConfig {
         positions: Positions::Rope { theta: 100000.0, interleaved: true },
         qkv_bias: false,
         tied_embeddings: true,
+        embed_scale: None, qk_norm: None, post_norms: false, attn_scale: None, attn_softcap: None, final_softcap: None, sliding: None,
     }
 }
 
@@ -73,13 +74,18 @@ fn random_model(cfg: ModelConfig, dev: &Device, seed: u64) -> candle_core::Resul
     for _ in 0..cfg.n_layers {
         let lin = |w: Tensor| Linear { w, b: None };
         blocks.push(Block {
-            attn_norm: norm(dev)?,
+            attn_norm: Some(norm(dev)?),
             q: lin(rand((cfg.n_heads * hd, d))?),
             k: lin(rand((cfg.n_kv_heads * hd, d))?),
             v: lin(rand((cfg.n_kv_heads * hd, d))?),
+            q_norm: None,
+            k_norm: None,
             o: lin(rand((d, cfg.n_heads * hd))?),
-            mlp_norm: norm(dev)?,
+            post_attn_norm: None,
+            mlp_norm: Some(norm(dev)?),
             mlp: Mlp { kind: MlpKind::SwiGlu, gate: Some(lin(rand((cfg.ffn_dim, d))?)), up_or_fc: lin(rand((cfg.ffn_dim, d))?), down: lin(rand((d, cfg.ffn_dim))?) },
+            post_mlp_norm: None,
+            attn: cfg.layer_attention(0),
         });
     }
     let embed = rand((cfg.vocab, d))?;

@@ -27,5 +27,5 @@ pub mod train;
 
 pub use attention::Mode;
 pub use error::{Error, Result};
-pub use focus::adapter::{Adapter, AdapterConfig, AdapterSpec, Gate, Score};
+pub use focus::adapter::{Adapter, AdapterConfig, AdapterSpec, Gate, RouterLayers, Score};
 pub use model::{Model, ModelConfig};

@@ -10,6 +10,7 @@
 #        MODEL=/root/stage/other.gguf train.sh ...  (another base model, e.g. Qwen2.5-Coder-0.5B)
 #        PREFIX=qwen_ GPU0=1 BATCH=2 train.sh ...  (run folders named PREFIX+RUN, GPUs from
 #                                             GPU0 on, sequences per step)
+#        EXTRA="--router-layers global" train.sh ...  (more train flags for every run)
 #        ST=2 LR=2e-3 train.sh MIN STEPS SCORE NAME=ADAPTER...
 #                                             (fine-tune ADAPTER, a path in the checkout,
 #                                             with --init; ST: --straight-through k)
@@ -39,7 +40,7 @@ if [ "$1" = probe ]; then
 fi
 MIN=${1:?minutes}; STEPS=${2:?steps}; SCORE=${3:?dot or cosine}; shift 3
 RUNS=${*:-k8_log k4_log k8_paper k4_paper}
-common="$data --lr ${LR:-1e-2} --cosine-decay --steps $STEPS --time-limit-min $MIN --eval-every 50 --eval-seqs 8 --checkpoint-every 25 --sinkhorn-grad ${SGRAD:-full} ${ST:+--straight-through $ST}"
+common="$data --lr ${LR:-1e-2} --cosine-decay --steps $STEPS --time-limit-min $MIN --eval-every 50 --eval-seqs 8 --checkpoint-every 25 --sinkhorn-grad ${SGRAD:-full} ${ST:+--straight-through $ST} ${EXTRA:-}"
 ( while sleep 15; do nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader; done ) > $R/smi${PREFIX:-}.txt 2>&1 &
 SMI=$!
 i=0

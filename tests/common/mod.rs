@@ -27,6 +27,12 @@ pub fn qwen2_model_path() -> PathBuf {
     P.get_or_init(|| fetched("FOCUS_LENS_QWEN2_MODEL", "scripts/fetch-qwen.sh")).clone()
 }
 
+/// Gemma 3 270M (GGUF arch gemma3): $FOCUS_LENS_GEMMA3_MODEL, else scripts/fetch-gemma3.sh.
+pub fn gemma3_model_path() -> PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| fetched("FOCUS_LENS_GEMMA3_MODEL", "scripts/fetch-gemma3.sh")).clone()
+}
+
 fn fetched(env: &str, script: &str) -> PathBuf {
     if let Some(p) = std::env::var_os(env) {
         return PathBuf::from(p);

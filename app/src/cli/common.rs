@@ -179,6 +179,10 @@ pub struct SpecArgs {
     /// centroids, so S / tau stays bounded and Sinkhorn keeps the groups balanced).
     #[arg(long, value_parser = ["dot", "cosine"], default_value = "dot")]
     pub score: String,
+    /// On models with sliding-window layers (Gemma 2/3): route `all` layers (the Focus mask
+    /// composes with each sliding layer's window) or only the `global` ones.
+    #[arg(long, value_parser = ["all", "global"], default_value = "all")]
+    pub router_layers: String,
 }
 
 impl SpecArgs {
@@ -195,6 +199,7 @@ impl SpecArgs {
             top_k: self.top_k,
             causal_sinkhorn: self.causal_sinkhorn,
             score: if self.score == "cosine" { focus_core::Score::Cosine } else { focus_core::Score::Dot },
+            router_layers: self.router_layers.parse().expect("clap checked the value"),
         }
     }
 }

@@ -16,9 +16,16 @@ pub fn run(a: Args) -> Result<()> {
     let c = m.config();
     if a.json {
         let tok = m.tokenizer.as_ref();
+        let layers: Vec<serde_json::Value> = (0..c.n_layers)
+            .map(|l| {
+                let a = c.layer_attention(l);
+                serde_json::json!({"layer": l, "kind": if a.window.is_some() { "sliding" } else { "global" }, "window": a.window, "rope_theta": a.rope_theta})
+            })
+            .collect();
         return print_json(&serde_json::json!({
             "path": m.path, "format": m.format, "config": c, "fingerprint": m.fingerprint,
             "tokenizer_vocab": tok.map(|t| t.vocab_size()), "add_bos": tok.map(|t| t.add_bos()),
+            "layers": layers,
         }));
     }
     println!("path        {}", m.path.display());
@@ -34,6 +41,35 @@ pub fn run(a: Args) -> Result<()> {
     println!("positions   {:?}", c.positions);
     println!("norm        {:?}, eps {}", c.norm, c.norm_eps);
     println!("tied        {}", c.tied_embeddings);
+    let mut extras = Vec::new();
+    if let Some(s) = c.embed_scale {
+        extras.push(format!("embeddings x {s:.4}"));
+    }
+    if let Some(q) = c.qk_norm {
+        extras.push(format!("QK-norm ({q:?})"));
+    }
+    if c.post_norms {
+        extras.push("post-norms".into());
+    }
+    if let Some(s) = c.attn_scale {
+        extras.push(format!("attention scale {s}"));
+    }
+    if let Some(s) = c.attn_softcap {
+        extras.push(format!("attention soft-cap {s}"));
+    }
+    if let Some(s) = c.final_softcap {
+        extras.push(format!("final soft-cap {s}"));
+    }
+    if !extras.is_empty() {
+        println!("extras      {}", extras.join(", "));
+    }
+    // Interleaved sliding-window (S) and global (G) layers, e.g. SSSSSG SSSSSG SSSSSG.
+    if let Some(s) = &c.sliding {
+        let marks: String = (0..c.n_layers).map(|l| if c.is_sliding(l) { 'S' } else { 'G' }).collect();
+        let global: Vec<String> = (0..c.n_layers).filter(|&l| !c.is_sliding(l)).map(|l| l.to_string()).collect();
+        let theta = c.layer_attention(s.layers.iter().position(|&x| x).unwrap_or(0)).rope_theta;
+        println!("layers      {marks} (S: sliding window {}, RoPE base {theta:?}; G: global: {})", s.window, global.join(" "));
+    }
     println!("fingerprint {}", m.fingerprint);
     match &m.tokenizer {
         Some(t) => println!("tokenizer   {} tokens, add_bos {}", t.vocab_size(), t.add_bos()),

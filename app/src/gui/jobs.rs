@@ -359,18 +359,7 @@ pub fn untrained_twin(a: &Adapter, model: &Model) -> Result<(Adapter, u64), JobE
         .nth(1)
         .and_then(|r| r.trim_start_matches([' ', '=', ':']).split(|ch: char| !ch.is_ascii_digit()).next().and_then(|d| d.parse().ok()))
         .unwrap_or(0);
-    let spec = focus_core::AdapterSpec {
-        groups: c.groups,
-        d_g: c.d_g,
-        tau: c.tau,
-        sinkhorn_iters: c.sinkhorn_iters,
-        window: c.window,
-        gate: c.gate,
-        lambda: c.lambda,
-        top_k: c.top_k,
-        causal_sinkhorn: c.causal_sinkhorn,
-        score: c.score,
-    };
+    let spec = c.spec();
     let mut twin = Adapter::random(&model.identity(), model.device(), &spec, seed)?;
     twin.config.log_eps = c.log_eps;
     Ok((twin, seed))

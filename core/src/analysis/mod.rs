@@ -17,7 +17,7 @@ use crate::model::{ForwardOptions, Model};
 use crate::analysis::projection::{layer_projection, Projection};
 use crate::focus::router::LayerRouting;
 use crate::analysis::stats::{layer_stats, LayerStats};
-use crate::focus::mask::{pair_stats, PairStats};
+use crate::focus::mask::{pair_stats_within, PairStats};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicBool;
 
@@ -110,7 +110,11 @@ pub fn analyze(
             Ok(None)
         })?;
         for (l, r) in out.routing.into_iter().enumerate() {
-            let p = pair_stats(&r.topk_masks(opts.k), cfg.window);
+            // A sliding layer counts the pairs of its own window (and keeps them all when the
+            // adapter routes only the global layers).
+            let own = model.config().layer_attention(l).span(ids.len());
+            let routed = cfg.router_layers.routes(model.config().is_sliding(l));
+            let p = pair_stats_within(&r.topk_masks(opts.k), cfg.window, own, routed);
             let acc = &mut pairs[l];
             acc.causal += p.causal;
             acc.local += p.local;

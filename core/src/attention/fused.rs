@@ -791,7 +791,7 @@ pub(crate) mod tests {
             Some(cfg) if !crate::focus::mask::all_local(c.t, c.window) => soft_plan(&g, cfg).unwrap(),
             _ => LayerPlan::Dense,
         };
-        let o = attend_batch(&q, &k, &v, &plan, &causal_bias(c.t, dev).unwrap()).unwrap();
+        let o = attend_batch(&q, &k, &v, &plan, &Default::default(), &causal_bias(c.t, dev).unwrap()).unwrap();
         let o = o.transpose(1, 2).unwrap().reshape((c.b * c.t, c.h * c.d)).unwrap();
         let composed = grads(&o);
         [fused, composed]

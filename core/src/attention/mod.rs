@@ -12,6 +12,12 @@
 //!    candle matrix products with the gate or mask applied to the scores, and the fused causal
 //!    softmax (`cpu::simd`) on the CPU.
 //!
+//! A layer's own attention (`LayerAttention`) composes with the plan: a sliding window shorter
+//! than the sequence removes the pairs i - j >= W in every path (the CPU kernels skip them, the
+//! others add it to the mask; the CUDA kernels do not take it and fall through), and
+//! soft-capping (Gemma 2) runs the candle path, capping the scaled logits before any gate or
+//! mask.
+//!
 //! `soft` builds the soft-gate plans, `reference` holds the independent references the kernels
 //! are tested against; the mask rule itself is `focus::mask`. Training's fused path takes
 //! `fused`: RoPE, the soft gate and causal attention as one op with a backward pass, which
@@ -25,7 +31,8 @@ pub mod soft;
 
 use crate::error::{Error, Result};
 use crate::focus::adapter::AdapterConfig;
-use crate::focus::mask::all_local;
+use crate::focus::mask::{self, all_local};
+use crate::model::config::LayerAttention;
 use crate::focus::router::LayerRouting;
 use cpu::simd::CausalSoftmax;
 use cpu::Shape;
@@ -108,46 +115,59 @@ pub fn plan(
 }
 
 /// Inference attention of one sequence: q (H, T, D); k, v (Hkv, T, D); returns (H, T, D).
-/// `causal` is the additive causal mask (`focus::mask::causal_bias`), needed off the CPU. Training uses
-/// `attend_batch`.
-pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Option<&Tensor>) -> Result<Tensor> {
+/// `own` is the layer's own attention (sliding window, soft-cap). `causal` is the additive
+/// causal mask (`focus::mask::causal_bias`), needed off the CPU. Training uses `attend_batch`.
+pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &LayerAttention, causal: Option<&Tensor>) -> Result<Tensor> {
     let (h, t, d) = q.dims3()?;
     let hkv = k.dim(0)?;
+    let span = own.span(t);
+    // Soft-capping acts on each logit before the mask: the hard mask becomes an explicit one
+    // for the candle path below.
+    let capped_topk;
+    let plan = match (plan, own.softcap) {
+        (LayerPlan::TopK { masks, window }, Some(_)) => {
+            capped_topk = LayerPlan::Masked(mask::topk_mask_bias(masks, *window, q.device())?);
+            &capped_topk
+        }
+        _ => plan,
+    };
     if let LayerPlan::TopK { masks, window } = plan {
         // On CUDA the top-k kernel runs on the device (the CPU kernel below would round-trip
         // q, k, v through the host); shapes it does not take fall through to the CPU kernel.
         #[cfg(feature = "cuda")]
-        if let Device::Cuda(dev) = q.device() {
+        if let (Device::Cuda(dev), None) = (q.device(), span) {
             if let Some(out) = crate::attention::cuda::host::focus_attention_if_supported(q, k, v, masks, *window, dev)? {
                 return Ok(out);
             }
         }
         let lay = Shape { heads: h, kv_heads: hkv, t, d };
-        let out = cpu::focus::focus_attention(
+        let out = cpu::focus::focus_attention_within(
             &q.flatten_all()?.to_vec1::<f32>()?,
             &k.flatten_all()?.to_vec1::<f32>()?,
             &v.flatten_all()?.to_vec1::<f32>()?,
             lay,
             masks,
             *window,
+            span,
         );
         return Ok(Tensor::from_vec(out, (h, t, d), q.device())?);
     }
     // Dense: our flash kernels on either device (candle's matmul + softmax below materialises
     // the T x T scores; on the H200 our f32 kernel is 2.9x faster at 4K tokens).
     #[cfg(feature = "cuda")]
-    if let (LayerPlan::Dense, Device::Cuda(_)) = (plan, q.device()) {
+    if let (LayerPlan::Dense, Device::Cuda(_), None, None) = (plan, q.device(), span, own.softcap) {
         if let Some(out) = crate::attention::cuda::host::dense_attention_if_supported(q, k, v)? {
             return Ok(out);
         }
     }
     let fast_cpu = q.device().is_cpu();
-    if fast_cpu && matches!(plan, LayerPlan::Dense) {
-        let out = cpu::dense::causal_attention(
+    if fast_cpu && matches!(plan, LayerPlan::Dense) && own.softcap.is_none() {
+        let out = cpu::dense::causal_attention_within(
             &q.flatten_all()?.to_vec1::<f32>()?,
             &k.flatten_all()?.to_vec1::<f32>()?,
             &v.flatten_all()?.to_vec1::<f32>()?,
             Shape { heads: h, kv_heads: hkv, t, d },
+            span,
         );
         return Ok(Tensor::from_vec(out, (h, t, d), q.device())?);
     }
@@ -156,12 +176,27 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Opti
     let qg = q.reshape((hkv, rep * t, d))?;
     let scale = 1.0 / (d as f64).sqrt();
     let scores = qg.matmul(&k.t()?)?.reshape((h, t, t))?;
-    // Scaled scores with the plan's gate or mask; `None` means plain scaled scores.
-    let adjusted = match plan {
-        LayerPlan::Dense => None,
-        LayerPlan::SoftFactor(f) => Some((&scores * scale)?.broadcast_mul(f)?),
-        LayerPlan::SoftBias(b) | LayerPlan::Masked(b) => Some((&scores * scale)?.broadcast_add(b)?),
-        LayerPlan::TopK { .. } => unreachable!(),
+    let own_bias = match span {
+        Some(w) => Some(mask::sliding_bias(t, w, q.device())?),
+        None => None,
+    };
+    // Scaled (and capped) scores with the plan's gate or mask and the sliding window; `None`
+    // means plain scaled scores.
+    let adjusted = match (plan, own.softcap, &own_bias) {
+        (LayerPlan::Dense, None, None) => None,
+        _ => {
+            let s = cap(&(&scores * scale)?, own.softcap)?;
+            let s = match plan {
+                LayerPlan::Dense => s,
+                LayerPlan::SoftFactor(f) => s.broadcast_mul(f)?,
+                LayerPlan::SoftBias(b) | LayerPlan::Masked(b) => s.broadcast_add(b)?,
+                LayerPlan::TopK { .. } => unreachable!(),
+            };
+            Some(match &own_bias {
+                Some(b) => s.broadcast_add(b)?,
+                None => s,
+            })
+        }
     };
     let p = if fast_cpu {
         // Fused scale + causal mask + softmax over the causal triangle only.
@@ -181,15 +216,24 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: Opti
     Ok(p.reshape((hkv, rep * t, t))?.matmul(v)?.reshape((h, t, d))?)
 }
 
+/// Soft-capping of scaled logits: cap * tanh(s / cap) (differentiable).
+fn cap(s: &Tensor, softcap: Option<f64>) -> Result<Tensor> {
+    Ok(match softcap {
+        Some(c) => ((s / c)?.tanh()? * c)?,
+        None => s.clone(),
+    })
+}
+
 /// Training attention of a batch of sequences: q (B, H, T, D), k and v (B, Hkv, T, D), a dense
 /// or soft plan with one T x T gate per sequence (B x T x T), the causal mask (T x T). Only ops
 /// with a backward pass (explicit scores, the composed softmax), so that gradients reach the
 /// routers through the frozen model.
-pub fn attend_batch(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal: &Tensor) -> Result<Tensor> {
+pub fn attend_batch(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &LayerAttention, causal: &Tensor) -> Result<Tensor> {
     let (b, h, t, d) = q.dims4()?;
     let hkv = k.dim(1)?;
     let rep = h / hkv;
     let scores = (q.reshape((b, hkv, rep * t, d))?.matmul(&k.t()?)?.reshape((b, h, t, t))? * (1.0 / (d as f64).sqrt()))?;
+    let scores = cap(&scores, own.softcap)?;
     let x = match plan {
         LayerPlan::Dense => scores,
         LayerPlan::SoftFactor(f) => scores.broadcast_mul(&f.unsqueeze(1)?)?,
@@ -198,6 +242,12 @@ pub fn attend_batch(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, causal
             return Err(Error::Invalid("batched attention takes dense or soft plans (training)".into()))
         }
     };
-    let p = candle_nn::ops::softmax(&x.broadcast_add(causal)?, candle_core::D::Minus1)?;
+    // The sliding window joins the causal mask after the gate: a gate times -inf would give the
+    // gate a NaN gradient.
+    let mask = match own.span(t) {
+        Some(w) => causal.broadcast_add(&mask::sliding_bias(t, w, q.device())?)?,
+        None => causal.clone(),
+    };
+    let p = candle_nn::ops::softmax(&x.broadcast_add(&mask)?, candle_core::D::Minus1)?;
     Ok(p.reshape((b, hkv, rep * t, t))?.matmul(v)?.reshape((b, h, t, d))?)
 }

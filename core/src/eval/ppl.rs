@@ -1,7 +1,9 @@
 //! Perplexity with llama.cpp's convention (llama-perplexity's default), so that figures are
 //! comparable: tokenize once, cut into non-overlapping chunks of exactly `ctx` tokens (the
 //! remainder is dropped), run each chunk from position 0, and score only the second half: the
-//! logits at positions ctx/2 ..= ctx-2 predict tokens ctx/2+1 ..= ctx-1.
+//! logits at positions ctx/2 ..= ctx-2 predict tokens ctx/2+1 ..= ctx-1. For a model whose
+//! tokenizer adds BOS (Gemma), the first token of every chunk is replaced by BOS, as
+//! llama-perplexity does (the whole text was tokenized with one BOS in front).
 
 use crate::focus::adapter::Adapter;
 use crate::attention::Mode;
@@ -39,11 +41,16 @@ pub fn perplexity(
         return Err(Error::BadText(format!("the text has {} tokens; perplexity at ctx {ctx} needs at least {ctx}", ids.len())));
     }
     let first = ctx / 2;
+    let bos = model.tokenizer.as_ref().filter(|t| t.add_bos()).and_then(|t| t.bos_id());
     let mut per_chunk = Vec::with_capacity(chunks);
     let mut total = 0f64;
     let mut n = 0usize;
     for c in 0..chunks {
-        let chunk = &ids[c * ctx..(c + 1) * ctx];
+        let mut chunk = ids[c * ctx..(c + 1) * ctx].to_vec();
+        if let Some(b) = bos {
+            chunk[0] = b;
+        }
+        let chunk = &chunk[..];
         let mut opts = ForwardOptions::new(mode, adapter);
         opts.logits_from = first;
         opts.cancel = cancel;

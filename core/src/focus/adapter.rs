@@ -60,6 +60,40 @@ fn l2_rows(x: &Tensor) -> Result<Tensor> {
     Ok(x.broadcast_div(&norm)?)
 }
 
+/// Which layers of a model with interleaved sliding-window and global layers (Gemma 2/3) the
+/// routers act on [ours: the paper does not say]. Every layer has a router either way (the
+/// weights file keeps one per layer, and routing is computed and shown for every layer); with
+/// `global`, a sliding layer attends with its own window only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum RouterLayers {
+    /// Every layer, sliding ones included: there the Focus mask composes with the window (a
+    /// pair is kept when both keep it). Adapters written before this field existed route every
+    /// layer.
+    #[default]
+    All,
+    /// Only the global layers; the sliding layers keep their window's pairs.
+    Global,
+}
+
+impl RouterLayers {
+    /// Whether a layer (sliding or not) is routed.
+    pub fn routes(self, sliding: bool) -> bool {
+        self == RouterLayers::All || !sliding
+    }
+}
+
+impl std::str::FromStr for RouterLayers {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "all" => Ok(RouterLayers::All),
+            "global" => Ok(RouterLayers::Global),
+            other => Err(format!("router layers {other:?}: expected all or global")),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AdapterConfig {
     pub format: String,
@@ -84,6 +118,9 @@ pub struct AdapterConfig {
     pub score: Score,
     /// Which hidden state feeds the router [ours]: the normalised input of attention.
     pub router_input: String,
+    /// Which layers the routers act on (models with sliding-window layers).
+    #[serde(default)]
+    pub router_layers: RouterLayers,
     pub base_model: BaseModel,
     /// How the router weights were initialised.
     pub init: String,
@@ -108,12 +145,13 @@ pub struct AdapterSpec {
     pub top_k: usize,
     pub causal_sinkhorn: bool,
     pub score: Score,
+    pub router_layers: RouterLayers,
 }
 
 impl Default for AdapterSpec {
     /// The paper's ablation defaults: K=8, d_g=16, tau=0.1, N=10, w=128.
     fn default() -> Self {
-        AdapterSpec { groups: 8, d_g: 16, tau: 0.1, sinkhorn_iters: 10, window: 128, gate: Gate::Log, lambda: 10.0, top_k: 2, causal_sinkhorn: false, score: Score::Dot }
+        AdapterSpec { groups: 8, d_g: 16, tau: 0.1, sinkhorn_iters: 10, window: 128, gate: Gate::Log, lambda: 10.0, top_k: 2, causal_sinkhorn: false, score: Score::Dot, router_layers: RouterLayers::All }
     }
 }
 
@@ -134,6 +172,23 @@ mod rand_distr_normal {
 }
 
 impl AdapterConfig {
+    /// The settings a new adapter of this configuration is made from (`Adapter::random`).
+    pub fn spec(&self) -> AdapterSpec {
+        AdapterSpec {
+            groups: self.groups,
+            d_g: self.d_g,
+            tau: self.tau,
+            sinkhorn_iters: self.sinkhorn_iters,
+            window: self.window,
+            gate: self.gate,
+            lambda: self.lambda,
+            top_k: self.top_k,
+            causal_sinkhorn: self.causal_sinkhorn,
+            score: self.score,
+            router_layers: self.router_layers,
+        }
+    }
+
     fn check(&self) -> Result<()> {
         let bad = |m: String| Err(Error::BadAdapter(m));
         if self.format != FORMAT {
@@ -196,6 +251,7 @@ impl Adapter {
             causal_sinkhorn: spec.causal_sinkhorn,
             score: spec.score,
             router_input: "attention input after the layer's norm".into(),
+            router_layers: spec.router_layers,
             base_model: base.clone(),
             init: format!("random: W_g ~ N(0, 1/d_model), centroids ~ N(0, 1) rows normalised to 1; seed {seed}"),
             training: None,

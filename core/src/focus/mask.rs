@@ -143,10 +143,58 @@ pub fn pair_stats(masks: &[u64], window: usize) -> PairStats {
     PairStats { causal, local, same_group_distant: distant, retained }
 }
 
+/// `pair_stats` on a layer with its own sliding window `span` = Some(W) (keys i - j < W): the
+/// causal pairs are those of the window, and the Focus mask keeps the pairs both keep. A layer
+/// the adapter does not route (`routed` false, `RouterLayers::Global` on a sliding layer) keeps
+/// its whole window, counted as local.
+pub fn pair_stats_within(masks: &[u64], window: usize, span: Option<usize>, routed: bool) -> PairStats {
+    if span.is_none() && routed {
+        return pair_stats(masks, window);
+    }
+    let t = masks.len();
+    let causal: u64 = (0..t).map(|i| span.map_or(i + 1, |w| (i + 1).min(w)) as u64).sum();
+    if !routed {
+        return PairStats { causal, local: causal, same_group_distant: 0, retained: if causal == 0 { 0.0 } else { 1.0 } };
+    }
+    let w = span.expect("a sliding layer");
+    let band = window.min(w.saturating_sub(1));
+    let local: u64 = (0..t).map(|i| (i.min(band) + 1) as u64).sum();
+    let mut distant = 0u64;
+    if w > window + 1 {
+        // Keys i - W < j < i - w: key i - w - 1 joins at query i, key i - W leaves.
+        let mut seen: HashMap<u64, u64> = HashMap::new();
+        for i in 0..t {
+            if i > window {
+                *seen.entry(masks[i - window - 1]).or_default() += 1;
+            }
+            if i >= w {
+                *seen.get_mut(&masks[i - w]).expect("joined earlier") -= 1;
+            }
+            distant += seen.iter().filter(|(&m, _)| share_group(m, masks[i])).map(|(_, c)| c).sum::<u64>();
+        }
+    }
+    let retained = if causal == 0 { 0.0 } else { (local + distant) as f64 / causal as f64 };
+    PairStats { causal, local, same_group_distant: distant, retained }
+}
+
 /// Additive causal mask (T x T): 0 on and below the diagonal, -inf above.
 pub fn causal_bias(t: usize, dev: &Device) -> Result<Tensor> {
     let v: Vec<f32> = (0..t * t).map(|n| if n % t <= n / t { 0.0 } else { f32::NEG_INFINITY }).collect();
     Ok(Tensor::from_vec(v, (t, t), dev)?)
+}
+
+/// A sliding-window layer's own mask (T x T, additive): -inf where i - j >= w (the keys its
+/// window has left), 0 elsewhere; the causal mask is separate. The Focus mask composes with it:
+/// a sliding layer keeps a pair only when both keep it.
+pub fn sliding_bias(t: usize, w: usize, dev: &Device) -> Result<Tensor> {
+    let v: Vec<f32> = (0..t * t).map(|n| if n / t >= n % t + w { f32::NEG_INFINITY } else { 0.0 }).collect();
+    Ok(Tensor::from_vec(v, (t, t), dev)?)
+}
+
+/// Whether a sliding layer of window `w` (None: a global layer) sees the pair (i, j), j <= i.
+#[inline(always)]
+pub fn in_window(i: usize, j: usize, w: Option<usize>) -> bool {
+    w.is_none_or(|w| i - j < w)
 }
 
 /// 1 where the pair is local (0 <= i - j <= window, and for j > i, which the causal mask removes
@@ -205,6 +253,28 @@ mod tests {
             assert_eq!((p.local, p.same_group_distant, p.causal), (local, distant, (t * (t + 1) / 2) as u64));
             let (a, b) = crate::attention::reference::ab_pair_counts(&masks, w);
             assert_eq!(a + b, local + distant);
+        }
+    }
+
+    #[test]
+    fn pair_stats_within_a_sliding_window_match_brute_force() {
+        let mut rng = StdRng::seed_from_u64(8);
+        for _ in 0..40 {
+            let t = rng.gen_range(1..200);
+            let w = rng.gen_range(0..30);
+            let span = [None, Some(rng.gen_range(1..60)), Some(w + 1), Some(w + 2)][rng.gen_range(0..4)];
+            let masks: Vec<u64> = (0..t).map(|_| 1u64 << rng.gen_range(0..4) | 1u64 << rng.gen_range(0..4)).collect();
+            let (mut causal, mut kept) = (0u64, 0u64);
+            for i in 0..t {
+                for j in (0..=i).filter(|&j| in_window(i, j, span)) {
+                    causal += 1;
+                    kept += classify(i, j, masks[i], masks[j], w).kept() as u64;
+                }
+            }
+            let p = pair_stats_within(&masks, w, span, true);
+            assert_eq!((p.causal, p.kept()), (causal, kept), "t {t} w {w} span {span:?}");
+            let u = pair_stats_within(&masks, w, span, false);
+            assert_eq!((u.causal, u.kept()), (causal, causal));
         }
     }
 

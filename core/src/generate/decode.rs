@@ -12,6 +12,7 @@ use crate::attention::cpu::simd::exp;
 use crate::attention::fused::GateFn;
 use crate::error::{Error, Result};
 use crate::focus::mask::{self, PairClass};
+use crate::model::config::LayerAttention;
 use crate::model::matvec::dot;
 use multiversion::multiversion;
 use rayon::prelude::*;
@@ -99,13 +100,20 @@ struct Partial {
 
 /// The attention output (heads x D) of the newest token's queries `q` (heads x D, after RoPE)
 /// over `cache`, and the bytes read.
-pub fn attend(q: &[f32], heads: usize, cache: &LayerCache, how: DecodeAttention) -> Result<(Vec<f32>, ReadBytes)> {
+/// `own` is the layer's own attention: a sliding window drops the keys outside it (for every
+/// mode: the Focus mask composes with it), a soft-cap acts on each scaled logit before any gate.
+/// (Its score scale is already in `q`: `Block::attention_inputs` applies it.)
+pub fn attend(q: &[f32], heads: usize, cache: &LayerCache, how: DecodeAttention, own: &LayerAttention) -> Result<(Vec<f32>, ReadBytes)> {
     let (hkv, d, n) = (cache.kv_heads, cache.head_dim, cache.len());
     if hkv == 0 || heads % hkv != 0 || q.len() != heads * d {
         return Err(Error::Invalid(format!("decode attention: {heads} query heads of {} values over {hkv} KV heads of {d}", q.len() / heads.max(1))));
     }
     let rep = heads / hkv;
-    let (keys, index) = selected_keys(cache, how)?;
+    let (mut keys, index) = selected_keys(cache, how)?;
+    let newest = n - 1;
+    if let Some(w) = own.window {
+        keys.retain(|&j| newest - (j as usize) < w);
+    }
     let scale = 1.0 / (d as f32).sqrt();
     // Soft gates: per selected key, the affinity with the query and whether it is distant.
     let gates: Option<(GateFn, Vec<(f32, bool)>)> = match how {
@@ -125,6 +133,10 @@ pub fn attend(q: &[f32], heads: usize, cache: &LayerCache, how: DecodeAttention)
             let qh: Vec<f32> = q[h * rep * d..(h + 1) * rep * d].iter().map(|x| x * scale).collect();
             let mut s = vec![0f32; rep * ks.len()];
             chunk_scores(&qh, rep, d, &cache.k[h], ks, &mut s);
+            if let Some(c) = own.softcap {
+                let c = c as f32;
+                s.iter_mut().for_each(|x| *x = c * (*x / c).tanh());
+            }
             if let Some((gate, a)) = &gates {
                 let a = &a[c * CHUNK..c * CHUNK + ks.len()];
                 for r in 0..rep {
@@ -167,7 +179,9 @@ pub fn attend(q: &[f32], heads: usize, cache: &LayerCache, how: DecodeAttention)
         }
     }
     let tb = cache.token_bytes();
-    Ok((out, ReadBytes { kv: keys.len() as u64 * tb, index, dense: n as u64 * tb }))
+    // Dense attention of this layer reads its window at most.
+    let dense = own.window.map_or(n, |w| w.min(n));
+    Ok((out, ReadBytes { kv: keys.len() as u64 * tb, index, dense: dense as u64 * tb }))
 }
 
 /// s[r][jj] = q_r . k_{keys[jj]} for the `rep` query rows of one KV head (q pre-scaled).
@@ -229,7 +243,7 @@ mod tests {
             let qi: Vec<f32> = (0..heads).flat_map(|h| q[(h * t + t - 1) * d..(h * t + t) * d].to_vec()).collect();
             let s = Shape { heads, kv_heads: hkv, t, d };
             for how in [DecodeAttention::Dense, DecodeAttention::TopK { window }] {
-                let (got, read) = attend(&qi, heads, &cache, how).unwrap();
+                let (got, read) = attend(&qi, heads, &cache, how, &LayerAttention::default()).unwrap();
                 let want = masked_dense_reference(&q, &kk, &v, s, |i, j| how == DecodeAttention::Dense || mask::kept(&masks, window, i, j));
                 let kept = (0..t).filter(|&j| how == DecodeAttention::Dense || mask::kept(&masks, window, t - 1, j)).count();
                 assert_eq!(read.kv, kept as u64 * cache.token_bytes(), "{how:?}: rows read");

@@ -84,8 +84,9 @@ impl<'a> Generator<'a> {
         };
         let cfg = &decoder.config;
         let layers = (0..cfg.n_layers)
-            .map(|_| {
-                let routing = adapter.map(|a| {
+            .map(|l| {
+                // Layers the adapter leaves unrouted (`router_layers`) attend densely.
+                let routing = adapter.filter(|a| a.config.router_layers.routes(cfg.is_sliding(l))).map(|a| {
                     let c = &a.config;
                     CachedRouting::new(c.groups, k, c.causal_sinkhorn.then(|| CausalSinkhorn::new(c.groups, c.tau, c.sinkhorn_iters)))
                 });
@@ -190,7 +191,8 @@ impl<'a> Generator<'a> {
                 a.check_memberships(l, &m)?;
                 r.push(&scores, &m);
             }
-            let (o, rb) = decode::attend(&inp.q.flatten_all()?.to_vec1::<f32>()?, cfg.n_heads, cache, how)?;
+            let how = if cache.routing.is_some() { how } else { DecodeAttention::Dense };
+            let (o, rb) = decode::attend(&inp.q.flatten_all()?.to_vec1::<f32>()?, cfg.n_heads, cache, how, &blk.attn)?;
             read.add(rb);
             let o = Tensor::from_vec(o, (1, cfg.n_heads, 1, cfg.head_dim), &dec.device)?;
             x = blk.finish(&x, &o, &pass)?;

@@ -1,14 +1,18 @@
-//! One transformer block, written once: pre-norm attention and MLP with a residual around each.
-//! The block owns its weights and the tensor plumbing (norms, Q/K/V projections, RoPE, output
-//! projection, MLP); which pairs attend is decided by the caller (`Decoder::run`), which hands
-//! `Block::finish` the attention output. Every pass (inference, training, inspection) goes
+//! One transformer block, written once: attention and MLP with a residual around each. The
+//! block owns its weights and the tensor plumbing (norms, Q/K/V projections, QK-norm, RoPE,
+//! output projection, MLP); which pairs attend is decided by the caller (`Decoder::run`), which
+//! hands `Block::finish` the attention output. The parts only some families have are optional
+//! data, not other forwards: the pre-norms (absent in OLMo-2), QK-norm (Gemma 3 per head,
+//! OLMo-2 over the whole projection), the post-norms of the attention and MLP outputs (Gemma
+//! 2/3, OLMo-2), GeGLU, and each layer's own attention (`LayerAttention`: RoPE base, sliding
+//! window, soft-cap). Every pass (inference, training, inspection) goes
 //! through `attention_inputs` and `finish`, except the fused training step, which goes through
 //! `train_inputs` and `train_finish`: the same block with the frozen weights in the form of
 //! `train_ops::TrainBlock` (concatenated projections in the compute dtype, no weight
 //! gradients) and fused norms and SwiGLU; tests/differentiable.rs checks that it computes the
 //! same function.
 
-use super::config::{MlpKind, ModelConfig, NormKind, Positions};
+use super::config::{LayerAttention, MlpKind, ModelConfig, NormKind, Positions};
 use super::train_ops::{rms_norm, swiglu, TrainBlock};
 use crate::error::Result;
 use candle_core::{DType, Device, Tensor};
@@ -70,17 +74,57 @@ impl Norm {
     /// The fused training step's norm of the f32 residual stream, in f32: RMSNorm as one op
     /// each way (`train_ops::rms_norm`), layer norm composed.
     pub fn forward_train(&self, x: &Tensor) -> Result<Tensor> {
+        self.forward_train_in(x, DType::F32)
+    }
+
+    /// `forward_train` with the output in `out` (QK-norm feeds the attention in its dtype).
+    pub fn forward_train_in(&self, x: &Tensor, out: DType) -> Result<Tensor> {
         match self.kind {
-            NormKind::Rms => rms_norm(x, &self.weight, self.eps, DType::F32),
-            NormKind::Layer => self.forward(x, true),
+            NormKind::Rms => rms_norm(x, &self.weight, self.eps, out),
+            NormKind::Layer => Ok(self.forward(&x.to_dtype(DType::F32)?, true)?.to_dtype(out)?),
         }
     }
+
+    /// QK-norm of a projection `y` ((rows, n * head_dim)): per head when the weight has
+    /// head_dim entries (Gemma 3), else over the whole row (OLMo-2). `train`: the fused step's
+    /// op, output in `out`.
+    fn qk(&self, y: &Tensor, head_dim: usize, differentiable: bool, train: Option<DType>) -> Result<Tensor> {
+        let (rows, cols) = y.dims2()?;
+        let per_head = self.weight.dim(0)? == head_dim && cols != head_dim;
+        let z = if per_head { y.reshape((rows * cols / head_dim, head_dim))? } else { y.clone() };
+        let z = match train {
+            Some(out) => self.forward_train_in(&z, out)?,
+            None => self.forward(&z, differentiable)?,
+        };
+        Ok(z.reshape((rows, cols))?)
+    }
+}
+
+/// A norm that may be absent (identity).
+fn maybe(norm: &Option<Norm>, x: &Tensor, differentiable: bool) -> Result<Tensor> {
+    match norm {
+        Some(n) => n.forward(x, differentiable),
+        None => Ok(x.clone()),
+    }
+}
+
+fn maybe_train(norm: &Option<Norm>, x: &Tensor) -> Result<Tensor> {
+    match norm {
+        Some(n) => n.forward_train(x),
+        None => Ok(x.clone()),
+    }
+}
+
+/// gelu_tanh(gate) * up of the concatenated projection gu (rows, 2F) = [gate | up].
+fn geglu(gu: &Tensor) -> Result<Tensor> {
+    let f = gu.dim(1)? / 2;
+    Ok((gu.narrow(1, 0, f)?.gelu()? * gu.narrow(1, f, f)?)?)
 }
 
 #[derive(Debug, Clone)]
 pub struct Mlp {
     pub kind: MlpKind,
-    /// SwiGLU: gate; GELU: fc.
+    /// SwiGLU / GeGLU: up; GELU: fc.
     pub up_or_fc: Linear,
     pub gate: Option<Linear>,
     pub down: Linear,
@@ -94,6 +138,10 @@ impl Mlp {
                 (candle_nn::ops::silu(&gate)? * self.up_or_fc.forward(x)?)?
             }
             MlpKind::GeluTanh => self.up_or_fc.forward(x)?.gelu()?,
+            MlpKind::GeGlu => {
+                let gate = self.gate.as_ref().expect("GeGLU MLP has a gate").forward(x)?;
+                (gate.gelu()? * self.up_or_fc.forward(x)?)?
+            }
         };
         self.down.forward(&h)
     }
@@ -101,13 +149,23 @@ impl Mlp {
 
 #[derive(Debug, Clone)]
 pub struct Block {
-    pub attn_norm: Norm,
+    /// Pre-attention norm; its output feeds Q/K/V and the router (OLMo-2 has none: x itself).
+    pub attn_norm: Option<Norm>,
     pub q: Linear,
     pub k: Linear,
     pub v: Linear,
+    /// QK-norm of the projected queries and keys, before RoPE.
+    pub q_norm: Option<Norm>,
+    pub k_norm: Option<Norm>,
     pub o: Linear,
-    pub mlp_norm: Norm,
+    /// Norm of the attention output before the residual add.
+    pub post_attn_norm: Option<Norm>,
+    pub mlp_norm: Option<Norm>,
     pub mlp: Mlp,
+    /// Norm of the MLP output before the residual add.
+    pub post_mlp_norm: Option<Norm>,
+    /// This layer's own attention (RoPE base, sliding window, soft-cap, scale).
+    pub attn: LayerAttention,
 }
 
 /// What every layer of one pass shares: the batch shape, the RoPE tables, and whether only ops
@@ -119,8 +177,10 @@ pub struct Pass {
     n_heads: usize,
     n_kv_heads: usize,
     head_dim: usize,
-    /// cos/sin tables and the rotation layout, for RoPE models.
-    rope: Option<(Tensor, Tensor, bool)>,
+    /// cos/sin tables per RoPE base (Gemma's sliding layers have their own) and the rotation
+    /// layout, for RoPE models.
+    ropes: Vec<(f64, Tensor, Tensor)>,
+    interleaved: bool,
     /// Use the composed ops (they have a backward pass; the fused ones have none).
     pub differentiable: bool,
 }
@@ -132,19 +192,24 @@ impl Pass {
 
     /// A pass over positions `start..start + t` (generation's step runs one token at `start`).
     pub fn at(cfg: &ModelConfig, b: usize, t: usize, start: usize, differentiable: bool, dev: &Device) -> Result<Pass> {
-        let rope = match cfg.positions {
-            Positions::Rope { theta, interleaved } => {
-                let (cos, sin) = rope_tables_from(start, t, cfg.head_dim, theta, dev)?;
-                Some((cos, sin, interleaved))
+        let interleaved = matches!(cfg.positions, Positions::Rope { interleaved: true, .. });
+        let mut ropes: Vec<(f64, Tensor, Tensor)> = Vec::new();
+        for l in 0..cfg.n_layers {
+            if let Some(theta) = cfg.layer_attention(l).rope_theta {
+                if !ropes.iter().any(|r| r.0 == theta) {
+                    let (cos, sin) = rope_tables_from(start, t, cfg.head_dim, theta, dev)?;
+                    ropes.push((theta, cos, sin));
+                }
             }
-            Positions::Learned => None,
-        };
-        Ok(Pass { b, t, n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope, differentiable })
+        }
+        Ok(Pass { b, t, n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, ropes, interleaved, differentiable })
     }
 
-    /// The RoPE tables (T, head_dim / 2) and whether adjacent pairs rotate (interleaved).
-    pub fn rope(&self) -> Option<&(Tensor, Tensor, bool)> {
-        self.rope.as_ref()
+    /// The RoPE tables (T, head_dim / 2) of a layer's base and whether adjacent pairs rotate
+    /// (interleaved); `None` without RoPE.
+    pub fn rope(&self, theta: Option<f64>) -> Option<(Tensor, Tensor, bool)> {
+        let theta = theta?;
+        self.ropes.iter().find(|r| r.0 == theta).map(|(_, c, s)| (c.clone(), s.clone(), self.interleaved))
     }
 }
 
@@ -161,23 +226,30 @@ impl Block {
     /// The attention inputs of this block from the residual stream `x` ((B*T, d_model)).
     pub fn attention_inputs(&self, x: &Tensor, pass: &Pass) -> Result<AttentionInputs> {
         let (b, t, hd) = (pass.b, pass.t, pass.head_dim);
-        let h = self.attn_norm.forward(x, pass.differentiable)?;
-        let heads = |lin: &Linear, n: usize| -> Result<Tensor> {
-            Ok(lin.forward(&h)?.reshape((b, t, n, hd))?.transpose(1, 2)?.contiguous()?)
+        let h = maybe(&self.attn_norm, x, pass.differentiable)?;
+        let heads = |lin: &Linear, norm: &Option<Norm>, n: usize| -> Result<Tensor> {
+            let mut y = lin.forward(&h)?;
+            if let Some(nm) = norm {
+                y = nm.qk(&y, hd, pass.differentiable, None)?;
+            }
+            Ok(y.reshape((b, t, n, hd))?.transpose(1, 2)?.contiguous()?)
         };
-        let mut q = heads(&self.q, pass.n_heads)?;
-        let mut k = heads(&self.k, pass.n_kv_heads)?;
-        let v = heads(&self.v, pass.n_kv_heads)?;
-        if let Some((cos, sin, interleaved)) = &pass.rope {
+        let mut q = heads(&self.q, &self.q_norm, pass.n_heads)?;
+        let mut k = heads(&self.k, &self.k_norm, pass.n_kv_heads)?;
+        let v = heads(&self.v, &None, pass.n_kv_heads)?;
+        if let Some((cos, sin, interleaved)) = pass.rope(self.attn.rope_theta) {
             use candle_nn::rotary_emb as re;
             let rot = |x: &Tensor| match (pass.differentiable, interleaved) {
-                (false, false) => re::rope(x, cos, sin),
-                (false, true) => re::rope_i(x, cos, sin),
-                (true, false) => re::rope_slow(x, cos, sin),
-                (true, true) => re::rope_i_slow(x, cos, sin),
+                (false, false) => re::rope(x, &cos, &sin),
+                (false, true) => re::rope_i(x, &cos, &sin),
+                (true, false) => re::rope_slow(x, &cos, &sin),
+                (true, true) => re::rope_i_slow(x, &cos, &sin),
             };
             q = rot(&q)?;
             k = rot(&k)?;
+        }
+        if let Some(m) = q_mult(&self.attn, hd) {
+            q = (q * m)?;
         }
         Ok(AttentionInputs { h, q, k, v })
     }
@@ -186,16 +258,37 @@ impl Block {
     /// projection and residual, then the MLP and its residual. Returns the new residual stream.
     pub fn finish(&self, x: &Tensor, o: &Tensor, pass: &Pass) -> Result<Tensor> {
         let o = o.transpose(1, 2)?.reshape((pass.b * pass.t, pass.n_heads * pass.head_dim))?;
-        let x = (x + self.o.forward(&o)?)?;
-        Ok((&x + self.mlp.forward(&self.mlp_norm.forward(&x, pass.differentiable)?)?)?)
+        let dif = pass.differentiable;
+        let x = (x + maybe(&self.post_attn_norm, &self.o.forward(&o)?, dif)?)?;
+        let m = self.mlp.forward(&maybe(&self.mlp_norm, &x, dif)?)?;
+        Ok((&x + maybe(&self.post_mlp_norm, &m, dif)?)?)
     }
 
     /// The fused training step's attention inputs from the f32 residual stream `x` ((B*T,
     /// d_model)): the normalised state `h` in f32 (it feeds the router) and the concatenated
     /// Q/K/V projection ((B*T, (H + 2 Hkv) * D), before RoPE) in `tb`'s dtype.
-    pub fn train_inputs(&self, x: &Tensor, tb: &TrainBlock) -> Result<(Tensor, Tensor)> {
-        let h = self.attn_norm.forward_train(x)?;
-        let qkv = tb.qkv.forward(&h, tb.qkv.w.dtype())?;
+    /// With QK-norm or a score scale, the Q and K columns are normalised (and Q scaled) here.
+    pub fn train_inputs(&self, x: &Tensor, tb: &TrainBlock, cfg: &ModelConfig) -> Result<(Tensor, Tensor)> {
+        let h = maybe_train(&self.attn_norm, x)?;
+        let dt = tb.qkv.w.dtype();
+        let mut qkv = tb.qkv.forward(&h, dt)?;
+        let mult = q_mult(&self.attn, cfg.head_dim);
+        if self.q_norm.is_some() || self.k_norm.is_some() || mult.is_some() {
+            let (nq, nk) = (cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim);
+            let part = |off: usize, n: usize, norm: &Option<Norm>| -> Result<Tensor> {
+                let y = qkv.narrow(1, off, n)?;
+                match norm {
+                    Some(nm) => nm.qk(&y, cfg.head_dim, true, Some(dt)),
+                    None => Ok(y),
+                }
+            };
+            let mut q = part(0, nq, &self.q_norm)?;
+            if let Some(m) = mult {
+                q = (q * m)?;
+            }
+            let k = part(nq, nk, &self.k_norm)?;
+            qkv = Tensor::cat(&[&q, &k, &qkv.narrow(1, nq + nk, nk)?], 1)?;
+        }
         Ok((h, qkv))
     }
 
@@ -203,14 +296,21 @@ impl Block {
     /// ((B*T, H*D), as `attention::fused` gives it): what `finish` computes, with the residual
     /// stream in f32 and the projections in `tb`'s dtype.
     pub fn train_finish(&self, x: &Tensor, o: &Tensor, tb: &TrainBlock) -> Result<Tensor> {
-        let x = (x + tb.o.forward(o, DType::F32)?)?;
-        let h = self.mlp_norm.forward_train(&x)?;
+        let x = (x + maybe_train(&self.post_attn_norm, &tb.o.forward(o, DType::F32)?)?)?;
+        let h = maybe_train(&self.mlp_norm, &x)?;
         let a = match self.mlp.kind {
             MlpKind::SwiGlu => swiglu(&tb.mlp_in.forward(&h, tb.mlp_in.w.dtype())?)?,
             MlpKind::GeluTanh => tb.mlp_in.forward(&h, DType::F32)?.gelu()?,
+            MlpKind::GeGlu => geglu(&tb.mlp_in.forward(&h, DType::F32)?)?,
         };
-        Ok((&x + tb.down.forward(&a, DType::F32)?)?)
+        Ok((&x + maybe_train(&self.post_mlp_norm, &tb.down.forward(&a, DType::F32)?)?)?)
     }
+}
+
+/// The factor on q that turns the kernels' 1/sqrt(head_dim) into the layer's own score scale
+/// (`None` when it is 1).
+pub fn q_mult(attn: &LayerAttention, head_dim: usize) -> Option<f64> {
+    attn.scale.map(|s| s * (head_dim as f64).sqrt()).filter(|&m| (m - 1.0).abs() > 1e-12)
 }
 
 /// cos/sin tables (T, head_dim/2) for rotary embeddings.

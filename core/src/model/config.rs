@@ -1,5 +1,7 @@
 //! The shape of a decoder, whatever file it came from. Each family file (llama.rs, qwen2.rs,
-//! gpt2.rs) fills one of these from its own metadata.
+//! gpt2.rs, gemma3.rs, gemma2.rs, olmo2.rs) fills one of these from its own metadata. The parts
+//! only some families have (QK-norm, soft-capping, sliding-window layers with their own RoPE
+//! base, an embedding scale) are data here, read by the one forward in block.rs / decoder.rs.
 
 use serde::{Deserialize, Serialize};
 
@@ -9,6 +11,9 @@ pub enum Arch {
     Llama,
     Qwen2,
     Gpt2,
+    Gemma3,
+    Gemma2,
+    Olmo2,
 }
 
 impl std::fmt::Display for Arch {
@@ -17,6 +22,9 @@ impl std::fmt::Display for Arch {
             Arch::Llama => "llama",
             Arch::Qwen2 => "qwen2",
             Arch::Gpt2 => "gpt2",
+            Arch::Gemma3 => "gemma3",
+            Arch::Gemma2 => "gemma2",
+            Arch::Olmo2 => "olmo2",
         })
     }
 }
@@ -42,6 +50,49 @@ pub enum MlpKind {
     SwiGlu,
     /// proj(gelu_tanh(fc(x)))
     GeluTanh,
+    /// down(gelu_tanh(gate(x)) * up(x)) (Gemma's GeGLU)
+    GeGlu,
+}
+
+/// Where QK-norm (an RMSNorm of the projected queries and keys, before RoPE) applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QkNorm {
+    /// Each head's vector on its own, one weight of head_dim shared by all heads (Gemma 3).
+    PerHead,
+    /// The whole projection (n_heads * head_dim) before the heads are split (OLMo-2).
+    Full,
+}
+
+/// Interleaved sliding-window and global layers (Gemma 2 and 3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sliding {
+    /// W: a sliding layer's query i sees keys j with i - j < W (llama.cpp and transformers).
+    pub window: usize,
+    /// Per layer: true for a sliding layer, false for a global one.
+    pub layers: Vec<bool>,
+    /// The RoPE base of the sliding layers (Gemma 3: 10000; global layers use `positions`).
+    pub rope_theta: Option<f64>,
+}
+
+/// What one layer's own attention does before any Focus mask, as the block runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LayerAttention {
+    /// The RoPE base of this layer (`None`: learned positions, no rotation).
+    pub rope_theta: Option<f64>,
+    /// Sliding window W (keys i - j < W); `None` for a global layer.
+    pub window: Option<usize>,
+    /// Logits become cap * tanh(logit / cap) before the softmax (Gemma 2).
+    pub softcap: Option<f64>,
+    /// The score scale when it is not 1/sqrt(head_dim) (Gemma 2's query_pre_attn_scalar^-0.5).
+    pub scale: Option<f64>,
+}
+
+impl LayerAttention {
+    /// The sliding window when it removes pairs from a sequence of `t` tokens (W < t).
+    pub fn span(&self, t: usize) -> Option<usize> {
+        self.window.filter(|&w| w < t)
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -63,9 +114,47 @@ pub struct ModelConfig {
     pub positions: Positions,
     pub qkv_bias: bool,
     pub tied_embeddings: bool,
+    /// The token embeddings are multiplied by this (Gemma: sqrt(d_model)).
+    #[serde(default)]
+    pub embed_scale: Option<f64>,
+    #[serde(default)]
+    pub qk_norm: Option<QkNorm>,
+    /// Each block normalises its attention and MLP outputs before the residual add (Gemma 2
+    /// and 3 have these besides the pre-norms; OLMo-2 has only these).
+    #[serde(default)]
+    pub post_norms: bool,
+    /// The score scale when it is not 1/sqrt(head_dim).
+    #[serde(default)]
+    pub attn_scale: Option<f64>,
+    /// Soft-capping of the attention logits and of the final logits (Gemma 2).
+    #[serde(default)]
+    pub attn_softcap: Option<f64>,
+    #[serde(default)]
+    pub final_softcap: Option<f64>,
+    /// Interleaved sliding-window / global layers; `None`: every layer is global.
+    #[serde(default)]
+    pub sliding: Option<Sliding>,
 }
 
 impl ModelConfig {
+    /// Whether layer `l` is a sliding-window layer.
+    pub fn is_sliding(&self, l: usize) -> bool {
+        self.sliding.as_ref().is_some_and(|s| s.layers.get(l).copied().unwrap_or(false))
+    }
+
+    /// Layer `l`'s own attention: its RoPE base, window, soft-cap and scale.
+    pub fn layer_attention(&self, l: usize) -> LayerAttention {
+        let global_theta = match self.positions {
+            Positions::Rope { theta, .. } => Some(theta),
+            Positions::Learned => None,
+        };
+        let (window, rope_theta) = match &self.sliding {
+            Some(s) if self.is_sliding(l) => (Some(s.window), s.rope_theta.or(global_theta)),
+            _ => (None, global_theta),
+        };
+        LayerAttention { rope_theta, window, softcap: self.attn_softcap, scale: self.attn_scale }
+    }
+
     /// Sanity limits that keep a corrupt header from driving huge allocations.
     pub fn validate(&self) -> Result<(), String> {
         let checks: [(&str, usize, usize); 7] = [
@@ -98,6 +187,24 @@ impl ModelConfig {
         if let Positions::Rope { theta, .. } = self.positions {
             if !(theta.is_finite() && theta > 1.0 && theta <= 1e12) {
                 return Err(format!("the RoPE base (theta) {theta} must be in (1, 1e12]"));
+            }
+        }
+        let positive = |name: &str, v: Option<f64>| match v {
+            Some(x) if !(x.is_finite() && x > 0.0 && x <= 1e6) => Err(format!("{name} = {x} must be in (0, 1e6]")),
+            _ => Ok(()),
+        };
+        positive("embed_scale", self.embed_scale)?;
+        positive("attn_scale", self.attn_scale)?;
+        positive("attn_softcap", self.attn_softcap)?;
+        positive("final_softcap", self.final_softcap)?;
+        if let Some(s) = &self.sliding {
+            if s.window == 0 || s.layers.len() != self.n_layers {
+                return Err(format!("sliding window {} over {} layer flags for {} layers", s.window, s.layers.len(), self.n_layers));
+            }
+            if let Some(theta) = s.rope_theta {
+                if !(theta.is_finite() && theta > 1.0 && theta <= 1e12) {
+                    return Err(format!("the sliding layers' RoPE base {theta} must be in (1, 1e12]"));
+                }
             }
         }
         Ok(())

@@ -180,8 +180,9 @@ impl Decoder {
     /// dtype: bf16 on CUDA).
     pub fn forward_train(&self, seqs: &[&[u32]], opts: &ForwardOptions) -> Result<Tensor> {
         let opts = ForwardOptions { differentiable: true, ..*opts };
+        let t = seqs.first().map_or(0, |s| s.len());
         let owned;
-        let opts = match (self.fused_train(&opts), opts.train.weights) {
+        let opts = match (self.fused_train(&opts, t), opts.train.weights) {
             (true, None) => {
                 owned = TrainWeights::new(self, TrainWeights::default_dtype(&self.device))?;
                 ForwardOptions { train: TrainPath { weights: Some(&owned), ..opts.train }, ..opts }
@@ -189,24 +190,37 @@ impl Decoder {
             _ => opts,
         };
         let RunEnd::Finished { x, .. } = self.run(seqs, &opts, &mut NoHook)? else { unreachable!("no hook stops a training pass") };
-        match (self.fused_train(&opts), opts.train.weights) {
-            (true, Some(tw)) => Ok(tw.lm_head.forward(&self.final_norm.forward_train(&x)?, tw.dtype)?),
+        let logits = match (self.fused_train(&opts, t), opts.train.weights) {
+            (true, Some(tw)) => tw.lm_head.forward(&self.final_norm.forward_train(&x)?, tw.dtype)?,
             _ => {
                 let x = self.final_norm.forward(&x, true)?;
-                Ok(x.matmul(&self.lm_head.t()?)?)
+                x.matmul(&self.lm_head.t()?)?
             }
-        }
+        };
+        self.softcap_logits(logits)
     }
 
-    /// Whether a differentiable pass with `opts` runs the fused step (`TrainPath`).
-    fn fused_train(&self, opts: &ForwardOptions) -> bool {
+    /// Final-logit soft-capping, cap * tanh(logit / cap) (Gemma 2), when the model has it.
+    fn softcap_logits(&self, logits: Tensor) -> Result<Tensor> {
+        Ok(match self.config.final_softcap {
+            Some(cap) => ((logits / cap)?.tanh()? * cap)?,
+            None => logits,
+        })
+    }
+
+    /// Whether a differentiable pass with `opts` over `t` tokens runs the fused step
+    /// (`TrainPath`). Its attention op knows neither soft-capping nor a sliding window, so a
+    /// model with soft-capped logits, or a sliding window shorter than the sequence, trains
+    /// through the composed ops (which apply both).
+    fn fused_train(&self, opts: &ForwardOptions, t: usize) -> bool {
         let cfg = &self.config;
         let groups = opts.adapter.map_or(0, |a| a.config.groups);
         let kernels_take_it = match &self.device {
             Device::Cpu => true,
             _ => cfg.head_dim == 64 && groups <= attention::fused::CUDA_MAX_GROUPS,
         };
-        opts.differentiable && opts.train.fused && opts.straight_through.is_none() && kernels_take_it
+        let own_masks = self.blocks.iter().any(|b| b.attn.softcap.is_some() || b.attn.span(t).is_some());
+        opts.differentiable && opts.train.fused && opts.straight_through.is_none() && kernels_take_it && !own_masks
     }
 
     /// Checks a batch of sequences and the options against the model.
@@ -242,7 +256,7 @@ impl Decoder {
         let dev = &self.device;
         let mut x = self.embed_at(seqs, 0)?;
         let pass = Pass::new(&self.config, b, t, train, dev)?;
-        let fused = match (self.fused_train(opts), opts.train.weights) {
+        let fused = match (self.fused_train(opts, t), opts.train.weights) {
             (true, Some(tw)) => Some(tw),
             _ => None,
         };
@@ -254,24 +268,26 @@ impl Decoder {
             if opts.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
                 return Err(Error::Cancelled);
             }
+            // The adapter, where it routes this layer (`RouterLayers`).
+            let routed = opts.adapter.filter(|a| a.config.router_layers.routes(self.config.is_sliding(l)));
             if let Some(tw) = fused {
                 let tb = &tw.blocks[l];
-                let (h, qkv) = blk.train_inputs(&x, tb)?;
-                let (gate, g, window) = match opts.adapter {
+                let (h, qkv) = blk.train_inputs(&x, tb, &self.config)?;
+                let (gate, g, window) = match routed {
                     Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
                         (GateFn::of(&a.config), Some(a.route_tensor(l, &h, b, opts.sinkhorn_grad, opts.train.fused_sinkhorn)?), a.config.window)
                     }
                     _ => (GateFn::None, None, 0),
                 };
                 let cfg = &self.config;
-                let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope().cloned(), gate, window };
+                let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope(blk.attn.rope_theta), gate, window };
                 x = blk.train_finish(&x, &attn.forward(&qkv, g.as_ref())?, tb)?;
                 hook.done(l);
                 continue;
             }
             let inp = blk.attention_inputs(&x, &pass)?;
             let o = if train {
-                let plan = match opts.adapter {
+                let plan = match routed {
                     Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
                         let g = a.route_tensor(l, &inp.h, b, opts.sinkhorn_grad, opts.train.fused_sinkhorn)?;
                         match opts.straight_through {
@@ -281,7 +297,7 @@ impl Decoder {
                     }
                     _ => LayerPlan::Dense,
                 };
-                attention::attend_batch(&inp.q, &inp.k, &inp.v, &plan, causal.as_ref().expect("training has the causal mask"))?
+                attention::attend_batch(&inp.q, &inp.k, &inp.v, &plan, &blk.attn, causal.as_ref().expect("training has the causal mask"))?
             } else {
                 let layer_routing = match opts.adapter {
                     Some(a) => Some(a.route(l, &inp.h, opts.record_routing)?),
@@ -292,11 +308,13 @@ impl Decoder {
                 }
                 let plan = match hook.plan(l, layer_routing.as_ref())? {
                     Some(p) => p,
+                    // A layer the adapter does not route attends densely (within its own window).
+                    None if routed.is_none() && opts.adapter.is_some() => LayerPlan::Dense,
                     None => attention::plan(opts.mode, opts.adapter.map(|a| &a.config), layer_routing.as_ref(), t, dev)?,
                 };
                 let (q, k, v) = (inp.q.squeeze(0)?, inp.k.squeeze(0)?, inp.v.squeeze(0)?);
                 routing.extend(layer_routing);
-                attention::attend(&q, &k, &v, &plan, causal.as_ref())?.unsqueeze(0)?
+                attention::attend(&q, &k, &v, &plan, &blk.attn, causal.as_ref())?.unsqueeze(0)?
             };
             x = blk.finish(&x, &o, &pass)?;
             hook.done(l);
@@ -309,7 +327,10 @@ impl Decoder {
     pub fn embed_at(&self, seqs: &[&[u32]], start: usize) -> Result<Tensor> {
         let (b, t) = (seqs.len(), seqs.first().map_or(0, |s| s.len()));
         let dm = self.embed.dim(1)?;
-        let x = self.embed.index_select(&Tensor::from_vec(seqs.concat(), b * t, &self.device)?, 0)?;
+        let mut x = self.embed.index_select(&Tensor::from_vec(seqs.concat(), b * t, &self.device)?, 0)?;
+        if let Some(s) = self.config.embed_scale {
+            x = (x * s)?;
+        }
         Ok(match &self.pos_embed {
             Some(pe) => x.reshape((b, t, dm))?.broadcast_add(&pe.narrow(0, start, t)?)?.reshape((b * t, dm))?,
             None => x,
@@ -323,6 +344,7 @@ impl Decoder {
             Some(l) => l,
             None => h.matmul(&self.lm_head.t()?)?,
         };
+        let logits = self.softcap_logits(logits)?;
         check_finite_logits(&logits)?;
         Ok(logits)
     }

@@ -41,6 +41,7 @@ pub fn config_from_hf(c: &HfConfig) -> Result<ModelConfig> {
         positions: Positions::Learned,
         qkv_bias: true,
         tied_embeddings: true,
+        embed_scale: None, qk_norm: None, post_norms: false, attn_scale: None, attn_softcap: None, final_softcap: None, sliding: None,
     };
     if d_model % n_heads.max(1) != 0 {
         return Err(Error::bad_file(&c.path, format!("n_embd {d_model} is not a multiple of n_head {n_heads}")));
@@ -69,13 +70,18 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, dev: &Device) -> Resul
             Ok(Linear { w: qkv.w.narrow(0, i * d, d)?.contiguous()?, b: Some(qkv.b.as_ref().unwrap().narrow(0, i * d, d)?.contiguous()?) })
         };
         blocks.push(Block {
-            attn_norm: ln(&format!("{h}.ln_1"))?,
+            attn_norm: Some(ln(&format!("{h}.ln_1"))?),
             q: part(0)?,
             k: part(1)?,
             v: part(2)?,
+            q_norm: None,
+            k_norm: None,
             o: conv(&format!("{h}.attn.c_proj"), d, d)?,
-            mlp_norm: ln(&format!("{h}.ln_2"))?,
+            post_attn_norm: None,
+            mlp_norm: Some(ln(&format!("{h}.ln_2"))?),
             mlp: Mlp { kind: MlpKind::GeluTanh, up_or_fc: conv(&format!("{h}.mlp.c_fc"), d, cfg.ffn_dim)?, gate: None, down: conv(&format!("{h}.mlp.c_proj"), cfg.ffn_dim, d)? },
+            post_mlp_norm: None,
+            attn: cfg.layer_attention(l),
         });
     }
     let embed = get("wte.weight", &[cfg.vocab, d])?;

@@ -1,7 +1,9 @@
 //! Llama-style decoders (Llama, Mistral, SmolLM2; Qwen2 adds Q/K/V biases): RMSNorm, RoPE, GQA,
-//! SwiGLU. From GGUF (arch `llama` or `qwen2`) or from a Hugging Face directory.
+//! SwiGLU. From GGUF (arch `llama` or `qwen2`) or from a Hugging Face directory. `load_weights`
+//! also builds the families whose blocks add optional parts to this layout (gemma3.rs,
+//! gemma2.rs, olmo2.rs): their `Names` say which parts their checkpoints hold.
 
-use super::config::{Arch, MlpKind, ModelConfig, NormKind, Positions};
+use super::config::{Arch, MlpKind, ModelConfig, NormKind, Positions, QkNorm};
 use super::block::{Block, Linear, Mlp, Norm};
 use super::decoder::Decoder;
 use super::hf::{self, HfConfig};
@@ -19,7 +21,7 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig> {
     let (arch, qkv_bias, interleaved) = match arch_name {
         "llama" => (Arch::Llama, false, true),
         "qwen2" => (Arch::Qwen2, true, false),
-        other => return Err(Error::Unsupported(format!("GGUF architecture {other:?} (supported: llama, qwen2)"))),
+        other => return Err(Error::Unsupported(format!("GGUF architecture {other:?} (supported: llama, qwen2, gemma3)"))),
     };
     let key = |k: &str| format!("{arch_name}.{k}");
     let n = |k: &str| -> Result<usize> { Ok(g.u64(&key(k))? as usize) };
@@ -48,20 +50,31 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<ModelConfig> {
         positions: Positions::Rope { theta: if g.get(&key("rope.freq_base")).is_some() { g.f64(&key("rope.freq_base"))? } else { 10000.0 }, interleaved },
         qkv_bias,
         tied_embeddings: !g.tensors.contains_key("output.weight"),
+        embed_scale: None, qk_norm: None, post_norms: false, attn_scale: None, attn_softcap: None, final_softcap: None, sliding: None,
     };
     cfg.validate().map_err(|e| Error::bad_file(&g.path, format!("invalid model header: {e}")))?;
     Ok(cfg)
 }
 
-/// Tensor names of a Llama-style checkpoint, GGUF or Hugging Face.
+/// Tensor names of a Llama-style checkpoint, GGUF or Hugging Face, and which optional block
+/// parts it holds (the config says whether QK-norm and post-norms exist).
 pub struct Names {
     pub embed: &'static str,
     pub final_norm: &'static str,
     pub lm_head: &'static str,
+    /// Block part -> tensor name prefix. Parts: attn_norm, q, k, v, o, mlp_norm, gate, up,
+    /// down, and the optional q_norm, k_norm, post_attn_norm, post_mlp_norm.
     pub block: fn(usize, &str) -> String,
+    /// Whether blocks have pre-attention and pre-MLP norms (OLMo-2 has only post-norms).
+    pub pre_norms: bool,
+    /// Added to every stored norm weight: Gemma's RMSNorm scales by (1 + w) and Hugging Face
+    /// stores w (1.0); llama.cpp's converter stores 1 + w already (0.0).
+    pub norm_offset: f64,
 }
 
 pub const GGUF_NAMES: Names = Names {
+    pre_norms: true,
+    norm_offset: 0.0,
     embed: "token_embd.weight",
     final_norm: "output_norm.weight",
     lm_head: "output.weight",
@@ -83,6 +96,8 @@ pub const GGUF_NAMES: Names = Names {
 };
 
 pub const HF_NAMES: Names = Names {
+    pre_norms: true,
+    norm_offset: 0.0,
     embed: "model.embed_tokens.weight",
     final_norm: "model.norm.weight",
     lm_head: "lm_head.weight",
@@ -103,13 +118,18 @@ pub const HF_NAMES: Names = Names {
     },
 };
 
-/// Builds a Llama-style decoder (also used by Qwen2, which adds Q/K/V biases).
+/// Builds a Llama-style decoder (also Qwen2, which adds Q/K/V biases, and the families with
+/// QK-norm, post-norms, GeGLU and sliding-window layers).
 pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, dev: &Device) -> Result<Decoder> {
     let (d, hd) = (cfg.d_model, cfg.head_dim);
     let get = |name: &str, shape: &[usize]| src.tensor(name, shape, dev);
-    let norm = |name: &str| -> Result<Norm> {
-        Ok(Norm { kind: NormKind::Rms, weight: get(name, &[d])?, bias: None, eps: cfg.norm_eps })
+    let norm_of = |name: &str, n: usize| -> Result<Norm> {
+        let w = get(name, &[n])?;
+        let weight = if names.norm_offset != 0.0 { (w + names.norm_offset)? } else { w };
+        Ok(Norm { kind: NormKind::Rms, weight, bias: None, eps: cfg.norm_eps })
     };
+    let norm = |name: &str| norm_of(name, d);
+    let block_norm = |l: usize, part: &str, n: usize| norm_of(&format!("{}.weight", (names.block)(l, part)), n);
     // `bias`: the bias is required. Other projections use one when the checkpoint has it
     // (Llama's `attention_bias` also puts one on o_proj, `mlp_bias` on the MLP).
     let lin = |l: usize, part: &str, out: usize, inp: usize, bias: bool| -> Result<Linear> {
@@ -118,21 +138,36 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, dev: &D
         let b = if bias || src.has(&bias_name) { Some(get(&bias_name, &[out])?) } else { None };
         Ok(Linear { w: get(&format!("{base}.weight"), &[out, inp])?, b })
     };
+    let (nq, nkv) = (cfg.n_heads * hd, cfg.n_kv_heads * hd);
+    // QK-norm weights: one head's width (shared by the heads) or the whole projection's.
+    let qk = |l: usize, part: &str, full: usize| -> Result<Option<Norm>> {
+        Ok(match cfg.qk_norm {
+            None => None,
+            Some(QkNorm::PerHead) => Some(block_norm(l, part, hd)?),
+            Some(QkNorm::Full) => Some(block_norm(l, part, full)?),
+        })
+    };
+    let opt = |present: bool, l: usize, part: &str| -> Result<Option<Norm>> { if present { Ok(Some(block_norm(l, part, d)?)) } else { Ok(None) } };
     let mut blocks = Vec::with_capacity(cfg.n_layers);
     for l in 0..cfg.n_layers {
         blocks.push(Block {
-            attn_norm: norm(&format!("{}.weight", (names.block)(l, "attn_norm")))?,
-            q: lin(l, "q", cfg.n_heads * hd, d, cfg.qkv_bias)?,
-            k: lin(l, "k", cfg.n_kv_heads * hd, d, cfg.qkv_bias)?,
-            v: lin(l, "v", cfg.n_kv_heads * hd, d, cfg.qkv_bias)?,
-            o: lin(l, "o", d, cfg.n_heads * hd, false)?,
-            mlp_norm: norm(&format!("{}.weight", (names.block)(l, "mlp_norm")))?,
+            attn_norm: opt(names.pre_norms, l, "attn_norm")?,
+            q: lin(l, "q", nq, d, cfg.qkv_bias)?,
+            k: lin(l, "k", nkv, d, cfg.qkv_bias)?,
+            v: lin(l, "v", nkv, d, cfg.qkv_bias)?,
+            q_norm: qk(l, "q_norm", nq)?,
+            k_norm: qk(l, "k_norm", nkv)?,
+            o: lin(l, "o", d, nq, false)?,
+            post_attn_norm: opt(cfg.post_norms, l, "post_attn_norm")?,
+            mlp_norm: opt(names.pre_norms, l, "mlp_norm")?,
             mlp: Mlp {
-                kind: MlpKind::SwiGlu,
+                kind: cfg.mlp,
                 gate: Some(lin(l, "gate", cfg.ffn_dim, d, false)?),
                 up_or_fc: lin(l, "up", cfg.ffn_dim, d, false)?,
                 down: lin(l, "down", d, cfg.ffn_dim, false)?,
             },
+            post_mlp_norm: opt(cfg.post_norms, l, "post_mlp_norm")?,
+            attn: cfg.layer_attention(l),
         });
     }
     // As llama.cpp: a checkpoint with blocks beyond its layer count is refused, not truncated.

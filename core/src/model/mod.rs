@@ -3,12 +3,16 @@
 pub mod block;
 pub mod config;
 pub mod decoder;
+pub mod gemma2;
+pub mod gemma3;
 pub mod gguf;
 pub mod gpt2;
 pub mod hf;
+pub mod hub;
 pub mod identity;
 pub mod llama;
 pub mod matvec;
+pub mod olmo2;
 pub mod qwen2;
 pub mod tokenizer;
 pub mod train_ops;
@@ -35,14 +39,20 @@ pub struct Model {
 }
 
 impl Model {
-    /// `path` is a `.gguf` file or a directory holding `config.json` and `*.safetensors`.
+    /// `path` is a `.gguf` file, a directory holding `config.json` and `*.safetensors`, or a
+    /// Hugging Face repo id (`ORG/NAME[@REV]`) found in the local hub cache (`hub`).
     pub fn load(path: &Path, device: &Device) -> Result<Model> {
+        let resolved = hub::resolve(path)?;
+        let path = resolved.as_path();
         let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
         if meta.is_dir() {
             return Self::load_hf(path, device);
         }
         let g = GgufFile::open(path)?;
-        let cfg = llama::config_from_gguf(&g)?;
+        let (cfg, names) = match g.get("general.architecture").and_then(|v| v.as_str()) {
+            Some("gemma3") => (gemma3::config_from_gguf(&g)?, &gemma3::GGUF_NAMES),
+            _ => (llama::config_from_gguf(&g)?, &llama::GGUF_NAMES),
+        };
         // Compare the header's counts before building anything from them.
         if let Some(n) = g.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()).map(<[_]>::len) {
             if n > cfg.vocab {
@@ -54,7 +64,7 @@ impl Model {
             return Err(Error::bad_file(path, format!("tokenizer has {} tokens but the embedding only {}", tokenizer.vocab_size(), cfg.vocab)));
         }
         let src = WeightSource::Gguf(g);
-        let decoder = llama::load_weights(cfg, &src, &llama::GGUF_NAMES, device)?;
+        let decoder = llama::load_weights(cfg, &src, names, device)?;
         Ok(Model { path: path.to_path_buf(), decoder, tokenizer: Some(tokenizer), fingerprint: src.fingerprint(), format: "gguf" })
     }
 
@@ -65,9 +75,11 @@ impl Model {
             "gpt2" => gpt2::load_weights(gpt2::config_from_hf(&c)?, &src, device)?,
             "llama" | "mistral" => llama::load_weights(llama::config_from_hf(&c)?, &src, &llama::HF_NAMES, device)?,
             "qwen2" => llama::load_weights(qwen2::config_from_hf(&c)?, &src, &llama::HF_NAMES, device)?,
+            "gemma2" => llama::load_weights(gemma2::config_from_hf(&c)?, &src, &gemma2::HF_NAMES, device)?,
+            "olmo2" => llama::load_weights(olmo2::config_from_hf(&c)?, &src, &olmo2::HF_NAMES, device)?,
             other => {
                 return Err(Error::Unsupported(format!(
-                    "{}: model_type {other:?} (supported: gpt2, llama, mistral, qwen2)",
+                    "{}: model_type {other:?} (supported: gpt2, llama, mistral, qwen2, gemma2, olmo2)",
                     c.path.display()
                 )))
             }

@@ -1,7 +1,10 @@
 //! Text <-> token ids, from a Hugging Face `tokenizer.json` or from a GGUF file's `tokenizer.ggml.*`
-//! metadata. For GGUF we rebuild the tokenizer llama.cpp would use (byte-level BPE plus the same
-//! pre-tokenizer regexes, chosen by `tokenizer.ggml.pre`) as a tokenizer.json-shaped document and
-//! let the `tokenizers` crate parse it, so the ids match llama.cpp's.
+//! metadata. For GGUF we rebuild the tokenizer llama.cpp would use as a tokenizer.json-shaped
+//! document and let the `tokenizers` crate parse it, so the ids match llama.cpp's: byte-level
+//! BPE plus the same pre-tokenizer regexes, chosen by `tokenizer.ggml.pre` (`gpt2`), or
+//! SentencePiece (`llama`, Gemma): llama.cpp's SPM merges the adjacent pair whose union is the
+//! highest-scoring token, which is BPE with every split of every token as a merge ranked by the
+//! token's score, with byte fallback for characters outside the vocabulary.
 
 use crate::error::{Error, Result};
 use crate::model::gguf::{GgufFile, Value};
@@ -12,6 +15,7 @@ use std::path::Path;
 type HfTokenizer = tokenizers::Tokenizer;
 
 /// GGUF `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
+const TOKEN_TYPE_NORMAL: u64 = 1;
 const TOKEN_TYPE_UNKNOWN: u64 = 2;
 const TOKEN_TYPE_CONTROL: u64 = 3;
 const TOKEN_TYPE_USER_DEFINED: u64 = 4;
@@ -206,8 +210,8 @@ impl Tokenizer {
         Ok(Self::new(hf, vocab_size, bos, eos, add_bos, chunkable))
     }
 
-    /// Rebuilds the tokenizer described by a GGUF file's `tokenizer.ggml.*` metadata. Only
-    /// byte-level BPE (`tokenizer.ggml.model = "gpt2"`) is supported.
+    /// Rebuilds the tokenizer described by a GGUF file's `tokenizer.ggml.*` metadata:
+    /// byte-level BPE (`tokenizer.ggml.model = "gpt2"`) or SentencePiece (`"llama"`).
     pub fn from_gguf(g: &GgufFile) -> Result<Self> {
         let bad = |detail: String| Error::bad_file(&g.path, detail);
         let model = g
@@ -216,15 +220,11 @@ impl Tokenizer {
             .unwrap_or("");
         match model {
             "gpt2" => {}
-            "llama" => return Err(Error::Tokenizer(
-                "SentencePiece tokenizers (tokenizer.ggml.model = \"llama\") are not supported; \
-                     only byte-level BPE (\"gpt2\")"
-                    .into(),
-            )),
+            "llama" => return Self::from_gguf_spm(g),
             "" => return Err(bad("missing metadata key tokenizer.ggml.model".into())),
             other => {
                 return Err(Error::Tokenizer(format!(
-                    "tokenizer type {other:?} is not supported; only byte-level BPE (\"gpt2\")"
+                    "tokenizer type {other:?} is not supported; only byte-level BPE (\"gpt2\") and SentencePiece (\"llama\")"
                 )))
             }
         }
@@ -239,73 +239,14 @@ impl Tokenizer {
                 ))
             })?;
 
-        let strings = |key: &str| -> Result<Vec<&str>> {
-            let arr = g
-                .get(key)
-                .ok_or_else(|| bad(format!("missing metadata key {key}")))?
-                .as_array()
-                .ok_or_else(|| bad(format!("metadata {key} is not an array")))?;
-            arr.iter()
-                .enumerate()
-                .map(|(i, v)| {
-                    v.as_str()
-                        .ok_or_else(|| bad(format!("{key}[{i}] is not a string")))
-                })
-                .collect()
-        };
-        let tokens = strings("tokenizer.ggml.tokens")?;
-        let merges = strings("tokenizer.ggml.merges")?;
+        let tokens = gguf_strings(g, "tokenizer.ggml.tokens")?;
+        let merges = gguf_strings(g, "tokenizer.ggml.merges")?;
         let n = tokens.len();
-        if n == 0 || n > u32::MAX as usize {
-            return Err(bad(format!("tokenizer.ggml.tokens has {n} entries")));
-        }
         if merges.len() >= n {
             return Err(bad(format!("{} merges for only {n} tokens", merges.len())));
         }
-        let types: Vec<u64> = match g.get("tokenizer.ggml.token_type") {
-            None => vec![1; n],
-            Some(v) => {
-                let arr = v
-                    .as_array()
-                    .ok_or_else(|| bad("tokenizer.ggml.token_type is not an array".into()))?;
-                if arr.len() != n {
-                    return Err(bad(format!(
-                        "tokenizer.ggml.token_type has {} entries for {n} tokens",
-                        arr.len()
-                    )));
-                }
-                arr.iter()
-                    .enumerate()
-                    .map(|(i, t)| {
-                        t.as_u64().ok_or_else(|| {
-                            bad(format!("tokenizer.ggml.token_type[{i}] is not an integer"))
-                        })
-                    })
-                    .collect::<Result<_>>()?
-            }
-        };
-
-        let mut vocab = serde_json::Map::with_capacity(n);
-        let mut added = Vec::new();
-        for (id, &text) in tokens.iter().enumerate() {
-            // llama.cpp renames empty tokens the same way and rejects duplicate ones.
-            let text = if text.is_empty() {
-                format!("[EMPTY_{id}]")
-            } else {
-                text.to_string()
-            };
-            let special = matches!(types[id], TOKEN_TYPE_CONTROL | TOKEN_TYPE_UNKNOWN);
-            if special || types[id] == TOKEN_TYPE_USER_DEFINED {
-                // User-defined tokens are matched even when special tokens are plain text.
-                added.push(json!({
-                    "id": id, "content": text, "single_word": false, "lstrip": false,
-                    "rstrip": false, "normalized": false, "special": special,
-                }));
-            }
-            if vocab.insert(text.clone(), json!(id)).is_some() {
-                return Err(bad(format!("tokenizer.ggml.tokens has {text:?} twice")));
-            }
-        }
+        let types = gguf_token_types(g, n)?;
+        let (vocab, added) = gguf_vocab(g, &tokens, &types)?;
         let merges = merges
             .iter()
             .enumerate()
@@ -350,29 +291,70 @@ impl Tokenizer {
             ))
         })?;
 
-        let id = |key: &str| -> Result<Option<u32>> {
-            match g.get(key) {
-                None => Ok(None),
-                Some(v) => match v.as_u64() {
-                    Some(i) if (i as usize) < n => Ok(Some(i as u32)),
-                    _ => Err(bad(format!(
-                        "metadata {key} = {v:?} is not a token id below {n}"
-                    ))),
-                },
-            }
-        };
-        let bos = id("tokenizer.ggml.bos_token_id")?;
-        let eos = id("tokenizer.ggml.eos_token_id")?;
-        let add_bos = g
-            .get("tokenizer.ggml.add_bos_token")
-            .and_then(Value::as_bool)
-            .unwrap_or(default_add_bos);
-        if add_bos && bos.is_none() {
-            return Err(bad(
-                "tokenizer.ggml.add_bos_token is set but there is no bos_token_id".into(),
-            ));
-        }
+        let (bos, eos, add_bos) = gguf_bos_eos(g, n, default_add_bos)?;
         Ok(Self::new(hf, n, bos, eos, add_bos, true))
+    }
+
+    /// SentencePiece from GGUF (`tokenizer.ggml.model = "llama"`: tokens, scores, token types,
+    /// BOS; Gemma), as llama.cpp's SPM tokenizer: spaces become U+2581 (with one in front of each
+    /// piece of text when `tokenizer.ggml.add_space_prefix` is set, llama.cpp's default), pieces
+    /// merge by score (`spm_merges`), and characters outside the vocabulary become their UTF-8
+    /// bytes (`<0xNN>` tokens). No pre-tokenizer: a piece of text between added tokens is one
+    /// word, so long texts are not cut into chunks.
+    fn from_gguf_spm(g: &GgufFile) -> Result<Self> {
+        let bad = |detail: String| Error::bad_file(&g.path, detail);
+        let tokens = gguf_strings(g, "tokenizer.ggml.tokens")?;
+        let n = tokens.len();
+        let types = gguf_token_types(g, n)?;
+        let scores: Vec<f32> = match g.get("tokenizer.ggml.scores").and_then(Value::as_array) {
+            Some(a) if a.len() == n => a
+                .iter()
+                .enumerate()
+                .map(|(i, v)| v.as_f64().map(|x| x as f32).filter(|x| x.is_finite()).ok_or_else(|| bad(format!("tokenizer.ggml.scores[{i}] is not a finite number"))))
+                .collect::<Result<_>>()?,
+            Some(a) => return Err(bad(format!("tokenizer.ggml.scores has {} entries for {n} tokens", a.len()))),
+            None => return Err(bad("missing metadata key tokenizer.ggml.scores (SentencePiece needs it)".into())),
+        };
+        let (vocab, added) = gguf_vocab(g, &tokens, &types)?;
+        // Byte fallback needs every <0xNN> token.
+        if let Some(b) = (0..=255u32).find(|b| !vocab.contains_key(&format!("<0x{b:02X}>"))) {
+            return Err(bad(format!("SentencePiece vocabulary lacks the byte token <0x{b:02X}>")));
+        }
+        let merges = spm_merges(&tokens, &scores, &vocab);
+        let space_prefix = g.get("tokenizer.ggml.add_space_prefix").and_then(Value::as_bool).unwrap_or(true);
+        let mut normalizers = Vec::new();
+        if space_prefix {
+            normalizers.push(json!({"type": "Prepend", "prepend": "\u{2581}"}));
+        }
+        normalizers.push(json!({"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"}));
+        let mut decoders = vec![
+            json!({"type": "Replace", "pattern": {"String": "\u{2581}"}, "content": " "}),
+            json!({"type": "ByteFallback"}),
+            json!({"type": "Fuse"}),
+        ];
+        if space_prefix {
+            decoders.push(json!({"type": "Strip", "content": " ", "start": 1, "stop": 0}));
+        }
+        let unk = g.get("tokenizer.ggml.unknown_token_id").and_then(Value::as_u64).and_then(|i| tokens.get(i as usize)).map(|t| t.to_string());
+        let doc = json!({
+            "version": "1.0",
+            "truncation": null,
+            "padding": null,
+            "added_tokens": added,
+            "normalizer": {"type": "Sequence", "normalizers": normalizers},
+            "pre_tokenizer": null,
+            "post_processor": null,
+            "decoder": {"type": "Sequence", "decoders": decoders},
+            "model": {
+                "type": "BPE", "dropout": null, "unk_token": unk, "continuing_subword_prefix": null,
+                "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": true,
+                "ignore_merges": false, "vocab": vocab, "merges": merges,
+            },
+        });
+        let hf = HfTokenizer::from_bytes(serde_json::to_vec(&doc)?).map_err(|e| bad(format!("cannot build the SentencePiece tokenizer from tokenizer.ggml.*: {e}")))?;
+        // llama.cpp adds BOS to SentencePiece models unless the file says otherwise.
+        let (bos, eos, add_bos) = gguf_bos_eos(g, n, true)?;
+        Ok(Self::new(hf, n, bos, eos, add_bos, false))
     }
 
     /// Token ids of `text`, with BOS in front when the model asks for it. With `parse_special`,
@@ -448,4 +430,105 @@ impl Tokenizer {
             .map(|(id, _)| id)
             .collect()
     }
+}
+
+/// A GGUF string array (token texts, merges).
+fn gguf_strings<'a>(g: &'a GgufFile, key: &str) -> Result<Vec<&'a str>> {
+    let bad = |detail: String| Error::bad_file(&g.path, detail);
+    let arr = g
+        .get(key)
+        .ok_or_else(|| bad(format!("missing metadata key {key}")))?
+        .as_array()
+        .ok_or_else(|| bad(format!("metadata {key} is not an array")))?;
+    let v: Vec<&str> = arr
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v.as_str().ok_or_else(|| bad(format!("{key}[{i}] is not a string"))))
+        .collect::<Result<_>>()?;
+    if key == "tokenizer.ggml.tokens" && (v.is_empty() || v.len() > u32::MAX as usize) {
+        return Err(bad(format!("tokenizer.ggml.tokens has {} entries", v.len())));
+    }
+    Ok(v)
+}
+
+/// `tokenizer.ggml.token_type` (all normal when absent).
+fn gguf_token_types(g: &GgufFile, n: usize) -> Result<Vec<u64>> {
+    let bad = |detail: String| Error::bad_file(&g.path, detail);
+    match g.get("tokenizer.ggml.token_type") {
+        None => Ok(vec![TOKEN_TYPE_NORMAL; n]),
+        Some(v) => {
+            let arr = v.as_array().ok_or_else(|| bad("tokenizer.ggml.token_type is not an array".into()))?;
+            if arr.len() != n {
+                return Err(bad(format!("tokenizer.ggml.token_type has {} entries for {n} tokens", arr.len())));
+            }
+            arr.iter()
+                .enumerate()
+                .map(|(i, t)| t.as_u64().ok_or_else(|| bad(format!("tokenizer.ggml.token_type[{i}] is not an integer"))))
+                .collect()
+        }
+    }
+}
+
+/// The vocabulary (text -> id) and the added tokens: control and unknown tokens are special
+/// (split out only when special tokens are parsed), user-defined ones are always matched, as in
+/// llama.cpp's `tokenizer_st_partition`.
+fn gguf_vocab(g: &GgufFile, tokens: &[&str], types: &[u64]) -> Result<(serde_json::Map<String, Json>, Vec<Json>)> {
+    let mut vocab = serde_json::Map::with_capacity(tokens.len());
+    let mut added = Vec::new();
+    for (id, &text) in tokens.iter().enumerate() {
+        // llama.cpp renames empty tokens the same way and rejects duplicate ones.
+        let text = if text.is_empty() { format!("[EMPTY_{id}]") } else { text.to_string() };
+        let special = matches!(types[id], TOKEN_TYPE_CONTROL | TOKEN_TYPE_UNKNOWN);
+        if special || types[id] == TOKEN_TYPE_USER_DEFINED {
+            added.push(json!({
+                "id": id, "content": text, "single_word": false, "lstrip": false,
+                "rstrip": false, "normalized": false, "special": special,
+            }));
+        }
+        if vocab.insert(text.clone(), json!(id)).is_some() {
+            return Err(Error::bad_file(&g.path, format!("tokenizer.ggml.tokens has {text:?} twice")));
+        }
+    }
+    Ok((vocab, added))
+}
+
+/// BOS, EOS and whether BOS is added (`default_add_bos` when the file does not say).
+fn gguf_bos_eos(g: &GgufFile, n: usize, default_add_bos: bool) -> Result<(Option<u32>, Option<u32>, bool)> {
+    let bad = |detail: String| Error::bad_file(&g.path, detail);
+    let id = |key: &str| -> Result<Option<u32>> {
+        match g.get(key) {
+            None => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(i) if (i as usize) < n => Ok(Some(i as u32)),
+                _ => Err(bad(format!("metadata {key} = {v:?} is not a token id below {n}"))),
+            },
+        }
+    };
+    let bos = id("tokenizer.ggml.bos_token_id")?;
+    let eos = id("tokenizer.ggml.eos_token_id")?;
+    let add_bos = g.get("tokenizer.ggml.add_bos_token").and_then(Value::as_bool).unwrap_or(default_add_bos);
+    if add_bos && bos.is_none() {
+        return Err(bad("tokenizer.ggml.add_bos_token is set but there is no bos_token_id".into()));
+    }
+    Ok((bos, eos, add_bos))
+}
+
+/// SentencePiece merges from token scores: every split (a, b) of every token t with a and b in
+/// the vocabulary, ranked by t's score (highest first; ties by id, then by split position).
+/// llama.cpp's SPM merges, at each step, the adjacent pair whose union is the highest-scoring
+/// token (ties to the left); BPE with these merges makes the same choices.
+fn spm_merges(tokens: &[&str], scores: &[f32], vocab: &serde_json::Map<String, Json>) -> Vec<Json> {
+    let mut order: Vec<usize> = (0..tokens.len()).collect();
+    order.sort_by(|&a, &b| scores[b].partial_cmp(&scores[a]).unwrap_or(std::cmp::Ordering::Equal).then(a.cmp(&b)));
+    let mut merges = Vec::new();
+    for id in order {
+        let t = tokens[id];
+        for (cut, _) in t.char_indices().skip(1) {
+            let (a, b) = t.split_at(cut);
+            if vocab.contains_key(a) && vocab.contains_key(b) {
+                merges.push(json!([a, b]));
+            }
+        }
+    }
+    merges
 }

@@ -455,7 +455,7 @@ pub struct TrainBlock {
     /// [Q; K; V]
     pub qkv: FrozenLinear,
     pub o: FrozenLinear,
-    /// SwiGLU: [gate; up]; GELU: fc.
+    /// SwiGLU / GeGLU: [gate; up]; GELU: fc.
     pub mlp_in: FrozenLinear,
     pub down: FrozenLinear,
 }
@@ -491,7 +491,7 @@ impl TrainBlock {
     fn new(b: &Block, dtype: DType) -> Result<TrainBlock> {
         let Mlp { kind, up_or_fc, gate, down } = &b.mlp;
         let mlp_in = match (kind, gate) {
-            (MlpKind::SwiGlu, Some(g)) => FrozenLinear::cat(&[g, up_or_fc], dtype)?,
+            (MlpKind::SwiGlu | MlpKind::GeGlu, Some(g)) => FrozenLinear::cat(&[g, up_or_fc], dtype)?,
             _ => FrozenLinear::cat(&[up_or_fc], dtype)?,
         };
         Ok(TrainBlock {

@@ -31,11 +31,37 @@ struct StEntry {
 
 impl SafeTensorsDir {
     pub fn open(dir: &Path) -> Result<Self> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(|e| Error::io(dir, e))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-            .collect();
+        // A sharded checkpoint names its files in model.safetensors.index.json (its weight_map):
+        // exactly those are read, and each tensor must be in the file the index names. Without
+        // an index, every *.safetensors file of the directory.
+        let index_path = dir.join("model.safetensors.index.json");
+        let index_map: Option<BTreeMap<String, String>> = if index_path.exists() {
+            let text = crate::io::read_capped_string(&index_path, crate::io::MAX_JSON_BYTES, "safetensors index")?;
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::bad_file(&index_path, format!("invalid JSON: {e}")))?;
+            let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| Error::bad_file(&index_path, "no weight_map object"))?;
+            let mut out = BTreeMap::new();
+            for (name, file) in map {
+                let f = file.as_str().filter(|f| !f.contains('/') && !f.contains('\\') && f.ends_with(".safetensors"));
+                let f = f.ok_or_else(|| Error::bad_file(&index_path, format!("weight_map[{name:?}] = {file} is not a .safetensors file name in this directory")))?;
+                out.insert(name.clone(), f.to_string());
+            }
+            Some(out)
+        } else {
+            None
+        };
+        let mut files: Vec<PathBuf> = match &index_map {
+            Some(m) => {
+                let mut names: Vec<&String> = m.values().collect();
+                names.sort();
+                names.dedup();
+                names.into_iter().map(|n| dir.join(n)).collect()
+            }
+            None => std::fs::read_dir(dir)
+                .map_err(|e| Error::io(dir, e))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+                .collect(),
+        };
         files.sort();
         if files.is_empty() {
             return Err(Error::bad_file(dir, "no *.safetensors file in the model directory"));
@@ -64,6 +90,14 @@ impl SafeTensorsDir {
             }
             drop(st);
             maps.push((path, mmap));
+        }
+        if let Some(m) = &index_map {
+            for (name, file) in m {
+                let found = index.get(name).map(|e| maps[e.file].0.file_name().is_some_and(|f| f == file.as_str()));
+                if found != Some(true) {
+                    return Err(Error::bad_file(&index_path, format!("tensor {name} is not in {file}, where the index puts it")));
+                }
+            }
         }
         Ok(SafeTensorsDir { dir: dir.to_path_buf(), maps, index })
     }

@@ -177,6 +177,18 @@ pub fn pv_tile(p: &[f32], rows: usize, v: &[f32], d: usize, nk: usize, corr: &[f
 
 /// Causal dense attention. q: (H, T, D), k, v: (Hkv, T, D); returns (H, T, D).
 pub fn causal_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape) -> Vec<f32> {
+    causal_attention_within(q, k, v, s, None)
+}
+
+/// The first key query i sees under a sliding window `span` (keys i - j < W; `None`: 0).
+#[inline(always)]
+pub fn first_key(i: usize, span: Option<usize>) -> usize {
+    span.map_or(0, |w| (i + 1).saturating_sub(w))
+}
+
+/// `causal_attention` of a sliding-window layer: query i sees keys i - W < j <= i (`span` =
+/// Some(W)); tiles wholly before a block's window are skipped, not computed and masked.
+pub fn causal_attention_within(q: &[f32], k: &[f32], v: &[f32], s: Shape, span: Option<usize>) -> Vec<f32> {
     let Shape { heads, kv_heads, t, d } = s;
     let rep = heads / kv_heads;
     let tp = t.div_ceil(BK) * BK;
@@ -203,7 +215,7 @@ pub fn causal_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape) -> Vec<f32> {
             let rows = BQ.min(t - i0);
             let QueryBlock { q: qb, rows_p, mut st, mut sc, mut corr } = QueryBlock::new(&q[(h * t + i0) * d..], rows, d, scale);
             let last_key = i0 + rows - 1;
-            for j0 in (0..=last_key).step_by(BK) {
+            for j0 in (first_key(i0, span) / BK * BK..=last_key).step_by(BK) {
                 score_tile(&qb, rows_p, d, &kts[kh], tp, j0, BK, &mut sc);
                 for r in 0..rows_p {
                     let i = i0 + r;
@@ -212,6 +224,9 @@ pub fn causal_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape) -> Vec<f32> {
                     if j0 + BK > i {
                         srow[(i + 1).saturating_sub(j0).min(BK)..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
                     }
+                    // The sliding window's lower edge (padding rows past T take row T-1's).
+                    let lo = first_key(i.min(t - 1), span).saturating_sub(j0).min(BK);
+                    srow[..lo].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
                     corr[r] = softmax_tile_row(srow, &mut st.max[r], &mut st.sum[r]);
                 }
                 pv_tile(&sc, rows_p, &vp[kh][j0 * d..(j0 + BK) * d], d, BK, &corr, &mut st.acc);
@@ -254,6 +269,12 @@ mod tests {
             let want = masked_dense_reference(&q, &k, &v, s, |_, _| true);
             let err = fast.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
             assert!(err <= 1e-5, "max abs error {err} (t={t} d={d})");
+            // A sliding-window layer: keys i - j < W only.
+            let w = rng.gen_range(1..=t + 2);
+            let fast = causal_attention_within(&q, &k, &v, s, Some(w));
+            let want = masked_dense_reference(&q, &k, &v, s, |i, j| i - j < w);
+            let err = fast.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(err <= 1e-5, "sliding window {w}: max abs error {err} (t={t} d={d})");
         }
     }
 }

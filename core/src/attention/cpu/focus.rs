@@ -12,8 +12,12 @@
 //! that shares several groups is computed once (no lowest-group rule is needed and no pair is
 //! computed only to be masked away); for k = 1 a class is a group, as in the paper.
 //! Pairs outside the mask are computed only at tile edges (then masked), never in bulk.
+//!
+//! A sliding-window layer (`focus_attention_within`, keys i - j < W) keeps a pair only when its
+//! own window and the Focus mask both keep it: the band becomes min(w, W - 1) wide and the
+//! distant keys of query i are those with i - W < j < i - w.
 
-use crate::attention::cpu::dense::{pv_tile, score_tile, softmax_tile_row, QueryBlock, RowState, BK, BQ, JC, RB};
+use crate::attention::cpu::dense::{first_key, pv_tile, score_tile, softmax_tile_row, QueryBlock, RowState, BK, BQ, JC, RB};
 use crate::attention::cpu::Shape;
 use crate::focus::mask;
 use rayon::prelude::*;
@@ -58,6 +62,11 @@ struct DistantStates {
 /// q: (heads, t, d), k and v: (kv_heads, t, d), row-major. Returns (heads, t, d).
 /// `masks[i]` is the bitmask of token i's top-k groups.
 pub fn focus_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize) -> Vec<f32> {
+    focus_attention_within(q, k, v, s, masks, window, None)
+}
+
+/// `focus_attention` on a layer with its own sliding window `span` = Some(W) (keys i - j < W).
+pub fn focus_attention_within(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize, span: Option<usize>) -> Vec<f32> {
     let Shape { heads, kv_heads, t, d } = s;
     assert!(kv_heads > 0 && heads % kv_heads == 0, "heads {heads} must be a multiple of kv_heads {kv_heads}");
     assert_eq!(q.len(), heads * t * d, "q has the wrong size");
@@ -68,23 +77,30 @@ pub fn focus_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64],
         return vec![0.0; heads * t * d];
     }
     let scale = 1.0 / (d as f32).sqrt();
-    let distant = distant_states(q, k, v, s, masks, window, scale, true);
-    band_and_merge(q, k, v, s, window, scale, &distant)
+    // Within a window of W keys, the band reaches W - 1 back at most; past that nothing is distant.
+    let band = span.map_or(window, |w| window.min(w.saturating_sub(1)));
+    let distant = if band < window {
+        DistantStates { max: vec![f32::NEG_INFINITY; heads * t], sum: vec![0.0; heads * t], acc: vec![0.0; heads * t * d] }
+    } else {
+        distant_states(q, k, v, s, masks, window, span, scale, true)
+    };
+    band_and_merge(q, k, v, s, band, scale, &distant)
 }
 
 /// `focus_attention` that always finds and gathers keys tile by tile (the path taken when there
 /// are many classes), so that tests cover it on small inputs.
 #[cfg(test)]
-fn focus_attention_scan(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize) -> Vec<f32> {
+fn focus_attention_scan(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize, span: Option<usize>) -> Vec<f32> {
     let scale = 1.0 / (s.d as f32).sqrt();
-    let distant = distant_states(q, k, v, s, masks, window, scale, false);
-    band_and_merge(q, k, v, s, window, scale, &distant)
+    let band = span.map_or(window, |w| window.min(w.saturating_sub(1)));
+    let distant = distant_states(q, k, v, s, masks, window, span, scale, false);
+    band_and_merge(q, k, v, s, band, scale, &distant)
 }
 
 /// Tasks (class, query tile): each task loops over all heads, so a class's key list is built
 /// once and each gathered key tile serves every query head of its KV head.
 #[allow(clippy::too_many_arguments)]
-fn distant_states(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize, scale: f32, gather_once: bool) -> DistantStates {
+fn distant_states(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize, span: Option<usize>, scale: f32, gather_once: bool) -> DistantStates {
     let Shape { heads, kv_heads, t, d } = s;
     let rep = heads / kv_heads;
     let classes = classes(masks);
@@ -113,7 +129,7 @@ fn distant_states(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], wind
                 Some(p) => KeySource::Gathered(p, c, &lists.as_ref().unwrap()[c]),
                 None => KeySource::Scan(masks, cl.set),
             };
-            let states = distant_tile(q, k, v, s, rep, src, qpos, window, scale);
+            let states = distant_tile(q, k, v, s, rep, src, qpos, window, span, scale);
             (c, b, states)
         })
         .collect();
@@ -207,7 +223,8 @@ enum KeySource<'a> {
 }
 
 /// The distant pairs of one tile of queries `qpos` (all with the same top-k set), for every
-/// head: keys are the tokens j whose set meets it with j + window < i, BK at a time.
+/// head: keys are the tokens j whose set meets it with j + window < i (and, on a sliding layer,
+/// j >= `first_key(i, span)`), BK at a time.
 #[allow(clippy::too_many_arguments)]
 fn distant_tile(
     q: &[f32],
@@ -218,6 +235,7 @@ fn distant_tile(
     src: KeySource,
     qpos: &[u32],
     window: usize,
+    span: Option<usize>,
     scale: f32,
 ) -> Vec<RowState> {
     let Shape { heads, kv_heads, t, d } = s;
@@ -225,14 +243,21 @@ fn distant_tile(
     let rows_p = rows.div_ceil(RB) * RB;
     let last = *qpos.last().unwrap() as usize;
     let first = qpos[0] as usize;
-    // Every key any query of the tile may use: j < last - window, in position order.
+    // Every key any query of the tile may use: first_key(first) <= j < last - window, in
+    // position order.
+    let lo = first_key(first, span);
     let scanned: Vec<u32>;
     let keys: &[u32] = match &src {
         KeySource::Scan(masks, set) => {
-            scanned = (0..last - window).filter(|&j| mask::share_group(masks[j], *set)).map(|j| j as u32).collect();
+            scanned = (lo..last - window).filter(|&j| mask::share_group(masks[j], *set)).map(|j| j as u32).collect();
             &scanned
         }
-        KeySource::Gathered(_, _, list) => &list[..list.partition_point(|&j| j as usize + window < last)],
+        KeySource::Gathered(_, _, list) => &list[list.partition_point(|&j| (j as usize) < lo)..list.partition_point(|&j| j as usize + window < last)],
+    };
+    // Gathered tiles are numbered from the start of the class's list.
+    let tile_base = match &src {
+        KeySource::Gathered(_, _, list) => list.partition_point(|&j| (j as usize) < lo),
+        KeySource::Scan(..) => 0,
     };
     let mut states: Vec<RowState> = (0..heads).map(|_| RowState::new(rows_p, d)).collect();
     let mut qb = vec![0f32; heads * rows_p * d];
@@ -252,18 +277,19 @@ fn distant_tile(
         for (tb, tile) in keys.chunks(BK).enumerate() {
             let n = tile.len();
             let (kt, vt): (&[f32], &[f32]) = match &src {
-                KeySource::Scan(..) => {
+                // Pre-gathered tiles, unless a sliding window cut the list inside one.
+                KeySource::Gathered(pre, c, _) if tile_base % BK == 0 => {
+                    let o = (pre.tile0[*c] + tile_base / BK + tb) * d * BK;
+                    (&pre.kts[kh][o..o + d * BK], &pre.vts[kh][o..o + d * BK])
+                }
+                _ => {
                     gather_keys(kh_k, kh_v, tile, d, &mut kt, &mut vt);
                     (&kt, &vt)
                 }
-                KeySource::Gathered(pre, c, _) => {
-                    let o = (pre.tile0[*c] + tb) * d * BK;
-                    (&pre.kts[kh][o..o + d * BK], &pre.vts[kh][o..o + d * BK])
-                }
             };
-            // Every row sees the whole tile unless it is partial or some query is too close to
-            // its last key (the causal edge).
-            let edge = n < BK || *tile.last().unwrap() as usize + window >= first;
+            // Every row sees the whole tile unless it is partial, some query is too close to
+            // its last key (the causal edge), or too far from its first (a sliding window).
+            let edge = n < BK || *tile.last().unwrap() as usize + window >= first || (tile[0] as usize) < first_key(last, span);
             for hr in 0..rep {
                 let h = kh * rep + hr;
                 let qh = &qb[h * rows_p * d..(h + 1) * rows_p * d];
@@ -281,6 +307,7 @@ fn distant_tile(
                 // would compute a wide masked staircase: run blocks of EDGE_ROWS rows, each over
                 // only its longest prefix (rounded up to JC keys), as the band does.
                 let keep = |r: usize| tile.partition_point(|&j| j as usize + window < qpos[r] as usize);
+                let from = |r: usize| tile.partition_point(|&j| (j as usize) < first_key(qpos[r] as usize, span));
                 for r0 in (0..rows).step_by(EDGE_ROWS) {
                     let nr_p = EDGE_ROWS.min(rows_p - r0);
                     let kmax = keep((r0 + nr_p).min(rows) - 1);
@@ -291,9 +318,10 @@ fn distant_tile(
                     score_tile(&qh[r0 * d..(r0 + nr_p) * d], nr_p, d, kt, BK, 0, nk, &mut sc);
                     for r in 0..nr_p {
                         // Padding rows (past `rows`) keep finite scores of zero queries.
-                        let kr = if r0 + r < rows { keep(r0 + r) } else { nk };
+                        let (kf, kr) = if r0 + r < rows { (from(r0 + r).min(nk), keep(r0 + r)) } else { (0, nk) };
                         let srow = &mut sc[r * BK..r * BK + nk];
                         srow[kr..].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
+                        srow[..kf].iter_mut().for_each(|x| *x = f32::NEG_INFINITY);
                         corr[r] = softmax_tile_row(srow, &mut st.max[r0 + r], &mut st.sum[r0 + r]);
                     }
                     pv_tile(&sc, nr_p, vt, d, nk, &corr, &mut st.acc[r0 * d..(r0 + nr_p) * d]);
@@ -456,7 +484,7 @@ mod tests {
                 let few = rng.gen_bool(0.3);
                 let masks = random_masks(&mut rng, t, groups, k, few);
                 let want = masked_dense_reference(&q, &kk, &v, s, |i, j| mask::kept(&masks, window, i, j));
-                for (path, fast) in [("gathered", focus_attention(&q, &kk, &v, s, &masks, window)), ("scan", focus_attention_scan(&q, &kk, &v, s, &masks, window))] {
+                for (path, fast) in [("gathered", focus_attention(&q, &kk, &v, s, &masks, window)), ("scan", focus_attention_scan(&q, &kk, &v, s, &masks, window, None))] {
                     let err = max_err(&fast, &want);
                     assert!(err <= 1e-5, "{path}: max abs error {err} (t={t} d={d} H={heads}/{kv_heads} K={groups} k={k} w={window})");
                 }
@@ -464,6 +492,40 @@ mod tests {
             }
         }
         assert!(cases >= 60, "{cases}");
+    }
+
+    /// Both layer kinds of an interleaved model: on a sliding-window layer (keys i - j < W) the
+    /// Focus mask composes with the window (a pair is kept when both keep it), on a global
+    /// layer it is the plain Focus mask. Windows below, at and above the Focus window w, and
+    /// above T; both key paths; equal to masked dense attention in f64.
+    #[test]
+    fn sliding_and_global_layers_equal_masked_dense_reference() {
+        let mut rng = StdRng::seed_from_u64(77);
+        let mut cases = 0;
+        for round in 0..16 {
+            let kv_heads = rng.gen_range(1..=2);
+            let heads = kv_heads * rng.gen_range(1..=2);
+            let t = if round % 4 == 0 { rng.gen_range(1..=80) } else { rng.gen_range(100..=330) };
+            let d = [4, 16, 64][rng.gen_range(0..3)];
+            let groups = rng.gen_range(2..=8);
+            let s = Shape { heads, kv_heads, t, d };
+            let q = randn(&mut rng, heads * t * d, 3.0);
+            let kk = randn(&mut rng, kv_heads * t * d, 3.0);
+            let v = randn(&mut rng, kv_heads * t * d, 1.0);
+            let k = rng.gen_range(1..=groups.min(3));
+            let window = [0, 7, 32, 64][rng.gen_range(0..4)];
+            let few = rng.gen_bool(0.3);
+            let masks = random_masks(&mut rng, t, groups, k, few);
+            for span in [None, Some(1), Some(window), Some(window + 1), Some(window + 2), Some(window + 70), Some(rng.gen_range(1..=t + 3))] {
+                let want = masked_dense_reference(&q, &kk, &v, s, |i, j| mask::kept(&masks, window, i, j) && mask::in_window(i, j, span));
+                for (path, fast) in [("gathered", focus_attention_within(&q, &kk, &v, s, &masks, window, span)), ("scan", focus_attention_scan(&q, &kk, &v, s, &masks, window, span))] {
+                    let err = max_err(&fast, &want);
+                    assert!(err <= 1e-5, "{path}: max abs error {err} (t={t} d={d} H={heads}/{kv_heads} K={groups} k={k} w={window} W={span:?})");
+                }
+                cases += 1;
+            }
+        }
+        assert!(cases >= 100, "{cases}");
     }
 
     /// Tokens in no group attend only their band; a single group is the full causal mask.
@@ -495,7 +557,7 @@ mod tests {
         for (groups, kk) in [(8, 1), (4, 2), (8, 3)] {
             let masks = random_masks(&mut rng, t, groups, kk, false);
             let b = crate::attention::reference::focus_attention_rowwise(&q, &k, &v, s, &masks, 128);
-            for a in [focus_attention(&q, &k, &v, s, &masks, 128), focus_attention_scan(&q, &k, &v, s, &masks, 128)] {
+            for a in [focus_attention(&q, &k, &v, s, &masks, 128), focus_attention_scan(&q, &k, &v, s, &masks, 128, None)] {
                 assert!(max_err(&a, &b) <= 1e-5, "K={groups} k={kk}: {}", max_err(&a, &b));
             }
         }

@@ -439,7 +439,7 @@ mod tests {
             let run = |dev: &Device| {
                 let ten = |x: &[f32], hh: usize| Tensor::from_slice(x, (hh, t, 64), dev).unwrap();
                 let causal = causal_bias(t, dev).unwrap();
-                let out = attend(&ten(&q, h), &ten(&kx, hkv), &ten(&v, hkv), &plan, Some(&causal)).unwrap();
+                let out = attend(&ten(&q, h), &ten(&kx, hkv), &ten(&v, hkv), &plan, &Default::default(), Some(&causal)).unwrap();
                 out.to_device(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
             };
             let cpu = run(&Device::Cpu);
