@@ -68,7 +68,8 @@ pub fn run(a: Args) -> Result<()> {
         let marks: String = (0..c.n_layers).map(|l| if c.is_sliding(l) { 'S' } else { 'G' }).collect();
         let global: Vec<String> = (0..c.n_layers).filter(|&l| !c.is_sliding(l)).map(|l| l.to_string()).collect();
         let theta = c.layer_attention(s.layers.iter().position(|&x| x).unwrap_or(0)).rope_theta;
-        println!("layers      {marks} (S: sliding window {}, RoPE base {theta:?}; G: global: {})", s.window, global.join(" "));
+        let theta = theta.map_or("none".to_string(), |t| t.to_string());
+        println!("layers      {marks} (S: sliding window {}, RoPE base {theta}; G: global: {})", s.window, global.join(" "));
     }
     println!("fingerprint {}", m.fingerprint);
     match &m.tokenizer {
