@@ -34,7 +34,16 @@ impl LayersView {
                 ui.label("layers:");
                 for l in 0..n_layers {
                     let on = side_layers.contains(&l);
-                    if ui.selectable_label(on, l.to_string()).clicked() {
+                    // Models with interleaved layers (Gemma): sliding-window layers are marked "s".
+                    let sliding = res.model.config().is_sliding(l);
+                    let label = if sliding { format!("{l}s") } else { l.to_string() };
+                    let resp = ui.selectable_label(on, label);
+                    let resp = if res.model.config().sliding.is_some() {
+                        resp.on_hover_text(if sliding { "sliding-window layer" } else { "global layer" })
+                    } else {
+                        resp
+                    };
+                    if resp.clicked() {
                         if on {
                             side_layers.retain(|&x| x != l);
                         } else if side_layers.len() < 8 {
