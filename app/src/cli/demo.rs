@@ -78,7 +78,7 @@ mod tests {
         let cfg: focus_core::focus::adapter::AdapterConfig =
             serde_json::from_str(include_str!("../../../sample_adapters/smollm2-135m-k8/adapter_config.json")).unwrap();
         let s = super::adapter_note(&cfg);
-        assert!(!s.contains("untrained") && s.contains("trained") && s.contains("2.05M training tokens"), "{s}");
+        assert!(!s.contains("untrained") && s.contains("trained") && s.contains("16.38M training tokens"), "{s}");
         let init: focus_core::focus::adapter::AdapterConfig =
             serde_json::from_str(include_str!("../../../sample_adapters/smollm2-135m-k8-init/adapter_config.json")).unwrap();
         assert!(super::adapter_note(&init).contains("untrained"));
