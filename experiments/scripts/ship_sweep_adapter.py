@@ -8,20 +8,18 @@ Usage: ship_sweep_adapter.py RUN WEIGHTS DEST STATS CALL"""
 import json, shutil, sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).parent))
+from provenance import corpus_provenance
+
 run, weights, dest, stats, call = sys.argv[1:6]
 src = Path("experiments/results/sweep_h200") / run
 cfg = json.load(open(src / "adapter_config.json"))
 t = cfg["training"]
-rel = lambda p: p.split("/corpus/", 1)[-1]
 rows = [json.loads(l) for l in open(src / "train_log.jsonl") if l.strip()]
 last = [r for r in rows if "categories" in r][-1]
 K = cfg["groups"]
 cfg["training"] = {
-    "data": "corpus/train/* from scripts/fetch_corpus.py ({} Austen novels, {} Shakespeare plays and poems, {} State of the Union addresses 1790-2000)".format(
-        *(sum(f"/{w}__" in p for p in t["data"]) for w in ("austen", "shakespeare", "sotu"))),
-    "data_files": [rel(p) for p in t["data"]],
-    "heldout_files": [rel(p) for p in t["heldout"]],
-    "split": "by whole works: held out Persuasion; Hamlet, Macbeth, The Tempest, Twelfth Night; SOTU 2001-2021",
+    **corpus_provenance(t),
     "steps": t["steps"], "seq_len": t["seq_len"], "batch": t["batch"], "tokens_seen": t["tokens_seen"],
     "lr": t["lr"], "cosine_decay": t["cosine_decay"], "weight_decay": t["weight_decay"], "seed": t["seed"],
     "optimizer": t["optimizer"], "sinkhorn_grad": t["sinkhorn_grad"], "device": t["device"],
