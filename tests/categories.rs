@@ -5,15 +5,12 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use candle_core::Device;
 use focus_core::analysis::{analyze, AnalyzeOptions};
 use focus_core::analysis::categories::{categorize_tokens, categorize_words, Category, Piece};
 use focus_core::{Adapter, Mode, Model};
-use std::sync::OnceLock;
 
 fn model() -> &'static Model {
-    static M: OnceLock<Model> = OnceLock::new();
-    M.get_or_init(|| Model::load(&common::model_path(), &Device::Cpu).expect("load the default model"))
+    common::default_model()
 }
 
 fn sample() -> String {

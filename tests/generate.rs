@@ -12,18 +12,15 @@ use focus_core::generate::{Generator, Strategy};
 use focus_core::model::ForwardOptions;
 use focus_core::{Adapter, AdapterSpec, Mode, Model};
 use std::process::Command;
-use std::sync::OnceLock;
 
 fn model() -> &'static Model {
-    static M: OnceLock<Model> = OnceLock::new();
-    M.get_or_init(|| Model::load(&common::model_path(), &Device::Cpu).expect("load the default model"))
+    common::default_model()
 }
 
 /// Tokens of the Persuasion fixture (160 in the exactness tests: five times the test adapter's
 /// window, so top-k prunes).
 fn ids(n: usize) -> Vec<u32> {
-    let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
-    model().tokenizer().unwrap().encode(&text, false).unwrap().ids[2000..2000 + n].to_vec()
+    common::persuasion_ids(model(), 2000, n)
 }
 
 /// A random causal-Sinkhorn adapter with a small window (32), so that 160 tokens prune.

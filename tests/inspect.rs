@@ -4,17 +4,15 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use focus_core::analysis::partners::{attention_row, layer_inputs, query_attention};
 use focus_core::attention::cpu::Shape;
 use focus_core::attention::reference::masked_dense_reference;
 use focus_core::focus::mask;
 use focus_core::{Mode, Model};
-use std::sync::OnceLock;
 
 fn model() -> &'static Model {
-    static M: OnceLock<Model> = OnceLock::new();
-    M.get_or_init(|| Model::load(&common::model_path(), &Device::Cpu).unwrap())
+    common::default_model()
 }
 
 fn ids(n: usize) -> Vec<u32> {

@@ -9,17 +9,13 @@ use focus_core::attention::LayerPlan;
 use focus_core::focus::mask::topk_mask_bias;
 use focus_core::model::ForwardOptions;
 use focus_core::{Adapter, AdapterSpec, Gate, Mode, Model};
-use std::sync::OnceLock;
 
 fn model() -> &'static Model {
-    static M: OnceLock<Model> = OnceLock::new();
-    M.get_or_init(|| Model::load(&common::model_path(), &Device::Cpu).expect("load the default model"))
+    common::default_model()
 }
 
 fn ids(n: usize) -> Vec<u32> {
-    let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
-    let ids = model().tokenizer().unwrap().encode(&text, false).unwrap().ids;
-    ids[1000..1000 + n].to_vec()
+    common::persuasion_ids(model(), 1000, n)
 }
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {

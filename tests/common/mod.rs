@@ -33,6 +33,18 @@ pub fn gemma3_model_path() -> PathBuf {
     P.get_or_init(|| fetched("FOCUS_LENS_GEMMA3_MODEL", "scripts/fetch-gemma3.sh")).clone()
 }
 
+/// The default model on the CPU, loaded once per test binary.
+pub fn default_model() -> &'static focus_core::Model {
+    static M: OnceLock<focus_core::Model> = OnceLock::new();
+    M.get_or_init(|| focus_core::Model::load(&model_path(), &candle_core::Device::Cpu).expect("load the default model"))
+}
+
+/// Tokens `start..start + n` of the Persuasion fixture under `model`'s tokenizer.
+pub fn persuasion_ids(model: &focus_core::Model, start: usize, n: usize) -> Vec<u32> {
+    let text = std::fs::read_to_string(fixture("ppl_persuasion_60k.txt")).unwrap();
+    model.tokenizer().unwrap().encode(&text, false).unwrap().ids[start..start + n].to_vec()
+}
+
 fn fetched(env: &str, script: &str) -> PathBuf {
     if let Some(p) = std::env::var_os(env) {
         return PathBuf::from(p);
