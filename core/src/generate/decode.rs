@@ -16,6 +16,7 @@ use crate::model::config::LayerAttention;
 use crate::model::matvec::dot;
 use multiversion::multiversion;
 use rayon::prelude::*;
+use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
 
 /// How the newest token attends.
@@ -86,6 +87,72 @@ pub fn selected_keys(cache: &LayerCache, how: DecodeAttention) -> Result<(Vec<u3
     }
     keys.extend((i - window) as u32..=i as u32);
     Ok((keys, index))
+}
+
+/// The newest token's attention output (1, H, 1, D) from its queries `q` (any shape of H x D
+/// values, on the cache's device) over a cache on a GPU (`LayerCache::to_device`), and the
+/// bytes read: the kernels of `attention::cuda::decode`, which keep the same pairs as `attend`.
+/// The kernel finds the kept distant keys by testing each one's top-k set (8 bytes, counted
+/// as index bytes) rather than through the host's index by group, so that it reads no host
+/// data; the kept keys' rows are the only rows it reads.
+pub fn attend_on_device(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAttention, own: &LayerAttention) -> Result<(Tensor, ReadBytes)> {
+    let kv = cache.device.as_ref().ok_or_else(|| Error::Invalid("attend_on_device: the cache is on the host".into()))?;
+    let (n, d) = (kv.len, cache.head_dim);
+    if n == 0 {
+        return Err(Error::Invalid("decode attention over an empty cache".into()));
+    }
+    let i = n - 1;
+    let from = own.window.map_or(0, |w| n.saturating_sub(w));
+    let tb = cache.token_bytes();
+    let dense = (n - from) as u64 * tb;
+    let (kept, index) = match (how, cache.routing.as_ref()) {
+        (DecodeAttention::TopK { window }, Some(r)) => {
+            let mi = r.masks[i];
+            let distant = &r.masks[from..(i.saturating_sub(window)).max(from)];
+            let shared = distant.iter().filter(|&&mj| mask::share_group(mi, mj)).count();
+            (n - from - distant.len() + shared, distant.len() as u64 * 8)
+        }
+        (DecodeAttention::Soft { .. }, Some(r)) => (n - from, ((n - from) * r.groups * 4) as u64),
+        (DecodeAttention::Dense, _) => (n - from, 0),
+        _ => return Err(Error::Invalid("top-k and soft decode need cached routing".into())),
+    };
+    let read = ReadBytes { kv: kept as u64 * tb, index, dense };
+    #[cfg(feature = "cuda")]
+    {
+        use crate::attention::cuda::decode::{decode_attention, DecodeStep, MAX_HEAD_DIM};
+        if d > MAX_HEAD_DIM {
+            return Err(Error::Invalid(format!("decode on the GPU takes head dims up to {MAX_HEAD_DIM}, not {d}")));
+        }
+        let r = cache.routing.as_ref();
+        let step = DecodeStep {
+            n,
+            from,
+            topk: match (how, r, kv.masks.as_ref()) {
+                (DecodeAttention::TopK { .. }, Some(r), Some(m)) => Some((r.masks[i], m)),
+                _ => None,
+            },
+            window: match how {
+                DecodeAttention::TopK { window } | DecodeAttention::Soft { window, .. } => window,
+                DecodeAttention::Dense => n,
+            },
+            soft: match (how, kv.memberships.as_ref()) {
+                (DecodeAttention::Soft { gate, .. }, Some(m)) => Some((gate, m)),
+                _ => None,
+            },
+            softcap: own.softcap.map(|c| c as f32),
+        };
+        if kv.routed < n && step.topk.is_some() | step.soft.is_some() {
+            return Err(Error::Invalid("decode on the GPU: the cache's routing was not synced to the device".into()));
+        }
+        let q = q.to_dtype(candle_core::DType::F32)?.reshape((heads, d))?.contiguous()?;
+        let o = decode_attention(&q, &kv.k, &kv.v, step)?;
+        Ok((o.reshape((1, heads, 1, d))?, read))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (q, heads, read, d);
+        Err(Error::Invalid("a cache on a device needs a build with the cuda feature".into()))
+    }
 }
 
 /// Keys per parallel chunk.
@@ -252,6 +319,43 @@ mod tests {
                     let err = got[h * d..(h + 1) * d].iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
                     assert!(err < 1e-5, "{how:?} t {t} w {window} k {k}: {err}");
                 }
+            }
+        }
+    }
+
+    /// On a GPU, the decode kernel gives the CPU's output and reads the same rows: dense, top-k
+    /// and soft, with a sliding window, a soft-cap, head dims that do not fill a warp's lanes
+    /// and contexts over several chunks.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn device_decode_equals_the_cpu() {
+        use candle_core::{Device, Tensor};
+        let dev = Device::new_cuda(0).expect("a CUDA device");
+        let mut rng = StdRng::seed_from_u64(11);
+        for case in 0..16 {
+            let hkv = rng.gen_range(1..=3);
+            let heads = hkv * rng.gen_range(1..=3);
+            let d = [13, 64, 256][case % 3];
+            let t = rng.gen_range(1..1500);
+            let window = rng.gen_range(0..200);
+            let (groups, k) = (8, rng.gen_range(1..=3));
+            let own = LayerAttention { window: (case % 4 == 1).then(|| rng.gen_range(1..600)), softcap: (case % 5 == 2).then_some(3.0), ..LayerAttention::default() };
+            let mut r = |n: usize, a: f32| (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * a).collect::<Vec<f32>>();
+            let (q, kk, v) = (r(heads * d, 2.0), r(hkv * t * d, 2.0), r(hkv * t * d, 1.0));
+            let memb: Vec<f32> = r(t * groups, 1.0).iter().map(|x| x.abs()).collect();
+            let mut cache = LayerCache::new(hkv, d, Some(CachedRouting::new(groups, k, None)));
+            cache.push_kv(&kk, &v, t);
+            let ro = cache.routing.as_mut().unwrap();
+            (0..t).for_each(|i| ro.push(&memb[i * groups..(i + 1) * groups], &memb[i * groups..(i + 1) * groups]));
+            let on_gpu = cache.clone().to_device(&dev).unwrap();
+            let qt = Tensor::from_slice(&q, (1, heads, 1, d), &dev).unwrap();
+            for how in [DecodeAttention::Dense, DecodeAttention::TopK { window }, DecodeAttention::Soft { gate: GateFn::Log { eps: 1e-6 }, window }, DecodeAttention::Soft { gate: GateFn::Paper { lambda: 10.0 }, window }] {
+                let (want, rw) = attend(&q, heads, &cache, how, &own).unwrap();
+                let (got, rg) = attend_on_device(&qt, heads, &on_gpu, how, &own).unwrap();
+                let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(err < 2e-5, "case {case} {how:?} t {t} d {d} w {window} own {own:?}: {err}");
+                assert_eq!((rg.kv, rg.dense), (rw.kv, rw.dense), "case {case} {how:?}: rows read");
             }
         }
     }

@@ -2,9 +2,15 @@
 //! per KV head), and with an adapter its routing: memberships, top-k set, the index of cached
 //! keys by group (so that a top-k step finds the keys whose sets meet its own without reading
 //! any other), and the causal Sinkhorn state that routes the next token in O(iters x K).
+//!
+//! On a GPU (`LayerCache::to_device`) the keys and values live in device memory (`DeviceKv`),
+//! with a mirror of the top-k sets and memberships that the decode kernel reads; the routing
+//! itself (scores, Sinkhorn state, index by group) stays on the host, where it is decided.
 
+use crate::error::{Error, Result};
 use crate::focus::mask;
 use crate::focus::sinkhorn::CausalSinkhorn;
+use candle_core::{DType, Device, Tensor};
 
 /// One layer's cache.
 #[derive(Debug, Clone)]
@@ -12,9 +18,54 @@ pub struct LayerCache {
     pub kv_heads: usize,
     pub head_dim: usize,
     /// Per KV head, (n, D) row-major.
+    /// (Empty when the cache is on a device.)
     pub k: Vec<Vec<f32>>,
     pub v: Vec<Vec<f32>>,
     pub routing: Option<CachedRouting>,
+    pub device: Option<DeviceKv>,
+}
+
+/// A layer's keys and values on a GPU, (Hkv, capacity, D) f32 with the first `len` rows of
+/// each head filled (capacity doubles as it fills), and the routing the kernel reads: top-k
+/// sets (capacity,) as i64 bit patterns and memberships (capacity, K), `routed` rows filled.
+#[derive(Debug, Clone)]
+pub struct DeviceKv {
+    pub k: Tensor,
+    pub v: Tensor,
+    pub len: usize,
+    pub masks: Option<Tensor>,
+    pub memberships: Option<Tensor>,
+    pub routed: usize,
+}
+
+impl DeviceKv {
+    fn capacity(&self) -> usize {
+        self.k.dim(1).unwrap_or(0)
+    }
+
+    /// Room for `extra` more tokens (keys, values and routing rows), by doubling.
+    fn reserve(&mut self, extra: usize) -> Result<()> {
+        let need = self.len + extra;
+        let cap = self.capacity();
+        if need <= cap {
+            return Ok(());
+        }
+        let cap2 = need.next_power_of_two().max(64).max(2 * cap);
+        let grow = |t: &Tensor, filled: usize, dim: usize| -> Result<Tensor> {
+            let mut shape = t.dims().to_vec();
+            shape[dim] = cap2;
+            let bigger = Tensor::zeros(shape, t.dtype(), t.device())?;
+            if filled > 0 {
+                bigger.slice_set(&t.narrow(dim, 0, filled)?.contiguous()?, dim, 0)?;
+            }
+            Ok(bigger)
+        };
+        self.k = grow(&self.k, self.len, 1)?;
+        self.v = grow(&self.v, self.len, 1)?;
+        self.masks = self.masks.as_ref().map(|m| grow(m, self.routed, 0)).transpose()?;
+        self.memberships = self.memberships.as_ref().map(|m| grow(m, self.routed, 0)).transpose()?;
+        Ok(())
+    }
 }
 
 /// The routing of the cached tokens of one layer.
@@ -57,19 +108,94 @@ impl CachedRouting {
 
 impl LayerCache {
     pub fn new(kv_heads: usize, head_dim: usize, routing: Option<CachedRouting>) -> Self {
-        LayerCache { kv_heads, head_dim, k: vec![Vec::new(); kv_heads], v: vec![Vec::new(); kv_heads], routing }
+        LayerCache { kv_heads, head_dim, k: vec![Vec::new(); kv_heads], v: vec![Vec::new(); kv_heads], routing, device: None }
+    }
+
+    /// The same cache on `device`: unchanged on the CPU; on a GPU its keys, values and routing
+    /// mirror move to device memory.
+    pub fn to_device(mut self, device: &Device) -> Result<Self> {
+        if matches!(device, Device::Cpu) || self.device.is_some() {
+            return Ok(self);
+        }
+        let (n, hkv, d) = (self.len(), self.kv_heads, self.head_dim);
+        let cap = n.next_power_of_two().max(64);
+        let zeros = |dims: &[usize], dt: DType| Tensor::zeros(dims, dt, device);
+        let groups = self.routing.as_ref().map(|r| r.groups);
+        let mut kv = DeviceKv {
+            k: zeros(&[hkv, cap, d], DType::F32)?,
+            v: zeros(&[hkv, cap, d], DType::F32)?,
+            len: 0,
+            masks: groups.map(|_| zeros(&[cap], DType::I64)).transpose()?,
+            memberships: groups.map(|g| zeros(&[cap, g], DType::F32)).transpose()?,
+            routed: 0,
+        };
+        if n > 0 {
+            let host = |x: &[Vec<f32>]| Tensor::from_vec(x.concat(), (hkv, n, d), device);
+            kv.k.slice_set(&host(&self.k)?, 1, 0)?;
+            kv.v.slice_set(&host(&self.v)?, 1, 0)?;
+            kv.len = n;
+        }
+        self.k.iter_mut().chain(self.v.iter_mut()).for_each(|x| *x = Vec::new());
+        self.device = Some(kv);
+        self.sync_routing()?;
+        Ok(self)
+    }
+
+    /// Copies the routing rows the host has decided and the device lacks (the decode kernel
+    /// reads the newest token's row, so this runs after routing it and before attending).
+    pub fn sync_routing(&mut self) -> Result<()> {
+        let (Some(kv), Some(r)) = (self.device.as_mut(), self.routing.as_ref()) else { return Ok(()) };
+        let (from, to) = (kv.routed, r.masks.len());
+        if to <= from {
+            return Ok(());
+        }
+        let dev = kv.k.device().clone();
+        let masks: Vec<i64> = r.masks[from..to].iter().map(|&m| m as i64).collect();
+        if let Some(m) = &kv.masks {
+            m.slice_set(&Tensor::from_vec(masks, to - from, &dev)?, 0, from)?;
+        }
+        if let Some(m) = &kv.memberships {
+            let g = r.groups;
+            m.slice_set(&Tensor::from_slice(&r.memberships[from * g..to * g], (to - from, g), &dev)?, 0, from)?;
+        }
+        kv.routed = to;
+        Ok(())
     }
 
     /// Cached tokens.
     pub fn len(&self) -> usize {
-        self.k.first().map_or(0, |k| k.len() / self.head_dim.max(1))
+        match &self.device {
+            Some(kv) => kv.len,
+            None => self.k.first().map_or(0, |k| k.len() / self.head_dim.max(1)),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Appends `t` tokens' keys and values, each (Hkv, t, D) row-major.
+    /// Appends the keys and values of a pass's tokens, each (1, Hkv, t, D) (as
+    /// `Block::attention_inputs` gives them), wherever the cache lives.
+    pub fn push(&mut self, k: &Tensor, v: &Tensor) -> Result<()> {
+        let (hkv, d) = (self.kv_heads, self.head_dim);
+        let t = k.elem_count() / (hkv * d).max(1);
+        if k.elem_count() != hkv * t * d || v.elem_count() != k.elem_count() {
+            return Err(Error::Invalid(format!("cache push: keys {:?} and values {:?} for {hkv} KV heads of {d}", k.dims(), v.dims())));
+        }
+        match self.device.as_mut() {
+            Some(kv) => {
+                kv.reserve(t)?;
+                let rows = |x: &Tensor| -> Result<Tensor> { Ok(x.reshape((hkv, t, d))?.to_dtype(DType::F32)?.contiguous()?) };
+                kv.k.slice_set(&rows(k)?, 1, kv.len)?;
+                kv.v.slice_set(&rows(v)?, 1, kv.len)?;
+                kv.len += t;
+            }
+            None => self.push_kv(&k.flatten_all()?.to_vec1::<f32>()?, &v.flatten_all()?.to_vec1::<f32>()?, t),
+        }
+        Ok(())
+    }
+
+    /// Appends `t` tokens' keys and values, each (Hkv, t, D) row-major, to a host cache.
     pub fn push_kv(&mut self, k: &[f32], v: &[f32], t: usize) {
         let n = t * self.head_dim;
         for h in 0..self.kv_heads {

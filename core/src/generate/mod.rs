@@ -90,9 +90,9 @@ impl<'a> Generator<'a> {
                     let c = &a.config;
                     CachedRouting::new(c.groups, k, c.causal_sinkhorn.then(|| CausalSinkhorn::new(c.groups, c.tau, c.sinkhorn_iters)))
                 });
-                LayerCache::new(cfg.n_kv_heads, cfg.head_dim, routing)
+                LayerCache::new(cfg.n_kv_heads, cfg.head_dim, routing).to_device(&decoder.device)
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         Ok(Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new() })
     }
 
@@ -102,7 +102,7 @@ impl<'a> Generator<'a> {
         if g.strategy != Strategy::KvCache || layers.len() != g.layers.len() || layers.iter().any(|l| l.len() != ids.len()) {
             return Err(Error::Invalid("a prebuilt cache needs one layer cache per layer, each of the sequence's length, and a cached strategy".into()));
         }
-        g.layers = layers;
+        g.layers = layers.into_iter().map(|l| l.to_device(&decoder.device)).collect::<Result<_>>()?;
         g.ids = ids;
         Ok(g)
     }
@@ -175,7 +175,7 @@ impl<'a> Generator<'a> {
         for (l, blk) in dec.blocks.iter().enumerate() {
             let inp = blk.attention_inputs(&x, &pass)?;
             let cache = &mut self.layers[l];
-            cache.push_kv(&inp.k.flatten_all()?.to_vec1::<f32>()?, &inp.v.flatten_all()?.to_vec1::<f32>()?, 1);
+            cache.push(&inp.k, &inp.v)?;
             if let (Some(a), Some(r)) = (self.adapter, cache.routing.as_mut()) {
                 let (_, scores) = a.scores(l, &inp.h)?;
                 let m = match r.sinkhorn.as_mut() {
@@ -190,11 +190,18 @@ impl<'a> Generator<'a> {
                 };
                 a.check_memberships(l, &m)?;
                 r.push(&scores, &m);
+                cache.sync_routing()?;
             }
             let how = if cache.routing.is_some() { how } else { DecodeAttention::Dense };
-            let (o, rb) = decode::attend(&inp.q.flatten_all()?.to_vec1::<f32>()?, cfg.n_heads, cache, how, &blk.attn)?;
-            read.add(rb);
-            let o = Tensor::from_vec(o, (1, cfg.n_heads, 1, cfg.head_dim), &dec.device)?;
+            let o = if cache.device.is_some() {
+                let (o, rb) = decode::attend_on_device(&inp.q, cfg.n_heads, cache, how, &blk.attn)?;
+                read.add(rb);
+                o
+            } else {
+                let (o, rb) = decode::attend(&inp.q.flatten_all()?.to_vec1::<f32>()?, cfg.n_heads, cache, how, &blk.attn)?;
+                read.add(rb);
+                Tensor::from_vec(o, (1, cfg.n_heads, 1, cfg.head_dim), &dec.device)?
+            };
             x = blk.finish(&x, &o, &pass)?;
         }
         let logits = dec.logits(&x)?.flatten_all()?.to_vec1::<f32>()?;
@@ -236,7 +243,7 @@ impl Fill<'_> {
     fn fill(&mut self, l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> Result<()> {
         let cache = &mut self.layers[l];
         let t = inp.k.dim(2)?;
-        cache.push_kv(&inp.k.flatten_all()?.to_vec1::<f32>()?, &inp.v.flatten_all()?.to_vec1::<f32>()?, t);
+        cache.push(&inp.k, &inp.v)?;
         if let (Some(r), Some(lr)) = (cache.routing.as_mut(), routing) {
             let kk = lr.groups;
             for i in 0..t {
@@ -249,6 +256,7 @@ impl Fill<'_> {
                 r.push(s, &m);
             }
         }
+        cache.sync_routing()?;
         Ok(())
     }
 }
@@ -260,6 +268,45 @@ impl LayerHook for Fill<'_> {
             Err(e) => {
                 self.err = Some(e);
                 ControlFlow::Break(())
+            }
+        }
+    }
+}
+
+#[cfg(all(test, feature = "cuda"))]
+mod tests {
+    use super::*;
+    use crate::focus::adapter::AdapterSpec;
+    use crate::model::Model;
+    use candle_core::Device;
+
+    /// The tiny checkpoints of tests/fixtures (run from the repository root or the crate's).
+    fn fixture(arch: &str) -> std::path::PathBuf {
+        let here = std::path::Path::new("tests/fixtures/hf_tiny").join(arch);
+        if here.exists() { here } else { std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/hf_tiny").join(arch) }
+    }
+
+    /// Generation with the cache on the GPU gives the CPU's full-forward logits, for every
+    /// architecture (sliding layers and soft-caps in Gemma 2) and every mode.
+    #[test]
+    fn gpu_decode_equals_the_cpu_forward() {
+        let gpu = Device::new_cuda(0).expect("a CUDA device");
+        for arch in ["gpt2", "llama", "qwen2", "gemma2", "olmo2"] {
+            let (cpu_m, gpu_m) = (Model::load(&fixture(arch), &Device::Cpu).unwrap(), Model::load(&fixture(arch), &gpu).unwrap());
+            let ids: Vec<u32> = (0..100u32).map(|i| (i * 37 + 11) % cpu_m.config().vocab as u32).collect();
+            let spec = AdapterSpec { groups: 4, window: 8, causal_sinkhorn: true, ..Default::default() };
+            let (ac, ag) = (Adapter::random(&cpu_m.identity(), &Device::Cpu, &spec, 2).unwrap(), Adapter::random(&gpu_m.identity(), &gpu, &spec, 2).unwrap());
+            for (mode, routed) in [(Mode::Dense, false), (Mode::TopK(1), true), (Mode::TopK(2), true), (Mode::Soft, true)] {
+                let full = cpu_m.decoder.forward(&ids, &ForwardOptions::new(mode, routed.then_some(&ac))).unwrap().logits.to_vec2::<f32>().unwrap();
+                let mut g = Generator::new(&gpu_m.decoder, routed.then_some(&ag), mode).unwrap();
+                assert!(g.layers()[0].device.is_some(), "the cache is on the GPU");
+                g.feed(&ids[..30]).unwrap();
+                for (p, &id) in ids.iter().enumerate().skip(30) {
+                    let s = g.feed(&[id]).unwrap();
+                    let scale = full[p].iter().fold(1f32, |a, x| a.max(x.abs()));
+                    let err = s.logits.iter().zip(&full[p]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max) / scale;
+                    assert!(err <= 1e-4, "{arch} {mode} position {p}: relative logit difference {err}");
+                }
             }
         }
     }

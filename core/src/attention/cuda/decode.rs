@@ -1,0 +1,139 @@
+//! A generation step's attention over a KV cache that lives on the GPU: the kernels of
+//! `core/kernels/focus_decode.cu` (flash decoding: per-chunk partials, then a log-sum-exp merge),
+//! launched as a candle custom op. `generate::decode::attend` is the CPU twin and the reference;
+//! both keep exactly `focus::mask::classify`'s pairs (the kernel tests a key's top-k set before
+//! it reads the key's row).
+
+use crate::attention::fused::GateFn;
+use crate::error::Result;
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::WrapErr;
+use candle_core::{CpuStorage, CudaStorage, CustomOp3, DType, Layout, Shape, Storage, Tensor};
+
+const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_decode.ptx"));
+const MODULE: &str = "focus_decode";
+/// Cached positions per partial (one block of 4 warps each).
+const CHUNK: usize = 256;
+/// The kernel keeps a query head in registers, 8 values per lane.
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// What one step keeps and how it scores (see the kernel's notes).
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeStep<'a> {
+    /// Cached tokens, the newest included.
+    pub n: usize,
+    /// First position inside the layer's own sliding window (0 for a global layer).
+    pub from: usize,
+    /// Hard top-k: the newest token's top-k set, and the cached sets ((cap,) u32 pairs as i64).
+    pub topk: Option<(u64, &'a Tensor)>,
+    /// The adapter's local window (top-k keeps it; soft leaves it ungated).
+    pub window: usize,
+    /// Soft gates and the cached memberships ((cap, K) f32, the newest row included).
+    pub soft: Option<(GateFn, &'a Tensor)>,
+    pub softcap: Option<f32>,
+}
+
+/// The newest token's attention output (H, D) from its queries `q` (H, D) and the cache `k`,
+/// `v` (Hkv, cap, D), all f32 on one CUDA device.
+pub fn decode_attention(q: &Tensor, k: &Tensor, v: &Tensor, step: DecodeStep<'_>) -> Result<Tensor> {
+    Ok(q.apply_op3_no_bwd(k, v, &DecodeOp { step })?)
+}
+
+struct DecodeOp<'a> {
+    step: DecodeStep<'a>,
+}
+
+/// A contiguous f32 or i64 CUDA tensor's storage guard and start offset.
+fn storage(t: &Tensor) -> candle_core::Result<(impl std::ops::Deref<Target = Storage> + '_, usize)> {
+    let (s, l) = t.storage_and_layout();
+    if !l.is_contiguous() || !matches!(&*s, Storage::Cuda(_)) {
+        candle_core::bail!("decode attention needs contiguous CUDA tensors");
+    }
+    let off = l.start_offset();
+    Ok((s, off))
+}
+
+impl CustomOp3 for DecodeOp<'_> {
+    fn name(&self) -> &'static str {
+        "focus-decode-attention"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("focus-decode-attention is the CUDA kernel; on the CPU use generate::decode::attend")
+    }
+
+    fn cuda_fwd(&self, s1: &CudaStorage, l1: &Layout, s2: &CudaStorage, l2: &Layout, s3: &CudaStorage, l3: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+        let st = self.step;
+        let (h, d) = l1.shape().dims2()?;
+        let (hkv, cap, dk) = l2.shape().dims3()?;
+        if s1.dtype() != DType::F32 || s2.dtype() != DType::F32 || s3.dtype() != DType::F32 {
+            candle_core::bail!("decode attention on CUDA takes f32");
+        }
+        if dk != d || l3.shape().dims3()? != (hkv, cap, d) || hkv == 0 || h % hkv != 0 || d > MAX_HEAD_DIM || st.n == 0 || st.n > cap || st.from >= st.n {
+            candle_core::bail!("decode attention: q ({h}, {d}), cache ({hkv}, {cap}, {dk}), {} tokens from {}", st.n, st.from);
+        }
+        let contiguous = |l: &Layout| l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("decode attention needs contiguous q, k, v".into()));
+        let ((qa, qb), (ka, kb), (va, vb)) = (contiguous(l1)?, contiguous(l2)?, contiguous(l3)?);
+        let dev = s1.device().clone();
+        let (q, k, v) = (s1.as_cuda_slice::<f32>()?.slice(qa..qb), s2.as_cuda_slice::<f32>()?.slice(ka..kb), s3.as_cuda_slice::<f32>()?.slice(va..vb));
+        let chunks = (st.n - st.from).div_ceil(CHUNK);
+        let part_m = unsafe { dev.alloc::<f32>(h * chunks)? };
+        let part_l = unsafe { dev.alloc::<f32>(h * chunks)? };
+        let part_o = unsafe { dev.alloc::<f32>(h * chunks * d)? };
+        let out = unsafe { dev.alloc::<f32>(h * d)? };
+        let null = 0u64;
+        let masks = st.topk.map(|(_, m)| storage(m)).transpose()?;
+        let memb = st.soft.map(|(_, m)| storage(m)).transpose()?;
+        let f = dev.get_or_load_custom_func("decode_partial", MODULE, PTX)?;
+        let mut b = f.builder();
+        b.arg(&q).arg(&k).arg(&v);
+        let mask_view = match &masks {
+            Some((s, off)) => match &**s {
+                Storage::Cuda(c) => Some(c.as_cuda_slice::<i64>()?.slice(*off..)),
+                _ => None,
+            },
+            None => None,
+        };
+        let memb_view = match &memb {
+            Some((s, off)) => match &**s {
+                Storage::Cuda(c) => Some(c.as_cuda_slice::<f32>()?.slice(*off..)),
+                _ => None,
+            },
+            None => None,
+        };
+        match &mask_view {
+            Some(m) => b.arg(m),
+            None => b.arg(&null),
+        };
+        b.arg(&part_m).arg(&part_l).arg(&part_o);
+        let (n, from, cap32, d32, rep, chunk, chunks32) = (st.n as i32, st.from as i32, cap as i32, d as i32, (h / hkv) as i32, CHUNK as i32, chunks as i32);
+        let (topk, qmask) = match st.topk {
+            Some((m, _)) => (1i32, m),
+            None => (0i32, 0u64),
+        };
+        let window = st.window.min(i32::MAX as usize) as i32;
+        let scale = 1.0 / (d as f32).sqrt();
+        let softcap = st.softcap.unwrap_or(0.0);
+        b.arg(&n).arg(&from).arg(&cap32).arg(&d32).arg(&rep).arg(&chunk).arg(&chunks32);
+        b.arg(&topk).arg(&qmask).arg(&window).arg(&scale).arg(&softcap);
+        match &memb_view {
+            Some(m) => b.arg(m),
+            None => b.arg(&null),
+        };
+        let (groups, gate, gparam) = match st.soft {
+            Some((GateFn::Log { eps }, m)) => (m.dim(1)? as i32, 1i32, eps),
+            Some((GateFn::Paper { lambda }, m)) => (m.dim(1)? as i32, 2i32, lambda),
+            _ => (0i32, 0i32, 0f32),
+        };
+        b.arg(&groups).arg(&gate).arg(&gparam);
+        let cfg = LaunchConfig { grid_dim: (chunks as u32, h as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        unsafe { b.launch(cfg) }.w()?;
+        let f = dev.get_or_load_custom_func("decode_merge", MODULE, PTX)?;
+        let mut b = f.builder();
+        b.arg(&part_m).arg(&part_l).arg(&part_o).arg(&out).arg(&d32).arg(&chunks32);
+        let cfg = LaunchConfig { grid_dim: (h as u32, 1, 1), block_dim: (MAX_HEAD_DIM as u32, 1, 1), shared_mem_bytes: 0 };
+        unsafe { b.launch(cfg) }.w()?;
+        Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from((h, d))))
+    }
+}
