@@ -6,7 +6,7 @@
 //!   train_paper --model GGUF --data DIR --heldout DIR --out DIR [--groups 8] [--gate log]
 //!       [--tau 0.1] [--steps 4000] [--minutes 0] [--eval-every 500] [--ppl FILE] [--ctx 512,1024]
 //!       [--seq 1024] [--batch 4] [--score dot|cosine] [--iters 10] [--init random|kmeans]
-//!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--cpu]
+//!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--router-layers all|global] [--cpu]
 //!
 //! Defaults are the paper's setting: dot scores, tau 0.1, Sinkhorn 10 iterations with the full
 //! gradient, log gate, random init; and ours: d_g 16, w 128, 4 x 1024 tokens per step, AdamW lr
@@ -62,7 +62,8 @@ fn main() -> focus_core::Result<()> {
     let (lr, seed): (f64, u64) = (arg(&args, "--lr", "1e-2").parse().unwrap(), arg(&args, "--seed", "0").parse().unwrap());
     let cosine_decay = arg(&args, "--schedule", "cosine") == "cosine";
     let kmeans = arg(&args, "--init", "random") == "kmeans";
-    let spec = AdapterSpec { groups, d_g: 16, tau, sinkhorn_iters: iters, window: 128, gate, score, ..Default::default() };
+    let router_layers = arg(&args, "--router-layers", "all").parse().map_err(focus_core::Error::Invalid)?;
+    let spec = AdapterSpec { groups, d_g: 16, tau, sinkhorn_iters: iters, window: 128, gate, score, router_layers, ..Default::default() };
     let minutes: f64 = arg(&args, "--minutes", "0").parse().unwrap();
     let opts = TrainOptions {
         steps: arg(&args, "--steps", "4000").parse().unwrap(),
