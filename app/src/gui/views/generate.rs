@@ -104,7 +104,7 @@ impl GenerateView {
         // A long prompt scrolls in its box (of one height, so that nothing below it moves)
         // rather than pushing the controls off the window.
         egui::ScrollArea::vertical().id_salt("prompt").max_height(110.0).auto_shrink(false).show(ui, |ui| {
-            let edit = egui::TextEdit::multiline(&mut self.prompt).desired_rows(5).desired_width(f32::INFINITY).hint_text("type a prompt, or continue the loaded text");
+            let edit = egui::TextEdit::multiline(&mut self.prompt).min_size(vec2(0.0, 110.0)).desired_width(f32::INFINITY).hint_text("type a prompt, or continue the loaded text");
             ui.add(edit).labelled_by(l.id);
         });
         ui.horizontal(|ui| {
