@@ -94,6 +94,13 @@ fn whole_sequence_sinkhorn_recomputes() {
     let err = s.logits.iter().zip(&last).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(err <= 1e-4, "the recomputed step differs from the full forward by {err}");
     assert_eq!(s.groups.len(), model().config().n_layers);
+    // The recomputation refilled the caches: every token's routing as the whole pass gave it.
+    for (l, c) in g.layers().iter().enumerate() {
+        let r = c.routing.as_ref().expect("routed layer");
+        assert_eq!((c.len(), r.masks.len()), (60, 60), "layer {l}");
+        let d = r.memberships.iter().zip(&full.routing[l].memberships).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(d <= 1e-6, "layer {l}: cached memberships differ from the forward's by {d}");
+    }
 }
 
 /// The same seed draws the same tokens; another seed other tokens.

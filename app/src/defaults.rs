@@ -13,10 +13,13 @@ pub fn default_model_path() -> PathBuf {
     if let Some(p) = std::env::var_os("FOCUS_LENS_MODEL") {
         return PathBuf::from(p);
     }
-    let cache = std::env::var_os("FOCUS_LENS_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/focus-lens"));
-    cache.join(DEFAULT_MODEL_FILE)
+    cache_dir().join(DEFAULT_MODEL_FILE)
+}
+
+/// The app's cache folder: `FOCUS_LENS_CACHE`, else `~/.cache/focus-lens` (the default model,
+/// the GUI's generated texts).
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("FOCUS_LENS_CACHE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/focus-lens"))
 }
 
 pub const SAMPLE_TEXT: &str = include_str!("../../assets/sample.txt");

@@ -3,10 +3,9 @@
 //! model's context. `--chat` wraps the prompt in the model's own chat template.
 
 use super::common::{count, load_adapter, sampling_temperature, share, ModeArgs, ModelArgs};
+use crate::generation::{self, Run, Sampling, Stop};
 use anyhow::{Context, Result};
-use focus_core::generate::decode::ReadBytes;
-use focus_core::generate::sampler::{log_prob, Sampler};
-use focus_core::generate::{chat, Generator, Strategy};
+use focus_core::generate::Strategy;
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -32,14 +31,14 @@ pub struct Args {
     pub file: Option<PathBuf>,
     /// Most tokens to generate, 1..=1048576 (generation also stops at EOS and at the model's
     /// context).
-    #[arg(long, default_value_t = 256, value_parser = count::<1, 1048576>)]
+    #[arg(long, default_value_t = Sampling::default().max_tokens, value_parser = count::<1, 1048576>)]
     pub max_tokens: usize,
     /// Sampling temperature, [0, 100]; 0 is greedy.
-    #[arg(long, default_value_t = 0.8, value_parser = sampling_temperature)]
+    #[arg(long, default_value_t = Sampling::default().temperature, value_parser = sampling_temperature)]
     pub temperature: f64,
     /// Nucleus sampling: draw from the likeliest tokens holding this share of the
     /// probability, (0, 1].
-    #[arg(long, default_value_t = 0.95, value_parser = share)]
+    #[arg(long, default_value_t = Sampling::default().top_p, value_parser = share)]
     pub top_p: f64,
     /// Seed of the sampler: the same seed, model, prompt and flags give the same tokens.
     #[arg(long, default_value_t = 0)]
@@ -66,62 +65,30 @@ pub fn run(a: Args) -> Result<()> {
         anyhow::bail!("--mode {} needs --adapter", mode.name());
     }
     let tok = model.tokenizer()?;
-    let prompt = if a.chat {
-        let template = chat::chat_template(&model)?.with_context(|| format!("--chat: {} has no chat template (tokenizer.chat_template)", model.path.display()))?;
-        let name = |id: Option<u32>| id.map(|i| tok.token_text(i)).unwrap_or_default();
-        let bos = name(tok.bos_id());
-        let rendered = chat::render_user_turn(&template, &text, &bos, &name(tok.eos_id()))?;
-        // The tokenizer puts BOS in front itself when the model asks for it.
-        let rendered = match rendered.strip_prefix(bos.as_str()) {
-            Some(rest) if tok.add_bos() && !bos.is_empty() => rest.to_string(),
-            _ => rendered,
-        };
-        tok.encode(&rendered, true)?.ids
-    } else {
-        tok.encode(&text, false)?.ids
-    };
-    let ctx = model.config().context;
-    anyhow::ensure!(!prompt.is_empty(), "the prompt has no tokens");
-    anyhow::ensure!(prompt.len() < ctx, "the prompt's {} tokens leave no room in the model's context of {ctx} tokens", prompt.len());
-    let stops = chat::stop_ids(&model)?;
-    let mut generator = Generator::new(&model.decoder, adapter.as_ref(), mode)?;
-    if generator.strategy() == Strategy::Recompute {
+    let prompt = generation::prompt(&model, &text, a.chat);
+    let (_, prompt) = if a.chat { prompt.context("--chat")? } else { prompt? };
+    let sampling = Sampling { max_tokens: a.max_tokens, temperature: a.temperature, top_p: a.top_p, seed: a.seed };
+    let t0 = Instant::now();
+    let mut run = Run::start(&model, adapter.as_ref(), mode, &prompt, &sampling, None)?;
+    let prefill_s = t0.elapsed().as_secs_f64();
+    if run.generator.strategy() == Strategy::Recompute {
         eprintln!("note: this adapter uses whole-sequence Sinkhorn (causal_sinkhorn = false): each new token changes every earlier token's routing, so no KV cache is exact in {} mode; every token reruns the whole sequence (exact, O(T^2) per token)", mode.name());
     }
-    let mut sampler = Sampler::new(a.temperature, a.top_p, a.seed);
-    let t0 = Instant::now();
-    let mut step = generator.feed(&prompt)?;
-    let prefill_s = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
     let mut out = std::io::stdout().lock();
-    let (mut ids, mut shown) = (Vec::new(), String::new());
-    let mut read = ReadBytes::default();
-    let reason = loop {
-        if ids.len() == a.max_tokens {
-            break "max_tokens";
-        }
-        if generator.ids().len() == ctx {
-            break "context";
-        }
-        let id = sampler.sample(&step.logits);
-        let logprob = log_prob(&step.logits, id);
-        ids.push(id);
-        let eos = stops.contains(&id);
-        // The token's own routing and reads come from feeding it (not needed after EOS).
-        if !eos {
-            step = generator.feed(&[id])?;
-            read.add(step.read);
-        }
+    let mut shown = String::new();
+    while let Some(t) = run.next()? {
+        let step = run.step();
         if a.json {
             let rec = serde_json::json!({
-                "index": ids.len() - 1, "id": id, "text": tok.token_text(id), "logprob": logprob,
-                "groups": if eos { None } else { Some(&step.groups) },
-                "bytes_read": if eos { None } else { Some(step.read) },
+                "index": run.generated.len() - 1, "id": t.id, "text": tok.token_text(t.id), "logprob": t.logprob,
+                "groups": if t.stop { None } else { Some(&step.groups) },
+                "bytes_read": if t.stop { None } else { Some(step.read) },
             });
             writeln!(out, "{rec}")?;
-        } else if !eos {
+        } else if !t.stop {
             // Print what is new once it is whole text (a character may span tokens).
-            let full = tok.decode(&ids)?;
+            let full = tok.decode(&run.generated)?;
             if !full.ends_with('\u{FFFD}') {
                 if let Some(new) = full.strip_prefix(shown.as_str()) {
                     write!(out, "{new}")?;
@@ -130,18 +97,15 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
         out.flush()?;
-        if eos {
-            break "eos";
-        }
-    };
+    }
     let gen_s = t1.elapsed().as_secs_f64();
-    let n = ids.len();
+    let (n, reason, read) = (run.generated.len(), run.stop.map_or("", Stop::name), run.read);
     let tps = if gen_s > 0.0 { n as f64 / gen_s } else { 0.0 };
     if a.json {
         let rec = serde_json::json!({
             "done": true, "reason": reason, "prompt_tokens": prompt.len(), "generated_tokens": n,
             "prefill_s": prefill_s, "generate_s": gen_s, "tokens_per_s": tps, "mode": mode.name(), "k": mode.k(),
-            "strategy": format!("{:?}", generator.strategy()), "bytes_read": read, "read_fraction_of_dense": read.fraction(),
+            "strategy": format!("{:?}", run.generator.strategy()), "bytes_read": read, "read_fraction_of_dense": read.fraction(),
         });
         writeln!(out, "{rec}")?;
     } else {

@@ -263,6 +263,12 @@ impl FocusLensApp {
             Msg::Compare(r) => self.views.compare.receive(r),
             Msg::AttnGrid(r) => self.views.attention.receive(r),
             Msg::AttnBench(r) => self.views.speed.receive_attention(r),
+            Msg::GenStep(g) => self.views.generate.receive(g),
+            Msg::Generated(r) => match r {
+                Ok(g) => self.views.generate.receive(g),
+                Err(JobError::Cancelled) => {}
+                Err(JobError::Failed(e)) => self.errors.push(format!("generation failed: {e}")),
+            },
             Msg::Dialog(purpose, path) => self.handle_dialog(purpose, path),
             Msg::Png(r) => self.handle_png(r),
         }
@@ -552,10 +558,35 @@ impl FocusLensApp {
                 // One benchmark at a time: this cancels a running one.
                 self.worker.spawn(TaskKind::Bench, move |h| job.run(h));
             }
+            Command::StartGenerate(job) => {
+                // One generation at a time: this stops a running one.
+                self.worker.spawn_streaming(TaskKind::Generate, move |h, interim| Msg::Generated(job.run(h, &|g| interim.send(Msg::GenStep(g)))));
+            }
+            Command::AnalyseGenerated { text, params, tokens } => self.analyse_generated(&text, params, tokens),
             Command::BuildMask(res, layer) => {
                 self.worker.spawn(TaskKind::Mask, move |h| Msg::Mask(jobs::mask_image(&res, layer, mask::MAX_SIDE, h)));
             }
         }
+    }
+
+    /// Writes a generated text to a file (in `export_dir` when set, else the cache folder's
+    /// `generated/`), opens it as the text and analyses it with the settings it was generated
+    /// with, in the token view.
+    fn analyse_generated(&mut self, text: &str, params: RunParams, tokens: usize) {
+        let dir = self.export_dir.clone().unwrap_or_else(|| crate::defaults::cache_dir().join("generated"));
+        let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+        let path = dir.join(format!("generated-{stamp}.txt"));
+        if let Err(e) = std::fs::create_dir_all(&dir).map_err(|e| e.to_string()).and_then(|()| export::write(&path, text.as_bytes())) {
+            self.errors.push(format!("cannot save the generated text to {}: {e}", path.display()));
+            return;
+        }
+        let max_tokens = params.max_tokens.max(tokens).min(MAX_TOKENS_LIMIT);
+        let changed = params.causal != self.settings.params.causal;
+        self.settings.params = RunParams { max_tokens, ..params };
+        self.open(InputKind::Text, path.clone());
+        self.settings.tab = Tab::Tokens;
+        let sinkhorn = if changed { format!("; Sinkhorn set to {} as generated", if self.settings.params.causal == Some(true) { "causal" } else { "whole-sequence" }) } else { String::new() };
+        self.status = format!("analysing the generated text, saved as {}{sinkhorn}", path.display());
     }
 
     /// Starts the comparison of the analysis on screen (run A) with run B.

@@ -65,6 +65,9 @@ pub enum Msg {
     Compare(Result<super::compare::Comparison, JobError>),
     AttnGrid(Result<super::compare::AttnGrid, JobError>),
     AttnBench(Result<Vec<AttentionRow>, JobError>),
+    /// The running generation's state as it grows, and its last.
+    GenStep(super::generate::Generated),
+    Generated(Result<super::generate::Generated, JobError>),
     /// A file dialog closed: what it was for, and the chosen path (`None`: the user cancelled).
     Dialog(Purpose, Option<PathBuf>),
     /// A PNG export was written to this path, or failed.

@@ -11,6 +11,7 @@
 //!   apply the commands they return;
 //! - `views`: one module per view, each with its own state and its SVG export; views read a
 //!   `ViewCtx` and return `Command`s;
+//! - `generate`: the Generate view's job (the CLI's generation loop, `crate::generation`);
 //! - `export` (shared export helpers and the SVG writer), `palette` (colours), `busy` (the busy
 //!   indicator).
 
@@ -20,6 +21,7 @@ pub mod busy;
 pub mod compare;
 pub mod dialogs;
 pub mod export;
+pub mod generate;
 pub mod jobs;
 pub mod palette;
 pub mod session;

@@ -138,7 +138,7 @@ impl Session {
     }
 
     /// The adapter as the controls configure it (window, Sinkhorn variant).
-    fn configured_adapter(a: &Adapter, params: &RunParams) -> Arc<Adapter> {
+    pub fn configured_adapter(a: &Adapter, params: &RunParams) -> Arc<Adapter> {
         let mut a = a.clone();
         if let Some(w) = params.window {
             a.config.window = w;

@@ -124,10 +124,11 @@ pub enum Tab {
     Routing,
     Compare,
     Speed,
+    Generate,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 9] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Attention, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed];
+    pub const ALL: [Tab; 10] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Attention, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed, Tab::Generate];
     pub fn label(self) -> &'static str {
         match self {
             Tab::Tokens => "Tokens",
@@ -139,6 +140,7 @@ impl Tab {
             Tab::Routing => "Routing space",
             Tab::Compare => "Compare",
             Tab::Speed => "Speed",
+            Tab::Generate => "Generate",
         }
     }
 }
@@ -174,6 +176,27 @@ pub struct Settings {
     pub compare: CompareSpec,
     /// Colour-blind-safe group colours (Okabe-Ito).
     pub colour_blind: bool,
+    /// The Generate view's settings.
+    pub generate: GenSettings,
+}
+
+/// How the Generate view generates; mode, k and window are the Run controls' (`RunParams`).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GenSettings {
+    pub sampling: crate::generation::Sampling,
+    /// Wrap the prompt as a user turn in the model's chat template.
+    pub chat: bool,
+    /// Route with causal Sinkhorn, whatever the analysis uses: its KV cache makes each token one
+    /// step. Off: the analysis' Sinkhorn variant, which for whole-sequence Sinkhorn in soft or
+    /// top-k mode reruns the whole sequence for every token.
+    pub causal: bool,
+}
+
+impl Default for GenSettings {
+    fn default() -> Self {
+        GenSettings { sampling: Default::default(), chat: false, causal: true }
+    }
 }
 
 /// Run B of a comparison: what differs from the analysis on screen (run A).
@@ -218,6 +241,7 @@ impl Default for Settings {
             raw_groups: false,
             compare: CompareSpec::default(),
             colour_blind: false,
+            generate: GenSettings::default(),
         }
     }
 }
@@ -259,6 +283,7 @@ impl Settings {
             Setting::AttnBenchLengths(s) => self.attn_bench_lengths = s,
             Setting::BenchRepeats(n) => self.bench_repeats = n,
             Setting::AttnBenchDevice(d) => self.attn_bench_device = d,
+            Setting::Generate(g) => self.generate = g,
         }
     }
 }
@@ -281,6 +306,7 @@ pub enum Setting {
     AttnBenchLengths(String),
     BenchRepeats(usize),
     AttnBenchDevice(DeviceChoice),
+    Generate(GenSettings),
 }
 
 /// Where an input came from: a file, or the default embedded in the binary.

@@ -24,6 +24,7 @@ pub enum TaskKind {
     Compare,
     AttnGrid,
     Baseline,
+    Generate,
 }
 
 impl TaskKind {
@@ -39,6 +40,7 @@ impl TaskKind {
             TaskKind::Compare => "comparing runs",
             TaskKind::AttnGrid => "attention of every layer and head",
             TaskKind::Baseline => "analysing with the untrained adapter",
+            TaskKind::Generate => "generating",
         }
     }
 }

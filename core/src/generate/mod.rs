@@ -13,8 +13,11 @@
 //! column sums, hence the routing of every earlier token, hence (in soft and top-k modes) which
 //! pairs attended and every later hidden state: no cache can be exact. The generator then
 //! recomputes the whole sequence for every new token (`Strategy::Recompute`: exact, O(T^2) per
-//! token). In dense mode routing does not change the output, so the cache is used, and the
-//! newest token's reported groups are those whole-sequence Sinkhorn gives it over the prefix.
+//! token). Each recomputation refills the caches, so that in both strategies `layers()` holds
+//! every token's routing as the last step saw it (the GUI draws it; `decode::selected_keys`
+//! reads the newest token's keys from it). In dense mode routing does not change the output, so
+//! the cache is used, and the newest token's reported groups are those whole-sequence Sinkhorn
+//! gives it over the prefix.
 //! `bench routing` measures how far the two Sinkhorn variants route real text apart.
 
 pub mod chat;
@@ -36,6 +39,7 @@ use candle_core::Tensor;
 use decode::{DecodeAttention, ReadBytes};
 use kv_cache::{CachedRouting, LayerCache};
 use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// How the generator advances (see the module notes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +71,8 @@ pub struct Generator<'a> {
     k: usize,
     layers: Vec<LayerCache>,
     ids: Vec<u32>,
+    /// Checked before each step and between the layers of a pass (`Error::Cancelled`).
+    cancel: Option<&'a AtomicBool>,
 }
 
 impl<'a> Generator<'a> {
@@ -82,18 +88,14 @@ impl<'a> Generator<'a> {
             Some(a) if !a.config.causal_sinkhorn && mode != Mode::Dense => Strategy::Recompute,
             _ => Strategy::KvCache,
         };
-        let cfg = &decoder.config;
-        let layers = (0..cfg.n_layers)
-            .map(|l| {
-                // Layers the adapter leaves unrouted (`router_layers`) attend densely.
-                let routing = adapter.filter(|a| a.config.router_layers.routes(cfg.is_sliding(l))).map(|a| {
-                    let c = &a.config;
-                    CachedRouting::new(c.groups, k, c.causal_sinkhorn.then(|| CausalSinkhorn::new(c.groups, c.tau, c.sinkhorn_iters)))
-                });
-                LayerCache::new(cfg.n_kv_heads, cfg.head_dim, routing).to_device(&decoder.device)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new() })
+        let layers = empty_layers(decoder, adapter, k)?;
+        Ok(Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new(), cancel: None })
+    }
+
+    /// Stops the generator when `cancel` is set: a step not yet begun, or a prefill or
+    /// recomputation between its layers, returns `Error::Cancelled`.
+    pub fn set_cancel(&mut self, cancel: &'a AtomicBool) {
+        self.cancel = Some(cancel);
     }
 
     /// A generator whose caches already hold `ids` (the decode benchmark builds them).
@@ -133,11 +135,11 @@ impl<'a> Generator<'a> {
         if let Some(&bad) = ids.iter().find(|&&i| i as usize >= cfg.vocab) {
             return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary ({})", cfg.vocab)));
         }
+        if self.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+            return Err(Error::Cancelled);
+        }
         match self.strategy {
-            Strategy::Recompute => {
-                self.ids.extend_from_slice(ids);
-                self.recompute()
-            }
+            Strategy::Recompute => self.recompute(ids),
             Strategy::KvCache if self.ids.is_empty() && ids.len() > 1 => self.prefill(ids),
             Strategy::KvCache => {
                 let mut last = None;
@@ -211,7 +213,7 @@ impl<'a> Generator<'a> {
 
     /// The prompt through one pass of the decoder; its layer hook fills the caches.
     fn prefill(&mut self, ids: &[u32]) -> Result<Step> {
-        let opts = ForwardOptions::new(self.mode, self.adapter);
+        let opts = ForwardOptions { cancel: self.cancel, ..ForwardOptions::new(self.mode, self.adapter) };
         let mut fill = Fill { layers: &mut self.layers, err: None };
         let end = self.decoder.run(&[ids], &opts, &mut fill)?;
         if let Some(e) = fill.err {
@@ -223,14 +225,32 @@ impl<'a> Generator<'a> {
         Ok(Step { logits, groups: self.newest_groups(), read: ReadBytes::default() })
     }
 
-    /// The whole sequence again (whole-sequence Sinkhorn in soft or top-k mode).
-    fn recompute(&mut self) -> Result<Step> {
-        let t = self.ids.len();
-        let opts = ForwardOptions { logits_from: t - 1, ..ForwardOptions::new(self.mode, self.adapter) };
-        let out = self.decoder.forward(&self.ids, &opts)?;
-        let groups = out.routing.iter().map(|r| r.top_groups(t - 1, self.k)).collect();
-        Ok(Step { logits: out.logits.flatten_all()?.to_vec1::<f32>()?, groups, read: ReadBytes::default() })
+    /// The whole sequence again (whole-sequence Sinkhorn in soft or top-k mode), `ids` appended:
+    /// one prefill into fresh caches. A failed pass leaves the generator as it was.
+    fn recompute(&mut self, ids: &[u32]) -> Result<Step> {
+        let all: Vec<u32> = self.ids.iter().chain(ids).copied().collect();
+        let before = std::mem::replace(&mut self.layers, empty_layers(self.decoder, self.adapter, self.k)?);
+        let fed = std::mem::take(&mut self.ids);
+        self.prefill(&all).inspect_err(|_| {
+            self.layers = before;
+            self.ids = fed;
+        })
     }
+}
+
+/// One empty cache per layer, on the decoder's device; layers the adapter leaves unrouted
+/// (`router_layers`) attend densely and keep no routing.
+fn empty_layers(decoder: &Decoder, adapter: Option<&Adapter>, k: usize) -> Result<Vec<LayerCache>> {
+    let cfg = &decoder.config;
+    (0..cfg.n_layers)
+        .map(|l| {
+            let routing = adapter.filter(|a| a.config.router_layers.routes(cfg.is_sliding(l))).map(|a| {
+                let c = &a.config;
+                CachedRouting::new(c.groups, k, c.causal_sinkhorn.then(|| CausalSinkhorn::new(c.groups, c.tau, c.sinkhorn_iters)))
+            });
+            LayerCache::new(cfg.n_kv_heads, cfg.head_dim, routing).to_device(&decoder.device)
+        })
+        .collect()
 }
 
 /// The prefill's hook: each layer's keys, values and routing into its cache.

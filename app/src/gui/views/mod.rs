@@ -7,7 +7,8 @@
 //! Panels around the window: `menu` (top), `status` (bottom), `controls` (left), `details`
 //! (right); windows: `files` (open and export paths, browser, adapter picker) and `glossary`.
 //! The central area (`Views::central`) shows the tab bar and one of `tokens`, `layers`,
-//! `balance`, `mask`, `attention`, `categories`, `routing`, `compare`, `speed`.
+//! `balance`, `mask`, `attention`, `categories`, `routing`, `compare`, `speed` (which show the
+//! analysis on screen), or `generate` (which needs only the model and the adapter).
 
 pub mod attention;
 pub mod balance;
@@ -16,6 +17,7 @@ pub mod compare;
 pub mod controls;
 pub mod details;
 pub mod files;
+pub mod generate;
 pub mod glossary;
 pub mod layers;
 pub mod mask;
@@ -113,6 +115,11 @@ pub enum Command {
     StartCompare(super::state::CompareSpec),
     /// Compute the head x layer attention grid of a token.
     BuildAttnGrid(Arc<AnalysisResult>, usize),
+    /// Start a generation (stopped with `Cancel(TaskKind::Generate)`).
+    StartGenerate(super::generate::GenJob),
+    /// Load this generated text as the app's text and analyse its first `tokens` tokens with
+    /// `params`.
+    AnalyseGenerated { text: String, params: super::state::RunParams, tokens: usize },
 }
 
 /// Every view's own state.
@@ -129,6 +136,7 @@ pub struct Views {
     pub mask: mask::MaskView,
     pub routing: routing::RoutingView,
     pub speed: speed::SpeedView,
+    pub generate: generate::GenerateView,
     /// Scroll to this token in the token view (or layers view) shown next.
     pub scroll_to: Option<usize>,
     /// The central area's rectangle, for PNG exports of the current view.
@@ -169,28 +177,30 @@ impl Views {
             out.push(Command::Set(Setting::Tab(tab)));
         }
         ui.separator();
-        let Some(res) = cx.result() else {
-            ui.centered_and_justified(|ui| {
-                if cx.worker.busy() {
-                    super::busy::busy(ui);
-                } else {
-                    ui.label("Nothing analysed yet: open a model, an adapter and a text (File menu, or drop files on the window).");
-                }
-            });
-            return out;
-        };
         // Nothing hovered, unless a view that draws tokens says otherwise (applied in order).
         out.push(Command::Hover { token: None, layer: None });
-        out.extend(match tab {
-            Tab::Tokens => self.tokens.show(cx, res, &mut self.scroll_to, ui),
-            Tab::Layers => self.layers.show(cx, res, &mut self.scroll_to, ui),
-            Tab::Balance => balance::show(cx, res, ui),
-            Tab::Mask => self.mask.show(cx, res, ui),
-            Tab::Attention => self.attention.show(cx, res, ui),
-            Tab::Categories => self.categories.show(cx, res, ui),
-            Tab::Routing => self.routing.show(cx, res, ui),
-            Tab::Compare => self.compare.show(cx, res, ui),
-            Tab::Speed => self.speed.show(cx, res, ui),
+        out.extend(match (tab, cx.result()) {
+            // Generation needs only the model and the adapter.
+            (Tab::Generate, _) => self.generate.show(cx, ui),
+            (_, None) => {
+                ui.centered_and_justified(|ui| {
+                    if cx.worker.busy() {
+                        super::busy::busy(ui);
+                    } else {
+                        ui.label("Nothing analysed yet: open a model, an adapter and a text (File menu, or drop files on the window).");
+                    }
+                });
+                Vec::new()
+            }
+            (Tab::Tokens, Some(res)) => self.tokens.show(cx, res, &mut self.scroll_to, ui),
+            (Tab::Layers, Some(res)) => self.layers.show(cx, res, &mut self.scroll_to, ui),
+            (Tab::Balance, Some(res)) => balance::show(cx, res, ui),
+            (Tab::Mask, Some(res)) => self.mask.show(cx, res, ui),
+            (Tab::Attention, Some(res)) => self.attention.show(cx, res, ui),
+            (Tab::Categories, Some(res)) => self.categories.show(cx, res, ui),
+            (Tab::Routing, Some(res)) => self.routing.show(cx, res, ui),
+            (Tab::Compare, Some(res)) => self.compare.show(cx, res, ui),
+            (Tab::Speed, Some(res)) => self.speed.show(cx, res, ui),
         });
         out
     }
@@ -209,6 +219,7 @@ impl Views {
             Tab::Categories => self.categories.svg(res, layer, raw),
             Tab::Routing => routing::svg(res, layer, raw),
             Tab::Compare => self.compare.svg(),
+            Tab::Generate => Err("the Generate view has no SVG: press Analyse this, then export the Tokens view".into()),
         }
     }
 }

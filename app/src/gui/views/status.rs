@@ -54,7 +54,7 @@ pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
                 ui.label(progress_text(kind, &what, secs));
                 // A stable id: the progress bar appears once the total is known, and must not
                 // shift the button's automatic id between a click's press and release.
-                let cancellable = matches!(kind, TaskKind::Analyze | TaskKind::Bench | TaskKind::Attention | TaskKind::Compare | TaskKind::AttnGrid);
+                let cancellable = matches!(kind, TaskKind::Analyze | TaskKind::Bench | TaskKind::Attention | TaskKind::Compare | TaskKind::AttnGrid | TaskKind::Generate);
                 if cancellable && ui.push_id(("cancel", kind), |ui| ui.button("Cancel")).inner.clicked() {
                     out.push(if kind == TaskKind::Analyze { Command::CancelAnalysis } else { Command::Cancel(kind) });
                 }

@@ -12,14 +12,18 @@ use std::sync::Arc;
 
 pub const ROW_H: f32 = 20.0;
 pub const FONT: f32 = 13.0;
-const PAD: f32 = 2.0;
+/// Space between a token's text and its box.
+pub const PAD: f32 = 2.0;
 
-/// Cached measurements and line breaks of one analysis at one width.
+/// Cached measurements and line breaks of one list of tokens (an analysis, or a generation as
+/// it grows) at one width.
 #[derive(Default)]
 pub struct TokenLayout {
     widths_of: usize,
     pub texts: Vec<String>,
     pub widths: Vec<f32>,
+    /// Tokens that end a line (they hold a newline).
+    newline: Vec<bool>,
     lines_for: Option<(usize, u32)>,
     /// Token ranges [start, end) per line.
     pub lines: Vec<(usize, usize)>,
@@ -42,10 +46,17 @@ pub fn display_text(s: &str) -> String {
 
 impl TokenLayout {
     pub fn ensure(&mut self, ui: &egui::Ui, res: &Arc<AnalysisResult>, width: f32) {
-        let id = Arc::as_ptr(res) as usize;
+        self.ensure_texts(ui, Arc::as_ptr(res) as usize, || res.analysis.tokens.iter().map(|t| t.text.as_str()), width);
+    }
+
+    /// Lays out the tokens `texts` gives, measured again only when `id` (non-zero) changes and
+    /// broken into lines again only when the width does.
+    pub fn ensure_texts<'t, I: Iterator<Item = &'t str>>(&mut self, ui: &egui::Ui, id: usize, texts: impl FnOnce() -> I, width: f32) {
         if self.widths_of != id {
             let font = FontId::monospace(FONT);
-            self.texts = res.analysis.tokens.iter().map(|t| display_text(&t.text)).collect();
+            let (shown, newline): (Vec<String>, Vec<bool>) = texts().map(|t| (display_text(t), t.contains('\n'))).unzip();
+            self.texts = shown;
+            self.newline = newline;
             // Monospace: width = characters x one glyph's advance (measured once).
             let glyph = ui.painter().layout_no_wrap("0000000000".into(), font, Color32::BLACK).size().x / 10.0;
             self.widths = self.texts.iter().map(|t| t.chars().count() as f32 * glyph + 2.0 * PAD).collect();
@@ -60,9 +71,10 @@ impl TokenLayout {
         self.lines.clear();
         self.xs.clear();
         self.line_of.clear();
+        let n = self.widths.len();
         let mut start = 0;
         let mut x = 0.0;
-        for (i, t) in res.analysis.tokens.iter().enumerate() {
+        for i in 0..n {
             let w = self.widths[i];
             if x > 0.0 && x + w > width {
                 self.lines.push((start, i));
@@ -72,14 +84,14 @@ impl TokenLayout {
             self.xs.push(x);
             self.line_of.push(self.lines.len() as u32);
             x += w + 1.0;
-            if t.text.contains('\n') {
+            if self.newline[i] {
                 self.lines.push((start, i + 1));
                 start = i + 1;
                 x = 0.0;
             }
         }
-        if start < res.analysis.tokens.len() || self.lines.is_empty() {
-            self.lines.push((start, res.analysis.tokens.len()));
+        if start < n || self.lines.is_empty() {
+            self.lines.push((start, n));
         }
         self.lines_for = Some(key);
     }

@@ -1,0 +1,168 @@
+//! The Generate view's background job: a `generation::Run` (the CLI's loop) on the worker, whose
+//! state goes to the view as it grows (`Generated`, at most every `SEND_EVERY` and at the end),
+//! with what the view draws already derived off the UI thread: per layer every token's top group
+//! and top-k set, the groups' numbers matched across layers (`align::chain`, as analyses number
+//! them), and the keys the newest token may attend under the top-k mask
+//! (`decode::selected_keys`, the mask rule's own keys).
+
+use super::jobs::JobError;
+use super::state::RunParams;
+use super::worker::Handle;
+use crate::generation::{self, Run, Sampling, Stop};
+use focus_core::focus::mask;
+use focus_core::generate::decode::{self, DecodeAttention, ReadBytes};
+use focus_core::generate::Strategy;
+use focus_core::{Adapter, Model};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The view is sent the run's state at most this often (and once more when it ends): a frame
+/// per token would cost the generation CPU time it needs.
+pub const SEND_EVERY: Duration = Duration::from_millis(100);
+
+pub struct GenJob {
+    pub model: Arc<Model>,
+    /// As configured: the Run controls' window, the Sinkhorn variant the view chose.
+    pub adapter: Arc<Adapter>,
+    /// Mode, k and window as run; `causal` says the Sinkhorn variant (always `Some`).
+    pub params: RunParams,
+    pub prompt: String,
+    pub chat: bool,
+    pub sampling: Sampling,
+}
+
+/// One layer of a generation's state.
+#[derive(Debug, Clone)]
+pub struct GenLayer {
+    /// False where the adapter leaves the layer unrouted: it attends densely, with no groups.
+    pub routed: bool,
+    /// Per token, its top group (empty when not routed).
+    pub argmax: Vec<u8>,
+    /// Per token, its top-k set (bitmask; empty when not routed).
+    pub masks: Vec<u64>,
+    /// Per group, its number matched across layers (`align::chain`).
+    pub aligned: Vec<usize>,
+    /// The positions the newest token may attend, ascending: its window and the tokens whose
+    /// top-k sets meet its own (the layer's own sliding window applied).
+    pub attended: Vec<u32>,
+}
+
+/// A generation as far as it has got.
+#[derive(Debug, Clone)]
+pub struct Generated {
+    pub params: RunParams,
+    pub strategy: Strategy,
+    /// The text the prompt's tokens encode (the rendered chat turn with the chat template).
+    pub prompt_text: String,
+    pub prompt_tokens: usize,
+    /// Every token fed: the prompt's, then the generated ones (a final stop token is not fed).
+    pub ids: Vec<u32>,
+    /// Each fed token's text.
+    pub texts: Vec<String>,
+    /// The prompt's text and the generated text: what "Analyse this" loads.
+    pub text: String,
+    pub groups: usize,
+    pub window: usize,
+    pub layers: Vec<GenLayer>,
+    /// Tokens drawn (a final stop token included).
+    pub drawn: usize,
+    pub stop: Option<Stop>,
+    pub prefill_seconds: f64,
+    /// Since the prefill ended.
+    pub seconds: f64,
+    pub read: ReadBytes,
+}
+
+impl Generated {
+    pub fn tokens(&self) -> usize {
+        self.ids.len()
+    }
+    /// The number (and colour) group `g` of `layer` is shown by: matched across layers, or raw.
+    pub fn shown_group(&self, layer: usize, g: usize, raw: bool) -> usize {
+        if raw {
+            return g;
+        }
+        self.layers.get(layer).and_then(|l| l.aligned.get(g)).copied().unwrap_or(g)
+    }
+    /// Generated tokens per second, after the prefill.
+    pub fn tokens_per_second(&self) -> f64 {
+        if self.seconds > 0.0 { self.drawn as f64 / self.seconds } else { 0.0 }
+    }
+}
+
+impl GenJob {
+    /// Runs to the end (or a stop on `h`), sending the state through `interim` as it grows.
+    pub fn run(self, h: &Handle, interim: &dyn Fn(Generated)) -> Result<Generated, JobError> {
+        h.set_progress(0, 0, "tokenising the prompt");
+        let (prompt_text, prompt) = generation::prompt(&self.model, &self.prompt, self.chat)?;
+        h.set_progress(0, 0, format!("prefill of {} tokens", prompt.len()));
+        let t0 = Instant::now();
+        let mut run = Run::start(&self.model, Some(self.adapter.as_ref()), self.params.mode(), &prompt, &self.sampling, Some(&h.cancel))?;
+        let prefill_seconds = t0.elapsed().as_secs_f64();
+        let tok = self.model.tokenizer()?;
+        let mut texts: Vec<String> = prompt.iter().map(|&id| tok.token_text(id)).collect();
+        let t1 = Instant::now();
+        let state = |run: &Run, texts: &[String]| self.state(run, texts, &prompt_text, prompt.len(), prefill_seconds, t1.elapsed().as_secs_f64());
+        interim(state(&run, &texts)?);
+        let mut sent = Instant::now();
+        let max = self.sampling.max_tokens;
+        while let Some(t) = run.next()? {
+            if !t.stop {
+                texts.push(tok.token_text(t.id));
+            }
+            h.set_progress(run.generated.len(), max, format!("{} of {max} tokens", run.generated.len()));
+            if sent.elapsed() >= SEND_EVERY && run.stop.is_none() {
+                interim(state(&run, &texts)?);
+                sent = Instant::now();
+            }
+        }
+        state(&run, &texts)
+    }
+
+    fn state(&self, run: &Run, texts: &[String], prompt_text: &str, prompt_tokens: usize, prefill_seconds: f64, seconds: f64) -> Result<Generated, JobError> {
+        let cfg = &self.adapter.config;
+        let ids = run.generator.ids().to_vec();
+        let mut layers = Vec::new();
+        for (l, cache) in run.generator.layers().iter().enumerate() {
+            let n = cache.len();
+            let layer = match &cache.routing {
+                Some(r) => {
+                    let (mut keys, _) = decode::selected_keys(cache, DecodeAttention::TopK { window: cfg.window })?;
+                    // The layer's own sliding window drops keys in every mode, as `decode::attend` does.
+                    if let Some(w) = self.model.decoder.blocks[l].attn.window {
+                        keys.retain(|&j| n - 1 - (j as usize) < w);
+                    }
+                    keys.sort_unstable();
+                    let argmax = (0..r.masks.len()).map(|i| mask::top_k_indices(r.row(i), 1)[0] as u8).collect();
+                    GenLayer { routed: true, argmax, masks: r.masks.clone(), aligned: Vec::new(), attended: keys }
+                }
+                None => GenLayer { routed: false, argmax: Vec::new(), masks: Vec::new(), aligned: Vec::new(), attended: (0..n as u32).collect() },
+            };
+            layers.push(layer);
+        }
+        let masks: Vec<Vec<u64>> = layers.iter().map(|l| l.masks.clone()).collect();
+        for (l, a) in layers.iter_mut().zip(super::align::chain(&masks, cfg.groups)) {
+            l.aligned = a;
+        }
+        let tok = self.model.tokenizer()?;
+        let fed = &ids[prompt_tokens..];
+        let text = format!("{prompt_text}{}", tok.decode(fed)?);
+        Ok(Generated {
+            params: self.params.clone(),
+            strategy: run.generator.strategy(),
+            prompt_text: prompt_text.to_string(),
+            prompt_tokens,
+            ids,
+            texts: texts.to_vec(),
+            text,
+            groups: cfg.groups,
+            window: cfg.window,
+            layers,
+            drawn: run.generated.len(),
+            stop: run.stop,
+            prefill_seconds,
+            seconds,
+            read: run.read,
+        })
+    }
+}
