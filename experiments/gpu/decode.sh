@@ -9,9 +9,9 @@ set -uo pipefail
 S=/root/stage; O=$OUT/decode; mkdir -p $O
 source $S/gpu-prelude.sh
 export LD_PRELOAD="libcuda.so.1 libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libnvrtc.so.13 libcudart.so.13"
-chmod +x $S/focus-lens $S/core-tests
+chmod +x $S/focus-lens
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee $O/gpu.txt
-$S/core-tests --test-threads 1 decode 2>&1 | tee $O/tests.txt
+[ -f $S/core-tests ] && { chmod +x $S/core-tests; $S/core-tests --test-threads 1 decode 2>&1 | tee $O/tests.txt; }
 B="$S/focus-lens bench decode --device cuda"
 SM=$S/SmolLM2-135M-Instruct.Q4_1.gguf; QW=$S/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf
 $B --model $SM --contexts 1024,4096,8180 --steps 32 --json > $O/smollm2_k2.json 2> $O/smollm2_k2.err
