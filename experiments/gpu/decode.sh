@@ -14,8 +14,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader |
 [ -f $S/core-tests ] && { chmod +x $S/core-tests; $S/core-tests --test-threads 1 decode 2>&1 | tee $O/tests.txt; }
 B="$S/focus-lens bench decode --device cuda"
 SM=$S/SmolLM2-135M-Instruct.Q4_1.gguf; QW=$S/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf
-$B --model $SM --contexts 1024,4096,8180 --steps 32 --json > $O/smollm2_k2.json 2> $O/smollm2_k2.err
-$B --model $SM --contexts 1024,8180 --steps 32 --k 1 --json > $O/smollm2_k1.json 2> $O/smollm2_k1.err
+$B --model $SM --contexts 1,1024,4096,8150 --steps 32 --json > $O/smollm2_k2.json 2> $O/smollm2_k2.err
+$B --model $SM --contexts 1024,8150 --steps 32 --k 1 --json > $O/smollm2_k1.json 2> $O/smollm2_k1.err
 [ -f $QW ] && $B --model $QW --contexts 16384,32000 --steps 16 --json > $O/qwen_k2.json 2> $O/qwen_k2.err
 [ -f $QW ] && $B --model $QW --contexts 16384,32000 --steps 16 --k 1 --json > $O/qwen_k1.json 2> $O/qwen_k1.err
 python3 - $O <<'PY'
