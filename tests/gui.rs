@@ -741,6 +741,61 @@ fn compare_per_head_and_per_layer() {
     assert!(h.state().views.tokens.token_center(i).is_some_and(|p| p.y > 0.0 && p.y < 900.0), "scrolled to the token");
 }
 
+/// The token x layer strip's header numbers its layer columns: each number is centred over its
+/// column (the pointer on the strip below a number is on that layer), and the header stays
+/// while the strip scrolls.
+#[test]
+fn strip_header_numbers_its_columns() {
+    use focus_lens::gui::views::layers::STRIP_CORNER;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(400);
+    s.tab = Tab::Layers;
+    let mut h = harness(s, dir.path());
+    settle(&mut h);
+    h.get_by_label("token x layer strip").click();
+    h.step();
+    h.step();
+    assert!(h.state().settings.strip);
+    let corner = h.get_by_label(STRIP_CORNER).rect();
+    let header = |h: &Harness<'static, FocusLensApp>| -> Vec<(usize, egui::Rect)> {
+        let mut v: Vec<(usize, egui::Rect)> = h
+            .query_all_by(|n| n.bounding_box().is_some() && n.label().or(n.value()).is_some_and(|l| l.parse::<usize>().is_ok()))
+            .filter(|n| (corner.top()..=corner.bottom()).contains(&n.rect().center().y))
+            .map(|n| (n.accesskit_node().label().or(n.accesskit_node().value()).unwrap().parse().unwrap(), n.rect()))
+            .collect();
+        v.sort_by_key(|x| x.0);
+        v
+    };
+    let numbers = header(&h);
+    assert!(numbers.len() >= 2, "the header's numbers: {numbers:?}");
+    let every = numbers[1].0 - numbers[0].0;
+    assert!(numbers[0].0 == 0 && [1, 2, 5].contains(&every), "{numbers:?}");
+    assert_eq!(numbers.iter().map(|n| n.0).collect::<Vec<_>>(), (0..30).step_by(every).collect::<Vec<_>>());
+    assert!(numbers.iter().all(|n| n.1.left() >= corner.right() - 1.0), "the numbers are right of the corner");
+    // Below each number, on the strip, is its layer.
+    let y = corner.bottom() + 60.0;
+    for &(l, r) in &numbers {
+        h.hover_at(egui::pos2(r.center().x, y));
+        h.step();
+        assert_eq!(h.state().selection.hovered_layer, Some(l), "under the header's {l} at x = {}", r.center().x);
+    }
+    let before = h.state().selection.hovered;
+    assert!(before.is_some());
+    // Scrolled down the strip, the header is where it was and the pointer is on later tokens.
+    for _ in 0..4 {
+        h.event(egui::Event::MouseWheel { unit: egui::MouseWheelUnit::Point, delta: egui::vec2(0.0, -300.0), phase: egui::TouchPhase::Move, source: egui::MouseWheelSource::Wheel, modifiers: egui::Modifiers::NONE });
+        h.step();
+    }
+    for _ in 0..30 {
+        h.step();
+    }
+    h.hover_at(egui::pos2(numbers[0].1.center().x, y + 1.0));
+    h.step();
+    assert!(h.state().selection.hovered.unwrap() > before.unwrap() + 50, "scrolled: {:?} then {:?}", before, h.state().selection.hovered);
+    assert_eq!(h.get_by_label(STRIP_CORNER).rect(), corner, "the header stays");
+    assert_eq!(header(&h), numbers);
+}
+
 /// Groups line up: matched numbers make a layer's group with the most tokens in common with
 /// the previous layer's group g show as g; the raw toggle shows the centroids' numbers; the
 /// categories view has a layer x group purity heatmap with lift.
