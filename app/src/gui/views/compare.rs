@@ -62,10 +62,13 @@ const DELTA_UNCHANGED: &str = "Δ loss, groups stay";
 type Curve = (String, &'static str, bool, Vec<(f64, f64)>);
 
 fn curves(rows: &[LayerRow], head: Option<usize>) -> (Vec<Curve>, Vec<Curve>) {
+    type Get = fn(&LayerRow) -> Option<f64>;
     // Layers without a value (no token whose groups change, say) are left out.
-    let pts = |f: &dyn Fn(&LayerRow) -> Option<f64>| rows.iter().filter_map(|r| f(r).filter(|y| y.is_finite()).map(|y| (r.layer as f64, y))).collect::<Vec<_>>();
-    let mut shares = vec![(CHANGED.to_string(), "#1f77b4", false, pts(&|r| Some(r.changed_share)))];
-    for (name, colour, mean, sel) in [(PRUNED_A, "#d62728", &(|r: &LayerRow| r.pruned_a) as &dyn Fn(&LayerRow) -> Option<f64>, &(|r: &LayerRow| r.pruned_a_head) as &dyn Fn(&LayerRow) -> Option<f64>), (PRUNED_B, "#ff7f0e", &|r: &LayerRow| r.pruned_b, &|r: &LayerRow| r.pruned_b_head)] {
+    let pts = |f: Get| rows.iter().filter_map(|r| f(r).filter(|y| y.is_finite()).map(|y| (r.layer as f64, y))).collect::<Vec<_>>();
+    let mut shares = vec![(CHANGED.to_string(), "#1f77b4", false, pts(|r| Some(r.changed_share)))];
+    let runs: [(&str, &'static str, Get, Get); 2] = [(PRUNED_A, "#d62728", |r| r.pruned_a, |r| r.pruned_a_head), (PRUNED_B, "#ff7f0e", |r| r.pruned_b, |r| r.pruned_b_head)];
+    for (name, colour, mean, sel) in runs {
+        // Only top-k runs prune.
         if rows.first().is_some_and(|r| mean(r).is_some()) {
             shares.push((format!("{name} (mean over heads)"), colour, false, pts(mean)));
             if let Some(h) = head {
@@ -74,8 +77,8 @@ fn curves(rows: &[LayerRow], head: Option<usize>) -> (Vec<Curve>, Vec<Curve>) {
         }
     }
     let delta = vec![
-        (DELTA_CHANGED.to_string(), "#9467bd", false, pts(&|r| Some(r.delta_changed))),
-        (DELTA_UNCHANGED.to_string(), "#2ca02c", true, pts(&|r| Some(r.delta_unchanged))),
+        (DELTA_CHANGED.to_string(), "#9467bd", false, pts(|r| Some(r.delta_changed))),
+        (DELTA_UNCHANGED.to_string(), "#2ca02c", true, pts(|r| Some(r.delta_unchanged))),
     ];
     (shares, delta)
 }
