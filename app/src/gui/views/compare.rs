@@ -246,19 +246,26 @@ impl CompareView {
             p.line(if *dashed { l.style(egui_plot::LineStyle::dashed_loose()) } else { l });
         };
         let mean_delta = Comparison::mean_loss(&c.loss_a) - Comparison::mean_loss(&c.loss_b);
+        // Small, see-through legends: the plots are low. The selected layer's line has no name,
+        // so no legend entry (the left panel names it).
+        let legend = |corner| Legend::default().text_style(egui::TextStyle::Small).background_alpha(0.5).follow_insertion_order(true).position(corner);
+        let selected = VLine::new("", layer as f64).color(egui::Color32::from_gray(170));
+        // Room above the Δ loss curves for the legend.
+        let (lo, hi) = delta.iter().flat_map(|c| c.3.iter().map(|p| p.1)).chain([0.0, mean_delta]).fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(y), b.max(y)));
+        let headroom = hi + 0.8 * (hi - lo);
         ui.columns(2, |cols| {
-            cols[0].label("per layer: share of tokens whose groups change; mass pruned (mean over tokens)");
-            Plot::new(SHARES_PLOT).id(egui::Id::unique(SHARES_PLOT)).height(PLOT_H).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(1.0).show(&mut cols[0], |p| {
+            cols[0].label("per layer: tokens whose groups change, mass pruned").on_hover_text("shares: of the tokens, and of the dense attention (mean over tokens)");
+            Plot::new(SHARES_PLOT).id(egui::Id::unique(SHARES_PLOT)).height(PLOT_H).legend(legend(egui_plot::Corner::LeftTop)).x_axis_label("layer").include_y(0.0).include_y(1.0).show(&mut cols[0], |p| {
                 shares.iter().for_each(|s| line(p, s));
-                p.vline(VLine::new(format!("selected layer {layer}"), layer as f64).color(egui::Color32::from_gray(170)));
+                p.vline(selected.clone());
             });
             cols[1]
                 .label("per layer: Δ loss of tokens whose groups change there, or stay")
                 .on_hover_text(format!("Loss is the whole model's: a layer has none of its own. Per layer, the mean Δ loss (nats) of the tokens whose top-{} groups change in that layer, and of those whose groups stay.", c.k));
-            Plot::new(DELTA_PLOT).id(egui::Id::unique(DELTA_PLOT)).height(PLOT_H).legend(Legend::default()).x_axis_label("layer").include_y(0.0).show(&mut cols[1], |p| {
+            Plot::new(DELTA_PLOT).id(egui::Id::unique(DELTA_PLOT)).height(PLOT_H).legend(legend(egui_plot::Corner::RightTop)).x_axis_label("layer").include_y(lo).include_y(headroom).show(&mut cols[1], |p| {
                 delta.iter().for_each(|s| line(p, s));
                 p.hline(HLine::new("mean Δ loss, all tokens", mean_delta).color(egui::Color32::from_gray(150)));
-                p.vline(VLine::new(format!("selected layer {layer}"), layer as f64).color(egui::Color32::from_gray(170)));
+                p.vline(selected);
             });
         });
         // The table: click a header to sort (again: reverse), a row to jump to the token.
