@@ -525,12 +525,13 @@ fn compare_dense_with_topk() {
         assert_eq!(c.tokens(), 200);
         assert_eq!(c.layers(), 30);
         assert!(c.a.contains("topk(2)") && c.b.contains("dense"), "{} / {}", c.a, c.b);
-        let pa = c.pruned_a.as_ref().expect("run A is top-k: its pruned mass");
+        let pa = &c.pruned_a.as_ref().expect("run A is top-k: its pruned mass").mass;
         assert!(c.pruned_b.is_none(), "dense prunes nothing");
+        assert_eq!((pa.len(), pa[0].len(), pa[0][0].len()), (30, 9, 200), "per layer, head and token");
         // Within the window (w = 128) nothing is pruned; beyond it some mass is.
-        assert!(pa.iter().all(|l| l[..=128].iter().all(|&m| m == 0.0)));
-        assert!(pa.iter().any(|l| l[150..].iter().any(|&m| m > 0.0)));
-        assert!(pa.iter().flatten().all(|&m| (0.0..=1.0 + 1e-5).contains(&m)));
+        assert!(pa.iter().flatten().all(|h| h[..=128].iter().all(|&m| m == 0.0)));
+        assert!(pa.iter().flatten().any(|h| h[150..].iter().any(|&m| m > 0.0)));
+        assert!(pa.iter().flatten().flatten().all(|&m| (0.0..=1.0 + 1e-5).contains(&m)));
         // Up to the window top-k is exact dense attention: the losses agree there.
         for i in 0..100 {
             assert!((c.loss_a[i] - c.loss_b[i]).abs() < 2e-3, "token {i}: {} vs {}", c.loss_a[i], c.loss_b[i]);
@@ -538,10 +539,11 @@ fn compare_dense_with_topk() {
         assert!(c.loss_a[199].is_nan());
         assert!(c.loss_a[..199].iter().all(|x| x.is_finite() && *x >= 0.0));
     }
+    let (layer, head) = (h.state().settings.layer, h.state().settings.head);
     // Sorted by Δ loss, largest first: the first row is the token that lost most.
     let order = {
         let v = &h.state().views.compare;
-        v.order(v.result.as_ref().unwrap())
+        v.order(v.result.as_ref().unwrap(), layer, head)
     };
     let c = h.state().views.compare.result.as_ref().unwrap();
     let best = (0..199).max_by(|&a, &b| c.delta(a).total_cmp(&c.delta(b))).unwrap();
@@ -580,8 +582,312 @@ fn compare_dense_with_topk() {
     assert!((0..200).all(|i| csv.contains(&format!("\n{i},\""))), "one row per token");
     click_menu(&mut h, "Export", "Current view as SVG…");
     no_errors(&h);
-    let layer = h.state().settings.layer;
     assert!(std::fs::read_to_string(dir.path().join(format!("focus-lens-compare-layer{layer}.svg"))).unwrap().contains("pruned mass A"));
+}
+
+/// The rows of the compare table on screen, top to bottom: their token indices.
+fn compare_rows(h: &Harness<'static, FocusLensApp>) -> Vec<usize> {
+    let n = h.state().views.compare.result.as_ref().map_or(0, |c| c.tokens());
+    // A row starts with its index padded to the first column's 7 characters, then Δ loss.
+    let mut rows: Vec<(f32, usize)> = h
+        .query_all_by(|node| node.label().or(node.value()).is_some_and(|l| l.len() > 8 && l.contains("    \"")))
+        .filter_map(|node| {
+            let l = node.accesskit_node().label().or(node.accesskit_node().value())?;
+            let i: usize = l.get(..7)?.trim().parse().ok()?;
+            (i < n).then_some((node.rect().top(), i))
+        })
+        .collect();
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    rows.into_iter().map(|r| r.1).collect()
+}
+
+/// Compare mode's pruned mass per head and its per-layer curves, driven by clicks: the table
+/// shows (and sorts by) the selected layer and head's pruned mass, which equals the attention
+/// view's pruned share for that head (another computation of the same figure); the per-layer
+/// curves are drawn over every layer and exported (CSV, JSON, SVG); the 20 tokens that lost most
+/// are one header click away, and a click on one jumps to it with its partners.
+#[test]
+fn compare_per_head_and_per_layer() {
+    use focus_lens::gui::compare::Scope;
+    use focus_lens::gui::views::compare::{DELTA_PLOT, SHARES_PLOT};
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(300);
+    (s.layer, s.head) = (20, 4);
+    s.tab = Tab::Compare;
+    s.compare.max_tokens = 300;
+    let mut h = harness(s, dir.path());
+    settle(&mut h);
+    h.get_by_label("B = dense").click();
+    h.step();
+    h.get_by_label("Run comparison").click();
+    h.step();
+    settle(&mut h);
+    no_errors(&h);
+    h.step();
+    let res = h.state().session.result.clone().unwrap();
+    let (l, hd) = (20, 4);
+
+    // Per head: choose the selected layer and head, sort by run A's pruned mass.
+    h.get_by_label("layer 20, head 4").click();
+    h.step();
+    assert_eq!(h.state().views.compare.scope, Scope::Head);
+    use focus_lens::gui::views::compare::header_cell;
+    h.get_by_label(&header_cell("pruned A", "", 10, true)).click();
+    h.step();
+    h.step();
+    let (mass, top) = {
+        let c = h.state().views.compare.result.as_ref().unwrap();
+        let m = c.pruned_a.as_ref().unwrap().mass[l][hd].clone();
+        let mut by_mass: Vec<usize> = (0..c.tokens()).collect();
+        by_mass.sort_by(|&a, &b| m[b].total_cmp(&m[a]).then(a.cmp(&b)));
+        (m, by_mass)
+    };
+    let rows = compare_rows(&h);
+    assert!(rows.len() >= 10, "rows on screen: {rows:?}");
+    assert_eq!(rows[..10], top[..10], "sorted by head {hd}'s pruned mass in layer {l}");
+    // Head 4 alone, not the mean over heads: the order differs from the layer's mean.
+    let mean: Vec<f32> = {
+        let c = h.state().views.compare.result.as_ref().unwrap();
+        (0..300).map(|i| c.pruned_at(i, Scope::Layer, l, hd).0.unwrap()).collect()
+    };
+    assert!((0..300).any(|i| (mean[i] - mass[i]).abs() > 0.02), "head {hd} differs from the mean over heads");
+    // The row shows the figure.
+    let first = h.get_by(|n| n.label().or(n.value()).is_some_and(|s| s.starts_with(&format!("{:<7}", top[0])))).accesskit_node();
+    let first = first.label().or(first.value()).unwrap_or_default();
+    assert!(first.contains(&format!("{:.1}%", 100.0 * mass[top[0]])), "{first:?}");
+    // The same figure another way: the attention view's pruned share of that token's dense
+    // softmax row in layer 20, head 4 (one row at a time, not the whole matrix).
+    let handle = focus_lens::gui::worker::Handle::default();
+    for &i in &top[..3] {
+        let g = focus_lens::gui::compare::attention_grid(&res, i, &handle).unwrap();
+        assert!((g.cells[l][hd][2] - mass[i]).abs() < 1e-3, "token {i}: grid {} vs compare {}", g.cells[l][hd][2], mass[i]);
+    }
+
+    // Per layer: the curves are drawn over every layer (the plots' bounds cover them) and are
+    // the means of the per-token figures.
+    let rows_l = h.state().views.compare.result.as_ref().unwrap().layer_rows(hd);
+    assert_eq!(rows_l.len(), 30);
+    {
+        let c = h.state().views.compare.result.as_ref().unwrap();
+        let r = &rows_l[l];
+        let changed: Vec<usize> = (0..300).filter(|&i| c.changed[l][i]).collect();
+        assert_eq!(r.changed, changed.len());
+        let pa = c.pruned_a.as_ref().unwrap();
+        let want = pa.mass[l].iter().flatten().map(|&x| x as f64).sum::<f64>() / (9.0 * 300.0);
+        assert!((r.pruned_a.unwrap() - want).abs() < 1e-6);
+        assert!((r.pruned_a_head.unwrap() - mass.iter().map(|&x| x as f64).sum::<f64>() / 300.0).abs() < 1e-6);
+        let stay: Vec<f64> = (0..299).filter(|&i| !c.changed[l][i]).map(|i| c.delta(i) as f64).collect();
+        assert!((r.delta_unchanged - stay.iter().sum::<f64>() / stay.len() as f64).abs() < 1e-6);
+    }
+    let ctx = h.ctx.clone();
+    for id in [SHARES_PLOT, DELTA_PLOT] {
+        let mem = egui_plot::PlotMemory::load(&ctx, egui::Id::unique(id)).unwrap_or_else(|| panic!("{id} is drawn"));
+        let b = mem.bounds();
+        assert!(b.min()[0] <= 0.0 && b.max()[0] >= 29.0, "{id}: {b:?}");
+    }
+    let b = *egui_plot::PlotMemory::load(&ctx, egui::Id::unique(DELTA_PLOT)).unwrap().bounds();
+    for r in &rows_l {
+        for y in [r.delta_changed, r.delta_unchanged].into_iter().filter(|y| y.is_finite()) {
+            assert!(b.min()[1] <= y && y <= b.max()[1], "layer {}: {y} outside {b:?}", r.layer);
+        }
+    }
+    assert!(has(&h, "Δ loss of tokens whose groups change there, or stay"));
+
+    // Exports: the table with the per-head columns, the per-layer CSV, the JSON, the SVG.
+    h.get_by_label("Export table (CSV)…").click();
+    h.step();
+    h.get_by_label("Export as JSON…").click();
+    h.step();
+    click_menu(&mut h, "Export", "Current view as SVG…");
+    no_errors(&h);
+    let csv = std::fs::read_to_string(dir.path().join("focus-lens-compare.csv")).unwrap();
+    let header = csv.lines().find(|l| l.starts_with("index,")).unwrap();
+    let col = header.split(',').position(|c| c == "pruned_mass_a_layer20_head4").expect("the per-head column");
+    let row = csv.lines().find(|r| r.starts_with(&format!("{},", top[0]))).unwrap();
+    // The fields after the (quoted) token are numbers: split them off from the right.
+    let mut cells: Vec<&str> = row.rsplitn(header.split(',').count() - 1, ',').collect();
+    cells.reverse();
+    assert!((cells[col - 1].parse::<f32>().unwrap() - mass[top[0]]).abs() < 1e-5, "{row}");
+    let layers = std::fs::read_to_string(dir.path().join("focus-lens-compare.layers.csv")).unwrap();
+    let lh = layers.lines().find(|l| l.starts_with("layer,")).unwrap();
+    assert!(lh.contains("pruned_mass_a_head4") && lh.contains("delta_loss_changed"), "{lh}");
+    assert_eq!(layers.lines().filter(|l| l.chars().next().is_some_and(|c| c.is_ascii_digit())).count(), 30, "one row per layer");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-compare.json")).unwrap()).unwrap();
+    assert_eq!(json["per_layer"].as_array().unwrap().len(), 30);
+    assert!((json["pruned_mass_a_layer_head_token"][l][hd][top[0]].as_f64().unwrap() - mass[top[0]] as f64).abs() < 1e-6);
+    let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-compare-layer{l}.svg"))).unwrap();
+    assert!(svg.contains("pruned mass A, head 4") && svg.contains("Δ loss, groups stay"), "the head's curve and the Δ loss curves");
+
+    // The 20 tokens that lost most: one click on the Δ loss header.
+    h.get_by_label(&header_cell("delta loss", "", 12, true)).click();
+    h.step();
+    h.step();
+    let lost: Vec<usize> = {
+        let c = h.state().views.compare.result.as_ref().unwrap();
+        let mut v: Vec<usize> = (0..299).collect();
+        v.sort_by(|&a, &b| c.delta(b).total_cmp(&c.delta(a)).then(a.cmp(&b)));
+        v
+    };
+    let rows = compare_rows(&h);
+    assert!(rows.len() >= 20, "rows on screen: {rows:?}");
+    assert_eq!(rows[..20], lost[..20]);
+    // A click on the 5th jumps to it in the text, with its partners.
+    let i = lost[4];
+    h.get_by(|n| n.label().or(n.value()).is_some_and(|s| s.starts_with(&format!("{i:<7}")))).click();
+    h.step();
+    settle(&mut h);
+    assert_eq!((h.state().settings.tab, h.state().selection.selected), (Tab::Tokens, Some(i)));
+    assert!(h.state().selection.partners.as_ref().is_some_and(|p| p.token == i && p.layer == l && p.head == hd));
+    assert!(h.state().views.tokens.token_center(i).is_some_and(|p| p.y > 0.0 && p.y < 900.0), "scrolled to the token");
+}
+
+/// The token x layer strip's header numbers its layer columns: each number is centred over its
+/// column (the pointer on the strip below a number is on that layer), and the header stays
+/// while the strip scrolls.
+#[test]
+fn strip_header_numbers_its_columns() {
+    use focus_lens::gui::views::layers::STRIP_CORNER;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(400);
+    s.tab = Tab::Layers;
+    let mut h = harness(s, dir.path());
+    settle(&mut h);
+    h.get_by_label("token x layer strip").click();
+    h.step();
+    h.step();
+    assert!(h.state().settings.strip);
+    let corner = h.get_by_label(STRIP_CORNER).rect();
+    let header = |h: &Harness<'static, FocusLensApp>| -> Vec<(usize, egui::Rect)> {
+        let mut v: Vec<(usize, egui::Rect)> = h
+            .query_all_by(|n| n.bounding_box().is_some() && n.label().or(n.value()).is_some_and(|l| l.parse::<usize>().is_ok()))
+            .filter(|n| (corner.top()..=corner.bottom()).contains(&n.rect().center().y))
+            .map(|n| (n.accesskit_node().label().or(n.accesskit_node().value()).unwrap().parse().unwrap(), n.rect()))
+            .collect();
+        v.sort_by_key(|x| x.0);
+        v
+    };
+    let numbers = header(&h);
+    assert!(numbers.len() >= 2, "the header's numbers: {numbers:?}");
+    let every = numbers[1].0 - numbers[0].0;
+    assert!(numbers[0].0 == 0 && [1, 2, 5].contains(&every), "{numbers:?}");
+    assert_eq!(numbers.iter().map(|n| n.0).collect::<Vec<_>>(), (0..30).step_by(every).collect::<Vec<_>>());
+    assert!(numbers.iter().all(|n| n.1.left() >= corner.right() - 1.0), "the numbers are right of the corner");
+    // Below each number, on the strip, is its layer.
+    let y = corner.bottom() + 60.0;
+    for &(l, r) in &numbers {
+        h.hover_at(egui::pos2(r.center().x, y));
+        h.step();
+        assert_eq!(h.state().selection.hovered_layer, Some(l), "under the header's {l} at x = {}", r.center().x);
+    }
+    let before = h.state().selection.hovered;
+    assert!(before.is_some());
+    // Scrolled down the strip, the header is where it was and the pointer is on later tokens.
+    for _ in 0..4 {
+        h.event(egui::Event::MouseWheel { unit: egui::MouseWheelUnit::Point, delta: egui::vec2(0.0, -300.0), phase: egui::TouchPhase::Move, source: egui::MouseWheelSource::Wheel, modifiers: egui::Modifiers::NONE });
+        h.step();
+    }
+    for _ in 0..30 {
+        h.step();
+    }
+    h.hover_at(egui::pos2(numbers[0].1.center().x, y + 1.0));
+    h.step();
+    assert!(h.state().selection.hovered.unwrap() > before.unwrap() + 50, "scrolled: {:?} then {:?}", before, h.state().selection.hovered);
+    assert_eq!(h.get_by_label(STRIP_CORNER).rect(), corner, "the header stays");
+    assert_eq!(header(&h), numbers);
+}
+
+/// The mask view: plain scrolling leaves the region on screen as it is (it used to pan into
+/// negative indices); zoomed in with Ctrl + scroll to 512 tokens or fewer, the region on screen
+/// is drawn at one pair per pixel, each pixel the class of its pair.
+#[test]
+fn mask_zoom_full_resolution() {
+    use focus_lens::gui::palette;
+    use focus_lens::gui::views::mask::{full_resolution, pair_reason, MASK_PLOT};
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(1200);
+    (s.tab, s.layer) = (Tab::Mask, 7);
+    let mut h = harness(s, dir.path());
+    settle(&mut h);
+    h.step();
+    settle(&mut h);
+    h.step();
+    no_errors(&h);
+    let res = h.state().session.result.clone().unwrap();
+    assert_eq!(res.tokens(), 1200);
+    assert!(h.state().views.mask.current(&res.key, 7).is_some_and(|m| m.block > 1), "1200 tokens are shown in blocks");
+    assert!(has(&h, "zoom in (Ctrl + scroll"));
+    let ctx = h.ctx.clone();
+    let mem = || egui_plot::PlotMemory::load(&ctx, egui::Id::unique(MASK_PLOT)).expect("the mask plot");
+    let wheel = |h: &mut Harness<'static, FocusLensApp>, dy: f32, modifiers: egui::Modifiers| {
+        for _ in 0..3 {
+            h.event(egui::Event::MouseWheel { unit: egui::MouseWheelUnit::Point, delta: egui::vec2(0.0, dy), phase: egui::TouchPhase::Move, source: egui::MouseWheelSource::Wheel, modifiers });
+            h.event(egui::Event::ModifiersChanged(modifiers));
+            h.step();
+        }
+        // The wheel's delta is smoothed over frames.
+        for _ in 0..30 {
+            h.step();
+        }
+    };
+    let frame = *mem().transform().frame();
+    // Near the diagonal, halfway down: pairs of every class are on screen once zoomed in.
+    let t = mem().transform();
+    let at = t.position_from_point(&egui_plot::PlotPoint::new(560.0, 600.0));
+    assert!(frame.contains(at), "{at:?} in {frame:?}");
+    h.hover_at(at);
+    h.step();
+    let b0 = *mem().bounds();
+    wheel(&mut h, -400.0, egui::Modifiers::NONE);
+    wheel(&mut h, 400.0, egui::Modifiers::NONE);
+    assert_eq!(*mem().bounds(), b0, "plain scrolling does not pan");
+    assert!(h.state().views.mask.zoom.is_none(), "not zoomed in yet: blocks");
+    for _ in 0..20 {
+        let b = *mem().bounds();
+        if b.width().max(b.height()) <= 512.0 {
+            break;
+        }
+        wheel(&mut h, 120.0, egui::Modifiers::CTRL);
+    }
+    h.event(egui::Event::ModifiersChanged(egui::Modifiers::NONE));
+    h.step();
+    h.step();
+    let b = *mem().bounds();
+    assert!(b.width().max(b.height()) <= 512.0, "zoomed in: {b:?}");
+    assert!(b.min()[0] >= 0.0 && b.min()[1] >= 0.0, "{b:?}");
+    let z = h.state().views.mask.zoom.as_ref().expect("the full-resolution region").0.clone();
+    let (i0, j0, n) = (z.2, z.3, z.4);
+    assert_eq!((z.0.clone(), z.1), (res.key.clone(), 7));
+    assert_eq!((i0, j0), (b.min()[1].floor() as usize, b.min()[0].floor() as usize), "the region on screen");
+    assert!(n as f64 >= b.width().max(b.height()) && n <= 514, "{n}");
+    assert!(has(&h, &format!("zoomed in: queries {i0}..{}", i0 + n)));
+    // Plain scrolling does not pan the zoomed view either.
+    wheel(&mut h, -400.0, egui::Modifiers::NONE);
+    assert_eq!(*mem().bounds(), b);
+    // One pixel per pair, each the colour of what the mask does with the pair.
+    let img = full_resolution(&res, 7, i0, j0, n);
+    assert_eq!(img.size, [n, n]);
+    let mut seen = [0usize; 4];
+    for di in (0..n).step_by(3) {
+        for dj in (0..n).step_by(3) {
+            let (i, j) = (i0 + di, j0 + dj);
+            if i >= 1200 || j >= 1200 {
+                continue;
+            }
+            let why = pair_reason(&res, 7, i, j, false);
+            let (want, k) = if why.starts_with("kept: local") {
+                (palette::LOCAL, 0)
+            } else if why.starts_with("kept: both") {
+                (palette::SAME_GROUP, 1)
+            } else if why.starts_with("pruned") {
+                (palette::PRUNED, 2)
+            } else {
+                (palette::NONE, 3)
+            };
+            assert_eq!(img.pixels[di * n + dj], want, "pair ({i}, {j}): {why}");
+            seen[k] += 1;
+        }
+    }
+    assert!(seen.iter().all(|&c| c > 0), "every class on screen: {seen:?}");
 }
 
 /// Groups line up: matched numbers make a layer's group with the most tokens in common with

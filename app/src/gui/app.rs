@@ -462,9 +462,17 @@ impl FocusLensApp {
         if kind == ExportKind::ViewPng {
             return self.request_png(path);
         }
-        if kind == ExportKind::StatsCsv {
-            // The set `focus-lens analyze` writes: per group, profiles, tokens.
-            match export::write_csv_set(&res, &path) {
+        // The selected layer and head (the compare exports' pruned mass in them).
+        let (layer, head) = (self.settings.layer.min(res.layers() - 1), self.settings.head.min(res.model.config().n_heads.saturating_sub(1)));
+        if matches!(kind, ExportKind::StatsCsv | ExportKind::CompareCsv) {
+            // Sets of files: `focus-lens analyze`'s (per group, profiles, tokens), or the
+            // comparison's (per token, per layer).
+            let written = match (kind, &self.views.compare.result) {
+                (ExportKind::StatsCsv, _) => export::write_csv_set(&res, &path),
+                (_, Some(c)) => export::write_compare_csv(c, &path, layer, head),
+                (_, None) => Err("no comparison yet: press Run comparison first".to_string()),
+            };
+            match written {
                 Ok(paths) => self.status = format!("wrote {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
                 Err(e) => self.errors.push(format!("export to {} failed: {e}", path.display())),
             }
@@ -476,8 +484,8 @@ impl FocusLensApp {
                 export::stats(&res, kind, export::provenance(&res, &self.settings, text.as_deref().map(|s| s.as_str()), &self.selection))
             }
             ExportKind::ViewSvg => self.views.svg(&self.settings, &res, self.selection.selected, self.selection.range),
-            ExportKind::CompareCsv => self.views.compare.result.as_ref().map(|c| c.csv()).ok_or_else(|| "no comparison yet: press Run comparison first".to_string()),
-            ExportKind::StatsCsv | ExportKind::ViewPng | ExportKind::Session => unreachable!(),
+            ExportKind::CompareJson => self.views.compare.result.as_ref().map(|c| c.json(layer, head)).ok_or_else(|| "no comparison yet: press Run comparison first".to_string()),
+            ExportKind::StatsCsv | ExportKind::CompareCsv | ExportKind::ViewPng | ExportKind::Session => unreachable!(),
         };
         match text.and_then(|t| export::write(&path, t.as_bytes())) {
             Ok(()) => self.status = format!("wrote {}", path.display()),
@@ -597,7 +605,8 @@ impl FocusLensApp {
         let mut b_adapter = (*self.session.adapter.as_ref().map(|a| a.adapter.clone()).unwrap_or_else(|| a_adapter.clone())).clone();
         b_adapter.config.window = a_adapter.config.window;
         b_adapter.config.causal_sinkhorn = spec.causal.unwrap_or(a_adapter.config.causal_sinkhorn);
-        let k_b = spec.k.max(1);
+        // Dense and soft B have no k of their own: their groups are compared at A's k.
+        let k_b = if spec.mode == ModeChoice::TopK { spec.k.max(1) } else { res.key.params.k };
         if spec.adapter.is_none() && k_b > groups {
             self.errors.push(format!("run B: k = {k_b} must be in 1..={groups}"));
             return;

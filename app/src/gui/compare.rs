@@ -2,9 +2,9 @@
 //! over the same tokens (the start of the analysed text): A, the analysis on screen, and B, what
 //! the compare view sets (dense, soft, another k, another adapter, the other Sinkhorn variant).
 //! One inference pass per run gives, per token, the next-token loss; per layer and token, the
-//! top-k groups; and, for a top-k run, the attention mass its mask prunes: the weight the dense
-//! softmax of the same layer's queries and keys gives the pairs that the mask drops, averaged
-//! over heads. B's groups are matched to A's (`align`) when the adapters differ.
+//! top-k groups; and, for a top-k run, the attention mass its mask prunes per head: the weight
+//! the dense softmax of the same layer's queries and keys gives the pairs that the mask drops.
+//! B's groups are matched to A's (`align`) when the adapters differ.
 
 use super::jobs::JobError;
 use super::state::{AnalysisKey, AnalysisResult, CompareSpec};
@@ -24,7 +24,7 @@ use std::sync::Arc;
 pub struct Run {
     pub label: String,
     pub mode: Mode,
-    /// k of the top-k groups reported (and of the mask in top-k mode).
+    /// k of the mask in top-k mode (and of the groups compared, with the other run's).
     pub k: usize,
     /// The adapter as run (window and Sinkhorn variant applied).
     pub adapter: Arc<Adapter>,
@@ -36,8 +36,77 @@ pub struct RunOut {
     pub loss: Vec<f32>,
     /// `masks[layer][token]`: top-k groups.
     pub masks: Vec<Vec<u64>>,
-    /// `pruned[layer][token]`: attention mass the top-k mask prunes (top-k runs only).
-    pub pruned: Option<Vec<Vec<f32>>>,
+    /// The attention mass the top-k mask prunes (top-k runs only).
+    pub pruned: Option<Pruned>,
+}
+
+/// What the table's pruned mass is taken over (the selected layer and head are the left
+/// panel's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Mean over layers and heads.
+    All,
+    /// The selected layer, mean over its heads.
+    Layer,
+    /// The selected layer and head.
+    Head,
+}
+
+/// The attention mass a top-k run's mask prunes: `mass[layer][head][token]`.
+pub struct Pruned {
+    pub mass: Vec<Vec<Vec<f32>>>,
+}
+
+fn mean(v: impl Iterator<Item = f64>) -> f64 {
+    let (s, n) = v.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    if n == 0 {
+        f64::NAN
+    } else {
+        s / n as f64
+    }
+}
+
+impl Pruned {
+    pub fn heads(&self) -> usize {
+        self.mass.first().map_or(0, Vec::len)
+    }
+    /// Token `i`'s pruned mass over `scope` (`layer` and `head`: the selected ones, clamped).
+    pub fn at(&self, i: usize, scope: Scope, layer: usize, head: usize) -> f32 {
+        let l = &self.mass[layer.min(self.mass.len() - 1)];
+        (match scope {
+            Scope::All => mean(self.mass.iter().flatten().map(|h| h[i] as f64)),
+            Scope::Layer => mean(l.iter().map(|h| h[i] as f64)),
+            Scope::Head => l[head.min(l.len() - 1)][i] as f64,
+        }) as f32
+    }
+    /// Per layer: the mean over tokens of the mass, averaged over heads (`None`) or of `head`.
+    pub fn per_layer(&self, head: Option<usize>) -> Vec<f64> {
+        self.mass
+            .iter()
+            .map(|l| match head {
+                None => mean(l.iter().flatten().map(|&x| x as f64)),
+                Some(h) => mean(l[h.min(l.len() - 1)].iter().map(|&x| x as f64)),
+            })
+            .collect()
+    }
+}
+
+/// One layer's compare figures (the per-layer curves, their CSV and JSON).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerRow {
+    pub layer: usize,
+    /// Tokens whose top-k groups change in this layer, and their share of all tokens.
+    pub changed: usize,
+    pub changed_share: f64,
+    /// Mean pruned mass over tokens and heads, and over tokens for the selected head.
+    pub pruned_a: Option<f64>,
+    pub pruned_b: Option<f64>,
+    pub pruned_a_head: Option<f64>,
+    pub pruned_b_head: Option<f64>,
+    /// Loss is the whole model's, so a layer has none: these are the mean Δ loss of the tokens
+    /// whose groups change in this layer and of those whose groups stay (NaN: no such token).
+    pub delta_changed: f64,
+    pub delta_unchanged: f64,
 }
 
 pub struct Comparison {
@@ -49,8 +118,11 @@ pub struct Comparison {
     pub texts: Vec<String>,
     pub loss_a: Vec<f32>,
     pub loss_b: Vec<f32>,
-    pub pruned_a: Option<Vec<Vec<f32>>>,
-    pub pruned_b: Option<Vec<Vec<f32>>>,
+    pub pruned_a: Option<Pruned>,
+    pub pruned_b: Option<Pruned>,
+    /// k of the groups compared: the smaller of the runs' k (so that k = 2 against k = 3 asks
+    /// whether the top 2 change, not whether a 2-set equals a 3-set).
+    pub k: usize,
     /// `changed[layer][token]`: the token's top-k groups differ between the runs.
     pub changed: Vec<Vec<bool>>,
     pub seconds: f64,
@@ -67,51 +139,142 @@ impl Comparison {
     pub fn delta(&self, i: usize) -> f32 {
         self.loss_a[i] - self.loss_b[i]
     }
-    /// Mean over layers of a per-layer, per-token figure.
-    fn mean_over_layers(v: &[Vec<f32>], i: usize) -> f32 {
-        v.iter().map(|l| l[i]).sum::<f32>() / v.len().max(1) as f32
-    }
-    pub fn pruned_a_at(&self, i: usize) -> Option<f32> {
-        self.pruned_a.as_ref().map(|v| Self::mean_over_layers(v, i))
-    }
-    pub fn pruned_b_at(&self, i: usize) -> Option<f32> {
-        self.pruned_b.as_ref().map(|v| Self::mean_over_layers(v, i))
+    /// Run A's and B's pruned mass at token i over `scope` (None: the run prunes nothing).
+    pub fn pruned_at(&self, i: usize, scope: Scope, layer: usize, head: usize) -> (Option<f32>, Option<f32>) {
+        let f = |p: &Option<Pruned>| p.as_ref().map(|p| p.at(i, scope, layer, head));
+        (f(&self.pruned_a), f(&self.pruned_b))
     }
     /// In how many layers the token's top-k groups change.
     pub fn changed_layers(&self, i: usize) -> usize {
         self.changed.iter().filter(|l| l[i]).count()
     }
-    /// Per layer: the share of tokens whose top-k groups change.
-    pub fn changed_per_layer(&self) -> Vec<f64> {
-        self.changed.iter().map(|l| l.iter().filter(|&&c| c).count() as f64 / l.len().max(1) as f64).collect()
-    }
-    /// Per layer: the mean pruned mass of a run.
-    pub fn pruned_per_layer(v: &[Vec<f32>]) -> Vec<f64> {
-        v.iter().map(|l| l.iter().map(|&x| x as f64).sum::<f64>() / l.len().max(1) as f64).collect()
+    /// The per-layer figures (`head`: the selected head's pruned mass too).
+    pub fn layer_rows(&self, head: usize) -> Vec<LayerRow> {
+        let n = self.tokens().max(1) as f64;
+        let pa = self.pruned_a.as_ref().map(|p| (p.per_layer(None), p.per_layer(Some(head))));
+        let pb = self.pruned_b.as_ref().map(|p| (p.per_layer(None), p.per_layer(Some(head))));
+        self.changed
+            .iter()
+            .enumerate()
+            .map(|(l, ch)| {
+                let changed = ch.iter().filter(|&&c| c).count();
+                let d = |want: bool| mean((0..self.tokens()).filter(|&i| ch[i] == want).map(|i| self.delta(i) as f64).filter(|x| x.is_finite()));
+                LayerRow {
+                    layer: l,
+                    changed,
+                    changed_share: changed as f64 / n,
+                    pruned_a: pa.as_ref().map(|p| p.0[l]),
+                    pruned_b: pb.as_ref().map(|p| p.0[l]),
+                    pruned_a_head: pa.as_ref().map(|p| p.1[l]),
+                    pruned_b_head: pb.as_ref().map(|p| p.1[l]),
+                    delta_changed: d(true),
+                    delta_unchanged: d(false),
+                }
+            })
+            .collect()
     }
     /// Mean loss of a run over the scored positions.
     pub fn mean_loss(v: &[f32]) -> f64 {
-        let s: Vec<f64> = v.iter().filter(|x| x.is_finite()).map(|&x| x as f64).collect();
-        s.iter().sum::<f64>() / s.len().max(1) as f64
+        mean(v.iter().filter(|x| x.is_finite()).map(|&x| x as f64))
     }
 
-    /// The per-token table as CSV.
-    pub fn csv(&self) -> String {
-        let mut s = format!("# A: {}\n# B: {}\nindex,token,loss_a,loss_b,delta_loss,pruned_mass_a,pruned_mass_b,groups_changed_layers\n", self.a, self.b);
-        let f = |x: Option<f32>| x.map(|v| format!("{v:.6}")).unwrap_or_default();
+    /// The per-token table as CSV: the pruned mass over layers and heads, in the selected
+    /// layer (mean over heads) and in its selected head.
+    pub fn csv(&self, layer: usize, head: usize) -> String {
+        let mut s = format!("# A: {}\n# B: {}\n# groups compared: top-{}; selected layer {layer}, head {head}\n", self.a, self.b, self.k);
+        s += &format!("index,token,loss_a,loss_b,delta_loss,pruned_mass_a,pruned_mass_b,pruned_mass_a_layer{layer},pruned_mass_b_layer{layer},pruned_mass_a_layer{layer}_head{head},pruned_mass_b_layer{layer}_head{head},groups_changed_layers,groups_changed_layer{layer}\n");
         for i in 0..self.tokens() {
             let t = self.texts[i].replace('"', "\"\"");
+            let mut row = format!("{i},\"{t}\",{},{},{}", num(self.loss_a[i]), num(self.loss_b[i]), num(self.delta(i)));
+            for scope in [Scope::All, Scope::Layer, Scope::Head] {
+                let (a, b) = self.pruned_at(i, scope, layer, head);
+                row += &format!(",{},{}", a.map(num).unwrap_or_default(), b.map(num).unwrap_or_default());
+            }
+            s += &format!("{row},{},{}\n", self.changed_layers(i), self.changed[layer.min(self.layers() - 1)][i] as u8);
+        }
+        s
+    }
+
+    /// The per-layer figures as CSV.
+    pub fn layers_csv(&self, head: usize) -> String {
+        let mut s = format!("# A: {}\n# B: {}\n# delta_loss_*: the mean delta loss (whole model) of the tokens whose top-{} groups change (stay) in the layer\n", self.a, self.b, self.k);
+        s += &format!("layer,tokens_changed,changed_share,pruned_mass_a,pruned_mass_b,pruned_mass_a_head{head},pruned_mass_b_head{head},delta_loss_changed,delta_loss_unchanged\n");
+        let o = |x: Option<f64>| x.map(|v| num(v as f32)).unwrap_or_default();
+        for r in self.layer_rows(head) {
             s += &format!(
-                "{i},\"{t}\",{},{},{},{},{},{}\n",
-                f(Some(self.loss_a[i]).filter(|x| x.is_finite())),
-                f(Some(self.loss_b[i]).filter(|x| x.is_finite())),
-                f(Some(self.delta(i)).filter(|x| x.is_finite())),
-                f(self.pruned_a_at(i)),
-                f(self.pruned_b_at(i)),
-                self.changed_layers(i)
+                "{},{},{},{},{},{},{},{},{}\n",
+                r.layer,
+                r.changed,
+                num(r.changed_share as f32),
+                o(r.pruned_a),
+                o(r.pruned_b),
+                o(r.pruned_a_head),
+                o(r.pruned_b_head),
+                num(r.delta_changed as f32),
+                num(r.delta_unchanged as f32)
             );
         }
         s
+    }
+
+    /// Everything as JSON: both runs, per token (the pruned mass per layer and head of each
+    /// top-k run included) and per layer.
+    pub fn json(&self, layer: usize, head: usize) -> String {
+        let f = |x: f64| x.is_finite().then_some(x);
+        let tokens: Vec<_> = (0..self.tokens())
+            .map(|i| {
+                serde_json::json!({
+                    "index": i,
+                    "token": self.texts[i],
+                    "loss_a": f(self.loss_a[i] as f64),
+                    "loss_b": f(self.loss_b[i] as f64),
+                    "delta_loss": f(self.delta(i) as f64),
+                    "groups_changed_layers": self.changed_layers(i),
+                })
+            })
+            .collect();
+        let layers: Vec<_> = self
+            .layer_rows(head)
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "layer": r.layer,
+                    "tokens_changed": r.changed,
+                    "changed_share": r.changed_share,
+                    "pruned_mass_a": r.pruned_a,
+                    "pruned_mass_b": r.pruned_b,
+                    "pruned_mass_a_selected_head": r.pruned_a_head,
+                    "pruned_mass_b_selected_head": r.pruned_b_head,
+                    "delta_loss_changed": f(r.delta_changed),
+                    "delta_loss_unchanged": f(r.delta_unchanged),
+                })
+            })
+            .collect();
+        serde_json::to_string_pretty(&serde_json::json!({
+            "a": self.a,
+            "b": self.b,
+            "tokens": self.tokens(),
+            "groups_compared_k": self.k,
+            "selected": { "layer": layer, "head": head },
+            "mean_loss_a": f(Self::mean_loss(&self.loss_a)),
+            "mean_loss_b": f(Self::mean_loss(&self.loss_b)),
+            "delta_loss": "loss(A) - loss(B), next-token NLL in nats; > 0 where A predicts worse",
+            "per_token": tokens,
+            "per_layer": layers,
+            "per_layer_note": "loss is the whole model's: delta_loss_changed (unchanged) is the mean delta loss of the tokens whose top-k groups change (stay) in the layer",
+            "pruned_mass_a_layer_head_token": self.pruned_a.as_ref().map(|p| &p.mass),
+            "pruned_mass_b_layer_head_token": self.pruned_b.as_ref().map(|p| &p.mass),
+        }))
+        .expect("JSON of numbers and strings")
+    }
+}
+
+/// A figure for the CSV: empty where there is none (NaN: the last position, no such token).
+fn num(x: f32) -> String {
+    if x.is_finite() {
+        format!("{x:.6}")
+    } else {
+        String::new()
     }
 }
 
@@ -119,7 +282,8 @@ impl Comparison {
 struct PrunedHook<'a> {
     /// Some(k, window): measure (top-k runs).
     measure: Option<(usize, usize)>,
-    out: Vec<Vec<f32>>,
+    /// `out[layer][head][token]`.
+    out: Vec<Vec<Vec<f32>>>,
     err: Option<String>,
     h: &'a Handle,
     base: usize,
@@ -128,7 +292,7 @@ struct PrunedHook<'a> {
 }
 
 impl LayerHook for PrunedHook<'_> {
-    fn inputs(&mut self, l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> ControlFlow<()> {
+    fn inputs(&mut self, _l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> ControlFlow<()> {
         if let (Some((k, w)), Some(r)) = (self.measure, routing) {
             match pruned_mass(&inp.q, &inp.k, &r.topk_masks(k), w) {
                 Ok(v) => self.out.push(v),
@@ -138,7 +302,6 @@ impl LayerHook for PrunedHook<'_> {
                 }
             }
         }
-        let _ = l;
         ControlFlow::Continue(())
     }
     fn done(&mut self, l: usize) {
@@ -146,9 +309,9 @@ impl LayerHook for PrunedHook<'_> {
     }
 }
 
-/// Per token: the dense softmax weight (queries `q` (1, H, T, D), keys `k` (1, Hkv, T, D)) on
-/// the causal pairs that the top-k `masks` prune beyond `window`, averaged over heads.
-pub fn pruned_mass(q: &Tensor, k: &Tensor, masks: &[u64], window: usize) -> candle_core::Result<Vec<f32>> {
+/// Per head and token (`[head][token]`): the dense softmax weight (queries `q` (1, H, T, D),
+/// keys `k` (1, Hkv, T, D)) on the causal pairs that the top-k `masks` prune beyond `window`.
+pub fn pruned_mass(q: &Tensor, k: &Tensor, masks: &[u64], window: usize) -> candle_core::Result<Vec<Vec<f32>>> {
     let q = q.squeeze(0)?.to_dtype(DType::F32)?;
     let k = k.squeeze(0)?.to_dtype(DType::F32)?;
     let (h, t, d) = q.dims3()?;
@@ -174,12 +337,12 @@ pub fn pruned_mass(q: &Tensor, k: &Tensor, masks: &[u64], window: usize) -> cand
     let e = scores.broadcast_sub(&m)?.exp()?;
     let z = e.sum_keepdim(D::Minus1)?;
     let w = e.broadcast_div(&z)?;
-    let mass = w.broadcast_mul(&Tensor::from_vec(pruned, (t, t), dev)?)?.sum(D::Minus1)?; // (H, T)
-    (mass.sum(0)? / h as f64)?.to_vec1::<f32>()
+    w.broadcast_mul(&Tensor::from_vec(pruned, (t, t), dev)?)?.sum(D::Minus1)?.to_vec2::<f32>() // (H, T)
 }
 
-/// One run over `ids`: loss per position, top-k groups per layer, and (top-k) pruned mass.
-pub fn run(model: &Model, ids: &[u32], r: &Run, h: &Handle, base: usize, total: usize) -> Result<RunOut, JobError> {
+/// One run over `ids`: loss per position, the top-`groups_k` groups per layer, and (top-k)
+/// pruned mass.
+pub fn run(model: &Model, ids: &[u32], r: &Run, groups_k: usize, h: &Handle, base: usize, total: usize) -> Result<RunOut, JobError> {
     let mut opts = ForwardOptions::new(r.mode, Some(r.adapter.as_ref()));
     opts.record_routing = true;
     opts.cancel = Some(&h.cancel);
@@ -201,8 +364,8 @@ pub fn run(model: &Model, ids: &[u32], r: &Run, h: &Handle, base: usize, total: 
         let nll = Decoder::nll(&logits, &ids[1..])?;
         loss[..t - 1].copy_from_slice(&nll);
     }
-    let masks = routing.iter().map(|l| l.topk_masks(r.k)).collect();
-    Ok(RunOut { loss, masks, pruned: measure.map(|_| hook.out) })
+    let masks = routing.iter().map(|l| l.topk_masks(groups_k)).collect();
+    Ok(RunOut { loss, masks, pruned: measure.map(|_| Pruned { mass: hook.out }) })
 }
 
 fn err(e: candle_core::Error) -> JobError {
@@ -237,8 +400,9 @@ impl CompareJob {
         let n = self.res.tokens().min(self.spec.max_tokens.max(2)).min(model.config().context);
         let ids: Vec<u32> = self.res.analysis.tokens[..n].iter().map(|t| t.id).collect();
         let layers = model.config().n_layers;
-        let a = run(&model, &ids, &self.a, h, 0, 2 * layers)?;
-        let b = run(&model, &ids, &self.b, h, layers, 2 * layers)?;
+        let k = self.a.k.min(self.b.k);
+        let a = run(&model, &ids, &self.a, k, h, 0, 2 * layers)?;
+        let b = run(&model, &ids, &self.b, k, h, layers, 2 * layers)?;
         // Top-k groups of B, in A's numbering when the adapters differ.
         let same_adapter = self.b_adapter_path.is_none();
         let changed = (0..layers)
@@ -269,6 +433,7 @@ impl CompareJob {
             loss_b: b.loss,
             pruned_a: a.pruned,
             pruned_b: b.pruned,
+            k,
             changed,
             seconds: t0.elapsed().as_secs_f64(),
         })
@@ -279,25 +444,39 @@ impl CompareJob {
 mod tests {
     use super::*;
 
-    /// The pruned mass equals the softmax weight on the pruned pairs, computed by hand.
+    /// The pruned mass equals the softmax weight on the pruned pairs, computed by hand, per
+    /// head; query heads share KV heads as in the model (grouped-query attention).
     #[test]
     fn pruned_mass_by_hand() {
         let dev = candle_core::Device::Cpu;
         let (t, d) = (4usize, 2usize);
-        let qv: Vec<f32> = vec![1.0, 0.0, 0.5, 0.5, 0.0, 1.0, 1.0, 1.0];
+        // Two query heads on one KV head: head 1's queries are head 0's reversed per row.
+        let q0: Vec<f32> = vec![1.0, 0.0, 0.5, 0.5, 0.0, 1.0, 1.0, 1.0];
+        let q1: Vec<f32> = q0.chunks(2).flat_map(|r| [r[1], r[0] * 2.0]).collect();
         let kv: Vec<f32> = vec![0.2, 0.1, 1.0, 0.0, 0.0, 1.0, 0.3, 0.3];
-        let q = Tensor::from_vec(qv.clone(), (1, 1, t, d), &dev).unwrap();
+        let q = Tensor::from_vec([q0.clone(), q1.clone()].concat(), (1, 2, t, d), &dev).unwrap();
         let k = Tensor::from_vec(kv.clone(), (1, 1, t, d), &dev).unwrap();
         // Token 3 shares no group with token 0 or 1; window 1: pairs (3,0) and (3,1) are pruned.
         let masks = [1u64, 1, 2, 2];
         let m = pruned_mass(&q, &k, &masks, 1).unwrap();
-        let s: Vec<f64> = (0..4).map(|j| (qv[6] * kv[2 * j] + qv[7] * kv[2 * j + 1]) as f64 / (d as f64).sqrt()).collect();
-        let e: Vec<f64> = s.iter().map(|x| x.exp()).collect();
-        let want = (e[0] + e[1]) / e.iter().sum::<f64>();
-        assert!((m[3] as f64 - want).abs() < 1e-5, "{} vs {want}", m[3]);
-        assert_eq!((m[0], m[1]), (0.0, 0.0));
-        // Token 2 vs token 0: distance 2 > w, groups disjoint: pruned.
-        assert!(m[2] > 0.0);
+        assert_eq!((m.len(), m[0].len()), (2, 4));
+        for (h, qv) in [&q0, &q1].into_iter().enumerate() {
+            let s: Vec<f64> = (0..4).map(|j| (qv[6] * kv[2 * j] + qv[7] * kv[2 * j + 1]) as f64 / (d as f64).sqrt()).collect();
+            let e: Vec<f64> = s.iter().map(|x| x.exp()).collect();
+            let want = (e[0] + e[1]) / e.iter().sum::<f64>();
+            assert!((m[h][3] as f64 - want).abs() < 1e-5, "head {h}: {} vs {want}", m[h][3]);
+            assert_eq!((m[h][0], m[h][1]), (0.0, 0.0));
+            // Token 2 vs token 0: distance 2 > w, groups disjoint: pruned.
+            assert!(m[h][2] > 0.0);
+        }
+        assert!((m[0][3] - m[1][3]).abs() > 1e-3, "the heads differ");
+        // The scopes: a head, the layer's mean over heads, the mean over layers and heads.
+        let p = Pruned { mass: vec![m.clone(), vec![vec![0.0; 4]; 2]] };
+        assert_eq!(p.at(3, Scope::Head, 0, 1), m[1][3]);
+        assert!((p.at(3, Scope::Layer, 0, 1) - (m[0][3] + m[1][3]) / 2.0).abs() < 1e-6);
+        assert!((p.at(3, Scope::All, 0, 1) - (m[0][3] + m[1][3]) / 4.0).abs() < 1e-6);
+        let per = p.per_layer(Some(0));
+        assert!((per[0] - m[0].iter().map(|&x| x as f64).sum::<f64>() / 4.0).abs() < 1e-6 && per[1] == 0.0);
     }
 }
 

@@ -16,8 +16,10 @@ pub enum ExportKind {
     StatsJson,
     ViewSvg,
     ViewPng,
-    /// The compare view's per-token table.
+    /// The compare view's per-token table and per-layer figures.
     CompareCsv,
+    /// The compare view's comparison, whole.
+    CompareJson,
     /// A session file (`sessionfile`).
     Session,
 }
@@ -32,13 +34,14 @@ impl ExportKind {
             ExportKind::ViewSvg => "Current view as SVG…",
             ExportKind::ViewPng => "Current view as PNG…",
             ExportKind::CompareCsv => "Comparison table as CSV…",
+            ExportKind::CompareJson => "Comparison as JSON…",
             ExportKind::Session => "Session…",
         }
     }
     pub fn ext(self) -> &'static str {
         match self {
             ExportKind::StatsCsv | ExportKind::CompareCsv => "csv",
-            ExportKind::StatsJson | ExportKind::Session => "json",
+            ExportKind::StatsJson | ExportKind::CompareJson | ExportKind::Session => "json",
             ExportKind::ViewSvg => "svg",
             ExportKind::ViewPng => "png",
         }
@@ -49,7 +52,7 @@ impl ExportKind {
 pub fn default_name(settings: &Settings, kind: ExportKind) -> String {
     let what = match kind {
         ExportKind::StatsCsv | ExportKind::StatsJson => "stats".to_string(),
-        ExportKind::CompareCsv => "compare".to_string(),
+        ExportKind::CompareCsv | ExportKind::CompareJson => "compare".to_string(),
         ExportKind::Session => "session".to_string(),
         _ => format!("{}-layer{}", settings.tab.label().to_lowercase().replace(' ', "-"), settings.layer),
     };
@@ -125,11 +128,21 @@ pub fn stats(res: &AnalysisResult, kind: ExportKind, provenance: serde_json::Val
 /// category profiles at STEM.profiles.csv and the tokens at STEM.tokens.csv (each atomically).
 /// Returns the paths written.
 pub fn write_csv_set(res: &AnalysisResult, path: &Path) -> Result<Vec<PathBuf>, String> {
-    let files = [
+    write_all(vec![
         (path.to_path_buf(), res.analysis.to_csv()),
         (path.with_extension("profiles.csv"), res.analysis.profiles_csv()),
         (path.with_extension("tokens.csv"), res.analysis.tokens_csv()),
-    ];
+    ])
+}
+
+/// The compare view's CSV set: the per-token table at `path` and the per-layer figures at
+/// STEM.layers.csv (each atomically). Returns the paths written.
+pub fn write_compare_csv(c: &crate::gui::compare::Comparison, path: &Path, layer: usize, head: usize) -> Result<Vec<PathBuf>, String> {
+    write_all(vec![(path.to_path_buf(), c.csv(layer, head)), (path.with_extension("layers.csv"), c.layers_csv(head))])
+}
+
+/// Writes each (path, text), atomically, in order; returns the paths written.
+fn write_all(files: Vec<(PathBuf, String)>) -> Result<Vec<PathBuf>, String> {
     let mut out = Vec::new();
     for (p, text) in files {
         write(&p, text.as_bytes()).map_err(|e| format!("{}: {e}", p.display()))?;

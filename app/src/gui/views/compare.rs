@@ -1,16 +1,18 @@
 //! Compare: the analysis on screen (run A) against run B (dense, soft, another k, another
 //! adapter, the other Sinkhorn variant) on the same tokens: per token the change in next-token
-//! loss, the attention mass the top-k mask prunes and whether the top-k groups change; per layer
-//! the same as curves; a sortable table whose rows jump to the token (with its partners); and
-//! its export (the table as CSV, the curves as SVG). The computation is `gui::compare`.
+//! loss, the attention mass the top-k mask prunes (over layers and heads, in the selected layer,
+//! or in its selected head) and whether the top-k groups change; per layer the same as curves;
+//! a sortable table whose rows jump to the token (with its partners); and its exports (the
+//! table and the per-layer figures as CSV, everything as JSON, the curves as SVG). The
+//! computation is `gui::compare`.
 
 use super::{Command, ViewCtx};
-use crate::gui::compare::Comparison;
-use crate::gui::export::svg::{line_chart, Series};
+use crate::gui::compare::{Comparison, LayerRow, Scope};
+use crate::gui::export::svg::{line_chart, stack, Series};
 use crate::gui::export::ExportKind;
 use crate::gui::state::{AnalysisResult, CompareSpec, ModeChoice, Setting};
 use crate::gui::worker::TaskKind;
-use egui_plot::{Legend, Line, Plot, PlotPoints, VLine};
+use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, VLine};
 use focus_core::Mode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,12 +32,55 @@ pub struct CompareView {
     pub descending: bool,
     /// Adapter B's path field.
     pub adapter_field: String,
+    /// What the table's pruned mass is taken over (and sorted by).
+    pub scope: Scope,
 }
 
 impl Default for CompareView {
     fn default() -> Self {
-        CompareView { result: None, error: None, sort: SortBy::Delta, descending: true, adapter_field: String::new() }
+        CompareView { result: None, error: None, sort: SortBy::Delta, descending: true, adapter_field: String::new(), scope: Scope::All }
     }
+}
+
+/// The per-layer plots' height: low, so that the table below keeps 20 rows at 900 px.
+const PLOT_H: f32 = 130.0;
+/// The table's row height (compact rows: a button's height would show fewer).
+const ROW_H: f32 = 17.0;
+
+/// The ids of the per-layer plots (their `egui_plot::PlotMemory`).
+pub const SHARES_PLOT: &str = "compare_layers_plot";
+pub const DELTA_PLOT: &str = "compare_delta_plot";
+
+/// The curves' names, on screen and in the SVG.
+const CHANGED: &str = "top-k groups change";
+const PRUNED_A: &str = "pruned mass A";
+const PRUNED_B: &str = "pruned mass B";
+const DELTA_CHANGED: &str = "Δ loss, groups change";
+const DELTA_UNCHANGED: &str = "Δ loss, groups stay";
+
+/// The per-layer curves: (name, colour, dashed, points) per series, the shares and the Δ loss.
+type Curve = (String, &'static str, bool, Vec<(f64, f64)>);
+
+fn curves(rows: &[LayerRow], head: Option<usize>) -> (Vec<Curve>, Vec<Curve>) {
+    type Get = fn(&LayerRow) -> Option<f64>;
+    // Layers without a value (no token whose groups change, say) are left out.
+    let pts = |f: Get| rows.iter().filter_map(|r| f(r).filter(|y| y.is_finite()).map(|y| (r.layer as f64, y))).collect::<Vec<_>>();
+    let mut shares = vec![(CHANGED.to_string(), "#1f77b4", false, pts(|r| Some(r.changed_share)))];
+    let runs: [(&str, &'static str, Get, Get); 2] = [(PRUNED_A, "#d62728", |r| r.pruned_a, |r| r.pruned_a_head), (PRUNED_B, "#ff7f0e", |r| r.pruned_b, |r| r.pruned_b_head)];
+    for (name, colour, mean, sel) in runs {
+        // Only top-k runs prune.
+        if rows.first().is_some_and(|r| mean(r).is_some()) {
+            shares.push((format!("{name} (mean over heads)"), colour, false, pts(mean)));
+            if let Some(h) = head {
+                shares.push((format!("{name}, head {h}"), colour, true, pts(sel)));
+            }
+        }
+    }
+    let delta = vec![
+        (DELTA_CHANGED.to_string(), "#9467bd", false, pts(|r| Some(r.delta_changed))),
+        (DELTA_UNCHANGED.to_string(), "#2ca02c", true, pts(|r| Some(r.delta_unchanged))),
+    ];
+    (shares, delta)
 }
 
 /// A run in words: "top-k k=2, whole-sequence Sinkhorn, adapter X".
@@ -55,15 +100,16 @@ impl CompareView {
         }
     }
 
-    /// Token indices in the table's order.
-    pub fn order(&self, c: &Comparison) -> Vec<usize> {
+    /// Token indices in the table's order (`layer`, `head`: the selected ones, for the pruned
+    /// mass of the view's scope).
+    pub fn order(&self, c: &Comparison, layer: usize, head: usize) -> Vec<usize> {
         let mut v: Vec<usize> = (0..c.tokens()).collect();
         let key = |i: usize| -> f64 {
             let x = match self.sort {
                 SortBy::Index => i as f64,
                 SortBy::Delta => c.delta(i) as f64,
-                SortBy::PrunedA => c.pruned_a_at(i).unwrap_or(0.0) as f64,
-                SortBy::PrunedB => c.pruned_b_at(i).unwrap_or(0.0) as f64,
+                SortBy::PrunedA => c.pruned_at(i, self.scope, layer, head).0.unwrap_or(0.0) as f64,
+                SortBy::PrunedB => c.pruned_at(i, self.scope, layer, head).1.unwrap_or(0.0) as f64,
                 SortBy::Changed => c.changed_layers(i) as f64,
             };
             // NaN (the last position has no next token) sorts last either way.
@@ -161,8 +207,11 @@ impl CompareView {
                 out.push(Command::StartCompare(spec.clone()));
             }
             if self.result.is_some() {
-                if ui.button("Export table (CSV)…").clicked() {
+                if ui.button("Export table (CSV)…").on_hover_text("the per-token table (STEM.csv) and the per-layer figures (STEM.layers.csv)").clicked() {
                     out.push(Command::Export(ExportKind::CompareCsv));
+                }
+                if ui.button("Export as JSON…").on_hover_text("both runs per token and per layer, with the pruned mass of every layer and head").clicked() {
+                    out.push(Command::Export(ExportKind::CompareJson));
                 }
             }
         });
@@ -176,34 +225,51 @@ impl CompareView {
         if c.key != res.key {
             ui.colored_label(egui::Color32::from_rgb(170, 90, 0), "This comparison was made for another analysis (run A has changed since): press Run comparison again.");
         }
-        ui.label(format!("A: {}\nB: {}", c.a, c.b));
+        // One line each, so that the table keeps its room (20 rows or more at 900 px).
+        ui.label(format!("Run B (compared): {}", c.b)).on_hover_text(format!("A: {}\nB: {}", c.a, c.b));
         let (la, lb) = (Comparison::mean_loss(&c.loss_a), Comparison::mean_loss(&c.loss_b));
-        ui.label(format!(
-            "{} tokens: mean next-token loss A {la:.4} (PPL {:.2}), B {lb:.4} (PPL {:.2}), delta = {:+.4} nats; computed in {:.1} s. delta loss = loss(A) - loss(B): > 0 where A predicts the next token worse.",
-            c.tokens(),
-            la.exp(),
-            lb.exp(),
-            la - lb,
-            c.seconds
-        ));
+        ui.label(format!("{} tokens, mean loss A {la:.4} (PPL {:.2}), B {lb:.4} (PPL {:.2}): Δ = {:+.4} nats (Δ loss = loss(A) - loss(B), > 0: A worse)", c.tokens(), la.exp(), lb.exp(), la - lb))
+            .on_hover_text(format!("next-token negative log-likelihood, mean over the scored positions; both runs computed in {:.1} s", c.seconds));
         let layer = cx.layer(res);
-        let changed = c.changed_per_layer();
-        let pa = c.pruned_a.as_ref().map(|v| Comparison::pruned_per_layer(v));
-        let pb = c.pruned_b.as_ref().map(|v| Comparison::pruned_per_layer(v));
-        ui.label("per layer: share of tokens whose top-k groups change; attention mass the top-k mask prunes (mean over tokens and heads)");
-        Plot::new("compare_layers").height(170.0).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(1.0).show(ui, |p| {
-            let pts = |v: &[f64]| PlotPoints::from(v.iter().enumerate().map(|(l, &y)| [l as f64, y]).collect::<Vec<_>>());
-            p.line(Line::new("top-k groups change", pts(&changed)));
-            if let Some(v) = &pa {
-                p.line(Line::new("pruned mass A", pts(v)));
-            }
-            if let Some(v) = &pb {
-                p.line(Line::new("pruned mass B", pts(v)));
-            }
-            p.vline(VLine::new(format!("selected layer {layer}"), layer as f64).color(egui::Color32::from_gray(170)));
+        let head = cx.settings.head.min(res.model.config().n_heads.saturating_sub(1));
+        ui.horizontal_wrapped(|ui| {
+            ui.label("pruned mass in the table:").on_hover_text("the selected layer and head are the left panel's (arrow keys move them)");
+            ui.radio_value(&mut self.scope, Scope::All, "mean over layers and heads");
+            ui.radio_value(&mut self.scope, Scope::Layer, format!("layer {layer}, mean over heads"));
+            ui.radio_value(&mut self.scope, Scope::Head, format!("layer {layer}, head {head}"));
+        });
+        let rows = c.layer_rows(head);
+        let (shares, delta) = curves(&rows, (self.scope == Scope::Head).then_some(head));
+        let line = |p: &mut egui_plot::PlotUi, (name, colour, dashed, pts): &Curve| {
+            let c = egui::Color32::from_hex(colour).unwrap_or(egui::Color32::GRAY);
+            let l = Line::new(name.as_str(), PlotPoints::from(pts.iter().map(|&(x, y)| [x, y]).collect::<Vec<_>>())).color(c);
+            p.line(if *dashed { l.style(egui_plot::LineStyle::dashed_loose()) } else { l });
+        };
+        let mean_delta = Comparison::mean_loss(&c.loss_a) - Comparison::mean_loss(&c.loss_b);
+        // Small, see-through legends: the plots are low. The selected layer's line has no name,
+        // so no legend entry (the left panel names it).
+        let legend = |corner| Legend::default().text_style(egui::TextStyle::Small).background_alpha(0.5).follow_insertion_order(true).position(corner);
+        let selected = VLine::new("", layer as f64).color(egui::Color32::from_gray(170));
+        // Room above the Δ loss curves for the legend.
+        let (lo, hi) = delta.iter().flat_map(|c| c.3.iter().map(|p| p.1)).chain([0.0, mean_delta]).fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), y| (a.min(y), b.max(y)));
+        let headroom = hi + 0.8 * (hi - lo);
+        ui.columns(2, |cols| {
+            cols[0].label("per layer: tokens whose groups change, mass pruned").on_hover_text("shares: of the tokens, and of the dense attention (mean over tokens)");
+            Plot::new(SHARES_PLOT).id(egui::Id::unique(SHARES_PLOT)).height(PLOT_H).legend(legend(egui_plot::Corner::LeftTop)).x_axis_label("layer").include_y(0.0).include_y(1.0).show(&mut cols[0], |p| {
+                shares.iter().for_each(|s| line(p, s));
+                p.vline(selected.clone());
+            });
+            cols[1]
+                .label("per layer: Δ loss of tokens whose groups change there, or stay")
+                .on_hover_text(format!("Loss is the whole model's: a layer has none of its own. Per layer, the mean Δ loss (nats) of the tokens whose top-{} groups change in that layer, and of those whose groups stay.", c.k));
+            Plot::new(DELTA_PLOT).id(egui::Id::unique(DELTA_PLOT)).height(PLOT_H).legend(legend(egui_plot::Corner::RightTop)).x_axis_label("layer").include_y(lo).include_y(headroom).show(&mut cols[1], |p| {
+                delta.iter().for_each(|s| line(p, s));
+                p.hline(HLine::new("mean Δ loss, all tokens", mean_delta).color(egui::Color32::from_gray(150)));
+                p.vline(selected);
+            });
         });
         // The table: click a header to sort (again: reverse), a row to jump to the token.
-        let order = self.order(c);
+        let order = self.order(c, layer, head);
         // Header cells and rows are monospace text in the same column widths (`COLUMNS`), with
         // no padding or spacing between cells, so each header sits over its column.
         let mut jump = None;
@@ -228,14 +294,23 @@ impl CompareView {
                 }
                 ui.label(egui::RichText::new("    token (loss A / loss B)").monospace().strong());
             });
-            egui::ScrollArea::vertical().id_salt("compare_table").auto_shrink(false).show_rows(ui, 18.0, order.len(), |ui, range| {
+            ui.weak(match self.scope {
+                Scope::All => "pruned A / B: mean over layers and heads".to_string(),
+                Scope::Layer => format!("pruned A / B: layer {layer}, mean over heads"),
+                Scope::Head => format!("pruned A / B: layer {layer}, head {head}"),
+            });
+            ui.spacing_mut().interact_size.y = ROW_H;
+            ui.spacing_mut().button_padding.y = 0.0;
+            ui.spacing_mut().item_spacing.y = 0.0;
+            egui::ScrollArea::vertical().id_salt("compare_table").auto_shrink(false).show_rows(ui, ROW_H, order.len(), |ui, range| {
                 for &i in &order[range] {
                     let d = c.delta(i);
+                    let (pa, pb) = c.pruned_at(i, self.scope, layer, head);
                     let cells = [
                         i.to_string(),
                         if d.is_finite() { format!("{d:+.3}") } else { "-".into() },
-                        f(c.pruned_a_at(i)),
-                        f(c.pruned_b_at(i)),
+                        f(pa),
+                        f(pb),
                         format!("{}/{}", c.changed_layers(i), c.layers()),
                     ];
                     let row = format!("{}    {:?} ({} / {})", table_cells(&cells), c.texts[i], fmt_loss(c.loss_a[i]), fmt_loss(c.loss_b[i]));
@@ -257,18 +332,22 @@ impl CompareView {
         out
     }
 
-    /// The per-layer curves as SVG.
-    pub fn svg(&self) -> Result<String, String> {
+    /// The per-layer curves as SVG (the selected head's too when the table shows it).
+    pub fn svg(&self, head: usize) -> Result<String, String> {
         let c = self.result.as_ref().ok_or("no comparison yet: press Run comparison first")?;
-        let pts = |v: &[f64]| v.iter().enumerate().map(|(l, &y)| (l as f64, y)).collect::<Vec<_>>();
-        let mut series = vec![Series { name: "top-k groups change".into(), color: "#1f77b4".into(), points: pts(&c.changed_per_layer()), dashed: false }];
-        if let Some(v) = &c.pruned_a {
-            series.push(Series { name: "pruned mass A".into(), color: "#d62728".into(), points: pts(&Comparison::pruned_per_layer(v)), dashed: false });
-        }
-        if let Some(v) = &c.pruned_b {
-            series.push(Series { name: "pruned mass B".into(), color: "#ff7f0e".into(), points: pts(&Comparison::pruned_per_layer(v)), dashed: true });
-        }
-        Ok(line_chart(&format!("A: {} vs B: {}", c.a, c.b), "layer", "share", &series, &[]))
+        let rows = c.layer_rows(head);
+        let (shares, delta) = curves(&rows, (self.scope == Scope::Head).then_some(head));
+        let series = |v: Vec<Curve>| v.into_iter().map(|(name, colour, dashed, points)| Series { name, color: colour.into(), points, dashed }).collect::<Vec<_>>();
+        let mean_delta = Comparison::mean_loss(&c.loss_a) - Comparison::mean_loss(&c.loss_b);
+        let top = line_chart(&format!("A: {} vs B: {}", c.a, c.b), "layer", "share", &series(shares), &[]);
+        let bottom = line_chart(
+            &format!("Δ loss (whole model) of the tokens whose top-{} groups change or stay, per layer", c.k),
+            "layer",
+            "nats",
+            &series(delta),
+            &[("mean Δ loss, all tokens".into(), mean_delta)],
+        );
+        Ok(stack(&[top, bottom], 640.0, &[400.0, 400.0]))
     }
 }
 

@@ -15,7 +15,8 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("purity, base rate, lift", "Purity: the share of a group's tokens in its most common linguistic category. Base rate: that category's share of all analysed tokens. Lift = purity / base rate: 1 means the group holds the category no more often than the text does."),
     ("long-range partners", "For a clicked token: the tokens beyond the window that share one of its top-k groups, with the exact attention weight the selected head gives each."),
     ("delta loss (compare)", "Next-token loss (negative log-likelihood, nats) of run A minus run B at each position: > 0 where A predicts the next token worse."),
-    ("attention mass pruned (compare)", "For a top-k run: the weight that dense softmax attention (the same layer's queries and keys) would give to the pairs the top-k mask drops, averaged over heads."),
+    ("attention mass pruned (compare)", "For a top-k run: the weight that dense softmax attention (the same layer's queries and keys) would give to the pairs the top-k mask drops: in the selected layer and head, that layer's mean over heads, or the mean over layers and heads."),
+    ("delta loss per layer (compare)", "Loss is the whole model's, so a layer has none: the per-layer curve is the mean delta loss of the tokens whose top-k groups change in that layer, and of those whose groups stay."),
 ];
 
 pub fn show(ctx: &egui::Context, open: &mut bool) {

@@ -142,6 +142,8 @@ impl LayersView {
 }
 
 const STRIP_ROW: f32 = 4.0;
+/// The strip header's corner, over the token index column.
+pub const STRIP_CORNER: &str = "token \\ layer";
 
 /// The token x layer strip, under a header that numbers its layer columns; returns what is
 /// hovered.
@@ -155,16 +157,17 @@ fn strip_view(cx: &ViewCtx, res: &AnalysisResult, scroll_to: &mut Option<usize>,
         n_layers - 1,
         if colouring.by_category { "category" } else if colouring.raw { "argmax group (raw indices)" } else { "argmax group (numbers matched across layers)" }
     ));
-    // The header: "token" over the index column, then every layer's number (every 5th when
-    // the cells are narrow), outside the scroll area so that it stays.
+    // The header: "token \ layer" over the index column, then every layer's number (every 2nd
+    // or 5th when the cells are narrow) centred over its column, outside the scroll area so that
+    // it stays. Labels, not painted text, so that they are in the accessibility tree.
     let (hr, _) = ui.allocate_exact_size(vec2(label_w + cell * n_layers as f32, 14.0), Sense::hover());
-    let hp = ui.painter_at(hr);
-    let fg = ui.visuals().text_color();
-    hp.text(egui::pos2(hr.min.x, hr.center().y), egui::Align2::LEFT_CENTER, "token \\ layer", egui::FontId::proportional(10.0), fg);
+    let corner = egui::UiBuilder::new().max_rect(Rect::from_min_size(hr.min, vec2(label_w, hr.height()))).layout(egui::Layout::left_to_right(egui::Align::Center));
+    ui.scope_builder(corner, |ui| ui.add(egui::Label::new(egui::RichText::new(STRIP_CORNER).size(10.0)).selectable(false).extend()));
     let every = if cell >= 16.0 { 1 } else if cell >= 8.0 { 2 } else { 5 };
     for l in (0..n_layers).filter(|l| l % every == 0) {
         let x = hr.min.x + label_w + (l as f32 + 0.5) * cell;
-        hp.text(egui::pos2(x, hr.center().y), egui::Align2::CENTER_CENTER, l.to_string(), egui::FontId::monospace(9.0), fg);
+        let number = egui::Label::new(egui::RichText::new(l.to_string()).monospace().size(9.0)).selectable(false);
+        ui.put(Rect::from_center_size(egui::pos2(x, hr.center().y), vec2(cell * every as f32, hr.height())), number);
     }
     let mut hovered = None;
     let mut hovered_layer = None;

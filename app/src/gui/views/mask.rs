@@ -16,6 +16,8 @@ use std::sync::Arc;
 
 /// Blocks per side at most (the image is side x side).
 pub const MAX_SIDE: usize = 512;
+/// The plot's id (its `egui_plot::PlotMemory`: the region on screen).
+pub const MASK_PLOT: &str = "mask_plot";
 
 #[derive(Default)]
 pub struct MaskView {
@@ -49,7 +51,7 @@ pub fn pair_reason(res: &AnalysisResult, layer: usize, i: usize, j: usize, raw: 
 }
 
 /// One token pair per pixel for queries i0.. and keys j0.. (side x side).
-fn full_resolution(res: &AnalysisResult, layer: usize, i0: usize, j0: usize, side: usize) -> egui::ColorImage {
+pub fn full_resolution(res: &AnalysisResult, layer: usize, i0: usize, j0: usize, side: usize) -> egui::ColorImage {
     let m = &res.masks[layer];
     let (w, seg) = (res.window(), res.analysis.segment_len.max(1));
     let mut px = vec![palette::NONE; side * side];
@@ -152,7 +154,8 @@ impl MaskView {
         let tokens = res.analysis.tokens.clone();
         let res2 = res.clone();
         let raw = cx.settings.raw_groups;
-        let plot = Plot::new("mask_plot")
+        let plot = Plot::new(MASK_PLOT)
+            .id(egui::Id::unique(MASK_PLOT))
             .data_aspect(1.0)
             .invert_y(true)
             // Plain scrolling used to pan into negative indices; zoom is Ctrl + scroll.

@@ -218,7 +218,7 @@ impl Views {
             Tab::Speed => self.speed.svg(settings.bench_kind, res),
             Tab::Categories => self.categories.svg(res, layer, raw),
             Tab::Routing => routing::svg(res, layer, raw),
-            Tab::Compare => self.compare.svg(),
+            Tab::Compare => self.compare.svg(settings.head.min(res.model.config().n_heads.saturating_sub(1))),
             Tab::Generate => Err("the Generate view has no SVG: press Analyse this, then export the Tokens view".into()),
         }
     }
