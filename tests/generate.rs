@@ -31,11 +31,12 @@ fn causal_adapter() -> Adapter {
 
 /// Feeds `ids` (the first `prefill` in one pass, then one token at a time) and returns the
 /// largest |logit difference| (relative to the row's largest |logit|) against a full forward
-/// of the whole sequence, over every step, and the bytes the last step read.
-fn decode_vs_forward(mode: Mode, adapter: Option<&Adapter>, ids: &[u32], prefill: usize) -> (f32, focus_core::generate::decode::ReadBytes) {
-    let full = model().decoder.forward(ids, &ForwardOptions::new(mode, adapter)).unwrap();
+/// of the whole sequence, over every step, and the bytes the last step read. The steps' one-row
+/// products read the GGUF's quantized blocks (`qmatvec`), the forward their dequantized f32.
+fn decode_vs_forward(m: &Model, mode: Mode, adapter: Option<&Adapter>, ids: &[u32], prefill: usize) -> (f32, focus_core::generate::decode::ReadBytes) {
+    let full = m.decoder.forward(ids, &ForwardOptions::new(mode, adapter)).unwrap();
     let rows = full.logits.to_vec2::<f32>().unwrap();
-    let mut g = Generator::new(&model().decoder, adapter, mode).unwrap();
+    let mut g = Generator::new(&m.decoder, adapter, mode).unwrap();
     assert_eq!(g.strategy(), Strategy::KvCache);
     // |difference| relative to the row's largest |logit| (SmolLM2's reach ~25): f32 sums in
     // another order (one-row products, the decode kernel's chunks) differ by ~1e-4 absolute.
@@ -59,7 +60,7 @@ fn decode_vs_forward(mode: Mode, adapter: Option<&Adapter>, ids: &[u32], prefill
 #[test]
 fn dense_decode_equals_full_forward() {
     // From an empty cache, every token through the decode step.
-    let (err, read) = decode_vs_forward(Mode::Dense, None, &ids(160), 1);
+    let (err, read) = decode_vs_forward(model(), Mode::Dense, None, &ids(160), 1);
     eprintln!("dense: max relative |logit diff| over 160 steps {err:.2e}");
     assert!(err <= 1e-4, "dense decode logits differ from the full forward by {err}");
     assert_eq!(read.kv, read.dense);
@@ -70,11 +71,29 @@ fn topk_decode_with_causal_sinkhorn_equals_full_forward() {
     let ad = causal_adapter();
     for k in [1, 2] {
         // A prefilled prompt (its routing and Sinkhorn state come from the pass), then steps.
-        let (err, read) = decode_vs_forward(Mode::TopK(k), Some(&ad), &ids(160), 80);
+        let (err, read) = decode_vs_forward(model(), Mode::TopK(k), Some(&ad), &ids(160), 80);
         eprintln!("topk k={k}: max relative |logit diff| {err:.2e}; last step read {:.1}% of dense", 100.0 * read.fraction());
         assert!(err <= 1e-4, "top-k (k={k}) decode logits differ from the full forward by {err}");
         // The mask pruned keys, and the step read only theirs.
         assert!(read.kv < read.dense, "top-k read {} of {} bytes", read.kv, read.dense);
+    }
+}
+
+/// Qwen2.5-Coder and Gemma 3 (Q4_K_M files) hold their weights as Q4_K, Q6_K, Q5_0 and Q8_0
+/// blocks, which the decode step reads as such: dense decode still gives the forward's logits.
+#[test]
+fn quantized_gguf_decode_equals_full_forward() {
+    for path in [common::qwen2_model_path(), common::gemma3_model_path()] {
+        let m = Model::load(&path, &Device::Cpu).unwrap();
+        let d = &m.decoder;
+        let lins = d.blocks.iter().flat_map(|b| [&b.q, &b.k, &b.v, &b.o, &b.mlp.up_or_fc, b.mlp.gate.as_ref().unwrap(), &b.mlp.down]);
+        let mut types: Vec<String> = lins.map(|l| l.q.as_deref()).chain([d.lm_head_q.as_deref()]).map(|q| format!("{:?}", q.expect("every weight keeps its blocks").ty)).collect();
+        types.sort();
+        types.dedup();
+        assert_eq!(types, ["Q4K", "Q5_0", "Q6K", "Q8_0"], "{}", path.display());
+        let (err, _) = decode_vs_forward(&m, Mode::Dense, None, &common::persuasion_ids(&m, 2000, 40), 8);
+        eprintln!("{}: max relative |logit diff| over 32 steps {err:.2e}", m.config().name);
+        assert!(err <= 1e-4, "{}: dense decode logits differ from the full forward by {err}", path.display());
     }
 }
 

@@ -72,7 +72,7 @@ fn random_model(cfg: ModelConfig, dev: &Device, seed: u64) -> candle_core::Resul
     let norm = |dev: &Device| -> candle_core::Result<Norm> { Ok(Norm { kind: NormKind::Rms, weight: Tensor::ones(d, DType::F32, dev)?, bias: None, eps: cfg.norm_eps }) };
     let mut blocks = Vec::new();
     for _ in 0..cfg.n_layers {
-        let lin = |w: Tensor| Linear { w, b: None };
+        let lin = |w: Tensor| Linear { w, b: None, q: None };
         blocks.push(Block {
             attn_norm: Some(norm(dev)?),
             q: lin(rand((cfg.n_heads * hd, d))?),
@@ -89,7 +89,7 @@ fn random_model(cfg: ModelConfig, dev: &Device, seed: u64) -> candle_core::Resul
         });
     }
     let embed = rand((cfg.vocab, d))?;
-    let decoder = Decoder { final_norm: norm(dev)?, lm_head: embed.clone(), embed, pos_embed: None, blocks, device: dev.clone(), config: cfg };
+    let decoder = Decoder { final_norm: norm(dev)?, lm_head: embed.clone(), lm_head_q: None, embed, pos_embed: None, blocks, device: dev.clone(), config: cfg };
     Ok(Model { path: "random".into(), decoder, tokenizer: None, fingerprint: format!("random-{seed}"), format: "random" })
 }
 

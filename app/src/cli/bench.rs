@@ -9,8 +9,10 @@ use super::common::{load_adapter, print_json, ModelArgs};
 use anyhow::{Context, Result};
 use candle_core::{quantized::QMatMul, Module, Tensor};
 use focus_core::bench::{forward_bench, median, BenchOptions};
-use focus_core::{model::gguf::GgufFile, Adapter, AdapterSpec};
+use focus_core::model::{block::Linear, gguf::GgufFile, qmatvec::QMatrix};
+use focus_core::{Adapter, AdapterSpec};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 
@@ -91,47 +93,56 @@ pub struct MatmulArgs {
     pub json: bool,
 }
 
-/// `bench matmul`: one layer's projections of a GGUF model, kept quantized (candle's QMatMul)
-/// vs dequantized to f32 (what the engine runs), timed alternately in one run.
+/// `bench matmul`: one layer's projections and the LM head of a GGUF model, timed alternately
+/// in one run three ways: candle's QMatMul on the quantized tensor, the engine's product with
+/// the dequantized f32 weight (`Linear` without blocks), and the engine's product reading the
+/// GGUF blocks (`Linear` with them; it reads them for one row only, `--tokens 1`, which is a
+/// generation step's product).
 pub fn matmul(a: MatmulArgs) -> Result<()> {
     let path = a.model.model.clone().unwrap_or_else(crate::defaults::default_model_path);
     let g = GgufFile::open(&path)?;
     let dev = candle_core::Device::Cpu;
-    let names = ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"];
+    let head = if g.tensors.contains_key("output.weight") { "output.weight" } else { "token_embd.weight" };
+    let names = ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight", head];
     let mut rows = Vec::new();
-    let (mut tq_all, mut tf_all) = (0.0, 0.0);
+    let mut total = [0.0; 3];
     for name in names {
         let qt = g.qtensor(name, &dev)?;
         let dtype = format!("{:?}", qt.dtype());
         let (out, inp) = qt.shape().dims2()?;
+        let info = g.info(name)?;
+        let blocks = QMatrix::new(info.dtype, g.raw(info), out, inp).map(Arc::new);
         let w = qt.dequantize(&dev)?;
         let qm = QMatMul::from_qtensor(qt)?;
+        let f32_lin = Linear { w: w.clone(), b: None, q: None };
+        let q_lin = Linear { w, b: None, q: blocks.clone() };
         let x = Tensor::randn(0f32, 1.0, (a.tokens, inp), &dev)?;
-        let (mut tq, mut tf) = (Vec::new(), Vec::new());
+        let mut times = [Vec::new(), Vec::new(), Vec::new()];
         for rep in 0..=a.repeats {
-            let t0 = Instant::now();
-            qm.forward(&x)?;
-            let q = t0.elapsed().as_secs_f64();
-            let t0 = Instant::now();
-            x.matmul(&w.t()?)?;
-            let f = t0.elapsed().as_secs_f64();
+            let timed = |f: &dyn Fn() -> Result<Tensor>| -> Result<f64> {
+                let t0 = Instant::now();
+                f()?;
+                Ok(t0.elapsed().as_secs_f64())
+            };
+            let t = [timed(&|| Ok(qm.forward(&x)?))?, timed(&|| Ok(f32_lin.forward(&x)?))?, timed(&|| Ok(q_lin.forward(&x)?))?];
             if rep > 0 {
-                tq.push(q);
-                tf.push(f);
+                times.iter_mut().zip(t).for_each(|(v, t)| v.push(t));
             }
         }
-        let (q, f) = (median(&tq).unwrap_or_default(), median(&tf).unwrap_or_default());
-        tq_all += q;
-        tf_all += f;
-        rows.push(serde_json::json!({"tensor": name, "dtype": dtype, "out": out, "in": inp, "quantized_ms": q * 1e3, "f32_ms": f * 1e3, "f32_speedup": q / f}));
+        let [q, f, b] = times.map(|t| median(&t).unwrap_or_default());
+        total.iter_mut().zip([q, f, b]).for_each(|(s, t)| *s += t);
+        let read = blocks.is_some() && a.tokens == 1;
+        rows.push(serde_json::json!({"tensor": name, "dtype": dtype, "out": out, "in": inp, "quantized_ms": q * 1e3, "f32_ms": f * 1e3, "blocks_ms": b * 1e3, "blocks_read": read, "f32_speedup": q / f}));
         if !a.json {
-            eprintln!("{name:<26} {dtype:>5} {out:>5}x{inp:<5} quantized {:>8.2} ms   f32 {:>8.2} ms   f32 is {:.2}x faster", q * 1e3, f * 1e3, q / f);
+            let how = if read { "blocks" } else { "blocks (f32 path)" };
+            eprintln!("{name:<26} {dtype:>5} {out:>6}x{inp:<5} candle quantized {:>8.3} ms   f32 {:>8.3} ms   {how} {:>8.3} ms", q * 1e3, f * 1e3, b * 1e3);
         }
     }
+    let [q, f, b] = total;
     if !a.json {
-        eprintln!("one layer, {} tokens: quantized {:.1} ms, f32 {:.1} ms: f32 {:.2}x faster", a.tokens, tq_all * 1e3, tf_all * 1e3, tq_all / tf_all);
+        eprintln!("one layer + LM head, {} token(s): candle quantized {:.2} ms, f32 {:.2} ms, blocks {:.2} ms", a.tokens, q * 1e3, f * 1e3, b * 1e3);
     } else {
-        print_json(&serde_json::json!({"bench": "matmul", "tokens": a.tokens, "threads": rayon::current_num_threads(), "rows": rows, "quantized_ms": tq_all * 1e3, "f32_ms": tf_all * 1e3}))?;
+        print_json(&serde_json::json!({"bench": "matmul", "tokens": a.tokens, "threads": rayon::current_num_threads(), "rows": rows, "quantized_ms": q * 1e3, "f32_ms": f * 1e3, "blocks_ms": b * 1e3}))?;
     }
     Ok(())
 }

@@ -13,21 +13,25 @@
 //! same function.
 
 use super::config::{LayerAttention, MlpKind, ModelConfig, NormKind, Positions};
+use super::qmatvec::QMatrix;
 use super::train_ops::{rms_norm, swiglu, TrainBlock};
 use crate::error::Result;
 use candle_core::{DType, Device, Tensor};
+use std::sync::Arc;
 
 /// y = x W^T + b, with W stored as (out, in) like PyTorch's nn.Linear.
 #[derive(Debug, Clone)]
 pub struct Linear {
     pub w: Tensor,
     pub b: Option<Tensor>,
+    /// W's GGUF blocks (CPU only), which a one-row product reads instead of `w`.
+    pub q: Option<Arc<QMatrix>>,
 }
 
 impl Linear {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         // A generation step's single row: a plain matrix-vector product (`matvec`).
-        if let Some(y) = super::matvec::row_times(x, &self.w, self.b.as_ref())? {
+        if let Some(y) = super::matvec::row_times(x, &self.w, self.q.as_deref(), self.b.as_ref())? {
             return Ok(y);
         }
         let y = x.matmul(&self.w.t()?)?;

@@ -13,6 +13,7 @@
 
 use super::block::{AttentionInputs, Block, Norm, Pass};
 use super::config::ModelConfig;
+use super::qmatvec::QMatrix;
 use super::train_ops::TrainWeights;
 use crate::attention::fused::{GateFn, SoftAttention};
 use crate::attention::{self, LayerPlan, Mode};
@@ -24,6 +25,7 @@ use crate::focus::sinkhorn::SinkhornGrad;
 use candle_core::{DType, Device, Tensor, D};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 pub struct Decoder {
     pub config: ModelConfig,
@@ -33,6 +35,8 @@ pub struct Decoder {
     pub final_norm: Norm,
     /// (vocab, d_model); the embedding itself when tied.
     pub lm_head: Tensor,
+    /// `lm_head`'s GGUF blocks (CPU only), which a one-row product reads instead.
+    pub lm_head_q: Option<Arc<QMatrix>>,
     pub device: Device,
 }
 
@@ -340,7 +344,7 @@ impl Decoder {
     /// Logits ((rows, vocab)) of the last block's output `x` ((rows, d_model)), checked finite.
     pub fn logits(&self, x: &Tensor) -> Result<Tensor> {
         let h = self.final_norm.forward(x, false)?;
-        let logits = match super::matvec::row_times(&h, &self.lm_head, None)? {
+        let logits = match super::matvec::row_times(&h, &self.lm_head, self.lm_head_q.as_deref(), None)? {
             Some(l) => l,
             None => h.matmul(&self.lm_head.t()?)?,
         };

@@ -60,14 +60,14 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, dev: &Device) -> Resul
     };
     // Conv1D weight (in, out) -> Linear (out, in).
     let conv = |name: &str, inp: usize, out: usize| -> Result<Linear> {
-        Ok(Linear { w: get(&format!("{name}.weight"), &[inp, out])?.t()?.contiguous()?, b: Some(get(&format!("{name}.bias"), &[out])?) })
+        Ok(Linear { w: get(&format!("{name}.weight"), &[inp, out])?.t()?.contiguous()?, b: Some(get(&format!("{name}.bias"), &[out])?), q: None })
     };
     let mut blocks = Vec::with_capacity(cfg.n_layers);
     for l in 0..cfg.n_layers {
         let h = format!("h.{l}");
         let qkv = conv(&format!("{h}.attn.c_attn"), d, 3 * d)?;
         let part = |i: usize| -> Result<Linear> {
-            Ok(Linear { w: qkv.w.narrow(0, i * d, d)?.contiguous()?, b: Some(qkv.b.as_ref().unwrap().narrow(0, i * d, d)?.contiguous()?) })
+            Ok(Linear { w: qkv.w.narrow(0, i * d, d)?.contiguous()?, b: Some(qkv.b.as_ref().unwrap().narrow(0, i * d, d)?.contiguous()?), q: None })
         };
         blocks.push(Block {
             attn_norm: Some(ln(&format!("{h}.ln_1"))?),
@@ -89,6 +89,7 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, dev: &Device) -> Resul
         pos_embed: Some(get("wpe.weight", &[cfg.context, d])?),
         final_norm: ln("ln_f")?,
         lm_head: embed.clone(),
+        lm_head_q: None,
         embed,
         blocks,
         device: dev.clone(),

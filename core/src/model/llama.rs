@@ -11,6 +11,7 @@ use super::weights::WeightSource;
 use crate::error::{Error, Result};
 use crate::model::gguf::GgufFile;
 use candle_core::Device;
+use std::sync::Arc;
 
 /// From a GGUF file of arch `llama` (Llama, SmolLM2) or `qwen2` (Llama-style blocks with Q/K/V
 /// biases): both store their tensors under the same names.
@@ -123,6 +124,9 @@ pub const HF_NAMES: Names = Names {
 pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, dev: &Device) -> Result<Decoder> {
     let (d, hd) = (cfg.d_model, cfg.head_dim);
     let get = |name: &str, shape: &[usize]| src.tensor(name, shape, dev);
+    // The GGUF blocks too, for one-row products on the CPU (`qmatvec`); call after `get`,
+    // which checks the shape and the values.
+    let quantized = |name: &str, rows: usize, cols: usize| if dev.is_cpu() { src.quantized(name, rows, cols).map(Arc::new) } else { None };
     let norm_of = |name: &str, n: usize| -> Result<Norm> {
         let w = get(name, &[n])?;
         let weight = if names.norm_offset != 0.0 { (w + names.norm_offset)? } else { w };
@@ -136,7 +140,8 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, dev: &D
         let base = (names.block)(l, part);
         let bias_name = format!("{base}.bias");
         let b = if bias || src.has(&bias_name) { Some(get(&bias_name, &[out])?) } else { None };
-        Ok(Linear { w: get(&format!("{base}.weight"), &[out, inp])?, b })
+        let name = format!("{base}.weight");
+        Ok(Linear { w: get(&name, &[out, inp])?, b, q: quantized(&name, out, inp) })
     };
     let (nq, nkv) = (cfg.n_heads * hd, cfg.n_kv_heads * hd);
     // QK-norm weights: one head's width (shared by the heads) or the whole projection's.
@@ -177,7 +182,8 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, dev: &D
     }
     let embed = get(names.embed, &[cfg.vocab, d])?;
     let lm_head = if cfg.tied_embeddings { embed.clone() } else { get(names.lm_head, &[cfg.vocab, d])? };
-    Ok(Decoder { final_norm: norm(names.final_norm)?, embed, pos_embed: None, blocks, lm_head, device: dev.clone(), config: cfg })
+    let lm_head_q = quantized(if cfg.tied_embeddings { names.embed } else { names.lm_head }, cfg.vocab, d);
+    Ok(Decoder { final_norm: norm(names.final_norm)?, embed, pos_embed: None, blocks, lm_head, lm_head_q, device: dev.clone(), config: cfg })
 }
 
 pub fn config_from_hf(c: &HfConfig) -> Result<ModelConfig> {

@@ -12,6 +12,7 @@ pub mod hub;
 pub mod identity;
 pub mod llama;
 pub mod matvec;
+pub mod qmatvec;
 pub mod olmo2;
 pub mod qwen2;
 pub mod tokenizer;

@@ -535,7 +535,7 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         // Frozen linear with a bias, against x W^T + b.
         let x = Var::from_tensor(&rand_t(&mut rng, &[m, kin], 1.0, dev)).unwrap();
-        let lin = Linear { w: rand_t(&mut rng, &[nout, kin], 0.3, dev), b: Some(rand_t(&mut rng, &[nout], 0.3, dev)) };
+        let lin = Linear { w: rand_t(&mut rng, &[nout, kin], 0.3, dev), b: Some(rand_t(&mut rng, &[nout], 0.3, dev)), q: None };
         let w = rand_t(&mut rng, &[m, nout], 1.0, dev);
         let fl = FrozenLinear::cat(&[&lin], dtype).unwrap();
         let (a, da) = grad_of(&x, &w, fl.forward(x.as_tensor(), DType::F32).unwrap());

@@ -1,9 +1,11 @@
-//! Where a model's tensors come from: a GGUF file (quantized tensors are dequantized to f32) or a
-//! Hugging Face directory of safetensors files. Every tensor is checked for the expected shape and
-//! for NaN/inf values when it is loaded, so a damaged checkpoint fails at load time with its name.
+//! Where a model's tensors come from: a GGUF file (quantized tensors are dequantized to f32, and
+//! `quantized` also gives their blocks) or a Hugging Face directory of safetensors files. Every
+//! tensor is checked for the expected shape and for NaN/inf values when it is loaded, so a
+//! damaged checkpoint fails at load time with its name.
 
 use crate::error::{Error, Result};
 use crate::model::gguf::GgufFile;
+use crate::model::qmatvec::QMatrix;
 use candle_core::{DType, Device, Tensor};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -180,6 +182,15 @@ impl WeightSource {
         };
         check_finite(self.path(), name, &values)?;
         Ok(Tensor::from_vec(values, shape, device)?)
+    }
+
+    /// `name`'s quantized blocks as a (rows, cols) matrix for the one-row kernel (`qmatvec`),
+    /// when it is a GGUF tensor of that shape in a type the kernel reads.
+    pub fn quantized(&self, name: &str, rows: usize, cols: usize) -> Option<QMatrix> {
+        match self {
+            WeightSource::Gguf(g) => g.tensors.get(name).filter(|t| t.shape == [rows, cols]).and_then(|t| QMatrix::new(t.dtype, g.raw(t), rows, cols)),
+            WeightSource::SafeTensors(_) => None,
+        }
     }
 
     /// A cheap identity of the weights: sha256 over every tensor's name, shape, type and up to
