@@ -3,6 +3,8 @@
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "common/gui_harness.rs"]
+mod gui_harness;
 
 use egui_kittest::kittest::{NodeT, Queryable};
 use egui_kittest::Harness;
@@ -11,44 +13,7 @@ use focus_lens::gui::worker::TaskKind;
 use focus_lens::gui::FocusLensApp;
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn settings(max_tokens: usize) -> Settings {
-    let mut s = Settings::default();
-    s.model = Some(common::model_path());
-    s.params.max_tokens = max_tokens;
-    s
-}
-
-fn harness(s: Settings, export_dir: &Path) -> Harness<'static, FocusLensApp> {
-    let mut app = FocusLensApp::new(s);
-    app.export_dir = Some(export_dir.to_path_buf());
-    Harness::builder().with_size(egui::vec2(1400.0, 900.0)).build_ui_state(|ui, app: &mut FocusLensApp| app.show(ui), app)
-}
-
-/// Steps frames until no background work is left.
-fn settle(h: &mut Harness<'static, FocusLensApp>) {
-    let t0 = Instant::now();
-    loop {
-        h.step();
-        if !h.state().busy() {
-            h.step();
-            if !h.state().busy() {
-                return;
-            }
-        }
-        assert!(t0.elapsed() < Duration::from_secs(600), "background work did not finish: {:?}", h.state().worker.progress());
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn no_errors(h: &Harness<'static, FocusLensApp>) {
-    assert!(h.state().errors.is_empty(), "errors: {:?}", h.state().errors);
-}
-
-/// Some node's label contains `s`.
-fn has(h: &Harness<'static, FocusLensApp>, s: &str) -> bool {
-    h.query_all_by_label_contains(s).next().is_some()
-}
+use gui_harness::{harness, has, no_errors, settings, settle};
 
 fn click_menu(h: &mut Harness<'static, FocusLensApp>, menu: &str, item: &str) {
     h.get_by_label(menu).click();
