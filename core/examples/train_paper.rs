@@ -25,6 +25,39 @@ fn arg(args: &[String], name: &str, default: &str) -> String {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.to_string())
 }
 
+/// The CUDA default memory pool after a synchronize, in MiB: live allocations, reserved, and the
+/// peak of live allocations since the last call (the watermark is reset each call).
+#[cfg(feature = "cuda")]
+fn pool_memory(dev: &candle_core::Device) -> Option<String> {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    let candle_core::Device::Cuda(d) = dev else { return None };
+    let stream = d.cuda_stream();
+    stream.synchronize().ok()?;
+    let ctx = stream.context();
+    let (free, total) = ctx.mem_get_info().ok()?;
+    let mib = |b: u64| b / (1 << 20);
+    // SAFETY: plain queries of the device's default pool, with out-pointers that live here.
+    unsafe {
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()).result().ok()?;
+        let get = |a: sys::CUmemPool_attribute| {
+            let mut v: u64 = 0;
+            sys::cuMemPoolGetAttribute(pool, a, &mut v as *mut u64 as *mut std::ffi::c_void);
+            v
+        };
+        use sys::CUmemPool_attribute::*;
+        let (used, high, resv) = (get(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), get(CU_MEMPOOL_ATTR_USED_MEM_HIGH), get(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
+        let mut zero: u64 = 0;
+        sys::cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &mut zero as *mut u64 as *mut std::ffi::c_void);
+        Some(format!("used {} peak {} reserved {} device-used {} MiB", mib(used), mib(high), mib(resv), mib((total - free) as u64)))
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn pool_memory(_: &candle_core::Device) -> Option<String> {
+    None
+}
+
 /// The .txt files of a folder in name order, tokenized and joined by the end-of-text token.
 fn tokens(model: &Model, dir: &Path) -> focus_core::Result<(Vec<u32>, Vec<String>, String)> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir).map_err(|e| focus_core::Error::io(dir, e))?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "txt")).collect();
@@ -84,6 +117,12 @@ fn main() -> focus_core::Result<()> {
     if kmeans {
         trainer.init_kmeans(&data, 8, 50)?;
     }
+    // --composed: the composed ops instead of the fused step (A/B); --mem-trace: the device
+    // memory pool after each step (live, reserved, and the step's peak).
+    if args.iter().any(|a| a == "--composed") {
+        trainer.kernels.fused = false;
+    }
+    let mem_trace = args.iter().any(|a| a == "--mem-trace");
     trainer.probe = Some(probe);
     std::fs::create_dir_all(&out).map_err(|e| focus_core::Error::io(&out, e))?;
     let log_path = out.join("train_log.jsonl");
@@ -106,6 +145,11 @@ fn main() -> focus_core::Result<()> {
                     row.step, row.loss, row.heldout_ppl, row.dominance.as_ref().map_or(0.0, |d| d.iter().cloned().fold(0.0, f64::max)),
                     cats.iter().map(|c| c.pure60).sum::<usize>(), row.seconds
                 );
+            }
+            if mem_trace {
+                if let Some(m) = pool_memory(&dev) {
+                    eprintln!("mem step {} {m}", row.step);
+                }
             }
             writeln!(log, "{}", serde_json::to_string(row).unwrap()).map_err(|e| focus_core::Error::io(&log_path, e))
         },

@@ -328,6 +328,11 @@ impl<'m> Trainer<'m> {
             )));
         }
         self.opt.step(&self.vars, &grads, self.opts.lr_at(self.step), self.opts.weight_decay)?;
+        // On CUDA, the step's temporaries go back to the stream-ordered memory pool; without a
+        // synchronisation per step the pool kept growing on the composed step (Gemma 3: ~0.5 GB
+        // a step from 42 GB, out of memory at step 33 on the H200; with it: 42 GB flat over 40
+        // steps, `train_paper --mem-trace`). A no-op on the CPU.
+        self.model.decoder.device.synchronize()?;
         self.step += 1;
         self.tokens_seen += self.opts.batch * self.opts.seq_len;
         Ok(mean)

@@ -1,22 +1,21 @@
 #!/usr/bin/env bash
-# On the GPU machine: GPU memory over the first steps of a Gemma 3 router training (the composed
-# step), sampled every 0.5 s, for seeds 0 and 1 (the same steps see other batches), to tell a
-# growing footprint from one batch's spike. Usage: gemma_mem.sh STEPS SEED...
+# On the GPU machine: the device memory pool over the first steps of router trainings
+# (train_paper --mem-trace: after each step, live allocations, the step's peak and the pool's
+# reservation), one run per variant, one after another so that they do not share the pool.
+# A variant is NAME:MODEL:FLAGS with FLAGS train_paper flags joined by commas, e.g.
+#   gemma_mem.sh 12 g3:gemma-3-270m-q4_k_m.gguf: g3s512:gemma-3-270m-q4_k_m.gguf:--seq,512 \
+#       smol-composed:SmolLM2-135M-Instruct.Q4_1.gguf:--composed
+# Prints each variant's per-step lines and its error, if any; logs in /tmp/mem-NAME.log.
 set -uo pipefail
 S=/root/stage; STEPS=${1:?steps}; shift
 source $S/gpu-prelude.sh
 export LD_PRELOAD="libcuda.so.1 libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libnvrtc.so.13 libcudart.so.13"
 chmod +x $S/train_paper
-for seed in "$@"; do
-  ( while sleep 0.5; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; done ) > /tmp/mem$seed.txt &
-  m=$!
-  timeout 90 $S/train_paper --model $S/gemma-3-270m-q4_k_m.gguf --data $S/corpus/train --heldout $S/corpus/heldout \
-    --out /tmp/g$seed --steps $STEPS --eval-every 0 --score cosine --groups 8 --seed $seed > /tmp/g$seed.log 2>&1
-  kill $m
-  echo "== seed $seed: $(wc -l < /tmp/g$seed/train_log.jsonl) steps; $(grep -m1 -o 'Error.*' /tmp/g$seed.log)"
-  python3 -c "
-import json
-rows=[json.loads(l) for l in open('/tmp/g$seed/train_log.jsonl')]
-print('s/step', [round(b['seconds']-a['seconds'],3) for a,b in zip(rows[-4:],rows[-3:])])"
-  echo "MiB every 0.5 s: $(tr '\n' ' ' < /tmp/mem$seed.txt)"
+for v in "$@"; do
+  IFS=: read -r name model flags <<< "$v"
+  timeout 300 $S/train_paper --model $S/$model --data $S/corpus/train --heldout $S/corpus/heldout \
+    --out /tmp/mem-$name --steps $STEPS --eval-every 100000 --score cosine --groups 8 --mem-trace ${flags//,/ } \
+    > /tmp/mem-$name.log 2>&1
+  echo "== $name (rc $?): $(grep -m1 -o -i 'error.*' /tmp/mem-$name.log)"
+  grep '^mem step' /tmp/mem-$name.log
 done
