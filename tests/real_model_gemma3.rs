@@ -2,7 +2,9 @@
 //! llama.cpp (tests/fixtures/gemma3_reference.json): SentencePiece token ids on the Persuasion
 //! text and on the tokenizer fixture's texts, and dense perplexity at ctx 512. Then Focus on its
 //! interleaved layers (the exact top-k kernel against the masked reference on sliding and global
-//! layers, `router_layers = global`), and a short CPU training run through the CLI.
+//! layers, `router_layers = global`), a short CPU training run through the CLI, and the shipped
+//! Gemma 3 adapters reproducing on the CPU the per-chunk NLL the H200 measured
+//! (tests/fixtures/trained_adapters_gemma3_nll.json).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -188,4 +190,35 @@ fn gemma3_trains_on_the_cpu() {
 
 fn model_identity() -> focus_core::model::BaseModel {
     model().identity()
+}
+
+/// The shipped Gemma 3 adapters (routers on every layer, and on the global layers only) load
+/// with their provenance and results, and the CPU gives the per-chunk held-out NLL that the
+/// H200's CUDA build measured after training, in soft and top-2 modes.
+#[test]
+fn gemma3_sample_adapters_reproduce_the_published_perplexities() {
+    let reference: Value = serde_json::from_str(&std::fs::read_to_string(common::fixture("trained_adapters_gemma3_nll.json")).unwrap()).unwrap();
+    let (ctx, chunks) = (reference["ctx"].as_u64().unwrap() as usize, reference["chunks"].as_u64().unwrap() as usize);
+    let m = model();
+    // Tokenized as train_paper --ppl did (the first chunks do not see the text's end).
+    let ids = m.tokenizer().unwrap().encode(&persuasion(), false).unwrap().ids;
+    let entries = reference["adapters"].as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    let mut layers = Vec::new();
+    for entry in entries {
+        let dir = entry["adapter"].as_str().unwrap();
+        let adapter = Adapter::load(&common::root().join(dir), &m.identity(), m.device()).unwrap();
+        assert!(adapter.config.training.is_some() && adapter.config.results.is_some(), "{dir}: provenance and results recorded");
+        layers.push(adapter.config.router_layers);
+        for (mode, key) in [(Mode::Soft, "soft"), (Mode::TopK(2), "topk2")] {
+            let got = focus_core::eval::ppl::perplexity(m, &ids[..chunks * ctx], ctx, mode, Some(&adapter), None, |_, _| {}).unwrap();
+            let want = entry["per_chunk_nll"][key].as_array().unwrap();
+            assert_eq!(want.len(), chunks);
+            for c in 0..chunks {
+                let (w, g) = (want[c].as_f64().unwrap(), got.per_chunk_nll[c]);
+                assert!((g - w).abs() <= 1e-3 * w, "{dir} {key} chunk {c}: CPU {g} vs H200 {w}");
+            }
+        }
+    }
+    assert_eq!(layers, [RouterLayers::All, RouterLayers::Global], "one adapter routes every layer, the other the global layers only");
 }

@@ -4,6 +4,9 @@ into sample_adapters/DEST with its provenance and measured results in adapter_co
 data files relative to the corpus, the split, the schedule, the command, the held-out
 perplexities (the run's ppl.json, H200), the last evaluation's dominance and category structure
 (train_log.jsonl), and the CPU analysis of STATS (focus-lens analyze --mode topk --k 2 JSON).
+RUN may also be a path to a run's folder (another model's sweep, e.g.
+experiments/results/gemma3_h200/g3all); MODEL (env) names the base model's file in the command,
+SHARED (env) how many other runs shared the GPU (default two).
 Usage: ship_sweep_adapter.py RUN WEIGHTS DEST STATS CALL"""
 import json, shutil, sys
 from pathlib import Path
@@ -12,7 +15,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from provenance import corpus_provenance
 
 run, weights, dest, stats, call = sys.argv[1:6]
-src = Path("experiments/results/sweep_h200") / run
+src = Path(run) if "/" in run else Path("experiments/results/sweep_h200") / run
+import os
+model_flag = f"--model {os.environ['MODEL']} " if os.environ.get("MODEL") else ""
+shared = {"0": "alone", "1": "sharing the GPU with one other run"}.get(os.environ.get("SHARED", "2"), "sharing the GPU with two other runs")
 cfg = json.load(open(src / "adapter_config.json"))
 t = cfg["training"]
 rows = [json.loads(l) for l in open(src / "train_log.jsonl") if l.strip()]
@@ -24,11 +30,13 @@ cfg["training"] = {
     "lr": t["lr"], "cosine_decay": t["cosine_decay"], "weight_decay": t["weight_decay"], "seed": t["seed"],
     "optimizer": t["optimizer"], "sinkhorn_grad": t["sinkhorn_grad"], "device": t["device"],
     "seconds": t["seconds_this_run"], "heldout_ppl_final": t["heldout_ppl"], "heldout_mode": t["heldout_mode"],
-    "trainer": "core/examples/train_paper.rs (the fused training step), sharing the GPU with two other runs",
+    "trainer": f"core/examples/train_paper.rs ({'the composed step: head dim 256' if cfg['base_model']['arch'] == 'gemma3' else 'the fused training step'}), {shared}",
+    "time_limit_min": t.get("time_limit_min"),
     "command": f"bash experiments/gpu/sweep.sh {call}",
-    "same_as": (f"focus-lens train --device cuda --data corpus/train --heldout corpus/heldout --groups {K} --gate {cfg['gate']} "
+    "same_as": (f"focus-lens train --device cuda {model_flag}--data corpus/train --heldout corpus/heldout --groups {K} --gate {cfg['gate']} "
                 f"--score {cfg['score']} --tau {cfg['tau']} --sinkhorn-iters {cfg['sinkhorn_iters']} --seq-len {t['seq_len']} "
-                f"--batch {t['batch']} --lr {t['lr']} --cosine-decay --steps {t['steps']} --seed {t['seed']}"),
+                f"--batch {t['batch']} --lr {t['lr']} --cosine-decay --steps {t['steps']} --seed {t['seed']}"
+                + (f" --router-layers {cfg['router_layers']}" if cfg.get("router_layers", "all") != "all" else "")),
     "date": "2026-12-01",
 }
 ppl = {p["mode"]: p["ppl"] for p in json.load(open(src / "ppl.json"))}
