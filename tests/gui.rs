@@ -949,58 +949,13 @@ fn huge_text_is_truncated_with_a_note() {
 /// scrolled through in the token, layers and strip views; every frame's UI time is measured.
 #[test]
 fn scrolling_10k_tokens_stays_fast() {
-    use focus_lens::gui::state::AnalysisResult;
-    use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
     let mut h = harness(settings(300), dir.path());
     settle(&mut h);
     no_errors(&h);
-    let r = h.state().session.result.clone().unwrap();
     let n = 10_000;
-    let tile = |v: &Vec<u8>| v.iter().cycle().take(n).cloned().collect::<Vec<u8>>();
-    let mut an = r.analysis.clone();
-    an.tokens = r.analysis.tokens.iter().cycle().take(n).cloned().collect();
-    for l in &mut an.layers {
-        if let Some(t) = &mut l.tokens {
-            *t = t.iter().cycle().take(n).cloned().collect();
-        }
-    }
-    let big = AnalysisResult {
-        key: r.key.clone(),
-        analysis: an,
-        adapter: r.adapter.clone(),
-        model: r.model.clone(),
-        seconds: r.seconds,
-        note: None,
-        text_tokens: n,
-        argmax: r.argmax.iter().map(tile).collect(),
-        masks: r.masks.iter().map(|m| m.iter().cycle().take(n).cloned().collect()).collect(),
-        labels: r.labels.clone(),
-        aligned: r.aligned.clone(),
-        aligned_to: None,
-        text_label: r.text_label.clone(),
-    };
-    h.state_mut().session.result = Some(Arc::new(big));
-    let mut report = Vec::new();
-    for (tab, strip) in [(Tab::Tokens, false), (Tab::Layers, false), (Tab::Layers, true)] {
-        h.state_mut().settings.tab = tab;
-        h.state_mut().settings.strip = strip;
-        h.step(); // first frame lays out (measured separately)
-        let t0 = Instant::now();
-        h.step();
-        let first = t0.elapsed().as_secs_f64();
-        let mut times = Vec::new();
-        for f in 0..40 {
-            h.state_mut().views.scroll_to = Some((f * 250) % n);
-            let t0 = Instant::now();
-            h.step();
-            times.push(t0.elapsed().as_secs_f64());
-        }
-        times.sort_by(|a, b| a.total_cmp(b));
-        let (median, worst) = (times[times.len() / 2], times[times.len() - 1]);
-        report.push(format!("{tab:?} strip={strip}: first {:.1} ms, median {:.1} ms, worst {:.1} ms", first * 1e3, median * 1e3, worst * 1e3));
-        assert!(worst < 0.5, "{tab:?}: a frame took {worst:.3} s while scrolling 10K tokens");
-    }
+    gui_harness::tile_result(&mut h, n);
+    let report = gui_harness::assert_scrolling_fast(&mut h, n);
     eprintln!("frame times while scrolling {n} tokens (egui pass incl. tessellation, no GPU):\n{}", report.join("\n"));
     assert_eq!(h.state().session.result.as_ref().unwrap().tokens(), n, "the tiled result stays (no re-analysis)");
 }

@@ -8,11 +8,9 @@ mod common;
 #[path = "common/gui_harness.rs"]
 mod gui_harness;
 
-use focus_lens::gui::state::{AnalysisResult, Tab};
+use focus_lens::gui::state::Tab;
 use egui_kittest::kittest::Queryable;
 use gui_harness::{harness, has, no_errors, settle};
-use std::sync::Arc;
-use std::time::Instant;
 
 #[test]
 fn gemma3_loads_marks_its_layers_and_scrolls_10k_tokens_fast() {
@@ -48,51 +46,11 @@ fn gemma3_loads_marks_its_layers_and_scrolls_10k_tokens_fast() {
     }
     assert!(has(&h, "17"), "the list reaches the last layer");
 
-    // The start-up result tiled to 10K tokens, scrolled through in the token, layers and strip
-    // views (the same bound as for SmolLM2).
+    // The start-up result tiled to 10K tokens and scrolled through in the token, layers and
+    // strip views (the same bound as for SmolLM2).
     let n = 10_000;
-    let tile = |v: &Vec<u8>| v.iter().cycle().take(n).cloned().collect::<Vec<u8>>();
-    let mut an = r.analysis.clone();
-    an.tokens = r.analysis.tokens.iter().cycle().take(n).cloned().collect();
-    for l in &mut an.layers {
-        if let Some(t) = &mut l.tokens {
-            *t = t.iter().cycle().take(n).cloned().collect();
-        }
-    }
-    let big = AnalysisResult {
-        key: r.key.clone(),
-        analysis: an,
-        adapter: r.adapter.clone(),
-        model: r.model.clone(),
-        seconds: r.seconds,
-        note: None,
-        text_tokens: n,
-        argmax: r.argmax.iter().map(tile).collect(),
-        masks: r.masks.iter().map(|m| m.iter().cycle().take(n).cloned().collect()).collect(),
-        labels: r.labels.clone(),
-        aligned: r.aligned.clone(),
-        aligned_to: None,
-        text_label: r.text_label.clone(),
-    };
-    h.state_mut().session.result = Some(Arc::new(big));
-    let mut report = Vec::new();
-    for (tab, strip) in [(Tab::Tokens, false), (Tab::Layers, false), (Tab::Layers, true)] {
-        h.state_mut().settings.tab = tab;
-        h.state_mut().settings.strip = strip;
-        h.step(); // first frame lays out
-        h.step();
-        let mut times = Vec::new();
-        for f in 0..40 {
-            h.state_mut().views.scroll_to = Some((f * 250) % n);
-            let t0 = Instant::now();
-            h.step();
-            times.push(t0.elapsed().as_secs_f64());
-        }
-        times.sort_by(|a, b| a.total_cmp(b));
-        let (median, worst) = (times[times.len() / 2], times[times.len() - 1]);
-        report.push(format!("{tab:?} strip={strip}: median {:.1} ms, worst {:.1} ms", median * 1e3, worst * 1e3));
-        assert!(worst < 0.5, "{tab:?}: a frame took {worst:.3} s while scrolling 10K Gemma 3 tokens");
-    }
+    gui_harness::tile_result(&mut h, n);
+    let report = gui_harness::assert_scrolling_fast(&mut h, n);
     eprintln!("Gemma 3, frame times while scrolling {n} tokens:\n{}", report.join("\n"));
     no_errors(&h);
 }

@@ -48,3 +48,62 @@ pub fn no_errors(h: &Harness<'static, FocusLensApp>) {
 pub fn has(h: &Harness<'static, FocusLensApp>, s: &str) -> bool {
     h.query_all_by_label_contains(s).next().is_some()
 }
+
+/// The app's current result tiled to `n` tokens (tokens, groups, masks and argmax repeated), so
+/// that the views can be timed on a long text without analysing one.
+pub fn tile_result(h: &mut Harness<'static, FocusLensApp>, n: usize) {
+    use focus_lens::gui::state::AnalysisResult;
+    let r = h.state().session.result.clone().expect("a result to tile");
+    let tile = |v: &Vec<u8>| v.iter().cycle().take(n).cloned().collect::<Vec<u8>>();
+    let mut an = r.analysis.clone();
+    an.tokens = r.analysis.tokens.iter().cycle().take(n).cloned().collect();
+    for l in &mut an.layers {
+        if let Some(t) = &mut l.tokens {
+            *t = t.iter().cycle().take(n).cloned().collect();
+        }
+    }
+    let big = AnalysisResult {
+        key: r.key.clone(),
+        analysis: an,
+        adapter: r.adapter.clone(),
+        model: r.model.clone(),
+        seconds: r.seconds,
+        note: None,
+        text_tokens: n,
+        argmax: r.argmax.iter().map(tile).collect(),
+        masks: r.masks.iter().map(|m| m.iter().cycle().take(n).cloned().collect()).collect(),
+        labels: r.labels.clone(),
+        aligned: r.aligned.clone(),
+        aligned_to: None,
+        text_label: r.text_label.clone(),
+    };
+    h.state_mut().session.result = Some(std::sync::Arc::new(big));
+}
+
+/// Scrolls the current result (`n` tokens) through the token view, the layers view and the
+/// strip, 40 frames each, and asserts that no frame's UI pass takes 0.5 s or more. Returns a
+/// line per view: the first frame after the layout one, the median and the worst.
+pub fn assert_scrolling_fast(h: &mut Harness<'static, FocusLensApp>, n: usize) -> Vec<String> {
+    use focus_lens::gui::state::Tab;
+    let mut report = Vec::new();
+    for (tab, strip) in [(Tab::Tokens, false), (Tab::Layers, false), (Tab::Layers, true)] {
+        h.state_mut().settings.tab = tab;
+        h.state_mut().settings.strip = strip;
+        h.step(); // first frame lays out (measured separately)
+        let t0 = Instant::now();
+        h.step();
+        let first = t0.elapsed().as_secs_f64();
+        let mut times = Vec::new();
+        for f in 0..40 {
+            h.state_mut().views.scroll_to = Some((f * 250) % n);
+            let t0 = Instant::now();
+            h.step();
+            times.push(t0.elapsed().as_secs_f64());
+        }
+        times.sort_by(|a, b| a.total_cmp(b));
+        let (median, worst) = (times[times.len() / 2], times[times.len() - 1]);
+        report.push(format!("{tab:?} strip={strip}: first {:.1} ms, median {:.1} ms, worst {:.1} ms", first * 1e3, median * 1e3, worst * 1e3));
+        assert!(worst < 0.5, "{tab:?}: a frame took {worst:.3} s while scrolling {n} tokens");
+    }
+    report
+}
