@@ -7,6 +7,7 @@
 //!       [--tau 0.1] [--steps 4000] [--minutes 0] [--eval-every 500] [--ppl FILE] [--ctx 512,1024]
 //!       [--seq 1024] [--batch 4] [--score dot|cosine] [--iters 10] [--init random|kmeans]
 //!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--router-layers all|global] [--cpu]
+//!       [--composed] [--mem-trace]
 //!
 //! Defaults are the paper's setting: dot scores, tau 0.1, Sinkhorn 10 iterations with the full
 //! gradient, log gate, random init; and ours: d_g 16, w 128, 4 x 1024 tokens per step, AdamW lr
@@ -23,39 +24,6 @@ use std::path::{Path, PathBuf};
 
 fn arg(args: &[String], name: &str, default: &str) -> String {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.to_string())
-}
-
-/// The CUDA default memory pool after a synchronize, in MiB: live allocations, reserved, and the
-/// peak of live allocations since the last call (the watermark is reset each call).
-#[cfg(feature = "cuda")]
-fn pool_memory(dev: &candle_core::Device) -> Option<String> {
-    use candle_core::cuda_backend::cudarc::driver::sys;
-    let candle_core::Device::Cuda(d) = dev else { return None };
-    let stream = d.cuda_stream();
-    stream.synchronize().ok()?;
-    let ctx = stream.context();
-    let (free, total) = ctx.mem_get_info().ok()?;
-    let mib = |b: u64| b / (1 << 20);
-    // SAFETY: plain queries of the device's default pool, with out-pointers that live here.
-    unsafe {
-        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
-        sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()).result().ok()?;
-        let get = |a: sys::CUmemPool_attribute| {
-            let mut v: u64 = 0;
-            sys::cuMemPoolGetAttribute(pool, a, &mut v as *mut u64 as *mut std::ffi::c_void);
-            v
-        };
-        use sys::CUmemPool_attribute::*;
-        let (used, high, resv) = (get(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), get(CU_MEMPOOL_ATTR_USED_MEM_HIGH), get(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
-        let mut zero: u64 = 0;
-        sys::cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &mut zero as *mut u64 as *mut std::ffi::c_void);
-        Some(format!("used {} peak {} reserved {} device-used {} MiB", mib(used), mib(high), mib(resv), mib((total - free) as u64)))
-    }
-}
-
-#[cfg(not(feature = "cuda"))]
-fn pool_memory(_: &candle_core::Device) -> Option<String> {
-    None
 }
 
 /// The .txt files of a folder in name order, tokenized and joined by the end-of-text token.
@@ -147,7 +115,7 @@ fn main() -> focus_core::Result<()> {
                 );
             }
             if mem_trace {
-                if let Some(m) = pool_memory(&dev) {
+                if let Some(m) = focus_core::device::pool_memory(&dev) {
                     eprintln!("mem step {} {m}", row.step);
                 }
             }

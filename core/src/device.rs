@@ -17,27 +17,68 @@ pub fn cuda(ordinal: usize) -> Result<Device> {
     Ok(device)
 }
 
+/// The device's default memory pool, from which candle's stream-ordered allocations come (None
+/// when the driver allocates without a pool).
+#[cfg(feature = "cuda")]
+fn default_pool(ctx: &candle_core::cuda_backend::cudarc::driver::CudaContext) -> Result<Option<candle_core::cuda_backend::cudarc::driver::sys::CUmemoryPool>> {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    if !ctx.has_async_alloc() {
+        return Ok(None);
+    }
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: a valid device handle from the context, and an out-pointer that lives here.
+    let s = unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) };
+    if s != sys::CUresult::CUDA_SUCCESS {
+        return Err(crate::Error::Invalid(format!("cannot get the CUDA memory pool: {s:?}")));
+    }
+    Ok(Some(pool))
+}
+
+/// After a synchronisation, the pool's live allocations, the peak of live allocations since the
+/// last call (the watermark is reset), its reservation and the device's used memory, in MiB, as
+/// one line; None on the CPU. For tracing memory per training step (`train_paper --mem-trace`).
+pub fn pool_memory(device: &Device) -> Option<String> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(dev) = device {
+        use candle_core::cuda_backend::cudarc::driver::sys;
+        use sys::CUmemPool_attribute::*;
+        let stream = dev.cuda_stream();
+        stream.synchronize().ok()?;
+        let ctx = stream.context();
+        let (free, total) = ctx.mem_get_info().ok()?;
+        let pool = default_pool(ctx).ok()??;
+        // SAFETY: attribute queries of a valid pool into u64s that live here (cuda.h types).
+        let get = |a: sys::CUmemPool_attribute| unsafe {
+            let mut v: u64 = 0;
+            sys::cuMemPoolGetAttribute(pool, a, &mut v as *mut u64 as *mut std::ffi::c_void);
+            v
+        };
+        let (used, high, reserved) = (get(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), get(CU_MEMPOOL_ATTR_USED_MEM_HIGH), get(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
+        let mut zero: u64 = 0;
+        // SAFETY: as above; resetting the high watermark takes a zero u64.
+        unsafe { sys::cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &mut zero as *mut u64 as *mut std::ffi::c_void) };
+        let mib = |b: u64| b >> 20;
+        return Some(format!("used {} peak {} reserved {} device-used {} MiB", mib(used), mib(high), mib(reserved), mib((total - free) as u64)));
+    }
+    let _ = device;
+    None
+}
+
 #[cfg(feature = "cuda")]
 fn keep_pool_memory(dev: &candle_core::cuda_backend::CudaDevice) -> Result<()> {
     use candle_core::cuda_backend::cudarc::driver::sys;
     let ctx = dev.cuda_stream().context().clone();
-    if !ctx.has_async_alloc() {
+    let Some(pool) = default_pool(&ctx)? else {
         return Ok(()); // plain cuMemAlloc: no pool to configure
-    }
-    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    };
     let mut threshold = u64::MAX;
-    // SAFETY: a valid device handle from the context, and a u64 for the attribute (cuda.h).
+    // SAFETY: a valid pool, and a u64 for the attribute (cuda.h).
     let status = unsafe {
-        let s = sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device());
-        if s != sys::CUresult::CUDA_SUCCESS {
-            s
-        } else {
-            sys::cuMemPoolSetAttribute(
-                pool,
-                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                &mut threshold as *mut u64 as *mut std::ffi::c_void,
-            )
-        }
+        sys::cuMemPoolSetAttribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            &mut threshold as *mut u64 as *mut std::ffi::c_void,
+        )
     };
     if status != sys::CUresult::CUDA_SUCCESS {
         return Err(crate::Error::Invalid(format!("cannot configure the CUDA memory pool: {status:?}")));

@@ -8,7 +8,7 @@ RUN may also be a path to a run's folder (another model's sweep, e.g.
 experiments/results/gemma3_h200/g3all); MODEL (env) names the base model's file in the command,
 SHARED (env) how many other runs shared the GPU (default two).
 Usage: ship_sweep_adapter.py RUN WEIGHTS DEST STATS CALL"""
-import json, shutil, sys
+import json, os, shutil, sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -16,7 +16,6 @@ from provenance import corpus_provenance
 
 run, weights, dest, stats, call = sys.argv[1:6]
 src = Path(run) if "/" in run else Path("experiments/results/sweep_h200") / run
-import os
 model_flag = f"--model {os.environ['MODEL']} " if os.environ.get("MODEL") else ""
 shared = {"0": "alone", "1": "sharing the GPU with one other run"}.get(os.environ.get("SHARED", "2"), "sharing the GPU with two other runs")
 cfg = json.load(open(src / "adapter_config.json"))
