@@ -2,8 +2,8 @@
 //! dense (every cached key), soft (every key, gated as `attention::fused::GateFn` gates it),
 //! or hard top-k, which reads only the local window and the keys whose top-k sets meet the
 //! query's, found through the cache's index of keys by group: no other key's bytes are read.
-//! A key in several shared groups is taken once, from the list of the lowest shared group
-//! (`mask::classify`'s `SharedGroup`), so the selected keys are exactly the mask's row.
+//! A key in several shared groups is taken once, so the selected keys are exactly the mask's
+//! row (`mask::classify`).
 //! Keys are split into chunks over which partial softmaxes run in parallel and are merged by
 //! log-sum-exp (flash decoding); every query head of a KV head reads each key row once.
 
@@ -11,9 +11,8 @@ use super::kv_cache::LayerCache;
 use crate::attention::cpu::simd::exp;
 use crate::attention::fused::GateFn;
 use crate::error::{Error, Result};
-use crate::focus::mask::{self, PairClass};
+use crate::focus::mask;
 use crate::model::config::LayerAttention;
-use crate::model::matvec::dot;
 use multiversion::multiversion;
 use rayon::prelude::*;
 use candle_core::Tensor;
@@ -71,25 +70,32 @@ pub fn selected_keys(cache: &LayerCache, how: DecodeAttention) -> Result<(Vec<u3
     };
     let r = cache.routing.as_ref().ok_or_else(|| Error::Invalid("top-k decode needs cached routing".into()))?;
     let mi = r.masks[i];
-    let mut keys = Vec::new();
+    // A distant key is kept when its top-k set meets the query's: the union of the query's
+    // groups' member lists, marked in a bitmap over the distant positions and read back in
+    // position order. A key in several of the groups is taken once (the mask's row is a set),
+    // and in ascending order the rows stream as dense's do, instead of jumping back for every
+    // group (an in-order union without sorting, which cost 3-4 ms of an 8K step).
+    let distant = i - window;
+    let mut bits = vec![0u64; distant.div_ceil(64)];
     let mut index = 0u64;
     for g in mask::groups(mi) {
-        for &j in &r.members[g] {
-            if j as usize + window >= i {
-                break;
-            }
-            // One position and one top-k set read per index entry scanned.
-            index += 4 + 8;
-            if mask::classify(i, j as usize, mi, r.masks[j as usize], window) == PairClass::SharedGroup(g) {
-                keys.push(j);
-            }
+        let list = &r.members[g];
+        let end = list.partition_point(|&j| (j as usize) < distant);
+        // One position read per index entry used.
+        index += 4 * end as u64;
+        for &j in &list[..end] {
+            bits[j as usize / 64] |= 1 << (j % 64);
         }
     }
-    // In position order: each group's members come sorted, but one group after another; read
-    // in one ascending pass the rows stream as dense's do (the prefetchers follow), instead of
-    // jumping back for every group.
-    keys.sort_unstable();
-    keys.extend((i - window) as u32..=i as u32);
+    let mut keys = Vec::with_capacity(bits.iter().map(|w| w.count_ones() as usize).sum::<usize>() + window + 1);
+    for (w, &word) in bits.iter().enumerate() {
+        let mut m = word;
+        while m != 0 {
+            keys.push((w * 64) as u32 + m.trailing_zeros());
+            m &= m - 1;
+        }
+    }
+    keys.extend(distant as u32..=i as u32);
     Ok((keys, index))
 }
 
@@ -248,13 +254,64 @@ pub fn attend(q: &[f32], heads: usize, cache: &LayerCache, how: DecodeAttention,
 }
 
 /// s[r][jj] = q_r . k_{keys[jj]} for the `rep` query rows of one KV head (q pre-scaled).
-#[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
 fn chunk_scores(q: &[f32], rep: usize, d: usize, k: &[f32], keys: &[u32], s: &mut [f32]) {
+    assert!(q.len() >= rep * d && s.len() >= rep * keys.len() && keys.iter().all(|&j| (j as usize + 1) * d <= k.len()));
+    #[cfg(target_arch = "x86_64")]
+    if d % 16 == 0 && avx512::available() {
+        // SAFETY: the CPU has AVX-512F; the assert bounds every row read and write.
+        return unsafe { avx512::chunk_scores(q, rep, d, k, keys, s) };
+    }
+    chunk_scores_any(q, rep, d, k, keys, s)
+}
+
+#[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+fn chunk_scores_any(q: &[f32], rep: usize, d: usize, k: &[f32], keys: &[u32], s: &mut [f32]) {
     let nk = keys.len();
     for (jj, &j) in keys.iter().enumerate() {
+        prefetch_row(k, keys, jj, d);
         let kr = &k[j as usize * d..(j as usize + 1) * d];
         for r in 0..rep {
-            s[r * nk + jj] = dot(&q[r * d..(r + 1) * d], kr);
+            s[r * nk + jj] = tree_dot(&q[r * d..(r + 1) * d], kr);
+        }
+    }
+}
+
+/// A dot product over 16 lanes summed as a tree: `matvec::dot`'s in-order sum of the lanes is
+/// a chain of 15 dependent adds, which dominated a decode step's scores over head dims of 64.
+#[inline(always)]
+fn tree_dot(a: &[f32], b: &[f32]) -> f32 {
+    const L: usize = 16;
+    let mut acc = [0f32; L];
+    let (ca, cb) = (a.chunks_exact(L), b.chunks_exact(L));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..L {
+            acc[l] = x[l].mul_add(y[l], acc[l]);
+        }
+    }
+    let mut w = L / 2;
+    while w > 0 {
+        for l in 0..w {
+            acc[l] += acc[l + w];
+        }
+        w /= 2;
+    }
+    acc[0] + tail
+}
+
+/// Rows ahead that a gathered read asks the memory for.
+const PREFETCH_AHEAD: usize = 8;
+
+/// Asks for row keys[jj + PREFETCH_AHEAD] of `x` (rows of `d`): top-k's rows are gathered, and
+/// the hardware prefetchers, which follow streams, do not fetch them in time.
+#[inline(always)]
+fn prefetch_row(x: &[f32], keys: &[u32], jj: usize, d: usize) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(&j) = keys.get(jj + PREFETCH_AHEAD) {
+        let row = x[j as usize * d..].as_ptr();
+        for line in (0..d).step_by(16) {
+            // SAFETY: prefetching has no side effect on memory; the address lies within `x`.
+            unsafe { std::arch::x86_64::_mm_prefetch(row.add(line) as *const i8, std::arch::x86_64::_MM_HINT_T0) };
         }
     }
 }
@@ -273,16 +330,192 @@ fn softmax_terms(row: &mut [f32]) -> (f32, f32) {
     (m, z)
 }
 
-/// acc[r] += sum_jj p[r][jj] v_{keys[jj]}.
-#[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+/// acc[r] += sum_jj p[r][jj] v_{keys[jj]}. Output columns in blocks of 64 (then 16, then one),
+/// whose sums stay in registers over the whole chunk: summed key after key into memory, each
+/// multiply-add also cost a load and a store.
 fn chunk_pv(p: &[f32], rep: usize, d: usize, v: &[f32], keys: &[u32], acc: &mut [f32]) {
+    assert!(p.len() >= rep * keys.len() && acc.len() >= rep * d && keys.iter().all(|&j| (j as usize + 1) * d <= v.len()));
+    #[cfg(target_arch = "x86_64")]
+    if d % 16 == 0 && avx512::available() {
+        // SAFETY: the CPU has AVX-512F; the assert bounds every row read and write.
+        return unsafe { avx512::chunk_pv(p, rep, d, v, keys, acc) };
+    }
+    chunk_pv_any(p, rep, d, v, keys, acc)
+}
+
+#[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+fn chunk_pv_any(p: &[f32], rep: usize, d: usize, v: &[f32], keys: &[u32], acc: &mut [f32]) {
     let nk = keys.len();
-    for (jj, &j) in keys.iter().enumerate() {
-        let vr = &v[j as usize * d..(j as usize + 1) * d];
+    for r in 0..rep {
+        let pr = &p[r * nk..(r + 1) * nk];
+        let out = &mut acc[r * d..(r + 1) * d];
+        let mut c = 0;
+        while c + 64 <= d {
+            pv_block::<64>(pr, d, c, v, keys, &mut out[c..c + 64], r == 0 && c == 0);
+            c += 64;
+        }
+        while c + 16 <= d {
+            pv_block::<16>(pr, d, c, v, keys, &mut out[c..c + 16], false);
+            c += 16;
+        }
+        for c in c..d {
+            pv_block::<1>(pr, d, c, v, keys, &mut out[c..c + 1], false);
+        }
+    }
+}
+
+/// out[..W] += sum_jj p[jj] v_{keys[jj]}[c..c + W]; the first pass over the rows prefetches them.
+#[inline(always)]
+fn pv_block<const W: usize>(p: &[f32], d: usize, c: usize, v: &[f32], keys: &[u32], out: &mut [f32], prefetch: bool) {
+    let mut a = [0f32; W];
+    a.copy_from_slice(out);
+    for (jj, (&j, &pj)) in keys.iter().zip(p).enumerate() {
+        if prefetch {
+            prefetch_row(v, keys, jj, d);
+        }
+        let x = &v[j as usize * d + c..j as usize * d + c + W];
+        for l in 0..W {
+            a[l] = pj.mul_add(x[l], a[l]);
+        }
+    }
+    out.copy_from_slice(&a);
+}
+
+/// The chunk kernels in AVX-512 for head dims that are a multiple of 16: compiled from the
+/// portable loops, the scores ran two lanes wide.
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use super::PREFETCH_AHEAD;
+    use std::arch::x86_64::*;
+
+    pub fn available() -> bool {
+        is_x86_feature_detected!("avx512f")
+    }
+
+    #[inline(always)]
+    unsafe fn prefetch(x: *const f32, keys: &[u32], jj: usize, d: usize) {
+        if let Some(&j) = keys.get(jj + PREFETCH_AHEAD) {
+            let row = x.add(j as usize * d);
+            let mut c = 0;
+            while c < d {
+                _mm_prefetch(row.add(c).cast(), _MM_HINT_T0);
+                c += 16;
+            }
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F; d % 16 == 0; q holds rep x d, s rep x keys.len(), k every row of `keys`.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn chunk_scores(q: &[f32], rep: usize, d: usize, k: &[f32], keys: &[u32], s: &mut [f32]) {
+        // The common head dims get loops the compiler unrolls; the others a loop over d.
+        match d {
+            64 => scores_d::<64>(q, rep, k, keys, s),
+            128 => scores_d::<128>(q, rep, k, keys, s),
+            256 => scores_d::<256>(q, rep, k, keys, s),
+            _ => scores_any(q, rep, d, k, keys, s),
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn dot16(q: *const f32, k: *const f32, d: usize) -> f32 {
+        // Two chains of multiply-adds, so that their latency overlaps.
+        let (mut a, mut b) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        let mut c = 0;
+        while c + 32 <= d {
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(q.add(c)), _mm512_loadu_ps(k.add(c)), a);
+            b = _mm512_fmadd_ps(_mm512_loadu_ps(q.add(c + 16)), _mm512_loadu_ps(k.add(c + 16)), b);
+            c += 32;
+        }
+        if c < d {
+            a = _mm512_fmadd_ps(_mm512_loadu_ps(q.add(c)), _mm512_loadu_ps(k.add(c)), a);
+        }
+        _mm512_reduce_add_ps(_mm512_add_ps(a, b))
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn scores_d<const D: usize>(q: &[f32], rep: usize, k: &[f32], keys: &[u32], s: &mut [f32]) {
+        let (nk, q, k, s) = (keys.len(), q.as_ptr(), k.as_ptr(), s.as_mut_ptr());
+        for (jj, &j) in keys.iter().enumerate() {
+            prefetch(k, keys, jj, D);
+            let kr = k.add(j as usize * D);
+            for r in 0..rep {
+                *s.add(r * nk + jj) = dot16(q.add(r * D), kr, D);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn scores_any(q: &[f32], rep: usize, d: usize, k: &[f32], keys: &[u32], s: &mut [f32]) {
+        let (nk, q, k, s) = (keys.len(), q.as_ptr(), k.as_ptr(), s.as_mut_ptr());
+        for (jj, &j) in keys.iter().enumerate() {
+            prefetch(k, keys, jj, d);
+            let kr = k.add(j as usize * d);
+            for r in 0..rep {
+                *s.add(r * nk + jj) = dot16(q.add(r * d), kr, d);
+            }
+        }
+    }
+
+    /// # Safety
+    /// AVX-512F; d % 16 == 0; p holds rep x keys.len(), acc rep x d, v every row of `keys`.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn chunk_pv(p: &[f32], rep: usize, d: usize, v: &[f32], keys: &[u32], acc: &mut [f32]) {
+        match d {
+            64 => pv_d::<64>(p, rep, v, keys, acc),
+            128 => pv_d::<128>(p, rep, v, keys, acc),
+            256 => pv_d::<256>(p, rep, v, keys, acc),
+            _ => pv_any(p, rep, d, v, keys, acc),
+        }
+    }
+
+    /// out[c..c + 16 U] += sum_jj p[jj] v_{keys[jj]}[c..c + 16 U], the sums in U registers over
+    /// the whole chunk (summed key after key into memory, each multiply-add also cost a load and
+    /// a store).
+    #[inline(always)]
+    unsafe fn pv_block<const U: usize>(p: *const f32, d: usize, c: usize, v: *const f32, keys: &[u32], out: *mut f32, first: bool) {
+        let mut a = [_mm512_setzero_ps(); U];
+        for (u, a) in a.iter_mut().enumerate() {
+            *a = _mm512_loadu_ps(out.add(c + 16 * u));
+        }
+        for (jj, &j) in keys.iter().enumerate() {
+            if first {
+                prefetch(v, keys, jj, d);
+            }
+            let (w, x) = (_mm512_set1_ps(*p.add(jj)), v.add(j as usize * d + c));
+            for (u, a) in a.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(w, _mm512_loadu_ps(x.add(16 * u)), *a);
+            }
+        }
+        for (u, a) in a.iter().enumerate() {
+            _mm512_storeu_ps(out.add(c + 16 * u), *a);
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn pv_d<const D: usize>(p: &[f32], rep: usize, v: &[f32], keys: &[u32], acc: &mut [f32]) {
+        let nk = keys.len();
         for r in 0..rep {
-            let pr = p[r * nk + jj];
-            for (a, x) in acc[r * d..(r + 1) * d].iter_mut().zip(vr) {
-                *a = pr.mul_add(*x, *a);
+            let (pr, out) = (p.as_ptr().add(r * nk), acc.as_mut_ptr().add(r * D));
+            for c in (0..D).step_by(64) {
+                pv_block::<4>(pr, D, c, v.as_ptr(), keys, out, r == 0 && c == 0);
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    unsafe fn pv_any(p: &[f32], rep: usize, d: usize, v: &[f32], keys: &[u32], acc: &mut [f32]) {
+        let nk = keys.len();
+        for r in 0..rep {
+            let (pr, out) = (p.as_ptr().add(r * nk), acc.as_mut_ptr().add(r * d));
+            let mut c = 0;
+            while c + 64 <= d {
+                pv_block::<4>(pr, d, c, v.as_ptr(), keys, out, r == 0 && c == 0);
+                c += 64;
+            }
+            while c < d {
+                pv_block::<1>(pr, d, c, v.as_ptr(), keys, out, r == 0 && c == 0);
+                c += 16;
             }
         }
     }
@@ -330,6 +563,73 @@ mod tests {
                     assert!(err < 1e-5, "{how:?} t {t} w {window} k {k}: {err}");
                 }
             }
+        }
+    }
+
+    /// Decode attention alone at SmolLM2's shapes (30 layers, 3 KV heads of 64, 9 query heads)
+    /// over an 8K cache: ms per step, dense vs top-k (K=8, k=2, window 128). A benchmark:
+    /// `cargo test -p focus-core --lib generate::decode::tests::speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn speed() {
+        use crate::focus::sinkhorn::CausalSinkhorn;
+        let mut rng = StdRng::seed_from_u64(3);
+        let n: usize = std::env::var("DECODE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(8180);
+        let (hkv, heads, d, layers) = (3, 9, 64, 30);
+        let caches: Vec<LayerCache> = (0..layers)
+            .map(|_| {
+                let mut c = LayerCache::new(hkv, d, Some(CachedRouting::new(8, 2, Some(CausalSinkhorn::new(8, 1.0, 10)))));
+                let kv: Vec<f32> = (0..hkv * n * d).map(|_| rng.gen::<f32>() - 0.5).collect();
+                c.push_kv(&kv, &kv, n);
+                let ro = c.routing.as_mut().unwrap();
+                for _ in 0..n {
+                    let s: Vec<f32> = (0..8).map(|_| rng.gen::<f32>()).collect();
+                    let m = ro.sinkhorn.as_mut().unwrap().push(&s);
+                    ro.push(&s, &m);
+                }
+                c
+            })
+            .collect();
+        let q: Vec<f32> = (0..heads * d).map(|_| rng.gen::<f32>() - 0.5).collect();
+        let own = LayerAttention::default();
+        {
+            let keys: Vec<u32> = (0..512).collect();
+            let mut sc = vec![0f32; 3 * 512];
+            let mut acc = vec![0f32; 3 * 64];
+            let t0 = std::time::Instant::now();
+            for _ in 0..1000 {
+                chunk_scores(&q[..3 * 64], 3, 64, &caches[0].k[0], &keys, &mut sc);
+            }
+            let t1 = t0.elapsed().as_secs_f64();
+            let t0 = std::time::Instant::now();
+            for _ in 0..1000 {
+                chunk_pv(&sc, 3, 64, &caches[0].v[0], &keys, &mut acc);
+            }
+            let t2 = t0.elapsed().as_secs_f64();
+            let t0 = std::time::Instant::now();
+            for _ in 0..1000 {
+                for r in 0..3 { std::hint::black_box(softmax_terms(&mut sc[r * 512..(r + 1) * 512])); }
+            }
+            let t3 = t0.elapsed().as_secs_f64();
+            eprintln!("in cache, ns per key: scores {:.1}, pv {:.1}, softmax {:.1}", t1 / 512e3 * 1e9, t2 / 512e3 * 1e9, t3 / 512e3 * 1e9);
+        }
+        for how in [DecodeAttention::Dense, DecodeAttention::TopK { window: 128 }] {
+            let best = (0..7)
+                .map(|_| {
+                    let t0 = std::time::Instant::now();
+                    for c in &caches {
+                        std::hint::black_box(attend(&q, heads, c, how, &own).unwrap());
+                    }
+                    t0.elapsed().as_secs_f64()
+                })
+                .fold(f64::INFINITY, f64::min);
+            let t0 = std::time::Instant::now();
+            for c in &caches {
+                std::hint::black_box(selected_keys(c, how).unwrap());
+            }
+            eprintln!("  selected_keys: {:.2} ms", t0.elapsed().as_secs_f64() * 1e3);
+            let (_, read) = attend(&q, heads, &caches[0], how, &own).unwrap();
+            eprintln!("{how:?} n {n}: {:.2} ms per step ({:.1} GB/s of cache rows)", best * 1e3, read.kv as f64 * layers as f64 / best / 1e9);
         }
     }
 
