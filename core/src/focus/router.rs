@@ -3,7 +3,7 @@
 //! (`LayerRouting`). `route` is the inference path (host Sinkhorn), `route_tensor` the
 //! differentiable one for training.
 
-use super::adapter::Adapter;
+use super::adapter::{Adapter, Score};
 use super::mask::topk_mask;
 use super::sinkhorn::{sinkhorn, sinkhorn_tensor, SinkhornGrad};
 use super::sinkhorn_fused::sinkhorn_fused;
@@ -84,6 +84,10 @@ impl Adapter {
     /// (T x d_model), before Sinkhorn (generation balances them incrementally).
     pub fn scores(&self, l: usize, h: &Tensor) -> Result<(Tensor, Vec<f32>)> {
         let r = &self.layers[l];
+        if let Some((vecs, scores)) = one_row_scores(self.config.score, r, h)? {
+            let d_g = vecs.len();
+            return Ok((Tensor::from_vec(vecs, (1, d_g), h.device())?, scores));
+        }
         let vecs = h.matmul(&r.proj)?;
         let scores = self.config.score.scores(&vecs, &r.centroids)?.flatten_all()?.to_vec1::<f32>()?;
         Ok((vecs, scores))
@@ -101,10 +105,67 @@ impl Adapter {
     }
 }
 
+/// The routing vector and scores of one f32 row `h` on the CPU, in plain loops; `None` for any
+/// other input, or parameters a gradient tracks. A generation step routes one token per layer,
+/// and candle's matmul packed W_g for each of them (about a tenth of a top-k step).
+fn one_row_scores(score: Score, r: &Router, h: &Tensor) -> Result<Option<(Vec<f32>, Vec<f32>)>> {
+    use candle_core::{DType, Device, Storage};
+    let host = |t: &Tensor| matches!(t.device(), Device::Cpu) && t.dtype() == DType::F32 && !t.track_op() && t.is_contiguous();
+    if h.rank() != 2 || h.dim(0)? != 1 || !host(h) || !host(&r.proj) || !host(&r.centroids) {
+        return Ok(None);
+    }
+    let ((dm, dg), (_, dg2)) = (r.proj.dims2()?, r.centroids.dims2()?);
+    if h.dim(1)? != dm || dg2 != dg {
+        return Ok(None);
+    }
+    let x = h.flatten_all()?.to_vec1::<f32>()?;
+    let (ps, pl) = r.proj.storage_and_layout();
+    let Storage::Cpu(p) = &*ps else { return Ok(None) };
+    let w = &p.as_slice::<f32>()?[pl.start_offset()..pl.start_offset() + dm * dg];
+    // v = h W_g, row after row of W_g: d_g lanes of multiply-adds.
+    let mut v = vec![0f32; dg];
+    for (xi, row) in x.iter().zip(w.chunks_exact(dg)) {
+        v.iter_mut().zip(row).for_each(|(a, b)| *a = xi.mul_add(*b, *a));
+    }
+    let c = r.centroids.to_vec2::<f32>()?;
+    let unit = |u: &[f32]| -> Vec<f32> {
+        let n = (u.iter().map(|x| x * x).sum::<f32>() + 1e-12).sqrt();
+        u.iter().map(|x| x / n).collect()
+    };
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    let scores = match score {
+        Score::Dot => c.iter().map(|ci| dot(&v, ci)).collect(),
+        Score::Cosine => {
+            let vu = unit(&v);
+            c.iter().map(|ci| dot(&vu, &unit(ci))).collect()
+        }
+    };
+    Ok(Some((v, scores)))
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one-row scores equal candle's matmuls, for both score functions.
+    #[test]
+    fn one_row_scores_equal_the_matmuls() {
+        use candle_core::Device;
+        let dev = Device::Cpu;
+        let r = Router { proj: Tensor::randn(0f32, 0.1, (96, 16), &dev).unwrap(), centroids: Tensor::randn(0f32, 1.0, (8, 16), &dev).unwrap() };
+        let h = Tensor::randn(0f32, 1.0, (1, 96), &dev).unwrap();
+        for score in [Score::Dot, Score::Cosine] {
+            let (v, s) = one_row_scores(score, &r, &h).unwrap().expect("one host row");
+            let vt = h.matmul(&r.proj).unwrap();
+            let want_v = vt.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let want_s = score.scores(&vt, &r.centroids).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            for (a, b) in v.iter().zip(&want_v).chain(s.iter().zip(&want_s)) {
+                assert!((a - b).abs() < 1e-5, "{score:?}: {a} vs {b}");
+            }
+        }
+        // Two rows are left to candle.
+        assert!(one_row_scores(Score::Dot, &r, &Tensor::zeros((2, 96), candle_core::DType::F32, &dev).unwrap()).unwrap().is_none());
+    }
 
     #[test]
     fn top_groups_break_ties_by_index() {

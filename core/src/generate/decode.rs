@@ -7,7 +7,7 @@
 //! Keys are split into chunks over which partial softmaxes run in parallel and are merged by
 //! log-sum-exp (flash decoding); every query head of a KV head reads each key row once.
 
-use super::kv_cache::LayerCache;
+use super::kv_cache::{Bucket, LayerCache};
 use crate::attention::cpu::simd::exp;
 use crate::attention::fused::GateFn;
 use crate::error::{Error, Result};
@@ -186,30 +186,60 @@ pub fn attend(q: &[f32], heads: usize, cache: &LayerCache, how: DecodeAttention,
         return Err(Error::Invalid(format!("decode attention: {heads} query heads of {} values over {hkv} KV heads of {d}", q.len() / heads.max(1))));
     }
     let rep = heads / hkv;
-    let (mut keys, index) = selected_keys(cache, how)?;
     let newest = n - 1;
-    if let Some(w) = own.window {
-        keys.retain(|&j| newest - (j as usize) < w);
-    }
+    // The first position the layer's own sliding window keeps.
+    let from = own.window.map_or(0, |w| n.saturating_sub(w));
+    // The selected keys as runs of rows: the local window from the position-ordered rows, and
+    // with current buckets, each bucket whose set meets the query's, its distant positions
+    // (a prefix of the bucket: positions ascend); else every selected key gathered.
+    let (sources, index): (Vec<(Rows, Vec<u32>)>, u64) = match (how, cache.buckets.as_ref(), cache.routing.as_ref()) {
+        (DecodeAttention::TopK { window }, Some(b), Some(r)) if cache.buckets_current() && !mask::all_local(n, window) => {
+            let (mi, distant) = (r.masks[newest], newest - window);
+            let mut sources = vec![(Rows::Positions, (distant.max(from) as u32..=newest as u32).collect::<Vec<u32>>())];
+            for bk in b.lists.iter().filter(|bk| mask::share_group(mi, bk.mask)) {
+                let lo = bk.pos.partition_point(|&j| (j as usize) < from);
+                let hi = bk.pos.partition_point(|&j| (j as usize) < distant);
+                if hi > lo {
+                    sources.push((Rows::Bucket(bk), (lo as u32..hi as u32).collect()));
+                }
+            }
+            // One top-k set read per bucket.
+            (sources, 8 * b.lists.len() as u64)
+        }
+        _ => {
+            let (mut keys, index) = selected_keys(cache, how)?;
+            keys.retain(|&j| j as usize >= from);
+            (vec![(Rows::Positions, keys)], index)
+        }
+    };
     let scale = 1.0 / (d as f32).sqrt();
-    // Soft gates: per selected key, the affinity with the query and whether it is distant.
+    // Soft gates (one run of positions): per selected key, the affinity with the query and
+    // whether it is distant.
     let gates: Option<(GateFn, Vec<(f32, bool)>)> = match how {
         DecodeAttention::Soft { gate, window } => {
             let r = cache.routing.as_ref().expect("selected_keys checked the routing");
             let gi = r.row(n - 1);
-            let a = keys.iter().map(|&j| (gi.iter().zip(r.row(j as usize)).map(|(x, y)| x * y).sum::<f32>(), n - 1 - j as usize > window)).collect();
+            let a = sources[0].1.iter().map(|&j| (gi.iter().zip(r.row(j as usize)).map(|(x, y)| x * y).sum::<f32>(), n - 1 - j as usize > window)).collect();
             Some((gate, a))
         }
         _ => None,
     };
-    let chunks: Vec<(usize, usize)> = (0..hkv).flat_map(|h| (0..keys.len().div_ceil(CHUNK)).map(move |c| (h, c))).collect();
-    let parts: Vec<Partial> = chunks
+    // Tasks (KV head, run, chunk), head after head.
+    let tasks: Vec<(usize, usize, usize)> = (0..hkv)
+        .flat_map(|h| sources.iter().enumerate().flat_map(move |(si, (_, ks))| (0..ks.len().div_ceil(CHUNK)).map(move |c| (h, si, c))))
+        .collect();
+    let parts: Vec<Partial> = tasks
         .par_iter()
-        .map(|&(h, c)| {
+        .map(|&(h, si, c)| {
+            let (rows, keys) = &sources[si];
+            let (kr, vr) = match rows {
+                Rows::Positions => (&cache.k[h], &cache.v[h]),
+                Rows::Bucket(b) => (&b.k[h], &b.v[h]),
+            };
             let ks = &keys[c * CHUNK..(c * CHUNK + CHUNK).min(keys.len())];
             let qh: Vec<f32> = q[h * rep * d..(h + 1) * rep * d].iter().map(|x| x * scale).collect();
             let mut s = vec![0f32; rep * ks.len()];
-            chunk_scores(&qh, rep, d, &cache.k[h], ks, &mut s);
+            chunk_scores(&qh, rep, d, kr, ks, &mut s);
             if let Some(c) = own.softcap {
                 let c = c as f32;
                 s.iter_mut().for_each(|x| *x = c * (*x / c).tanh());
@@ -226,12 +256,12 @@ pub fn attend(q: &[f32], heads: usize, cache: &LayerCache, how: DecodeAttention,
             for r in 0..rep {
                 (p.max[r], p.sum[r]) = softmax_terms(&mut s[r * ks.len()..(r + 1) * ks.len()]);
             }
-            chunk_pv(&s, rep, d, &cache.v[h], ks, &mut p.acc);
+            chunk_pv(&s, rep, d, vr, ks, &mut p.acc);
             p
         })
         .collect();
     let mut out = vec![0f32; heads * d];
-    let per_head = keys.len().div_ceil(CHUNK);
+    let per_head = tasks.len() / hkv;
     for h in 0..hkv {
         let ps = &parts[h * per_head..(h + 1) * per_head];
         for r in 0..rep {
@@ -248,9 +278,18 @@ pub fn attend(q: &[f32], heads: usize, cache: &LayerCache, how: DecodeAttention,
         }
     }
     let tb = cache.token_bytes();
+    let kept: usize = sources.iter().map(|(_, ks)| ks.len()).sum();
     // Dense attention of this layer reads its window at most.
     let dense = own.window.map_or(n, |w| w.min(n));
-    Ok((out, ReadBytes { kv: keys.len() as u64 * tb, index, dense: dense as u64 * tb }))
+    Ok((out, ReadBytes { kv: kept as u64 * tb, index, dense: dense as u64 * tb }))
+}
+
+/// Where a run of selected keys is read from.
+enum Rows<'a> {
+    /// The position-ordered rows (`LayerCache::k`, `v`); keys are positions.
+    Positions,
+    /// One bucket's rows; keys are indices into the bucket.
+    Bucket(&'a Bucket),
 }
 
 /// s[r][jj] = q_r . k_{keys[jj]} for the `rep` query rows of one KV head (q pre-scaled).
@@ -552,8 +591,12 @@ mod tests {
             // The last query row of q.
             let qi: Vec<f32> = (0..heads).flat_map(|h| q[(h * t + t - 1) * d..(h * t + t) * d].to_vec()).collect();
             let s = Shape { heads, kv_heads: hkv, t, d };
-            for how in [DecodeAttention::Dense, DecodeAttention::TopK { window }] {
-                let (got, read) = attend(&qi, heads, &cache, how, &LayerAttention::default()).unwrap();
+            // Top-k again over the bucketed rows (`kv_cache::Buckets`).
+            let mut bucketed = cache.clone();
+            bucketed.enable_buckets();
+            assert!(bucketed.buckets_current());
+            for (how, cache) in [(DecodeAttention::Dense, &cache), (DecodeAttention::TopK { window }, &cache), (DecodeAttention::TopK { window }, &bucketed)] {
+                let (got, read) = attend(&qi, heads, cache, how, &LayerAttention::default()).unwrap();
                 let want = masked_dense_reference(&q, &kk, &v, s, |i, j| how == DecodeAttention::Dense || mask::kept(&masks, window, i, j));
                 let kept = (0..t).filter(|&j| how == DecodeAttention::Dense || mask::kept(&masks, window, t - 1, j)).count();
                 assert_eq!(read.kv, kept as u64 * cache.token_bytes(), "{how:?}: rows read");
@@ -563,6 +606,14 @@ mod tests {
                     assert!(err < 1e-5, "{how:?} t {t} w {window} k {k}: {err}");
                 }
             }
+            // With a layer's own sliding window (which composes with the mask) and a soft-cap,
+            // the buckets keep exactly the gathered rows' keys.
+            let own = LayerAttention { window: Some(rng.gen_range(1..t + 50)), softcap: Some(5.0), ..LayerAttention::default() };
+            let how = DecodeAttention::TopK { window };
+            let ((a, ra), (b, rb)) = (attend(&qi, heads, &cache, how, &own).unwrap(), attend(&qi, heads, &bucketed, how, &own).unwrap());
+            assert_eq!(ra.kv, rb.kv, "own window {:?}: rows read", own.window);
+            let err = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+            assert!(err < 1e-5, "own window {:?}: {err}", own.window);
         }
     }
 
@@ -587,6 +638,7 @@ mod tests {
                     let m = ro.sinkhorn.as_mut().unwrap().push(&s);
                     ro.push(&s, &m);
                 }
+                c.enable_buckets();
                 c
             })
             .collect();

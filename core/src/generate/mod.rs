@@ -89,7 +89,16 @@ impl<'a> Generator<'a> {
             _ => Strategy::KvCache,
         };
         let layers = empty_layers(decoder, adapter, k)?;
-        Ok(Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new(), cancel: None })
+        let mut g = Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new(), cancel: None };
+        g.bucket_for_topk();
+        Ok(g)
+    }
+
+    /// Cached top-k steps on the CPU read bucketed rows (`kv_cache::Buckets`).
+    fn bucket_for_topk(&mut self) {
+        if self.strategy == Strategy::KvCache && matches!(self.mode, Mode::TopK(_)) {
+            self.layers.iter_mut().for_each(LayerCache::enable_buckets);
+        }
     }
 
     /// Stops the generator when `cancel` is set: a step not yet begun, or a prefill or
@@ -106,6 +115,7 @@ impl<'a> Generator<'a> {
         }
         g.layers = layers.into_iter().map(|l| l.to_device(&decoder.device)).collect::<Result<_>>()?;
         g.ids = ids;
+        g.bucket_for_topk();
         Ok(g)
     }
 
