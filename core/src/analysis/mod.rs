@@ -77,7 +77,7 @@ pub fn analyze(
     adapter_name: &str,
     text: &str,
     opts: &AnalyzeOptions,
-    mut progress: impl FnMut(usize, usize),
+    mut progress: impl FnMut(usize, usize) + Send,
 ) -> Result<Analysis> {
     let tok = model.tokenizer()?;
     let enc = tok.encode(text, false)?;
@@ -104,9 +104,8 @@ pub fn analyze(
         // The plan hook runs as each layer starts: the one place a forward pass reports where it is.
         let base = s * n_layers;
         let total = segments.len() * n_layers;
-        let progress_cell = std::cell::RefCell::new(&mut progress);
         let out = model.decoder.forward_with(ids, &fo, |l, _| {
-            (progress_cell.borrow_mut())(base + l, total);
+            progress(base + l, total);
             Ok(None)
         })?;
         for (l, r) in out.routing.into_iter().enumerate() {

@@ -176,12 +176,16 @@ impl<'a> Generator<'a> {
     }
 
     /// One token at position `ids.len()` through every block, attending over the cache.
-    /// The step runs on a worker of the thread pool that runs its products: from outside the
-    /// pool, the calling thread ran the serial parts while the idle workers spun for the next
-    /// product, three threads on the machine's cores (a third of a 2-core step went to the
-    /// scheduler).
+    /// On the CPU the step runs on a worker of the thread pool that runs its products: from
+    /// outside the pool, the calling thread ran the serial parts while the idle workers spun for
+    /// the next product, three threads on the machine's cores (a third of a 2-core step went to
+    /// the scheduler). A GPU step stays on the calling thread, where its CUDA context is.
     fn step(&mut self, id: u32) -> Result<Step> {
-        rayon::scope(|_| self.step_in_pool(id))
+        if self.decoder.device.is_cpu() {
+            rayon::scope(|_| self.step_in_pool(id))
+        } else {
+            self.step_in_pool(id)
+        }
     }
 
     fn step_in_pool(&mut self, id: u32) -> Result<Step> {

@@ -157,7 +157,7 @@ impl Decoder {
         &self,
         ids: &[u32],
         opts: &ForwardOptions,
-        plan_override: impl FnMut(usize, Option<&LayerRouting>) -> Result<Option<LayerPlan>>,
+        plan_override: impl FnMut(usize, Option<&LayerRouting>) -> Result<Option<LayerPlan>> + Send,
     ) -> Result<ForwardOutput> {
         let mut hook = PlanOverride(plan_override);
         let t = ids.len();
@@ -253,7 +253,18 @@ impl Decoder {
     /// The layer loop. Inference (`!opts.differentiable`) runs one sequence through the fused
     /// kernels and routes on the host; training runs a batch through ops with a backward pass
     /// and routes with differentiable Sinkhorn. `hook` sees each layer (inference only).
-    pub fn run(&self, seqs: &[&[u32]], opts: &ForwardOptions, hook: &mut dyn LayerHook) -> Result<RunEnd> {
+    /// On the CPU the pass runs on a worker of the thread pool that runs its kernels: from
+    /// outside the pool, the calling thread ran the serial parts while the idle workers spun,
+    /// more threads than cores (measured: a 1024-token SmolLM2 forward 17% faster, a decode step
+    /// 2x). On a GPU it stays on the calling thread, where its CUDA context is.
+    pub fn run(&self, seqs: &[&[u32]], opts: &ForwardOptions, hook: &mut (dyn LayerHook + Send)) -> Result<RunEnd> {
+        if self.device.is_cpu() {
+            return rayon::scope(|_| self.run_here(seqs, opts, hook));
+        }
+        self.run_here(seqs, opts, hook)
+    }
+
+    fn run_here(&self, seqs: &[&[u32]], opts: &ForwardOptions, hook: &mut (dyn LayerHook + Send)) -> Result<RunEnd> {
         self.check(seqs, opts)?;
         let (b, t) = (seqs.len(), seqs[0].len());
         let train = opts.differentiable;
