@@ -14,13 +14,18 @@
 // Soft mode (gate 1 = log, 2 = paper) gates each distant key by its affinity
 // a = memb_i . memb_j with the query (memberships (cap, K), the newest row included), as
 // attention::fused::GateFn does: s + ln(a + eps), or s * sigmoid(lambda a).
-// f32 throughout (the decode cache is f32); head dims up to 256 (8 values per lane).
+// f32 throughout (the decode cache is f32); head dims up to 256 (at most 8 values per lane).
 
 #include <stdint.h>
 
 #define WARPS 4
 #define MAXPER 8
+// The most positions a partial takes (attention::cuda::decode's CHUNK).
+#define MAXCHUNK 256
 
+// Each key is taken by a group of G lanes (a power of two, at most MAXPER values each), so that
+// a warp has 32 / G keys in flight: with one key per warp (G = 32 for every head dim) a step
+// waited on one row's load after another, and its time hardly depended on the context.
 extern "C" __global__ void decode_partial(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned long long* __restrict__ masks, float* __restrict__ part_m, float* __restrict__ part_l,
@@ -31,10 +36,16 @@ extern "C" __global__ void decode_partial(
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int kvh = h / rep;
     const int i = n - 1;
-    const int per = (d + 31) / 32;
+    int G = 1;
+    while (G < 32 && G * MAXPER < d) G <<= 1;
+    const int per = (d + G - 1) / G;
+    const int sub = lane / G, gl = lane % G;
+    const unsigned gmask = G == 32 ? 0xffffffffu : ((1u << G) - 1u) << (sub * G);
+    // This lane group's slot among the block's NG groups; the groups take keys in turn.
+    const int NG = WARPS * (32 / G), slot = warp * (32 / G) + sub;
     float qr[MAXPER], acc[MAXPER];
     for (int e = 0; e < MAXPER; e++) {
-        int x = lane + 32 * e;
+        int x = gl + G * e;
         qr[e] = (e < per && x < d) ? q[h * d + x] * scale : 0.f;
         acc[e] = 0.f;
     }
@@ -42,17 +53,37 @@ extern "C" __global__ void decode_partial(
     const int lo = from + c * chunk, hi = min(n, lo + chunk);
     const float* kh = k + (size_t)kvh * cap * d;
     const float* vh = v + (size_t)kvh * cap * d;
-    for (int j = lo + warp; j < hi; j += WARPS) {
-        // Local first: the newest key's set may not be on the device yet.
-        bool kept = !topk || i - j <= window || (masks[j] & qmask) != 0ull;
-        if (!kept) continue;
+    // Top-k: the chunk's kept positions first, in order, listed by the whole block (a ballot
+    // per warp), so that the lane groups then take kept keys only and never wait on a test.
+    __shared__ int kept_pos[MAXCHUNK];
+    __shared__ int warp_count[WARPS];
+    int nkept = hi - lo;
+    if (topk) {
+        nkept = 0;
+        for (int base = lo; base < hi; base += WARPS * 32) {
+            const int j = base + threadIdx.x;
+            // Local first: the newest key's set may not be on the device yet.
+            const bool keep = j < hi && (i - j <= window || (masks[j] & qmask) != 0ull);
+            const unsigned ballot = __ballot_sync(0xffffffffu, keep);
+            if (lane == 0) warp_count[warp] = __popc(ballot);
+            __syncthreads();
+            int before = nkept;
+            for (int w = 0; w < warp; w++) before += warp_count[w];
+            if (keep) kept_pos[before + __popc(ballot & ((1u << lane) - 1u))] = j;
+            for (int w = 0; w < WARPS; w++) nkept += warp_count[w];
+            __syncthreads();
+        }
+    }
+    for (int idx = slot; idx < nkept; idx += NG) {
+        const int j = topk ? kept_pos[idx] : lo + idx;
         const float* kr = kh + (size_t)j * d;
         float s = 0.f;
         for (int e = 0; e < per; e++) {
-            int x = lane + 32 * e;
+            int x = gl + G * e;
             if (x < d) s += qr[e] * kr[x];
         }
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
+        // Within the group only: the other groups of the warp may be at another key.
+        for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(gmask, s, o);
         if (softcap > 0.f) s = softcap * tanhf(s / softcap);
         if (gate != 0 && i - j > window) {
             float a = 0.f;
@@ -64,55 +95,76 @@ extern "C" __global__ void decode_partial(
         l = l * corr + p;
         const float* vr = vh + (size_t)j * d;
         for (int e = 0; e < per; e++) {
-            int x = lane + 32 * e;
+            int x = gl + G * e;
             acc[e] = acc[e] * corr + (x < d ? p * vr[x] : 0.f);
         }
         m = mn;
     }
-    // Merge the block's warps.
-    __shared__ float sm[WARPS], sl[WARPS];
-    __shared__ float so[WARPS][32 * MAXPER];
-    if (lane == 0) {
-        sm[warp] = m;
-        sl[warp] = l;
+    // Merge the block's lane groups (NG x d <= WARPS x 32 x MAXPER values).
+    __shared__ float sm[WARPS * 32], sl[WARPS * 32];
+    __shared__ float so[WARPS * 32 * MAXPER];
+    if (gl == 0) {
+        sm[slot] = m;
+        sl[slot] = l;
     }
-    for (int e = 0; e < per; e++) so[warp][lane + 32 * e] = acc[e];
+    for (int e = 0; e < per; e++) {
+        int x = gl + G * e;
+        if (x < d) so[slot * d + x] = acc[e];
+    }
     __syncthreads();
-    if (warp == 0) {
-        float mm = -INFINITY;
-        for (int w = 0; w < WARPS; w++) mm = fmaxf(mm, sm[w]);
-        float ll = 0.f, oo[MAXPER];
-        for (int e = 0; e < per; e++) oo[e] = 0.f;
-        for (int w = 0; w < WARPS; w++) {
-            float f = sm[w] == -INFINITY ? 0.f : expf(sm[w] - mm);
-            ll += f * sl[w];
-            for (int e = 0; e < per; e++) oo[e] += f * so[w][lane + 32 * e];
+    float mm = -INFINITY;
+    for (int g = 0; g < NG; g++) mm = fmaxf(mm, sm[g]);
+    const size_t out = (size_t)h * chunks + c;
+    for (int x = threadIdx.x; x < d; x += blockDim.x) {
+        float ll = 0.f, oo = 0.f;
+        for (int g = 0; g < NG; g++) {
+            float f = sm[g] == -INFINITY ? 0.f : expf(sm[g] - mm);
+            ll += f * sl[g];
+            oo += f * so[g * d + x];
         }
-        const size_t slot = (size_t)h * chunks + c;
-        if (lane == 0) {
-            part_m[slot] = mm;
-            part_l[slot] = ll;
+        if (x == 0) {
+            part_m[out] = mm;
+            part_l[out] = ll;
         }
-        for (int e = 0; e < per; e++) {
-            int x = lane + 32 * e;
-            if (x < d) part_o[slot * d + x] = oo[e];
-        }
+        part_o[out * d + x] = oo;
     }
 }
 
-// out (H, D): per head, the partials of its chunks merged. One block of 32 x MAXPER threads per head.
+// out (H, D): per head, the partials of its chunks merged. One block of 32 x MAXPER threads per
+// head: the chunks' maximum and weights in parallel (in tiles of the block's size), then each
+// thread sums one dimension over the chunks.
 extern "C" __global__ void decode_merge(const float* __restrict__ part_m, const float* __restrict__ part_l,
                                         const float* __restrict__ part_o, float* __restrict__ out, int d, int chunks) {
-    const int h = blockIdx.x, x = threadIdx.x;
-    if (x >= d) return;
+    const int h = blockIdx.x, x = threadIdx.x, T = blockDim.x;
+    __shared__ float red[32 * MAXPER];
+    __shared__ float wt[32 * MAXPER];
+    const float* pm = part_m + (size_t)h * chunks;
+    const float* pl = part_l + (size_t)h * chunks;
     float mm = -INFINITY;
-    for (int c = 0; c < chunks; c++) mm = fmaxf(mm, part_m[h * chunks + c]);
-    float ll = 0.f, o = 0.f;
-    for (int c = 0; c < chunks; c++) {
-        size_t slot = (size_t)h * chunks + c;
-        float f = part_m[slot] == -INFINITY ? 0.f : expf(part_m[slot] - mm);
-        ll += f * part_l[slot];
-        o += f * part_o[slot * d + x];
+    for (int c = x; c < chunks; c += T) mm = fmaxf(mm, pm[c]);
+    red[x] = mm;
+    __syncthreads();
+    for (int s = T / 2; s > 0; s >>= 1) {
+        if (x < s) red[x] = fmaxf(red[x], red[x + s]);
+        __syncthreads();
     }
-    out[h * d + x] = o / ll;
+    mm = red[0];
+    __syncthreads();
+    float ll = 0.f, o = 0.f;
+    for (int c0 = 0; c0 < chunks; c0 += T) {
+        const int c = c0 + x;
+        float f = 0.f;
+        if (c < chunks && pm[c] != -INFINITY) f = expf(pm[c] - mm);
+        wt[x] = f;
+        red[x] = c < chunks ? f * pl[c] : 0.f;
+        __syncthreads();
+        const int tile = min(T, chunks - c0);
+        if (x < d) {
+#pragma unroll 8
+            for (int t = 0; t < tile; t++) o += wt[t] * part_o[((size_t)h * chunks + c0 + t) * d + x];
+        }
+        for (int t = 0; t < tile; t++) ll += red[t];
+        __syncthreads();
+    }
+    if (x < d) out[h * d + x] = o / ll;
 }

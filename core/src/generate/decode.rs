@@ -685,6 +685,57 @@ mod tests {
         }
     }
 
+    /// Decode attention alone on a GPU at Qwen2.5-0.5B's shapes (24 layers, 2 KV heads of 64, 14
+    /// query heads) over a 32K cache: microseconds per step (all layers, one synchronisation
+    /// around them), dense vs top-k (K=8, k=2, window 128). A benchmark: the `--features cuda`
+    /// test binary with `generate::decode::tests::device_speed --ignored --nocapture`.
+    #[cfg(feature = "cuda")]
+    #[test]
+    #[ignore]
+    fn device_speed() {
+        use crate::focus::sinkhorn::CausalSinkhorn;
+        use candle_core::{Device, Tensor};
+        let dev = Device::new_cuda(0).expect("a CUDA device");
+        let mut rng = StdRng::seed_from_u64(5);
+        let n: usize = std::env::var("DECODE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(32000);
+        let (hkv, heads, d, layers) = (2, 14, 64, 24);
+        let caches: Vec<LayerCache> = (0..layers)
+            .map(|_| {
+                let mut c = LayerCache::new(hkv, d, Some(CachedRouting::new(8, 2, Some(CausalSinkhorn::new(8, 1.0, 10)))));
+                let kv: Vec<f32> = (0..hkv * n * d).map(|_| rng.gen::<f32>() - 0.5).collect();
+                c.push_kv(&kv, &kv, n);
+                let ro = c.routing.as_mut().unwrap();
+                for _ in 0..n {
+                    let s: Vec<f32> = (0..8).map(|_| rng.gen::<f32>()).collect();
+                    let m = ro.sinkhorn.as_mut().unwrap().push(&s);
+                    ro.push(&s, &m);
+                }
+                c.to_device(&dev).unwrap()
+            })
+            .collect();
+        let q = Tensor::from_vec((0..heads * d).map(|_| rng.gen::<f32>() - 0.5).collect::<Vec<f32>>(), (1, heads, 1, d), &dev).unwrap();
+        let own = LayerAttention::default();
+        for how in [DecodeAttention::Dense, DecodeAttention::TopK { window: 128 }, DecodeAttention::Dense, DecodeAttention::TopK { window: 128 }] {
+            let mut times = Vec::new();
+            let mut read = ReadBytes::default();
+            for _ in 0..20 {
+                dev.synchronize().unwrap();
+                let t0 = std::time::Instant::now();
+                read = ReadBytes::default();
+                for c in &caches {
+                    let (o, r) = attend_on_device(&q, heads, c, how, &own).unwrap();
+                    std::hint::black_box(o);
+                    read.add(r);
+                }
+                dev.synchronize().unwrap();
+                times.push(t0.elapsed().as_secs_f64());
+            }
+            times.sort_by(f64::total_cmp);
+            let t = times[times.len() / 2];
+            eprintln!("{how:?} n {n}: {:.1} us per step, {:.0} GB/s of cache rows, read {:.1}% of dense", t * 1e6, read.kv as f64 / t / 1e9, 100.0 * read.fraction());
+        }
+    }
+
     /// On a GPU, the decode kernel gives the CPU's output and reads the same rows: dense, top-k
     /// and soft, with a sliding window, a soft-cap, head dims that do not fill a warp's lanes
     /// and contexts over several chunks.
