@@ -13,6 +13,7 @@ use crate::attention::fused::GateFn;
 use crate::error::{Error, Result};
 use crate::focus::mask;
 use crate::model::config::LayerAttention;
+use crate::model::matvec::dot;
 use multiversion::multiversion;
 use rayon::prelude::*;
 use candle_core::Tensor;
@@ -310,32 +311,9 @@ fn chunk_scores_any(q: &[f32], rep: usize, d: usize, k: &[f32], keys: &[u32], s:
         prefetch_row(k, keys, jj, d);
         let kr = &k[j as usize * d..(j as usize + 1) * d];
         for r in 0..rep {
-            s[r * nk + jj] = tree_dot(&q[r * d..(r + 1) * d], kr);
+            s[r * nk + jj] = dot(&q[r * d..(r + 1) * d], kr);
         }
     }
-}
-
-/// A dot product over 16 lanes summed as a tree: `matvec::dot`'s in-order sum of the lanes is
-/// a chain of 15 dependent adds, which dominated a decode step's scores over head dims of 64.
-#[inline(always)]
-fn tree_dot(a: &[f32], b: &[f32]) -> f32 {
-    const L: usize = 16;
-    let mut acc = [0f32; L];
-    let (ca, cb) = (a.chunks_exact(L), b.chunks_exact(L));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..L {
-            acc[l] = x[l].mul_add(y[l], acc[l]);
-        }
-    }
-    let mut w = L / 2;
-    while w > 0 {
-        for l in 0..w {
-            acc[l] += acc[l + w];
-        }
-        w /= 2;
-    }
-    acc[0] + tail
 }
 
 /// Rows ahead that a gathered read asks the memory for.
@@ -617,33 +595,41 @@ mod tests {
         }
     }
 
+    /// A benchmark's host cache of `n` random tokens, routed by causal Sinkhorn (K=8, k=2).
+    fn routed_cache(rng: &mut StdRng, hkv: usize, d: usize, n: usize) -> LayerCache {
+        use crate::focus::sinkhorn::CausalSinkhorn;
+        let mut c = LayerCache::new(hkv, d, Some(CachedRouting::new(8, 2, Some(CausalSinkhorn::new(8, 1.0, 10)))));
+        let kv: Vec<f32> = (0..hkv * n * d).map(|_| rng.gen::<f32>() - 0.5).collect();
+        c.push_kv(&kv, &kv, n);
+        let ro = c.routing.as_mut().unwrap();
+        for _ in 0..n {
+            let s: Vec<f32> = (0..8).map(|_| rng.gen::<f32>()).collect();
+            let m = ro.sinkhorn.as_mut().unwrap().push(&s);
+            ro.push(&s, &m);
+        }
+        c
+    }
+
     /// Decode attention alone at SmolLM2's shapes (30 layers, 3 KV heads of 64, 9 query heads)
     /// over an 8K cache: ms per step, dense vs top-k (K=8, k=2, window 128). A benchmark:
-    /// `cargo test -p focus-core --lib generate::decode::tests::speed -- --ignored --nocapture`.
+    /// `cargo test --release -p focus-core --lib generate::decode::tests::speed -- --ignored --nocapture`
+    /// (the dev profile's debug assertions check every load of the intrinsics kernels).
     #[test]
     #[ignore]
     fn speed() {
-        use crate::focus::sinkhorn::CausalSinkhorn;
         let mut rng = StdRng::seed_from_u64(3);
         let n: usize = std::env::var("DECODE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(8180);
         let (hkv, heads, d, layers) = (3, 9, 64, 30);
         let caches: Vec<LayerCache> = (0..layers)
             .map(|_| {
-                let mut c = LayerCache::new(hkv, d, Some(CachedRouting::new(8, 2, Some(CausalSinkhorn::new(8, 1.0, 10)))));
-                let kv: Vec<f32> = (0..hkv * n * d).map(|_| rng.gen::<f32>() - 0.5).collect();
-                c.push_kv(&kv, &kv, n);
-                let ro = c.routing.as_mut().unwrap();
-                for _ in 0..n {
-                    let s: Vec<f32> = (0..8).map(|_| rng.gen::<f32>()).collect();
-                    let m = ro.sinkhorn.as_mut().unwrap().push(&s);
-                    ro.push(&s, &m);
-                }
+                let mut c = routed_cache(&mut rng, hkv, d, n);
                 c.enable_buckets();
                 c
             })
             .collect();
         let q: Vec<f32> = (0..heads * d).map(|_| rng.gen::<f32>() - 0.5).collect();
         let own = LayerAttention::default();
+        // The chunk kernels alone on one chunk of 512 keys that stays in cache.
         {
             let keys: Vec<u32> = (0..512).collect();
             let mut sc = vec![0f32; 3 * 512];
@@ -660,7 +646,9 @@ mod tests {
             let t2 = t0.elapsed().as_secs_f64();
             let t0 = std::time::Instant::now();
             for _ in 0..1000 {
-                for r in 0..3 { std::hint::black_box(softmax_terms(&mut sc[r * 512..(r + 1) * 512])); }
+                for r in 0..3 {
+                    std::hint::black_box(softmax_terms(&mut sc[r * 512..(r + 1) * 512]));
+                }
             }
             let t3 = t0.elapsed().as_secs_f64();
             eprintln!("in cache, ns per key: scores {:.1}, pv {:.1}, softmax {:.1}", t1 / 512e3 * 1e9, t2 / 512e3 * 1e9, t3 / 512e3 * 1e9);
@@ -693,26 +681,12 @@ mod tests {
     #[test]
     #[ignore]
     fn device_speed() {
-        use crate::focus::sinkhorn::CausalSinkhorn;
         use candle_core::{Device, Tensor};
         let dev = Device::new_cuda(0).expect("a CUDA device");
         let mut rng = StdRng::seed_from_u64(5);
         let n: usize = std::env::var("DECODE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(32000);
         let (hkv, heads, d, layers) = (2, 14, 64, 24);
-        let caches: Vec<LayerCache> = (0..layers)
-            .map(|_| {
-                let mut c = LayerCache::new(hkv, d, Some(CachedRouting::new(8, 2, Some(CausalSinkhorn::new(8, 1.0, 10)))));
-                let kv: Vec<f32> = (0..hkv * n * d).map(|_| rng.gen::<f32>() - 0.5).collect();
-                c.push_kv(&kv, &kv, n);
-                let ro = c.routing.as_mut().unwrap();
-                for _ in 0..n {
-                    let s: Vec<f32> = (0..8).map(|_| rng.gen::<f32>()).collect();
-                    let m = ro.sinkhorn.as_mut().unwrap().push(&s);
-                    ro.push(&s, &m);
-                }
-                c.to_device(&dev).unwrap()
-            })
-            .collect();
+        let caches: Vec<LayerCache> = (0..layers).map(|_| routed_cache(&mut rng, hkv, d, n).to_device(&dev).unwrap()).collect();
         let q = Tensor::from_vec((0..heads * d).map(|_| rng.gen::<f32>() - 0.5).collect::<Vec<f32>>(), (1, heads, 1, d), &dev).unwrap();
         let own = LayerAttention::default();
         for how in [DecodeAttention::Dense, DecodeAttention::TopK { window: 128 }, DecodeAttention::Dense, DecodeAttention::TopK { window: 128 }] {
