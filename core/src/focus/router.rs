@@ -122,10 +122,12 @@ fn one_row_scores(score: Score, r: &Router, h: &Tensor) -> Result<Option<(Vec<f3
     let (ps, pl) = r.proj.storage_and_layout();
     let Storage::Cpu(p) = &*ps else { return Ok(None) };
     let w = &p.as_slice::<f32>()?[pl.start_offset()..pl.start_offset() + dm * dg];
-    // v = h W_g, row after row of W_g: d_g lanes of multiply-adds.
+    // v = h W_g, row after row of W_g: d_g lanes of multiply-adds. Plain `*` and `+`: this
+    // crate's baseline target has no FMA, and `mul_add` became a call to the software `fmaf`
+    // per weight (most of a top-k step's routing cost).
     let mut v = vec![0f32; dg];
     for (xi, row) in x.iter().zip(w.chunks_exact(dg)) {
-        v.iter_mut().zip(row).for_each(|(a, b)| *a = xi.mul_add(*b, *a));
+        v.iter_mut().zip(row).for_each(|(a, b)| *a += xi * b);
     }
     let c = r.centroids.to_vec2::<f32>()?;
     let unit = |u: &[f32]| -> Vec<f32> {
