@@ -425,12 +425,12 @@ mod avx512 {
     /// AVX-512F; d % 16 == 0; q holds rep x d, s rep x keys.len(), k every row of `keys`.
     #[target_feature(enable = "avx512f")]
     pub unsafe fn chunk_scores(q: &[f32], rep: usize, d: usize, k: &[f32], keys: &[u32], s: &mut [f32]) {
-        // The common head dims get loops the compiler unrolls; the others a loop over d.
+        // The common head dims as constants, whose loops the compiler unrolls.
         match d {
-            64 => scores_d::<64>(q, rep, k, keys, s),
-            128 => scores_d::<128>(q, rep, k, keys, s),
-            256 => scores_d::<256>(q, rep, k, keys, s),
-            _ => scores_any(q, rep, d, k, keys, s),
+            64 => scores(q, rep, 64, k, keys, s),
+            128 => scores(q, rep, 128, k, keys, s),
+            256 => scores(q, rep, 256, k, keys, s),
+            _ => scores(q, rep, d, k, keys, s),
         }
     }
 
@@ -450,20 +450,8 @@ mod avx512 {
         _mm512_reduce_add_ps(_mm512_add_ps(a, b))
     }
 
-    #[target_feature(enable = "avx512f")]
-    unsafe fn scores_d<const D: usize>(q: &[f32], rep: usize, k: &[f32], keys: &[u32], s: &mut [f32]) {
-        let (nk, q, k, s) = (keys.len(), q.as_ptr(), k.as_ptr(), s.as_mut_ptr());
-        for (jj, &j) in keys.iter().enumerate() {
-            prefetch(k, keys, jj, D);
-            let kr = k.add(j as usize * D);
-            for r in 0..rep {
-                *s.add(r * nk + jj) = dot16(q.add(r * D), kr, D);
-            }
-        }
-    }
-
-    #[target_feature(enable = "avx512f")]
-    unsafe fn scores_any(q: &[f32], rep: usize, d: usize, k: &[f32], keys: &[u32], s: &mut [f32]) {
+    #[inline(always)]
+    unsafe fn scores(q: &[f32], rep: usize, d: usize, k: &[f32], keys: &[u32], s: &mut [f32]) {
         let (nk, q, k, s) = (keys.len(), q.as_ptr(), k.as_ptr(), s.as_mut_ptr());
         for (jj, &j) in keys.iter().enumerate() {
             prefetch(k, keys, jj, d);
@@ -479,10 +467,10 @@ mod avx512 {
     #[target_feature(enable = "avx512f")]
     pub unsafe fn chunk_pv(p: &[f32], rep: usize, d: usize, v: &[f32], keys: &[u32], acc: &mut [f32]) {
         match d {
-            64 => pv_d::<64>(p, rep, v, keys, acc),
-            128 => pv_d::<128>(p, rep, v, keys, acc),
-            256 => pv_d::<256>(p, rep, v, keys, acc),
-            _ => pv_any(p, rep, d, v, keys, acc),
+            64 => pv(p, rep, 64, v, keys, acc),
+            128 => pv(p, rep, 128, v, keys, acc),
+            256 => pv(p, rep, 256, v, keys, acc),
+            _ => pv(p, rep, d, v, keys, acc),
         }
     }
 
@@ -509,19 +497,8 @@ mod avx512 {
         }
     }
 
-    #[target_feature(enable = "avx512f")]
-    unsafe fn pv_d<const D: usize>(p: &[f32], rep: usize, v: &[f32], keys: &[u32], acc: &mut [f32]) {
-        let nk = keys.len();
-        for r in 0..rep {
-            let (pr, out) = (p.as_ptr().add(r * nk), acc.as_mut_ptr().add(r * D));
-            for c in (0..D).step_by(64) {
-                pv_block::<4>(pr, D, c, v.as_ptr(), keys, out, r == 0 && c == 0);
-            }
-        }
-    }
-
-    #[target_feature(enable = "avx512f")]
-    unsafe fn pv_any(p: &[f32], rep: usize, d: usize, v: &[f32], keys: &[u32], acc: &mut [f32]) {
+    #[inline(always)]
+    unsafe fn pv(p: &[f32], rep: usize, d: usize, v: &[f32], keys: &[u32], acc: &mut [f32]) {
         let nk = keys.len();
         for r in 0..rep {
             let (pr, out) = (p.as_ptr().add(r * nk), acc.as_mut_ptr().add(r * d));
