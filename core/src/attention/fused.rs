@@ -14,45 +14,12 @@
 //! tiles with f32 accumulation and softmax, head dim 64, K <= 16).
 
 use crate::error::{Error, Result};
-use crate::focus::adapter::{AdapterConfig, Gate};
+use crate::focus::adapter::AdapterConfig;
+pub use crate::focus::gate::GateFn;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
 use std::sync::{Arc, Mutex};
-
-/// The gate on distant pairs (i - j > window); local pairs are never gated.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum GateFn {
-    /// No gate: plain causal attention (dense).
-    None,
-    /// s = u + ln(a + eps).
-    Log { eps: f32 },
-    /// s = u * sigmoid(lambda * a).
-    Paper { lambda: f32 },
-}
-
-impl GateFn {
-    pub fn of(cfg: &AdapterConfig) -> GateFn {
-        match cfg.gate {
-            Gate::Log => GateFn::Log { eps: cfg.log_eps as f32 },
-            Gate::Paper => GateFn::Paper { lambda: cfg.lambda as f32 },
-        }
-    }
-
-    /// The score of a pair from u = q.k / sqrt(d) and the affinity a (distant pairs only),
-    /// and the gate factor f (paper gate; 1 otherwise).
-    #[inline(always)]
-    pub fn score(self, u: f32, a: f32, distant: bool) -> (f32, f32) {
-        match (self, distant) {
-            (GateFn::Log { eps }, true) => (u + (a + eps).ln(), 1.0),
-            (GateFn::Paper { lambda }, true) => {
-                let f = 1.0 / (1.0 + (-lambda * a).exp());
-                (u * f, f)
-            }
-            _ => (u, 1.0),
-        }
-    }
-}
 
 /// One layer's training attention: shapes, RoPE, gate and window.
 #[derive(Debug, Clone)]
@@ -721,7 +688,7 @@ pub(crate) mod tests {
     //! both RoPE layouts and none.
     use super::*;
     use crate::attention::{attend_batch, soft::soft_plan, LayerPlan};
-    use crate::focus::adapter::AdapterSpec;
+    use crate::focus::adapter::{AdapterSpec, Gate};
     use crate::focus::mask::causal_bias;
     use candle_core::{Device, Var, D};
     use rand::{rngs::StdRng, Rng, SeedableRng};

@@ -1,5 +1,5 @@
 //! Attention of the newest token over one layer's cache (`kv_cache::LayerCache`), on the CPU:
-//! dense (every cached key), soft (every key, gated as `attention::fused::GateFn` gates it),
+//! dense (every cached key), soft (every key, gated as `focus::gate::GateFn` gates it),
 //! or hard top-k, which reads only the local window and the keys whose top-k sets meet the
 //! query's, found through the cache's index of keys by group: no other key's bytes are read.
 //! A key in several shared groups is taken once, so the selected keys are exactly the mask's
@@ -9,7 +9,7 @@
 
 use super::kv_cache::{Bucket, LayerCache};
 use crate::attention::cpu::simd::exp;
-use crate::attention::fused::GateFn;
+use crate::focus::gate::GateFn;
 use crate::error::{Error, Result};
 use crate::focus::mask;
 use crate::model::config::LayerAttention;

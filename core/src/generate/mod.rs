@@ -25,7 +25,7 @@ pub mod decode;
 pub mod kv_cache;
 pub mod sampler;
 
-use crate::attention::fused::GateFn;
+use crate::focus::gate::GateFn;
 use crate::attention::Mode;
 use crate::error::{Error, Result};
 use crate::focus::adapter::Adapter;

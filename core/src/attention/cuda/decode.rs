@@ -4,7 +4,7 @@
 //! both keep exactly `focus::mask::classify`'s pairs (the kernel tests a key's top-k set before
 //! it reads the key's row).
 
-use crate::attention::fused::GateFn;
+use crate::focus::gate::GateFn;
 use crate::error::Result;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
