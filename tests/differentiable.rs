@@ -8,16 +8,25 @@ use candle_core::{backprop::GradStore, Device, Tensor, Var};
 use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
 use focus_core::focus::router::Router;
 use focus_core::model::{decoder::Decoder, ForwardOptions};
+use focus_core::train::{self, TrainPath};
 use focus_core::{Adapter, AdapterSpec, Gate, Mode, Model};
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
     (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
 }
 
+/// The logits of `ids`: inference, or the training forward (the fused step where it applies).
 fn run(model: &Model, ids: &[u32], mode: Mode, adapter: Option<&Adapter>, differentiable: bool) -> Tensor {
-    let mut o = ForwardOptions::new(mode, adapter);
-    o.differentiable = differentiable;
+    let o = ForwardOptions::new(mode, adapter);
+    if differentiable {
+        return train::forward(&model.decoder, &[ids], &o, TrainPath::default()).unwrap();
+    }
     model.decoder.forward(ids, &o).unwrap().logits
+}
+
+/// `train::forward` in its default form (the fused step where it applies).
+fn train_forward(d: &Decoder, seqs: &[&[u32]], o: &ForwardOptions) -> focus_core::Result<Tensor> {
+    train::forward(d, seqs, o, TrainPath::default())
 }
 
 /// Replaces the adapter's router tensors with trainable variables.
@@ -115,7 +124,7 @@ fn check_batched(model: &Model, seqs: &[&[u32]], window: usize, tol: f32) {
         let vars = trainable(&mut adapter);
         let mut o = ForwardOptions::new(Mode::Soft, Some(&adapter));
         o.differentiable = true;
-        let batched = model.decoder.forward_train(seqs, &o).unwrap();
+        let batched = train_forward(&model.decoder, seqs, &o).unwrap();
         let t = seqs[0].len();
         let mut summed: Vec<Option<Tensor>> = vec![None; vars.len()];
         for (i, s) in seqs.iter().enumerate() {
@@ -144,7 +153,7 @@ fn check_batched(model: &Model, seqs: &[&[u32]], window: usize, tol: f32) {
             assert!(err <= 1e-3, "{gate:?} causal {causal_sinkhorn}: parameter {i} gradient differs by {err} (relative)");
         }
     }
-    assert!(model.decoder.forward_train(&[&seqs[0][..4], &seqs[1][..5]], &ForwardOptions::new(Mode::Dense, None)).is_err());
+    assert!(train_forward(&model.decoder, &[&seqs[0][..4], &seqs[1][..5]], &ForwardOptions::new(Mode::Dense, None)).is_err());
 }
 
 #[test]
@@ -186,7 +195,7 @@ fn straight_through_forward_is_hard_topk_inference() {
             let mut o = ForwardOptions::new(Mode::Soft, Some(&adapter));
             o.differentiable = true;
             o.straight_through = Some(k);
-            let st = model.decoder.forward_train(&[&ids], &o).unwrap();
+            let st = train_forward(&model.decoder, &[&ids], &o).unwrap();
             let hard = run(&model, &ids, Mode::TopK(k), Some(&adapter), false);
             let soft = run(&model, &ids, Mode::Soft, Some(&adapter), false);
             let err = max_abs_diff(&st, &hard);
@@ -199,10 +208,10 @@ fn straight_through_forward_is_hard_topk_inference() {
         let mut o = ForwardOptions::new(Mode::Soft, Some(&paper));
         o.differentiable = true;
         o.straight_through = Some(2);
-        let st = model.decoder.forward_train(&[&ids], &o).unwrap();
+        let st = train_forward(&model.decoder, &[&ids], &o).unwrap();
         let err = max_abs_diff(&st, &run(&model, &ids, Mode::TopK(2), Some(&paper), false));
         assert!(err <= 1e-4, "{name} paper gate: straight-through forward differs from top-k inference by {err}");
         o.straight_through = Some(5);
-        assert!(model.decoder.forward_train(&[&ids], &o).is_err(), "k > K");
+        assert!(train_forward(&model.decoder, &[&ids], &o).is_err(), "k > K");
     }
 }

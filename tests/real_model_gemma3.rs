@@ -13,6 +13,7 @@ use candle_core::Device;
 use focus_core::attention::LayerPlan;
 use focus_core::focus::mask;
 use focus_core::model::ForwardOptions;
+use focus_core::train::TrainPath;
 use focus_core::{Adapter, AdapterSpec, Mode, Model, RouterLayers};
 use serde_json::Value;
 use std::sync::OnceLock;
@@ -146,11 +147,9 @@ fn gemma3_training_forward_computes_the_inference_function() {
     let a = Adapter::random(&m.identity(), m.device(), &AdapterSpec { groups: 4, window: 16, ..Default::default() }, 3).unwrap();
     let max_diff = |a: &candle_core::Tensor, b: &candle_core::Tensor| (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
     let inference = m.decoder.forward(&ids, &ForwardOptions::new(Mode::Soft, Some(&a))).unwrap().logits;
-    let mut o = ForwardOptions::new(Mode::Soft, Some(&a));
-    o.differentiable = true;
-    let fused = m.decoder.forward(&ids, &o).unwrap().logits;
-    o.train.fused = false;
-    let composed = m.decoder.forward(&ids, &o).unwrap().logits;
+    let o = ForwardOptions::new(Mode::Soft, Some(&a));
+    let fused = focus_core::train::forward(&m.decoder, &[&ids], &o, TrainPath::default()).unwrap();
+    let composed = focus_core::train::forward(&m.decoder, &[&ids], &o, TrainPath { fused: false, ..TrainPath::default() }).unwrap();
     let (ef, ec) = (max_diff(&inference, &fused), max_diff(&inference, &composed));
     eprintln!("max |inference - fused step| = {ef:e}, |inference - composed| = {ec:e}");
     assert!(ef <= 2e-3 && ec <= 2e-3, "training forward differs: fused {ef}, composed {ec}");
@@ -188,7 +187,7 @@ fn gemma3_trains_on_the_cpu() {
     assert_eq!(a.layers.len(), 18);
 }
 
-fn model_identity() -> focus_core::model::BaseModel {
+fn model_identity() -> focus_core::focus::identity::BaseModel {
     model().identity()
 }
 

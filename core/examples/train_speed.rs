@@ -28,10 +28,10 @@ use focus_core::focus::adapter::{Adapter, AdapterSpec, Gate, Score};
 use focus_core::focus::sinkhorn::SinkhornGrad;
 use focus_core::model::block::{Block, Linear, Mlp, Norm};
 use focus_core::model::config::{Arch, MlpKind, ModelConfig, NormKind, Positions};
-use focus_core::model::decoder::{Decoder, ForwardOptions, TrainPath};
-use focus_core::model::train_ops::{cross_entropy_rows, TrainWeights};
+use focus_core::model::decoder::{Decoder, ForwardOptions};
+use focus_core::train::ops::cross_entropy_rows;
 use focus_core::model::Model;
-use focus_core::train::{TrainData, TrainKernels, TrainOptions, Trainer};
+use focus_core::train::{TrainData, TrainKernels, TrainOptions, TrainPath, TrainWeights, Trainer};
 use std::time::Instant;
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
@@ -147,10 +147,10 @@ fn time_variant(model: &Model, name: &str, batch: usize, seq: usize, warm: usize
         let mut o = ForwardOptions::new(if dense { Mode::Dense } else { Mode::Soft }, if dense { None } else { Some(&adapter) });
         o.differentiable = true;
         o.sinkhorn_grad = grad;
-        o.train = TrainPath { fused, fused_sinkhorn: fused_sk, weights: tw.as_ref() };
+        let path = TrainPath { fused, fused_sinkhorn: fused_sk, weights: tw.as_ref() };
         for s in 0..warm + steps {
             let t0 = Instant::now();
-            let logits = model.decoder.forward_train(&seqs, &o)?;
+            let logits = focus_core::train::forward(&model.decoder, &seqs, &o, path)?;
             let loss = if fused { cross_entropy_rows(&logits, &tg)?.mean_all()? } else { candle_nn::loss::cross_entropy(&logits, &tg)? };
             if backward {
                 let g = loss.backward()?;

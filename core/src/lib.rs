@@ -11,7 +11,8 @@
 //! - `eval`: perplexity and the zero-degradation suites;
 //! - `generate`: token-by-token generation (KV cache, incremental causal routing, sparse
 //!   decode, sampling, chat templates);
-//! - `train`: router training; `bench`: benchmarks; `io`: files in and out.
+//! - `train`: router training, in one room (the trainer, its fused step and ops, their CUDA
+//!   launchers); `bench`: benchmarks; `io`: files in and out.
 
 pub mod analysis;
 pub mod attention;

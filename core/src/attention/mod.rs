@@ -25,18 +25,36 @@
 
 pub mod cpu;
 pub mod cuda;
-pub mod fused;
 pub mod reference;
 pub mod soft;
 
 use crate::error::{Error, Result};
 use crate::focus::adapter::AdapterConfig;
 use crate::focus::mask::{self, all_local};
-use crate::model::config::LayerAttention;
 use crate::focus::router::LayerRouting;
 use cpu::simd::CausalSoftmax;
 use cpu::Shape;
 use candle_core::{Device, Tensor};
+
+/// What one layer's own attention does before any Focus mask, as the block runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LayerAttention {
+    /// The RoPE base of this layer (`None`: learned positions, no rotation).
+    pub rope_theta: Option<f64>,
+    /// Sliding window W (keys i - j < W); `None` for a global layer.
+    pub window: Option<usize>,
+    /// Logits become cap * tanh(logit / cap) before the softmax (Gemma 2).
+    pub softcap: Option<f64>,
+    /// The score scale when it is not 1/sqrt(head_dim) (Gemma 2's query_pre_attn_scalar^-0.5).
+    pub scale: Option<f64>,
+}
+
+impl LayerAttention {
+    /// The sliding window when it removes pairs from a sequence of `t` tokens (W < t).
+    pub fn span(&self, t: usize) -> Option<usize> {
+        self.window.filter(|&w| w < t)
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {

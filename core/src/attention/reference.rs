@@ -198,6 +198,30 @@ mod tests {
     use super::*;
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
+    /// The A/B split holds exactly the mask's kept pairs (`mask::pair_stats`), counted by brute
+    /// force over the pair classes.
+    #[test]
+    fn ab_pair_counts_sum_to_the_kept_pairs() {
+        let mut rng = StdRng::seed_from_u64(5);
+        for _ in 0..30 {
+            let t = rng.gen_range(1..300);
+            let w = rng.gen_range(0..50);
+            let masks: Vec<u64> = (0..t).map(|_| 1u64 << rng.gen_range(0..4) | 1u64 << rng.gen_range(0..4)).collect();
+            let (mut local, mut distant) = (0u64, 0u64);
+            for i in 0..t {
+                for j in 0..=i {
+                    match mask::classify(i, j, masks[i], masks[j], w) {
+                        mask::PairClass::Local => local += 1,
+                        mask::PairClass::SharedGroup(_) => distant += 1,
+                        _ => {}
+                    }
+                }
+            }
+            let (a, b) = ab_pair_counts(&masks, w);
+            assert_eq!(a + b, local + distant);
+        }
+    }
+
     fn random_masks(rng: &mut StdRng, t: usize, groups: usize, k: usize) -> Vec<u64> {
         (0..t)
             .map(|_| {

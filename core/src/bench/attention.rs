@@ -9,7 +9,7 @@ use crate::attention::cpu::Shape;
 use crate::attention::cpu;
 use crate::focus::mask;
 use candle_core::{DType, Device, Tensor};
-use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
+use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::Serialize;
 use std::time::Instant;
 
@@ -160,65 +160,6 @@ impl AttentionBench {
     }
 }
 
-/// Top-k memberships balanced as Sinkhorn leaves them: every token gets a uniformly random set
-/// of k of the K groups, drawn so that all sets (hence all groups) are used equally often:
-/// whole rounds of every k-subset, the remainder a random sample of them, in shuffled order.
-/// Where C(K, k) is too large to enumerate, token i takes k consecutive groups from a balanced
-/// random start instead.
-pub fn balanced_masks(t: usize, groups: usize, k: usize, seed: u64) -> Result<Vec<u64>> {
-    if groups == 0 || groups > 64 || k == 0 || k > groups {
-        return Err(Error::Invalid(format!("need 1 <= k ({k}) <= K ({groups}) <= 64")));
-    }
-    let mut rng = StdRng::seed_from_u64(seed);
-    let subsets = k_subsets(groups, k, 1 << 16);
-    let mut masks: Vec<u64> = match subsets {
-        Some(all) => {
-            let mut m = Vec::with_capacity(t);
-            while m.len() + all.len() <= t {
-                m.extend_from_slice(&all);
-            }
-            let mut rest = all.clone();
-            rest.shuffle(&mut rng);
-            m.extend_from_slice(&rest[..t - m.len()]);
-            m
-        }
-        None => (0..t)
-            .map(|i| {
-                let start = i % groups;
-                (0..k).fold(0u64, |m, r| m | 1 << ((start + r) % groups))
-            })
-            .collect(),
-    };
-    masks.shuffle(&mut rng);
-    Ok(masks)
-}
-
-/// All k-subsets of 0..n as bitmasks, or None when there are more than `limit`.
-fn k_subsets(n: usize, k: usize, limit: usize) -> Option<Vec<u64>> {
-    let mut count: u128 = 1;
-    for i in 0..k {
-        // Exact at every step (a binomial coefficient), and < 2^70 for n <= 64.
-        count = count * (n - i) as u128 / (i + 1) as u128;
-    }
-    if count > limit as u128 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(count as usize);
-    // Gosper's hack: the next larger integer with the same number of set bits.
-    let mut m: u64 = if k == 64 { u64::MAX } else { (1u64 << k) - 1 };
-    let end: u128 = 1u128 << n;
-    while (m as u128) < end {
-        out.push(m);
-        let c = m & m.wrapping_neg();
-        let r = m.wrapping_add(c);
-        m = (((r ^ m) >> 2) / c) | r;
-        if r == 0 {
-            break;
-        }
-    }
-    Some(out)
-}
-
 /// The long-length limit of the speedup bound 1 / `pairs_fraction` for balanced top-k
 /// memberships: two distant tokens share a group unless their k-sets are disjoint, which
 /// happens with probability C(K-k, k) / C(K, k). It is K/k only for k = 1 (K=8, k=2: 28/13).
@@ -287,7 +228,7 @@ pub(super) fn variants(cfg: &AttentionBench, n: usize) -> Result<Vec<(usize, usi
     cfg.groups
         .iter()
         .flat_map(|&g| cfg.ks.iter().filter(move |&&kk| kk <= g).map(move |&kk| (g, kk)))
-        .map(|(g, kk)| Ok((g, kk, balanced_masks(n, g, kk, cfg.seed.wrapping_add((g * 64 + kk) as u64))?)))
+        .map(|(g, kk)| Ok((g, kk, mask::balanced_masks(n, g, kk, cfg.seed.wrapping_add((g * 64 + kk) as u64))?)))
         .collect()
 }
 
@@ -362,9 +303,11 @@ fn run_cpu(cfg: &AttentionBench, device: &Device, mut on_row: impl FnMut(&Attent
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::focus::mask::balanced_masks;
+
     #[test]
     fn bound_limit_is_k_over_k_for_one_and_matches_balanced_masks() {
-        use super::{balanced_masks, bound_limit, pairs_fraction};
         assert!((bound_limit(8, 1) - 8.0).abs() < 1e-12);
         assert!((bound_limit(8, 2) - 28.0 / 13.0).abs() < 1e-12);
         // Two 2-sets of 4 groups are disjoint with probability C(2,2)/C(4,2) = 1/6.
@@ -378,38 +321,6 @@ mod tests {
         }
     }
 
-    use super::*;
-
-    #[test]
-    fn balanced_masks_have_equal_groups_and_k_bits() {
-        for (t, g, k) in [(1000, 8, 1), (1200, 4, 2), (700, 8, 3), (50, 6, 6)] {
-            let m = balanced_masks(t, g, k, 1).unwrap();
-            assert_eq!(m.len(), t);
-            assert!(m.iter().all(|x| x.count_ones() as usize == k && *x < 1 << g));
-            let sizes: Vec<usize> = (0..g).map(|b| m.iter().filter(|&&x| x >> b & 1 == 1).count()).collect();
-            let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
-            // Whole rounds of all subsets are exactly balanced; the last partial round is sampled.
-            let per_round = k_subsets(g, k, usize::MAX).unwrap().len();
-            assert!(hi - lo <= per_round, "{sizes:?}");
-        }
-        assert!(balanced_masks(10, 4, 5, 0).is_err());
-        assert!(balanced_masks(10, 65, 1, 0).is_err());
-        // 1000 = 125 rounds of the 8 singletons: exactly balanced.
-        let m = balanced_masks(1000, 8, 1, 3).unwrap();
-        assert!((0..8).all(|b| m.iter().filter(|&&x| x == 1 << b).count() == 125));
-    }
-
-    #[test]
-    fn k_subsets_enumerates_all() {
-        let s = k_subsets(8, 3, 1000).unwrap();
-        assert_eq!(s.len(), 56);
-        let mut u = s.clone();
-        u.sort();
-        u.dedup();
-        assert_eq!(u.len(), 56);
-        assert!(k_subsets(64, 32, 1 << 16).is_none());
-        assert_eq!(k_subsets(64, 64, 10).unwrap(), vec![u64::MAX]);
-    }
 
     #[test]
     fn kept_pairs_matches_direct_count() {

@@ -5,7 +5,7 @@
 
 use crate::error::{Error, Result};
 use crate::focus::router::Router;
-use crate::model::BaseModel;
+use crate::focus::identity::BaseModel;
 use candle_core::{Device, Tensor};
 use rand::{rngs::StdRng, SeedableRng};
 use rand_distr_normal::normal;

@@ -10,8 +10,9 @@
 //! dense paths add to their scores. The fast kernels do not test pairs one by one; they walk the
 //! sets this rule defines (the local band, and the tokens whose sets meet the query's).
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use candle_core::{Device, Tensor};
+use rand::{rngs::StdRng, seq::SliceRandom, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -217,8 +218,99 @@ pub fn topk_mask_bias(masks: &[u64], window: usize, dev: &Device) -> Result<Tens
     Ok(Tensor::from_vec(v, (t, t), dev)?)
 }
 
+/// Top-k memberships balanced as Sinkhorn leaves them: every token gets a uniformly random set
+/// of k of the K groups, drawn so that all sets (hence all groups) are used equally often:
+/// whole rounds of every k-subset, the remainder a random sample of them, in shuffled order.
+/// Where C(K, k) is too large to enumerate, token i takes k consecutive groups from a balanced
+/// random start instead.
+pub fn balanced_masks(t: usize, groups: usize, k: usize, seed: u64) -> Result<Vec<u64>> {
+    if groups == 0 || groups > 64 || k == 0 || k > groups {
+        return Err(Error::Invalid(format!("need 1 <= k ({k}) <= K ({groups}) <= 64")));
+    }
+    let mut rng = StdRng::seed_from_u64(seed);
+    let subsets = k_subsets(groups, k, 1 << 16);
+    let mut masks: Vec<u64> = match subsets {
+        Some(all) => {
+            let mut m = Vec::with_capacity(t);
+            while m.len() + all.len() <= t {
+                m.extend_from_slice(&all);
+            }
+            let mut rest = all.clone();
+            rest.shuffle(&mut rng);
+            m.extend_from_slice(&rest[..t - m.len()]);
+            m
+        }
+        None => (0..t)
+            .map(|i| {
+                let start = i % groups;
+                (0..k).fold(0u64, |m, r| m | 1 << ((start + r) % groups))
+            })
+            .collect(),
+    };
+    masks.shuffle(&mut rng);
+    Ok(masks)
+}
+
+/// All k-subsets of 0..n as bitmasks, or None when there are more than `limit`.
+fn k_subsets(n: usize, k: usize, limit: usize) -> Option<Vec<u64>> {
+    let mut count: u128 = 1;
+    for i in 0..k {
+        // Exact at every step (a binomial coefficient), and < 2^70 for n <= 64.
+        count = count * (n - i) as u128 / (i + 1) as u128;
+    }
+    if count > limit as u128 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(count as usize);
+    // Gosper's hack: the next larger integer with the same number of set bits.
+    let mut m: u64 = if k == 64 { u64::MAX } else { (1u64 << k) - 1 };
+    let end: u128 = 1u128 << n;
+    while (m as u128) < end {
+        out.push(m);
+        let c = m & m.wrapping_neg();
+        let r = m.wrapping_add(c);
+        m = (((r ^ m) >> 2) / c) | r;
+        if r == 0 {
+            break;
+        }
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn balanced_masks_have_equal_groups_and_k_bits() {
+        for (t, g, k) in [(1000, 8, 1), (1200, 4, 2), (700, 8, 3), (50, 6, 6)] {
+            let m = balanced_masks(t, g, k, 1).unwrap();
+            assert_eq!(m.len(), t);
+            assert!(m.iter().all(|x| x.count_ones() as usize == k && *x < 1 << g));
+            let sizes: Vec<usize> = (0..g).map(|b| m.iter().filter(|&&x| x >> b & 1 == 1).count()).collect();
+            let (lo, hi) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+            // Whole rounds of all subsets are exactly balanced; the last partial round is sampled.
+            let per_round = k_subsets(g, k, usize::MAX).unwrap().len();
+            assert!(hi - lo <= per_round, "{sizes:?}");
+        }
+        assert!(balanced_masks(10, 4, 5, 0).is_err());
+        assert!(balanced_masks(10, 65, 1, 0).is_err());
+        // 1000 = 125 rounds of the 8 singletons: exactly balanced.
+        let m = balanced_masks(1000, 8, 1, 3).unwrap();
+        assert!((0..8).all(|b| m.iter().filter(|&&x| x == 1 << b).count() == 125));
+    }
+
+    #[test]
+    fn k_subsets_enumerates_all() {
+        let s = k_subsets(8, 3, 1000).unwrap();
+        assert_eq!(s.len(), 56);
+        let mut u = s.clone();
+        u.sort();
+        u.dedup();
+        assert_eq!(u.len(), 56);
+        assert!(k_subsets(64, 32, 1 << 16).is_none());
+        assert_eq!(k_subsets(64, 64, 10).unwrap(), vec![u64::MAX]);
+    }
+
+
     use super::*;
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
@@ -251,8 +343,6 @@ mod tests {
                 }
             }
             assert_eq!((p.local, p.same_group_distant, p.causal), (local, distant, (t * (t + 1) / 2) as u64));
-            let (a, b) = crate::attention::reference::ab_pair_counts(&masks, w);
-            assert_eq!(a + b, local + distant);
         }
     }
 

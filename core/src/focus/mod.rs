@@ -1,13 +1,13 @@
 //! What Focus adds to a frozen model: the adapter file format (`adapter`), each layer's router
 //! (`router`: scores and memberships), Sinkhorn balancing (`sinkhorn`), and the hard mask rule
 //! (`mask`: which pairs are local, share a group, or are pruned; `gate`: how a distant pair's
-//! score is gated by its affinity); `sinkhorn_fused`, Sinkhorn
-//! as one op with a backward pass for training; `kmeans`, the data-driven centroid initialisation.
+//! score is gated by its affinity); `identity`, the base model an adapter was made for;
+//! `kmeans`, the data-driven centroid initialisation.
 
 pub mod adapter;
 pub mod gate;
+pub mod identity;
 pub mod kmeans;
 pub mod mask;
 pub mod router;
 pub mod sinkhorn;
-pub mod sinkhorn_fused;

@@ -5,8 +5,7 @@
 
 use super::adapter::{Adapter, Score};
 use super::mask::topk_mask;
-use super::sinkhorn::{sinkhorn, sinkhorn_tensor, SinkhornGrad};
-use super::sinkhorn_fused::sinkhorn_fused;
+use super::sinkhorn::{sinkhorn, SinkhornGrad, SinkhornOp};
 use crate::error::Result;
 use candle_core::Tensor;
 use serde::{Deserialize, Serialize};
@@ -56,17 +55,14 @@ impl Adapter {
     /// sequences) as a tensor built from candle ops, so gradients reach `proj` and
     /// `centroids` when they are trainable variables.
     /// With `grad == SinkhornGrad::Detached` the Sinkhorn iterations run outside the graph.
-    /// `fused`: Sinkhorn as one op each way (`sinkhorn_fused`), else ~150 candle ops.
-    pub fn route_tensor(&self, l: usize, h: &Tensor, seqs: usize, grad: SinkhornGrad, fused: bool) -> Result<Tensor> {
+    /// `balance`: the differentiable Sinkhorn (candle's ops, or training's fused op).
+    pub fn route_tensor(&self, l: usize, h: &Tensor, seqs: usize, grad: SinkhornGrad, balance: SinkhornOp) -> Result<Tensor> {
         let r = &self.layers[l];
         let c = &self.config;
         let scores = c.score.scores(&h.matmul(&r.proj)?, &r.centroids)?;
         // `h` stacks `seqs` sequences (B*T rows): each is balanced on its own.
         let scores = scores.reshape((seqs, scores.dim(0)? / seqs, c.groups))?;
-        if fused {
-            return sinkhorn_fused(&scores, c.tau, c.sinkhorn_iters, c.causal_sinkhorn, grad);
-        }
-        Ok(sinkhorn_tensor(&scores, c.tau, c.sinkhorn_iters, c.causal_sinkhorn, grad)?)
+        balance(&scores, c.tau, c.sinkhorn_iters, c.causal_sinkhorn, grad)
     }
 
     /// Routes the normalised attention input `h` (T x d_model) of layer `l`.

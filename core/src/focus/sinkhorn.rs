@@ -101,6 +101,16 @@ pub enum SinkhornGrad {
     Detached,
 }
 
+/// A differentiable Sinkhorn, scores (T, K) or (B, T, K) -> memberships, with
+/// (tau, iterations, causal, gradient mode): `sinkhorn_composed` (candle's ops) by default, or
+/// the fused op that training passes in (`train::sinkhorn::sinkhorn_fused`, the same function).
+pub type SinkhornOp = fn(&candle_core::Tensor, f64, usize, bool, SinkhornGrad) -> crate::error::Result<candle_core::Tensor>;
+
+/// `sinkhorn_tensor` as a `SinkhornOp`.
+pub fn sinkhorn_composed(scores: &candle_core::Tensor, tau: f64, iters: usize, causal: bool, grad: SinkhornGrad) -> crate::error::Result<candle_core::Tensor> {
+    Ok(sinkhorn_tensor(scores, tau, iters, causal, grad)?)
+}
+
 /// The same Sinkhorn in candle ops, for training: scores (T x K) -> memberships (T x K). With
 /// `causal`, the column step uses prefix sums as `sinkhorn` does. Agrees with `sinkhorn` (tested).
 pub fn sinkhorn_tensor(scores: &candle_core::Tensor, tau: f64, iters: usize, causal: bool, grad: SinkhornGrad) -> candle_core::Result<candle_core::Tensor> {

@@ -12,7 +12,7 @@ use crate::attention::cpu::simd::exp;
 use crate::focus::gate::GateFn;
 use crate::error::{Error, Result};
 use crate::focus::mask;
-use crate::model::config::LayerAttention;
+use crate::attention::LayerAttention;
 use crate::model::matvec::dot;
 use multiversion::multiversion;
 use rayon::prelude::*;

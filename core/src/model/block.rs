@@ -5,18 +5,15 @@
 //! data, not other forwards: the pre-norms (absent in OLMo-2), QK-norm (Gemma 3 per head,
 //! OLMo-2 over the whole projection), the post-norms of the attention and MLP outputs (Gemma
 //! 2/3, OLMo-2), GeGLU, and each layer's own attention (`LayerAttention`: RoPE base, sliding
-//! window, soft-cap). Every pass (inference, training, inspection) goes
-//! through `attention_inputs` and `finish`, except the fused training step, which goes through
-//! `train_inputs` and `train_finish`: the same block with the frozen weights in the form of
-//! `train_ops::TrainBlock` (concatenated projections in the compute dtype, no weight
-//! gradients) and fused norms and SwiGLU; tests/differentiable.rs checks that it computes the
-//! same function.
+//! window, soft-cap). Every pass (inference, generation, the composed training ops, inspection)
+//! goes through `attention_inputs` and `finish`, except the fused training step, which goes
+//! through its own entry points over the same block (`train::block`).
 
-use super::config::{LayerAttention, MlpKind, ModelConfig, NormKind, Positions};
+use super::config::{MlpKind, ModelConfig, NormKind, Positions};
+use crate::attention::LayerAttention;
 use super::qmatvec::QMatrix;
-use super::train_ops::{rms_norm, swiglu, TrainBlock};
 use crate::error::Result;
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use std::sync::Arc;
 
 /// y = x W^T + b, with W stored as (out, in) like PyTorch's nn.Linear.
@@ -75,32 +72,14 @@ impl Norm {
         })
     }
 
-    /// The fused training step's norm of the f32 residual stream, in f32: RMSNorm as one op
-    /// each way (`train_ops::rms_norm`), layer norm composed.
-    pub fn forward_train(&self, x: &Tensor) -> Result<Tensor> {
-        self.forward_train_in(x, DType::F32)
-    }
-
-    /// `forward_train` with the output in `out` (QK-norm feeds the attention in its dtype).
-    pub fn forward_train_in(&self, x: &Tensor, out: DType) -> Result<Tensor> {
-        match self.kind {
-            NormKind::Rms => rms_norm(x, &self.weight, self.eps, out),
-            NormKind::Layer => Ok(self.forward(&x.to_dtype(DType::F32)?, true)?.to_dtype(out)?),
-        }
-    }
-
-    /// QK-norm of a projection `y` ((rows, n * head_dim)): per head when the weight has
-    /// head_dim entries (Gemma 3), else over the whole row (OLMo-2). `train`: the fused step's
-    /// op, output in `out`.
-    fn qk(&self, y: &Tensor, head_dim: usize, differentiable: bool, train: Option<DType>) -> Result<Tensor> {
+    /// QK-norm of a projection `y` ((rows, n * head_dim)) by `norm`: per head when the weight
+    /// has head_dim entries (Gemma 3), else over the whole row (OLMo-2). `norm` is this norm's
+    /// `forward`, or the fused training step's op (`train::block`).
+    pub fn qk_with(&self, y: &Tensor, head_dim: usize, norm: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
         let (rows, cols) = y.dims2()?;
         let per_head = self.weight.dim(0)? == head_dim && cols != head_dim;
         let z = if per_head { y.reshape((rows * cols / head_dim, head_dim))? } else { y.clone() };
-        let z = match train {
-            Some(out) => self.forward_train_in(&z, out)?,
-            None => self.forward(&z, differentiable)?,
-        };
-        Ok(z.reshape((rows, cols))?)
+        Ok(norm(&z)?.reshape((rows, cols))?)
     }
 }
 
@@ -110,19 +89,6 @@ fn maybe(norm: &Option<Norm>, x: &Tensor, differentiable: bool) -> Result<Tensor
         Some(n) => n.forward(x, differentiable),
         None => Ok(x.clone()),
     }
-}
-
-fn maybe_train(norm: &Option<Norm>, x: &Tensor) -> Result<Tensor> {
-    match norm {
-        Some(n) => n.forward_train(x),
-        None => Ok(x.clone()),
-    }
-}
-
-/// gelu_tanh(gate) * up of the concatenated projection gu (rows, 2F) = [gate | up].
-fn geglu(gu: &Tensor) -> Result<Tensor> {
-    let f = gu.dim(1)? / 2;
-    Ok((gu.narrow(1, 0, f)?.gelu()? * gu.narrow(1, f, f)?)?)
 }
 
 #[derive(Debug, Clone)]
@@ -234,7 +200,7 @@ impl Block {
         let heads = |lin: &Linear, norm: &Option<Norm>, n: usize| -> Result<Tensor> {
             let mut y = lin.forward(&h)?;
             if let Some(nm) = norm {
-                y = nm.qk(&y, hd, pass.differentiable, None)?;
+                y = nm.qk_with(&y, hd, |z| nm.forward(z, pass.differentiable))?;
             }
             Ok(y.reshape((b, t, n, hd))?.transpose(1, 2)?.contiguous()?)
         };
@@ -266,48 +232,6 @@ impl Block {
         let x = (x + maybe(&self.post_attn_norm, &self.o.forward(&o)?, dif)?)?;
         let m = self.mlp.forward(&maybe(&self.mlp_norm, &x, dif)?)?;
         Ok((&x + maybe(&self.post_mlp_norm, &m, dif)?)?)
-    }
-
-    /// The fused training step's attention inputs from the f32 residual stream `x` ((B*T,
-    /// d_model)): the normalised state `h` in f32 (it feeds the router) and the concatenated
-    /// Q/K/V projection ((B*T, (H + 2 Hkv) * D), before RoPE) in `tb`'s dtype.
-    /// With QK-norm or a score scale, the Q and K columns are normalised (and Q scaled) here.
-    pub fn train_inputs(&self, x: &Tensor, tb: &TrainBlock, cfg: &ModelConfig) -> Result<(Tensor, Tensor)> {
-        let h = maybe_train(&self.attn_norm, x)?;
-        let dt = tb.qkv.w.dtype();
-        let mut qkv = tb.qkv.forward(&h, dt)?;
-        let mult = q_mult(&self.attn, cfg.head_dim);
-        if self.q_norm.is_some() || self.k_norm.is_some() || mult.is_some() {
-            let (nq, nk) = (cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim);
-            let part = |off: usize, n: usize, norm: &Option<Norm>| -> Result<Tensor> {
-                let y = qkv.narrow(1, off, n)?;
-                match norm {
-                    Some(nm) => nm.qk(&y, cfg.head_dim, true, Some(dt)),
-                    None => Ok(y),
-                }
-            };
-            let mut q = part(0, nq, &self.q_norm)?;
-            if let Some(m) = mult {
-                q = (q * m)?;
-            }
-            let k = part(nq, nk, &self.k_norm)?;
-            qkv = Tensor::cat(&[&q, &k, &qkv.narrow(1, nq + nk, nk)?], 1)?;
-        }
-        Ok((h, qkv))
-    }
-
-    /// The rest of the block in the fused training step, given the attention output `o`
-    /// ((B*T, H*D), as `attention::fused` gives it): what `finish` computes, with the residual
-    /// stream in f32 and the projections in `tb`'s dtype.
-    pub fn train_finish(&self, x: &Tensor, o: &Tensor, tb: &TrainBlock) -> Result<Tensor> {
-        let x = (x + maybe_train(&self.post_attn_norm, &tb.o.forward(o, DType::F32)?)?)?;
-        let h = maybe_train(&self.mlp_norm, &x)?;
-        let a = match self.mlp.kind {
-            MlpKind::SwiGlu => swiglu(&tb.mlp_in.forward(&h, tb.mlp_in.w.dtype())?)?,
-            MlpKind::GeluTanh => tb.mlp_in.forward(&h, DType::F32)?.gelu()?,
-            MlpKind::GeGlu => geglu(&tb.mlp_in.forward(&h, DType::F32)?)?,
-        };
-        Ok((&x + maybe_train(&self.post_mlp_norm, &tb.down.forward(&a, DType::F32)?)?)?)
     }
 }
 

@@ -3,6 +3,7 @@
 //! only some families have (QK-norm, soft-capping, sliding-window layers with their own RoPE
 //! base, an embedding scale) are data here, read by the one forward in block.rs / decoder.rs.
 
+use crate::attention::LayerAttention;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,26 +74,6 @@ pub struct Sliding {
     pub layers: Vec<bool>,
     /// The RoPE base of the sliding layers (Gemma 3: 10000; global layers use `positions`).
     pub rope_theta: Option<f64>,
-}
-
-/// What one layer's own attention does before any Focus mask, as the block runs it.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct LayerAttention {
-    /// The RoPE base of this layer (`None`: learned positions, no rotation).
-    pub rope_theta: Option<f64>,
-    /// Sliding window W (keys i - j < W); `None` for a global layer.
-    pub window: Option<usize>,
-    /// Logits become cap * tanh(logit / cap) before the softmax (Gemma 2).
-    pub softcap: Option<f64>,
-    /// The score scale when it is not 1/sqrt(head_dim) (Gemma 2's query_pre_attn_scalar^-0.5).
-    pub scale: Option<f64>,
-}
-
-impl LayerAttention {
-    /// The sliding window when it removes pairs from a sequence of `t` tokens (W < t).
-    pub fn span(&self, t: usize) -> Option<usize> {
-        self.window.filter(|&w| w < t)
-    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

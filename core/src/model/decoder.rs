@@ -1,28 +1,23 @@
 //! The one decoder every family loads into: pre-norm transformer blocks (`block.rs`) whose
 //! attention is pluggable (dense, Focus soft, Focus hard top-k, or an explicit mask) and which
-//! report each layer's routing when a Focus adapter is attached. `Decoder::run` is the one layer
-//! loop: inference (`forward`), training (`forward_train`) and inspection
-//! (`analysis::partners`) all go through it, and a `LayerHook` sees what they need of each layer.
+//! report each layer's routing when a Focus adapter is attached. `Decoder::run` is the layer
+//! loop of every pass: inference (`forward`), the differentiable composed ops
+//! (`forward_differentiable`), inspection (`analysis::partners`) and generation's prefill go
+//! through it, and a `LayerHook` sees what they need of each layer.
 //!
-//! Training runs one of two forms of the same function (`TrainPath`): the fused step (the
-//! default: per layer one fused norm, one Q/K/V matmul, the router, fused Sinkhorn, one fused
-//! RoPE + gated attention op, and the block's fused rest, with the frozen weights in bf16 on
-//! CUDA and no T x T tensor), or the composed ops (candle's, f32, explicit T x T scores and
-//! gates), which the straight-through objective and the shapes the CUDA kernels do not take
-//! use.
+//! One other layer loop exists: the fused training step's (`train::step`), which runs the
+//! same blocks through fused ops with backward passes and other weights (concatenated, bf16 on
+//! CUDA); tests/differentiable.rs checks that it computes what this one computes.
 
 use super::block::{AttentionInputs, Block, Norm, Pass};
 use super::config::ModelConfig;
 use super::qmatvec::QMatrix;
-use super::train_ops::TrainWeights;
-use crate::attention::fused::SoftAttention;
-use crate::focus::gate::GateFn;
 use crate::attention::{self, LayerPlan, Mode};
 use crate::error::{Error, Result};
 use crate::focus::adapter::Adapter;
 use crate::focus::mask;
 use crate::focus::router::LayerRouting;
-use crate::focus::sinkhorn::SinkhornGrad;
+use crate::focus::sinkhorn::{sinkhorn_composed, SinkhornGrad, SinkhornOp};
 use candle_core::{DType, Device, Tensor, D};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -57,36 +52,16 @@ pub struct ForwardOptions<'a> {
     pub differentiable: bool,
     /// How the differentiable path back-propagates through Sinkhorn.
     pub sinkhorn_grad: SinkhornGrad,
+    /// The differentiable path's Sinkhorn: candle's ops, or training's fused op.
+    pub balance: SinkhornOp,
     /// Training only: run the hard top-k mask of this k, with the log gate's gradient
     /// (`attention::soft::straight_through_plan`), instead of the soft gate.
     pub straight_through: Option<usize>,
-    /// Training only: which form of the step runs.
-    pub train: TrainPath<'a>,
-}
-
-/// Which form of the training step runs (both compute the same function).
-#[derive(Clone, Copy)]
-pub struct TrainPath<'a> {
-    /// The fused step (`attention::fused`, `model::train_ops`); else the composed ops. The
-    /// straight-through objective, and on CUDA the shapes its kernels do not take (head dim
-    /// other than 64, more than 16 groups), always run composed.
-    pub fused: bool,
-    /// Sinkhorn as one op each way (`focus::sinkhorn_fused`), in either form.
-    pub fused_sinkhorn: bool,
-    /// The frozen weights as the fused step reads them (`TrainWeights::new`); built for the
-    /// call, in `TrainWeights::default_dtype`, when absent.
-    pub weights: Option<&'a TrainWeights>,
-}
-
-impl Default for TrainPath<'_> {
-    fn default() -> Self {
-        TrainPath { fused: true, fused_sinkhorn: true, weights: None }
-    }
 }
 
 impl<'a> ForwardOptions<'a> {
     pub fn new(mode: Mode, adapter: Option<&'a Adapter>) -> Self {
-        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default(), straight_through: None, train: TrainPath::default() }
+        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default(), balance: sinkhorn_composed, straight_through: None }
     }
 }
 
@@ -166,8 +141,8 @@ impl Decoder {
             return Err(Error::Invalid("logits_from must be below the sequence length".into()));
         }
         if opts.differentiable {
-            // The training forward with a batch of one.
-            let logits = self.forward_train(&[ids], opts)?;
+            // The differentiable forward with a batch of one.
+            let logits = self.forward_differentiable(&[ids], opts)?;
             return Ok(ForwardOutput { logits: logits.narrow(0, opts.logits_from, t - opts.logits_from)?, routing: Vec::new() });
         }
         let RunEnd::Finished { x, routing } = self.run(&[ids], opts, &mut hook)? else {
@@ -178,58 +153,26 @@ impl Decoder {
     }
 
     /// The differentiable forward pass (dense or soft mode) of several sequences of one length
-    /// as one batched graph, for training: one backward pass per step instead of one per
-    /// sequence, and B times fewer (larger) kernel launches on a GPU. Each sequence is routed
-    /// and balanced on its own, exactly as `forward` with `differentiable` set.
-    /// Returns the logits (B*T, vocab), sequence after sequence (in the fused step's compute
-    /// dtype: bf16 on CUDA).
-    pub fn forward_train(&self, seqs: &[&[u32]], opts: &ForwardOptions) -> Result<Tensor> {
+    /// as one batched graph of candle's ops (the composed form of `train::forward`). Each
+    /// sequence is routed and balanced on its own, exactly as `forward` with `differentiable`
+    /// set. Returns the logits (B*T, vocab), sequence after sequence.
+    pub fn forward_differentiable(&self, seqs: &[&[u32]], opts: &ForwardOptions) -> Result<Tensor> {
         let opts = ForwardOptions { differentiable: true, ..*opts };
-        let t = seqs.first().map_or(0, |s| s.len());
-        let owned;
-        let opts = match (self.fused_train(&opts, t), opts.train.weights) {
-            (true, None) => {
-                owned = TrainWeights::new(self, TrainWeights::default_dtype(&self.device))?;
-                ForwardOptions { train: TrainPath { weights: Some(&owned), ..opts.train }, ..opts }
-            }
-            _ => opts,
-        };
-        let RunEnd::Finished { x, .. } = self.run(seqs, &opts, &mut NoHook)? else { unreachable!("no hook stops a training pass") };
-        let logits = match (self.fused_train(&opts, t), opts.train.weights) {
-            (true, Some(tw)) => tw.lm_head.forward(&self.final_norm.forward_train(&x)?, tw.dtype)?,
-            _ => {
-                let x = self.final_norm.forward(&x, true)?;
-                x.matmul(&self.lm_head.t()?)?
-            }
-        };
-        self.softcap_logits(logits)
+        let RunEnd::Finished { x, .. } = self.run(seqs, &opts, &mut NoHook)? else { unreachable!("no hook stops a differentiable pass") };
+        let x = self.final_norm.forward(&x, true)?;
+        self.softcap_logits(x.matmul(&self.lm_head.t()?)?)
     }
 
     /// Final-logit soft-capping, cap * tanh(logit / cap) (Gemma 2), when the model has it.
-    fn softcap_logits(&self, logits: Tensor) -> Result<Tensor> {
+    pub fn softcap_logits(&self, logits: Tensor) -> Result<Tensor> {
         Ok(match self.config.final_softcap {
             Some(cap) => ((logits / cap)?.tanh()? * cap)?,
             None => logits,
         })
     }
 
-    /// Whether a differentiable pass with `opts` over `t` tokens runs the fused step
-    /// (`TrainPath`). Its attention op knows neither soft-capping nor a sliding window, so a
-    /// model with soft-capped logits, or a sliding window shorter than the sequence, trains
-    /// through the composed ops (which apply both).
-    fn fused_train(&self, opts: &ForwardOptions, t: usize) -> bool {
-        let cfg = &self.config;
-        let groups = opts.adapter.map_or(0, |a| a.config.groups);
-        let kernels_take_it = match &self.device {
-            Device::Cpu => true,
-            _ => cfg.head_dim == 64 && groups <= attention::fused::CUDA_MAX_GROUPS,
-        };
-        let own_masks = self.blocks.iter().any(|b| b.attn.softcap.is_some() || b.attn.span(t).is_some());
-        opts.differentiable && opts.train.fused && opts.straight_through.is_none() && kernels_take_it && !own_masks
-    }
-
     /// Checks a batch of sequences and the options against the model.
-    fn check(&self, seqs: &[&[u32]], opts: &ForwardOptions) -> Result<()> {
+    pub fn check(&self, seqs: &[&[u32]], opts: &ForwardOptions) -> Result<()> {
         let cfg = &self.config;
         let t = seqs.first().map_or(0, |s| s.len());
         if t == 0 {
@@ -272,13 +215,8 @@ impl Decoder {
         let dev = &self.device;
         let mut x = self.embed_at(seqs, 0)?;
         let pass = Pass::new(&self.config, b, t, train, dev)?;
-        let fused = match (self.fused_train(opts, t), opts.train.weights) {
-            (true, Some(tw)) => Some(tw),
-            _ => None,
-        };
-        // The fast CPU kernels apply the causal mask themselves, the fused step's attention too;
-        // other paths add it to the scores.
-        let causal = if fused.is_none() && (train || !dev.is_cpu()) { Some(mask::causal_bias(t, dev)?) } else { None };
+        // The fast CPU kernels apply the causal mask themselves; other paths add it to the scores.
+        let causal = if train || !dev.is_cpu() { Some(mask::causal_bias(t, dev)?) } else { None };
         let mut routing = Vec::new();
         for (l, blk) in self.blocks.iter().enumerate() {
             if opts.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
@@ -286,26 +224,11 @@ impl Decoder {
             }
             // The adapter, where it routes this layer (`RouterLayers`).
             let routed = opts.adapter.filter(|a| a.config.router_layers.routes(self.config.is_sliding(l)));
-            if let Some(tw) = fused {
-                let tb = &tw.blocks[l];
-                let (h, qkv) = blk.train_inputs(&x, tb, &self.config)?;
-                let (gate, g, window) = match routed {
-                    Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
-                        (GateFn::of(&a.config), Some(a.route_tensor(l, &h, b, opts.sinkhorn_grad, opts.train.fused_sinkhorn)?), a.config.window)
-                    }
-                    _ => (GateFn::None, None, 0),
-                };
-                let cfg = &self.config;
-                let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope(blk.attn.rope_theta), gate, window };
-                x = blk.train_finish(&x, &attn.forward(&qkv, g.as_ref())?, tb)?;
-                hook.done(l);
-                continue;
-            }
             let inp = blk.attention_inputs(&x, &pass)?;
             let o = if train {
                 let plan = match routed {
                     Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
-                        let g = a.route_tensor(l, &inp.h, b, opts.sinkhorn_grad, opts.train.fused_sinkhorn)?;
+                        let g = a.route_tensor(l, &inp.h, b, opts.sinkhorn_grad, opts.balance)?;
                         match opts.straight_through {
                             Some(k) => attention::soft::straight_through_plan(&g, &a.config, k)?,
                             None => attention::soft::soft_plan(&g, &a.config)?,

@@ -9,23 +9,22 @@ pub mod gguf;
 pub mod gpt2;
 pub mod hf;
 pub mod hub;
-pub mod identity;
 pub mod llama;
 pub mod matvec;
 pub mod qmatvec;
 pub mod olmo2;
 pub mod qwen2;
 pub mod tokenizer;
-pub mod train_ops;
 pub mod weights;
 
 use crate::error::{Error, Result};
+use crate::focus::identity::BaseModel;
 use crate::model::gguf::GgufFile;
 use crate::model::tokenizer::Tokenizer;
 use candle_core::Device;
 pub use config::{Arch, ModelConfig};
 pub use decoder::{Decoder, ForwardOptions, ForwardOutput};
-pub use identity::BaseModel;
+
 use std::path::{Path, PathBuf};
 use weights::{SafeTensorsDir, WeightSource};
 

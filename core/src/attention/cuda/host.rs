@@ -346,7 +346,7 @@ mod tests {
     //! These run on the GPU machine (the test binary of a `--features cuda` build); they compare
     //! every kernel with the plain f64 masked-dense reference on the CPU.
     use super::*;
-    use crate::bench::balanced_masks;
+    use crate::focus::mask::balanced_masks;
     use crate::attention::cpu::Shape as S;
     use crate::attention::reference::masked_dense_reference;
     use crate::focus::mask;

@@ -80,7 +80,7 @@ impl GroupSegments {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::balanced_masks;
+    use crate::focus::mask::balanced_masks;
 
     fn check(masks: &[u64], rows: usize) {
         let s = GroupSegments::new(masks).unwrap();

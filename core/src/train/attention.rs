@@ -14,8 +14,8 @@
 //! tiles with f32 accumulation and softmax, head dim 64, K <= 16).
 
 use crate::error::{Error, Result};
-use crate::focus::adapter::AdapterConfig;
-pub use crate::focus::gate::GateFn;
+use crate::focus::gate::GateFn;
+use super::device::{cpu_f32, cpu_out};
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -216,29 +216,6 @@ impl AttnOp {
         *self.saved.lock().unwrap() = Some(Saved::Cpu(lse));
         Ok((cpu_out(out, s.dtype())?, Shape::from((c.b * c.t, c.heads * c.head_dim))))
     }
-}
-
-/// A contiguous CPU storage as f32 values.
-pub(crate) fn cpu_f32(s: &CpuStorage, l: &Layout) -> candle_core::Result<Vec<f32>> {
-    let (a, b) = l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("fused ops need contiguous inputs".into()))?;
-    Ok(match s {
-        CpuStorage::F32(v) => v[a..b].to_vec(),
-        CpuStorage::BF16(v) => v[a..b].iter().map(|x| x.to_f32()).collect(),
-        CpuStorage::F16(v) => v[a..b].iter().map(|x| x.to_f32()).collect(),
-        CpuStorage::F64(v) => v[a..b].iter().map(|&x| x as f32).collect(),
-        _ => candle_core::bail!("fused ops take float inputs"),
-    })
-}
-
-/// f32 values as a CPU storage of `dtype`.
-pub(crate) fn cpu_out(v: Vec<f32>, dtype: DType) -> candle_core::Result<CpuStorage> {
-    Ok(match dtype {
-        DType::F32 => CpuStorage::F32(v),
-        DType::BF16 => CpuStorage::BF16(v.into_iter().map(half::bf16::from_f32).collect()),
-        DType::F16 => CpuStorage::F16(v.into_iter().map(half::f16::from_f32).collect()),
-        DType::F64 => CpuStorage::F64(v.into_iter().map(|x| x as f64).collect()),
-        d => candle_core::bail!("fused ops give float outputs, not {d:?}"),
-    })
 }
 
 /// The CPU implementation: plain loops in f32.
@@ -480,7 +457,7 @@ mod cpu {
 #[cfg(feature = "cuda")]
 mod cuda {
     use super::*;
-    use crate::attention::cuda::train_kernels::{grid1, launch, view};
+    use crate::train::device::cuda::{grid1, launch, view};
     use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchConfig};
     use candle_core::cuda_backend::CudaDevice;
     use candle_core::{CudaStorage, Storage};
@@ -687,6 +664,7 @@ pub(crate) mod tests {
     //! respect to qkv (so q, k and v) and g, for both gates and no gate, several windows, GQA,
     //! both RoPE layouts and none.
     use super::*;
+    use crate::focus::adapter::AdapterConfig;
     use crate::attention::{attend_batch, soft::soft_plan, LayerPlan};
     use crate::focus::adapter::{AdapterSpec, Gate};
     use crate::focus::mask::causal_bias;
@@ -707,7 +685,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn adapter_cfg(k: usize, window: usize, gate: Gate) -> AdapterConfig {
-        let id = crate::model::BaseModel { arch: "llama".into(), name: "t".into(), n_layers: 1, d_model: 8, n_heads: 1, n_kv_heads: 1, vocab: 8, fingerprint: String::new() };
+        let id = crate::focus::identity::BaseModel { arch: "llama".into(), name: "t".into(), n_layers: 1, d_model: 8, n_heads: 1, n_kv_heads: 1, vocab: 8, fingerprint: String::new() };
         let a = crate::focus::adapter::Adapter::random(&id, &Device::Cpu, &AdapterSpec { groups: k, window, gate, lambda: 4.0, ..Default::default() }, 1).unwrap();
         a.config
     }

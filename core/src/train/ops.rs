@@ -1,17 +1,13 @@
 //! The small fused ops of the training step, each with a backward pass and a CPU and a CUDA
 //! implementation: a frozen linear layer (no weight gradient is ever computed, and the matmul
 //! runs in the weights' dtype), RMSNorm, SwiGLU on the concatenated gate/up projection, and the
-//! per-token cross-entropy; and `TrainWeights`, the frozen weights as the training step reads
-//! them (concatenated Q/K/V and gate/up projections, bf16 on CUDA). The CUDA kernels are in
-//! core/kernels/focus_train.cu.
+//! per-token cross-entropy. The CUDA kernels are in core/kernels/focus_train.cu.
 
-use super::block::{Block, Linear, Mlp};
-use super::config::MlpKind;
-use super::decoder::Decoder;
-use crate::attention::fused::{cpu_f32, cpu_out};
+use super::device::{cpu_f32, cpu_out};
 use crate::error::Result;
+use crate::model::block::Linear;
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Device, Layout, Shape, Storage, Tensor};
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Storage, Tensor};
 
 /// A frozen projection as the training step uses it: W (out, in) and its bias in the compute
 /// dtype.
@@ -160,7 +156,7 @@ impl CustomOp1 for RmsOp {
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        use crate::attention::cuda::train_kernels::{grid_rows, launch, view};
+        use crate::train::device::cuda::{grid_rows, launch, view};
         let dev = s.device().clone();
         let (rows, n) = rows_of(l);
         let x = view::<f32>(s, l)?;
@@ -213,7 +209,7 @@ impl CustomOp2 for RmsBwd {
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, s1: &candle_core::CudaStorage, l1: &Layout, s2: &candle_core::CudaStorage, l2: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        use crate::attention::cuda::train_kernels::{grid_rows, launch, view};
+        use crate::train::device::cuda::{grid_rows, launch, view};
         let dev = s1.device().clone();
         let (rows, n) = rows_of(l1);
         let x = view::<f32>(s1, l1)?;
@@ -265,7 +261,7 @@ impl CustomOp1 for SwiGluOp {
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        use crate::attention::cuda::train_kernels::{grid1, launch, view};
+        use crate::train::device::cuda::{grid1, launch, view};
         let dev = s.device().clone();
         let (rows, f2) = rows_of(l);
         let f = f2 / 2;
@@ -313,7 +309,7 @@ impl CustomOp2 for SwiGluBwd {
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, s1: &candle_core::CudaStorage, l1: &Layout, s2: &candle_core::CudaStorage, l2: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        use crate::attention::cuda::train_kernels::{grid1, launch, view};
+        use crate::train::device::cuda::{grid1, launch, view};
         let dev = s1.device().clone();
         let (rows, f2) = rows_of(l1);
         let f = f2 / 2;
@@ -370,7 +366,7 @@ impl CustomOp1 for CeOp {
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        use crate::attention::cuda::train_kernels::{launch, view};
+        use crate::train::device::cuda::{launch, view};
         use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
         let dev = s.device().clone();
         let (n, v) = l.shape().dims2()?;
@@ -422,7 +418,7 @@ impl CustomOp2 for CeBwd {
 
     #[cfg(feature = "cuda")]
     fn cuda_fwd(&self, s1: &candle_core::CudaStorage, l1: &Layout, s2: &candle_core::CudaStorage, l2: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
-        use crate::attention::cuda::train_kernels::{launch, view};
+        use crate::train::device::cuda::{launch, view};
         use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
         let dev = s1.device().clone();
         let (n, v) = l1.shape().dims2()?;
@@ -449,65 +445,11 @@ impl CustomOp2 for CeBwd {
     }
 }
 
-/// The frozen weights of one block as the fused training step reads them.
-#[derive(Debug, Clone)]
-pub struct TrainBlock {
-    /// [Q; K; V]
-    pub qkv: FrozenLinear,
-    pub o: FrozenLinear,
-    /// SwiGLU / GeGLU: [gate; up]; GELU: fc.
-    pub mlp_in: FrozenLinear,
-    pub down: FrozenLinear,
-}
-
-/// The frozen weights of a decoder for the fused training step, in its compute dtype (bf16 on
-/// CUDA, f32 on the CPU): concatenated projections, so that a block makes 4 matmuls.
-#[derive(Debug, Clone)]
-pub struct TrainWeights {
-    pub dtype: DType,
-    pub blocks: Vec<TrainBlock>,
-    pub lm_head: FrozenLinear,
-}
-
-impl TrainWeights {
-    /// The compute dtype of the training step on `dev` unless asked otherwise: bf16 on CUDA
-    /// (f32 accumulation), f32 on the CPU.
-    pub fn default_dtype(dev: &Device) -> DType {
-        if dev.is_cuda() {
-            DType::BF16
-        } else {
-            DType::F32
-        }
-    }
-
-    pub fn new(d: &Decoder, dtype: DType) -> Result<TrainWeights> {
-        let blocks = d.blocks.iter().map(|b| TrainBlock::new(b, dtype)).collect::<Result<Vec<_>>>()?;
-        let lm_head = FrozenLinear { w: d.lm_head.to_dtype(dtype)?.contiguous()?, b: None };
-        Ok(TrainWeights { dtype, blocks, lm_head })
-    }
-}
-
-impl TrainBlock {
-    fn new(b: &Block, dtype: DType) -> Result<TrainBlock> {
-        let Mlp { kind, up_or_fc, gate, down } = &b.mlp;
-        let mlp_in = match (kind, gate) {
-            (MlpKind::SwiGlu | MlpKind::GeGlu, Some(g)) => FrozenLinear::cat(&[g, up_or_fc], dtype)?,
-            _ => FrozenLinear::cat(&[up_or_fc], dtype)?,
-        };
-        Ok(TrainBlock {
-            qkv: FrozenLinear::cat(&[&b.q, &b.k, &b.v], dtype)?,
-            o: FrozenLinear::cat(&[&b.o], dtype)?,
-            mlp_in,
-            down: FrozenLinear::cat(&[down], dtype)?,
-        })
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     //! Each op against the composed candle ops it replaces: values and gradients.
     use super::*;
-    use candle_core::{Var, D};
+    use candle_core::{Device, Var, D};
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
     fn rand_t(rng: &mut StdRng, shape: &[usize], s: f32, dev: &Device) -> Tensor {
@@ -519,7 +461,7 @@ pub(crate) mod tests {
         t.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
     }
 
-    use crate::attention::fused::tests::rel_err;
+    use crate::train::attention::tests::rel_err;
 
     /// (value, d input) of `f` for the loss sum(f(x) * w).
     fn grad_of(x: &Var, w: &Tensor, y: Tensor) -> (Vec<f32>, Vec<f32>) {

@@ -5,7 +5,7 @@
 //! Determinism: batch positions come from an RNG seeded by (seed, step), and the optimizer state
 //! is checkpointed, so a run resumed from a checkpoint continues exactly as an uninterrupted one.
 //!
-//! Speed: by default a step runs the fused training step (`model::decoder::TrainPath`, frozen
+//! Speed: by default a step runs the fused training step (`step::TrainPath`, frozen
 //! weights in bf16 on CUDA) and the fused cross-entropy; `Trainer::kernels` selects the
 //! composed forms instead (for A/B timings and as the reference).
 
@@ -13,8 +13,9 @@ use crate::focus::adapter::{Adapter, AdapterSpec};
 use crate::focus::router::Router;
 use crate::attention::Mode;
 use crate::error::{Error, Result};
-use crate::model::decoder::TrainPath;
-use crate::model::train_ops::{cross_entropy_rows, TrainWeights};
+use super::ops::cross_entropy_rows;
+use super::step::{self, TrainPath};
+use super::weights::TrainWeights;
 use crate::model::{ForwardOptions, Model};
 use crate::focus::sinkhorn::SinkhornGrad;
 use crate::analysis::stats::layer_stats;
@@ -367,8 +368,8 @@ impl<'m> Trainer<'m> {
         o.differentiable = true;
         o.sinkhorn_grad = self.opts.sinkhorn_grad;
         o.straight_through = self.opts.straight_through;
-        o.train = TrainPath { fused: k.fused, fused_sinkhorn: k.fused_sinkhorn, weights: if k.fused { self.weights.as_ref() } else { None } };
-        let logits = self.model.decoder.forward_train(&inputs, &o)?;
+        let path = TrainPath { fused: k.fused, fused_sinkhorn: k.fused_sinkhorn, weights: if k.fused { self.weights.as_ref() } else { None } };
+        let logits = step::forward(&self.model.decoder, &inputs, &o, path)?;
         let targets = Tensor::from_vec(targets, b * t, dev)?;
         let loss = if k.fused { cross_entropy_rows(&logits, &targets)?.mean_all()? } else { candle_nn::loss::cross_entropy(&logits, &targets)? };
         let store = loss.backward()?;

@@ -14,8 +14,8 @@
 //! CPU: f64 loops (as the host `sinkhorn`); CUDA: `sinkhorn_fwd` / `sinkhorn_bwd` of
 //! core/kernels/focus_train.cu, f32, one block per sequence.
 
-use super::sinkhorn::{sinkhorn, SinkhornGrad};
-use crate::attention::fused::{cpu_f32, cpu_out};
+use crate::focus::sinkhorn::{sinkhorn, SinkhornGrad};
+use crate::train::device::{cpu_f32, cpu_out};
 use crate::error::{Error, Result};
 use candle_core::{CpuStorage, CustomOp1, CustomOp3, DType, Layout, Shape, Tensor};
 use rayon::prelude::*;
@@ -178,7 +178,7 @@ fn backward(s: &[f32], g: &[f32], dg: &[f32], t: usize, k: usize, o: SinkhornOp)
 #[cfg(feature = "cuda")]
 mod cuda {
     use super::*;
-    use crate::attention::cuda::train_kernels::{launch, view};
+    use crate::train::device::cuda::{launch, view};
     use candle_core::backend::BackendStorage;
     use candle_core::cuda_backend::cudarc::driver::LaunchConfig;
     use candle_core::CudaStorage;
@@ -239,7 +239,7 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn rel_err(a: &[f32], b: &[f32]) -> f32 {
-        crate::attention::fused::tests::rel_err(a, b)
+        crate::train::attention::tests::rel_err(a, b)
     }
 
     #[test]
@@ -253,9 +253,9 @@ pub(crate) mod tests {
                         assert!(rel_err(&fg, &cg) < 1e-5, "{what}: memberships {}", rel_err(&fg, &cg));
                         // At T = 1 every gradient is 0 (one token takes all of every group).
                         if t > 1 {
-                            assert!(crate::attention::fused::tests::norm(&cd) > 1e-3, "{what}: the reference gradient vanishes");
+                            assert!(crate::train::attention::tests::norm(&cd) > 1e-3, "{what}: the reference gradient vanishes");
                         }
-                        assert!(rel_err(&fd, &cd) < 2e-4 || crate::attention::fused::tests::norm(&cd) < 1e-6, "{what}: d scores {}", rel_err(&fd, &cd));
+                        assert!(rel_err(&fd, &cd) < 2e-4 || crate::train::attention::tests::norm(&cd) < 1e-6, "{what}: d scores {}", rel_err(&fd, &cd));
                     }
                 }
             }
@@ -276,7 +276,7 @@ pub(crate) mod tests {
                         let (ev, eg) = (rel_err(&fg, &cg), rel_err(&fd, &cd));
                         println!("{what}: memberships {ev:.2e}, d scores {eg:.2e}");
                         assert!(ev < 1e-4, "{what}: memberships {ev:e}");
-                        assert!(eg < 1e-3 || crate::attention::fused::tests::norm(&cd) < 1e-6, "{what}: d scores {eg:e}");
+                        assert!(eg < 1e-3 || crate::train::attention::tests::norm(&cd) < 1e-6, "{what}: d scores {eg:e}");
                     }
                 }
             }
