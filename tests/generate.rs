@@ -33,7 +33,7 @@ fn causal_adapter() -> Adapter {
 /// largest |logit difference| (relative to the row's largest |logit|) against a full forward
 /// of the whole sequence, over every step, and the bytes the last step read. The steps' one-row
 /// products read the GGUF's quantized blocks (`qmatvec`), the forward their dequantized f32.
-fn decode_vs_forward(m: &Model, mode: Mode, adapter: Option<&Adapter>, ids: &[u32], prefill: usize) -> (f32, focus_core::generate::decode::ReadBytes) {
+fn decode_vs_forward(m: &Model, mode: Mode, adapter: Option<&Adapter>, ids: &[u32], prefill: usize) -> (f32, focus_core::attention::decode::ReadBytes) {
     let full = m.decoder.forward(ids, &ForwardOptions::new(mode, adapter)).unwrap();
     let rows = full.logits.to_vec2::<f32>().unwrap();
     let mut g = Generator::new(&m.decoder, adapter, mode).unwrap();

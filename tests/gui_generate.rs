@@ -11,7 +11,7 @@ mod gui_harness;
 
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
-use focus_core::generate::decode::{selected_keys, DecodeAttention};
+use focus_core::attention::decode::{selected_keys, DecodeAttention};
 use focus_core::generate::{Generator, Strategy};
 use focus_lens::generation::{self, Run, Stop};
 use focus_lens::gui::generate::Generated;
@@ -78,7 +78,7 @@ fn shown(h: &H) -> Generated {
 
 /// The same generation without the GUI (the CLI's loop, `generation::Run`) on the app's model
 /// and adapter as the view configured them: its ids and caches.
-fn replay(h: &H, r: &Generated) -> (Vec<u32>, Vec<focus_core::generate::kv_cache::LayerCache>) {
+fn replay(h: &H, r: &Generated) -> (Vec<u32>, Vec<focus_core::attention::kv_cache::LayerCache>) {
     let app = h.state();
     let model = app.session.model.as_ref().unwrap().model.clone();
     let adapter = Session::configured_adapter(&app.session.adapter.as_ref().unwrap().adapter, &r.params);
@@ -91,7 +91,7 @@ fn replay(h: &H, r: &Generated) -> (Vec<u32>, Vec<focus_core::generate::kv_cache
 
 /// Every routed layer's highlighted keys are those `decode::selected_keys` gives the newest token
 /// over `caches`, and the line above the tokens states their share of the context.
-fn highlight_is_the_masks(h: &mut H, r: &Generated, caches: &[focus_core::generate::kv_cache::LayerCache]) {
+fn highlight_is_the_masks(h: &mut H, r: &Generated, caches: &[focus_core::attention::kv_cache::LayerCache]) {
     let n = r.tokens();
     for (l, c) in caches.iter().enumerate() {
         let (mut keys, _) = selected_keys(c, DecodeAttention::TopK { window: r.window }).unwrap();

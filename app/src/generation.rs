@@ -3,7 +3,7 @@
 //! prefills the prompt, then samples and feeds token after token until a stop token (EOS, or the
 //! end-of-turn token the GGUF names), the token budget or the model's context.
 
-use focus_core::generate::decode::ReadBytes;
+use focus_core::attention::decode::ReadBytes;
 use focus_core::generate::sampler::{log_prob, Sampler};
 use focus_core::generate::{chat, Generator, Step};
 use focus_core::{Adapter, Error, Mode, Model, Result};

@@ -10,7 +10,7 @@ use super::state::RunParams;
 use super::worker::Handle;
 use crate::generation::{self, Run, Sampling, Stop};
 use focus_core::focus::mask;
-use focus_core::generate::decode::{self, DecodeAttention, ReadBytes};
+use focus_core::attention::decode::{self, DecodeAttention, ReadBytes};
 use focus_core::generate::Strategy;
 use focus_core::{Adapter, Model};
 use std::sync::Arc;

@@ -19,12 +19,14 @@
 //! mask.
 //!
 //! `soft` builds the soft-gate plans, `reference` holds the independent references the kernels
-//! are tested against; the mask rule itself is `focus::mask`. Training's fused path takes
-//! `fused`: RoPE, the soft gate and causal attention as one op with a backward pass, which
-//! computes what `attend_batch` with a `soft` plan computes without any T x T tensor.
+//! are tested against; the mask rule itself is `focus::mask`. `decode` is the attention of one
+//! new token over a layer's KV cache (`kv_cache`), with its CPU and CUDA kernels beside the
+//! prefill ones. Training's fused attention op is `train::attention`.
 
 pub mod cpu;
 pub mod cuda;
+pub mod decode;
+pub mod kv_cache;
 pub mod reference;
 pub mod soft;
 

@@ -1,10 +1,11 @@
 //! Generation: a model (and optionally a Focus adapter) fed one token at a time.
 //!
-//! `Generator` keeps a KV cache per layer (`kv_cache`) and runs each new token through the same
-//! blocks as every other pass (`Block::attention_inputs` and `Block::finish`), at its position;
-//! only its attention differs: over the cache, with `decode` (dense, soft, or hard top-k that
-//! reads only the keys its mask keeps). A prompt of several tokens is prefilled by one pass of
-//! `Decoder::run`, whose layer hook copies each layer's keys, values and routing into the cache.
+//! `Generator` keeps a KV cache per layer (`attention::kv_cache`) and runs each new token
+//! through the decoder's one layer loop (`Decoder::run`), at its position; only its attention
+//! differs: a layer hook attends over the cache with `attention::decode` (dense, soft, or hard
+//! top-k that reads only the keys its mask keeps). A prompt of several tokens is prefilled by
+//! one pass of `Decoder::run`, whose layer hook copies each layer's keys, values and routing
+//! into the cache.
 //!
 //! Routing under generation. With causal Sinkhorn (`causal_sinkhorn = true`) a token's routing
 //! never depends on later tokens, so the cache stays exact: each new token is routed from its
@@ -21,23 +22,21 @@
 //! `bench routing` measures how far the two Sinkhorn variants route real text apart.
 
 pub mod chat;
-pub mod decode;
-pub mod kv_cache;
 pub mod sampler;
 
 use crate::focus::gate::GateFn;
-use crate::attention::Mode;
+use crate::attention::{LayerAttention, Mode};
 use crate::error::{Error, Result};
 use crate::focus::adapter::Adapter;
 use crate::focus::mask;
 use crate::focus::router::LayerRouting;
 use crate::focus::sinkhorn::{sinkhorn, CausalSinkhorn};
-use crate::model::block::{AttentionInputs, Pass};
+use crate::model::block::AttentionInputs;
 use crate::model::decoder::{Decoder, LayerHook, RunEnd};
 use crate::model::ForwardOptions;
 use candle_core::Tensor;
-use decode::{DecodeAttention, ReadBytes};
-use kv_cache::{CachedRouting, LayerCache};
+use crate::attention::decode::{self, DecodeAttention, ReadBytes};
+use crate::attention::kv_cache::{CachedRouting, LayerCache};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -161,7 +160,8 @@ impl<'a> Generator<'a> {
         }
     }
 
-    fn decode_attention(&self) -> DecodeAttention {
+    /// How a cached step's routed layers attend.
+    fn how(&self) -> DecodeAttention {
         let window = self.adapter.map_or(0, |a| a.config.window);
         match (self.mode, self.adapter) {
             (Mode::TopK(_), Some(_)) => DecodeAttention::TopK { window },
@@ -175,11 +175,10 @@ impl<'a> Generator<'a> {
         self.layers.iter().filter_map(|l| l.routing.as_ref()).map(|r| mask::top_k_indices(r.row(r.masks.len() - 1), self.k)).collect()
     }
 
-    /// One token at position `ids.len()` through every block, attending over the cache.
-    /// On the CPU the step runs on a worker of the thread pool that runs its products: from
-    /// outside the pool, the calling thread ran the serial parts while the idle workers spun for
-    /// the next product, three threads on the machine's cores (a third of a 2-core step went to
-    /// the scheduler). A GPU step stays on the calling thread, where its CUDA context is.
+    /// One token at position `ids.len()` through the decoder's layer loop (`Decoder::run`),
+    /// each layer attending over its cache (`OverCache`). On the CPU the whole step, logits
+    /// included, runs on a worker of the thread pool that runs its products (see
+    /// `Decoder::run`); a GPU step stays on the calling thread, where its CUDA context is.
     fn step(&mut self, id: u32) -> Result<Step> {
         if self.decoder.device.is_cpu() {
             rayon::scope(|_| self.step_in_pool(id))
@@ -190,44 +189,16 @@ impl<'a> Generator<'a> {
 
     fn step_in_pool(&mut self, id: u32) -> Result<Step> {
         let dec = self.decoder;
-        let cfg = &dec.config;
         let p = self.ids.len();
-        let pass = Pass::at(cfg, 1, 1, p, false, &dec.device)?;
-        let how = self.decode_attention();
-        let mut x = dec.embed_at(&[&[id]], p)?;
-        let mut read = ReadBytes::default();
-        for (l, blk) in dec.blocks.iter().enumerate() {
-            let inp = blk.attention_inputs(&x, &pass)?;
-            let cache = &mut self.layers[l];
-            cache.push(&inp.k, &inp.v)?;
-            if let (Some(a), Some(r)) = (self.adapter, cache.routing.as_mut()) {
-                let (_, scores) = a.scores(l, &inp.h)?;
-                let m = match r.sinkhorn.as_mut() {
-                    Some(state) => state.push(&scores),
-                    None => {
-                        // Whole-sequence Sinkhorn (dense mode): the newest row of the prefix's.
-                        let (n, kk, c) = (r.masks.len() + 1, r.groups, &a.config);
-                        let mut all = r.scores.clone();
-                        all.extend_from_slice(&scores);
-                        sinkhorn(&all, n, kk, c.tau, c.sinkhorn_iters, false)[(n - 1) * kk..].to_vec()
-                    }
-                };
-                a.check_memberships(l, &m)?;
-                r.push(&scores, &m);
-                cache.sync_routing()?;
-            }
-            let how = if cache.routing.is_some() { how } else { DecodeAttention::Dense };
-            let o = if cache.device.is_some() {
-                let (o, rb) = decode::attend_on_device(&inp.q, cfg.n_heads, cache, how, &blk.attn)?;
-                read.add(rb);
-                o
-            } else {
-                let (o, rb) = decode::attend(&inp.q.flatten_all()?.to_vec1::<f32>()?, cfg.n_heads, cache, how, &blk.attn)?;
-                read.add(rb);
-                Tensor::from_vec(o, (1, cfg.n_heads, 1, cfg.head_dim), &dec.device)?
-            };
-            x = blk.finish(&x, &o, &pass)?;
-        }
+        // Not cancellable inside: a step stopped between layers would leave the caches of
+        // its first layers one token ahead of the rest.
+        let opts = ForwardOptions { start: p, ..ForwardOptions::new(self.mode, self.adapter) };
+        let how = self.how();
+        let mut over_cache = OverCache { layers: &mut self.layers, adapter: self.adapter, how, heads: dec.config.n_heads, read: ReadBytes::default() };
+        let RunEnd::Finished { x, .. } = dec.run(&[&[id]], &opts, &mut over_cache)? else {
+            return Err(Error::Invalid("the decode step stopped early".into()));
+        };
+        let read = over_cache.read;
         let logits = dec.logits(&x)?.flatten_all()?.to_vec1::<f32>()?;
         self.ids.push(id);
         Ok(Step { logits, groups: self.newest_groups(), read })
@@ -273,6 +244,46 @@ fn empty_layers(decoder: &Decoder, adapter: Option<&Adapter>, k: usize) -> Resul
             LayerCache::new(cfg.n_kv_heads, cfg.head_dim, routing).to_device(&decoder.device)
         })
         .collect()
+}
+
+/// A cached step's hook: each layer's new key and value into its cache, the new token routed
+/// incrementally (causal Sinkhorn's running state, or the newest row of the prefix's
+/// whole-sequence Sinkhorn in dense mode), and its attention over the cache
+/// (`attention::decode`).
+struct OverCache<'c> {
+    layers: &'c mut [LayerCache],
+    adapter: Option<&'c Adapter>,
+    how: DecodeAttention,
+    heads: usize,
+    /// Bytes read from the caches, summed over the layers.
+    read: ReadBytes,
+}
+
+impl LayerHook for OverCache<'_> {
+    fn attend(&mut self, l: usize, inp: &AttentionInputs, own: &LayerAttention) -> Result<Option<Tensor>> {
+        let cache = &mut self.layers[l];
+        cache.push(&inp.k, &inp.v)?;
+        if let (Some(a), Some(r)) = (self.adapter, cache.routing.as_mut()) {
+            let (_, scores) = a.scores(l, &inp.h)?;
+            let m = match r.sinkhorn.as_mut() {
+                Some(state) => state.push(&scores),
+                None => {
+                    // Whole-sequence Sinkhorn (dense mode): the newest row of the prefix's.
+                    let (n, kk, c) = (r.masks.len() + 1, r.groups, &a.config);
+                    let mut all = r.scores.clone();
+                    all.extend_from_slice(&scores);
+                    sinkhorn(&all, n, kk, c.tau, c.sinkhorn_iters, false)[(n - 1) * kk..].to_vec()
+                }
+            };
+            a.check_memberships(l, &m)?;
+            r.push(&scores, &m);
+            cache.sync_routing()?;
+        }
+        let how = if cache.routing.is_some() { self.how } else { DecodeAttention::Dense };
+        let (o, read) = decode::attend(&inp.q, self.heads, cache, how, own)?;
+        self.read.add(read);
+        Ok(Some(o))
+    }
 }
 
 /// The prefill's hook: each layer's keys, values and routing into its cache.

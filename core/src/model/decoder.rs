@@ -12,7 +12,7 @@
 use super::block::{AttentionInputs, Block, Norm, Pass};
 use super::config::ModelConfig;
 use super::qmatvec::QMatrix;
-use crate::attention::{self, LayerPlan, Mode};
+use crate::attention::{self, LayerAttention, LayerPlan, Mode};
 use crate::error::{Error, Result};
 use crate::focus::adapter::Adapter;
 use crate::focus::mask;
@@ -45,6 +45,9 @@ pub struct ForwardOptions<'a> {
     pub record_routing: bool,
     /// Compute logits only for positions >= this (perplexity scores only the second half).
     pub logits_from: usize,
+    /// The position of the first token (a generation step runs one token at its cache's
+    /// length); 0 for a sequence from its start.
+    pub start: usize,
     /// Checked between layers; set it to abort with `Error::Cancelled`.
     pub cancel: Option<&'a AtomicBool>,
     /// Use only ops with a backward pass and route with differentiable Sinkhorn, so that a loss
@@ -61,7 +64,7 @@ pub struct ForwardOptions<'a> {
 
 impl<'a> ForwardOptions<'a> {
     pub fn new(mode: Mode, adapter: Option<&'a Adapter>) -> Self {
-        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default(), balance: sinkhorn_composed, straight_through: None }
+        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, start: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default(), balance: sinkhorn_composed, straight_through: None }
     }
 }
 
@@ -84,6 +87,12 @@ pub trait LayerHook {
     /// there (inspection needs only the layers up to the one it looks at).
     fn inputs(&mut self, _l: usize, _inputs: &AttentionInputs, _routing: Option<&LayerRouting>) -> ControlFlow<()> {
         ControlFlow::Continue(())
+    }
+    /// Attends layer `l` itself in place of the pass's routing and plan, returning the
+    /// attention output (1, H, 1, D): generation's step attends over its KV cache this way.
+    /// `None` leaves the layer to the pass. Inference only.
+    fn attend(&mut self, _l: usize, _inputs: &AttentionInputs, _own: &LayerAttention) -> Result<Option<Tensor>> {
+        Ok(None)
     }
     /// Called after each layer (progress).
     fn done(&mut self, _l: usize) {}
@@ -181,8 +190,8 @@ impl Decoder {
         if seqs.iter().any(|s| s.len() != t) {
             return Err(Error::Invalid("training needs one or more sequences of one positive length".into()));
         }
-        if t > cfg.context {
-            return Err(Error::Invalid(format!("{t} tokens exceed the model's context of {} tokens", cfg.context)));
+        if opts.start + t > cfg.context {
+            return Err(Error::Invalid(format!("{} tokens exceed the model's context of {} tokens", opts.start + t, cfg.context)));
         }
         if let Some(&bad) = seqs.iter().flat_map(|s| s.iter()).find(|&&i| i as usize >= cfg.vocab) {
             return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary ({})", cfg.vocab)));
@@ -213,10 +222,12 @@ impl Decoder {
         let (b, t) = (seqs.len(), seqs[0].len());
         let train = opts.differentiable;
         let dev = &self.device;
-        let mut x = self.embed_at(seqs, 0)?;
-        let pass = Pass::new(&self.config, b, t, train, dev)?;
-        // The fast CPU kernels apply the causal mask themselves; other paths add it to the scores.
-        let causal = if train || !dev.is_cpu() { Some(mask::causal_bias(t, dev)?) } else { None };
+        let mut x = self.embed_at(seqs, opts.start)?;
+        let pass = Pass::at(&self.config, b, t, opts.start, train, dev)?;
+        // The fast CPU kernels apply the causal mask themselves; other paths add it to the
+        // scores (made when a layer first needs it: a hook that attends itself needs none).
+        let needs_causal = train || !dev.is_cpu();
+        let mut causal: Option<Tensor> = None;
         let mut routing = Vec::new();
         for (l, blk) in self.blocks.iter().enumerate() {
             if opts.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
@@ -225,7 +236,14 @@ impl Decoder {
             // The adapter, where it routes this layer (`RouterLayers`).
             let routed = opts.adapter.filter(|a| a.config.router_layers.routes(self.config.is_sliding(l)));
             let inp = blk.attention_inputs(&x, &pass)?;
-            let o = if train {
+            // A hook may attend the layer itself (generation's step, over its cache).
+            let hooked = if train { None } else { hook.attend(l, &inp, &blk.attn)? };
+            if hooked.is_none() && needs_causal && causal.is_none() {
+                causal = Some(mask::causal_bias(t, dev)?);
+            }
+            let o = if let Some(o) = hooked {
+                o
+            } else if train {
                 let plan = match routed {
                     Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
                         let g = a.route_tensor(l, &inp.h, b, opts.sinkhorn_grad, opts.balance)?;

@@ -5,6 +5,7 @@
 //! blocks (`qmatvec`) is read from those, a fraction of the bytes. Inference only (no backward).
 
 use super::qmatvec::QMatrix;
+use crate::attention::cpu::simd::dot;
 use crate::error::Result;
 use candle_core::{DType, Device, Tensor};
 use multiversion::multiversion;
@@ -49,30 +50,6 @@ pub(crate) fn rows_dot(w: &[f32], inp: usize, x: &[f32], ys: &mut [f32]) {
     for (r, y) in ys.iter_mut().enumerate() {
         *y = dot(&w[r * inp..(r + 1) * inp], x);
     }
-}
-
-/// A dot product with 16 independent lanes, so that it vectorises without reassociation; the
-/// lanes are summed as a tree (summed in order, they were a chain of 15 dependent adds, which
-/// dominated short products such as decode attention's over head dims of 64).
-#[inline(always)]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    const L: usize = 16;
-    let mut acc = [0f32; L];
-    let (ca, cb) = (a.chunks_exact(L), b.chunks_exact(L));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-    for (x, y) in ca.zip(cb) {
-        for l in 0..L {
-            acc[l] = x[l].mul_add(y[l], acc[l]);
-        }
-    }
-    let mut w = L / 2;
-    while w > 0 {
-        for l in 0..w {
-            acc[l] += acc[l + w];
-        }
-        w /= 2;
-    }
-    acc[0] + tail
 }
 
 #[cfg(test)]

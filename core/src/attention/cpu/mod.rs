@@ -1,8 +1,10 @@
 //! The CPU attention kernels, f32, multi-threaded (rayon) and vectorised with a run-time choice
 //! of AVX-512 or AVX2+FMA (multiversion): `dense` (tiled causal flash attention, and the tiles
-//! the Focus kernel is built from), `focus` (exact hard top-k Focus attention), `simd` (a
-//! vectorisable exp and the fused causal softmax the soft path uses).
+//! the Focus kernel is built from), `focus` (exact hard top-k Focus attention), `decode` (one
+//! new token over a KV cache), `simd` (a vectorisable exp, a dot product, and the fused causal
+//! softmax the soft path uses).
 
+pub mod decode;
 pub mod dense;
 pub mod focus;
 pub mod simd;

@@ -1,5 +1,6 @@
-//! Small CPU kernels shared by the attention paths: a vectorisable exp and a fused
-//! "scale + causal mask + softmax" over score rows that touches only the causal triangle.
+//! Small CPU kernels shared by the attention paths (and the one-row products of
+//! `model::matvec`): a vectorisable exp, a dot product, and a fused "scale + causal mask +
+//! softmax" over score rows that touches only the causal triangle.
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape};
 use rayon::prelude::*;
@@ -83,6 +84,30 @@ impl CustomOp1 for CausalSoftmax {
         out.par_chunks_mut(t).enumerate().for_each(|(r, row)| causal_softmax_row(row, r % t, self.scale));
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
+}
+
+/// A dot product with 16 independent lanes, so that it vectorises without reassociation; the
+/// lanes are summed as a tree (summed in order, they were a chain of 15 dependent adds, which
+/// dominated short products such as decode attention's over head dims of 64).
+#[inline(always)]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    const L: usize = 16;
+    let mut acc = [0f32; L];
+    let (ca, cb) = (a.chunks_exact(L), b.chunks_exact(L));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for l in 0..L {
+            acc[l] = x[l].mul_add(y[l], acc[l]);
+        }
+    }
+    let mut w = L / 2;
+    while w > 0 {
+        for l in 0..w {
+            acc[l] += acc[l + w];
+        }
+        w /= 2;
+    }
+    acc[0] + tail
 }
 
 #[cfg(test)]

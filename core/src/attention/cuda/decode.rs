@@ -1,6 +1,6 @@
 //! A generation step's attention over a KV cache that lives on the GPU: the kernels of
 //! `core/kernels/focus_decode.cu` (flash decoding: per-chunk partials, then a log-sum-exp merge),
-//! launched as a candle custom op. `generate::decode::attend` is the CPU twin and the reference;
+//! launched as a candle custom op. `attention::cpu::decode::attend` is the CPU twin and the reference;
 //! both keep exactly `focus::mask::classify`'s pairs (the kernel tests a key's top-k set before
 //! it reads the key's row).
 
@@ -60,7 +60,7 @@ impl CustomOp3 for DecodeOp<'_> {
     }
 
     fn cpu_fwd(&self, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        candle_core::bail!("focus-decode-attention is the CUDA kernel; on the CPU use generate::decode::attend")
+        candle_core::bail!("focus-decode-attention is the CUDA kernel; on the CPU use attention::cpu::decode::attend")
     }
 
     fn cuda_fwd(&self, s1: &CudaStorage, l1: &Layout, s2: &CudaStorage, l2: &Layout, s3: &CudaStorage, l3: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {

@@ -1,0 +1,174 @@
+//! Decode attention: the newest token's attention over one layer's KV cache (`kv_cache`), in
+//! every mode: dense (every cached key), soft (every key, gated as `focus::gate::GateFn` gates
+//! it), or hard top-k, which reads only the local window and the keys whose top-k sets meet the
+//! query's. `attend` is the one entry point; it dispatches to the CPU kernels
+//! (`cpu::decode`) or, for a cache on a GPU, the CUDA kernel (`cuda::decode`), as
+//! `attention::attend` does for a whole sequence. Both keep exactly the mask's row
+//! (`mask::classify`); the tests check them against the masked dense reference.
+
+use super::kv_cache::LayerCache;
+use super::LayerAttention;
+use crate::error::{Error, Result};
+use crate::focus::gate::GateFn;
+use crate::focus::mask;
+use candle_core::Tensor;
+use serde::{Deserialize, Serialize};
+
+/// The newest token's attention output (1, H, 1, D) from its queries `q` ((1, H, 1, D), after
+/// RoPE and the layer's score scale) over `cache`, and the bytes read. `own` is the layer's own
+/// attention: a sliding window drops the keys outside it (in every mode: the Focus mask
+/// composes with it), a soft-cap acts on each scaled logit before any gate.
+pub fn attend(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAttention, own: &LayerAttention) -> Result<(Tensor, ReadBytes)> {
+    if cache.device.is_some() {
+        return attend_on_device(q, heads, cache, how, own);
+    }
+    let (o, read) = super::cpu::decode::attend(&q.flatten_all()?.to_vec1::<f32>()?, heads, cache, how, own)?;
+    Ok((Tensor::from_vec(o, (1, heads, 1, cache.head_dim), q.device())?, read))
+}
+
+/// How the newest token attends.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DecodeAttention {
+    Dense,
+    /// Hard top-k with local window w (the cache's top-k sets decide distant keys).
+    TopK { window: usize },
+    /// Soft gates on distant keys.
+    Soft { gate: GateFn, window: usize },
+}
+
+/// Bytes one decode step reads from the caches (summed over the layers it covers).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadBytes {
+    /// Key and value rows read (f32).
+    pub kv: u64,
+    /// Routing data read to choose or gate keys: index entries and top-k sets (top-k),
+    /// memberships (soft).
+    pub index: u64,
+    /// What dense attention reads: every cached key and value row.
+    pub dense: u64,
+}
+
+impl ReadBytes {
+    pub fn add(&mut self, o: ReadBytes) {
+        self.kv += o.kv;
+        self.index += o.index;
+        self.dense += o.dense;
+    }
+    /// (kv + index) / dense.
+    pub fn fraction(&self) -> f64 {
+        if self.dense == 0 { 1.0 } else { (self.kv + self.index) as f64 / self.dense as f64 }
+    }
+}
+
+/// The cached positions the newest token (position n - 1) attends, and the routing bytes read
+/// to find them.
+pub fn selected_keys(cache: &LayerCache, how: DecodeAttention) -> Result<(Vec<u32>, u64)> {
+    let n = cache.len();
+    if n == 0 {
+        return Err(Error::Invalid("decode attention over an empty cache".into()));
+    }
+    let i = n - 1;
+    let window = match how {
+        DecodeAttention::TopK { window } if !mask::all_local(n, window) => window,
+        DecodeAttention::Soft { .. } => {
+            let r = cache.routing.as_ref().ok_or_else(|| Error::Invalid("soft decode needs cached routing".into()))?;
+            return Ok(((0..n as u32).collect(), (n * r.groups * 4) as u64));
+        }
+        _ => return Ok(((0..n as u32).collect(), 0)),
+    };
+    let r = cache.routing.as_ref().ok_or_else(|| Error::Invalid("top-k decode needs cached routing".into()))?;
+    let mi = r.masks[i];
+    // A distant key is kept when its top-k set meets the query's: the union of the query's
+    // groups' member lists, marked in a bitmap over the distant positions and read back in
+    // position order. A key in several of the groups is taken once (the mask's row is a set),
+    // and in ascending order the rows stream as dense's do, instead of jumping back for every
+    // group (an in-order union without sorting, which cost 3-4 ms of an 8K step).
+    let distant = i - window;
+    let mut bits = vec![0u64; distant.div_ceil(64)];
+    let mut index = 0u64;
+    for g in mask::groups(mi) {
+        let list = &r.members[g];
+        let end = list.partition_point(|&j| (j as usize) < distant);
+        // One position read per index entry used.
+        index += 4 * end as u64;
+        for &j in &list[..end] {
+            bits[j as usize / 64] |= 1 << (j % 64);
+        }
+    }
+    let mut keys = Vec::with_capacity(bits.iter().map(|w| w.count_ones() as usize).sum::<usize>() + window + 1);
+    for (w, &word) in bits.iter().enumerate() {
+        let mut m = word;
+        while m != 0 {
+            keys.push((w * 64) as u32 + m.trailing_zeros());
+            m &= m - 1;
+        }
+    }
+    keys.extend(distant as u32..=i as u32);
+    Ok((keys, index))
+}
+
+/// The newest token's attention output (1, H, 1, D) from its queries `q` (any shape of H x D
+/// values, on the cache's device) over a cache on a GPU (`LayerCache::to_device`), and the
+/// bytes read: the kernels of `attention::cuda::decode`, which keep the same pairs as the CPU's.
+/// The kernel finds the kept distant keys by testing each one's top-k set (8 bytes, counted
+/// as index bytes) rather than through the host's index by group, so that it reads no host
+/// data; the kept keys' rows are the only rows it reads.
+fn attend_on_device(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAttention, own: &LayerAttention) -> Result<(Tensor, ReadBytes)> {
+    let kv = cache.device.as_ref().ok_or_else(|| Error::Invalid("attend_on_device: the cache is on the host".into()))?;
+    let (n, d) = (kv.len, cache.head_dim);
+    if n == 0 {
+        return Err(Error::Invalid("decode attention over an empty cache".into()));
+    }
+    let i = n - 1;
+    let from = own.window.map_or(0, |w| n.saturating_sub(w));
+    let tb = cache.token_bytes();
+    let dense = (n - from) as u64 * tb;
+    let (kept, index) = match (how, cache.routing.as_ref()) {
+        (DecodeAttention::TopK { window }, Some(r)) => {
+            let mi = r.masks[i];
+            let distant = &r.masks[from..(i.saturating_sub(window)).max(from)];
+            let shared = distant.iter().filter(|&&mj| mask::share_group(mi, mj)).count();
+            (n - from - distant.len() + shared, distant.len() as u64 * 8)
+        }
+        (DecodeAttention::Soft { .. }, Some(r)) => (n - from, ((n - from) * r.groups * 4) as u64),
+        (DecodeAttention::Dense, _) => (n - from, 0),
+        _ => return Err(Error::Invalid("top-k and soft decode need cached routing".into())),
+    };
+    let read = ReadBytes { kv: kept as u64 * tb, index, dense };
+    #[cfg(feature = "cuda")]
+    {
+        use crate::attention::cuda::decode::{decode_attention, DecodeStep, MAX_HEAD_DIM};
+        if d > MAX_HEAD_DIM {
+            return Err(Error::Invalid(format!("decode on the GPU takes head dims up to {MAX_HEAD_DIM}, not {d}")));
+        }
+        let r = cache.routing.as_ref();
+        let step = DecodeStep {
+            n,
+            from,
+            topk: match (how, r, kv.masks.as_ref()) {
+                (DecodeAttention::TopK { .. }, Some(r), Some(m)) => Some((r.masks[i], m)),
+                _ => None,
+            },
+            window: match how {
+                DecodeAttention::TopK { window } | DecodeAttention::Soft { window, .. } => window,
+                DecodeAttention::Dense => n,
+            },
+            soft: match (how, kv.memberships.as_ref()) {
+                (DecodeAttention::Soft { gate, .. }, Some(m)) => Some((gate, m)),
+                _ => None,
+            },
+            softcap: own.softcap.map(|c| c as f32),
+        };
+        if kv.routed < n && step.topk.is_some() | step.soft.is_some() {
+            return Err(Error::Invalid("decode on the GPU: the cache's routing was not synced to the device".into()));
+        }
+        let q = q.to_dtype(candle_core::DType::F32)?.reshape((heads, d))?.contiguous()?;
+        let o = decode_attention(&q, &kv.k, &kv.v, step)?;
+        Ok((o.reshape((1, heads, 1, d))?, read))
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (q, heads, read, d);
+        Err(Error::Invalid("a cache on a device needs a build with the cuda feature".into()))
+    }
+}
