@@ -607,7 +607,7 @@ fn forward_longer_than_the_context() {
     assert_has(&err_msg(m.decoder.forward(&[], &opts)), &["zero tokens"]);
     assert_has(&err_msg(m.decoder.forward(&[1, 2, 512], &opts)), &["token id 512 is outside the vocabulary (512)"]);
     // A Focus mode without an adapter.
-    assert_has(&err_msg(m.decoder.forward(&[1, 2, 3], &ForwardOptions::new(Mode::TopK(2), None))), &["needs an adapter"]);
+    assert_has(&err_msg(m.decoder.forward(&[1, 2, 3], &ForwardOptions::new(common::topk(2, 8), None))), &["needs an adapter"]);
     // Learned positions (GPT-2) too.
     let g = tiny_model("gpt2");
     assert_has(&err_msg(g.decoder.forward(&vec![1u32; 129], &opts)), &["exceed the model's context"]);

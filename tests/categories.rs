@@ -7,7 +7,7 @@ mod common;
 
 use focus_core::analysis::{analyze, AnalyzeOptions};
 use focus_core::analysis::categories::{categorize_tokens, categorize_words, Category, Piece};
-use focus_core::{Adapter, Mode, Model};
+use focus_core::{Adapter, Model};
 
 fn model() -> &'static Model {
     common::default_model()
@@ -107,7 +107,7 @@ fn sample_analysis_profiles_and_routing_space() {
     let adapter_dir = common::root().join("sample_adapters/smollm2-135m-k8-init");
     let adapter = Adapter::load(&adapter_dir, &model().identity(), model().device()).unwrap();
     let text = sample();
-    let opts = AnalyzeOptions { mode: Mode::TopK(2), k: 2, segment_len: 1024, keep_tokens: false, cancel: None };
+    let opts = AnalyzeOptions { mode: common::topk(2, adapter.config.groups), k: 2, segment_len: 1024, keep_tokens: false, cancel: None };
     let an = analyze(model(), &adapter, "sample", &text, &opts, |_, _| {}).unwrap();
     let (t, k, c) = (an.tokens.len(), an.groups, Category::COUNT);
     assert_eq!(an.profiles.len(), 30);

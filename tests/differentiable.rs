@@ -194,9 +194,9 @@ fn straight_through_forward_is_hard_topk_inference() {
         for k in [1, 2] {
             let mut o = ForwardOptions::new(Mode::Soft, Some(&adapter));
             o.differentiable = true;
-            o.straight_through = Some(k);
+            o.straight_through = Some(adapter.config.topk(k).unwrap());
             let st = train_forward(&model.decoder, &[&ids], &o).unwrap();
-            let hard = run(&model, &ids, Mode::TopK(k), Some(&adapter), false);
+            let hard = run(&model, &ids, common::topk(k, 4), Some(&adapter), false);
             let soft = run(&model, &ids, Mode::Soft, Some(&adapter), false);
             let err = max_abs_diff(&st, &hard);
             assert!(err <= 1e-4, "{name} k={k}: straight-through forward differs from top-k inference by {err}");
@@ -207,11 +207,10 @@ fn straight_through_forward_is_hard_topk_inference() {
         let paper = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window: w, gate: Gate::Paper, ..Default::default() }, 11).unwrap();
         let mut o = ForwardOptions::new(Mode::Soft, Some(&paper));
         o.differentiable = true;
-        o.straight_through = Some(2);
+        o.straight_through = Some(paper.config.topk(2).unwrap());
         let st = train_forward(&model.decoder, &[&ids], &o).unwrap();
-        let err = max_abs_diff(&st, &run(&model, &ids, Mode::TopK(2), Some(&paper), false));
+        let err = max_abs_diff(&st, &run(&model, &ids, common::topk(2, 4), Some(&paper), false));
         assert!(err <= 1e-4, "{name} paper gate: straight-through forward differs from top-k inference by {err}");
-        o.straight_through = Some(5);
-        assert!(train_forward(&model.decoder, &[&ids], &o).is_err(), "k > K");
+        assert!(paper.config.topk(5).is_err(), "k > K");
     }
 }

@@ -24,7 +24,7 @@ fn truthfulqa_scores_are_identical_within_the_window() {
     let w = adapter.config.window;
     let base = eval::truthfulqa(&model, qs, "", Mode::Dense, None, w, None, |_, _| {}).unwrap();
     assert_eq!(base.items_within_window, qs.len(), "zero-shot TruthfulQA inputs fit in the window");
-    for mode in [Mode::Soft, Mode::TopK(1)] {
+    for mode in [Mode::Soft, common::topk(1, adapter.config.groups)] {
         let r = eval::truthfulqa(&model, qs, "", mode, Some(&adapter), w, None, |_, _| {}).unwrap();
         assert_eq!(r.per_item, base.per_item, "{mode}: scores differ inside the window");
         assert_eq!((r.accuracy, r.score), (base.accuracy, base.score));
@@ -47,7 +47,7 @@ fn long_inputs_can_differ_and_the_cloze_file_is_sound() {
     }
     let w = adapter.config.window;
     let base = eval::cloze(&model, &items[..2], Mode::Dense, None, w, None, |_, _| {}).unwrap();
-    let topk = eval::cloze(&model, &items[..2], Mode::TopK(1), Some(&adapter), w, None, |_, _| {}).unwrap();
+    let topk = eval::cloze(&model, &items[..2], common::topk(1, adapter.config.groups), Some(&adapter), w, None, |_, _| {}).unwrap();
     assert_eq!(base.items_within_window, 0);
     assert!(base.max_tokens > 4 * w);
     // The untrained sample adapter prunes pairs, so long-input log-likelihoods move.

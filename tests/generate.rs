@@ -71,7 +71,7 @@ fn topk_decode_with_causal_sinkhorn_equals_full_forward() {
     let ad = causal_adapter();
     for k in [1, 2] {
         // A prefilled prompt (its routing and Sinkhorn state come from the pass), then steps.
-        let (err, read) = decode_vs_forward(model(), Mode::TopK(k), Some(&ad), &ids(160), 80);
+        let (err, read) = decode_vs_forward(model(), common::topk(k, ad.config.groups), Some(&ad), &ids(160), 80);
         eprintln!("topk k={k}: max relative |logit diff| {err:.2e}; last step read {:.1}% of dense", 100.0 * read.fraction());
         assert!(err <= 1e-4, "top-k (k={k}) decode logits differ from the full forward by {err}");
         // The mask pruned keys, and the step read only theirs.
@@ -102,13 +102,13 @@ fn quantized_gguf_decode_equals_full_forward() {
 fn whole_sequence_sinkhorn_recomputes() {
     let spec = AdapterSpec { window: 32, causal_sinkhorn: false, ..Default::default() };
     let ad = Adapter::random(&model().identity(), model().device(), &spec, 3).unwrap();
-    assert_eq!(Generator::new(&model().decoder, Some(&ad), Mode::TopK(2)).unwrap().strategy(), Strategy::Recompute);
+    assert_eq!(Generator::new(&model().decoder, Some(&ad), common::topk(2, ad.config.groups)).unwrap().strategy(), Strategy::Recompute);
     assert_eq!(Generator::new(&model().decoder, Some(&ad), Mode::Dense).unwrap().strategy(), Strategy::KvCache);
     let ids = ids(60);
-    let mut g = Generator::new(&model().decoder, Some(&ad), Mode::TopK(2)).unwrap();
+    let mut g = Generator::new(&model().decoder, Some(&ad), common::topk(2, ad.config.groups)).unwrap();
     g.feed(&ids[..59]).unwrap();
     let s = g.feed(&ids[59..]).unwrap();
-    let full = model().decoder.forward(&ids, &ForwardOptions::new(Mode::TopK(2), Some(&ad))).unwrap();
+    let full = model().decoder.forward(&ids, &ForwardOptions::new(common::topk(2, ad.config.groups), Some(&ad))).unwrap();
     let last = full.logits.get(59).unwrap().to_vec1::<f32>().unwrap();
     let err = s.logits.iter().zip(&last).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(err <= 1e-4, "the recomputed step differs from the full forward by {err}");
@@ -194,7 +194,7 @@ fn every_architecture_decodes_like_its_forward() {
         let spec = AdapterSpec { groups: 4, window: 8, causal_sinkhorn: true, ..Default::default() };
         let ad = Adapter::random(&m.identity(), m.device(), &spec, 2).unwrap();
         let paper = Adapter::random(&m.identity(), m.device(), &AdapterSpec { gate: focus_core::Gate::Paper, ..spec }, 2).unwrap();
-        for (mode, adapter) in [(Mode::Dense, None), (Mode::TopK(1), Some(&ad)), (Mode::Soft, Some(&ad)), (Mode::Soft, Some(&paper))] {
+        for (mode, adapter) in [(Mode::Dense, None), (common::topk(1, ad.config.groups), Some(&ad)), (Mode::Soft, Some(&ad)), (Mode::Soft, Some(&paper))] {
             let full = m.decoder.forward(&ids, &ForwardOptions::new(mode, adapter)).unwrap().logits.to_vec2::<f32>().unwrap();
             let mut g = Generator::new(&m.decoder, adapter, mode).unwrap();
             g.feed(&ids[..30]).unwrap();

@@ -84,7 +84,7 @@ fn replay(h: &H, r: &Generated) -> (Vec<u32>, Vec<focus_core::attention::kv_cach
     let adapter = Session::configured_adapter(&app.session.adapter.as_ref().unwrap().adapter, &r.params);
     let (_, prompt) = generation::prompt(&model, &app.views.generate.prompt, false).unwrap();
     assert_eq!(prompt, r.ids[..r.prompt_tokens]);
-    let mut run = Run::start(&model, Some(adapter.as_ref()), r.params.mode(), &prompt, &app.settings.generate.sampling, None).unwrap();
+    let mut run = Run::start(&model, Some(adapter.as_ref()), r.params.mode(adapter.config.groups).unwrap(), &prompt, &app.settings.generate.sampling, None).unwrap();
     while run.next().unwrap().is_some() {}
     (run.generator.ids().to_vec(), run.generator.layers().to_vec())
 }
@@ -225,7 +225,7 @@ fn whole_sequence_sinkhorn_recomputes_each_token() {
     let app = h.state();
     let model = app.session.model.as_ref().unwrap().model.clone();
     let adapter = Session::configured_adapter(&app.session.adapter.as_ref().unwrap().adapter, &r.params);
-    let mut g = Generator::new(&model.decoder, Some(adapter.as_ref()), r.params.mode()).unwrap();
+    let mut g = Generator::new(&model.decoder, Some(adapter.as_ref()), r.params.mode(adapter.config.groups).unwrap()).unwrap();
     g.feed(&r.ids).unwrap();
     let caches = g.layers().to_vec();
     highlight_is_the_masks(&mut h, &r, &caches);

@@ -147,7 +147,7 @@ fn gemma2_top_k_kernel_composes_with_the_sliding_window() {
     for window in [2, 4, 12] {
         let a = Adapter::random(&model.identity(), model.device(), &AdapterSpec { window, groups: 4, ..Default::default() }, 2).unwrap();
         for k in 1..=4 {
-            let opts = ForwardOptions::new(Mode::TopK(k), Some(&a));
+            let opts = ForwardOptions::new(common::topk(k, 4), Some(&a));
             let fast = model.decoder.forward(&ids, &opts).unwrap();
             let masked = model
                 .decoder
@@ -366,7 +366,7 @@ fn check_adapter_modes(name: &str) {
     }
 
     for k in 1..=4 {
-        let opts = ForwardOptions::new(Mode::TopK(k), Some(&adapter));
+        let opts = ForwardOptions::new(common::topk(k, adapter.config.groups), Some(&adapter));
         let fast = model.decoder.forward(&ids, &opts).unwrap_or_else(|e| panic!("{name} topk({k}): {e}"));
         assert_eq!(fast.logits.dims(), &[40, 512]);
         assert!(all_finite(&fast.logits), "{name} topk({k}): logits are not finite");
@@ -397,7 +397,7 @@ fn check_adapter_modes(name: &str) {
     }
     // k outside 1..=K is refused.
     for k in [0, 5] {
-        let e = model.decoder.forward(&ids, &ForwardOptions::new(Mode::TopK(k), Some(&adapter))).err().expect("k out of range");
+        let e = adapter.config.topk(k).err().expect("k out of range");
         assert!(e.to_string().contains("1..=4"), "{e}");
     }
 }

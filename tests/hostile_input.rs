@@ -240,7 +240,7 @@ fn overflowing_weights_give_an_error_not_nan() {
     let m = Model::load(d.path(), &Device::Cpu).unwrap();
     let a = Adapter::random(&m.identity(), m.device(), &AdapterSpec { groups: 4, window: 1, top_k: 1, ..Default::default() }, 3).unwrap();
     let ids: Vec<u32> = (1..20).collect();
-    let e = err_msg(m.decoder.forward(&ids, &ForwardOptions::new(Mode::TopK(1), Some(&a))));
+    let e = err_msg(m.decoder.forward(&ids, &ForwardOptions::new(common::topk(1, 4), Some(&a))));
     assert!(e.contains("NaN or infinite"), "{e}");
 }
 

@@ -33,7 +33,7 @@ fn topk_row_matches_masked_dense_softmax() {
     let a = focus_lens::defaults::sample_adapter(m).unwrap();
     let (t, layer, k) = (300, 9, 2);
     let ids = ids(t);
-    let inp = layer_inputs(m, Some(&a), &ids, Mode::TopK(k), layer, None).unwrap();
+    let inp = layer_inputs(m, Some(&a), &ids, common::topk(k, a.config.groups), layer, None).unwrap();
     let r = inp.routing.as_ref().unwrap();
     let masks = r.topk_masks(k);
     let w = a.config.window;
@@ -45,7 +45,7 @@ fn topk_row_matches_masked_dense_softmax() {
     let kernel = focus_core::attention::cpu::focus::focus_attention(&q, &kk, &v, shape, &masks, w);
     let mut pruned_seen = 0;
     for (head, query) in [(0, 299), (3, 250), (8, 140), (5, 10)] {
-        let row = attention_row(&inp, Some(&a.config), Mode::TopK(k), head, query).unwrap();
+        let row = attention_row(&inp, Some(&a.config), common::topk(k, a.config.groups), head, query).unwrap();
         assert_eq!(row.len(), query + 1);
         let sum: f64 = row.iter().map(|&x| x as f64).sum();
         assert!((sum - 1.0).abs() < 1e-5, "row sums to {sum}");
@@ -92,7 +92,7 @@ fn dense_row_and_bad_arguments() {
     assert!(attention_row(&inp, Some(&a.config), Mode::Dense, h, 0).unwrap_err().to_string().contains("head"));
     assert!(attention_row(&inp, Some(&a.config), Mode::Dense, 0, t).unwrap_err().to_string().contains("query"));
     assert!(layer_inputs(m, Some(&a), &ids, Mode::Dense, 30, None).unwrap_err().to_string().contains("layer 30"));
-    assert!(layer_inputs(m, None, &ids, Mode::TopK(2), 1, None).unwrap_err().to_string().contains("adapter"));
+    assert!(layer_inputs(m, None, &ids, common::topk(2, 8), 1, None).unwrap_err().to_string().contains("adapter"));
     let cancel = std::sync::atomic::AtomicBool::new(true);
     assert!(matches!(layer_inputs(m, Some(&a), &ids, Mode::Dense, 3, Some(&cancel)), Err(focus_core::Error::Cancelled)));
 }
@@ -105,9 +105,9 @@ fn causal_prefix_shortcut_is_exact() {
     let mut a = focus_lens::defaults::sample_adapter(m).unwrap();
     a.config.causal_sinkhorn = true;
     let ids = ids(280);
-    let full = layer_inputs(m, Some(&a), &ids, Mode::TopK(2), 6, None).unwrap();
-    let want = attention_row(&full, Some(&a.config), Mode::TopK(2), 1, 200).unwrap();
-    let got = query_attention(m, Some(&a), &ids, Mode::TopK(2), 6, 1, 200, None).unwrap();
+    let full = layer_inputs(m, Some(&a), &ids, common::topk(2, a.config.groups), 6, None).unwrap();
+    let want = attention_row(&full, Some(&a.config), common::topk(2, a.config.groups), 1, 200).unwrap();
+    let got = query_attention(m, Some(&a), &ids, common::topk(2, a.config.groups), 6, 1, 200, None).unwrap();
     let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(err < 1e-5, "prefix vs whole sequence: {err}");
 }

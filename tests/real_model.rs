@@ -57,7 +57,7 @@ fn topk_forward_equals_masked_dense_model() {
     for (causal, groups) in [(false, 4), (true, 8)] {
         let ad = adapter(AdapterSpec { groups, window: 32, causal_sinkhorn: causal, ..Default::default() }, 5);
         for k in [1, 2, groups - 1, groups] {
-            let opts = ForwardOptions::new(Mode::TopK(k), Some(&ad));
+            let opts = ForwardOptions::new(common::topk(k, groups), Some(&ad));
             let fast = model().decoder.forward(&ids, &opts).unwrap();
             let reference = model()
                 .decoder
@@ -90,7 +90,7 @@ fn short_inputs_are_exactly_dense() {
     let dense_v = dense.logits.flatten_all().unwrap().to_vec1::<f32>().unwrap();
     for gate in [Gate::Paper, Gate::Log] {
         let ad = adapter(AdapterSpec { gate, window: 128, ..Default::default() }, 9);
-        for mode in [Mode::Soft, Mode::TopK(1), Mode::TopK(2)] {
+        for mode in [Mode::Soft, common::topk(1, ad.config.groups), common::topk(2, ad.config.groups)] {
             let out = model().decoder.forward(&ids, &ForwardOptions::new(mode, Some(&ad))).unwrap();
             let v = out.logits.flatten_all().unwrap().to_vec1::<f32>().unwrap();
             assert!(v == dense_v, "{mode} with {gate:?} gate differs from dense on an all-local input");
@@ -100,7 +100,7 @@ fn short_inputs_are_exactly_dense() {
     let ids = self::ids(400);
     let ad = adapter(AdapterSpec { window: 16, ..Default::default() }, 9);
     let d = model().decoder.forward(&ids, &ForwardOptions::new(Mode::Dense, None)).unwrap();
-    let t = model().decoder.forward(&ids, &ForwardOptions::new(Mode::TopK(1), Some(&ad))).unwrap();
+    let t = model().decoder.forward(&ids, &ForwardOptions::new(common::topk(1, ad.config.groups), Some(&ad))).unwrap();
     assert!(max_abs_diff(&d.logits, &t.logits) > 1e-2);
 }
 

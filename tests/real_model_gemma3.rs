@@ -116,7 +116,7 @@ fn gemma3_top_k_kernel_matches_the_masked_reference_on_sliding_and_global_layers
     let max_diff = |a: &candle_core::Tensor, b: &candle_core::Tensor| (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
     let mut logits = Vec::new();
     for (name, a) in [("all", &all), ("global", &global)] {
-        let mut opts = ForwardOptions::new(Mode::TopK(2), Some(a));
+        let mut opts = ForwardOptions::new(common::topk(2, a.config.groups), Some(a));
         opts.logits_from = 500;
         let fast = m.decoder.forward(&ids, &opts).unwrap();
         let c = m.config();
@@ -209,7 +209,7 @@ fn gemma3_sample_adapters_reproduce_the_published_perplexities() {
         let adapter = Adapter::load(&common::root().join(dir), &m.identity(), m.device()).unwrap();
         assert!(adapter.config.training.is_some() && adapter.config.results.is_some(), "{dir}: provenance and results recorded");
         layers.push(adapter.config.router_layers);
-        for (mode, key) in [(Mode::Soft, "soft"), (Mode::TopK(2), "topk2")] {
+        for (mode, key) in [(Mode::Soft, "soft"), (common::topk(2, adapter.config.groups), "topk2")] {
             let got = focus_core::eval::ppl::perplexity(m, &ids[..chunks * ctx], ctx, mode, Some(&adapter), None, |_, _| {}).unwrap();
             let want = entry["per_chunk_nll"][key].as_array().unwrap();
             assert_eq!(want.len(), chunks);

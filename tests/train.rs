@@ -162,11 +162,11 @@ fn cosine_scores_with_detached_sinkhorn_and_decay_train_and_persist() {
 /// that top-k mode (recomputed here), for either gate; k must be within 1..=K.
 #[test]
 fn straight_through_training_optimises_top_k() {
-    use focus_core::{Gate, Mode};
+    use focus_core::Gate;
     let (model, data) = setup();
     let dir = tempfile::tempdir().unwrap();
     let mut t = Trainer::new(&model, &spec(), TrainOptions { straight_through: Some(2), ..opts(2) }).unwrap();
-    assert_eq!(t.eval_mode(), Mode::TopK(2));
+    assert_eq!(t.eval_mode(), common::topk(2, spec().groups));
     let before = t.evaluate(&data).unwrap().0;
     let init = router_values(&t);
     let (_, rows) = run_logged(&mut t, &data, dir.path());
@@ -179,7 +179,7 @@ fn straight_through_training_optimises_top_k() {
     let (mut nll, mut n) = (0f64, 0usize);
     for w in 0..2 {
         let ids = &data.heldout[w * 48..(w + 1) * 48];
-        let o = focus_core::model::ForwardOptions::new(Mode::TopK(2), Some(&fresh.adapter));
+        let o = focus_core::model::ForwardOptions::new(common::topk(2, fresh.adapter.config.groups), Some(&fresh.adapter));
         let logits = model.decoder.forward(ids, &o).unwrap().logits;
         let v = focus_core::model::decoder::Decoder::nll(&logits, &data.heldout[w * 48 + 1..(w + 1) * 48 + 1]).unwrap();
         nll += v.iter().map(|&x| x as f64).sum::<f64>();

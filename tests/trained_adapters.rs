@@ -30,7 +30,7 @@ fn sample_adapters_reproduce_the_published_perplexities() {
         if let Some(n) = entry["sinkhorn_iters"].as_u64() {
             adapter.config.sinkhorn_iters = n as usize;
         }
-        for (mode, key) in [(Mode::Soft, "soft"), (Mode::TopK(2), "topk2")] {
+        for (mode, key) in [(Mode::Soft, "soft"), (common::topk(2, adapter.config.groups), "topk2")] {
             let got = focus_core::eval::ppl::perplexity(&model, &ids[..chunks * ctx], ctx, mode, Some(&adapter), None, |_, _| {}).unwrap();
             let want = entry["per_chunk_nll"][key].as_array().unwrap();
             assert_eq!(want.len(), chunks);

@@ -141,7 +141,7 @@ fn main() -> focus_core::Result<()> {
         let mut results = Vec::new();
         for ctx in arg(&args, "--ctx", "512,1024").split(',').map(|c| c.parse::<usize>().unwrap()) {
             let mut modes = vec![Mode::Dense, Mode::Soft];
-            modes.extend((1..=3).filter(|&k| k < groups).map(Mode::TopK));
+            modes.extend((1..=3).filter(|&k| k < groups).map(|k| trainer.adapter.config.topk(k).map(Mode::TopK)).collect::<focus_core::Result<Vec<_>>>()?);
             for mode in modes {
                 let a = if mode == Mode::Dense { None } else { Some(&trainer.adapter) };
                 let r = perplexity(&model, &ids, ctx, mode, a, None, |_, _| {})?;

@@ -47,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
             if let Ok(a) = Adapter::from_bytes(&cfg, &f.weights, &id, &Device::Cpu, origin) {
                 // An accepted adapter must route a short sequence without panicking.
                 let ids: Vec<u32> = (0..40).collect();
-                let _ = f.model.decoder.forward(&ids, &focus_core::model::ForwardOptions::new(focus_core::Mode::TopK(a.config.top_k), Some(&a)));
+                let _ = f.model.decoder.forward(&ids, &focus_core::model::ForwardOptions::new(focus_core::Mode::TopK(a.config.default_topk()), Some(&a)));
             }
         }
         _ => {

@@ -40,7 +40,10 @@ fuzz_target!(|data: &[u8]| {
     let mode = match (pick >> 1) % 4 {
         0 => Mode::Dense,
         1 => Mode::Soft,
-        k => Mode::TopK(k as usize - 1),
+        k => match f.adapter.config.topk(k as usize - 1) {
+            Ok(k) => Mode::TopK(k),
+            Err(_) => return,
+        },
     };
     let opts = ForwardOptions::new(mode, Some(&f.adapter));
     if let Ok(out) = f.model.decoder.forward(&ids, &opts) {

@@ -64,6 +64,7 @@ pub fn tile_result(h: &mut Harness<'static, FocusLensApp>, n: usize) {
     }
     let big = AnalysisResult {
         key: r.key.clone(),
+        mode: r.mode,
         analysis: an,
         adapter: r.adapter.clone(),
         model: r.model.clone(),

@@ -53,3 +53,8 @@ fn fetched(env: &str, script: &str) -> PathBuf {
     assert!(out.status.success(), "{script} failed: {}", String::from_utf8_lossy(&out.stderr));
     PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
 }
+
+/// Top-k mode with k of `groups` (the adapter's K), checked as the app checks it.
+pub fn topk(k: usize, groups: usize) -> focus_core::Mode {
+    focus_core::Mode::TopK(focus_core::focus::mask::TopK::new(k, groups).unwrap())
+}

@@ -120,7 +120,7 @@ impl ModeArgs {
             ModeArg::Soft => Mode::Soft,
             ModeArg::Topk => {
                 let a = adapter.context("--mode topk needs --adapter")?;
-                Mode::TopK(self.k.unwrap_or(a.config.top_k))
+                Mode::TopK(a.config.topk(self.k.unwrap_or(a.config.top_k))?)
             }
         })
     }

@@ -607,22 +607,27 @@ impl FocusLensApp {
         b_adapter.config.causal_sinkhorn = spec.causal.unwrap_or(a_adapter.config.causal_sinkhorn);
         // Dense and soft B have no k of their own: their groups are compared at A's k.
         let k_b = if spec.mode == ModeChoice::TopK { spec.k.max(1) } else { res.key.params.k };
-        if spec.adapter.is_none() && k_b > groups {
-            self.errors.push(format!("run B: k = {k_b} must be in 1..={groups}"));
-            return;
-        }
+        // Top-k B with its own adapter: k is checked against B's K when B has loaded.
         let mode_b = match spec.mode {
-            ModeChoice::Dense => focus_core::Mode::Dense,
-            ModeChoice::Soft => focus_core::Mode::Soft,
-            ModeChoice::TopK => focus_core::Mode::TopK(k_b),
+            ModeChoice::Dense => Some(focus_core::Mode::Dense),
+            ModeChoice::Soft => Some(focus_core::Mode::Soft),
+            ModeChoice::TopK if spec.adapter.is_some() => None,
+            ModeChoice::TopK => match focus_core::focus::mask::TopK::new(k_b, groups) {
+                Ok(k) => Some(focus_core::Mode::TopK(k)),
+                Err(e) => {
+                    self.errors.push(format!("run B: {e}"));
+                    return;
+                }
+            },
         };
-        let a_label = super::views::compare::describe(res.key.params.mode(), a_adapter.config.causal_sinkhorn, &res.analysis.adapter);
+        let a_label = super::views::compare::describe(&res.mode.to_string(), a_adapter.config.causal_sinkhorn, &res.analysis.adapter);
         let b_name = spec.adapter.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| res.analysis.adapter.clone());
-        let b_label = super::views::compare::describe(mode_b, b_adapter.config.causal_sinkhorn, &b_name);
+        let b_mode_label = mode_b.map_or_else(|| format!("topk({k_b})"), |m| m.to_string());
+        let b_label = super::views::compare::describe(&b_mode_label, b_adapter.config.causal_sinkhorn, &b_name);
         let job = super::compare::CompareJob {
             res: res.clone(),
             spec: spec.clone(),
-            a: super::compare::Run { label: a_label, mode: res.key.params.mode(), k: res.key.params.k, adapter: a_adapter },
+            a: super::compare::Run { label: a_label, mode: Some(res.mode), k: res.key.params.k, adapter: a_adapter },
             b: super::compare::Run { label: b_label, mode: mode_b, k: k_b, adapter: Arc::new(b_adapter) },
             b_adapter_path: spec.adapter.clone(),
         };

@@ -23,7 +23,8 @@ use std::sync::Arc;
 #[derive(Clone)]
 pub struct Run {
     pub label: String,
-    pub mode: Mode,
+    /// `None`: top-k with run B's own adapter, whose K is known once it has loaded.
+    pub mode: Option<Mode>,
     /// k of the mask in top-k mode (and of the groups compared, with the other run's).
     pub k: usize,
     /// The adapter as run (window and Sinkhorn variant applied).
@@ -343,11 +344,12 @@ pub fn pruned_mass(q: &Tensor, k: &Tensor, masks: &[u64], window: usize) -> cand
 /// One run over `ids`: loss per position, the top-`groups_k` groups per layer, and (top-k)
 /// pruned mass.
 pub fn run(model: &Model, ids: &[u32], r: &Run, groups_k: usize, h: &Handle, base: usize, total: usize) -> Result<RunOut, JobError> {
-    let mut opts = ForwardOptions::new(r.mode, Some(r.adapter.as_ref()));
+    let mode = r.mode.ok_or_else(|| JobError::Failed("run B: top-k needs adapter B's K, and it has not loaded".into()))?;
+    let mut opts = ForwardOptions::new(mode, Some(r.adapter.as_ref()));
     opts.record_routing = true;
     opts.cancel = Some(&h.cancel);
-    let measure = match r.mode {
-        Mode::TopK(k) => Some((k, r.adapter.config.window)),
+    let measure = match mode {
+        Mode::TopK(k) => Some((k.k(), r.adapter.config.window)),
         _ => None,
     };
     let mut hook = PrunedHook { measure, out: Vec::new(), err: None, h, base, total, what: r.label.clone() };
@@ -392,8 +394,9 @@ impl CompareJob {
             if let Some(c) = self.spec.causal {
                 a.config.causal_sinkhorn = c;
             }
-            if self.b.k == 0 || self.b.k > a.config.groups {
-                return Err(JobError::Failed(format!("run B: k = {} must be in 1..={} (adapter B's K)", self.b.k, a.config.groups)));
+            if self.b.mode.is_none() {
+                let k = a.config.topk(self.b.k).map_err(|e| JobError::Failed(format!("run B (adapter B): {e}")))?;
+                self.b.mode = Some(Mode::TopK(k));
             }
             self.b.adapter = Arc::new(a);
         }
@@ -557,7 +560,7 @@ pub fn attention_grid(res: &AnalysisResult, i: usize, h: &Handle) -> Result<Attn
     // Whole-sequence Sinkhorn: later tokens change earlier routing, so the whole segment runs.
     let end = if res.adapter.config.causal_sinkhorn { i + 1 } else { end };
     let ids: Vec<u32> = an.tokens[start..end].iter().map(|t| t.id).collect();
-    let mut opts = ForwardOptions::new(res.key.params.mode(), Some(res.adapter.as_ref()));
+    let mut opts = ForwardOptions::new(res.mode, Some(res.adapter.as_ref()));
     opts.cancel = Some(&h.cancel);
     let mut hook = RowHook { query: i - start, k: res.key.params.k, window: res.window(), cells: Vec::new(), err: None };
     res.model.decoder.run(&[ids.as_slice()], &opts, &mut hook)?;

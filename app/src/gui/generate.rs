@@ -26,6 +26,8 @@ pub struct GenJob {
     pub adapter: Arc<Adapter>,
     /// Mode, k and window as run; `causal` says the Sinkhorn variant (always `Some`).
     pub params: RunParams,
+    /// `params`' mode, k checked against the adapter's K.
+    pub mode: focus_core::Mode,
     pub prompt: String,
     pub chat: bool,
     pub sampling: Sampling,
@@ -97,7 +99,7 @@ impl GenJob {
         let (prompt_text, prompt) = generation::prompt(&self.model, &self.prompt, self.chat)?;
         h.set_progress(0, 0, format!("prefill of {} tokens", prompt.len()));
         let t0 = Instant::now();
-        let mut run = Run::start(&self.model, Some(self.adapter.as_ref()), self.params.mode(), &prompt, &self.sampling, Some(&h.cancel))?;
+        let mut run = Run::start(&self.model, Some(self.adapter.as_ref()), self.mode, &prompt, &self.sampling, Some(&h.cancel))?;
         let prefill_seconds = t0.elapsed().as_secs_f64();
         let tok = self.model.tokenizer()?;
         let mut texts: Vec<String> = prompt.iter().map(|&id| tok.token_text(id)).collect();

@@ -10,6 +10,7 @@ use super::worker::Handle;
 use focus_core::analysis::{analyze as core_analyze, AnalyzeOptions};
 use focus_core::bench::{forward_bench, AttentionBench, AttentionRow, BenchOptions, BenchRow};
 use focus_core::focus::mask::{classify, PairClass};
+use focus_core::Mode;
 use focus_core::{Adapter, Error, Model};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -167,10 +168,7 @@ pub fn preview_key(key: &AnalysisKey) -> Option<AnalysisKey> {
 /// (it is the analysis of `preview_key`: the same tokens, parameters and segmenting).
 pub fn analyze(job: AnalysisJob, preview: bool, h: &Handle, interim: &dyn Fn(AnalysisResult)) -> Result<AnalysisResult, JobError> {
     let params = &job.key.params;
-    let groups = job.adapter.config.groups;
-    if params.k == 0 || params.k > groups {
-        return Err(JobError::Failed(format!("k = {} must be in 1..={groups}", params.k)));
-    }
+    let mode = params.mode(job.adapter.config.groups).map_err(|e| JobError::Failed(e.to_string()))?;
     h.set_progress(0, 0, "tokenising");
     let tok = job.model.tokenizer()?;
     let enc = tok.encode(&job.text, false)?;
@@ -178,15 +176,16 @@ pub fn analyze(job: AnalysisJob, preview: bool, h: &Handle, interim: &dyn Fn(Ana
     let take = n.min(params.max_tokens.max(1));
     if preview && take > PREVIEW_TOKENS {
         let key = preview_key(&job.key).expect("max_tokens > PREVIEW_TOKENS");
-        interim(analyze_prefix(&job, key, &enc.offsets, PREVIEW_TOKENS, h, "preview")?);
+        interim(analyze_prefix(&job, key, mode, &enc.offsets, PREVIEW_TOKENS, h, "preview")?);
     }
-    analyze_prefix(&job, job.key.clone(), &enc.offsets, take, h, "")
+    analyze_prefix(&job, job.key.clone(), mode, &enc.offsets, take, h, "")
 }
 
 /// The analysis of the first `take` tokens (`offsets`: every token's byte range in the text).
 fn analyze_prefix(
     job: &AnalysisJob,
     key: AnalysisKey,
+    mode: Mode,
     offsets: &[(usize, usize)],
     take: usize,
     h: &Handle,
@@ -204,7 +203,7 @@ fn analyze_prefix(
     let seg = 2048.min(job.model.config().context);
     let label = if what.is_empty() { format!("{take} tokens") } else { format!("{take} tokens ({what})") };
     h.set_progress(0, 0, label.clone());
-    let opts = AnalyzeOptions { mode: params.mode(), k: params.k, segment_len: seg, keep_tokens: true, cancel: Some(&h.cancel) };
+    let opts = AnalyzeOptions { mode, k: params.k, segment_len: seg, keep_tokens: true, cancel: Some(&h.cancel) };
     let layers = job.model.config().n_layers;
     let analysis = core_analyze(&job.model, &job.adapter, &job.adapter_label, text, &opts, |d, t| {
         // Steps are layers of segments: say which layer (and segment, for long texts) runs.
@@ -236,6 +235,7 @@ fn analyze_prefix(
     let aligned = super::align::chain(&masks, groups);
     Ok(AnalysisResult {
         key,
+        mode,
         analysis,
         adapter: job.adapter.clone(),
         model: job.model.clone(),
@@ -284,7 +284,7 @@ pub fn partners(res: &AnalysisResult, i: usize, layer: usize, head: usize, h: &H
     let start = i / seg * seg;
     let end = (start + seg).min(an.tokens.len());
     let ids: Vec<u32> = an.tokens[start..end].iter().map(|t| t.id).collect();
-    let w = focus_core::analysis::partners::query_attention(&res.model, Some(res.adapter.as_ref()), &ids, res.key.params.mode(), layer, head, i - start, Some(&h.cancel))?;
+    let w = focus_core::analysis::partners::query_attention(&res.model, Some(res.adapter.as_ref()), &ids, res.mode, layer, head, i - start, Some(&h.cancel))?;
     let masks = &res.masks[layer];
     let window = res.window();
     let mut partners = Vec::new();
@@ -322,7 +322,7 @@ pub fn range_partners(res: &AnalysisResult, range: (usize, usize), layer: usize,
     let b = b.min(end - 1);
     h.set_progress(0, 0, format!("tokens {a}-{b}, layer {layer}, head {head}"));
     let ids: Vec<u32> = an.tokens[start..end].iter().map(|t| t.id).collect();
-    let mode = res.key.params.mode();
+    let mode = res.mode;
     let inp = focus_core::analysis::partners::layer_inputs(&res.model, Some(res.adapter.as_ref()), &ids, mode, layer, Some(&h.cancel))?;
     let masks = &res.masks[layer];
     let window = res.window();
@@ -389,7 +389,7 @@ pub fn baseline(res: &AnalysisResult, text: &str, h: &Handle) -> Result<Baseline
     let (twin, seed) = untrained_twin(&res.adapter, &res.model)?;
     let end = res.analysis.tokens.last().map(|t| t.end).unwrap_or(0);
     let text = text.get(..end).filter(|t| !t.is_empty()).ok_or_else(|| JobError::Failed("the analysed text is not at hand".into()))?;
-    let opts = AnalyzeOptions { mode: res.key.params.mode(), k: res.key.params.k, segment_len: res.analysis.segment_len, keep_tokens: false, cancel: Some(&h.cancel) };
+    let opts = AnalyzeOptions { mode: res.mode, k: res.key.params.k, segment_len: res.analysis.segment_len, keep_tokens: false, cancel: Some(&h.cancel) };
     let layers = res.layers();
     let an = core_analyze(&res.model, &twin, "untrained", text, &opts, |d, t| h.set_progress(d, t, format!("untrained adapter: layer {} of {layers}", (d % layers.max(1)) + 1)))?;
     if an.tokens.len() != res.tokens() {

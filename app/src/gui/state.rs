@@ -4,6 +4,7 @@
 //! the app changes them.
 
 use focus_core::analysis::Analysis;
+use focus_core::focus::mask::TopK;
 use focus_core::{Adapter, Mode, Model};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -87,11 +88,21 @@ impl Default for RunParams {
 }
 
 impl RunParams {
-    pub fn mode(&self) -> Mode {
-        match self.mode {
+    /// The mode for an adapter of `groups` groups: top-k's k checked against its K, once, when
+    /// a job starts (the result keeps it: `AnalysisResult::mode`).
+    pub fn mode(&self, groups: usize) -> focus_core::Result<Mode> {
+        Ok(match self.mode {
             ModeChoice::Dense => Mode::Dense,
             ModeChoice::Soft => Mode::Soft,
-            ModeChoice::TopK => Mode::TopK(self.k),
+            ModeChoice::TopK => Mode::TopK(TopK::new(self.k, groups)?),
+        })
+    }
+
+    /// The mode as the controls name it ("topk(2)").
+    pub fn mode_label(&self) -> String {
+        match self.mode {
+            ModeChoice::TopK => format!("topk({})", self.k),
+            m => m.label().to_string(),
         }
     }
 }
@@ -353,6 +364,8 @@ pub struct AnalysisKey {
 
 pub struct AnalysisResult {
     pub key: AnalysisKey,
+    /// The mode as run (`key.params.mode`, k checked against the adapter's K).
+    pub mode: Mode,
     pub analysis: Analysis,
     /// The adapter as run (window and Sinkhorn overrides applied).
     pub adapter: Arc<Adapter>,
@@ -403,6 +416,7 @@ impl AnalysisResult {
     pub fn aligned_to(&self, reference: &AnalysisResult) -> AnalysisResult {
         AnalysisResult {
             key: self.key.clone(),
+            mode: self.mode,
             analysis: self.analysis.clone(),
             adapter: self.adapter.clone(),
             model: self.model.clone(),

@@ -98,12 +98,7 @@ pub fn attention_row(inp: &LayerInputs, cfg: Option<&AdapterConfig>, mode: Mode,
         _ => return Err(Error::Invalid(format!("mode {mode} needs an adapter"))),
     };
     let masks = match (mode, gate) {
-        (Mode::TopK(kk), Some((c, r))) => {
-            if kk == 0 || kk > c.groups {
-                return Err(Error::Invalid(format!("top-k k = {kk} must be in 1..={}", c.groups)));
-            }
-            Some(r.topk_masks(kk))
-        }
+        (Mode::TopK(kk), Some((c, r))) => Some(r.topk_masks(kk.of(c.groups)?)),
         _ => None,
     };
     let scores: Vec<Option<f64>> = (0..=query)

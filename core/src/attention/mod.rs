@@ -32,7 +32,7 @@ pub mod soft;
 
 use crate::error::{Error, Result};
 use crate::focus::adapter::AdapterConfig;
-use crate::focus::mask::{self, all_local};
+use crate::focus::mask::{self, all_local, TopK};
 use crate::focus::router::LayerRouting;
 use cpu::simd::CausalSoftmax;
 use cpu::Shape;
@@ -64,7 +64,7 @@ pub enum Mode {
     /// Soft gates on distant pairs (training, and the "soft" inference mode).
     Soft,
     /// Hard top-k group membership: distant pairs attend only when their top-k sets intersect.
-    TopK(usize),
+    TopK(TopK),
 }
 
 impl std::fmt::Display for Mode {
@@ -87,7 +87,7 @@ impl Mode {
     }
     pub fn k(&self) -> Option<usize> {
         match self {
-            Mode::TopK(k) => Some(*k),
+            Mode::TopK(k) => Some(k.k()),
             _ => None,
         }
     }
@@ -125,12 +125,7 @@ pub fn plan(
     match mode {
         Mode::Dense => unreachable!(),
         Mode::Soft => soft::soft_plan(&Tensor::from_slice(&routing.memberships, (t, cfg.groups), dev)?, cfg),
-        Mode::TopK(k) => {
-            if k == 0 || k > cfg.groups {
-                return Err(Error::Invalid(format!("top-k k = {k} must be in 1..={}", cfg.groups)));
-            }
-            Ok(LayerPlan::TopK { masks: routing.topk_masks(k), window: cfg.window })
-        }
+        Mode::TopK(k) => Ok(LayerPlan::TopK { masks: routing.topk_masks(k.of(cfg.groups)?), window: cfg.window }),
     }
 }
 

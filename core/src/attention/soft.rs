@@ -3,9 +3,9 @@
 //! our additive log gate, and the straight-through plan that trains through the hard mask.
 
 use super::LayerPlan;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::focus::adapter::{AdapterConfig, Gate};
-use crate::focus::mask::{local_mask, topk_mask};
+use crate::focus::mask::{local_mask, topk_mask, TopK};
 use candle_core::Tensor;
 
 /// The soft gate of FOCUS-METHOD section 1 from memberships `g` (T x K), as a T x T plan
@@ -37,10 +37,8 @@ fn gate_plan(g: &Tensor, cfg: &AdapterConfig, local: &Tensor) -> Result<LayerPla
 /// forward uses no gate). The loss is then hard inference's loss, while the routers still get
 /// gradients through the soft memberships (of the pairs the mask keeps).
 /// `g`: memberships (T x K) or (B x T x K).
-pub fn straight_through_plan(g: &Tensor, cfg: &AdapterConfig, k: usize) -> Result<LayerPlan> {
-    if k == 0 || k > cfg.groups {
-        return Err(Error::Invalid(format!("straight-through k = {k} must be in 1..={}", cfg.groups)));
-    }
+pub fn straight_through_plan(g: &Tensor, cfg: &AdapterConfig, k: TopK) -> Result<LayerPlan> {
+    let k = k.of(cfg.groups)?;
     let (kk, dev) = (cfg.groups, g.device());
     let local = local_mask(g.dim(g.rank() - 2)?, cfg.window, dev)?;
     let log_gate = AdapterConfig { gate: Gate::Log, ..cfg.clone() };

@@ -79,10 +79,8 @@ pub fn decode_bench(model: &Model, adapter: &Adapter, base: &[u32], opts: &Decod
     if !adapter.config.causal_sinkhorn {
         return Err(Error::Invalid("top-k decode needs an adapter with causal Sinkhorn (causal_sinkhorn = true)".into()));
     }
-    let k = opts.k;
-    if k == 0 || k > adapter.config.groups {
-        return Err(Error::Invalid(format!("k = {k} must be in 1..={}", adapter.config.groups)));
-    }
+    let topk = adapter.config.topk(opts.k)?;
+    let k = topk.k();
     if let Some(&bad) = opts.contexts.iter().find(|&&n| n == 0 || n + opts.steps + 1 > ctx) {
         return Err(Error::Invalid(format!("context {bad} plus {} steps must fit the model's context of {ctx} tokens", opts.steps + 1)));
     }
@@ -98,7 +96,7 @@ pub fn decode_bench(model: &Model, adapter: &Adapter, base: &[u32], opts: &Decod
             topk_layers.push(c);
         }
         let mut dense = Generator::with_cache(&model.decoder, None, Mode::Dense, dense_layers, ids.clone())?;
-        let mut topk = Generator::with_cache(&model.decoder, Some(adapter), Mode::TopK(k), topk_layers, ids)?;
+        let mut topk = Generator::with_cache(&model.decoder, Some(adapter), Mode::TopK(topk), topk_layers, ids)?;
         let (mut td, mut tk) = (Vec::new(), Vec::new());
         let (mut rd, mut rk) = (Vec::new(), Vec::new());
         for s in 0..=opts.steps {

@@ -87,10 +87,7 @@ pub fn forward_bench(
     if let Some(&bad) = opts.lengths.iter().find(|&&n| n == 0 || n > ctx) {
         return Err(Error::Invalid(format!("length {bad} must be in 1..={ctx} (the model's context)")));
     }
-    let k = opts.k;
-    if k == 0 || k > adapter.config.groups {
-        return Err(Error::Invalid(format!("k = {k} must be in 1..={}", adapter.config.groups)));
-    }
+    let k = adapter.config.topk(opts.k)?;
     let reps = opts.repeats.max(1);
     let total = opts.lengths.len() * (reps + 1) * 2;
     let mut done = 0;
@@ -120,7 +117,7 @@ pub fn forward_bench(
             tokens: n,
             dense_s: dense,
             topk_s: topk,
-            k,
+            k: k.k(),
             groups: adapter.config.groups,
             window: adapter.config.window,
             dense_tokens_per_s: n as f64 / dense,

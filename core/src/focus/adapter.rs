@@ -6,6 +6,7 @@
 use crate::error::{Error, Result};
 use crate::focus::router::Router;
 use crate::focus::identity::BaseModel;
+use crate::focus::mask::TopK;
 use candle_core::{Device, Tensor};
 use rand::{rngs::StdRng, SeedableRng};
 use rand_distr_normal::normal;
@@ -172,6 +173,16 @@ mod rand_distr_normal {
 }
 
 impl AdapterConfig {
+    /// k of hard top-k for this adapter, checked against its K.
+    pub fn topk(&self, k: usize) -> Result<TopK> {
+        TopK::new(k, self.groups)
+    }
+
+    /// The adapter's own k (`top_k`, checked when the adapter was made or loaded).
+    pub fn default_topk(&self) -> TopK {
+        TopK::new(self.top_k, self.groups).expect("an adapter's top_k is checked when it is made or loaded")
+    }
+
     /// The settings a new adapter of this configuration is made from (`Adapter::random`).
     pub fn spec(&self) -> AdapterSpec {
         AdapterSpec {
@@ -217,7 +228,7 @@ impl AdapterConfig {
         if self.sinkhorn_iters > 1000 {
             return bad(format!("sinkhorn_iters = {} is more than 1000", self.sinkhorn_iters));
         }
-        if !(1..=self.groups).contains(&self.top_k) {
+        if TopK::new(self.top_k, self.groups).is_err() {
             return bad(format!("top_k = {} must be in 1..={}", self.top_k, self.groups));
         }
         if !(self.lambda.is_finite() && self.lambda.abs() <= 1e6) || !(self.log_eps.is_finite() && self.log_eps > 0.0 && self.log_eps < 1.0) {

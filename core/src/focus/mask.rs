@@ -41,6 +41,47 @@ pub fn share_group(mi: u64, mj: u64) -> bool {
     mi & mj != 0
 }
 
+/// k of hard top-k routing, checked once against an adapter's K (1 <= k <= K) and carried
+/// from there: whoever holds a `TopK` needs no other check of k. Made by `TopK::new` or
+/// `AdapterConfig::topk`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TopK {
+    k: usize,
+    groups: usize,
+}
+
+impl TopK {
+    pub fn new(k: usize, groups: usize) -> Result<TopK> {
+        if !(1..=groups).contains(&k) {
+            return Err(Error::Invalid(format!("top-k k = {k} must be in 1..={groups} (the adapter's K)")));
+        }
+        Ok(TopK { k, groups })
+    }
+
+    pub fn k(self) -> usize {
+        self.k
+    }
+
+    /// The K this k was checked against.
+    pub fn groups(self) -> usize {
+        self.groups
+    }
+
+    /// k, for an adapter of `groups` groups: an error when it was chosen for another K.
+    pub fn of(self, groups: usize) -> Result<usize> {
+        if groups != self.groups {
+            return Err(Error::Invalid(format!("top-k k = {} was chosen for K = {}, not for this adapter's K = {groups}", self.k, self.groups)));
+        }
+        Ok(self.k)
+    }
+}
+
+impl std::fmt::Display for TopK {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.k)
+    }
+}
+
 /// The groups of a top-k set, in ascending order.
 pub fn groups(set: u64) -> impl Iterator<Item = usize> {
     let mut bits = set;

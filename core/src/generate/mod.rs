@@ -79,8 +79,7 @@ impl<'a> Generator<'a> {
         let k = match (mode, adapter) {
             (Mode::Dense, a) => a.map_or(0, |a| a.config.top_k),
             (Mode::Soft, Some(a)) => a.config.top_k,
-            (Mode::TopK(k), Some(a)) if (1..=a.config.groups).contains(&k) => k,
-            (Mode::TopK(k), Some(a)) => return Err(Error::Invalid(format!("top-k k = {k} must be in 1..={}", a.config.groups))),
+            (Mode::TopK(k), Some(a)) => k.of(a.config.groups)?,
             (m, None) => return Err(Error::Invalid(format!("mode {m} needs an adapter"))),
         };
         let strategy = match adapter {
@@ -329,6 +328,7 @@ impl LayerHook for Fill<'_> {
 #[cfg(all(test, feature = "cuda"))]
 mod tests {
     use super::*;
+    use crate::focus::mask::TopK;
     use crate::focus::adapter::AdapterSpec;
     use crate::model::Model;
     use candle_core::Device;
@@ -349,7 +349,7 @@ mod tests {
             let ids: Vec<u32> = (0..100u32).map(|i| (i * 37 + 11) % cpu_m.config().vocab as u32).collect();
             let spec = AdapterSpec { groups: 4, window: 8, causal_sinkhorn: true, ..Default::default() };
             let (ac, ag) = (Adapter::random(&cpu_m.identity(), &Device::Cpu, &spec, 2).unwrap(), Adapter::random(&gpu_m.identity(), &gpu, &spec, 2).unwrap());
-            for (mode, routed) in [(Mode::Dense, false), (Mode::TopK(1), true), (Mode::TopK(2), true), (Mode::Soft, true)] {
+            for (mode, routed) in [(Mode::Dense, false), (Mode::TopK(TopK::new(1, 4).unwrap()), true), (Mode::TopK(TopK::new(2, 4).unwrap()), true), (Mode::Soft, true)] {
                 let full = cpu_m.decoder.forward(&ids, &ForwardOptions::new(mode, routed.then_some(&ac))).unwrap().logits.to_vec2::<f32>().unwrap();
                 let mut g = Generator::new(&gpu_m.decoder, routed.then_some(&ag), mode).unwrap();
                 assert!(g.layers()[0].device.is_some(), "the cache is on the GPU");

@@ -15,7 +15,7 @@ use super::qmatvec::QMatrix;
 use crate::attention::{self, LayerAttention, LayerPlan, Mode};
 use crate::error::{Error, Result};
 use crate::focus::adapter::Adapter;
-use crate::focus::mask;
+use crate::focus::mask::{self, TopK};
 use crate::focus::router::LayerRouting;
 use crate::focus::sinkhorn::{sinkhorn_composed, SinkhornGrad, SinkhornOp};
 use candle_core::{DType, Device, Tensor, D};
@@ -59,7 +59,7 @@ pub struct ForwardOptions<'a> {
     pub balance: SinkhornOp,
     /// Training only: run the hard top-k mask of this k, with the log gate's gradient
     /// (`attention::soft::straight_through_plan`), instead of the soft gate.
-    pub straight_through: Option<usize>,
+    pub straight_through: Option<TopK>,
 }
 
 impl<'a> ForwardOptions<'a> {

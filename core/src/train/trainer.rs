@@ -10,6 +10,7 @@
 //! composed forms instead (for A/B timings and as the reference).
 
 use crate::focus::adapter::{Adapter, AdapterSpec};
+use crate::focus::mask::TopK;
 use crate::focus::router::Router;
 use crate::attention::Mode;
 use crate::error::{Error, Result};
@@ -184,6 +185,8 @@ pub struct Trainer<'m> {
     pub tokens_seen: usize,
     /// The kernels of each step; may be changed between steps.
     pub kernels: TrainKernels,
+    /// `opts.straight_through`, checked against the adapter's K.
+    straight_through: Option<TopK>,
     /// The frozen weights as the fused step reads them, built at the first fused step.
     weights: Option<TrainWeights>,
     /// A fixed held-out passage on which each evaluation logs category structure (None: not
@@ -220,11 +223,7 @@ impl<'m> Trainer<'m> {
                 opts.seq_len, adapter.config.window
             )));
         }
-        if let Some(k) = opts.straight_through {
-            if k == 0 || k > adapter.config.groups {
-                return Err(Error::Invalid(format!("straight-through k = {k} must be in 1..={}", adapter.config.groups)));
-            }
-        }
+        let straight_through = opts.straight_through.map(|k| adapter.config.topk(k)).transpose()?;
         let mut vars = Vec::new();
         for r in adapter.layers.iter_mut() {
             let p = Var::from_tensor(&r.proj)?;
@@ -234,7 +233,7 @@ impl<'m> Trainer<'m> {
             vars.push(c);
         }
         let opt = AdamW::new(&vars)?;
-        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), weights: None, probe: None })
+        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), straight_through, weights: None, probe: None })
     }
 
     /// Continues from a checkpoint directory written by `save_checkpoint`.
@@ -367,7 +366,7 @@ impl<'m> Trainer<'m> {
         let mut o = ForwardOptions::new(Mode::Soft, Some(&self.adapter));
         o.differentiable = true;
         o.sinkhorn_grad = self.opts.sinkhorn_grad;
-        o.straight_through = self.opts.straight_through;
+        o.straight_through = self.straight_through;
         let path = TrainPath { fused: k.fused, fused_sinkhorn: k.fused_sinkhorn, weights: if k.fused { self.weights.as_ref() } else { None } };
         let logits = step::forward(&self.model.decoder, &inputs, &o, path)?;
         let targets = Tensor::from_vec(targets, b * t, dev)?;
@@ -382,7 +381,7 @@ impl<'m> Trainer<'m> {
 
     /// The inference mode the training optimises: soft, or top-k for straight-through runs.
     pub fn eval_mode(&self) -> Mode {
-        self.opts.straight_through.map_or(Mode::Soft, Mode::TopK)
+        self.straight_through.map_or(Mode::Soft, Mode::TopK)
     }
 
     /// Held-out perplexity (`eval_mode`, inference path) over the first `eval_seqs` windows, and

@@ -13,7 +13,6 @@ use crate::gui::export::ExportKind;
 use crate::gui::state::{AnalysisResult, CompareSpec, ModeChoice, Setting};
 use crate::gui::worker::TaskKind;
 use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, VLine};
-use focus_core::Mode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SortBy {
@@ -84,7 +83,7 @@ fn curves(rows: &[LayerRow], head: Option<usize>) -> (Vec<Curve>, Vec<Curve>) {
 }
 
 /// A run in words: "top-k k=2, whole-sequence Sinkhorn, adapter X".
-pub fn describe(mode: Mode, causal: bool, adapter: &str) -> String {
+pub fn describe(mode: &str, causal: bool, adapter: &str) -> String {
     format!("{mode}, {} Sinkhorn, adapter {adapter}", if causal { "causal" } else { "whole-sequence" })
 }
 
@@ -134,7 +133,7 @@ impl CompareView {
     pub fn show(&mut self, cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec<Command> {
         let mut out = Vec::new();
         let a_causal = res.adapter.config.causal_sinkhorn;
-        ui.label(format!("Run A (the analysis on screen): {}", describe(res.key.params.mode(), a_causal, &res.analysis.adapter)));
+        ui.label(format!("Run A (the analysis on screen): {}", describe(&res.mode.to_string(), a_causal, &res.analysis.adapter)));
         let mut spec = cx.settings.compare.clone();
         let groups = res.groups();
         ui.horizontal_wrapped(|ui| {

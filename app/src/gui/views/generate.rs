@@ -81,7 +81,8 @@ impl GenerateView {
         }
         let adapter = Session::configured_adapter(&a.adapter, &params);
         params.causal = Some(adapter.config.causal_sinkhorn);
-        Ok(GenJob { model: m.model.clone(), adapter, params, prompt: self.prompt.clone(), chat: gs.chat, sampling: gs.sampling })
+        let mode = params.mode(adapter.config.groups).map_err(|e| e.to_string())?;
+        Ok(GenJob { model: m.model.clone(), adapter, params, mode, prompt: self.prompt.clone(), chat: gs.chat, sampling: gs.sampling })
     }
 
     /// How the settings would generate: asked of the generator itself (the one rule), once per
@@ -90,7 +91,7 @@ impl GenerateView {
         let a = cx.session.adapter.as_ref()?;
         let key = (a.gen, cx.settings.params.clone(), gs.causal);
         if self.strategy.as_ref().is_none_or(|(k, _)| *k != key) {
-            let s = self.job(cx, gs).and_then(|j| Generator::new(&j.model.decoder, Some(j.adapter.as_ref()), j.params.mode()).map(|g| g.strategy()).map_err(|e| e.to_string()));
+            let s = self.job(cx, gs).and_then(|j| Generator::new(&j.model.decoder, Some(j.adapter.as_ref()), j.mode).map(|g| g.strategy()).map_err(|e| e.to_string()));
             self.strategy = Some((key, s));
         }
         self.strategy.as_ref().map(|(_, s)| s.clone())
@@ -177,7 +178,7 @@ impl GenerateView {
         let analysis_causal = p.causal.or(adapter.map(|c| c.causal_sinkhorn)).unwrap_or(false);
         ui.horizontal_wrapped(|ui| {
             let window = p.window.or(adapter.map(|c| c.window)).unwrap_or(0);
-            ui.label(format!("mode {}, w = {window} (the Run controls) · Sinkhorn:", p.mode()));
+            ui.label(format!("mode {}, w = {window} (the Run controls) · Sinkhorn:", p.mode_label()));
             ui.radio_value(&mut gs.causal, true, "causal").on_hover_text("each token routed over its prefix only: the KV cache is exact, one step per token");
             let variant = if analysis_causal { "causal" } else { "whole-sequence" };
             ui.radio_value(&mut gs.causal, false, format!("the analysis' ({variant})"));
@@ -186,7 +187,7 @@ impl GenerateView {
             Some(Ok(Strategy::Recompute)) => {
                 ui.colored_label(
                     WARN,
-                    format!("Whole-sequence Sinkhorn in {} mode: every new token changes every earlier token's routing, so no KV cache is exact and every token reruns the whole sequence (exact, O(T²) per token: slow).", p.mode()),
+                    format!("Whole-sequence Sinkhorn in {} mode: every new token changes every earlier token's routing, so no KV cache is exact and every token reruns the whole sequence (exact, O(T²) per token: slow).", p.mode_label()),
                 );
             }
             Some(Ok(Strategy::KvCache)) if gs.causal && adapter.is_some_and(|c| !c.causal_sinkhorn) && p.mode != ModeChoice::Dense => {
@@ -222,7 +223,7 @@ impl GenerateView {
             ui.label(format!("generating: {} of {} tokens, {speed}", r.drawn, cx.settings.generate.sampling.max_tokens));
         } else {
             let end = r.stop.map_or("stopped", ended);
-            ui.label(format!("{} tokens ({end}) in {:.2} s, {speed}; prompt of {} tokens in {:.2} s; {}{reads}", r.drawn, r.seconds, r.prompt_tokens, r.prefill_seconds, r.params.mode()));
+            ui.label(format!("{} tokens ({end}) in {:.2} s, {speed}; prompt of {} tokens in {:.2} s; {}{reads}", r.drawn, r.seconds, r.prompt_tokens, r.prefill_seconds, r.params.mode_label()));
         }
     }
 
