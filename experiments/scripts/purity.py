@@ -1,3 +1,9 @@
+#!/usr/bin/env python3
+"""Category structure and balance of `focus-lens analyze --out stats.json` outputs, one line per
+file: token-weighted centroid purity averaged over layers (range, best layer), how many centroids
+hold >= 50 tokens and how many of those are >= 60% / >= 80% pure, dominance mean and worst layer,
+mean confidence (docs/RESULTS.md, the shipped adapters and linguistic categories).
+Usage: purity.py STATS.json..."""
 import json, sys
 for f in sys.argv[1:]:
     d = json.load(open(f))
