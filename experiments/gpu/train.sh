@@ -16,8 +16,8 @@
 #                                             with --init; ST: --straight-through k)
 # Started with setsid it outlives its call: a later call collects $S/runs (see collect in eval.sh).
 # Round 2: `train.sh 9.0 365 cosine k8_log k4_log`, then `train.sh 7.9 325 dot k8_log k4_log`,
-# each followed by `eval.sh ppl` (rounds 2-3 with SGRAD=detached). Round 4, the shipped
-# adapters: experiments/README.md.
+# each followed by `eval.sh ppl` (rounds 2-3 with SGRAD=detached). Round 4, the adapters
+# shipped before the sweep: experiments/HISTORY.md.
 set -uo pipefail
 S=/root/stage; B=$S/focus-lens; M=${MODEL:-$S/SmolLM2-135M-Instruct.Q4_1.gguf}; R=$S/runs; mkdir -p $R
 source $S/gpu-prelude.sh

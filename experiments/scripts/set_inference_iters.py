@@ -4,7 +4,7 @@ in training.sinkhorn_iters) and replace its recorded perplexities with the ones 
 iterations; the training-time figures move to results.ppl_with_<M>_sinkhorn_iters.
 Usage: set_inference_iters.py ADAPTER_DIR N SUMMARY.json RUN NOTE
   SUMMARY.json: experiments/scripts/experiment_summary.py output holding RUN_{soft,topk1,topk2,topk3}_{512,1024}
-  and dense_{512,1024} (experiments/results/round4_sinkhorn_iters.json)."""
+  and dense_{512,1024}, measured with N iterations (focus-lens ppl --json files summarised by it)."""
 import json, sys
 from pathlib import Path
 
