@@ -7,7 +7,8 @@
 # Staged like train_paper.sh (pack.py / unstage.py into /root/stage). A run stops after MIN
 # minutes at the latest (with its final evaluation), so a call never runs past its limit.
 # MODEL (a file name in the stage, default SmolLM2's GGUF) picks the base model; PPL the held-out
-# text (default the Persuasion fixture).
+# text (default the Persuasion fixture); PROBE the structure probe's books (comma-separated paths,
+# e.g. $S/corpus/heldout/austen__persuasion.txt,$S/corpus/heldout/shakespeare__hamlet.txt).
 # Usage: [MODEL=NAME] sweep.sh CALL_FOLDER MIN RUN...
 set -uo pipefail
 F=${1:?call folder}; MIN=${2:?minutes}; shift 2
@@ -27,7 +28,7 @@ SMI=$!
 for run in "$@"; do
   name=${run%%=*}; rest=${run#*=}; steps=${rest%%:*}; args=${rest#*:}
   $B --model $M --data $S/corpus/train --heldout $S/corpus/heldout --out $R/$name --steps $steps --minutes $MIN \
-    --eval-every $(( steps / 4 )) --ppl ${PPL:-tests/fixtures/ppl_persuasion_60k.txt} --ctx 1024 ${args//,/ } > $R/$name.log 2>&1 &
+    --eval-every $(( steps / 4 )) --ppl ${PPL:-tests/fixtures/ppl_persuasion_60k.txt} --ctx 1024 ${PROBE:+--probe $PROBE} ${args//,/ } > $R/$name.log 2>&1 &
 done
 for j in $(jobs -p); do [ "$j" = "$SMI" ] || wait $j; done
 kill $SMI 2>/dev/null
