@@ -17,7 +17,7 @@ fn setup() -> (Model, TrainData) {
 }
 
 fn opts(steps: usize) -> TrainOptions {
-    TrainOptions { steps, seq_len: 48, batch: 2, lr: 5e-2, weight_decay: 0.0, seed: 17, eval_every: 2, eval_seqs: 2, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: Default::default(), cosine_decay: false, straight_through: None }
+    TrainOptions { steps, seq_len: 48, batch: 2, lr: 5e-2, weight_decay: 0.0, seed: 17, eval_every: 2, eval_seqs: 2, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: Default::default(), cosine_decay: false, straight_through: None, grad_clip: 0.0 }
 }
 
 fn spec() -> AdapterSpec {
@@ -56,12 +56,16 @@ fn training_is_deterministic_and_moves_only_the_routers() {
     assert_ne!(router_values(&a), init, "training changed no router weight");
     assert_eq!(model.decoder.blocks[0].q.w.flatten_all().unwrap().to_vec1::<f32>().unwrap(), base_before);
     assert_eq!(model.decoder.embed.flatten_all().unwrap().to_vec1::<f32>().unwrap(), embed_before);
-    assert_eq!(rows.len(), 4);
+    // A step-0 evaluation (the untrained routers), then 4 steps with evaluations at 2 and 4.
+    assert_eq!(rows.len(), 5);
+    assert_eq!((rows[0].step, rows[0].tokens_seen), (0, 0));
     assert!(rows.iter().all(|r| r.loss.is_finite() && r.train_ppl > 1.0));
     let evals: Vec<_> = rows.iter().filter(|r| r.heldout_ppl.is_some()).collect();
-    assert_eq!(evals.len(), 2);
+    assert_eq!(evals.iter().map(|r| r.step).collect::<Vec<_>>(), vec![0, 2, 4]);
     assert_eq!(evals[0].dominance.as_ref().unwrap().len(), 2);
-    assert_eq!(rows[3].tokens_seen, 4 * 2 * 48);
+    assert_eq!(evals[0].routers.as_ref().unwrap().len(), 2, "router sizes per layer");
+    assert!(rows[1..].iter().all(|r| r.grad_norm.is_some_and(|g| g.is_finite() && g > 0.0)));
+    assert_eq!(rows[4].tokens_seen, 4 * 2 * 48);
 }
 
 #[test]
@@ -120,8 +124,8 @@ fn time_limit_ends_the_run_with_a_final_evaluation() {
     let (finished, rows) = run_logged(&mut t, &data, dir.path());
     assert!(finished);
     assert_eq!(t.step, 1);
-    assert_eq!(rows.len(), 1);
-    assert!(rows[0].heldout_ppl.is_some());
+    assert_eq!(rows.iter().map(|r| r.step).collect::<Vec<_>>(), vec![0, 1], "the step-0 evaluation, then the one step");
+    assert!(rows[1].heldout_ppl.is_some());
 }
 
 #[test]
@@ -230,7 +234,9 @@ fn kmeans_init_and_category_log_on_the_real_model() {
     // Every token of the first window is nearest (by cosine) to its own cluster's centroid, so
     // the hard argmax of the scores is spread over the groups, not all in one.
     t.probe = Some(focus_core::train::probe_passage(&text[20000..]).to_string());
-    let cats = t.probe_categories().unwrap().expect("a probe was set");
+    let (cats, structure) = t.probe_categories().unwrap().expect("a probe was set");
+    assert_eq!(structure.len(), model.config().n_layers);
+    assert!(structure.iter().all(|s| (0.0..=1.0).contains(&s.category.value) && s.category.null_max <= 1.0));
     assert_eq!(cats.len(), model.config().n_layers);
     for (l, c) in cats.iter().enumerate() {
         assert!((0.0..=1.0).contains(&c.purity) && c.purity > 0.0, "layer {l}: purity {}", c.purity);
@@ -241,4 +247,5 @@ fn kmeans_init_and_category_log_on_the_real_model() {
     let (_, rows) = run_logged(&mut t, &data, dir.path());
     let logged = rows.last().unwrap().categories.as_ref().expect("the evaluation row carries categories");
     assert_eq!(logged.len(), model.config().n_layers);
+    assert_eq!(rows[0].structure.as_ref().expect("step 0 logs the untrained structure").len(), model.config().n_layers);
 }

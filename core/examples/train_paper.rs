@@ -7,7 +7,7 @@
 //!       [--tau 0.1] [--steps 4000] [--minutes 0] [--eval-every 500] [--ppl FILE] [--ctx 512,1024]
 //!       [--seq 1024] [--batch 4] [--score dot|cosine] [--iters 10] [--init random|kmeans]
 //!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--router-layers all|global] [--cpu]
-//!       [--composed] [--mem-trace]
+//!       [--wd 0] [--clip 0] [--lambda 10] [--probe FILE,FILE] [--composed] [--mem-trace]
 //!
 //! Defaults are the paper's setting: dot scores, tau 0.1, Sinkhorn 10 iterations with the full
 //! gradient, log gate, random init; and ours: d_g 16, w 128, 4 x 1024 tokens per step, AdamW lr
@@ -64,14 +64,15 @@ fn main() -> focus_core::Result<()> {
     let cosine_decay = arg(&args, "--schedule", "cosine") == "cosine";
     let kmeans = arg(&args, "--init", "random") == "kmeans";
     let router_layers = arg(&args, "--router-layers", "all").parse().map_err(focus_core::Error::Invalid)?;
-    let spec = AdapterSpec { groups, d_g: 16, tau, sinkhorn_iters: iters, window: 128, gate, score, router_layers, ..Default::default() };
+    let lambda: f64 = arg(&args, "--lambda", "10").parse().unwrap();
+    let spec = AdapterSpec { groups, d_g: 16, tau, sinkhorn_iters: iters, window: 128, gate, lambda, score, router_layers, ..Default::default() };
     let minutes: f64 = arg(&args, "--minutes", "0").parse().unwrap();
     let opts = TrainOptions {
         steps: arg(&args, "--steps", "4000").parse().unwrap(),
         seq_len: seq,
         batch,
         lr,
-        weight_decay: 0.0,
+        weight_decay: arg(&args, "--wd", "0").parse().unwrap(),
         seed,
         eval_every: arg(&args, "--eval-every", "500").parse().unwrap(),
         eval_seqs: 8,
@@ -80,6 +81,7 @@ fn main() -> focus_core::Result<()> {
         sinkhorn_grad: SinkhornGrad::Full,
         cosine_decay,
         straight_through: None,
+        grad_clip: arg(&args, "--clip", "0").parse().unwrap(),
     };
     let mut trainer = Trainer::new(&model, &spec, opts)?;
     if kmeans {
@@ -91,7 +93,15 @@ fn main() -> focus_core::Result<()> {
         trainer.kernels.fused = false;
     }
     let mem_trace = args.iter().any(|a| a == "--mem-trace");
-    trainer.probe = Some(probe);
+    // --probe FILE,...: 15K bytes of each held-out book (issue 28's probe); else the start of
+    // the first held-out file.
+    let probe_files = arg(&args, "--probe", "");
+    trainer.probe = Some(if probe_files.is_empty() {
+        probe
+    } else {
+        let texts = probe_files.split(',').map(|f| std::fs::read_to_string(f).map_err(|e| focus_core::Error::io(Path::new(f), e))).collect::<focus_core::Result<Vec<_>>>()?;
+        focus_core::train::probe_from_books(&texts.iter().map(|s| s.as_str()).collect::<Vec<_>>(), 15_000)
+    });
     std::fs::create_dir_all(&out).map_err(|e| focus_core::Error::io(&out, e))?;
     let log_path = out.join("train_log.jsonl");
     let mut log = std::fs::File::create(&log_path).map_err(|e| focus_core::Error::io(&log_path, e))?;
@@ -126,7 +136,7 @@ fn main() -> focus_core::Result<()> {
     let secs = t0.elapsed().as_secs_f64();
     trainer.adapter.config.training = Some(serde_json::json!({
         "data": train_files, "heldout": heldout_files, "steps": trainer.step, "seq_len": seq, "batch": batch,
-        "lr": lr, "weight_decay": 0.0, "seed": seed, "tokens_seen": trainer.tokens_seen, "seconds_this_run": secs,
+        "lr": lr, "weight_decay": trainer.opts.weight_decay, "grad_clip": trainer.opts.grad_clip, "seed": seed, "tokens_seen": trainer.tokens_seen, "seconds_this_run": secs,
         "device": if dev.is_cuda() { "cuda (NVIDIA H200)" } else { "cpu" }, "time_limit_min": minutes, "heldout_ppl": last, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
         "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": cosine_decay, "straight_through": null,
         "heldout_mode": trainer.eval_mode().to_string(), "init": null, "kmeans_init": kmeans, "trainer": "core/examples/train_paper.rs (fused step)",

@@ -38,6 +38,10 @@ pub struct Args {
     /// AdamW weight decay, [0, 10].
     #[arg(long, default_value_t = 0.0, value_parser = super::common::factor)]
     pub weight_decay: f64,
+    /// Clip the router gradients' global L2 norm to this before each update; 0 = no clipping,
+    /// [0, 10].
+    #[arg(long, default_value_t = 0.0, value_parser = super::common::factor)]
+    pub grad_clip: f64,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     #[arg(long, default_value_t = 100, value_parser = super::common::count::<1, 10000000>)]
@@ -130,7 +134,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut trainer = match &a.resume {
         Some(dir) => Trainer::resume(&model, dir).with_context(|| format!("resuming from {}", dir.display()))?,
         None => {
-            let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through };
+            let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through, grad_clip: a.grad_clip };
             match &a.init {
                 Some(dir) => {
                     let mut adapter = focus_core::Adapter::load(dir, &model.identity(), model.device()).with_context(|| format!("loading the initial adapter {}", dir.display()))?;
@@ -185,7 +189,7 @@ pub fn run(a: Args) -> Result<()> {
     trainer.adapter.config.training = Some(serde_json::json!({
         "data": names(&train_files), "heldout": names(&heldout_files),
         "steps": trainer.step, "seq_len": trainer.opts.seq_len, "batch": trainer.opts.batch,
-        "lr": trainer.opts.lr, "weight_decay": trainer.opts.weight_decay, "seed": trainer.opts.seed,
+        "lr": trainer.opts.lr, "weight_decay": trainer.opts.weight_decay, "grad_clip": trainer.opts.grad_clip, "seed": trainer.opts.seed,
         "tokens_seen": trainer.tokens_seen, "seconds_this_run": t0.elapsed().as_secs_f64(),
         "device": device_name(&a.model.device), "time_limit_min": a.time_limit_min, "heldout_ppl": last_heldout, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
         "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": trainer.opts.cosine_decay,

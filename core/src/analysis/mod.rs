@@ -8,6 +8,7 @@ pub mod categories;
 pub mod partners;
 pub mod projection;
 pub mod stats;
+pub mod structure;
 
 use crate::focus::adapter::Adapter;
 use crate::attention::Mode;

@@ -20,6 +20,7 @@ use super::weights::TrainWeights;
 use crate::model::{ForwardOptions, Model};
 use crate::focus::sinkhorn::SinkhornGrad;
 use crate::analysis::stats::layer_stats;
+use crate::analysis::structure::{self, LayerStructure};
 use candle_core::{DType, Device, Tensor, Var};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -55,6 +56,9 @@ pub struct TrainOptions {
     /// measured in that top-k mode.
     #[serde(default)]
     pub straight_through: Option<usize>,
+    /// Clip the router gradients' global L2 norm to this before each update (0 = no clipping).
+    #[serde(default)]
+    pub grad_clip: f64,
 }
 
 impl TrainOptions {
@@ -110,6 +114,30 @@ pub struct LogRow {
     /// held-out evaluation: when groups form.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub categories: Option<Vec<LayerCategories>>,
+    /// Per layer, the structure measures on the probe (NMI with category, token id, position,
+    /// repeat, each with its permutation null): at step 0 they are the untrained twin's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub structure: Option<Vec<LayerStructure>>,
+    /// Per layer, the size of the router's parameters and scores, at each held-out evaluation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routers: Option<Vec<RouterSize>>,
+    /// The router gradients' global L2 norm of this step, before any clipping.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grad_norm: Option<f64>,
+}
+
+/// How large one layer's router has grown: with dot scores, S / tau scales with ||W_g|| and
+/// the centroids, and nothing else bounds it.
+#[derive(Debug, Clone, Serialize)]
+pub struct RouterSize {
+    /// ||W_g||_F and max |w| of W_g.
+    pub w_norm: f64,
+    pub w_max: f64,
+    /// The centroids' largest L2 norm.
+    pub centroid_max_norm: f64,
+    /// min and max of S / tau on the first held-out window.
+    pub score_min: f64,
+    pub score_max: f64,
 }
 
 /// One layer's category structure on the probe passage (the categoriser of `analysis`).
@@ -141,6 +169,29 @@ pub fn probe_passage(text: &str) -> &str {
 }
 
 pub const PROBE_BYTES: usize = 4000;
+
+/// A probe of several held-out books (issue 28's protocol: >= 25K bytes from >= 2 books, no
+/// front matter): from each text `bytes` bytes starting a quarter of the way in (past title
+/// pages, contents and prefaces), cut at whitespace, joined by blank lines.
+pub fn probe_from_books(texts: &[&str], bytes: usize) -> String {
+    let cut = |t: &str, at: usize| -> usize {
+        let mut i = at.min(t.len());
+        while !t.is_char_boundary(i) {
+            i -= 1;
+        }
+        t[..i].rfind(char::is_whitespace).map_or(i, |w| w + 1)
+    };
+    texts
+        .iter()
+        .map(|t| {
+            let start = cut(t, t.len() / 4);
+            let end = cut(t, start + bytes).max(start);
+            t[start..end].trim()
+        })
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
 
 /// A centroid counts as pure only with this many tokens of the probe passage (a group of three
 /// commas is not a finding).
@@ -192,6 +243,8 @@ pub struct Trainer<'m> {
     /// A fixed held-out passage on which each evaluation logs category structure (None: not
     /// logged).
     pub probe: Option<String>,
+    /// The router gradients' global norm at the last step (before clipping).
+    grad_norm: f64,
 }
 
 const CKPT_OPT: &str = "optimizer.safetensors";
@@ -233,7 +286,7 @@ impl<'m> Trainer<'m> {
             vars.push(c);
         }
         let opt = AdamW::new(&vars)?;
-        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), straight_through, weights: None, probe: None })
+        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), straight_through, weights: None, probe: None, grad_norm: f64::NAN })
     }
 
     /// Continues from a checkpoint directory written by `save_checkpoint`.
@@ -317,7 +370,18 @@ impl<'m> Trainer<'m> {
 
     /// One optimizer step; returns the mean training loss (nats/token).
     pub fn train_step(&mut self, data: &TrainData) -> Result<f64> {
-        let (mean, grads) = self.loss_and_gradients(data)?;
+        let (mean, mut grads) = self.loss_and_gradients(data)?;
+        let mut sq = 0f64;
+        for g in grads.iter().flatten() {
+            sq += g.sqr()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
+        }
+        self.grad_norm = sq.sqrt();
+        if self.opts.grad_clip > 0.0 && self.grad_norm > self.opts.grad_clip {
+            let f = self.opts.grad_clip / self.grad_norm;
+            for g in grads.iter_mut().flatten() {
+                *g = (&*g * f)?;
+            }
+        }
         // A NaN or infinite loss (a learning rate that blew the routers up) would write NaN
         // into every router; stop with the step that produced it instead.
         if !mean.is_finite() {
@@ -414,14 +478,43 @@ impl<'m> Trainer<'m> {
         Ok(((nll / count as f64).exp(), dom, mass))
     }
 
+    /// Per layer, the size of the router's parameters, and the range of S / tau on the first
+    /// held-out window.
+    pub fn router_sizes(&self, data: &TrainData) -> Result<Vec<RouterSize>> {
+        let t = self.opts.seq_len.min(data.heldout.len());
+        let mut o = ForwardOptions::new(Mode::Dense, Some(&self.adapter));
+        o.record_routing = true;
+        o.logits_from = t.saturating_sub(1);
+        let out = self.model.decoder.forward(&data.heldout[..t], &o)?;
+        let tau = self.adapter.config.tau;
+        let scalar = |x: Tensor| -> Result<f64> { Ok(x.to_dtype(DType::F64)?.to_scalar::<f64>()?) };
+        self.adapter
+            .layers
+            .iter()
+            .zip(&out.routing)
+            .map(|(r, lr)| {
+                let (lo, hi) = lr.scores.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+                Ok(RouterSize {
+                    w_norm: scalar(r.proj.sqr()?.sum_all()?.sqrt()?)?,
+                    w_max: scalar(r.proj.abs()?.flatten_all()?.max(0)?)?,
+                    centroid_max_norm: scalar(r.centroids.sqr()?.sum(1)?.sqrt()?.max(0)?)?,
+                    score_min: lo as f64 / tau,
+                    score_max: hi as f64 / tau,
+                })
+            })
+            .collect()
+    }
+
     /// Category structure of every layer on the probe passage (None without one), routed in
-    /// `eval_mode` as `focus-lens analyze` would.
-    pub fn probe_categories(&self) -> Result<Option<Vec<LayerCategories>>> {
+    /// `eval_mode` as `focus-lens analyze` would: the centroid profiles' figures, and the
+    /// structure measures (`analysis::structure`).
+    pub fn probe_categories(&self) -> Result<Option<(Vec<LayerCategories>, Vec<LayerStructure>)>> {
         let Some(text) = &self.probe else { return Ok(None) };
         let c = &self.adapter.config;
         let opts = crate::analysis::AnalyzeOptions { mode: self.eval_mode(), k: c.top_k, segment_len: self.opts.seq_len, keep_tokens: false, cancel: None };
         let a = crate::analysis::analyze(self.model, &self.adapter, "training", text, &opts, |_, _| {})?;
-        Ok(Some(
+        let measured = structure::of_analysis(&a).layers;
+        Ok(Some((
             a.profiles
                 .iter()
                 .zip(&a.layers)
@@ -436,7 +529,32 @@ impl<'m> Trainer<'m> {
                     }
                 })
                 .collect(),
-        ))
+            measured,
+        )))
+    }
+
+    /// The held-out evaluation row of the current state (`loss`: the last step's).
+    fn evaluation_row(&self, data: &TrainData, loss: f64, seconds: f64) -> Result<LogRow> {
+        let (ppl, dom, mass) = self.evaluate(data)?;
+        let probe = self.probe_categories()?;
+        let (categories, structure) = match probe {
+            Some((c, s)) => (Some(c), Some(s)),
+            None => (None, None),
+        };
+        Ok(LogRow {
+            step: self.step,
+            loss,
+            train_ppl: loss.exp(),
+            tokens_seen: self.tokens_seen,
+            seconds,
+            heldout_ppl: Some(ppl),
+            dominance: Some(dom),
+            group_mass: Some(mass),
+            categories,
+            structure,
+            routers: Some(self.router_sizes(data)?),
+            grad_norm: self.grad_norm.is_finite().then_some(self.grad_norm),
+        })
     }
 
     /// Runs to `opts.steps`, calling `log` for every row and `progress(step)`. Stops early,
@@ -451,6 +569,13 @@ impl<'m> Trainer<'m> {
     ) -> Result<bool> {
         let t0 = std::time::Instant::now();
         let ckpt = out.join("checkpoint");
+        if self.step == 0 && self.opts.eval_every > 0 {
+            // Step 0: the untrained routers (the twin of the run) on the same held-out text and
+            // probe, so that every later figure has its baseline in the same log. The loss is
+            // the first batch's, without an update.
+            let (loss, _) = self.loss_and_gradients(data)?;
+            log(&self.evaluation_row(data, loss, 0.0)?)?;
+        }
         while self.step < self.opts.steps {
             if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
                 self.save_checkpoint(&ckpt)?;
@@ -461,14 +586,12 @@ impl<'m> Trainer<'m> {
                 self.opts.steps = self.step;
             }
             let eval_now = (self.opts.eval_every > 0 && self.step.is_multiple_of(self.opts.eval_every)) || self.step == self.opts.steps;
-            let mut row = LogRow { step: self.step, loss, train_ppl: loss.exp(), tokens_seen: self.tokens_seen, seconds: t0.elapsed().as_secs_f64(), heldout_ppl: None, dominance: None, group_mass: None, categories: None };
-            if eval_now {
-                let (ppl, dom, mass) = self.evaluate(data)?;
-                row.heldout_ppl = Some(ppl);
-                row.dominance = Some(dom);
-                row.group_mass = Some(mass);
-                row.categories = self.probe_categories()?;
-            }
+            let seconds = t0.elapsed().as_secs_f64();
+            let row = if eval_now {
+                self.evaluation_row(data, loss, seconds)?
+            } else {
+                LogRow { step: self.step, loss, train_ppl: loss.exp(), tokens_seen: self.tokens_seen, seconds, heldout_ppl: None, dominance: None, group_mass: None, categories: None, structure: None, routers: None, grad_norm: Some(self.grad_norm) }
+            };
             log(&row)?;
             progress(self.step, loss);
             if self.opts.checkpoint_every > 0 && self.step.is_multiple_of(self.opts.checkpoint_every) {
