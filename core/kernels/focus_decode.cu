@@ -1,4 +1,4 @@
-// One generation step's attention on CUDA (generate::decode's `attend`, for a cache on the GPU):
+// One generation step's attention on CUDA (attention::decode's `attend`, for a cache on the GPU):
 // the newest token's query heads over the cached keys and values, dense or hard top-k Focus,
 // in two passes (flash decoding): `decode_partial` gives each (query head, chunk of cached
 // positions) an online-softmax partial, `decode_merge` merges a head's partials by log-sum-exp.
@@ -13,7 +13,7 @@
 // Soft-capping (Gemma 2) acts on each scaled logit: s = cap * tanh(s / cap), when cap > 0.
 // Soft mode (gate 1 = log, 2 = paper) gates each distant key by its affinity
 // a = memb_i . memb_j with the query (memberships (cap, K), the newest row included), as
-// attention::fused::GateFn does: s + ln(a + eps), or s * sigmoid(lambda a).
+// focus::gate::GateFn does: s + ln(a + eps), or s * sigmoid(lambda a).
 // f32 throughout (the decode cache is f32); head dims up to 256 (at most 8 values per lane).
 
 #include <stdint.h>

@@ -1,8 +1,8 @@
 // Training kernels (compiled to PTX by core/build.rs under the `cuda` feature, module
 // `focus_train`): the soft-gated causal attention of the training step, forward and backward,
 // with RoPE applied on the way in; fused Sinkhorn forward and backward; and the small fused ops
-// of the step (RMSNorm, SwiGLU, cross-entropy). The host side is core/src/attention/fused.rs,
-// core/src/focus/sinkhorn_fused.rs and core/src/model/train_ops.rs; each op there has a plain
+// of the step (RMSNorm, SwiGLU, cross-entropy). The host side is core/src/train/attention.rs,
+// core/src/train/sinkhorn.rs and core/src/train/ops.rs; each op there has a plain
 // CPU implementation of the same function that the tests compare these kernels with.
 //
 // Attention layout. qkv (B*T, (H + 2*HKV) * 64): per token the H query heads, then the HKV key
