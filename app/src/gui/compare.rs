@@ -361,8 +361,8 @@ pub fn run(model: &Model, ids: &[u32], r: &Run, groups_k: usize, h: &Handle, bas
     let t = ids.len();
     let mut loss = vec![f32::NAN; t];
     if t > 1 {
-        let x = model.decoder.final_norm.forward(&x.narrow(0, 0, t - 1).map_err(err)?, false)?;
-        let logits = x.matmul(&model.decoder.lm_head.t().map_err(err)?).map_err(err)?;
+        // The model's own logits (final norm, lm_head and Gemma 2's final soft-cap).
+        let logits = model.decoder.logits(&x.narrow(0, 0, t - 1).map_err(err)?)?;
         let nll = Decoder::nll(&logits, &ids[1..])?;
         loss[..t - 1].copy_from_slice(&nll);
     }
