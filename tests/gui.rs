@@ -389,7 +389,7 @@ fn k_follows_the_adapter() {
     no_errors(&h);
     // Its groups are numbered by the K = 8 run's, layer by layer (the same tokens).
     let k4 = h.state().session.result.clone().unwrap();
-    assert_eq!(k4.aligned, focus_lens::gui::align::to_reference(&k8.masks, &k8.aligned, &k4.masks, 4));
+    assert_eq!(k4.aligned, focus_core::analysis::align::to_reference(&k8.masks, &k8.aligned, &k4.masks, 4));
     assert!(k4.aligned_to.as_deref().is_some_and(|a| a.contains("smollm2-135m-k8")));
     h.step();
     assert!(has(&h, "matched, layer by layer, to the previous adapter's"));
@@ -573,7 +573,7 @@ fn compare_rows(h: &Harness<'static, FocusLensApp>) -> Vec<usize> {
 /// are one header click away, and a click on one jumps to it with its partners.
 #[test]
 fn compare_per_head_and_per_layer() {
-    use focus_lens::gui::compare::Scope;
+    use focus_core::analysis::compare::Scope;
     use focus_lens::gui::views::compare::{DELTA_PLOT, SHARES_PLOT};
     let dir = tempfile::tempdir().unwrap();
     let mut s = settings(300);
@@ -624,7 +624,7 @@ fn compare_per_head_and_per_layer() {
     // softmax row in layer 20, head 4 (one row at a time, not the whole matrix).
     let handle = focus_lens::gui::worker::Handle::default();
     for &i in &top[..3] {
-        let g = focus_lens::gui::compare::attention_grid(&res, i, &handle).unwrap();
+        let g = focus_lens::gui::jobs::attention_grid(&res, i, &handle).unwrap();
         assert!((g.cells[l][hd][2] - mass[i]).abs() < 1e-3, "token {i}: grid {} vs compare {}", g.cells[l][hd][2], mass[i]);
     }
 

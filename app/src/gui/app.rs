@@ -538,7 +538,7 @@ impl FocusLensApp {
             }
             Command::StartCompare(spec) => self.start_compare(spec),
             Command::BuildAttnGrid(res, i) => {
-                self.worker.spawn(TaskKind::AttnGrid, move |h| Msg::AttnGrid(super::compare::attention_grid(&res, i, h)));
+                self.worker.spawn(TaskKind::AttnGrid, move |h| Msg::AttnGrid(super::jobs::attention_grid(&res, i, h)));
             }
             Command::Set(s) => self.settings.set(s),
             Command::Rerun => self.session.unstop(),
@@ -624,11 +624,11 @@ impl FocusLensApp {
         let b_name = spec.adapter.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| res.analysis.adapter.clone());
         let b_mode_label = mode_b.map_or_else(|| format!("topk({k_b})"), |m| m.to_string());
         let b_label = super::views::compare::describe(&b_mode_label, b_adapter.config.causal_sinkhorn, &b_name);
-        let job = super::compare::CompareJob {
+        let job = super::jobs::CompareJob {
             res: res.clone(),
             spec: spec.clone(),
-            a: super::compare::Run { label: a_label, mode: Some(res.mode), k: res.key.params.k, adapter: a_adapter },
-            b: super::compare::Run { label: b_label, mode: mode_b, k: k_b, adapter: Arc::new(b_adapter) },
+            a: super::jobs::CompareRun { label: a_label, mode: Some(res.mode), k: res.key.params.k, adapter: a_adapter },
+            b: super::jobs::CompareRun { label: b_label, mode: mode_b, k: k_b, adapter: Arc::new(b_adapter) },
             b_adapter_path: spec.adapter.clone(),
         };
         self.views.compare.error = None;

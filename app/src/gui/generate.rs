@@ -143,7 +143,7 @@ impl GenJob {
             layers.push(layer);
         }
         let masks: Vec<Vec<u64>> = layers.iter().map(|l| l.masks.clone()).collect();
-        for (l, a) in layers.iter_mut().zip(super::align::chain(&masks, cfg.groups)) {
+        for (l, a) in layers.iter_mut().zip(focus_core::analysis::align::chain(&masks, cfg.groups)) {
             l.aligned = a;
         }
         let tok = self.model.tokenizer()?;

@@ -7,7 +7,8 @@
 use super::dialogs::Purpose;
 use super::state::*;
 use super::worker::Handle;
-use focus_core::analysis::{analyze as core_analyze, AnalyzeOptions};
+use focus_core::analysis::compare::{self, Comparison};
+use focus_core::analysis::{analyze as core_analyze, analyze_tokens, AnalyzeOptions, Tokens};
 use focus_core::bench::{forward_bench, AttentionBench, AttentionRow, BenchOptions, BenchRow};
 use focus_core::focus::mask::{classify, PairClass};
 use focus_core::Mode;
@@ -63,8 +64,8 @@ pub enum Msg {
     Baseline(Result<Baseline, JobError>),
     Mask(Result<MaskImage, JobError>),
     Bench(Result<(Vec<BenchRow>, String), JobError>),
-    Compare(Result<super::compare::Comparison, JobError>),
-    AttnGrid(Result<super::compare::AttnGrid, JobError>),
+    Compare(Result<Compared, JobError>),
+    AttnGrid(Result<AttnGrid, JobError>),
     AttnBench(Result<Vec<AttentionRow>, JobError>),
     /// The running generation's state as it grows, and its last.
     GenStep(super::generate::Generated),
@@ -176,16 +177,19 @@ pub fn analyze(job: AnalysisJob, preview: bool, h: &Handle, interim: &dyn Fn(Ana
     let take = n.min(params.max_tokens.max(1));
     if preview && take > PREVIEW_TOKENS {
         let key = preview_key(&job.key).expect("max_tokens > PREVIEW_TOKENS");
-        interim(analyze_prefix(&job, key, mode, &enc.offsets, PREVIEW_TOKENS, h, "preview")?);
+        interim(analyze_prefix(&job, key, mode, &enc.ids, &enc.offsets, PREVIEW_TOKENS, h, "preview")?);
     }
-    analyze_prefix(&job, job.key.clone(), mode, &enc.offsets, take, h, "")
+    analyze_prefix(&job, job.key.clone(), mode, &enc.ids, &enc.offsets, take, h, "")
 }
 
-/// The analysis of the first `take` tokens (`offsets`: every token's byte range in the text).
+/// The analysis of the first `take` tokens (`ids` and `offsets`: every token of the text, as
+/// tokenised once by `analyze`, and its byte range).
+#[allow(clippy::too_many_arguments)]
 fn analyze_prefix(
     job: &AnalysisJob,
     key: AnalysisKey,
     mode: Mode,
+    ids: &[u32],
     offsets: &[(usize, usize)],
     take: usize,
     h: &Handle,
@@ -205,7 +209,8 @@ fn analyze_prefix(
     h.set_progress(0, 0, label.clone());
     let opts = AnalyzeOptions { mode, k: params.k, segment_len: seg, keep_tokens: true, cancel: Some(&h.cancel) };
     let layers = job.model.config().n_layers;
-    let analysis = core_analyze(&job.model, &job.adapter, &job.adapter_label, text, &opts, |d, t| {
+    let tokens = Tokens { ids: &ids[..take], offsets: &offsets[..take] };
+    let analysis = analyze_tokens(&job.model, &job.adapter, &job.adapter_label, text, &tokens, &opts, |d, t| {
         // Steps are layers of segments: say which layer (and segment, for long texts) runs.
         let segs = t / layers.max(1);
         let at = if segs > 1 { format!(", segment {} of {segs}", d / layers + 1) } else { String::new() };
@@ -232,7 +237,7 @@ fn analyze_prefix(
             _ => group_labels(&analysis.tokens, a, groups),
         })
         .collect();
-    let aligned = super::align::chain(&masks, groups);
+    let aligned = focus_core::analysis::align::chain(&masks, groups);
     Ok(AnalysisResult {
         key,
         mode,
@@ -280,75 +285,129 @@ pub fn partners(res: &AnalysisResult, i: usize, layer: usize, head: usize, h: &H
         return Err(JobError::Failed("token or layer out of range".into()));
     }
     h.set_progress(0, 0, format!("token {i}, layer {layer}, head {head}"));
-    let seg = an.segment_len;
-    let start = i / seg * seg;
-    let end = (start + seg).min(an.tokens.len());
-    let ids: Vec<u32> = an.tokens[start..end].iter().map(|t| t.id).collect();
-    let w = focus_core::analysis::partners::query_attention(&res.model, Some(res.adapter.as_ref()), &ids, res.mode, layer, head, i - start, Some(&h.cancel))?;
-    let masks = &res.masks[layer];
-    let window = res.window();
-    let mut partners = Vec::new();
-    let (mut partner_mass, mut local_mass) = (0f32, 0f32);
-    for (q, &wt) in w.iter().enumerate() {
-        let j = start + q;
-        match classify(i, j, masks[i], masks[j], window) {
-            PairClass::Local => local_mass += wt,
-            PairClass::SharedGroup(_) => {
-                partners.push((j, wt));
-                partner_mass += wt;
-            }
-            PairClass::Pruned | PairClass::Future => {}
-        }
-    }
-    partners.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    Ok(Partners { token: i, range: None, layer, head, key: res.key.clone(), partners, partner_mass, local_mass })
+    segment_partners(res, (i, i), None, layer, head, h)
 }
 
-/// The long-range partners of a range of tokens `[a, b]` in `layer`/`head`: each query of the
-/// range gives its attention row (one pass up to the layer for the whole segment), and a key's
-/// weight is the mean, over the range's queries, of the weight it receives where it is that
-/// query's partner (beyond the window, sharing a top-k group). The masses are means over the
-/// queries too, so a range of one token gives that token's partners. A range is cut to the
-/// segment of its first token (pairs never cross segments).
+/// The long-range partners of a range of tokens `[a, b]` in `layer`/`head`
+/// (`partners::partners`: a key's weight and the masses are means over the range's queries, so
+/// a range of one token gives that token's partners). A range is cut to the segment of its
+/// first token (pairs never cross segments).
 pub fn range_partners(res: &AnalysisResult, range: (usize, usize), layer: usize, head: usize, h: &Handle) -> Result<Partners, JobError> {
     let an = &res.analysis;
     let (a, b) = (range.0.min(range.1), range.0.max(range.1));
     if b >= an.tokens.len() || layer >= an.layers.len() {
         return Err(JobError::Failed("range or layer out of range".into()));
     }
-    let seg = an.segment_len.max(1);
-    let start = a / seg * seg;
-    let end = (start + seg).min(an.tokens.len());
+    let (_, end) = segment(res, a);
     let b = b.min(end - 1);
     h.set_progress(0, 0, format!("tokens {a}-{b}, layer {layer}, head {head}"));
-    let ids: Vec<u32> = an.tokens[start..end].iter().map(|t| t.id).collect();
-    let mode = res.mode;
-    let inp = focus_core::analysis::partners::layer_inputs(&res.model, Some(res.adapter.as_ref()), &ids, mode, layer, Some(&h.cancel))?;
-    let masks = &res.masks[layer];
-    let window = res.window();
-    let mut weight: HashMap<usize, f64> = HashMap::new();
-    let (mut partner_mass, mut local_mass) = (0f64, 0f64);
-    for i in a..=b {
-        if h.cancelled() {
-            return Err(JobError::Cancelled);
-        }
-        let w = focus_core::analysis::partners::attention_row(&inp, Some(&res.adapter.config), mode, head, i - start)?;
-        for (q, &wt) in w.iter().enumerate() {
-            let j = start + q;
-            match classify(i, j, masks[i], masks[j], window) {
-                PairClass::Local => local_mass += wt as f64,
-                PairClass::SharedGroup(_) => {
-                    *weight.entry(j).or_default() += wt as f64;
-                    partner_mass += wt as f64;
-                }
-                PairClass::Pruned | PairClass::Future => {}
-            }
-        }
+    // A range runs its whole segment, also when it is one token long.
+    segment_partners(res, (a, b), Some((a, b)), layer, head, h)
+}
+
+fn segment_partners(res: &AnalysisResult, (a, b): (usize, usize), range: Option<(usize, usize)>, layer: usize, head: usize, h: &Handle) -> Result<Partners, JobError> {
+    let (start, end) = segment(res, a);
+    let ids: Vec<u32> = res.analysis.tokens[start..end].iter().map(|t| t.id).collect();
+    let masks = &res.masks[layer][start..end];
+    let whole = range.is_some();
+    let p = focus_core::analysis::partners::partners(&res.model, &res.adapter, &ids, res.mode, masks, layer, head, (a - start, b - start), !whole, Some(&h.cancel))?;
+    let partners = p.partners.into_iter().map(|(j, w)| (start + j, w)).collect();
+    Ok(Partners { token: a, range, layer, head, key: res.key.clone(), partners, partner_mass: p.partner_mass, local_mass: p.local_mass })
+}
+
+/// A comparison and what it compared: the analysis on screen (run A) and the spec of run B.
+pub struct Compared {
+    pub key: AnalysisKey,
+    pub spec: CompareSpec,
+    pub result: Comparison,
+}
+
+impl std::ops::Deref for Compared {
+    type Target = Comparison;
+    fn deref(&self) -> &Comparison {
+        &self.result
     }
-    let n = (b - a + 1) as f64;
-    let mut partners: Vec<(usize, f32)> = weight.into_iter().map(|(j, w)| (j, (w / n) as f32)).collect();
-    partners.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
-    Ok(Partners { token: a, range: Some((a, b)), layer, head, key: res.key.clone(), partners, partner_mass: (partner_mass / n) as f32, local_mass: (local_mass / n) as f32 })
+}
+
+/// One run of a comparison, as the compare view prepares it.
+#[derive(Clone)]
+pub struct CompareRun {
+    pub label: String,
+    /// `None`: top-k with run B's own adapter, whose K is known once it has loaded.
+    pub mode: Option<Mode>,
+    /// k of the mask in top-k mode (and of the groups compared, with the other run's).
+    pub k: usize,
+    /// The adapter as run (window and Sinkhorn variant applied).
+    pub adapter: Arc<Adapter>,
+}
+
+/// Everything a comparison needs, prepared on the UI thread.
+pub struct CompareJob {
+    pub res: Arc<AnalysisResult>,
+    pub spec: CompareSpec,
+    pub a: CompareRun,
+    /// Run B, or the path of its adapter still to load (with the rest of run B).
+    pub b: CompareRun,
+    pub b_adapter_path: Option<PathBuf>,
+}
+
+impl CompareJob {
+    /// Over the start of the analysed text (`compare::compare`).
+    pub fn run(mut self, h: &Handle) -> Result<Compared, JobError> {
+        let model = self.res.model.clone();
+        if let Some(p) = &self.b_adapter_path {
+            h.set_progress(0, 0, "loading adapter B");
+            let mut a = Adapter::load(p, &model.identity(), model.device())?;
+            if let Some(c) = self.spec.causal {
+                a.config.causal_sinkhorn = c;
+            }
+            if self.b.mode.is_none() {
+                let k = a.config.topk(self.b.k).map_err(|e| JobError::Failed(format!("run B (adapter B): {e}")))?;
+                self.b.mode = Some(Mode::TopK(k));
+            }
+            self.b.adapter = Arc::new(a);
+        }
+        let mode_b = self.b.mode.ok_or_else(|| JobError::Failed("run B: top-k needs adapter B's K, and it has not loaded".into()))?;
+        let n = self.res.tokens().min(self.spec.max_tokens.max(2)).min(model.config().context);
+        let ids: Vec<u32> = self.res.analysis.tokens[..n].iter().map(|t| t.id).collect();
+        let texts = self.res.analysis.tokens[..n].iter().map(|t| t.text.clone()).collect();
+        let a = compare::Run { label: &self.a.label, mode: self.res.mode, k: self.a.k, adapter: &self.a.adapter };
+        let a = compare::Run { mode: self.a.mode.unwrap_or(a.mode), ..a };
+        let b = compare::Run { label: &self.b.label, mode: mode_b, k: self.b.k, adapter: &self.b.adapter };
+        let result = compare::compare(&model, &ids, texts, &a, &b, self.b_adapter_path.is_none(), Some(&h.cancel), |d, t, what| h.set_progress(d, t, what))?;
+        Ok(Compared { key: self.res.key.clone(), spec: self.spec, result })
+    }
+}
+
+/// One token's attention in every layer and head, split by what the top-k mask does with each
+/// pair: for the attention view's head x layer grid.
+pub struct AttnGrid {
+    pub key: AnalysisKey,
+    pub token: usize,
+    /// `cells[layer][head]` = (local, shared-group, pruned) shares of the token's dense softmax
+    /// attention (summing to 1).
+    pub cells: Vec<Vec<[f32; 3]>>,
+}
+
+/// The head x layer grid of token `i` of `res` (its segment, run in `res`'s mode;
+/// `compare::attention_grid`).
+pub fn attention_grid(res: &AnalysisResult, i: usize, h: &Handle) -> Result<AttnGrid, JobError> {
+    let an = &res.analysis;
+    if i >= an.tokens.len() {
+        return Err(JobError::Failed("token out of range".into()));
+    }
+    h.set_progress(0, 0, format!("token {i}, every layer and head"));
+    let (start, end) = segment(res, i);
+    let ids: Vec<u32> = an.tokens[start..end].iter().map(|t| t.id).collect();
+    let cells = compare::attention_grid(&res.model, &res.adapter, &ids, res.mode, res.key.params.k, i - start, Some(&h.cancel))?;
+    Ok(AttnGrid { key: res.key.clone(), token: i, cells })
+}
+
+/// The segment `[start, end)` of `res` that holds token `i`.
+fn segment(res: &AnalysisResult, i: usize) -> (usize, usize) {
+    let seg = res.analysis.segment_len.max(1);
+    let start = i / seg * seg;
+    (start, (start + seg).min(res.analysis.tokens.len()))
 }
 
 /// The untrained twin of an adapter: a random init with its configuration (K, d_g, tau,

@@ -15,10 +15,8 @@
 //! - `export` (shared export helpers and the SVG writer), `palette` (colours), `busy` (the busy
 //!   indicator).
 
-pub mod align;
 pub mod app;
 pub mod busy;
-pub mod compare;
 pub mod dialogs;
 pub mod export;
 pub mod generate;

@@ -426,7 +426,7 @@ impl AnalysisResult {
             argmax: self.argmax.clone(),
             masks: self.masks.clone(),
             labels: self.labels.clone(),
-            aligned: super::align::to_reference(&reference.masks, &reference.aligned, &self.masks, self.groups()),
+            aligned: focus_core::analysis::align::to_reference(&reference.masks, &reference.aligned, &self.masks, self.groups()),
             aligned_to: Some(reference.analysis.adapter.clone()),
             text_label: self.text_label.clone(),
         }

@@ -4,7 +4,9 @@
 //! own sequence, so pairs never cross a segment boundary. Per-token results are concatenated and
 //! pair counts summed over segments.
 
+pub mod align;
 pub mod categories;
+pub mod compare;
 pub mod partners;
 pub mod projection;
 pub mod stats;
@@ -78,10 +80,34 @@ pub fn analyze(
     adapter_name: &str,
     text: &str,
     opts: &AnalyzeOptions,
+    progress: impl FnMut(usize, usize) + Send,
+) -> Result<Analysis> {
+    let enc = model.tokenizer()?.encode(text, false)?;
+    analyze_tokens(model, adapter, adapter_name, text, &Tokens { ids: &enc.ids, offsets: &enc.offsets }, opts, progress)
+}
+
+/// A text's tokens, as the model's tokenizer cut it: ids and byte offsets in the text.
+#[derive(Debug, Clone, Copy)]
+pub struct Tokens<'a> {
+    pub ids: &'a [u32],
+    pub offsets: &'a [(usize, usize)],
+}
+
+/// `analyze` on tokens already cut (`tokens`, whose offsets point into `text`; a prefix of a
+/// text's tokens analyses that prefix), so that a caller tokenises a text once.
+pub fn analyze_tokens(
+    model: &Model,
+    adapter: &Adapter,
+    adapter_name: &str,
+    text: &str,
+    enc: &Tokens,
+    opts: &AnalyzeOptions,
     mut progress: impl FnMut(usize, usize) + Send,
 ) -> Result<Analysis> {
     let tok = model.tokenizer()?;
-    let enc = tok.encode(text, false)?;
+    if enc.ids.len() != enc.offsets.len() {
+        return Err(Error::Invalid(format!("{} token ids but {} offsets", enc.ids.len(), enc.offsets.len())));
+    }
     if enc.ids.is_empty() {
         return Err(Error::BadText("the text produced no tokens".into()));
     }
@@ -147,11 +173,11 @@ pub fn analyze(
         .collect();
     let special_ids = tok.special_ids();
     let special: Vec<bool> = enc.ids.iter().map(|id| special_ids.contains(id)).collect();
-    let cats = categorize_tokens(text, &enc.offsets, &special);
+    let cats = categorize_tokens(text, enc.offsets, &special);
     let tokens: Vec<TokenInfo> = enc
         .ids
         .iter()
-        .zip(&enc.offsets)
+        .zip(enc.offsets)
         .zip(&cats)
         .enumerate()
         .map(|(i, ((&id, &(start, end)), c))| TokenInfo {
@@ -169,7 +195,7 @@ pub fn analyze(
     let profiles = routing
         .iter()
         .enumerate()
-        .map(|(l, r)| layer_profile(l, r, &enc.ids, &texts, &categories))
+        .map(|(l, r)| layer_profile(l, r, enc.ids, &texts, &categories))
         .collect::<Result<Vec<_>>>()?;
     Ok(Analysis {
         model: model.config().name.clone(),

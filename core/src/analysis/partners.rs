@@ -9,7 +9,8 @@
 
 use crate::attention::Mode;
 use crate::error::{Error, Result};
-use crate::focus::adapter::{Adapter, AdapterConfig, Gate};
+use crate::focus::adapter::{Adapter, AdapterConfig};
+use crate::focus::gate::GateFn;
 use crate::focus::mask::{self, PairClass};
 use crate::focus::router::LayerRouting;
 use crate::model::block::AttentionInputs;
@@ -17,7 +18,7 @@ use crate::model::decoder::{LayerHook, RunEnd};
 use crate::model::{ForwardOptions, Model};
 use std::ops::ControlFlow;
 use std::sync::atomic::AtomicBool;
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 /// What layer `layer` sees: its heads (after RoPE) and its routing.
 #[derive(Debug)]
@@ -74,60 +75,184 @@ pub fn layer_inputs(
     }
 }
 
-/// The attention weights query `query` of head `head` gives keys `0..=query` in `mode`,
-/// computed in f64: scaled dot products, the mode's mask or gate on distant pairs (as in
-/// `attention::plan`), softmax. Pruned pairs get exactly 0. Sums to 1.
-pub fn attention_row(inp: &LayerInputs, cfg: Option<&AdapterConfig>, mode: Mode, head: usize, query: usize) -> Result<Vec<f32>> {
-    let (h, t, d) = inp.q.dims3()?;
-    let hkv = inp.k.dim(0)?;
-    if head >= h {
-        return Err(Error::Invalid(format!("head {head} is out of range (the layer has {h} heads)")));
+/// How a row treats distant pairs (i - j > window); local pairs always attend.
+#[derive(Debug, Clone, Copy)]
+pub enum Distant<'a> {
+    /// Every causal pair attends (dense).
+    Attend,
+    /// Only distant pairs that share one of their top-k groups (`masks`: per token) attend.
+    TopK { masks: &'a [u64], window: usize },
+    /// Every pair attends, a distant pair's score gated by its memberships' affinity.
+    Gate { gate: GateFn, routing: &'a LayerRouting, window: usize },
+}
+
+/// One layer's queries and keys, read out of their tensors once for many rows.
+pub struct Heads {
+    h: usize,
+    hkv: usize,
+    t: usize,
+    d: usize,
+    q: Vec<f32>,
+    k: Vec<f32>,
+}
+
+impl Heads {
+    /// From queries (H, T, D) and keys (Hkv, T, D), with or without a leading batch of 1.
+    pub fn new(q: &Tensor, k: &Tensor) -> Result<Heads> {
+        let flat = |x: &Tensor| -> Result<Tensor> { Ok(if x.rank() == 4 { x.squeeze(0)? } else { x.clone() }.to_dtype(DType::F32)?) };
+        let (q, k) = (flat(q)?, flat(k)?);
+        let (h, t, d) = q.dims3()?;
+        let hkv = k.dim(0)?;
+        if hkv == 0 || h % hkv != 0 {
+            return Err(Error::Invalid(format!("{h} query heads do not share {hkv} KV heads evenly")));
+        }
+        Ok(Heads { h, hkv, t, d, q: q.flatten_all()?.to_vec1()?, k: k.flatten_all()?.to_vec1()? })
     }
-    if query >= t {
-        return Err(Error::Invalid(format!("query {query} is out of range ({t} tokens)")));
+
+    pub fn heads(&self) -> usize {
+        self.h
     }
-    let kh = head / (h / hkv);
-    let q = inp.q.get(head)?.get(query)?.to_vec1::<f32>()?;
-    let k = inp.k.get(kh)?.narrow(0, 0, query + 1)?.to_vec2::<f32>()?;
-    let scale = 1.0 / (d as f64).sqrt();
-    // Distant-pair treatment, resolved like `attention::plan` (all-local sequences run dense).
-    let gate: Option<(&AdapterConfig, &LayerRouting)> = match (mode, cfg, inp.routing.as_ref()) {
-        (Mode::Dense, _, _) => None,
-        (_, Some(c), Some(r)) if !mask::all_local(t, c.window) => Some((c, r)),
-        (_, Some(_), Some(_)) => None,
+
+    pub fn tokens(&self) -> usize {
+        self.t
+    }
+
+    /// The attention weights query `query` of head `head` gives keys `0..=query`, computed in
+    /// f64: scaled dot products, `distant`'s mask or gate on distant pairs (as in
+    /// `attention::plan`; a gate's score through `GateFn::score`), softmax. Pruned pairs get
+    /// exactly 0. Sums to 1. Every attention row the app shows is this function's.
+    pub fn row(&self, distant: Distant, head: usize, query: usize) -> Result<Vec<f32>> {
+        let (h, t, d) = (self.h, self.t, self.d);
+        if head >= h {
+            return Err(Error::Invalid(format!("head {head} is out of range (the layer has {h} heads)")));
+        }
+        if query >= t {
+            return Err(Error::Invalid(format!("query {query} is out of range ({t} tokens)")));
+        }
+        let kh = head / (h / self.hkv);
+        let q = &self.q[(head * t + query) * d..][..d];
+        let key = |j: usize| &self.k[(kh * t + j) * d..][..d];
+        let scale = 1.0 / (d as f64).sqrt();
+        let scores: Vec<Option<f64>> = (0..=query)
+            .map(|j| {
+                let s = q.iter().zip(key(j)).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * scale;
+                match distant {
+                    Distant::Attend => Some(s),
+                    Distant::TopK { window, .. } | Distant::Gate { window, .. } if mask::classify(query, j, 0, 0, window) == PairClass::Local => Some(s),
+                    Distant::TopK { masks, window } => mask::kept(masks, window, query, j).then_some(s),
+                    Distant::Gate { gate, routing, .. } => {
+                        let a: f64 = routing.row(query).iter().zip(routing.row(j)).map(|(&x, &y)| x as f64 * y as f64).sum();
+                        Some(gate.score(s as f32, a as f32, true).0 as f64)
+                    }
+                }
+            })
+            .collect();
+        let m = scores.iter().flatten().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let w: Vec<f64> = scores.iter().map(|s| s.map_or(0.0, |s| (s - m).exp())).collect();
+        let z: f64 = w.iter().sum();
+        Ok(w.iter().map(|x| (x / z) as f32).collect())
+    }
+}
+
+/// How `mode` treats the distant pairs of a layer of `t` tokens (resolved like
+/// `attention::plan`: all-local sequences run dense); `masks`: the top-k masks, for top-k.
+pub fn distant<'a>(mode: Mode, cfg: Option<&AdapterConfig>, routing: Option<&'a LayerRouting>, masks: Option<&'a [u64]>, t: usize) -> Result<Distant<'a>> {
+    Ok(match (mode, cfg, routing) {
+        (Mode::Dense, _, _) => Distant::Attend,
+        (_, Some(c), Some(_)) if mask::all_local(t, c.window) => Distant::Attend,
+        (Mode::TopK(_), Some(c), Some(_)) => Distant::TopK { masks: masks.ok_or_else(|| Error::Invalid("top-k needs its masks".into()))?, window: c.window },
+        (Mode::Soft, Some(c), Some(r)) => Distant::Gate { gate: GateFn::of(c), routing: r, window: c.window },
         _ => return Err(Error::Invalid(format!("mode {mode} needs an adapter"))),
-    };
-    let masks = match (mode, gate) {
-        (Mode::TopK(kk), Some((c, r))) => Some(r.topk_masks(kk.of(c.groups)?)),
+    })
+}
+
+/// A row's weight split by what the top-k `masks` do with each pair: (local, shared-group,
+/// pruned), `masks` indexed like the row (from the sequence start).
+pub fn split(row: &[f32], masks: &[u64], window: usize, query: usize) -> [f32; 3] {
+    let mut c = [0f32; 3];
+    for (j, &x) in row.iter().enumerate() {
+        let slot = match mask::classify(query, j, masks[query], masks[j], window) {
+            PairClass::Local => 0,
+            PairClass::SharedGroup(_) => 1,
+            _ => 2,
+        };
+        c[slot] += x;
+    }
+    c
+}
+
+/// The attention weights query `query` of head `head` gives keys `0..=query` in `mode`
+/// (`Heads::row`).
+pub fn attention_row(inp: &LayerInputs, cfg: Option<&AdapterConfig>, mode: Mode, head: usize, query: usize) -> Result<Vec<f32>> {
+    let heads = Heads::new(&inp.q, &inp.k)?;
+    let masks = match (mode, cfg, inp.routing.as_ref()) {
+        (Mode::TopK(kk), Some(c), Some(r)) => Some(r.topk_masks(kk.of(c.groups)?)),
         _ => None,
     };
-    let scores: Vec<Option<f64>> = (0..=query)
-        .map(|j| {
-            let s = q.iter().zip(&k[j]).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * scale;
-            let Some((c, r)) = gate else { return Some(s) };
-            if mask::classify(query, j, 0, 0, c.window) == PairClass::Local {
-                return Some(s);
-            }
-            match mode {
-                Mode::TopK(_) => {
-                    let m = masks.as_ref().expect("top-k masks");
-                    mask::kept(m, c.window, query, j).then_some(s)
+    let distant = distant(mode, cfg, inp.routing.as_ref(), masks.as_deref(), heads.tokens())?;
+    heads.row(distant, head, query)
+}
+
+/// The long-range partners of a range of queries.
+#[derive(Debug, Clone)]
+pub struct PartnerRows {
+    /// (key token, weight), sorted by weight, largest first: same-group tokens beyond the window.
+    pub partners: Vec<(usize, f32)>,
+    /// Attention mass on all partners, and on the local window (means over the queries).
+    pub partner_mass: f32,
+    pub local_mass: f32,
+}
+
+/// The long-range partners of queries `a..=b` of the sequence `ids` in `layer`/`head`: each
+/// query's attention row (`mode`), and a key's weight is the mean, over the queries, of the
+/// weight it receives where it is that query's partner (beyond the window, sharing a top-k
+/// group of `masks`). With `prefix`, a single query runs only the prefix it needs
+/// (`query_attention`); else the whole of `ids` runs.
+#[allow(clippy::too_many_arguments)]
+pub fn partners(
+    model: &Model,
+    adapter: &Adapter,
+    ids: &[u32],
+    mode: Mode,
+    masks: &[u64],
+    layer: usize,
+    head: usize,
+    (a, b): (usize, usize),
+    prefix: bool,
+    cancel: Option<&AtomicBool>,
+) -> Result<PartnerRows> {
+    let window = adapter.config.window;
+    let rows: Vec<Vec<f32>> = if prefix && a == b {
+        vec![query_attention(model, Some(adapter), ids, mode, layer, head, a, cancel)?]
+    } else {
+        let inp = layer_inputs(model, Some(adapter), ids, mode, layer, cancel)?;
+        (a..=b)
+            .map(|i| {
+                if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+                    return Err(Error::Cancelled);
                 }
-                Mode::Soft => {
-                    let a: f64 = r.row(query).iter().zip(r.row(j)).map(|(&x, &y)| x as f64 * y as f64).sum();
-                    Some(match c.gate {
-                        Gate::Paper => s / (1.0 + (-c.lambda * a).exp()),
-                        Gate::Log => s + (a + c.log_eps).ln(),
-                    })
+                attention_row(&inp, Some(&adapter.config), mode, head, i)
+            })
+            .collect::<Result<_>>()?
+    };
+    let mut weight: std::collections::HashMap<usize, f64> = Default::default();
+    let (mut partner_mass, mut local_mass) = (0f64, 0f64);
+    for (i, w) in (a..=b).zip(&rows) {
+        for (j, &wt) in w.iter().enumerate() {
+            match mask::classify(i, j, masks[i], masks[j], window) {
+                PairClass::Local => local_mass += wt as f64,
+                PairClass::SharedGroup(_) => {
+                    *weight.entry(j).or_default() += wt as f64;
+                    partner_mass += wt as f64;
                 }
-                Mode::Dense => Some(s),
+                PairClass::Pruned | PairClass::Future => {}
             }
-        })
-        .collect();
-    let m = scores.iter().flatten().cloned().fold(f64::NEG_INFINITY, f64::max);
-    let w: Vec<f64> = scores.iter().map(|s| s.map_or(0.0, |s| (s - m).exp())).collect();
-    let z: f64 = w.iter().sum();
-    Ok(w.iter().map(|x| (x / z) as f32).collect())
+        }
+    }
+    let n = rows.len() as f64;
+    let mut partners: Vec<(usize, f32)> = weight.into_iter().map(|(j, w)| (j, (w / n) as f32)).collect();
+    partners.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+    Ok(PartnerRows { partners, partner_mass: (partner_mass / n) as f32, local_mass: (local_mass / n) as f32 })
 }
 
 /// Convenience: the row for one query of a sequence, running the layers below `layer`.

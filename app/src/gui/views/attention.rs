@@ -6,7 +6,7 @@
 //! (`compare::attention_grid`: one pass over the token's segment).
 
 use super::{Command, ViewCtx};
-use crate::gui::compare::AttnGrid;
+use crate::gui::jobs::AttnGrid;
 use crate::gui::export::svg::Svg;
 use crate::gui::palette;
 use crate::gui::state::{AnalysisResult, Setting};

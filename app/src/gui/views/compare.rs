@@ -4,10 +4,11 @@
 //! or in its selected head) and whether the top-k groups change; per layer the same as curves;
 //! a sortable table whose rows jump to the token (with its partners); and its exports (the
 //! table and the per-layer figures as CSV, everything as JSON, the curves as SVG). The
-//! computation is `gui::compare`.
+//! computation is core's `analysis::compare`, run by `gui::jobs::CompareJob`.
 
 use super::{Command, ViewCtx};
-use crate::gui::compare::{Comparison, LayerRow, Scope};
+use crate::gui::jobs::Compared;
+use focus_core::analysis::compare::{Comparison, LayerRow, Scope};
 use crate::gui::export::svg::{line_chart, stack, Series};
 use crate::gui::export::ExportKind;
 use crate::gui::state::{AnalysisResult, CompareSpec, ModeChoice, Setting};
@@ -24,7 +25,7 @@ pub enum SortBy {
 }
 
 pub struct CompareView {
-    pub result: Option<Comparison>,
+    pub result: Option<Compared>,
     pub error: Option<String>,
     pub sort: SortBy,
     /// Largest first.
@@ -88,7 +89,7 @@ pub fn describe(mode: &str, causal: bool, adapter: &str) -> String {
 }
 
 impl CompareView {
-    pub fn receive(&mut self, r: Result<Comparison, crate::gui::jobs::JobError>) {
+    pub fn receive(&mut self, r: Result<Compared, crate::gui::jobs::JobError>) {
         match r {
             Ok(c) => {
                 self.result = Some(c);

@@ -1,34 +1,35 @@
 //! Compare mode's computation: the researcher's question "what does Focus change?". Two runs
-//! over the same tokens (the start of the analysed text): A, the analysis on screen, and B, what
-//! the compare view sets (dense, soft, another k, another adapter, the other Sinkhorn variant).
-//! One inference pass per run gives, per token, the next-token loss; per layer and token, the
-//! top-k groups; and, for a top-k run, the attention mass its mask prunes per head: the weight
-//! the dense softmax of the same layer's queries and keys gives the pairs that the mask drops.
-//! B's groups are matched to A's (`align`) when the adapters differ.
+//! over the same tokens: A and B (dense, soft, another k, another adapter, the other Sinkhorn
+//! variant). One inference pass per run gives, per token, the next-token loss (the model's own
+//! logits, `Decoder::logits`, and `Decoder::nll`); per layer and token, the top-k groups; and,
+//! for a top-k run, the attention mass its mask prunes per head: the weight the dense softmax
+//! of the same layer's queries and keys (`partners::Heads::row`) gives the pairs that the mask
+//! drops. B's groups are matched to A's (`align`) when the adapters differ.
+//!
+//! Also the attention grid: one token's dense attention in every layer and head, split by what
+//! the top-k mask does with each pair.
 
-use super::jobs::JobError;
-use super::state::{AnalysisKey, AnalysisResult, CompareSpec};
-use super::worker::Handle;
-use candle_core::{DType, Tensor, D};
-use focus_core::focus::mask::{classify, PairClass};
-use focus_core::focus::router::LayerRouting;
-use focus_core::model::block::AttentionInputs;
-use focus_core::model::decoder::{Decoder, LayerHook, RunEnd};
-use focus_core::model::ForwardOptions;
-use focus_core::{Adapter, Mode, Model};
+use crate::analysis::partners::{split, Distant, Heads};
+use crate::attention::Mode;
+use crate::error::{Error, Result};
+use crate::focus::adapter::Adapter;
+use crate::focus::router::LayerRouting;
+use crate::model::block::AttentionInputs;
+use crate::model::decoder::{Decoder, LayerHook, RunEnd};
+use crate::model::{ForwardOptions, Model};
+use rayon::prelude::*;
 use std::ops::ControlFlow;
-use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 /// One run of a comparison.
-#[derive(Clone)]
-pub struct Run {
-    pub label: String,
-    /// `None`: top-k with run B's own adapter, whose K is known once it has loaded.
-    pub mode: Option<Mode>,
-    /// k of the mask in top-k mode (and of the groups compared, with the other run's).
+#[derive(Clone, Copy)]
+pub struct Run<'a> {
+    pub label: &'a str,
+    pub mode: Mode,
+    /// k of the run's groups (of the mask, in top-k mode).
     pub k: usize,
     /// The adapter as run (window and Sinkhorn variant applied).
-    pub adapter: Arc<Adapter>,
+    pub adapter: &'a Adapter,
 }
 
 /// What one run gives.
@@ -111,9 +112,6 @@ pub struct LayerRow {
 }
 
 pub struct Comparison {
-    /// The analysis compared (run A).
-    pub key: AnalysisKey,
-    pub spec: CompareSpec,
     pub a: String,
     pub b: String,
     pub texts: Vec<String>,
@@ -279,26 +277,34 @@ fn num(x: f32) -> String {
     }
 }
 
+/// Per head and token (`[head][token]`): the dense softmax weight that queries `q` (H, T, D)
+/// give, over keys `k` (Hkv, T, D), to the causal pairs that the top-k `masks` prune beyond
+/// `window` (with or without a leading batch of 1).
+pub fn pruned_mass(q: &candle_core::Tensor, k: &candle_core::Tensor, masks: &[u64], window: usize) -> Result<Vec<Vec<f32>>> {
+    let heads = Heads::new(q, k)?;
+    (0..heads.heads())
+        .into_par_iter()
+        .map(|h| (0..heads.tokens()).map(|i| Ok(split(&heads.row(Distant::Attend, h, i)?, masks, window, i)[2])).collect())
+        .collect()
+}
+
 /// Computes each layer's pruned attention mass from the attention inputs the pass sees.
-struct PrunedHook<'a> {
+struct PrunedHook<'a, P: FnMut(usize) + Send> {
     /// Some(k, window): measure (top-k runs).
     measure: Option<(usize, usize)>,
     /// `out[layer][head][token]`.
     out: Vec<Vec<Vec<f32>>>,
-    err: Option<String>,
-    h: &'a Handle,
-    base: usize,
-    total: usize,
-    what: String,
+    err: Option<Error>,
+    progress: &'a mut P,
 }
 
-impl LayerHook for PrunedHook<'_> {
+impl<P: FnMut(usize) + Send> LayerHook for PrunedHook<'_, P> {
     fn inputs(&mut self, _l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> ControlFlow<()> {
         if let (Some((k, w)), Some(r)) = (self.measure, routing) {
             match pruned_mass(&inp.q, &inp.k, &r.topk_masks(k), w) {
                 Ok(v) => self.out.push(v),
                 Err(e) => {
-                    self.err = Some(e.to_string());
+                    self.err = Some(e);
                     return ControlFlow::Break(());
                 }
             }
@@ -306,63 +312,31 @@ impl LayerHook for PrunedHook<'_> {
         ControlFlow::Continue(())
     }
     fn done(&mut self, l: usize) {
-        self.h.set_progress(self.base + l + 1, self.total, format!("{}: layer {}", self.what, l + 1));
+        (self.progress)(l);
     }
-}
-
-/// Per head and token (`[head][token]`): the dense softmax weight (queries `q` (1, H, T, D),
-/// keys `k` (1, Hkv, T, D)) on the causal pairs that the top-k `masks` prune beyond `window`.
-pub fn pruned_mass(q: &Tensor, k: &Tensor, masks: &[u64], window: usize) -> candle_core::Result<Vec<Vec<f32>>> {
-    let q = q.squeeze(0)?.to_dtype(DType::F32)?;
-    let k = k.squeeze(0)?.to_dtype(DType::F32)?;
-    let (h, t, d) = q.dims3()?;
-    let hkv = k.dim(0)?;
-    let rep = h / hkv.max(1);
-    // Head h reads KV head h / rep.
-    let k = k.unsqueeze(1)?.expand((hkv, rep, t, d))?.reshape((h, t, d))?;
-    let scores = (q.matmul(&k.t()?.contiguous()?)? * (1.0 / (d as f64).sqrt()))?;
-    let dev = q.device();
-    let mut bias = vec![0f32; t * t];
-    let mut pruned = vec![0f32; t * t];
-    for i in 0..t {
-        for j in 0..t {
-            if j > i {
-                bias[i * t + j] = f32::NEG_INFINITY;
-            } else if classify(i, j, masks[i], masks[j], window) == PairClass::Pruned {
-                pruned[i * t + j] = 1.0;
-            }
-        }
-    }
-    let scores = scores.broadcast_add(&Tensor::from_vec(bias, (t, t), dev)?)?;
-    let m = scores.max_keepdim(D::Minus1)?;
-    let e = scores.broadcast_sub(&m)?.exp()?;
-    let z = e.sum_keepdim(D::Minus1)?;
-    let w = e.broadcast_div(&z)?;
-    w.broadcast_mul(&Tensor::from_vec(pruned, (t, t), dev)?)?.sum(D::Minus1)?.to_vec2::<f32>() // (H, T)
 }
 
 /// One run over `ids`: loss per position, the top-`groups_k` groups per layer, and (top-k)
-/// pruned mass.
-pub fn run(model: &Model, ids: &[u32], r: &Run, groups_k: usize, h: &Handle, base: usize, total: usize) -> Result<RunOut, JobError> {
-    let mode = r.mode.ok_or_else(|| JobError::Failed("run B: top-k needs adapter B's K, and it has not loaded".into()))?;
-    let mut opts = ForwardOptions::new(mode, Some(r.adapter.as_ref()));
+/// pruned mass. `progress(layer)` as each layer finishes.
+pub fn run(model: &Model, ids: &[u32], r: &Run, groups_k: usize, cancel: Option<&AtomicBool>, mut progress: impl FnMut(usize) + Send) -> Result<RunOut> {
+    let mut opts = ForwardOptions::new(r.mode, Some(r.adapter));
     opts.record_routing = true;
-    opts.cancel = Some(&h.cancel);
-    let measure = match mode {
+    opts.cancel = cancel;
+    let measure = match r.mode {
         Mode::TopK(k) => Some((k.k(), r.adapter.config.window)),
         _ => None,
     };
-    let mut hook = PrunedHook { measure, out: Vec::new(), err: None, h, base, total, what: r.label.clone() };
+    let mut hook = PrunedHook { measure, out: Vec::new(), err: None, progress: &mut progress };
     let end = model.decoder.run(&[ids], &opts, &mut hook)?;
     if let Some(e) = hook.err {
-        return Err(JobError::Failed(format!("pruned attention mass: {e}")));
+        return Err(Error::Invalid(format!("pruned attention mass: {e}")));
     }
-    let RunEnd::Finished { x, routing } = end else { return Err(JobError::Failed("the pass stopped early".into())) };
+    let RunEnd::Finished { x, routing } = end else { return Err(Error::Invalid("the pass stopped early".into())) };
     let t = ids.len();
     let mut loss = vec![f32::NAN; t];
     if t > 1 {
         // The model's own logits (final norm, lm_head and Gemma 2's final soft-cap).
-        let logits = model.decoder.logits(&x.narrow(0, 0, t - 1).map_err(err)?)?;
+        let logits = model.decoder.logits(&x.narrow(0, 0, t - 1)?)?;
         let nll = Decoder::nll(&logits, &ids[1..])?;
         loss[..t - 1].copy_from_slice(&nll);
     }
@@ -370,82 +344,113 @@ pub fn run(model: &Model, ids: &[u32], r: &Run, groups_k: usize, h: &Handle, bas
     Ok(RunOut { loss, masks, pruned: measure.map(|_| Pruned { mass: hook.out }) })
 }
 
-fn err(e: candle_core::Error) -> JobError {
-    JobError::Failed(e.to_string())
-}
-
-/// Everything a comparison needs, prepared on the UI thread.
-pub struct CompareJob {
-    pub res: Arc<AnalysisResult>,
-    pub spec: CompareSpec,
-    pub a: Run,
-    /// Run B, or the path of its adapter still to load (with the rest of run B).
-    pub b: Run,
-    pub b_adapter_path: Option<std::path::PathBuf>,
-}
-
-impl CompareJob {
-    pub fn run(mut self, h: &Handle) -> Result<Comparison, JobError> {
-        let t0 = std::time::Instant::now();
-        let model = self.res.model.clone();
-        if let Some(p) = &self.b_adapter_path {
-            h.set_progress(0, 0, "loading adapter B");
-            let mut a = Adapter::load(p, &model.identity(), model.device())?;
-            if let Some(c) = self.spec.causal {
-                a.config.causal_sinkhorn = c;
-            }
-            if self.b.mode.is_none() {
-                let k = a.config.topk(self.b.k).map_err(|e| JobError::Failed(format!("run B (adapter B): {e}")))?;
-                self.b.mode = Some(Mode::TopK(k));
-            }
-            self.b.adapter = Arc::new(a);
-        }
-        let n = self.res.tokens().min(self.spec.max_tokens.max(2)).min(model.config().context);
-        let ids: Vec<u32> = self.res.analysis.tokens[..n].iter().map(|t| t.id).collect();
-        let layers = model.config().n_layers;
-        let k = self.a.k.min(self.b.k);
-        let a = run(&model, &ids, &self.a, k, h, 0, 2 * layers)?;
-        let b = run(&model, &ids, &self.b, k, h, layers, 2 * layers)?;
-        // Top-k groups of B, in A's numbering when the adapters differ.
-        let same_adapter = self.b_adapter_path.is_none();
-        let changed = (0..layers)
-            .map(|l| {
-                let (ma, mb) = (&a.masks[l], &b.masks[l]);
-                let map: Vec<usize> = if same_adapter {
-                    (0..self.b.adapter.config.groups).collect()
-                } else {
-                    let ident: Vec<usize> = (0..self.a.adapter.config.groups).collect();
-                    super::align::match_layer(ma, &ident, mb, self.b.adapter.config.groups)
-                };
-                ma.iter()
-                    .zip(mb)
-                    .map(|(&x, &y)| {
-                        let y: u64 = focus_core::focus::mask::groups(y).fold(0, |m, g| m | 1 << map[g]);
-                        x != y
-                    })
-                    .collect()
-            })
-            .collect();
-        Ok(Comparison {
-            key: self.res.key.clone(),
-            spec: self.spec,
-            a: self.a.label,
-            b: self.b.label,
-            texts: self.res.analysis.tokens[..n].iter().map(|t| t.text.clone()).collect(),
-            loss_a: a.loss,
-            loss_b: b.loss,
-            pruned_a: a.pruned,
-            pruned_b: b.pruned,
-            k,
-            changed,
-            seconds: t0.elapsed().as_secs_f64(),
+/// Compares runs `a` and `b` over `ids` (`texts`: the tokens' texts). `same_adapter`: B runs
+/// A's adapter (else B's groups are matched to A's, layer by layer). `progress(done, total)` in
+/// layers of both runs.
+#[allow(clippy::too_many_arguments)]
+pub fn compare(
+    model: &Model,
+    ids: &[u32],
+    texts: Vec<String>,
+    a: &Run,
+    b: &Run,
+    same_adapter: bool,
+    cancel: Option<&AtomicBool>,
+    mut progress: impl FnMut(usize, usize, &str) + Send,
+) -> Result<Comparison> {
+    let t0 = std::time::Instant::now();
+    let layers = model.config().n_layers;
+    let k = a.k.min(b.k);
+    let ra = run(model, ids, a, k, cancel, |l| progress(l + 1, 2 * layers, &format!("{}: layer {}", a.label, l + 1)))?;
+    let rb = run(model, ids, b, k, cancel, |l| progress(layers + l + 1, 2 * layers, &format!("{}: layer {}", b.label, l + 1)))?;
+    // Top-k groups of B, in A's numbering when the adapters differ.
+    let changed = (0..layers)
+        .map(|l| {
+            let (ma, mb) = (&ra.masks[l], &rb.masks[l]);
+            let map: Vec<usize> = if same_adapter {
+                (0..b.adapter.config.groups).collect()
+            } else {
+                let ident: Vec<usize> = (0..a.adapter.config.groups).collect();
+                crate::analysis::align::match_layer(ma, &ident, mb, b.adapter.config.groups)
+            };
+            ma.iter()
+                .zip(mb)
+                .map(|(&x, &y)| {
+                    let y: u64 = crate::focus::mask::groups(y).fold(0, |m, g| m | 1 << map[g]);
+                    x != y
+                })
+                .collect()
         })
+        .collect();
+    Ok(Comparison {
+        a: a.label.to_string(),
+        b: b.label.to_string(),
+        texts,
+        loss_a: ra.loss,
+        loss_b: rb.loss,
+        pruned_a: ra.pruned,
+        pruned_b: rb.pruned,
+        k,
+        changed,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// `[layer][head]`: the (local, shared-group, pruned) shares of one token's dense softmax
+/// attention (summing to 1), by what the top-k mask does with each pair.
+pub type Grid = Vec<Vec<[f32; 3]>>;
+
+struct RowHook {
+    query: usize,
+    k: usize,
+    window: usize,
+    cells: Grid,
+    err: Option<Error>,
+}
+
+impl LayerHook for RowHook {
+    fn inputs(&mut self, _l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> ControlFlow<()> {
+        let Some(r) = routing else {
+            self.err = Some(Error::Invalid("the run has no routing (no adapter)".into()));
+            return ControlFlow::Break(());
+        };
+        let masks = r.topk_masks(self.k);
+        let cells = Heads::new(&inp.q, &inp.k).and_then(|heads| {
+            (0..heads.heads()).map(|h| Ok(split(&heads.row(Distant::Attend, h, self.query)?, &masks, self.window, self.query))).collect::<Result<Vec<_>>>()
+        });
+        match cells {
+            Ok(c) => self.cells.push(c),
+            Err(e) => {
+                self.err = Some(e);
+                return ControlFlow::Break(());
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+/// Query `query`'s grid over the sequence `ids` (run from position 0 in `mode`; top-`k`
+/// groups). With causal Sinkhorn only the prefix up to the query runs.
+pub fn attention_grid(model: &Model, adapter: &Adapter, ids: &[u32], mode: Mode, k: usize, query: usize, cancel: Option<&AtomicBool>) -> Result<Grid> {
+    if query >= ids.len() {
+        return Err(Error::Invalid("token out of range".into()));
+    }
+    // Whole-sequence Sinkhorn: later tokens change earlier routing, so the whole segment runs.
+    let ids = if adapter.config.causal_sinkhorn { &ids[..=query] } else { ids };
+    let mut opts = ForwardOptions::new(mode, Some(adapter));
+    opts.cancel = cancel;
+    let mut hook = RowHook { query, k, window: adapter.config.window, cells: Vec::new(), err: None };
+    model.decoder.run(&[ids], &opts, &mut hook)?;
+    match hook.err {
+        Some(e) => Err(e),
+        None => Ok(hook.cells),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::Tensor;
 
     /// The pruned mass equals the softmax weight on the pruned pairs, computed by hand, per
     /// head; query heads share KV heads as in the model (grouped-query attention).
@@ -483,89 +488,3 @@ mod tests {
     }
 }
 
-/// One token's attention in every layer and head, split by what the top-k mask does with each
-/// pair: for the attention view's head x layer grid.
-pub struct AttnGrid {
-    pub key: AnalysisKey,
-    pub token: usize,
-    /// `cells[layer][head]` = (local, shared-group, pruned) shares of the token's dense softmax
-    /// attention (summing to 1).
-    pub cells: Vec<Vec<[f32; 3]>>,
-}
-
-struct RowHook {
-    query: usize,
-    k: usize,
-    window: usize,
-    cells: Vec<Vec<[f32; 3]>>,
-    err: Option<String>,
-}
-
-impl LayerHook for RowHook {
-    fn inputs(&mut self, _l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> ControlFlow<()> {
-        let Some(r) = routing else {
-            self.err = Some("the run has no routing (no adapter)".into());
-            return ControlFlow::Break(());
-        };
-        match row_split(&inp.q, &inp.k, &r.topk_masks(self.k), self.window, self.query) {
-            Ok(c) => self.cells.push(c),
-            Err(e) => {
-                self.err = Some(e.to_string());
-                return ControlFlow::Break(());
-            }
-        }
-        ControlFlow::Continue(())
-    }
-}
-
-/// Per head: the dense softmax weights of query `i` split into (local, shared-group, pruned).
-fn row_split(q: &Tensor, k: &Tensor, masks: &[u64], window: usize, i: usize) -> candle_core::Result<Vec<[f32; 3]>> {
-    let q = q.squeeze(0)?.to_dtype(DType::F32)?;
-    let k = k.squeeze(0)?.to_dtype(DType::F32)?;
-    let (h, _t, d) = q.dims3()?;
-    let hkv = k.dim(0)?;
-    let rep = h / hkv.max(1);
-    let qi = q.narrow(1, i, 1)?; // (H, 1, D)
-    let kk = k.narrow(1, 0, i + 1)?.unsqueeze(1)?.expand((hkv, rep, i + 1, d))?.reshape((h, i + 1, d))?;
-    let s = (qi.matmul(&kk.t()?.contiguous()?)? * (1.0 / (d as f64).sqrt()))?.squeeze(1)?; // (H, i+1)
-    let m = s.max_keepdim(D::Minus1)?;
-    let e = s.broadcast_sub(&m)?.exp()?;
-    let w = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?.to_vec2::<f32>()?;
-    Ok(w.iter()
-        .map(|row| {
-            let mut c = [0f32; 3];
-            for (j, &x) in row.iter().enumerate() {
-                let slot = match classify(i, j, masks[i], masks[j], window) {
-                    PairClass::Local => 0,
-                    PairClass::SharedGroup(_) => 1,
-                    _ => 2,
-                };
-                c[slot] += x;
-            }
-            c
-        })
-        .collect())
-}
-
-/// The head x layer grid of token `i` of `res` (its segment, run in `res`'s mode).
-pub fn attention_grid(res: &AnalysisResult, i: usize, h: &Handle) -> Result<AttnGrid, JobError> {
-    let an = &res.analysis;
-    if i >= an.tokens.len() {
-        return Err(JobError::Failed("token out of range".into()));
-    }
-    h.set_progress(0, 0, format!("token {i}, every layer and head"));
-    let seg = an.segment_len.max(1);
-    let start = i / seg * seg;
-    let end = (start + seg).min(an.tokens.len());
-    // Whole-sequence Sinkhorn: later tokens change earlier routing, so the whole segment runs.
-    let end = if res.adapter.config.causal_sinkhorn { i + 1 } else { end };
-    let ids: Vec<u32> = an.tokens[start..end].iter().map(|t| t.id).collect();
-    let mut opts = ForwardOptions::new(res.mode, Some(res.adapter.as_ref()));
-    opts.cancel = Some(&h.cancel);
-    let mut hook = RowHook { query: i - start, k: res.key.params.k, window: res.window(), cells: Vec::new(), err: None };
-    res.model.decoder.run(&[ids.as_slice()], &opts, &mut hook)?;
-    if let Some(e) = hook.err {
-        return Err(JobError::Failed(e));
-    }
-    Ok(AttnGrid { key: res.key.clone(), token: i, cells: hook.cells })
-}

@@ -77,9 +77,9 @@ pub fn hungarian(cost: &[Vec<i64>]) -> Vec<usize> {
 fn counts(ref_masks: &[u64], ref_map: &[usize], masks: &[u64], n: usize) -> Vec<Vec<i64>> {
     let mut c = vec![vec![0i64; n]; n];
     for (&mr, &m) in ref_masks.iter().zip(masks) {
-        for a in focus_core::focus::mask::groups(mr) {
+        for a in crate::focus::mask::groups(mr) {
             let a = ref_map.get(a).copied().unwrap_or(a);
-            for b in focus_core::focus::mask::groups(m) {
+            for b in crate::focus::mask::groups(m) {
                 if a < n && b < n {
                     c[a][b] += 1;
                 }
