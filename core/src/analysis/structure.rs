@@ -171,13 +171,10 @@ pub fn median(v: &[f64]) -> f64 {
 /// it recorded: `Analysis::routing`). Positions and repeats count within each segment.
 pub fn of_analysis(a: &Analysis) -> Structure {
     let mut tokens = Vec::with_capacity(a.tokens.len());
-    let (mut seen, mut segment, mut start) = (std::collections::HashSet::new(), usize::MAX, 0);
-    for (i, t) in a.tokens.iter().enumerate() {
-        if t.segment != segment {
-            (segment, start) = (t.segment, i);
-            seen.clear();
-        }
-        tokens.push(ProbeToken { id: t.id, position: i - start, category: t.category, repeat: !seen.insert(t.id) });
+    for seg in a.tokens.chunk_by(|x, y| x.segment == y.segment) {
+        let ids: Vec<u32> = seg.iter().map(|t| t.id).collect();
+        let cats: Vec<Category> = seg.iter().map(|t| t.category).collect();
+        tokens.extend(probe_tokens(&ids, &cats));
     }
     let layers = a
         .routing

@@ -371,11 +371,10 @@ impl<'m> Trainer<'m> {
     /// One optimizer step; returns the mean training loss (nats/token).
     pub fn train_step(&mut self, data: &TrainData) -> Result<f64> {
         let (mean, mut grads) = self.loss_and_gradients(data)?;
-        let mut sq = 0f64;
-        for g in grads.iter().flatten() {
-            sq += g.sqr()?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?;
-        }
-        self.grad_norm = sq.sqrt();
+        // One reduction and one copy to the host for all parameters (a scalar read per
+        // parameter would synchronise a GPU step 60 times).
+        let sums = grads.iter().flatten().map(|g| g.to_dtype(DType::F32)?.sqr()?.sum_all()).collect::<candle_core::Result<Vec<_>>>()?;
+        self.grad_norm = if sums.is_empty() { 0.0 } else { Tensor::stack(&sums, 0)?.sum_all()?.to_dtype(DType::F64)?.to_scalar::<f64>()?.sqrt() };
         if self.opts.grad_clip > 0.0 && self.grad_norm > self.opts.grad_clip {
             let f = self.opts.grad_clip / self.grad_norm;
             for g in grads.iter_mut().flatten() {
@@ -451,13 +450,21 @@ impl<'m> Trainer<'m> {
     /// Held-out perplexity (`eval_mode`, inference path) over the first `eval_seqs` windows, and
     /// per-layer dominance and group mass on the first window.
     pub fn evaluate(&self, data: &TrainData) -> Result<(f64, Vec<f64>, Vec<Vec<f64>>)> {
+        let (ppl, dom, mass, _) = self.held_out(data)?;
+        Ok((ppl, dom, mass))
+    }
+
+    /// `evaluate`, and per layer the range of the raw scores on the first window (for
+    /// `router_sizes`, so that an evaluation runs the held-out windows once).
+    #[allow(clippy::type_complexity)]
+    fn held_out(&self, data: &TrainData) -> Result<(f64, Vec<f64>, Vec<Vec<f64>>, Vec<(f32, f32)>)> {
         let t = self.opts.seq_len;
         let n = (data.heldout.len().saturating_sub(1) / t).min(self.opts.eval_seqs.max(1));
         if n == 0 {
             return Err(Error::Invalid(format!("held-out data has {} tokens; need more than seq_len {t}", data.heldout.len())));
         }
         let (mut nll, mut count) = (0f64, 0usize);
-        let (mut dom, mut mass) = (Vec::new(), Vec::new());
+        let (mut dom, mut mass, mut ranges) = (Vec::new(), Vec::new(), Vec::new());
         for w in 0..n {
             let ids = &data.heldout[w * t..(w + 1) * t];
             let mut o = ForwardOptions::new(self.eval_mode(), Some(&self.adapter));
@@ -472,28 +479,24 @@ impl<'m> Trainer<'m> {
                     let st = layer_stats(l, r, c.tau, c.top_k, c.window, false);
                     dom.push(st.dominance);
                     mass.push(st.mass_after);
+                    ranges.push(r.scores.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x))));
                 }
             }
         }
-        Ok(((nll / count as f64).exp(), dom, mass))
+        Ok(((nll / count as f64).exp(), dom, mass, ranges))
     }
 
-    /// Per layer, the size of the router's parameters, and the range of S / tau on the first
-    /// held-out window.
-    pub fn router_sizes(&self, data: &TrainData) -> Result<Vec<RouterSize>> {
-        let t = self.opts.seq_len.min(data.heldout.len());
-        let mut o = ForwardOptions::new(Mode::Dense, Some(&self.adapter));
-        o.record_routing = true;
-        o.logits_from = t.saturating_sub(1);
-        let out = self.model.decoder.forward(&data.heldout[..t], &o)?;
+    /// Per layer, the size of the router's parameters, and the range of S / tau given the raw
+    /// scores' (min, max) per layer (`held_out`: the first held-out window, routed in
+    /// `eval_mode`).
+    fn router_sizes(&self, score_ranges: &[(f32, f32)]) -> Result<Vec<RouterSize>> {
         let tau = self.adapter.config.tau;
         let scalar = |x: Tensor| -> Result<f64> { Ok(x.to_dtype(DType::F64)?.to_scalar::<f64>()?) };
         self.adapter
             .layers
             .iter()
-            .zip(&out.routing)
-            .map(|(r, lr)| {
-                let (lo, hi) = lr.scores.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+            .zip(score_ranges)
+            .map(|(r, &(lo, hi))| {
                 Ok(RouterSize {
                     w_norm: scalar(r.proj.sqr()?.sum_all()?.sqrt()?)?,
                     w_max: scalar(r.proj.abs()?.flatten_all()?.max(0)?)?,
@@ -535,7 +538,7 @@ impl<'m> Trainer<'m> {
 
     /// The held-out evaluation row of the current state (`loss`: the last step's).
     fn evaluation_row(&self, data: &TrainData, loss: f64, seconds: f64) -> Result<LogRow> {
-        let (ppl, dom, mass) = self.evaluate(data)?;
+        let (ppl, dom, mass, ranges) = self.held_out(data)?;
         let probe = self.probe_categories()?;
         let (categories, structure) = match probe {
             Some((c, s)) => (Some(c), Some(s)),
@@ -552,7 +555,7 @@ impl<'m> Trainer<'m> {
             group_mass: Some(mass),
             categories,
             structure,
-            routers: Some(self.router_sizes(data)?),
+            routers: Some(self.router_sizes(&ranges)?),
             grad_norm: self.grad_norm.is_finite().then_some(self.grad_norm),
         })
     }
