@@ -6,6 +6,12 @@
 //!
 //!   structure --model GGUF --probe BOOK,BOOK[,...] [--bytes 15000] [--k 2] [--seq 1024]
 //!       [--json OUT.json] ADAPTER_DIR...
+//!   structure --model GGUF --probe BOOK,BOOK --init kmeans,pca,pca-white --data TRAIN_DIR
+//!       [--groups 8] [--score dot|cosine]
+//!
+//! With `--init`, the adapters measured are initialisations before any training (the trainer's
+//! `init_kmeans` / `init_pca` [ours] over 8 windows of the training text's start), each beside
+//! the random twin.
 //!
 //! The twin of an adapter is `Adapter::random` with the adapter's own settings (its spec), seed
 //! 0: the routers it started from before training. Analysis runs in soft mode over segments of
@@ -14,7 +20,8 @@
 
 use focus_core::analysis::structure::{self, Structure};
 use focus_core::analysis::{analyze, AnalyzeOptions};
-use focus_core::{Adapter, Mode, Model};
+use focus_core::train::{TrainData, TrainOptions, Trainer};
+use focus_core::{Adapter, AdapterSpec, Mode, Model, Score};
 use std::path::Path;
 
 fn arg(args: &[String], name: &str, default: &str) -> String {
@@ -67,13 +74,41 @@ fn main() -> focus_core::Result<()> {
     }
     let text = focus_core::train::probe_from_books(&books.iter().map(|s| s.as_str()).collect::<Vec<_>>(), bytes);
     eprintln!("probe: {} bytes from {} books", text.len(), books.len());
-    let flags = ["--model", "--probe", "--bytes", "--seq", "--k", "--json"];
+    let flags = ["--model", "--probe", "--bytes", "--seq", "--k", "--json", "--init", "--data", "--groups", "--score"];
     let dirs: Vec<&String> = args.iter().enumerate().skip(1).filter(|(i, a)| !a.starts_with("--") && !flags.contains(&args[i - 1].as_str())).map(|(_, a)| a).collect();
-    let mut out = Vec::new();
+    let mut adapters: Vec<(String, Adapter)> = Vec::new();
     for d in dirs {
-        let adapter = Adapter::load(Path::new(d), &model.identity(), model.device())?;
+        adapters.push((d.clone(), Adapter::load(Path::new(d), &model.identity(), model.device())?));
+    }
+    let inits = arg(&args, "--init", "");
+    if !inits.is_empty() {
+        let data_dir = arg(&args, "--data", "");
+        let mut files: Vec<_> = std::fs::read_dir(&data_dir).map_err(|e| focus_core::Error::io(Path::new(&data_dir), e))?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "txt")).collect();
+        files.sort();
+        let tok = model.tokenizer()?;
+        let mut train = Vec::new();
+        for f in files.iter().take(4) {
+            train.extend(tok.encode(&std::fs::read_to_string(f).map_err(|e| focus_core::Error::io(f, e))?, false)?.ids);
+        }
+        let data = TrainData { train, heldout: Vec::new() };
+        let score = if arg(&args, "--score", "dot") == "cosine" { Score::Cosine } else { Score::Dot };
+        let spec = AdapterSpec { groups: arg(&args, "--groups", "8").parse().unwrap(), score, ..Default::default() };
+        let opts = TrainOptions { steps: 0, seq_len: seq, batch: 1, lr: 0.0, weight_decay: 0.0, seed: 0, eval_every: 0, eval_seqs: 0, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: Default::default(), cosine_decay: false, straight_through: None, grad_clip: 0.0 };
+        for init in inits.split(',') {
+            let mut tr = Trainer::new(&model, &spec, opts.clone())?;
+            match init {
+                "kmeans" => tr.init_kmeans(&data, 8, 50)?,
+                "pca" | "pca-white" => tr.init_pca(&data, 8, init == "pca-white", 50)?,
+                other => return Err(focus_core::Error::Invalid(format!("--init {other}: kmeans, pca or pca-white"))),
+            }
+            adapters.push((format!("init {init}"), tr.adapter.clone()));
+        }
+    }
+    let mut out = Vec::new();
+    for (d, adapter) in &adapters {
+        let d = d.as_str();
         let twin = Adapter::random(&model.identity(), model.device(), &adapter.config.spec(), 0)?;
-        let s = measure(&model, &adapter, d, &text, seq, k)?;
+        let s = measure(&model, adapter, d, &text, seq, k)?;
         let t = measure(&model, &twin, "twin", &text, seq, k)?;
         print(d, &s, &t);
         out.push(serde_json::json!({ "adapter": d, "structure": s, "twin": t, "against_twin": s.against(&t) }));

@@ -5,7 +5,7 @@
 //!
 //!   train_paper --model GGUF --data DIR --heldout DIR --out DIR [--groups 8] [--gate log]
 //!       [--tau 0.1] [--steps 4000] [--minutes 0] [--eval-every 500] [--ppl FILE] [--ctx 512,1024]
-//!       [--seq 1024] [--batch 4] [--score dot|cosine] [--iters 10] [--init random|kmeans]
+//!       [--seq 1024] [--batch 4] [--score dot|cosine] [--iters 10] [--init random|kmeans|pca|pca-white]
 //!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--router-layers all|global] [--cpu]
 //!       [--wd 0] [--clip 0] [--lambda 10] [--probe FILE,FILE] [--composed] [--mem-trace]
 //!
@@ -62,7 +62,8 @@ fn main() -> focus_core::Result<()> {
     let iters: usize = arg(&args, "--iters", "10").parse().unwrap();
     let (lr, seed): (f64, u64) = (arg(&args, "--lr", "1e-2").parse().unwrap(), arg(&args, "--seed", "0").parse().unwrap());
     let cosine_decay = arg(&args, "--schedule", "cosine") == "cosine";
-    let kmeans = arg(&args, "--init", "random") == "kmeans";
+    let init = arg(&args, "--init", "random");
+    let kmeans = init == "kmeans";
     let router_layers = arg(&args, "--router-layers", "all").parse().map_err(focus_core::Error::Invalid)?;
     let lambda: f64 = arg(&args, "--lambda", "10").parse().unwrap();
     let spec = AdapterSpec { groups, d_g: 16, tau, sinkhorn_iters: iters, window: 128, gate, lambda, score, router_layers, ..Default::default() };
@@ -84,8 +85,12 @@ fn main() -> focus_core::Result<()> {
         grad_clip: arg(&args, "--clip", "0").parse().unwrap(),
     };
     let mut trainer = Trainer::new(&model, &spec, opts)?;
-    if kmeans {
-        trainer.init_kmeans(&data, 8, 50)?;
+    match init.as_str() {
+        "kmeans" => trainer.init_kmeans(&data, 8, 50)?,
+        // [ours] W_g from the principal directions of the router inputs, then k-means centroids.
+        "pca" | "pca-white" => trainer.init_pca(&data, 8, init == "pca-white", 50)?,
+        "random" => {}
+        other => return Err(focus_core::Error::Invalid(format!("--init {other}: random, kmeans, pca or pca-white"))),
     }
     // --composed: the composed ops instead of the fused step (A/B); --mem-trace: the device
     // memory pool after each step (live, reserved, and the step's peak).
@@ -105,7 +110,7 @@ fn main() -> focus_core::Result<()> {
     std::fs::create_dir_all(&out).map_err(|e| focus_core::Error::io(&out, e))?;
     let log_path = out.join("train_log.jsonl");
     let mut log = std::fs::File::create(&log_path).map_err(|e| focus_core::Error::io(&log_path, e))?;
-    eprintln!("training K={groups} {gate:?} {score:?} tau {tau} iters {iters} lr {lr} kmeans {kmeans} on {} tokens, held out {}", data.train.len(), data.heldout.len());
+    eprintln!("training K={groups} {gate:?} {score:?} tau {tau} iters {iters} lr {lr} init {init} on {} tokens, held out {}", data.train.len(), data.heldout.len());
     let t0 = std::time::Instant::now();
     let mut last = None;
     trainer.run(
@@ -139,7 +144,7 @@ fn main() -> focus_core::Result<()> {
         "lr": lr, "weight_decay": trainer.opts.weight_decay, "grad_clip": trainer.opts.grad_clip, "seed": seed, "tokens_seen": trainer.tokens_seen, "seconds_this_run": secs,
         "device": if dev.is_cuda() { "cuda (NVIDIA H200)" } else { "cpu" }, "time_limit_min": minutes, "heldout_ppl": last, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
         "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": cosine_decay, "straight_through": null,
-        "heldout_mode": trainer.eval_mode().to_string(), "init": null, "kmeans_init": kmeans, "trainer": "core/examples/train_paper.rs (fused step)",
+        "heldout_mode": trainer.eval_mode().to_string(), "init": init, "kmeans_init": kmeans, "trainer": "core/examples/train_paper.rs (fused step)",
     }));
     trainer.adapter.save(&out)?;
     eprintln!("TRAINED K={groups} {gate:?}: {} steps, {} tokens, {secs:.0} s, held-out {last:?}", trainer.step, trainer.tokens_seen);

@@ -6,6 +6,7 @@
 
 use crate::focus::adapter::Adapter;
 use crate::error::{Error, Result};
+use crate::focus::pca::symmetric_eigen;
 use crate::focus::router::LayerRouting;
 use serde::{Deserialize, Serialize};
 
@@ -93,69 +94,6 @@ pub fn layer_projection(routing: &LayerRouting, adapter: &Adapter, layer: usize)
         .ok_or_else(|| Error::Invalid("routing vectors were not recorded for this layer".into()))?;
     let cent = router.centroids.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
     pca_2d(vectors, routing.t, routing.d_g, &cent, adapter.config.groups)
-}
-
-/// Eigen-decomposition of a symmetric n x n matrix (row-major) by cyclic Jacobi rotations.
-/// Returns the eigenvalues in descending order and the matching unit eigenvectors, each signed so
-/// that its largest component (lowest index among equals, to 1e-9 relative) is positive.
-pub fn symmetric_eigen(a: &[f64], n: usize) -> (Vec<f64>, Vec<Vec<f64>>) {
-    assert_eq!(a.len(), n * n, "symmetric_eigen: matrix is not n x n");
-    let mut m = a.to_vec();
-    let mut v = vec![0f64; n * n]; // columns are eigenvectors
-    (0..n).for_each(|i| v[i * n + i] = 1.0);
-    let norm: f64 = m.iter().map(|x| x * x).sum::<f64>().sqrt();
-    for _sweep in 0..100 {
-        let off: f64 = (0..n).flat_map(|p| (0..n).filter(move |&q| q != p).map(move |q| (p, q))).map(|(p, q)| m[p * n + q].powi(2)).sum();
-        if off.sqrt() <= 1e-15 * norm || norm == 0.0 {
-            break;
-        }
-        for p in 0..n {
-            for q in p + 1..n {
-                let apq = m[p * n + q];
-                if apq == 0.0 {
-                    continue;
-                }
-                // Rotation angle that zeroes m[p][q] (Golub & Van Loan, Algorithm 8.4.2).
-                let theta = (m[q * n + q] - m[p * n + p]) / (2.0 * apq);
-                let t = theta.signum() / (theta.abs() + (theta * theta + 1.0).sqrt());
-                let t = if theta == 0.0 { 1.0 } else { t };
-                let c = 1.0 / (t * t + 1.0).sqrt();
-                let s = t * c;
-                for k in 0..n {
-                    let (mkp, mkq) = (m[k * n + p], m[k * n + q]);
-                    m[k * n + p] = c * mkp - s * mkq;
-                    m[k * n + q] = s * mkp + c * mkq;
-                }
-                for k in 0..n {
-                    let (mpk, mqk) = (m[p * n + k], m[q * n + k]);
-                    m[p * n + k] = c * mpk - s * mqk;
-                    m[q * n + k] = s * mpk + c * mqk;
-                }
-                for k in 0..n {
-                    let (vkp, vkq) = (v[k * n + p], v[k * n + q]);
-                    v[k * n + p] = c * vkp - s * vkq;
-                    v[k * n + q] = s * vkp + c * vkq;
-                }
-            }
-        }
-    }
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by(|&i, &j| m[j * n + j].total_cmp(&m[i * n + i]));
-    let values = order.iter().map(|&i| m[i * n + i]).collect();
-    let vectors = order
-        .iter()
-        .map(|&i| {
-            let mut e: Vec<f64> = (0..n).map(|k| v[k * n + i]).collect();
-            let big = e.iter().fold(0f64, |a, x| a.max(x.abs()));
-            if let Some(lead) = e.iter().position(|x| x.abs() >= big * (1.0 - 1e-9)) {
-                if e[lead] < 0.0 {
-                    e.iter_mut().for_each(|x| *x = -*x);
-                }
-            }
-            e
-        })
-        .collect();
-    (values, vectors)
 }
 
 #[cfg(test)]

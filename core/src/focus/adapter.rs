@@ -9,7 +9,7 @@ use crate::focus::identity::BaseModel;
 use crate::focus::mask::TopK;
 use candle_core::{Device, Tensor};
 use rand::{rngs::StdRng, SeedableRng};
-use rand_distr_normal::normal;
+pub(crate) use rand_distr_normal::normal;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;

@@ -368,6 +368,65 @@ impl<'m> Trainer<'m> {
         Ok(())
     }
 
+    /// [ours] Replaces every layer's W_g by the `d_g` leading principal directions of its
+    /// router input h (the normalised attention input) over `seqs` training windows, then the
+    /// centroids by k-means of the new h W_g (`init_kmeans`). A random W_g keeps a random
+    /// subspace of h; the principal one keeps the directions along which tokens differ most.
+    /// Scaled so that E ||h W_g||^2 equals a random W_g's (d_g / d_model E ||h||^2), which
+    /// keeps S / tau in the same range; with `whiten`, every direction gets an equal share.
+    /// Only before the first step.
+    pub fn init_pca(&mut self, data: &TrainData, seqs: usize, whiten: bool, iters: usize) -> Result<()> {
+        if self.step != 0 {
+            return Err(Error::Invalid("PCA initialisation is only for a run that has not started".into()));
+        }
+        let (t, c) = (self.opts.seq_len, self.adapter.config.clone());
+        let n_seq = (data.train.len() / t).min(seqs.max(1));
+        let d = self.model.config().d_model;
+        if n_seq == 0 || n_seq * t < d {
+            return Err(Error::Invalid(format!("PCA needs at least {d} training tokens in windows of {t}; the training data has {}", data.train.len())));
+        }
+        // An identity router (d_g = d_model, W_g = I, one group's worth of routing) records the
+        // router inputs themselves; tau is large so that its Sinkhorn stays finite.
+        let dev = self.model.device();
+        let spec = AdapterSpec { groups: 2, d_g: d, tau: 1e4, top_k: 1, score: crate::focus::adapter::Score::Dot, ..c.spec() };
+        let mut probe = Adapter::random(&self.model.identity(), dev, &spec, 0)?;
+        for r in probe.layers.iter_mut() {
+            r.proj = Tensor::eye(d, DType::F32, dev)?;
+        }
+        let mut moments = vec![crate::focus::pca::Moments::new(d); probe.layers.len()];
+        for s in 0..n_seq {
+            let mut o = ForwardOptions::new(Mode::Dense, Some(&probe));
+            o.record_routing = true;
+            o.logits_from = t - 1;
+            let out = self.model.decoder.forward(&data.train[s * t..(s + 1) * t], &o)?;
+            for (l, r) in out.routing.into_iter().enumerate() {
+                moments[l].add(&r.vectors.unwrap_or_default());
+            }
+        }
+        for (l, m) in moments.iter().enumerate() {
+            let (vals, vecs) = crate::focus::pca::top_eigen(&m.covariance(), d, c.d_g, 60, self.opts.seed ^ l as u64);
+            let target = m.mean_sq_norm() / d as f64; // a random W_g's E z_i^2 per direction
+            // Unwhitened: one factor for all directions, from their second moments about 0
+            // (h W_g has no bias, so the mean is part of what the scores see).
+            let mu = m.mean();
+            let second: Vec<f64> = (0..c.d_g).map(|j| vals[j].max(0.0) + (0..d).map(|a| vecs[a * c.d_g + j] * mu[a]).sum::<f64>().powi(2)).collect();
+            let scale: Vec<f64> = if whiten {
+                second.iter().map(|s| (target / s.max(1e-30)).sqrt()).collect()
+            } else {
+                vec![(target * c.d_g as f64 / second.iter().sum::<f64>().max(1e-30)).sqrt(); c.d_g]
+            };
+            let w: Vec<f32> = (0..d * c.d_g).map(|i| (vecs[i] * scale[i % c.d_g]) as f32).collect();
+            self.vars[2 * l].set(&Tensor::from_vec(w, (d, c.d_g), dev)?)?;
+        }
+        self.adapter.config.init = format!(
+            "[ours] W_g = the {} leading principal directions of each layer's router input over the first {} training tokens, {}",
+            c.d_g,
+            n_seq * t,
+            if whiten { "each scaled to a random W_g's variance (whitened)" } else { "scaled together to a random W_g's E ||h W_g||^2" }
+        );
+        self.init_kmeans(data, seqs, iters)
+    }
+
     /// One optimizer step; returns the mean training loss (nats/token).
     pub fn train_step(&mut self, data: &TrainData) -> Result<f64> {
         let (mean, mut grads) = self.loss_and_gradients(data)?;
