@@ -13,8 +13,8 @@ use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use focus_core::attention::decode::{selected_keys, DecodeAttention};
 use focus_core::generate::{Generator, Strategy};
-use focus_lens::generation::{self, Run, Stop};
-use focus_lens::gui::generate::Generated;
+use focus_lens::sampling::{self, Run, Stop};
+use focus_lens::gui::jobs::streaming::Generated;
 use focus_lens::gui::session::Session;
 use focus_lens::gui::state::Tab;
 use focus_lens::gui::views::generate::tail;
@@ -76,13 +76,13 @@ fn shown(h: &H) -> Generated {
     h.state().views.generate.run.clone().expect("a generation on screen")
 }
 
-/// The same generation without the GUI (the CLI's loop, `generation::Run`) on the app's model
+/// The same generation without the GUI (the CLI's loop, `sampling::Run`) on the app's model
 /// and adapter as the view configured them: its ids and caches.
 fn replay(h: &H, r: &Generated) -> (Vec<u32>, Vec<focus_core::attention::kv_cache::LayerCache>) {
     let app = h.state();
     let model = app.session.model.as_ref().unwrap().model.clone();
     let adapter = Session::configured_adapter(&app.session.adapter.as_ref().unwrap().adapter, &r.params);
-    let (_, prompt) = generation::prompt(&model, &app.views.generate.prompt, false).unwrap();
+    let (_, prompt) = sampling::prompt(&model, &app.views.generate.prompt, false).unwrap();
     assert_eq!(prompt, r.ids[..r.prompt_tokens]);
     let mut run = Run::start(&model, Some(adapter.as_ref()), r.params.mode(adapter.config.groups).unwrap(), &prompt, &app.settings.generate.sampling, None).unwrap();
     while run.next().unwrap().is_some() {}

@@ -3,7 +3,7 @@
 //! model's context. `--chat` wraps the prompt in the model's own chat template.
 
 use super::common::{count, load_adapter, sampling_temperature, share, ModeArgs, ModelArgs};
-use crate::generation::{self, Run, Sampling, Stop};
+use crate::sampling::{self, Run, Sampling, Stop};
 use anyhow::{Context, Result};
 use focus_core::generate::Strategy;
 use std::io::Write;
@@ -65,7 +65,7 @@ pub fn run(a: Args) -> Result<()> {
         anyhow::bail!("--mode {} needs --adapter", mode.name());
     }
     let tok = model.tokenizer()?;
-    let prompt = generation::prompt(&model, &text, a.chat);
+    let prompt = sampling::prompt(&model, &text, a.chat);
     let (_, prompt) = if a.chat { prompt.context("--chat")? } else { prompt? };
     let sampling = Sampling { max_tokens: a.max_tokens, temperature: a.temperature, top_p: a.top_p, seed: a.seed };
     let t0 = Instant::now();

@@ -76,6 +76,12 @@ pub struct GuiArgs {
     pub session: Option<std::path::PathBuf>,
 }
 
+impl From<GuiArgs> for crate::gui::StartArgs {
+    fn from(a: GuiArgs) -> Self {
+        crate::gui::StartArgs { model: a.model, adapter: a.adapter, text: a.text, session: a.session }
+    }
+}
+
 #[derive(Subcommand)]
 enum AdapterCommand {
     /// Make a randomly initialised adapter for a model.

@@ -4,14 +4,16 @@
 //!   selection and timing;
 //! - `session`: what is loaded and analysed, and the reconcile step that starts what the
 //!   settings ask for;
-//! - `worker` + `jobs`: background work on threads, and the slow functions it runs; `jobs::Msg`
+//! - `worker` + `jobs/`: background work on threads, and the slow functions it runs (the
+//!   figures themselves are core's: `focus_core::analysis`; `jobs::bench` the speed view's
+//!   benchmarks, `jobs::streaming` the Generate view's job over the CLI's loop,
+//!   `crate::sampling`); `jobs::Msg`
 //!   is the one message type that comes back, over the worker's one channel (file dialogs,
 //!   `dialogs`, and PNG screenshots post to it too);
 //! - `app`: `FocusLensApp`, the per-frame loop: receive messages, reconcile, let the views draw,
 //!   apply the commands they return;
 //! - `views`: one module per view, each with its own state and its SVG export; views read a
 //!   `ViewCtx` and return `Command`s;
-//! - `generate`: the Generate view's job (the CLI's generation loop, `crate::generation`);
 //! - `export` (shared export helpers and the SVG writer), `palette` (colours), `busy` (the busy
 //!   indicator).
 
@@ -19,7 +21,6 @@ pub mod app;
 pub mod busy;
 pub mod dialogs;
 pub mod export;
-pub mod generate;
 pub mod jobs;
 pub mod palette;
 pub mod session;
@@ -64,12 +65,6 @@ pub struct StartArgs {
     pub text: Option<std::path::PathBuf>,
     /// A session file to reopen (its inputs and settings; the others above override it).
     pub session: Option<std::path::PathBuf>,
-}
-
-impl From<crate::cli::GuiArgs> for StartArgs {
-    fn from(a: crate::cli::GuiArgs) -> Self {
-        StartArgs { model: a.model, adapter: a.adapter, text: a.text, session: a.session }
-    }
 }
 
 fn absolute(p: std::path::PathBuf) -> std::path::PathBuf {

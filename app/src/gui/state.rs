@@ -195,7 +195,7 @@ pub struct Settings {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GenSettings {
-    pub sampling: crate::generation::Sampling,
+    pub sampling: crate::sampling::Sampling,
     /// Wrap the prompt as a user turn in the model's chat template.
     pub chat: bool,
     /// Route with causal Sinkhorn, whatever the analysis uses: its KV cache makes each token one

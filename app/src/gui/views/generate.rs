@@ -1,5 +1,5 @@
 //! Generate: a prompt (typed, or the end of the loaded text), then tokens streaming in from a
-//! background run (`gui::generate::GenJob`, the CLI's loop), coloured by their group in the
+//! background run (`gui::jobs::streaming::GenJob`, the CLI's loop), coloured by their group in the
 //! selected layer with the app's palette and cross-layer numbering. The newest token's
 //! attendable tokens (its window, and the tokens whose top-k sets meet its own) stay bright and
 //! the rest fade, with the share of the context they are; the ones beyond the window carry the
@@ -10,8 +10,8 @@
 
 use super::tokens::{display_text, TokenLayout, FONT, PAD, PARTNER_OUTLINE, ROW_H};
 use super::{Command, ViewCtx};
-use crate::generation::Stop;
-use crate::gui::generate::{GenJob, Generated};
+use crate::sampling::Stop;
+use crate::gui::jobs::streaming::{GenJob, Generated};
 use crate::gui::palette;
 use crate::gui::session::Session;
 use crate::gui::state::{GenSettings, ModeChoice, RunParams, Setting};

@@ -29,7 +29,8 @@ pub mod tokens;
 
 use super::dialogs::Purpose;
 use super::export::ExportKind;
-use super::jobs::{BenchJob, Msg};
+use super::jobs::bench::BenchJob;
+use super::jobs::Msg;
 use super::session::Session;
 use super::state::{AnalysisResult, InputKind, Selection, Setting, Settings, Tab, Timing};
 use super::worker::{TaskKind, Worker};
@@ -116,7 +117,7 @@ pub enum Command {
     /// Compute the head x layer attention grid of a token.
     BuildAttnGrid(Arc<AnalysisResult>, usize),
     /// Start a generation (stopped with `Cancel(TaskKind::Generate)`).
-    StartGenerate(super::generate::GenJob),
+    StartGenerate(super::jobs::streaming::GenJob),
     /// Load this generated text as the app's text and analyse its first `tokens` tokens with
     /// `params`.
     AnalyseGenerated { text: String, params: super::state::RunParams, tokens: usize },

@@ -1,12 +1,13 @@
 //! Speed: dense vs Focus top-k over lengths, run in the background, either as attention kernels
-//! alone (`jobs::attention_bench`, `focus_core::bench::run_attention_bench`, the default) or as
-//! prefill of the whole model (`jobs::bench`), with the speedup against its theoretical bound;
+//! alone (`jobs::bench::attention_bench`, `focus_core::bench::run_attention_bench`, the default) or as
+//! prefill of the whole model (`jobs::bench::bench`), with the speedup against its theoretical bound;
 //! and both benchmarks' charts as SVG. The view owns its benchmarks' state: it prepares a run
-//! (`jobs::BenchJob`) for the app to start, and receives its rows.
+//! (`jobs::bench::BenchJob`) for the app to start, and receives its rows.
 
 use super::{Command, ViewCtx};
 use crate::gui::export::svg::{line_chart, stack, Series};
-use crate::gui::jobs::{self, BenchJob, JobError};
+use crate::gui::jobs::bench::{self as jobs, BenchJob};
+use crate::gui::jobs::JobError;
 use crate::gui::state::{AnalysisResult, BenchKind, DeviceChoice, Setting};
 use crate::gui::worker::TaskKind;
 use egui_plot::{Corner, HLine, Legend, Line, LineStyle, Plot, PlotPoints, Points};
@@ -217,7 +218,7 @@ fn whole_model(bench: Option<&BenchState>, res: &AnalysisResult, ui: &mut egui::
         1.0 / kept.max(1e-9)
     ));
     let Some(b) = bench else {
-        ui.weak(format!("Machine: {}, device {}. Run the benchmark to measure.", crate::gui::jobs::machine(), res.key.params.device.label()));
+        ui.weak(format!("Machine: {}, device {}. Run the benchmark to measure.", crate::gui::jobs::bench::machine(), res.key.params.device.label()));
         return;
     };
     if let Some(e) = &b.error {
@@ -334,7 +335,7 @@ fn attention(bench: Option<&AttnBenchState>, res: &AnalysisResult, ui: &mut egui
         kk as f64 / k as f64
     ));
     let Some(b) = bench else {
-        ui.weak(format!("Machine: {}. Run the benchmark to measure.", crate::gui::jobs::machine()));
+        ui.weak(format!("Machine: {}. Run the benchmark to measure.", crate::gui::jobs::bench::machine()));
         return;
     };
     if let Some(e) = &b.error {
@@ -425,7 +426,7 @@ pub fn noise_note(speedup: Option<f64>, bound: f64, limit: f64) -> Option<String
     }
 }
 
-fn spread_ms(s: Option<&crate::gui::jobs::Spread>, f: fn(&crate::gui::jobs::Spread) -> (f64, f64, f64)) -> String {
+fn spread_ms(s: Option<&crate::gui::jobs::bench::Spread>, f: fn(&crate::gui::jobs::bench::Spread) -> (f64, f64, f64)) -> String {
     match s {
         Some(s) if s.repeats > 1 => {
             let (a, _, c) = f(s);
@@ -437,7 +438,7 @@ fn spread_ms(s: Option<&crate::gui::jobs::Spread>, f: fn(&crate::gui::jobs::Spre
 
 /// The attention benchmark's numbers, one row per length: medians, the spread of the repeats
 /// (min-max), and a warning where a speedup exceeds what its bound allows.
-fn attention_table(ui: &mut egui::Ui, rows: &[AttentionRow], spreads: &[crate::gui::jobs::Spread], limit: f64) {
+fn attention_table(ui: &mut egui::Ui, rows: &[AttentionRow], spreads: &[crate::gui::jobs::bench::Spread], limit: f64) {
     let candle = rows.iter().any(|r| r.candle_ms.is_some());
     egui::Grid::new("attn_bench_table").striped(true).show(ui, |ui| {
         let mut heads = vec!["n", "dense ms", "(min-max)", "focus ms", "(min-max)", "speedup", "(min-max)", "pairs fraction", "bound", "efficiency", "CPU-time speedup"];
@@ -531,7 +532,7 @@ pub struct AttnBenchState {
     pub rows: Vec<focus_core::bench::AttentionRow>,
     pub live: std::sync::Arc<std::sync::Mutex<Vec<focus_core::bench::AttentionRow>>>,
     /// Each length's spread over its repeats, as they finish.
-    pub spreads: std::sync::Arc<std::sync::Mutex<Vec<crate::gui::jobs::Spread>>>,
+    pub spreads: std::sync::Arc<std::sync::Mutex<Vec<crate::gui::jobs::bench::Spread>>>,
     /// Machine, threads, dtype, shapes and settings, in words.
     pub settings: String,
     /// The equivalent `focus-lens bench attention` command.
