@@ -37,6 +37,10 @@ enum Command {
     Tokenize(tokenize::Args),
     /// Generate text from a prompt, streamed token by token (KV cache; Focus top-k decode reads
     /// only the keys its mask keeps).
+    ///
+    /// With whole-sequence Sinkhorn (adapter_config causal_sinkhorn = false) no KV cache is exact
+    /// in soft or topk mode: every new token then reruns the whole sequence (exact, but O(T^2)
+    /// per token); causal-Sinkhorn adapters decode incrementally.
     Generate(generate::Args),
     /// Perplexity with llama.cpp's chunking convention (comparable with llama-perplexity).
     Ppl(ppl::Args),
