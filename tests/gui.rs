@@ -225,7 +225,7 @@ fn gui_end_to_end() {
     settle(&mut h);
     let errs = h.state().errors.join("\n");
     assert!(errs.contains("cannot open model") && errs.contains("bad.gguf"), "{errs}");
-    assert_eq!(h.state().settings.model, Some(common::model_path()), "back to the working model");
+    assert_eq!(h.state().settings.inputs.model, Some(common::model_path()), "back to the working model");
     assert!(h.state().session.model.is_some());
     h.state_mut().errors.clear();
 
@@ -294,7 +294,7 @@ fn file_window_without_a_system_dialog() {
     h.get_by_label("smollm2-135m-k4").click();
     settle(&mut h);
     no_errors(&h);
-    assert!(h.state().settings.adapter.as_ref().unwrap().ends_with("smollm2-135m-k4"));
+    assert!(h.state().settings.inputs.adapter.as_ref().unwrap().ends_with("smollm2-135m-k4"));
     assert_eq!(h.state().session.result.as_ref().unwrap().groups(), 4);
 
     // Export through the typed path: the CSV set.
@@ -964,14 +964,14 @@ fn scrolling_10k_tokens_stays_fast() {
 #[test]
 fn settings_persist() {
     let mut s = Settings::default();
-    s.text = Some("/tmp/x.txt".into());
+    s.inputs.text = Some("/tmp/x.txt".into());
     s.remember(InputKind::Text, "/tmp/x.txt".into());
     s.params.mode = ModeChoice::Soft;
     s.layer = 12;
     s.tab = Tab::Mask;
     let json = serde_json::to_string(&s).unwrap();
     let back: Settings = serde_json::from_str(&json).unwrap();
-    assert_eq!((back.text, back.params, back.layer, back.tab), (s.text.clone(), s.params.clone(), 12, Tab::Mask));
+    assert_eq!((back.inputs.text, back.params, back.layer, back.tab), (s.inputs.text.clone(), s.params.clone(), 12, Tab::Mask));
     assert_eq!(back.recent, s.recent);
     // Older or partial stored settings fall back to defaults field by field.
     let partial: Settings = serde_json::from_str(r#"{"layer": 3}"#).unwrap();
@@ -1013,7 +1013,7 @@ fn dropped_files_are_classified() {
     assert_eq!(FocusLensApp::classify(Path::new("/x/notes.txt")), InputKind::Text);
     let mut app = FocusLensApp::new(Settings::default());
     app.open_dropped(adapter.join("adapter_config.json"));
-    assert_eq!(app.settings.adapter, Some(adapter));
+    assert_eq!(app.settings.inputs.adapter, Some(adapter));
 }
 
 /// A text longer than the preview: a finished analysis of its first `PREVIEW_TOKENS` tokens is
@@ -1157,7 +1157,7 @@ fn file_dialog_answers_arrive_asynchronously() {
     }
     settle(&mut h);
     no_errors(&h);
-    assert_eq!(h.state().settings.text, Some(text));
+    assert_eq!(h.state().settings.inputs.text, Some(text));
     assert!(h.state().session.result.as_ref().unwrap().analysis.tokens[0].text.starts_with("Words"));
 
     // A cancelled dialog changes nothing; a chosen export path receives the file.
@@ -1184,7 +1184,7 @@ fn file_dialog_answers_arrive_asynchronously() {
     let folder2 = folder.clone();
     h.state_mut().dialogs.start(Purpose::OpenModelFolder, move || Some(folder2), None);
     wait_for_dialog(&mut h);
-    assert_eq!(h.state().settings.model, Some(folder));
+    assert_eq!(h.state().settings.inputs.model, Some(folder));
 }
 
 /// Steps frames until the open dialog's answer has been taken (at most ~1 s).
@@ -1721,8 +1721,8 @@ fn hostile_inputs_through_the_file_window() {
         assert!(h.query_by_label_contains(&errs[0]).is_some(), "the error shows in the window");
         // The working inputs and the result on screen stay.
         let app = h.state();
-        assert_eq!(app.settings.model, Some(common::model_path()));
-        assert_eq!((app.settings.adapter.as_ref(), app.settings.text.as_ref()), (None, None));
+        assert_eq!(app.settings.inputs.model, Some(common::model_path()));
+        assert_eq!((app.settings.inputs.adapter.as_ref(), app.settings.inputs.text.as_ref()), (None, None));
         assert_eq!(app.session.result.as_ref().unwrap().key, before, "{}", path.display());
         h.get_by_label("dismiss").click();
         h.step();

@@ -157,7 +157,7 @@ fn tokens_stream_in_and_analyse_this_loads_them() {
     let app = h.state();
     assert_eq!(app.settings.tab, Tab::Tokens);
     assert_eq!(app.session.text.as_ref().unwrap().text.as_str(), r.text, "the loaded text is the prompt and the generation");
-    assert!(app.settings.text.as_ref().unwrap().starts_with(dir.path()), "saved in the export folder");
+    assert!(app.settings.inputs.text.as_ref().unwrap().starts_with(dir.path()), "saved in the export folder");
     let res = app.session.result.as_ref().unwrap();
     let ids: Vec<u32> = res.analysis.tokens.iter().map(|t| t.id).collect();
     let first_diff = ids.iter().zip(&r.ids).position(|(a, b)| a != b);

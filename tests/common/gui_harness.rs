@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 /// The default settings on the default model, analysing at most `max_tokens` tokens.
 pub fn settings(max_tokens: usize) -> Settings {
     let mut s = Settings::default();
-    s.model = Some(super::common::model_path());
+    s.inputs.model = Some(super::common::model_path());
     s.params.max_tokens = max_tokens;
     s
 }

@@ -96,7 +96,7 @@ impl FocusLensApp {
 
     /// Opens a file as model, adapter or text (from a dialog, drag and drop, recent list).
     pub fn open(&mut self, kind: InputKind, path: PathBuf) {
-        *self.settings.path_mut(kind) = Some(path);
+        *self.settings.inputs.path_mut(kind) = Some(path);
         if kind == InputKind::Adapter {
             // A new adapter brings its own window and Sinkhorn variant.
             self.settings.params.window = None;
@@ -123,7 +123,7 @@ impl FocusLensApp {
 
     /// Back to the embedded default for one input.
     pub fn use_default(&mut self, kind: InputKind) {
-        *self.settings.path_mut(kind) = None;
+        *self.settings.inputs.path_mut(kind) = None;
         self.session.unstop();
     }
 
@@ -328,13 +328,13 @@ impl FocusLensApp {
 
     /// A load failed: show why and go back to what was loaded before (the app keeps running).
     fn load_failed(&mut self, kind: InputKind, e: JobError) {
-        let what = match self.settings.path(kind) {
+        let what = match self.settings.inputs.path(kind) {
             Some(p) => format!("{} {}", kind.label(), p.display()),
             None => format!("the default {}", kind.label()),
         };
         self.errors.push(format!("cannot open {what}: {e}"));
         if let Some(p) = self.session.loaded_path(kind) {
-            *self.settings.path_mut(kind) = p;
+            *self.settings.inputs.path_mut(kind) = p;
             // What is loaded is what is wanted again: nothing to retry.
             self.session.mark_attempted(kind, &self.settings);
         }

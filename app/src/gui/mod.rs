@@ -36,34 +36,36 @@ mod tests {
     #[test]
     fn command_line_inputs_replace_the_remembered_ones() {
         let mut stored = Settings::default();
-        stored.text = Some("/old.txt".into());
+        stored.inputs.text = Some("/old.txt".into());
         stored.params.window = Some(64);
-        let s = startup_settings(stored.clone(), &StartArgs { text: Some("new.txt".into()), adapter: Some("/ad".into()), ..Default::default() });
-        assert_eq!(s.text, Some(std::env::current_dir().unwrap().join("new.txt")));
-        assert_eq!(s.adapter, Some("/ad".into()));
+        let inputs = Inputs { text: Some("new.txt".into()), adapter: Some("/ad".into()), ..Default::default() };
+        let s = startup_settings(stored.clone(), &StartArgs { inputs, ..Default::default() });
+        assert_eq!(s.inputs.text, Some(std::env::current_dir().unwrap().join("new.txt")));
+        assert_eq!(s.inputs.adapter, Some("/ad".into()));
         assert_eq!(s.params.window, None, "a new adapter brings its own window");
-        assert_eq!(s.model, None);
+        assert_eq!(s.inputs.model, None);
         let same = startup_settings(stored.clone(), &StartArgs::default());
-        assert_eq!((same.text, same.params.window), (stored.text, Some(64)));
+        assert_eq!((same.inputs.text, same.params.window), (stored.inputs.text, Some(64)));
     }
 }
 
 pub use app::FocusLensApp;
-pub use state::Settings;
+pub use state::{Inputs, Settings};
 
 /// Is there a display to open a window on?
 pub fn display_available() -> bool {
     ["DISPLAY", "WAYLAND_DISPLAY"].iter().any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()))
 }
 
-/// What `focus-lens gui [--model M] [--adapter A] [TEXT]` asks to open instead of the
-/// remembered inputs (paths made absolute against the working directory).
-#[derive(Debug, Default, Clone)]
+/// `focus-lens gui [--model M] [--adapter A] [--session S] [TEXT]`: what to open instead of the
+/// remembered (or embedded default) inputs (paths made absolute against the working directory).
+#[derive(clap::Args, Debug, Default, Clone)]
 pub struct StartArgs {
-    pub model: Option<std::path::PathBuf>,
-    pub adapter: Option<std::path::PathBuf>,
-    pub text: Option<std::path::PathBuf>,
-    /// A session file to reopen (its inputs and settings; the others above override it).
+    #[command(flatten)]
+    pub inputs: Inputs,
+    /// A session file saved from the app (File → Save session…): its inputs, settings, view and
+    /// selection; --model, --adapter and TEXT override its inputs.
+    #[arg(long)]
     pub session: Option<std::path::PathBuf>,
 }
 
@@ -75,16 +77,16 @@ fn absolute(p: std::path::PathBuf) -> std::path::PathBuf {
 /// line in place of the remembered ones (a new adapter brings its own window and Sinkhorn
 /// variant, as when opened from the menu).
 pub fn startup_settings(mut s: Settings, a: &StartArgs) -> Settings {
-    if let Some(m) = &a.model {
-        s.model = Some(absolute(m.clone()));
+    if let Some(m) = &a.inputs.model {
+        s.inputs.model = Some(absolute(m.clone()));
     }
-    if let Some(ad) = &a.adapter {
-        s.adapter = Some(absolute(ad.clone()));
+    if let Some(ad) = &a.inputs.adapter {
+        s.inputs.adapter = Some(absolute(ad.clone()));
         s.params.window = None;
         s.params.causal = None;
     }
-    if let Some(t) = &a.text {
-        s.text = Some(absolute(t.clone()));
+    if let Some(t) = &a.inputs.text {
+        s.inputs.text = Some(absolute(t.clone()));
     }
     s
 }
@@ -100,7 +102,7 @@ pub fn run(args: StartArgs) -> anyhow::Result<()> {
         options,
         Box::new(|cc| {
             cc.egui_ctx.set_theme(egui::Theme::Light);
-            let stored: Settings = cc.storage.and_then(|s| eframe::get_value(s, eframe::APP_KEY)).unwrap_or_default();
+            let stored = cc.storage.map(Settings::stored).unwrap_or_default();
             let mut app = FocusLensApp::new(stored);
             if let Some(p) = &args.session {
                 app.open_session(p);

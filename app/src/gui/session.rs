@@ -123,9 +123,9 @@ impl Session {
 
     fn wanted(&self, kind: InputKind, settings: &Settings) -> Option<Wanted> {
         match kind {
-            InputKind::Model => Some(Wanted::Model(settings.model.clone(), settings.params.device)),
-            InputKind::Adapter => Some(Wanted::Adapter(settings.adapter.clone(), self.model.as_ref()?.gen)),
-            InputKind::Text => Some(Wanted::Text(settings.text.clone())),
+            InputKind::Model => Some(Wanted::Model(settings.inputs.model.clone(), settings.params.device)),
+            InputKind::Adapter => Some(Wanted::Adapter(settings.inputs.adapter.clone(), self.model.as_ref()?.gen)),
+            InputKind::Text => Some(Wanted::Text(settings.inputs.text.clone())),
         }
     }
 

@@ -4,9 +4,9 @@
 //! from File → Open session… or `focus-lens gui --session FILE`. Paths are stored as given
 //! (absolute when they were opened through the app); `None` is the embedded default.
 
-use super::state::{CompareSpec, RunParams, Settings, Tab};
+use super::state::{CompareSpec, Inputs, RunParams, Settings, Tab};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub const FORMAT: &str = "focus-lens-session";
 
@@ -14,9 +14,9 @@ pub const FORMAT: &str = "focus-lens-session";
 pub struct SessionFile {
     pub format: String,
     pub version: u32,
-    pub model: Option<PathBuf>,
-    pub adapter: Option<PathBuf>,
-    pub text: Option<PathBuf>,
+    /// Stored as the fields `model`, `adapter` and `text`.
+    #[serde(flatten)]
+    pub inputs: Inputs,
     pub params: RunParams,
     pub layer: usize,
     pub head: usize,
@@ -42,9 +42,7 @@ impl SessionFile {
         SessionFile {
             format: FORMAT.into(),
             version: 1,
-            model: s.model.clone(),
-            adapter: s.adapter.clone(),
-            text: s.text.clone(),
+            inputs: s.inputs.clone(),
             params: s.params.clone(),
             layer: s.layer,
             head: s.head,
@@ -62,9 +60,7 @@ impl SessionFile {
 
     /// The settings this session asks for (the rest, e.g. recent files, from `s`).
     pub fn apply(&self, s: &mut Settings) {
-        s.model = self.model.clone();
-        s.adapter = self.adapter.clone();
-        s.text = self.text.clone();
+        s.inputs = self.inputs.clone();
         s.params = self.params.clone();
         s.layer = self.layer;
         s.head = self.head;
@@ -99,7 +95,7 @@ mod tests {
     #[test]
     fn round_trip() {
         let mut s = Settings::default();
-        s.text = Some("/t.txt".into());
+        s.inputs.text = Some("/t.txt".into());
         s.layer = 9;
         s.params.k = 3;
         s.tab = Tab::Compare;
@@ -112,8 +108,22 @@ mod tests {
         assert_eq!(back, f);
         let mut t = Settings::default();
         back.apply(&mut t);
-        assert_eq!((t.text, t.layer, t.params.k, t.tab), (s.text, 9, 3, Tab::Compare));
+        assert_eq!((t.inputs.text, t.layer, t.params.k, t.tab), (s.inputs.text, 9, 3, Tab::Compare));
         std::fs::write(&p, "{\"format\": \"other\"}").unwrap();
         assert!(SessionFile::read(&p).is_err());
+    }
+
+    /// The inputs are stored as the top-level fields `model`, `adapter` and `text`, as in the
+    /// session files written before they were one type.
+    #[test]
+    fn inputs_are_top_level_fields() {
+        let mut s = Settings::default();
+        s.inputs.model = Some("/m.gguf".into());
+        let v: serde_json::Value = serde_json::from_str(&SessionFile::from_settings(&s, None).to_json()).unwrap();
+        assert_eq!((v["model"].as_str(), v["adapter"].is_null(), v["text"].is_null()), (Some("/m.gguf"), true, true));
+        let mut old = v.clone();
+        old["text"] = "/t.txt".into();
+        let back: SessionFile = serde_json::from_value(old).unwrap();
+        assert_eq!(back.inputs, Inputs { model: Some("/m.gguf".into()), adapter: None, text: Some("/t.txt".into()) });
     }
 }

@@ -156,13 +156,43 @@ impl Tab {
     }
 }
 
-/// Persisted between runs (eframe storage). Paths `None` mean the embedded defaults.
+/// The three inputs of an analysis as paths (`None`: the embedded default), declared once: what
+/// `focus-lens gui` opens (`StartArgs`), the settings remember and a session file stores.
+#[derive(clap::Args, Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Inputs {
+    /// A .gguf file or a Hugging Face model folder.
+    #[arg(long, short)]
+    pub model: Option<PathBuf>,
+    /// An adapter folder (adapter_config.json + adapter_model.safetensors).
+    #[arg(long, short)]
+    pub adapter: Option<PathBuf>,
+    /// A text file to analyse.
+    pub text: Option<PathBuf>,
+}
+
+impl Inputs {
+    pub fn path(&self, kind: InputKind) -> &Option<PathBuf> {
+        match kind {
+            InputKind::Model => &self.model,
+            InputKind::Adapter => &self.adapter,
+            InputKind::Text => &self.text,
+        }
+    }
+    pub fn path_mut(&mut self, kind: InputKind) -> &mut Option<PathBuf> {
+        match kind {
+            InputKind::Model => &mut self.model,
+            InputKind::Adapter => &mut self.adapter,
+            InputKind::Text => &mut self.text,
+        }
+    }
+}
+
+/// Persisted between runs (eframe storage).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Settings {
-    pub model: Option<PathBuf>,
-    pub adapter: Option<PathBuf>,
-    pub text: Option<PathBuf>,
+    pub inputs: Inputs,
     pub recent: Vec<(InputKind, PathBuf)>,
     pub params: RunParams,
     pub layer: usize,
@@ -233,9 +263,7 @@ impl Default for CompareSpec {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            model: None,
-            adapter: None,
-            text: None,
+            inputs: Inputs::default(),
             recent: Vec::new(),
             params: RunParams::default(),
             layer: 0,
@@ -258,19 +286,15 @@ impl Default for Settings {
 }
 
 impl Settings {
-    pub fn path(&self, kind: InputKind) -> &Option<PathBuf> {
-        match kind {
-            InputKind::Model => &self.model,
-            InputKind::Adapter => &self.adapter,
-            InputKind::Text => &self.text,
+    /// The settings eframe stored (the defaults where there are none). Settings stored before the
+    /// inputs were grouped name them at the top level (`(model: …, adapter: …, text: …, …)`):
+    /// they are read from there.
+    pub fn stored(storage: &dyn eframe::Storage) -> Settings {
+        let mut s: Settings = eframe::get_value(storage, eframe::APP_KEY).unwrap_or_default();
+        if s.inputs == Inputs::default() {
+            s.inputs = eframe::get_value(storage, eframe::APP_KEY).unwrap_or_default();
         }
-    }
-    pub fn path_mut(&mut self, kind: InputKind) -> &mut Option<PathBuf> {
-        match kind {
-            InputKind::Model => &mut self.model,
-            InputKind::Adapter => &mut self.adapter,
-            InputKind::Text => &mut self.text,
-        }
+        s
     }
     pub fn remember(&mut self, kind: InputKind, path: PathBuf) {
         self.recent.retain(|(k, p)| !(*k == kind && *p == path));
@@ -523,5 +547,45 @@ impl Timing {
     /// Worst UI time over the recent frames, in seconds.
     pub fn worst_frame(&self) -> f32 {
         self.frame_times.iter().cloned().fold(0.0, f32::max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One value in memory, as eframe stores it.
+    #[derive(Default)]
+    struct Memory(Option<String>);
+
+    impl eframe::Storage for Memory {
+        fn get_string(&self, _: &str) -> Option<String> {
+            self.0.clone()
+        }
+        fn set_string(&mut self, _: &str, value: String) {
+            self.0 = Some(value);
+        }
+        fn remove_string(&mut self, _: &str) {
+            self.0 = None;
+        }
+        fn flush(&mut self) {}
+    }
+
+    /// Settings stored before the inputs were one type (RON with top-level `model`, `adapter`,
+    /// `text`) keep their inputs; today's round-trip.
+    #[test]
+    fn stored_settings_of_either_shape_load() {
+        let old = Memory(Some(r#"(model:Some("/m.gguf"),adapter:None,text:Some("/t.txt"),layer:7,tab:Mask)"#.into()));
+        let s = Settings::stored(&old);
+        assert_eq!(s.inputs, Inputs { model: Some("/m.gguf".into()), adapter: None, text: Some("/t.txt".into()) });
+        assert_eq!((s.layer, s.tab), (7, Tab::Mask));
+        let mut now = Memory::default();
+        let mut t = Settings::default();
+        t.inputs.adapter = Some("/ad".into());
+        t.layer = 4;
+        eframe::set_value(&mut now, eframe::APP_KEY, &t);
+        let back = Settings::stored(&now);
+        assert_eq!((back.inputs, back.layer), (t.inputs, 4));
+        assert_eq!(Settings::stored(&Memory::default()).inputs, Inputs::default());
     }
 }

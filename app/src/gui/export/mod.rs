@@ -66,9 +66,9 @@ pub fn provenance(res: &AnalysisResult, settings: &Settings, text: Option<&str>,
     let analysed = res.analysis.tokens.last().map(|t| t.end).unwrap_or(0);
     serde_json::json!({
         "app": format!("focus-lens {}", env!("CARGO_PKG_VERSION")),
-        "model_path": path(&settings.model).unwrap_or_else(|| format!("default: {}", crate::defaults::default_model_path().display())),
-        "adapter_path": path(&settings.adapter).unwrap_or_else(|| format!("embedded default: {}", crate::defaults::SAMPLE_ADAPTER_NAME)),
-        "text_path": path(&settings.text).unwrap_or_else(|| format!("embedded default: {}", crate::defaults::SAMPLE_TEXT_NAME)),
+        "model_path": path(&settings.inputs.model).unwrap_or_else(|| format!("default: {}", crate::defaults::default_model_path().display())),
+        "adapter_path": path(&settings.inputs.adapter).unwrap_or_else(|| format!("embedded default: {}", crate::defaults::SAMPLE_ADAPTER_NAME)),
+        "text_path": path(&settings.inputs.text).unwrap_or_else(|| format!("embedded default: {}", crate::defaults::SAMPLE_TEXT_NAME)),
         "text_sha256": text.map(|t| sha256::hex(t.as_bytes())),
         "text_bytes": text.map(str::len),
         "analysed_bytes": analysed,
