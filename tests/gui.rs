@@ -344,7 +344,7 @@ fn file_window_without_a_system_dialog() {
     assert!(h.state().session.result.is_some());
 
     // A system dialog that answers "cancelled" at once never showed: the window opens instead.
-    h.state_mut().dialogs.start(focus_lens::gui::dialogs::Purpose::Open(InputKind::Text), || None, None);
+    h.state_mut().dialogs.start(focus_lens::gui::jobs::dialogs::Purpose::Open(InputKind::Text), || None, None);
     wait_for_dialog(&mut h);
     h.step();
     assert!(h.query_by_label_contains("The system file dialog did not open").is_some());
@@ -766,7 +766,7 @@ fn strip_header_numbers_its_columns() {
 /// is drawn at one pair per pixel, each pixel the class of its pair.
 #[test]
 fn mask_zoom_full_resolution() {
-    use focus_lens::gui::palette;
+    use focus_lens::gui::paint::palette;
     use focus_lens::gui::views::mask::{full_resolution, pair_reason, MASK_PLOT};
     let dir = tempfile::tempdir().unwrap();
     let mut s = settings(1200);
@@ -1125,7 +1125,7 @@ fn nothing_flips_under_a_still_mouse() {
 /// are disabled, and the chosen path opens the file or receives the export.
 #[test]
 fn file_dialog_answers_arrive_asynchronously() {
-    use focus_lens::gui::dialogs::Purpose;
+    use focus_lens::gui::jobs::dialogs::Purpose;
     use focus_lens::gui::export::ExportKind;
     let dir = tempfile::tempdir().unwrap();
     let mut h = harness(settings(200), dir.path());
@@ -1423,12 +1423,12 @@ fn colour_blind_palette() {
     h.step();
     h.step();
     assert!(h.state().settings.colour_blind);
-    let c = focus_lens::gui::palette::OKABE_ITO[0];
-    assert_eq!(focus_lens::gui::palette::group(0), egui::Color32::from_rgb(c[0], c[1], c[2]));
+    let c = focus_lens::gui::paint::palette::OKABE_ITO[0];
+    assert_eq!(focus_lens::gui::paint::palette::group(0), egui::Color32::from_rgb(c[0], c[1], c[2]));
     h.get_by_label("colour-blind palette").click();
     h.step();
     h.step();
-    assert_ne!(focus_lens::gui::palette::group(0), egui::Color32::from_rgb(c[0], c[1], c[2]));
+    assert_ne!(focus_lens::gui::paint::palette::group(0), egui::Color32::from_rgb(c[0], c[1], c[2]));
 }
 
 /// The attention view: a clicked token's head x layer grid, each cell's attention split into

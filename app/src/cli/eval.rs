@@ -72,7 +72,7 @@ pub fn run(a: Args) -> Result<()> {
             pb.finish_and_clear();
         }
     }
-    let comparisons = compare(&results);
+    let comparisons = against_base(&results);
     if a.json {
         return print_json(&serde_json::json!({
             "model": model.path, "adapter": a.focus.adapter, "results": results, "comparisons": comparisons,
@@ -92,7 +92,7 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// Focus vs base per suite: deltas, and on items within the window whether scores are identical.
-fn compare(results: &[SuiteResult]) -> Vec<serde_json::Value> {
+fn against_base(results: &[SuiteResult]) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
     for base in results.iter().filter(|r| r.mode == "dense") {
         for r in results.iter().filter(|r| r.suite == base.suite && r.mode != "dense") {

@@ -4,7 +4,7 @@
 //! is loaded with what the settings ask for (`Session::reconcile` starts loads and analyses),
 //! then lets the views draw and applies the commands they return (`apply`), in one place.
 
-use super::dialogs::{Dialogs, Purpose, FAILED_WITHIN};
+use super::jobs::dialogs::{Dialogs, Purpose, FAILED_WITHIN};
 use super::export::{self, ExportKind};
 use super::jobs::{self, JobError, MaskImage, Msg};
 use super::session::Session;
@@ -30,7 +30,7 @@ pub struct FocusLensApp {
     /// Every view's own state.
     pub views: Views,
     /// Native file dialogs (open, export), answered through the worker's channel.
-    pub dialogs: Dialogs,
+    pub dialogs: Dialogs<Msg>,
     /// Errors shown in the window until dismissed.
     pub errors: Vec<String>,
     /// The last informational message (exports, truncation, cancel).
@@ -108,7 +108,7 @@ impl FocusLensApp {
     /// Reopens a session file: its inputs, settings, view and selection (an error in the window
     /// when it cannot be read; nothing changes then).
     pub fn open_session(&mut self, path: &Path) {
-        match super::sessionfile::SessionFile::read(path) {
+        match super::session::file::SessionFile::read(path) {
             Ok(f) => {
                 f.apply(&mut self.settings);
                 self.selection = Selection::default();
@@ -446,7 +446,7 @@ impl FocusLensApp {
     /// Writes the export to `path` (atomically); a PNG is written when its screenshot arrives.
     fn export_to(&mut self, kind: ExportKind, path: PathBuf) {
         if kind == ExportKind::Session {
-            let mut f = super::sessionfile::SessionFile::from_settings(&self.settings, self.selection.selected);
+            let mut f = super::session::file::SessionFile::from_settings(&self.settings, self.selection.selected);
             f.range = self.selection.range;
             let json = f.to_json();
             match export::write(&path, json.as_bytes()) {
@@ -668,7 +668,7 @@ impl FocusLensApp {
     /// Collects finished background work and starts what is needed. Called every frame (and by
     /// tests between steps).
     pub fn update(&mut self, ctx: &egui::Context) {
-        super::palette::set_colour_blind(self.settings.colour_blind);
+        super::paint::palette::set_colour_blind(self.settings.colour_blind);
         self.worker.set_context(ctx);
         if self.ctx.is_none() {
             self.ctx = Some(ctx.clone());

@@ -1,30 +1,28 @@
-//! The Focus Lens desktop app (egui/eframe). The layout:
+//! The Focus Lens desktop app (egui/eframe). The root holds the app, its state and the worker;
+//! everything else is in a folder named for what it holds:
 //!
-//! - `state`: what is remembered (settings, persisted) and the shapes of loaded inputs, results,
-//!   selection and timing;
-//! - `session`: what is loaded and analysed, and the reconcile step that starts what the
-//!   settings ask for;
-//! - `worker` + `jobs/`: background work on threads, and the slow functions it runs (the
-//!   figures themselves are core's: `focus_core::analysis`; `jobs::bench` the speed view's
-//!   benchmarks, `jobs::streaming` the Generate view's job over the CLI's loop,
-//!   `crate::sampling`); `jobs::Msg`
-//!   is the one message type that comes back, over the worker's one channel (file dialogs,
-//!   `dialogs`, and PNG screenshots post to it too);
 //! - `app`: `FocusLensApp`, the per-frame loop: receive messages, reconcile, let the views draw,
 //!   apply the commands they return;
-//! - `views`: one module per view, each with its own state and its SVG export; views read a
+//! - `state`: what is remembered (settings, persisted, with the input set `Inputs`) and the
+//!   shapes of loaded inputs, results, selection and timing;
+//! - `worker`: background work on threads, and the one channel its results come back on;
+//! - `session/`: what is loaded and analysed, and the reconcile step that starts what the
+//!   settings ask for (`mod.rs`); session files (`file.rs`);
+//! - `jobs/`: the slow functions the worker runs (the figures themselves are core's:
+//!   `focus_core::analysis`; `bench` the speed view's benchmarks, `streaming` the Generate
+//!   view's job over the CLI's loop, `crate::sampling`), and the native file dialogs
+//!   (`dialogs`); `jobs::Msg` is the one message type that comes back, over the worker's one
+//!   channel (file dialogs and PNG screenshots post to it too);
+//! - `views/`: one module per view, each with its own state and its SVG export; views read a
 //!   `ViewCtx` and return `Command`s;
-//! - `export` (shared export helpers and the SVG writer), `palette` (colours), `busy` (the busy
-//!   indicator).
+//! - `export/`: shared export helpers and the SVG writer;
+//! - `paint/`: the group colours (`palette`) and the busy indicator (`busy`).
 
 pub mod app;
-pub mod busy;
-pub mod dialogs;
 pub mod export;
 pub mod jobs;
-pub mod palette;
+pub mod paint;
 pub mod session;
-pub mod sessionfile;
 pub mod state;
 pub mod views;
 pub mod worker;

@@ -20,7 +20,7 @@ pub enum ExportKind {
     CompareCsv,
     /// The compare view's comparison, whole.
     CompareJson,
-    /// A session file (`sessionfile`).
+    /// A session file (`session::file`).
     Session,
 }
 

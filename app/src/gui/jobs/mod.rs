@@ -1,13 +1,16 @@
 //! The slow work the GUI runs in the background (see `worker`): loading inputs, analysing,
-//! attention rows for the partners view, mask images and benchmarks. Plain functions of their
-//! inputs, so tests can call them directly too. `Msg` is the one message type that comes back
-//! (from these jobs, and from file dialogs and screenshots); failures are a `JobError`, whose
-//! `Cancelled` tells a stop the user asked for from a real failure.
+//! attention rows for the partners view, mask images and benchmarks (`bench`: the speed view's;
+//! `streaming`: the Generate view's job), and the native file dialogs (`dialogs`), which wait on
+//! a thread of their own. Plain functions of their inputs, so tests can call them directly too.
+//! `Msg` is the one message type that comes back (from these jobs, and from file dialogs and
+//! screenshots); failures are a `JobError`, whose `Cancelled` tells a stop the user asked for from
+//! a real failure.
 
 pub mod bench;
+pub mod dialogs;
 pub mod streaming;
 
-use super::dialogs::Purpose;
+use dialogs::{Answer, Purpose};
 use super::state::*;
 use super::worker::Handle;
 use focus_core::analysis::compare::{self, Comparison};
@@ -77,6 +80,12 @@ pub enum Msg {
     Dialog(Purpose, Option<PathBuf>),
     /// A PNG export was written to this path, or failed.
     Png(Result<PathBuf, String>),
+}
+
+impl From<Answer> for Msg {
+    fn from(Answer(purpose, path): Answer) -> Msg {
+        Msg::Dialog(purpose, path)
+    }
 }
 
 pub fn load_model(path: Option<PathBuf>, device: DeviceChoice, h: &Handle) -> Msg {
@@ -494,7 +503,7 @@ impl MaskImage {
     }
 
     pub fn color(&self, b: usize) -> egui::Color32 {
-        use super::palette::*;
+        use super::paint::palette::*;
         let [l, s, p] = self.counts[b];
         mix(&[(LOCAL, l as f32), (SAME_GROUP, s as f32), (PRUNED, p as f32)])
     }

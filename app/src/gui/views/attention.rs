@@ -8,7 +8,7 @@
 use super::{Command, ViewCtx};
 use crate::gui::jobs::AttnGrid;
 use crate::gui::export::svg::Svg;
-use crate::gui::palette;
+use crate::gui::paint::palette;
 use crate::gui::state::{AnalysisResult, Setting};
 use crate::gui::worker::TaskKind;
 use std::sync::Arc;
@@ -64,7 +64,7 @@ impl AttentionView {
                 ui.colored_label(egui::Color32::from_rgb(200, 30, 30), e);
             } else {
                 ui.horizontal(|ui| {
-                    crate::gui::busy::busy(ui);
+                    crate::gui::paint::busy::busy(ui);
                     ui.label("computing the attention of every layer and head…");
                 });
             }

@@ -4,7 +4,7 @@
 
 use super::{Command, ViewCtx};
 use crate::gui::export::svg::{bar_chart, line_chart, stack, Series};
-use crate::gui::palette;
+use crate::gui::paint::palette;
 use crate::gui::state::AnalysisResult;
 use egui_plot::{uniform_grid_spacer, AxisHints, Bar, BarChart, GridMark, HLine, Legend, Line, Plot, PlotPoints, VLine};
 

@@ -6,7 +6,7 @@
 
 use super::{Command, ViewCtx};
 use crate::gui::export::svg::Svg;
-use crate::gui::palette;
+use crate::gui::paint::palette;
 use crate::gui::state::AnalysisResult;
 use focus_core::analysis::categories::{Category, Piece};
 
@@ -198,7 +198,7 @@ impl CategoriesView {
                 }
                 None => {
                     ui.horizontal(|ui| {
-                        crate::gui::busy::busy(ui);
+                        crate::gui::paint::busy::busy(ui);
                         ui.label("analysing the same tokens with the untrained adapter (in the background)…");
                     });
                 }

@@ -198,7 +198,7 @@ impl CompareView {
         }
         ui.horizontal(|ui| {
             if cx.worker.is_running(TaskKind::Compare) {
-                crate::gui::busy::busy(ui);
+                crate::gui::paint::busy::busy(ui);
                 ui.label("comparing…");
                 if ui.button("Cancel comparison").clicked() {
                     out.push(Command::Cancel(TaskKind::Compare));

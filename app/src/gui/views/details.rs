@@ -2,7 +2,7 @@
 //! confidence, category — and the selected token's long-range partners by attention weight.
 
 use super::{Command, ViewCtx};
-use crate::gui::palette;
+use crate::gui::paint::palette;
 
 pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
     let mut out = Vec::new();
@@ -77,7 +77,7 @@ pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
             }
             _ if cx.worker.is_running(crate::gui::worker::TaskKind::Attention) => {
                 ui.horizontal(|ui| {
-                    crate::gui::busy::busy(ui);
+                    crate::gui::paint::busy::busy(ui);
                     ui.label("computing the attention row…");
                 });
             }

@@ -6,7 +6,7 @@
 //! open the window says so and stays.
 
 use super::{Command, ViewCtx};
-use crate::gui::dialogs::Purpose;
+use crate::gui::jobs::dialogs::Purpose;
 use crate::gui::export::ExportKind;
 use crate::gui::state::InputKind;
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@ use super::tokens::{display_text, TokenLayout, FONT, PAD, PARTNER_OUTLINE, ROW_H
 use super::{Command, ViewCtx};
 use crate::sampling::Stop;
 use crate::gui::jobs::streaming::{GenJob, Generated};
-use crate::gui::palette;
+use crate::gui::paint::palette;
 use crate::gui::session::Session;
 use crate::gui::state::{GenSettings, ModeChoice, RunParams, Setting};
 use crate::gui::worker::TaskKind;
@@ -206,7 +206,7 @@ impl GenerateView {
     fn status_line(&self, cx: &ViewCtx, running: bool, ui: &mut egui::Ui) {
         let Some(r) = &self.run else {
             if running {
-                crate::gui::busy::busy(ui);
+                crate::gui::paint::busy::busy(ui);
                 let what = cx.worker.progress().into_iter().find(|p| p.0 == TaskKind::Generate).map(|p| p.3).unwrap_or_default();
                 ui.label(what);
             }
@@ -219,7 +219,7 @@ impl GenerateView {
         let reads = if r.read.dense > 0 && r.params.mode != ModeChoice::Dense { format!("; attention read {:.1}% of dense's bytes", 100.0 * r.read.fraction()) } else { String::new() };
         let speed = format!("{:.1} tok/s, {how}", r.tokens_per_second());
         if running {
-            crate::gui::busy::busy(ui);
+            crate::gui::paint::busy::busy(ui);
             ui.label(format!("generating: {} of {} tokens, {speed}", r.drawn, cx.settings.generate.sampling.max_tokens));
         } else {
             let end = r.stop.map_or("stopped", ended);

@@ -4,7 +4,7 @@
 
 use super::tokens::{paint_line, partner_map, tokens_svg, Colouring, Marks, TokenLayout, ROW_H};
 use super::{Command, ViewCtx};
-use crate::gui::palette;
+use crate::gui::paint::palette;
 use crate::gui::state::{AnalysisResult, Setting};
 use egui::{vec2, Rect, Sense};
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 use super::{Command, ViewCtx};
 use crate::gui::export::svg::Svg;
 use crate::gui::jobs::MaskImage;
-use crate::gui::palette;
+use crate::gui::paint::palette;
 use crate::gui::state::{AnalysisKey, AnalysisResult};
 use crate::gui::worker::TaskKind;
 use egui_plot::{Plot, PlotImage, PlotPoint};
@@ -126,7 +126,7 @@ impl MaskView {
         ));
         let Some(img) = self.image.as_ref().filter(|m| m.key == res.key && m.layer == layer) else {
             ui.horizontal(|ui| {
-                crate::gui::busy::busy(ui);
+                crate::gui::paint::busy::busy(ui);
                 ui.label("building the mask image…");
             });
             return out;

@@ -27,7 +27,7 @@ pub mod speed;
 pub mod status;
 pub mod tokens;
 
-use super::dialogs::Purpose;
+use super::jobs::dialogs::Purpose;
 use super::export::ExportKind;
 use super::jobs::bench::BenchJob;
 use super::jobs::Msg;
@@ -186,7 +186,7 @@ impl Views {
             (_, None) => {
                 ui.centered_and_justified(|ui| {
                     if cx.worker.busy() {
-                        super::busy::busy(ui);
+                        super::paint::busy::busy(ui);
                     } else {
                         ui.label("Nothing analysed yet: open a model, an adapter and a text (File menu, or drop files on the window).");
                     }

@@ -5,7 +5,7 @@
 
 use super::{Command, ViewCtx};
 use crate::gui::export::svg::Svg;
-use crate::gui::palette;
+use crate::gui::paint::palette;
 use crate::gui::state::{AnalysisKey, AnalysisResult};
 use egui_plot::{Corner, Legend, MarkerShape, Plot, PlotPoints, Points};
 use focus_core::analysis::categories::Category;

@@ -78,7 +78,7 @@ impl SpeedView {
             }
             let running = cx.worker.is_running(TaskKind::Bench);
             if running {
-                crate::gui::busy::busy(ui);
+                crate::gui::paint::busy::busy(ui);
                 if ui.button("Cancel benchmark").clicked() {
                     out.push(Command::Cancel(TaskKind::Bench));
                     self.cancelled();

@@ -47,7 +47,7 @@ pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
         }
         ui.horizontal_wrapped(|ui| {
             for (kind, done, total, what, secs) in cx.worker.progress() {
-                crate::gui::busy::busy(ui);
+                crate::gui::paint::busy::busy(ui);
                 if total > 0 {
                     ui.add(egui::ProgressBar::new(done as f32 / total as f32).desired_width(120.0).text(format!("{done}/{total}")));
                 }

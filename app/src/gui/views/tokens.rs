@@ -5,7 +5,7 @@
 
 use super::{Command, ViewCtx};
 use crate::gui::export::svg::Svg;
-use crate::gui::palette;
+use crate::gui::paint::palette;
 use crate::gui::state::AnalysisResult;
 use egui::{pos2, vec2, Color32, FontId, Pos2, Rect, Sense, Stroke};
 use std::sync::Arc;
@@ -591,8 +591,8 @@ mod tests {
     /// included.
     #[test]
     fn partner_outline_shows_on_every_group_colour() {
-        let okabe = crate::gui::palette::OKABE_ITO.iter().map(|c| egui::Color32::from_rgb(c[0], c[1], c[2]));
-        for (g, c) in (0..12).map(crate::gui::palette::group).chain(okabe).enumerate() {
+        let okabe = crate::gui::paint::palette::OKABE_ITO.iter().map(|c| egui::Color32::from_rgb(c[0], c[1], c[2]));
+        for (g, c) in (0..12).map(crate::gui::paint::palette::group).chain(okabe).enumerate() {
             let (a, b) = (lum(super::PARTNER_OUTLINE), lum(c));
             let contrast = (a.max(b) + 0.05) / (a.min(b) + 0.05);
             assert!(contrast >= 3.0, "colour {g}: contrast {contrast:.2}");

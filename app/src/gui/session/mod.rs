@@ -3,9 +3,11 @@
 //! bookkeeping that `reconcile` uses to start the loads and the analysis the settings ask for,
 //! once each (a failed or cancelled one is not retried until something changes).
 
-use super::jobs::{self, Msg};
-use super::state::*;
-use super::worker::{TaskKind, Worker};
+pub mod file;
+
+use crate::gui::jobs::{self, Msg};
+use crate::gui::state::*;
+use crate::gui::worker::{TaskKind, Worker};
 use focus_core::Adapter;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;

@@ -4,7 +4,7 @@
 //! from File → Open session… or `focus-lens gui --session FILE`. Paths are stored as given
 //! (absolute when they were opened through the app); `None` is the embedded default.
 
-use super::state::{CompareSpec, Inputs, RunParams, Settings, Tab};
+use crate::gui::state::{CompareSpec, Inputs, RunParams, Settings, Tab};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
