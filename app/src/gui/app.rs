@@ -530,7 +530,7 @@ impl FocusLensApp {
             }
             Command::Export(kind) => self.export(kind),
             Command::ExportTo(kind, path) => self.export_to(kind, path),
-            Command::ShowGlossary => self.views.glossary = true,
+            Command::ShowGlossary => self.views.glossary.open = true,
             Command::Jump(i) => {
                 self.settings.tab = Tab::Tokens;
                 self.views.scroll_to = Some(i);
@@ -721,6 +721,7 @@ impl FocusLensApp {
             timing: &self.timing,
             dialog_open: self.dialogs.open().is_some(),
             pending_full: self.pending_full.is_some(),
+            scroll_to: Default::default(),
         };
         let commands = self.views.show(&cx, ui);
         // What the commands change shows in the next frame. (Every frame says what is hovered:

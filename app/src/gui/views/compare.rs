@@ -6,12 +6,12 @@
 //! table and the per-layer figures as CSV, everything as JSON, the curves as SVG). The
 //! computation is core's `analysis::compare`, run by `gui::jobs::CompareJob`.
 
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
 use crate::gui::jobs::Compared;
 use focus_core::analysis::compare::{Comparison, LayerRow, Scope};
 use crate::gui::export::svg::{line_chart, stack, Series};
 use crate::gui::export::ExportKind;
-use crate::gui::state::{AnalysisResult, CompareSpec, ModeChoice, Setting};
+use crate::gui::state::{CompareSpec, ModeChoice, Setting};
 use crate::gui::worker::TaskKind;
 use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, VLine};
 
@@ -131,7 +131,28 @@ impl CompareView {
         v
     }
 
-    pub fn show(&mut self, cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec<Command> {
+    /// The per-layer curves as SVG (the selected head's too when the table shows it).
+    pub fn svg(&self, head: usize) -> Result<String, String> {
+        let c = self.result.as_ref().ok_or("no comparison yet: press Run comparison first")?;
+        let rows = c.layer_rows(head);
+        let (shares, delta) = curves(&rows, (self.scope == Scope::Head).then_some(head));
+        let series = |v: Vec<Curve>| v.into_iter().map(|(name, colour, dashed, points)| Series { name, color: colour.into(), points, dashed }).collect::<Vec<_>>();
+        let mean_delta = Comparison::mean_loss(&c.loss_a) - Comparison::mean_loss(&c.loss_b);
+        let top = line_chart(&format!("A: {} vs B: {}", c.a, c.b), "layer", "share", &series(shares), &[]);
+        let bottom = line_chart(
+            &format!("Δ loss (whole model) of the tokens whose top-{} groups change or stay, per layer", c.k),
+            "layer",
+            "nats",
+            &series(delta),
+            &[("mean Δ loss, all tokens".into(), mean_delta)],
+        );
+        Ok(stack(&[top, bottom], 640.0, &[400.0, 400.0]))
+    }
+}
+
+impl View for CompareView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
         let mut out = Vec::new();
         let a_causal = res.adapter.config.causal_sinkhorn;
         ui.label(format!("Run A (the analysis on screen): {}", describe(&res.mode.to_string(), a_causal, &res.analysis.adapter)));
@@ -330,24 +351,6 @@ impl CompareView {
             out.push(Command::Jump(i));
         }
         out
-    }
-
-    /// The per-layer curves as SVG (the selected head's too when the table shows it).
-    pub fn svg(&self, head: usize) -> Result<String, String> {
-        let c = self.result.as_ref().ok_or("no comparison yet: press Run comparison first")?;
-        let rows = c.layer_rows(head);
-        let (shares, delta) = curves(&rows, (self.scope == Scope::Head).then_some(head));
-        let series = |v: Vec<Curve>| v.into_iter().map(|(name, colour, dashed, points)| Series { name, color: colour.into(), points, dashed }).collect::<Vec<_>>();
-        let mean_delta = Comparison::mean_loss(&c.loss_a) - Comparison::mean_loss(&c.loss_b);
-        let top = line_chart(&format!("A: {} vs B: {}", c.a, c.b), "layer", "share", &series(shares), &[]);
-        let bottom = line_chart(
-            &format!("Δ loss (whole model) of the tokens whose top-{} groups change or stay, per layer", c.k),
-            "layer",
-            "nats",
-            &series(delta),
-            &[("mean Δ loss, all tokens".into(), mean_delta)],
-        );
-        Ok(stack(&[top, bottom], 640.0, &[400.0, 400.0]))
     }
 }
 

@@ -9,7 +9,7 @@
 //! choice, causal by default (see `GenSettings::causal`).
 
 use super::tokens::{display_text, TokenLayout, FONT, PAD, PARTNER_OUTLINE, ROW_H};
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
 use crate::sampling::Stop;
 use crate::gui::jobs::streaming::{GenJob, Generated};
 use crate::gui::paint::palette;
@@ -95,80 +95,6 @@ impl GenerateView {
             self.strategy = Some((key, s));
         }
         self.strategy.as_ref().map(|(_, s)| s.clone())
-    }
-
-    pub fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
-        let mut out = Vec::new();
-        let mut gs = cx.settings.generate;
-        let running = cx.worker.is_running(TaskKind::Generate);
-        let l = ui.label("Prompt:");
-        // A long prompt scrolls in its box (of one height, so that nothing below it moves)
-        // rather than pushing the controls off the window.
-        egui::ScrollArea::vertical().id_salt("prompt").max_height(110.0).auto_shrink(false).show(ui, |ui| {
-            let edit = egui::TextEdit::multiline(&mut self.prompt).min_size(vec2(0.0, 110.0)).desired_width(f32::INFINITY).hint_text("type a prompt, or continue the loaded text");
-            ui.add(edit).labelled_by(l.id);
-        });
-        ui.horizontal(|ui| {
-            let text = cx.session.text.as_ref();
-            let b = ui.add_enabled(text.is_some(), egui::Button::new("Continue the loaded text"));
-            if b.on_hover_text(format!("the end of the loaded text (at most its last {CONTINUE_CHARS} characters) as the prompt")).clicked() {
-                if let Some(t) = text {
-                    self.prompt = tail(&t.text, CONTINUE_CHARS).to_string();
-                }
-            }
-            ui.checkbox(&mut gs.chat, "chat template").on_hover_text("wrap the prompt as a user turn in the model's chat template (tokenizer.chat_template)");
-        });
-        let context = cx.session.model.as_ref().map_or(1 << 20, |m| m.model.config().context);
-        ui.horizontal_wrapped(|ui| {
-            let s = &mut gs.sampling;
-            ui.add(egui::DragValue::new(&mut s.temperature).range(0.0..=100.0).speed(0.01).prefix("temperature ")).on_hover_text("0 is greedy");
-            ui.add(egui::DragValue::new(&mut s.top_p).range(0.01..=1.0).speed(0.005).prefix("top-p ")).on_hover_text("draw from the likeliest tokens holding this share of the probability");
-            ui.add(egui::DragValue::new(&mut s.seed).prefix("seed ")).on_hover_text("the same seed, prompt and settings give the same tokens");
-            ui.add(egui::DragValue::new(&mut s.max_tokens).range(1..=context).prefix("max tokens "));
-        });
-        self.routing_choice(cx, &mut gs, ui);
-        // Wrapped: the line after the buttons says how the run went, at length.
-        ui.horizontal_wrapped(|ui| {
-            if running {
-                if ui.button("Stop").on_hover_text("stops before the next token").clicked() {
-                    out.push(Command::Cancel(TaskKind::Generate));
-                }
-            } else if ui.button("Start generating").clicked() {
-                match self.job(cx, &gs) {
-                    Ok(job) => {
-                        self.run = None;
-                        out.push(Command::StartGenerate(job));
-                    }
-                    Err(e) => out.push(Command::Error(format!("cannot generate: {e}"))),
-                }
-            }
-            let done = self.run.as_ref().filter(|r| !running && r.tokens() > r.prompt_tokens);
-            let analyse = ui.add_enabled(done.is_some(), egui::Button::new("Analyse this"));
-            if analyse.on_hover_text("load the prompt and the generation as the text and analyse it with the settings it was generated with").clicked() {
-                if let Some(r) = done {
-                    out.push(Command::AnalyseGenerated { text: r.text.clone(), params: r.params.clone(), tokens: r.tokens() });
-                }
-            }
-            self.status_line(cx, running, ui);
-        });
-        if gs != cx.settings.generate {
-            out.push(Command::Set(Setting::Generate(gs)));
-        }
-        ui.separator();
-        let shown = self.run.as_ref().map(|run| {
-            let layer = cx.settings.layer.min(run.layers.len().saturating_sub(1));
-            newest_line(run, layer, ui);
-            legend(run, layer, cx.settings.raw_groups, ui);
-            layer
-        });
-        match shown {
-            Some(layer) => self.tokens(cx, layer, ui),
-            None if !running => {
-                ui.weak("Nothing generated yet.");
-            }
-            None => {}
-        }
-        out
     }
 
     /// The Sinkhorn variant and what it costs.
@@ -291,6 +217,82 @@ impl GenerateView {
                 resp.on_hover_text_at_pointer(format!("#{i} {:?} ({part}): layer {layer} groups {groups}; {reach}", run.texts[i]));
             }
         });
+    }
+}
+
+impl View for GenerateView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let mut out = Vec::new();
+        let mut gs = cx.settings.generate;
+        let running = cx.worker.is_running(TaskKind::Generate);
+        let l = ui.label("Prompt:");
+        // A long prompt scrolls in its box (of one height, so that nothing below it moves)
+        // rather than pushing the controls off the window.
+        egui::ScrollArea::vertical().id_salt("prompt").max_height(110.0).auto_shrink(false).show(ui, |ui| {
+            let edit = egui::TextEdit::multiline(&mut self.prompt).min_size(vec2(0.0, 110.0)).desired_width(f32::INFINITY).hint_text("type a prompt, or continue the loaded text");
+            ui.add(edit).labelled_by(l.id);
+        });
+        ui.horizontal(|ui| {
+            let text = cx.session.text.as_ref();
+            let b = ui.add_enabled(text.is_some(), egui::Button::new("Continue the loaded text"));
+            if b.on_hover_text(format!("the end of the loaded text (at most its last {CONTINUE_CHARS} characters) as the prompt")).clicked() {
+                if let Some(t) = text {
+                    self.prompt = tail(&t.text, CONTINUE_CHARS).to_string();
+                }
+            }
+            ui.checkbox(&mut gs.chat, "chat template").on_hover_text("wrap the prompt as a user turn in the model's chat template (tokenizer.chat_template)");
+        });
+        let context = cx.session.model.as_ref().map_or(1 << 20, |m| m.model.config().context);
+        ui.horizontal_wrapped(|ui| {
+            let s = &mut gs.sampling;
+            ui.add(egui::DragValue::new(&mut s.temperature).range(0.0..=100.0).speed(0.01).prefix("temperature ")).on_hover_text("0 is greedy");
+            ui.add(egui::DragValue::new(&mut s.top_p).range(0.01..=1.0).speed(0.005).prefix("top-p ")).on_hover_text("draw from the likeliest tokens holding this share of the probability");
+            ui.add(egui::DragValue::new(&mut s.seed).prefix("seed ")).on_hover_text("the same seed, prompt and settings give the same tokens");
+            ui.add(egui::DragValue::new(&mut s.max_tokens).range(1..=context).prefix("max tokens "));
+        });
+        self.routing_choice(cx, &mut gs, ui);
+        // Wrapped: the line after the buttons says how the run went, at length.
+        ui.horizontal_wrapped(|ui| {
+            if running {
+                if ui.button("Stop").on_hover_text("stops before the next token").clicked() {
+                    out.push(Command::Cancel(TaskKind::Generate));
+                }
+            } else if ui.button("Start generating").clicked() {
+                match self.job(cx, &gs) {
+                    Ok(job) => {
+                        self.run = None;
+                        out.push(Command::StartGenerate(job));
+                    }
+                    Err(e) => out.push(Command::Error(format!("cannot generate: {e}"))),
+                }
+            }
+            let done = self.run.as_ref().filter(|r| !running && r.tokens() > r.prompt_tokens);
+            let analyse = ui.add_enabled(done.is_some(), egui::Button::new("Analyse this"));
+            if analyse.on_hover_text("load the prompt and the generation as the text and analyse it with the settings it was generated with").clicked() {
+                if let Some(r) = done {
+                    out.push(Command::AnalyseGenerated { text: r.text.clone(), params: r.params.clone(), tokens: r.tokens() });
+                }
+            }
+            self.status_line(cx, running, ui);
+        });
+        if gs != cx.settings.generate {
+            out.push(Command::Set(Setting::Generate(gs)));
+        }
+        ui.separator();
+        let shown = self.run.as_ref().map(|run| {
+            let layer = cx.settings.layer.min(run.layers.len().saturating_sub(1));
+            newest_line(run, layer, ui);
+            legend(run, layer, cx.settings.raw_groups, ui);
+            layer
+        });
+        match shown {
+            Some(layer) => self.tokens(cx, layer, ui),
+            None if !running => {
+                ui.weak("Nothing generated yet.");
+            }
+            None => {}
+        }
+        out
     }
 }
 

@@ -4,7 +4,7 @@
 //! exact. The image is built in the background (`jobs::mask_image`, classes from
 //! `focus_core::focus::mask`); the view asks for it and keeps it with its texture.
 
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
 use crate::gui::export::svg::Svg;
 use crate::gui::jobs::MaskImage;
 use crate::gui::paint::palette;
@@ -104,8 +104,11 @@ impl MaskView {
             None => Err("the mask image is still being built: try again in a moment".into()),
         }
     }
+}
 
-    pub fn show(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, ui: &mut egui::Ui) -> Vec<Command> {
+impl View for MaskView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
         let layer = cx.layer(res);
         let out: Vec<Command> = self.request(cx, res, layer).into_iter().collect();
         let stats = &res.analysis.layers[layer].pairs;

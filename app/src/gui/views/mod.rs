@@ -1,8 +1,9 @@
-//! The views, one module each, and what they share. A view draws from a read-only `ViewCtx`
-//! (settings, what is loaded and analysed, selection, running work, messages) and its own state
-//! (`&mut self`: layouts, textures, its benchmark), and returns `Command`s, which the app applies
-//! once per frame (`FocusLensApp::apply`). Views never change the app, start workers or cancel
-//! tasks themselves. Each view's SVG export sits next to its drawing code.
+//! The views, one module each, and what they share. Every view implements `View`: it draws from
+//! a read-only `ViewCtx` (settings, what is loaded and analysed, selection, running work,
+//! messages) and its own state (`&mut self`: layouts, textures, its benchmark), and returns
+//! `Command`s, which the app applies once per frame (`FocusLensApp::apply`). Views never change
+//! the app, start workers or cancel tasks themselves. Each view's SVG export sits next to its
+//! drawing code.
 //!
 //! Panels around the window: `menu` (top), `status` (bottom), `controls` (left), `details`
 //! (right); windows: `files` (open and export paths, browser, adapter picker) and `glossary`.
@@ -34,8 +35,16 @@ use super::jobs::Msg;
 use super::session::Session;
 use super::state::{AnalysisResult, InputKind, Selection, Setting, Settings, Tab, Timing};
 use super::worker::{TaskKind, Worker};
+use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// A view: its own state, drawn each frame from the context; what it wants done comes back as
+/// commands (the model of egui's demo app and rerun's viewer). The central views other than
+/// Generate are shown only with an analysis on screen (`ViewCtx::result`).
+pub trait View {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command>;
+}
 
 /// What a view may read.
 pub struct ViewCtx<'a> {
@@ -54,6 +63,9 @@ pub struct ViewCtx<'a> {
     /// The full analysis has arrived and waits for the mouse to move before it replaces the
     /// preview.
     pub pending_full: bool,
+    /// A token to scroll to (`Views::scroll_to`), handed to the central view: the token and
+    /// layers views take it when they draw (and the token view's search sets it).
+    pub scroll_to: Cell<Option<usize>>,
 }
 
 impl ViewCtx<'_> {
@@ -127,8 +139,12 @@ pub enum Command {
 #[derive(Default)]
 pub struct Views {
     pub menu: menu::MenuView,
+    pub status: status::StatusView,
+    pub controls: controls::ControlsView,
+    pub details: details::DetailsView,
     pub files: files::FilesView,
-    pub glossary: bool,
+    pub glossary: glossary::GlossaryView,
+    pub balance: balance::BalanceView,
     pub categories: categories::CategoriesView,
     pub compare: compare::CompareView,
     pub attention: attention::AttentionView,
@@ -147,15 +163,9 @@ pub struct Views {
 impl Views {
     /// The whole window: the side panels, then the central area.
     pub fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
-        let mut out = self.menu.show(cx, ui);
-        out.extend(status::show(cx, ui));
-        out.extend(controls::show(cx, ui));
-        out.extend(details::show(cx, ui));
-        out.extend(self.files.show(cx, ui));
-        if self.glossary {
-            let mut open = true;
-            glossary::show(ui.ctx(), &mut open);
-            self.glossary = open;
+        let mut out = Vec::new();
+        for view in [&mut self.menu as &mut dyn View, &mut self.status, &mut self.controls, &mut self.details, &mut self.files, &mut self.glossary] {
+            out.extend(view.show(cx, ui));
         }
         let central = egui::CentralPanel::default().show(ui, |ui| self.central(cx, ui));
         out.extend(central.inner);
@@ -180,30 +190,37 @@ impl Views {
         ui.separator();
         // Nothing hovered, unless a view that draws tokens says otherwise (applied in order).
         out.push(Command::Hover { token: None, layer: None });
-        out.extend(match (tab, cx.result()) {
-            // Generation needs only the model and the adapter.
-            (Tab::Generate, _) => self.generate.show(cx, ui),
-            (_, None) => {
-                ui.centered_and_justified(|ui| {
-                    if cx.worker.busy() {
-                        super::paint::busy::busy(ui);
-                    } else {
-                        ui.label("Nothing analysed yet: open a model, an adapter and a text (File menu, or drop files on the window).");
-                    }
-                });
-                Vec::new()
-            }
-            (Tab::Tokens, Some(res)) => self.tokens.show(cx, res, &mut self.scroll_to, ui),
-            (Tab::Layers, Some(res)) => self.layers.show(cx, res, &mut self.scroll_to, ui),
-            (Tab::Balance, Some(res)) => balance::show(cx, res, ui),
-            (Tab::Mask, Some(res)) => self.mask.show(cx, res, ui),
-            (Tab::Attention, Some(res)) => self.attention.show(cx, res, ui),
-            (Tab::Categories, Some(res)) => self.categories.show(cx, res, ui),
-            (Tab::Routing, Some(res)) => self.routing.show(cx, res, ui),
-            (Tab::Compare, Some(res)) => self.compare.show(cx, res, ui),
-            (Tab::Speed, Some(res)) => self.speed.show(cx, res, ui),
-        });
+        // Generation needs only the model and the adapter; the other views, an analysis.
+        if tab == Tab::Generate || cx.result().is_some() {
+            let cx = ViewCtx { scroll_to: Cell::new(self.scroll_to.take()), ..*cx };
+            out.extend(self.view(tab).show(&cx, ui));
+            self.scroll_to = cx.scroll_to.take();
+        } else {
+            ui.centered_and_justified(|ui| {
+                if cx.worker.busy() {
+                    super::paint::busy::busy(ui);
+                } else {
+                    ui.label("Nothing analysed yet: open a model, an adapter and a text (File menu, or drop files on the window).");
+                }
+            });
+        }
         out
+    }
+
+    /// The central view of `tab`.
+    fn view(&mut self, tab: Tab) -> &mut dyn View {
+        match tab {
+            Tab::Tokens => &mut self.tokens,
+            Tab::Layers => &mut self.layers,
+            Tab::Balance => &mut self.balance,
+            Tab::Mask => &mut self.mask,
+            Tab::Attention => &mut self.attention,
+            Tab::Categories => &mut self.categories,
+            Tab::Routing => &mut self.routing,
+            Tab::Compare => &mut self.compare,
+            Tab::Speed => &mut self.speed,
+            Tab::Generate => &mut self.generate,
+        }
     }
 
     /// The SVG of the current tab (`Err`: why there is none yet).

@@ -3,7 +3,7 @@
 //! its SVG. Points are coloured by group or by category; hovering names the nearest token. The
 //! view keeps the last projection.
 
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
 use crate::gui::export::svg::Svg;
 use crate::gui::paint::palette;
 use crate::gui::state::{AnalysisKey, AnalysisResult};
@@ -47,8 +47,9 @@ pub struct RoutingView {
     cached: Option<(AnalysisKey, usize, Result<Arc<Projection>, String>)>,
 }
 
-impl RoutingView {
-    pub fn show(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, ui: &mut egui::Ui) -> Vec<Command> {
+impl View for RoutingView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
         let layer = cx.layer(res);
         if !self.cached.as_ref().is_some_and(|(k, l, _)| k == &res.key && *l == layer) {
             // A T x d_g PCA (d_g = 16): milliseconds even for 10K tokens.

@@ -4,7 +4,7 @@
 //! and both benchmarks' charts as SVG. The view owns its benchmarks' state: it prepares a run
 //! (`jobs::bench::BenchJob`) for the app to start, and receives its rows.
 
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
 use crate::gui::export::svg::{line_chart, stack, Series};
 use crate::gui::jobs::bench::{self as jobs, BenchJob};
 use crate::gui::jobs::JobError;
@@ -39,79 +39,6 @@ struct Edited {
 }
 
 impl SpeedView {
-    pub fn show(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, ui: &mut egui::Ui) -> Vec<Command> {
-        let mut out = Vec::new();
-        let s = cx.settings;
-        // Edited here, asked for below; this frame shows the edited values.
-        let mut e = Edited {
-            kind: s.bench_kind,
-            bench_lengths: s.bench_lengths.clone(),
-            attn_lengths: s.attn_bench_lengths.clone(),
-            repeats: s.bench_repeats,
-            attn_device: s.attn_bench_device,
-        };
-        ui.horizontal(|ui| {
-            ui.label("benchmark:");
-            for kind in BenchKind::ALL {
-                ui.selectable_value(&mut e.kind, kind, kind.label());
-            }
-        });
-        // The settings and the run button on a row of their own, so that the spinner and the
-        // cancel button fit while it runs.
-        ui.horizontal(|ui| {
-            let kind = e.kind;
-            let lengths_label = ui.label("lengths (tokens):");
-            // One field per benchmark, each with its own fixed id: the focus (and the text being
-            // typed) belongs to that id, whatever else this row shows from frame to frame.
-            let (text, salt) = match kind {
-                BenchKind::Attention => (&mut e.attn_lengths, "attn_bench_lengths"),
-                BenchKind::WholeModel => (&mut e.bench_lengths, "model_bench_lengths"),
-            };
-            ui.add(egui::TextEdit::singleline(text).id_salt(salt).desired_width(200.0)).labelled_by(lengths_label.id);
-            ui.add(egui::DragValue::new(&mut e.repeats).range(1..=10).prefix("repeats "));
-            if kind == BenchKind::Attention && DeviceChoice::available().len() > 1 {
-                egui::ComboBox::from_id_salt("attn_bench_device").selected_text(e.attn_device.label()).show_ui(ui, |ui| {
-                    for d in DeviceChoice::available() {
-                        ui.selectable_value(&mut e.attn_device, d, d.label());
-                    }
-                });
-            }
-            let running = cx.worker.is_running(TaskKind::Bench);
-            if running {
-                crate::gui::paint::busy::busy(ui);
-                if ui.button("Cancel benchmark").clicked() {
-                    out.push(Command::Cancel(TaskKind::Bench));
-                    self.cancelled();
-                }
-            } else if ui.button("Run benchmark").clicked() {
-                out.push(match self.prepare(res, &e, cx.settings.params.device) {
-                    Ok(job) => Command::StartBench(job),
-                    Err(msg) => Command::Error(msg),
-                });
-            }
-        });
-        if e.kind != s.bench_kind {
-            out.push(Command::Set(Setting::BenchKind(e.kind)));
-        }
-        if e.bench_lengths != s.bench_lengths {
-            out.push(Command::Set(Setting::BenchLengths(e.bench_lengths.clone())));
-        }
-        if e.attn_lengths != s.attn_bench_lengths {
-            out.push(Command::Set(Setting::AttnBenchLengths(e.attn_lengths.clone())));
-        }
-        if e.repeats != s.bench_repeats {
-            out.push(Command::Set(Setting::BenchRepeats(e.repeats)));
-        }
-        if e.attn_device != s.attn_bench_device {
-            out.push(Command::Set(Setting::AttnBenchDevice(e.attn_device)));
-        }
-        if e.kind == BenchKind::Attention {
-            attention(self.attn_bench.as_ref(), res, ui);
-        } else {
-            whole_model(self.bench.as_ref(), res, ui);
-        }
-        out
-    }
 
     /// The benchmark the edited settings ask for, with its state set up to receive the rows
     /// (`Err`: the lengths are not numbers).
@@ -198,6 +125,83 @@ impl SpeedView {
                 _ => Err("no benchmark results yet: run the benchmark first".into()),
             },
         }
+    }
+}
+
+impl View for SpeedView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
+        let mut out = Vec::new();
+        let s = cx.settings;
+        // Edited here, asked for below; this frame shows the edited values.
+        let mut e = Edited {
+            kind: s.bench_kind,
+            bench_lengths: s.bench_lengths.clone(),
+            attn_lengths: s.attn_bench_lengths.clone(),
+            repeats: s.bench_repeats,
+            attn_device: s.attn_bench_device,
+        };
+        ui.horizontal(|ui| {
+            ui.label("benchmark:");
+            for kind in BenchKind::ALL {
+                ui.selectable_value(&mut e.kind, kind, kind.label());
+            }
+        });
+        // The settings and the run button on a row of their own, so that the spinner and the
+        // cancel button fit while it runs.
+        ui.horizontal(|ui| {
+            let kind = e.kind;
+            let lengths_label = ui.label("lengths (tokens):");
+            // One field per benchmark, each with its own fixed id: the focus (and the text being
+            // typed) belongs to that id, whatever else this row shows from frame to frame.
+            let (text, salt) = match kind {
+                BenchKind::Attention => (&mut e.attn_lengths, "attn_bench_lengths"),
+                BenchKind::WholeModel => (&mut e.bench_lengths, "model_bench_lengths"),
+            };
+            ui.add(egui::TextEdit::singleline(text).id_salt(salt).desired_width(200.0)).labelled_by(lengths_label.id);
+            ui.add(egui::DragValue::new(&mut e.repeats).range(1..=10).prefix("repeats "));
+            if kind == BenchKind::Attention && DeviceChoice::available().len() > 1 {
+                egui::ComboBox::from_id_salt("attn_bench_device").selected_text(e.attn_device.label()).show_ui(ui, |ui| {
+                    for d in DeviceChoice::available() {
+                        ui.selectable_value(&mut e.attn_device, d, d.label());
+                    }
+                });
+            }
+            let running = cx.worker.is_running(TaskKind::Bench);
+            if running {
+                crate::gui::paint::busy::busy(ui);
+                if ui.button("Cancel benchmark").clicked() {
+                    out.push(Command::Cancel(TaskKind::Bench));
+                    self.cancelled();
+                }
+            } else if ui.button("Run benchmark").clicked() {
+                out.push(match self.prepare(res, &e, cx.settings.params.device) {
+                    Ok(job) => Command::StartBench(job),
+                    Err(msg) => Command::Error(msg),
+                });
+            }
+        });
+        if e.kind != s.bench_kind {
+            out.push(Command::Set(Setting::BenchKind(e.kind)));
+        }
+        if e.bench_lengths != s.bench_lengths {
+            out.push(Command::Set(Setting::BenchLengths(e.bench_lengths.clone())));
+        }
+        if e.attn_lengths != s.attn_bench_lengths {
+            out.push(Command::Set(Setting::AttnBenchLengths(e.attn_lengths.clone())));
+        }
+        if e.repeats != s.bench_repeats {
+            out.push(Command::Set(Setting::BenchRepeats(e.repeats)));
+        }
+        if e.attn_device != s.attn_bench_device {
+            out.push(Command::Set(Setting::AttnBenchDevice(e.attn_device)));
+        }
+        if e.kind == BenchKind::Attention {
+            attention(self.attn_bench.as_ref(), res, ui);
+        } else {
+            whole_model(self.bench.as_ref(), res, ui);
+        }
+        out
     }
 }
 

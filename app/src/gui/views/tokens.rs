@@ -3,7 +3,8 @@
 //! analysis and lines are laid out once per width, so scrolling 10K+ tokens costs only the rows
 //! on screen. The layout, line painting and partner marks are shared with the layers view.
 
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
+use std::cell::Cell;
 use crate::gui::export::svg::Svg;
 use crate::gui::paint::palette;
 use crate::gui::state::AnalysisResult;
@@ -355,7 +356,7 @@ impl TokensView {
     }
 
     /// The search bar (Ctrl+F opens it; Enter or Next goes to the next match).
-    fn search_bar(&mut self, res: &Arc<AnalysisResult>, scroll_to: &mut Option<usize>, ui: &mut egui::Ui) {
+    fn search_bar(&mut self, res: &Arc<AnalysisResult>, scroll_to: &Cell<Option<usize>>, ui: &mut egui::Ui) {
         let id = ui.make_persistent_id("token_find");
         if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::F)) {
             self.find_open = true;
@@ -402,14 +403,15 @@ impl TokensView {
             }
         });
         if let Some(a) = go {
-            *scroll_to = self.matches.get(a).copied();
+            scroll_to.set(self.matches.get(a).copied());
         }
     }
 }
 
-impl TokensView {
-    /// `scroll_to`: a token to scroll to, taken when shown.
-    pub fn show(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, scroll_to: &mut Option<usize>, ui: &mut egui::Ui) -> Vec<Command> {
+impl View for TokensView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
+        let scroll_to = &cx.scroll_to;
         let mut out = Vec::new();
         let layer = cx.layer(res);
         provisional_banner(cx, res, ui);
