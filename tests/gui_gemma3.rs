@@ -26,8 +26,8 @@ fn gemma3_loads_marks_its_layers_and_scrolls_10k_tokens_fast() {
     assert_eq!(r.model.config().vocab, 262_144);
 
     // The layer list: layers 5, 11 and 17 are global, the others sliding ("Ns").
-    h.state_mut().settings.tab = Tab::Layers;
-    h.state_mut().settings.strip = false;
+    h.state_mut().settings.setup.tab = Tab::Layers;
+    h.state_mut().settings.setup.strip = false;
     h.step();
     h.step();
     for l in 0..18 {

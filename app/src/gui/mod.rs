@@ -3,8 +3,9 @@
 //!
 //! - `app`: `FocusLensApp`, the per-frame loop: receive messages, reconcile, let the views draw,
 //!   apply the commands they return;
-//! - `state`: what is remembered (settings, persisted, with the input set `Inputs`) and the
-//!   shapes of loaded inputs, results, selection and timing;
+//! - `state`: what is remembered (settings, persisted: the input set `Inputs` and its `Setup`,
+//!   which a session file stores too, and the app's `Prefs`) and the shapes of loaded inputs,
+//!   results, selection and timing;
 //! - `worker`: background work on threads, and the one channel its results come back on;
 //! - `session/`: what is loaded and analysed, and the reconcile step that starts what the
 //!   settings ask for (`mod.rs`); session files (`file.rs`);
@@ -13,8 +14,8 @@
 //!   view's job over the CLI's loop, `crate::sampling`), and the native file dialogs
 //!   (`dialogs`); `jobs::Msg` is the one message type that comes back, over the worker's one
 //!   channel (file dialogs and PNG screenshots post to it too);
-//! - `views/`: one module per view, each with its own state and its SVG export; views read a
-//!   `ViewCtx` and return `Command`s;
+//! - `views/`: one module per view, each with its own state and its SVG export; every view
+//!   implements `views::View`: it reads a `ViewCtx` and returns `Command`s;
 //! - `export/`: shared export helpers and the SVG writer;
 //! - `paint/`: the group colours (`palette`) and the busy indicator (`busy`).
 
@@ -35,15 +36,15 @@ mod tests {
     fn command_line_inputs_replace_the_remembered_ones() {
         let mut stored = Settings::default();
         stored.inputs.text = Some("/old.txt".into());
-        stored.params.window = Some(64);
+        stored.setup.params.window = Some(64);
         let inputs = Inputs { text: Some("new.txt".into()), adapter: Some("/ad".into()), ..Default::default() };
         let s = startup_settings(stored.clone(), &StartArgs { inputs, ..Default::default() });
         assert_eq!(s.inputs.text, Some(std::env::current_dir().unwrap().join("new.txt")));
         assert_eq!(s.inputs.adapter, Some("/ad".into()));
-        assert_eq!(s.params.window, None, "a new adapter brings its own window");
+        assert_eq!(s.setup.params.window, None, "a new adapter brings its own window");
         assert_eq!(s.inputs.model, None);
         let same = startup_settings(stored.clone(), &StartArgs::default());
-        assert_eq!((same.inputs.text, same.params.window), (stored.inputs.text, Some(64)));
+        assert_eq!((same.inputs.text, same.setup.params.window), (stored.inputs.text, Some(64)));
     }
 }
 
@@ -80,8 +81,8 @@ pub fn startup_settings(mut s: Settings, a: &StartArgs) -> Settings {
     }
     if let Some(ad) = &a.inputs.adapter {
         s.inputs.adapter = Some(absolute(ad.clone()));
-        s.params.window = None;
-        s.params.causal = None;
+        s.setup.params.window = None;
+        s.setup.params.causal = None;
     }
     if let Some(t) = &a.inputs.text {
         s.inputs.text = Some(absolute(t.clone()));

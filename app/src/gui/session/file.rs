@@ -4,7 +4,7 @@
 //! from File → Open session… or `focus-lens gui --session FILE`. Paths are stored as given
 //! (absolute when they were opened through the app); `None` is the embedded default.
 
-use crate::gui::state::{CompareSpec, Inputs, RunParams, Settings, Tab};
+use crate::gui::state::{Inputs, Settings, Setup};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
@@ -17,18 +17,10 @@ pub struct SessionFile {
     /// Stored as the fields `model`, `adapter` and `text`.
     #[serde(flatten)]
     pub inputs: Inputs,
-    pub params: RunParams,
-    pub layer: usize,
-    pub head: usize,
-    pub tab: Tab,
-    pub side_layers: Vec<usize>,
-    pub strip: bool,
-    pub color_by_category: bool,
-    pub raw_groups: bool,
-    #[serde(default)]
-    pub colour_blind: bool,
-    #[serde(default)]
-    pub compare: CompareSpec,
+    /// Stored as the fields `params`, `layer`, `head`, `tab`, `side_layers`, `strip`,
+    /// `color_by_category`, `raw_groups`, `colour_blind` and `compare`.
+    #[serde(flatten)]
+    pub setup: Setup,
     /// The selected token (its partners are computed again on opening).
     #[serde(default)]
     pub selected: Option<usize>,
@@ -39,38 +31,13 @@ pub struct SessionFile {
 
 impl SessionFile {
     pub fn from_settings(s: &Settings, selected: Option<usize>) -> SessionFile {
-        SessionFile {
-            format: FORMAT.into(),
-            version: 1,
-            inputs: s.inputs.clone(),
-            params: s.params.clone(),
-            layer: s.layer,
-            head: s.head,
-            tab: s.tab,
-            side_layers: s.side_layers.clone(),
-            strip: s.strip,
-            color_by_category: s.color_by_category,
-            raw_groups: s.raw_groups,
-            colour_blind: s.colour_blind,
-            compare: s.compare.clone(),
-            selected,
-            range: None,
-        }
+        SessionFile { format: FORMAT.into(), version: 1, inputs: s.inputs.clone(), setup: s.setup.clone(), selected, range: None }
     }
 
     /// The settings this session asks for (the rest, e.g. recent files, from `s`).
     pub fn apply(&self, s: &mut Settings) {
         s.inputs = self.inputs.clone();
-        s.params = self.params.clone();
-        s.layer = self.layer;
-        s.head = self.head;
-        s.tab = self.tab;
-        s.side_layers = self.side_layers.clone();
-        s.strip = self.strip;
-        s.color_by_category = self.color_by_category;
-        s.raw_groups = self.raw_groups;
-        s.colour_blind = self.colour_blind;
-        s.compare = self.compare.clone();
+        s.setup = self.setup.clone();
     }
 
     pub fn to_json(&self) -> String {
@@ -91,14 +58,15 @@ impl SessionFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gui::state::Tab;
 
     #[test]
     fn round_trip() {
         let mut s = Settings::default();
         s.inputs.text = Some("/t.txt".into());
-        s.layer = 9;
-        s.params.k = 3;
-        s.tab = Tab::Compare;
+        s.setup.layer = 9;
+        s.setup.params.k = 3;
+        s.setup.tab = Tab::Compare;
         let f = SessionFile::from_settings(&s, Some(42));
         let dir = std::env::temp_dir().join(format!("focus-lens-session-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -108,7 +76,7 @@ mod tests {
         assert_eq!(back, f);
         let mut t = Settings::default();
         back.apply(&mut t);
-        assert_eq!((t.inputs.text, t.layer, t.params.k, t.tab), (s.inputs.text, 9, 3, Tab::Compare));
+        assert_eq!((t.inputs.text, t.setup.layer, t.setup.params.k, t.setup.tab), (s.inputs.text, 9, 3, Tab::Compare));
         std::fs::write(&p, "{\"format\": \"other\"}").unwrap();
         assert!(SessionFile::read(&p).is_err());
     }

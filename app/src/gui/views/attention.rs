@@ -113,7 +113,7 @@ impl View for AttentionView {
                 p.rect_filled(r, 0.0, cell_color(c));
                 let txt_c = if c[2] > 0.5 { egui::Color32::WHITE } else { egui::Color32::BLACK };
                 p.text(r.center(), egui::Align2::CENTER_CENTER, format!("{:.0}%", 100.0 * c[2]), egui::FontId::proportional(9.0), txt_c);
-                if (l, h) == (cx.settings.layer, cx.settings.head) {
+                if (l, h) == (cx.settings.setup.layer, cx.settings.setup.head) {
                     p.rect_stroke(r, 0.0, egui::Stroke::new(2.0, egui::Color32::BLACK), egui::StrokeKind::Inside);
                 }
                 if resp.hover_pos().is_some_and(|q| r.contains(q)) {

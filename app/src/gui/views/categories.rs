@@ -286,7 +286,7 @@ fn purity_color(p: f64) -> egui::Color32 {
 /// Layers as rows, groups (by shown number) as columns; the cell's colour is the group's
 /// purity, its text the top category and the lift (purity over base rate).
 fn heatmap(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) {
-    let raw = cx.settings.raw_groups;
+    let raw = cx.settings.setup.raw_groups;
     let base = base_rates(res);
     let rates: Vec<String> = Category::ALL.iter().map(|c| format!("{} {:.0}%", c.name(), 100.0 * base[c.index()])).collect();
     ui.label(format!(

@@ -156,7 +156,7 @@ impl View for CompareView {
         let mut out = Vec::new();
         let a_causal = res.adapter.config.causal_sinkhorn;
         ui.label(format!("Run A (the analysis on screen): {}", describe(&res.mode.to_string(), a_causal, &res.analysis.adapter)));
-        let mut spec = cx.settings.compare.clone();
+        let mut spec = cx.settings.setup.compare.clone();
         let groups = res.groups();
         ui.horizontal_wrapped(|ui| {
             ui.label("presets:");
@@ -172,7 +172,7 @@ impl View for CompareView {
             }
             let other = if a_causal { "whole-sequence" } else { "causal" };
             if ui.button(format!("B = {other} Sinkhorn")).clicked() {
-                spec = CompareSpec { mode: cx.settings.params.mode, k: res.key.params.k, causal: Some(!a_causal), adapter: None, ..spec.clone() };
+                spec = CompareSpec { mode: cx.settings.setup.params.mode, k: res.key.params.k, causal: Some(!a_causal), adapter: None, ..spec.clone() };
             }
         });
         ui.horizontal_wrapped(|ui| {
@@ -203,7 +203,7 @@ impl View for CompareView {
             }
             ui.add(egui::TextEdit::singleline(&mut self.adapter_field).id_salt("compare_adapter").hint_text("empty: A's adapter").desired_width(300.0)).labelled_by(l.id);
             egui::ComboBox::from_id_salt("compare_adapter_pick").selected_text("pick…").show_ui(ui, |ui| {
-                for a in super::files::adapters(&cx.settings.recent) {
+                for a in super::files::adapters(&cx.settings.prefs.recent) {
                     if ui.selectable_label(false, format!("{}  ({})", a.name, a.summary())).clicked() {
                         self.adapter_field = a.path.display().to_string();
                     }
@@ -214,7 +214,7 @@ impl View for CompareView {
         if spec.mode == ModeChoice::TopK && spec.adapter.is_none() && spec.k > groups {
             spec.k = groups;
         }
-        if spec != cx.settings.compare {
+        if spec != cx.settings.setup.compare {
             out.push(Command::Set(Setting::Compare(spec.clone())));
         }
         ui.horizontal(|ui| {
@@ -252,7 +252,7 @@ impl View for CompareView {
         ui.label(format!("{} tokens, mean loss A {la:.4} (PPL {:.2}), B {lb:.4} (PPL {:.2}): Δ = {:+.4} nats (Δ loss = loss(A) - loss(B), > 0: A worse)", c.tokens(), la.exp(), lb.exp(), la - lb))
             .on_hover_text(format!("next-token negative log-likelihood, mean over the scored positions; both runs computed in {:.1} s", c.seconds));
         let layer = cx.layer(res);
-        let head = cx.settings.head.min(res.model.config().n_heads.saturating_sub(1));
+        let head = cx.settings.setup.head.min(res.model.config().n_heads.saturating_sub(1));
         ui.horizontal_wrapped(|ui| {
             ui.label("pruned mass in the table:").on_hover_text("the selected layer and head are the left panel's (arrow keys move them)");
             ui.radio_value(&mut self.scope, Scope::All, "mean over layers and heads");

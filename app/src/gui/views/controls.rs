@@ -22,7 +22,7 @@ impl View for ControlsView {
                 .map(|a| (a.adapter.config.groups, a.adapter.config.window, a.adapter.config.causal_sinkhorn))
                 .unwrap_or((8, 128, false));
             // Edited here, asked for below; this frame shows the edited values.
-            let mut p = cx.settings.params.clone();
+            let mut p = cx.settings.setup.params.clone();
             egui::ComboBox::from_label("device").selected_text(p.device.label()).show_ui(ui, |ui| {
                 for d in DeviceChoice::available() {
                     ui.selectable_value(&mut p.device, d, d.label());
@@ -58,12 +58,12 @@ impl View for ControlsView {
             if stopped && ui.button("Run analysis").clicked() {
                 out.push(Command::Rerun);
             }
-            if p != cx.settings.params {
+            if p != cx.settings.setup.params {
                 out.push(Command::Set(Setting::Params(p)));
             }
             ui.separator();
             ui.heading("View");
-            let (mut layer, mut head) = (cx.settings.layer, cx.settings.head);
+            let (mut layer, mut head) = (cx.settings.setup.layer, cx.settings.setup.head);
             match session.model.as_ref().map(|m| (m.model.config().n_layers, m.model.config().n_heads)) {
                 // Sliders only once the model says how many layers and heads there are: a slider
                 // over 0..=0 would clamp the remembered layer and head to 0.
@@ -76,7 +76,7 @@ impl View for ControlsView {
                     ui.label(format!("layer {layer}, head {head} (the model is loading)"));
                 }
             }
-            if (layer, head) != (cx.settings.layer, cx.settings.head) {
+            if (layer, head) != (cx.settings.setup.layer, cx.settings.setup.head) {
                 out.push(Command::Set(Setting::Layer(layer)));
                 out.push(Command::Set(Setting::Head(head)));
                 // The partners of the selected token, in the new layer and head.
@@ -84,11 +84,11 @@ impl View for ControlsView {
                     out.push(Command::Select(cx.selection.selected));
                 }
             }
-            let mut by_cat = cx.settings.color_by_category;
+            let mut by_cat = cx.settings.setup.color_by_category;
             if ui.checkbox(&mut by_cat, "colour by category").changed() {
                 out.push(Command::Set(Setting::ColorByCategory(by_cat)));
             }
-            let mut raw = cx.settings.raw_groups;
+            let mut raw = cx.settings.setup.raw_groups;
             if ui
                 .checkbox(&mut raw, "raw group indices")
                 .on_hover_text("unchecked: each layer's groups are numbered (and coloured) by the previous layer's group they share most tokens with, so one colour means the same tokens throughout")
@@ -96,7 +96,7 @@ impl View for ControlsView {
             {
                 out.push(Command::Set(Setting::RawGroups(raw)));
             }
-            let mut cb = cx.settings.colour_blind;
+            let mut cb = cx.settings.setup.colour_blind;
             if ui.checkbox(&mut cb, "colour-blind palette").on_hover_text("Okabe-Ito colours for the first 8 groups").changed() {
                 out.push(Command::Set(Setting::ColourBlind(cb)));
             }

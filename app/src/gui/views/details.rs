@@ -39,7 +39,7 @@ impl View for DetailsView {
             if let Some(r) = sel.range.filter(|&(_, b)| b < res.tokens()) {
                 ui.separator();
                 ui.heading("Selected range");
-                for line in super::tokens::range_summary(res, layer, r, cx.settings.raw_groups) {
+                for line in super::tokens::range_summary(res, layer, r, cx.settings.setup.raw_groups) {
                     ui.add(egui::Label::new(line).wrap());
                 }
                 if ui.small_button("clear the range").clicked() {

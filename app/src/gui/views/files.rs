@@ -344,7 +344,7 @@ impl FilesView {
                 return;
             }
         }
-        let recent: Vec<&PathBuf> = cx.settings.recent.iter().filter(|(k, _)| matches!(task, FileTask::Open(kind) if kind == *k)).map(|(_, p)| p).collect();
+        let recent: Vec<&PathBuf> = cx.settings.prefs.recent.iter().filter(|(k, _)| matches!(task, FileTask::Open(kind) if kind == *k)).map(|(_, p)| p).collect();
         if !recent.is_empty() {
             ui.separator();
             ui.strong("Recent");

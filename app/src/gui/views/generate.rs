@@ -75,7 +75,7 @@ impl GenerateView {
     fn job(&self, cx: &ViewCtx, gs: &GenSettings) -> Result<GenJob, String> {
         let m = cx.session.model.as_ref().ok_or("the model is still loading")?;
         let a = cx.session.adapter.as_ref().filter(|a| a.model_gen == m.gen).ok_or("the adapter is still loading")?;
-        let mut params = cx.settings.params.clone();
+        let mut params = cx.settings.setup.params.clone();
         if gs.causal {
             params.causal = Some(true);
         }
@@ -89,7 +89,7 @@ impl GenerateView {
     /// change of the settings.
     fn strategy(&mut self, cx: &ViewCtx, gs: &GenSettings) -> Option<Result<Strategy, String>> {
         let a = cx.session.adapter.as_ref()?;
-        let key = (a.gen, cx.settings.params.clone(), gs.causal);
+        let key = (a.gen, cx.settings.setup.params.clone(), gs.causal);
         if self.strategy.as_ref().is_none_or(|(k, _)| *k != key) {
             let s = self.job(cx, gs).and_then(|j| Generator::new(&j.model.decoder, Some(j.adapter.as_ref()), j.mode).map(|g| g.strategy()).map_err(|e| e.to_string()));
             self.strategy = Some((key, s));
@@ -99,7 +99,7 @@ impl GenerateView {
 
     /// The Sinkhorn variant and what it costs.
     fn routing_choice(&mut self, cx: &ViewCtx, gs: &mut GenSettings, ui: &mut egui::Ui) {
-        let p = &cx.settings.params;
+        let p = &cx.settings.setup.params;
         let adapter = cx.session.adapter.as_ref().map(|a| &a.adapter.config);
         let analysis_causal = p.causal.or(adapter.map(|c| c.causal_sinkhorn)).unwrap_or(false);
         ui.horizontal_wrapped(|ui| {
@@ -146,7 +146,7 @@ impl GenerateView {
         let speed = format!("{:.1} tok/s, {how}", r.tokens_per_second());
         if running {
             crate::gui::paint::busy::busy(ui);
-            ui.label(format!("generating: {} of {} tokens, {speed}", r.drawn, cx.settings.generate.sampling.max_tokens));
+            ui.label(format!("generating: {} of {} tokens, {speed}", r.drawn, cx.settings.prefs.generate.sampling.max_tokens));
         } else {
             let end = r.stop.map_or("stopped", ended);
             ui.label(format!("{} tokens ({end}) in {:.2} s, {speed}; prompt of {} tokens in {:.2} s; {}{reads}", r.drawn, r.seconds, r.prompt_tokens, r.prefill_seconds, r.params.mode_label()));
@@ -160,7 +160,7 @@ impl GenerateView {
         self.layout.ensure_texts(ui, self.version, || run.texts.iter().map(String::as_str), width);
         let lay = &self.layout;
         let l = &run.layers[layer];
-        let raw = cx.settings.raw_groups;
+        let raw = cx.settings.setup.raw_groups;
         let newest = run.tokens() - 1;
         let font = FontId::monospace(FONT);
         egui::ScrollArea::vertical().id_salt("generated").auto_shrink(false).stick_to_bottom(true).show_viewport(ui, |ui, viewport| {
@@ -223,7 +223,7 @@ impl GenerateView {
 impl View for GenerateView {
     fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
         let mut out = Vec::new();
-        let mut gs = cx.settings.generate;
+        let mut gs = cx.settings.prefs.generate;
         let running = cx.worker.is_running(TaskKind::Generate);
         let l = ui.label("Prompt:");
         // A long prompt scrolls in its box (of one height, so that nothing below it moves)
@@ -275,14 +275,14 @@ impl View for GenerateView {
             }
             self.status_line(cx, running, ui);
         });
-        if gs != cx.settings.generate {
+        if gs != cx.settings.prefs.generate {
             out.push(Command::Set(Setting::Generate(gs)));
         }
         ui.separator();
         let shown = self.run.as_ref().map(|run| {
-            let layer = cx.settings.layer.min(run.layers.len().saturating_sub(1));
+            let layer = cx.settings.setup.layer.min(run.layers.len().saturating_sub(1));
             newest_line(run, layer, ui);
-            legend(run, layer, cx.settings.raw_groups, ui);
+            legend(run, layer, cx.settings.setup.raw_groups, ui);
             layer
         });
         match shown {

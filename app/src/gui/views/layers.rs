@@ -101,8 +101,8 @@ impl View for LayersView {
         let mut out = Vec::new();
         let n_layers = res.layers();
         // Edited here, asked for below; this frame shows the edited values.
-        let mut strip = cx.settings.strip;
-        let mut side_layers = cx.settings.side_layers.clone();
+        let mut strip = cx.settings.setup.strip;
+        let mut side_layers = cx.settings.setup.side_layers.clone();
         ui.horizontal_wrapped(|ui| {
             ui.checkbox(&mut strip, "token x layer strip");
             if !strip {
@@ -129,10 +129,10 @@ impl View for LayersView {
                 }
             }
         });
-        if strip != cx.settings.strip {
+        if strip != cx.settings.setup.strip {
             out.push(Command::Set(Setting::Strip(strip)));
         }
-        if side_layers != cx.settings.side_layers {
+        if side_layers != cx.settings.setup.side_layers {
             out.push(Command::Set(Setting::SideLayers(side_layers.clone())));
         }
         ui.separator();

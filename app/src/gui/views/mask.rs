@@ -156,7 +156,7 @@ impl View for MaskView {
         let counts = img.counts.clone();
         let tokens = res.analysis.tokens.clone();
         let res2 = res.clone();
-        let raw = cx.settings.raw_groups;
+        let raw = cx.settings.setup.raw_groups;
         let plot = Plot::new(MASK_PLOT)
             .id(egui::Id::unique(MASK_PLOT))
             .data_aspect(1.0)

@@ -44,7 +44,7 @@ impl MenuView {
         });
         ui.separator();
         ui.label("Recent:");
-        let recent = &_cx.settings.recent;
+        let recent = &_cx.settings.prefs.recent;
         if recent.is_empty() {
             ui.weak("(none yet)");
         }

@@ -74,11 +74,11 @@ impl ViewCtx<'_> {
     }
     /// The selected layer, within `res`.
     pub fn layer(&self, res: &AnalysisResult) -> usize {
-        self.settings.layer.min(res.layers() - 1)
+        self.settings.setup.layer.min(res.layers() - 1)
     }
     /// The index group `g` of `layer` is shown (and coloured) by: matched across layers, or raw.
     pub fn shown(&self, res: &AnalysisResult, layer: usize, g: usize) -> usize {
-        res.shown_group(layer, g, self.settings.raw_groups)
+        res.shown_group(layer, g, self.settings.setup.raw_groups)
     }
 }
 
@@ -176,7 +176,7 @@ impl Views {
     /// The tab bar and the selected view.
     fn central(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
         let mut out = Vec::new();
-        let mut tab = cx.settings.tab;
+        let mut tab = cx.settings.setup.tab;
         ui.horizontal(|ui| {
             for t in Tab::ALL {
                 if ui.selectable_label(tab == t, t.label()).clicked() {
@@ -184,7 +184,7 @@ impl Views {
                 }
             }
         });
-        if tab != cx.settings.tab {
+        if tab != cx.settings.setup.tab {
             out.push(Command::Set(Setting::Tab(tab)));
         }
         ui.separator();
@@ -225,18 +225,18 @@ impl Views {
 
     /// The SVG of the current tab (`Err`: why there is none yet).
     pub fn svg(&self, settings: &Settings, res: &AnalysisResult, selected: Option<usize>, range: Option<(usize, usize)>) -> Result<String, String> {
-        let layer = settings.layer.min(res.layers() - 1);
-        let raw = settings.raw_groups;
-        match settings.tab {
+        let layer = settings.setup.layer.min(res.layers() - 1);
+        let raw = settings.setup.raw_groups;
+        match settings.setup.tab {
             Tab::Tokens => Ok(tokens::svg(res, layer, raw, range)),
-            Tab::Layers => Ok(layers::svg(res, &settings.side_layers, raw)),
+            Tab::Layers => Ok(layers::svg(res, &settings.setup.side_layers, raw)),
             Tab::Balance => Ok(balance::svg(res, layer)),
             Tab::Mask => self.mask.svg(res, layer),
             Tab::Attention => self.attention.svg(res, selected),
-            Tab::Speed => self.speed.svg(settings.bench_kind, res),
+            Tab::Speed => self.speed.svg(settings.prefs.bench_kind, res),
             Tab::Categories => self.categories.svg(res, layer, raw),
             Tab::Routing => routing::svg(res, layer, raw),
-            Tab::Compare => self.compare.svg(settings.head.min(res.model.config().n_heads.saturating_sub(1))),
+            Tab::Compare => self.compare.svg(settings.setup.head.min(res.model.config().n_heads.saturating_sub(1))),
             Tab::Generate => Err("the Generate view has no SVG: press Analyse this, then export the Tokens view".into()),
         }
     }

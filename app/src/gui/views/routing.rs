@@ -63,8 +63,8 @@ impl View for RoutingView {
                 return Vec::new();
             }
         };
-        let by_cat = cx.settings.color_by_category;
-        let raw = cx.settings.raw_groups;
+        let by_cat = cx.settings.setup.color_by_category;
+        let raw = cx.settings.setup.raw_groups;
         let shown = |g: usize| res.shown_group(layer, g, raw);
         let group_name = |g: usize| format!("g{} {}", shown(g), res.labels[layer][g]);
         ui.label(format!(
@@ -92,7 +92,7 @@ impl View for RoutingView {
                     .min_by(|a, b| a.1.total_cmp(&b.1))?;
                 let _ = d;
                 let t = &hover_res.analysis.tokens[i];
-                Some(format!("#{i} {:?}\ng{} {}, {}", t.text, hover_res.shown_group(layer, hover_res.argmax[layer][i] as usize, cx.settings.raw_groups), hover_res.labels[layer][hover_res.argmax[layer][i] as usize], t.category))
+                Some(format!("#{i} {:?}\ng{} {}, {}", t.text, hover_res.shown_group(layer, hover_res.argmax[layer][i] as usize, cx.settings.setup.raw_groups), hover_res.labels[layer][hover_res.argmax[layer][i] as usize], t.category))
             })
             .show(ui, |p| {
                 if by_cat {

@@ -132,7 +132,7 @@ impl View for SpeedView {
     fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
         let Some(res) = cx.result() else { return Vec::new() };
         let mut out = Vec::new();
-        let s = cx.settings;
+        let s = &cx.settings.prefs;
         // Edited here, asked for below; this frame shows the edited values.
         let mut e = Edited {
             kind: s.bench_kind,
@@ -175,7 +175,7 @@ impl View for SpeedView {
                     self.cancelled();
                 }
             } else if ui.button("Run benchmark").clicked() {
-                out.push(match self.prepare(res, &e, cx.settings.params.device) {
+                out.push(match self.prepare(res, &e, cx.settings.setup.params.device) {
                     Ok(job) => Command::StartBench(job),
                     Err(msg) => Command::Error(msg),
                 });

@@ -107,7 +107,7 @@ pub struct Colouring {
 
 impl Colouring {
     pub fn of(cx: &ViewCtx) -> Colouring {
-        Colouring { by_category: cx.settings.color_by_category, raw: cx.settings.raw_groups }
+        Colouring { by_category: cx.settings.setup.color_by_category, raw: cx.settings.setup.raw_groups }
     }
 }
 
@@ -284,7 +284,7 @@ pub fn provisional_banner(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui)
     if !(cx.session.showing_preview().is_some() || cx.pending_full) {
         return;
     }
-    let all = res.text_tokens.min(cx.settings.params.max_tokens);
+    let all = res.text_tokens.min(cx.settings.setup.params.max_tokens);
     let why = if res.adapter.config.causal_sinkhorn {
         "causal Sinkhorn: these tokens' groups are final; the labels and statistics will change"
     } else {
