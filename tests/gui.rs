@@ -46,7 +46,7 @@ fn gui_end_to_end() {
     let r = h.state().session.result.clone().unwrap();
     let joined: String = r.analysis.tokens.iter().map(|t| t.text.as_str()).collect();
     assert_eq!(joined, body, "the view shows the opened text");
-    assert!(h.state().settings.recent.iter().any(|(k, p)| *k == InputKind::Text && *p == text), "recent files list");
+    assert!(h.state().settings.prefs.recent.iter().any(|(k, p)| *k == InputKind::Text && *p == text), "recent files list");
 
     // Switch mode (a control click re-runs in the background) and layer.
     h.get_by_label("dense").click();
@@ -57,14 +57,14 @@ fn gui_end_to_end() {
     h.get_by_label("top-k").click();
     settle(&mut h);
     assert_eq!(h.state().session.result.as_ref().unwrap().analysis.mode, "topk(2)");
-    h.state_mut().settings.layer = 7;
+    h.state_mut().settings.setup.layer = 7;
     h.step();
 
     // Each panel opens; the mask's exact counts agree with the analysis' pair statistics.
     for tab in Tab::ALL {
         h.get_by_label(tab.label()).click();
         settle(&mut h);
-        assert_eq!(h.state().settings.tab, tab);
+        assert_eq!(h.state().settings.setup.tab, tab);
         no_errors(&h);
         if tab == Tab::Mask {
             let app = h.state();
@@ -122,8 +122,8 @@ fn gui_end_to_end() {
     h.step();
     h.get_by_label("whole model").click();
     h.step();
-    assert_eq!(h.state().settings.bench_kind, BenchKind::WholeModel);
-    h.state_mut().settings.bench_lengths = "64,160".into();
+    assert_eq!(h.state().settings.prefs.bench_kind, BenchKind::WholeModel);
+    h.state_mut().settings.prefs.bench_lengths = "64,160".into();
     h.get_by_label("Run benchmark").click();
     settle(&mut h);
     no_errors(&h);
@@ -187,7 +187,7 @@ fn gui_end_to_end() {
     let long = dir.path().join("long.txt");
     std::fs::write(&long, "A rather long text about attention and groups. ".repeat(600)).unwrap();
     h.state_mut().open(InputKind::Text, long.clone());
-    h.state_mut().settings.params.max_tokens = 4000;
+    h.state_mut().settings.setup.params.max_tokens = 4000;
     let t0 = Instant::now();
     while !(h.state().is_running(TaskKind::Analyze)
         && h.state().session.text.as_ref().is_some_and(|t| t.path.as_ref() == Some(&long))
@@ -216,7 +216,7 @@ fn gui_end_to_end() {
     );
     assert_eq!(h.state().session.result.as_ref().unwrap().key, before, "the previous result stays after a cancel");
     assert!(!h.state().busy());
-    h.state_mut().settings.params.max_tokens = 300;
+    h.state_mut().settings.setup.params.max_tokens = 300;
 
     // Corrupt inputs: a clear error in the window, and the app keeps its working state.
     let bad_model = dir.path().join("bad.gguf");
@@ -225,7 +225,7 @@ fn gui_end_to_end() {
     settle(&mut h);
     let errs = h.state().errors.join("\n");
     assert!(errs.contains("cannot open model") && errs.contains("bad.gguf"), "{errs}");
-    assert_eq!(h.state().settings.model, Some(common::model_path()), "back to the working model");
+    assert_eq!(h.state().settings.inputs.model, Some(common::model_path()), "back to the working model");
     assert!(h.state().session.model.is_some());
     h.state_mut().errors.clear();
 
@@ -294,7 +294,7 @@ fn file_window_without_a_system_dialog() {
     h.get_by_label("smollm2-135m-k4").click();
     settle(&mut h);
     no_errors(&h);
-    assert!(h.state().settings.adapter.as_ref().unwrap().ends_with("smollm2-135m-k4"));
+    assert!(h.state().settings.inputs.adapter.as_ref().unwrap().ends_with("smollm2-135m-k4"));
     assert_eq!(h.state().session.result.as_ref().unwrap().groups(), 4);
 
     // Export through the typed path: the CSV set.
@@ -344,7 +344,7 @@ fn file_window_without_a_system_dialog() {
     assert!(h.state().session.result.is_some());
 
     // A system dialog that answers "cancelled" at once never showed: the window opens instead.
-    h.state_mut().dialogs.start(focus_lens::gui::dialogs::Purpose::Open(InputKind::Text), || None, None);
+    h.state_mut().dialogs.start(focus_lens::gui::jobs::dialogs::Purpose::Open(InputKind::Text), || None, None);
     wait_for_dialog(&mut h);
     h.step();
     assert!(h.query_by_label_contains("The system file dialog did not open").is_some());
@@ -379,7 +379,7 @@ fn partners_follow_a_reanalysis() {
 fn k_follows_the_adapter() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = settings(120);
-    s.params.k = 3;
+    s.setup.params.k = 3;
     let mut h = harness(s, dir.path());
     settle(&mut h);
     assert_eq!(h.state().session.result.as_ref().unwrap().analysis.mode, "topk(3)", "the remembered k at start-up");
@@ -393,10 +393,10 @@ fn k_follows_the_adapter() {
     assert!(k4.aligned_to.as_deref().is_some_and(|a| a.contains("smollm2-135m-k8")));
     h.step();
     assert!(has(&h, "matched, layer by layer, to the previous adapter's"));
-    assert_eq!(h.state().settings.params.k, 2);
+    assert_eq!(h.state().settings.setup.params.k, 2);
     assert!(h.state().status.contains("k set to 2") && h.state().status.contains("K = 4"), "{}", h.state().status);
     assert_eq!(h.state().session.result.as_ref().unwrap().analysis.mode, "topk(2)");
-    h.state_mut().settings.params.k = 3;
+    h.state_mut().settings.setup.params.k = 3;
     settle(&mut h);
     assert!(h.query_by_label_contains("every pair shares a group (2k > K)").is_some());
 }
@@ -407,14 +407,14 @@ fn k_follows_the_adapter() {
 fn layer_and_head_are_restored() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = settings(64);
-    s.layer = 12;
-    s.head = 5;
+    s.setup.layer = 12;
+    s.setup.head = 5;
     let mut h = harness(s, dir.path());
     h.step();
     h.step();
     assert!(h.state().session.model.is_none(), "the first frames run before the model is loaded");
     settle(&mut h);
-    assert_eq!((h.state().settings.layer, h.state().settings.head), (12, 5));
+    assert_eq!((h.state().settings.setup.layer, h.state().settings.setup.head), (12, 5));
 }
 
 /// Colour by category swaps the legend for the categories'; the status line counts the tokens
@@ -478,7 +478,7 @@ fn compare_dense_with_topk() {
     h.step();
     h.get_by_label("B = dense").click();
     h.step();
-    h.state_mut().settings.compare.max_tokens = 200;
+    h.state_mut().settings.setup.compare.max_tokens = 200;
     h.step();
     h.get_by_label("Run comparison").click();
     h.step();
@@ -504,7 +504,7 @@ fn compare_dense_with_topk() {
         assert!(c.loss_a[199].is_nan());
         assert!(c.loss_a[..199].iter().all(|x| x.is_finite() && *x >= 0.0));
     }
-    let (layer, head) = (h.state().settings.layer, h.state().settings.head);
+    let (layer, head) = (h.state().settings.setup.layer, h.state().settings.setup.head);
     // Sorted by Δ loss, largest first: the first row is the token that lost most.
     let order = {
         let v = &h.state().views.compare;
@@ -535,7 +535,7 @@ fn compare_dense_with_topk() {
     h.get_by(|n| n.label().is_some_and(|l| l.starts_with(&prefix)) || n.value().is_some_and(|l| l.starts_with(&prefix))).click();
     h.step();
     settle(&mut h);
-    assert_eq!(h.state().settings.tab, Tab::Tokens);
+    assert_eq!(h.state().settings.setup.tab, Tab::Tokens);
     assert_eq!(h.state().selection.selected, Some(best));
     assert!(h.state().selection.partners.as_ref().is_some_and(|p| p.token == best));
     h.get_by_label("Compare").click();
@@ -577,9 +577,9 @@ fn compare_per_head_and_per_layer() {
     use focus_lens::gui::views::compare::{DELTA_PLOT, SHARES_PLOT};
     let dir = tempfile::tempdir().unwrap();
     let mut s = settings(300);
-    (s.layer, s.head) = (20, 4);
-    s.tab = Tab::Compare;
-    s.compare.max_tokens = 300;
+    (s.setup.layer, s.setup.head) = (20, 4);
+    s.setup.tab = Tab::Compare;
+    s.setup.compare.max_tokens = 300;
     let mut h = harness(s, dir.path());
     settle(&mut h);
     h.get_by_label("B = dense").click();
@@ -701,7 +701,7 @@ fn compare_per_head_and_per_layer() {
     h.get_by(|n| n.label().or(n.value()).is_some_and(|s| s.starts_with(&format!("{i:<7}")))).click();
     h.step();
     settle(&mut h);
-    assert_eq!((h.state().settings.tab, h.state().selection.selected), (Tab::Tokens, Some(i)));
+    assert_eq!((h.state().settings.setup.tab, h.state().selection.selected), (Tab::Tokens, Some(i)));
     assert!(h.state().selection.partners.as_ref().is_some_and(|p| p.token == i && p.layer == l && p.head == hd));
     assert!(h.state().views.tokens.token_center(i).is_some_and(|p| p.y > 0.0 && p.y < 900.0), "scrolled to the token");
 }
@@ -714,13 +714,13 @@ fn strip_header_numbers_its_columns() {
     use focus_lens::gui::views::layers::STRIP_CORNER;
     let dir = tempfile::tempdir().unwrap();
     let mut s = settings(400);
-    s.tab = Tab::Layers;
+    s.setup.tab = Tab::Layers;
     let mut h = harness(s, dir.path());
     settle(&mut h);
     h.get_by_label("token x layer strip").click();
     h.step();
     h.step();
-    assert!(h.state().settings.strip);
+    assert!(h.state().settings.setup.strip);
     let corner = h.get_by_label(STRIP_CORNER).rect();
     let header = |h: &Harness<'static, FocusLensApp>| -> Vec<(usize, egui::Rect)> {
         let mut v: Vec<(usize, egui::Rect)> = h
@@ -766,11 +766,11 @@ fn strip_header_numbers_its_columns() {
 /// is drawn at one pair per pixel, each pixel the class of its pair.
 #[test]
 fn mask_zoom_full_resolution() {
-    use focus_lens::gui::palette;
+    use focus_lens::gui::paint::palette;
     use focus_lens::gui::views::mask::{full_resolution, pair_reason, MASK_PLOT};
     let dir = tempfile::tempdir().unwrap();
     let mut s = settings(1200);
-    (s.tab, s.layer) = (Tab::Mask, 7);
+    (s.setup.tab, s.setup.layer) = (Tab::Mask, 7);
     let mut h = harness(s, dir.path());
     settle(&mut h);
     h.step();
@@ -900,7 +900,7 @@ fn groups_line_up_and_purity_heatmap() {
     assert!(pair_reason(&res, 7, shared.0, shared.1, false).starts_with(&format!("kept: both in group g{}", res.shown_group(7, g, false))));
     h.get_by_label("raw group indices").click();
     h.step();
-    assert!(h.state().settings.raw_groups);
+    assert!(h.state().settings.setup.raw_groups);
 
     h.get_by_label("Categories").click();
     h.step();
@@ -910,7 +910,7 @@ fn groups_line_up_and_purity_heatmap() {
     assert!(h.query_by_label_contains("Base rates in this text").is_some());
     click_menu(&mut h, "Export", "Current view as SVG…");
     no_errors(&h);
-    let layer = h.state().settings.layer;
+    let layer = h.state().settings.setup.layer;
     let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-categories-layer{layer}.svg"))).unwrap();
     assert!(svg.contains("lift over its base rate") && svg.contains("layer 29"));
 }
@@ -964,18 +964,18 @@ fn scrolling_10k_tokens_stays_fast() {
 #[test]
 fn settings_persist() {
     let mut s = Settings::default();
-    s.text = Some("/tmp/x.txt".into());
+    s.inputs.text = Some("/tmp/x.txt".into());
     s.remember(InputKind::Text, "/tmp/x.txt".into());
-    s.params.mode = ModeChoice::Soft;
-    s.layer = 12;
-    s.tab = Tab::Mask;
+    s.setup.params.mode = ModeChoice::Soft;
+    s.setup.layer = 12;
+    s.setup.tab = Tab::Mask;
     let json = serde_json::to_string(&s).unwrap();
     let back: Settings = serde_json::from_str(&json).unwrap();
-    assert_eq!((back.text, back.params, back.layer, back.tab), (s.text.clone(), s.params.clone(), 12, Tab::Mask));
-    assert_eq!(back.recent, s.recent);
+    assert_eq!((back.inputs.text, back.setup.params, back.setup.layer, back.setup.tab), (s.inputs.text.clone(), s.setup.params.clone(), 12, Tab::Mask));
+    assert_eq!(back.prefs.recent, s.prefs.recent);
     // Older or partial stored settings fall back to defaults field by field.
     let partial: Settings = serde_json::from_str(r#"{"layer": 3}"#).unwrap();
-    assert_eq!((partial.layer, partial.params.max_tokens), (3, Settings::default().params.max_tokens));
+    assert_eq!((partial.setup.layer, partial.setup.params.max_tokens), (3, Settings::default().setup.params.max_tokens));
 }
 
 /// PNG export crops the screenshot to the view (points to pixels) and writes a valid PNG.
@@ -1013,7 +1013,7 @@ fn dropped_files_are_classified() {
     assert_eq!(FocusLensApp::classify(Path::new("/x/notes.txt")), InputKind::Text);
     let mut app = FocusLensApp::new(Settings::default());
     app.open_dropped(adapter.join("adapter_config.json"));
-    assert_eq!(app.settings.adapter, Some(adapter));
+    assert_eq!(app.settings.inputs.adapter, Some(adapter));
 }
 
 /// A text longer than the preview: a finished analysis of its first `PREVIEW_TOKENS` tokens is
@@ -1025,7 +1025,7 @@ fn long_texts_show_a_preview_first() {
     use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
     let mut s = settings(PREVIEW_TOKENS + 100);
-    s.params.causal = Some(true); // causal routing: the preview is exactly the full run's prefix
+    s.setup.params.causal = Some(true); // causal routing: the preview is exactly the full run's prefix
     let mut h = harness(s, dir.path());
     let t0 = Instant::now();
     let mut layer_steps = std::collections::BTreeSet::new();
@@ -1068,7 +1068,7 @@ fn long_texts_show_a_preview_first() {
     let err = p0.memberships.iter().zip(&f0.memberships[..n]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(err < 1e-4, "layer 0 memberships differ by {err}");
     // Asking for the preview's length is answered from the cache, without a run.
-    h.state_mut().settings.params.max_tokens = PREVIEW_TOKENS;
+    h.state_mut().settings.setup.params.max_tokens = PREVIEW_TOKENS;
     h.step();
     assert!(!h.state().is_running(TaskKind::Analyze));
     assert!(Arc::ptr_eq(h.state().session.result.as_ref().unwrap(), &preview));
@@ -1125,7 +1125,7 @@ fn nothing_flips_under_a_still_mouse() {
 /// are disabled, and the chosen path opens the file or receives the export.
 #[test]
 fn file_dialog_answers_arrive_asynchronously() {
-    use focus_lens::gui::dialogs::Purpose;
+    use focus_lens::gui::jobs::dialogs::Purpose;
     use focus_lens::gui::export::ExportKind;
     let dir = tempfile::tempdir().unwrap();
     let mut h = harness(settings(200), dir.path());
@@ -1157,7 +1157,7 @@ fn file_dialog_answers_arrive_asynchronously() {
     }
     settle(&mut h);
     no_errors(&h);
-    assert_eq!(h.state().settings.text, Some(text));
+    assert_eq!(h.state().settings.inputs.text, Some(text));
     assert!(h.state().session.result.as_ref().unwrap().analysis.tokens[0].text.starts_with("Words"));
 
     // A cancelled dialog changes nothing; a chosen export path receives the file.
@@ -1184,7 +1184,7 @@ fn file_dialog_answers_arrive_asynchronously() {
     let folder2 = folder.clone();
     h.state_mut().dialogs.start(Purpose::OpenModelFolder, move || Some(folder2), None);
     wait_for_dialog(&mut h);
-    assert_eq!(h.state().settings.model, Some(folder));
+    assert_eq!(h.state().settings.inputs.model, Some(folder));
 }
 
 /// Steps frames until the open dialog's answer has been taken (at most ~1 s).
@@ -1213,11 +1213,11 @@ fn speed_panel_attention_kernels() {
     no_errors(&h);
     h.get_by_label("Speed").click();
     h.step();
-    assert_eq!(h.state().settings.bench_kind, BenchKind::Attention, "attention kernels by default");
+    assert_eq!(h.state().settings.prefs.bench_kind, BenchKind::Attention, "attention kernels by default");
     assert!(h.query_by_label_contains("bounded by 1 / (fraction of causal pairs kept)").is_some());
 
     // Typing into the lengths field, in two bursts with frames in between.
-    let before = h.state().settings.attn_bench_lengths.clone();
+    let before = h.state().settings.prefs.attn_bench_lengths.clone();
     lengths_field(&h, &before).click();
     h.step();
     h.step();
@@ -1225,21 +1225,21 @@ fn speed_panel_attention_kernels() {
     lengths_field(&h, &before).type_text("9");
     h.step();
     h.step();
-    let once = h.state().settings.attn_bench_lengths.clone();
+    let once = h.state().settings.prefs.attn_bench_lengths.clone();
     assert_eq!(once.len(), before.len() + 1, "typed text reaches the field: {once:?}");
     lengths_field(&h, &once).type_text("7");
     h.step();
-    assert_eq!(h.state().settings.attn_bench_lengths.len(), before.len() + 2, "the field keeps the focus");
-    assert_eq!(h.state().settings.bench_lengths, Settings::default().bench_lengths, "the other mode's field is untouched");
+    assert_eq!(h.state().settings.prefs.attn_bench_lengths.len(), before.len() + 2, "the field keeps the focus");
+    assert_eq!(h.state().settings.prefs.bench_lengths, Settings::default().prefs.bench_lengths, "the other mode's field is untouched");
 
     // Bad lengths are refused with a message, not run.
-    h.state_mut().settings.attn_bench_lengths = "256,x".into();
+    h.state_mut().settings.prefs.attn_bench_lengths = "256,x".into();
     h.get_by_label("Run benchmark").click();
     h.step();
     assert!(h.state().errors.iter().any(|e| e.contains("benchmark lengths")), "{:?}", h.state().errors);
     h.state_mut().errors.clear();
 
-    h.state_mut().settings.attn_bench_lengths = "256, 512".into();
+    h.state_mut().settings.prefs.attn_bench_lengths = "256, 512".into();
     h.get_by_label("Run benchmark").click();
     h.step();
     assert!(h.state().is_running(TaskKind::Bench), "the benchmark runs in the background");
@@ -1282,12 +1282,12 @@ fn speed_panel_attention_kernels() {
     assert!(h.query_by_label_contains("focus-lens bench attention").is_some(), "the equivalent command");
     click_menu(&mut h, "Export", "Current view as SVG…");
     no_errors(&h);
-    let layer = h.state().settings.layer;
+    let layer = h.state().settings.setup.layer;
     let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-speed-layer{layer}.svg"))).unwrap();
     assert!(svg.contains("bound 1/pairs") && svg.contains("theoretical K/k"), "the attention plots are exported");
 
     // A longer run can be cancelled: the panel says so and keeps no finished rows.
-    h.state_mut().settings.attn_bench_lengths = "2048,4096,8192,8192".into();
+    h.state_mut().settings.prefs.attn_bench_lengths = "2048,4096,8192,8192".into();
     h.get_by_label("Run benchmark").click();
     h.step();
     assert!(h.state().is_running(TaskKind::Bench));
@@ -1328,8 +1328,8 @@ fn sessions_save_and_reopen() {
     let mut h = harness(settings(150), dir.path());
     settle(&mut h);
     h.state_mut().export_dir = None;
-    h.state_mut().settings.layer = 9;
-    h.state_mut().settings.params.mode = ModeChoice::Soft;
+    h.state_mut().settings.setup.layer = 9;
+    h.state_mut().settings.setup.params.mode = ModeChoice::Soft;
     settle(&mut h);
     h.state_mut().select_range(Some((140, 145)));
     settle(&mut h);
@@ -1359,7 +1359,7 @@ fn sessions_save_and_reopen() {
     settle(&mut h);
     no_errors(&h);
     let app = h.state();
-    assert_eq!((app.settings.layer, app.settings.tab, app.settings.params.mode, app.settings.params.max_tokens), (9, Tab::Balance, ModeChoice::Soft, 150));
+    assert_eq!((app.settings.setup.layer, app.settings.setup.tab, app.settings.setup.params.mode, app.settings.setup.params.max_tokens), (9, Tab::Balance, ModeChoice::Soft, 150));
     assert_eq!(app.session.result.as_ref().unwrap().analysis.mode, "soft");
     assert_eq!((app.selection.selected, app.selection.range), (Some(140), Some((140, 145))), "the token and its range");
     assert!(app.selection.partners.as_ref().is_some_and(|p| p.token == 140 && p.range == Some((140, 145)) && p.layer == 9));
@@ -1400,17 +1400,17 @@ fn arrow_keys_move_layer_and_head() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = harness(settings(64), dir.path());
     settle(&mut h);
-    let (l, hd) = (h.state().settings.layer, h.state().settings.head);
+    let (l, hd) = (h.state().settings.setup.layer, h.state().settings.setup.head);
     h.key_press(egui::Key::ArrowRight);
     h.step();
     h.key_press(egui::Key::ArrowDown);
     h.step();
-    assert_eq!((h.state().settings.layer, h.state().settings.head), (l + 1, hd + 1));
+    assert_eq!((h.state().settings.setup.layer, h.state().settings.setup.head), (l + 1, hd + 1));
     h.key_press(egui::Key::ArrowLeft);
     h.step();
     h.key_press(egui::Key::ArrowUp);
     h.step();
-    assert_eq!((h.state().settings.layer, h.state().settings.head), (l, hd));
+    assert_eq!((h.state().settings.setup.layer, h.state().settings.setup.head), (l, hd));
 }
 
 /// The colour-blind option switches the group colours to Okabe-Ito.
@@ -1422,13 +1422,13 @@ fn colour_blind_palette() {
     h.get_by_label("colour-blind palette").click();
     h.step();
     h.step();
-    assert!(h.state().settings.colour_blind);
-    let c = focus_lens::gui::palette::OKABE_ITO[0];
-    assert_eq!(focus_lens::gui::palette::group(0), egui::Color32::from_rgb(c[0], c[1], c[2]));
+    assert!(h.state().settings.setup.colour_blind);
+    let c = focus_lens::gui::paint::palette::OKABE_ITO[0];
+    assert_eq!(focus_lens::gui::paint::palette::group(0), egui::Color32::from_rgb(c[0], c[1], c[2]));
     h.get_by_label("colour-blind palette").click();
     h.step();
     h.step();
-    assert_ne!(focus_lens::gui::palette::group(0), egui::Color32::from_rgb(c[0], c[1], c[2]));
+    assert_ne!(focus_lens::gui::paint::palette::group(0), egui::Color32::from_rgb(c[0], c[1], c[2]));
 }
 
 /// The attention view: a clicked token's head x layer grid, each cell's attention split into
@@ -1438,9 +1438,9 @@ fn colour_blind_palette() {
 fn attention_grid_of_a_token() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = settings(300);
-    s.params.mode = ModeChoice::Dense;
-    s.layer = 7;
-    s.head = 2;
+    s.setup.params.mode = ModeChoice::Dense;
+    s.setup.layer = 7;
+    s.setup.head = 2;
     let mut h = harness(s, dir.path());
     settle(&mut h);
     h.state_mut().select_token(Some(250));
@@ -1511,7 +1511,7 @@ fn purity_curve_against_the_untrained_adapter() {
     assert!(!h.state().is_running(TaskKind::Baseline));
     click_menu(&mut h, "Export", "Current view as SVG…");
     no_errors(&h);
-    let layer = h.state().settings.layer;
+    let layer = h.state().settings.setup.layer;
     let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-categories-layer{layer}.svg"))).unwrap();
     assert!(svg.contains("token-weighted purity per layer") && svg.contains("untrained (seed 0)"), "the curve is exported");
 }
@@ -1525,7 +1525,7 @@ fn legend_shows_centroid_labels() {
     settle(&mut h);
     h.step();
     let res = h.state().session.result.clone().unwrap();
-    let layer = h.state().settings.layer;
+    let layer = h.state().settings.setup.layer;
     let profile = &res.analysis.profiles[layer];
     for c in &profile.centroids {
         let shown = res.shown_group(layer, c.group, false);
@@ -1622,7 +1622,7 @@ fn range_selection_by_drag_and_shift_click() {
     let mut sum: std::collections::HashMap<usize, f64> = Default::default();
     let (mut pm, mut lm) = (0f64, 0f64);
     for i in 200..=215 {
-        let one = focus_lens::gui::jobs::partners(&res, i, 0, app.settings.head, &handle).unwrap();
+        let one = focus_lens::gui::jobs::partners(&res, i, 0, app.settings.setup.head, &handle).unwrap();
         for (j, w) in one.partners {
             *sum.entry(j).or_default() += w as f64 / 16.0;
         }
@@ -1721,8 +1721,8 @@ fn hostile_inputs_through_the_file_window() {
         assert!(h.query_by_label_contains(&errs[0]).is_some(), "the error shows in the window");
         // The working inputs and the result on screen stay.
         let app = h.state();
-        assert_eq!(app.settings.model, Some(common::model_path()));
-        assert_eq!((app.settings.adapter.as_ref(), app.settings.text.as_ref()), (None, None));
+        assert_eq!(app.settings.inputs.model, Some(common::model_path()));
+        assert_eq!((app.settings.inputs.adapter.as_ref(), app.settings.inputs.text.as_ref()), (None, None));
         assert_eq!(app.session.result.as_ref().unwrap().key, before, "{}", path.display());
         h.get_by_label("dismiss").click();
         h.step();

@@ -16,8 +16,8 @@ use gui_harness::{harness, has, no_errors, settle};
 fn gemma3_loads_marks_its_layers_and_scrolls_10k_tokens_fast() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = gui_harness::settings(300);
-    s.model = Some(common::gemma3_model_path());
-    s.adapter = Some(common::root().join("sample_adapters/gemma3-270m-k8"));
+    s.inputs.model = Some(common::gemma3_model_path());
+    s.inputs.adapter = Some(common::root().join("sample_adapters/gemma3-270m-k8"));
     let mut h = harness(s, dir.path());
     settle(&mut h);
     no_errors(&h);
@@ -26,8 +26,8 @@ fn gemma3_loads_marks_its_layers_and_scrolls_10k_tokens_fast() {
     assert_eq!(r.model.config().vocab, 262_144);
 
     // The layer list: layers 5, 11 and 17 are global, the others sliding ("Ns").
-    h.state_mut().settings.tab = Tab::Layers;
-    h.state_mut().settings.strip = false;
+    h.state_mut().settings.setup.tab = Tab::Layers;
+    h.state_mut().settings.setup.strip = false;
     h.step();
     h.step();
     for l in 0..18 {

@@ -13,8 +13,8 @@ use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use focus_core::attention::decode::{selected_keys, DecodeAttention};
 use focus_core::generate::{Generator, Strategy};
-use focus_lens::generation::{self, Run, Stop};
-use focus_lens::gui::generate::Generated;
+use focus_lens::sampling::{self, Run, Stop};
+use focus_lens::gui::jobs::streaming::Generated;
 use focus_lens::gui::session::Session;
 use focus_lens::gui::state::Tab;
 use focus_lens::gui::views::generate::tail;
@@ -35,7 +35,7 @@ fn generate_tab(dir: &std::path::Path) -> H {
     no_errors(&h);
     h.get_by_label("Generate").click();
     h.step();
-    assert_eq!(h.state().settings.tab, Tab::Generate);
+    assert_eq!(h.state().settings.setup.tab, Tab::Generate);
     h.get_by_label("Continue the loaded text").click();
     h.step();
     let text = h.state().session.text.as_ref().unwrap().text.clone();
@@ -76,15 +76,15 @@ fn shown(h: &H) -> Generated {
     h.state().views.generate.run.clone().expect("a generation on screen")
 }
 
-/// The same generation without the GUI (the CLI's loop, `generation::Run`) on the app's model
+/// The same generation without the GUI (the CLI's loop, `sampling::Run`) on the app's model
 /// and adapter as the view configured them: its ids and caches.
 fn replay(h: &H, r: &Generated) -> (Vec<u32>, Vec<focus_core::attention::kv_cache::LayerCache>) {
     let app = h.state();
     let model = app.session.model.as_ref().unwrap().model.clone();
     let adapter = Session::configured_adapter(&app.session.adapter.as_ref().unwrap().adapter, &r.params);
-    let (_, prompt) = generation::prompt(&model, &app.views.generate.prompt, false).unwrap();
+    let (_, prompt) = sampling::prompt(&model, &app.views.generate.prompt, false).unwrap();
     assert_eq!(prompt, r.ids[..r.prompt_tokens]);
-    let mut run = Run::start(&model, Some(adapter.as_ref()), r.params.mode(adapter.config.groups).unwrap(), &prompt, &app.settings.generate.sampling, None).unwrap();
+    let mut run = Run::start(&model, Some(adapter.as_ref()), r.params.mode(adapter.config.groups).unwrap(), &prompt, &app.settings.prefs.generate.sampling, None).unwrap();
     while run.next().unwrap().is_some() {}
     (run.generator.ids().to_vec(), run.generator.layers().to_vec())
 }
@@ -99,7 +99,7 @@ fn highlight_is_the_masks(h: &mut H, r: &Generated, caches: &[focus_core::attent
         assert_eq!(r.layers[l].attended, keys, "layer {l}: the highlighted tokens");
     }
     for layer in [0, 14, 29] {
-        h.state_mut().settings.layer = layer;
+        h.state_mut().settings.setup.layer = layer;
         h.step();
         let k = r.layers[layer].attended.len();
         assert!(k < n, "layer {layer}: {n} tokens with w = {} prune some", r.window);
@@ -112,8 +112,8 @@ fn highlight_is_the_masks(h: &mut H, r: &Generated, caches: &[focus_core::attent
 fn tokens_stream_in_and_analyse_this_loads_them() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = generate_tab(dir.path());
-    h.state_mut().settings.generate.sampling.temperature = 0.0;
-    h.state_mut().settings.generate.sampling.max_tokens = 40;
+    h.state_mut().settings.prefs.generate.sampling.temperature = 0.0;
+    h.state_mut().settings.prefs.generate.sampling.max_tokens = 40;
     h.step();
     assert!(has(&h, "KV cache, one step per token"), "causal Sinkhorn (the default) decodes from the cache");
     h.get_by_label("Start generating").click();
@@ -150,14 +150,14 @@ fn tokens_stream_in_and_analyse_this_loads_them() {
     assert!(worst < 0.5, "a frame took {worst:.3} s while generating");
 
     // Analyse this: the prompt and the generation become the text, analysed as generated.
-    h.state_mut().settings.layer = 7;
+    h.state_mut().settings.setup.layer = 7;
     h.get_by_label("Analyse this").click();
     settle(&mut h);
     no_errors(&h);
     let app = h.state();
-    assert_eq!(app.settings.tab, Tab::Tokens);
+    assert_eq!(app.settings.setup.tab, Tab::Tokens);
     assert_eq!(app.session.text.as_ref().unwrap().text.as_str(), r.text, "the loaded text is the prompt and the generation");
-    assert!(app.settings.text.as_ref().unwrap().starts_with(dir.path()), "saved in the export folder");
+    assert!(app.settings.inputs.text.as_ref().unwrap().starts_with(dir.path()), "saved in the export folder");
     let res = app.session.result.as_ref().unwrap();
     let ids: Vec<u32> = res.analysis.tokens.iter().map(|t| t.id).collect();
     let first_diff = ids.iter().zip(&r.ids).position(|(a, b)| a != b);
@@ -172,7 +172,7 @@ fn tokens_stream_in_and_analyse_this_loads_them() {
 fn stop_ends_the_run_within_a_step() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = generate_tab(dir.path());
-    h.state_mut().settings.generate.sampling.max_tokens = 2000;
+    h.state_mut().settings.prefs.generate.sampling.max_tokens = 2000;
     h.get_by_label("Start generating").click();
     let t0 = Instant::now();
     loop {
@@ -211,9 +211,9 @@ fn whole_sequence_sinkhorn_recomputes_each_token() {
     h.get_by_label("the analysis' (whole-sequence)").click();
     h.step();
     h.step();
-    h.state_mut().settings.generate.sampling.max_tokens = 3;
+    h.state_mut().settings.prefs.generate.sampling.max_tokens = 3;
     h.step();
-    assert!(!h.state().settings.generate.causal);
+    assert!(!h.state().settings.prefs.generate.causal);
     assert!(has(&h, "every token reruns the whole sequence"), "the view says it is slow");
     h.get_by_label("Start generating").click();
     run_to_end(&mut h);

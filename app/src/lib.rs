@@ -3,5 +3,5 @@
 
 pub mod cli;
 pub mod defaults;
-pub mod generation;
 pub mod gui;
+pub mod sampling;

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 /// The default settings on the default model, analysing at most `max_tokens` tokens.
 pub fn settings(max_tokens: usize) -> Settings {
     let mut s = Settings::default();
-    s.model = Some(super::common::model_path());
-    s.params.max_tokens = max_tokens;
+    s.inputs.model = Some(super::common::model_path());
+    s.setup.params.max_tokens = max_tokens;
     s
 }
 
@@ -88,8 +88,8 @@ pub fn assert_scrolling_fast(h: &mut Harness<'static, FocusLensApp>, n: usize) -
     use focus_lens::gui::state::Tab;
     let mut report = Vec::new();
     for (tab, strip) in [(Tab::Tokens, false), (Tab::Layers, false), (Tab::Layers, true)] {
-        h.state_mut().settings.tab = tab;
-        h.state_mut().settings.strip = strip;
+        h.state_mut().settings.setup.tab = tab;
+        h.state_mut().settings.setup.strip = strip;
         h.step(); // first frame lays out (measured separately)
         let t0 = Instant::now();
         h.step();

@@ -1,19 +1,18 @@
 //! `analyze`: route a text through the model with an adapter and write the per-layer routing
 //! statistics (JSON, or CSV with category profiles and per-token categories beside it).
 
-use super::common::{load_adapter, progress, ModeArgs, ModelArgs};
+use super::common::{progress, FocusArgs, ModelArgs};
 use anyhow::{bail, Result};
 use focus_core::analysis::{analyze, AnalyzeOptions};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
+#[command(mut_arg("adapter", |a| a.required(true)))]
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
-    #[arg(long)]
-    pub adapter: PathBuf,
     #[command(flatten)]
-    pub mode: ModeArgs,
+    pub focus: FocusArgs,
     /// Texts longer than this are analysed in consecutive segments of this many tokens, each
     /// from position 0 (capped at the model's context).
     #[arg(long, default_value_t = 2048, value_parser = super::common::count::<1, 1048576>)]
@@ -48,12 +47,13 @@ pub fn run(a: Args) -> Result<()> {
             bail!("--layer {l} is out of range: the model has {n} layers (0..={})", n - 1);
         }
     }
-    let adapter = load_adapter(Some(&a.adapter), &model)?.expect("adapter given");
-    let mode = a.mode.resolve(Some(&adapter))?;
-    let k = mode.k().unwrap_or(a.mode.k.unwrap_or(adapter.config.top_k));
+    let path = a.focus.adapter.as_deref().expect("clap requires --adapter").display().to_string();
+    let (adapter, mode) = a.focus.load(&model)?;
+    let adapter = adapter.expect("an adapter path is given");
+    let k = mode.k().unwrap_or(a.focus.k.unwrap_or(adapter.config.top_k));
     let opts = AnalyzeOptions { mode, k, segment_len: a.segment, keep_tokens: !a.no_tokens, cancel: None };
     let pb = progress(1, "analyze", false);
-    let an = analyze(&model, &adapter, &a.adapter.display().to_string(), &text, &opts, |d, n| {
+    let an = analyze(&model, &adapter, &path, &text, &opts, |d, n| {
         pb.set_length(n as u64);
         pb.set_position(d as u64);
     })?;

@@ -103,8 +103,13 @@ pub enum ModeArg {
     Topk,
 }
 
+/// The Focus options of `generate`, `ppl`, `eval` and `analyze`: the adapter and the attention
+/// mode it runs in.
 #[derive(ClapArgs, Clone)]
-pub struct ModeArgs {
+pub struct FocusArgs {
+    /// A Focus adapter directory (needed for soft and topk).
+    #[arg(long)]
+    pub adapter: Option<PathBuf>,
     /// Attention: dense (the base model), soft (Focus soft gates) or topk (exact hard top-k).
     #[arg(long, value_enum, default_value = "dense")]
     pub mode: ModeArg,
@@ -113,7 +118,14 @@ pub struct ModeArgs {
     pub k: Option<usize>,
 }
 
-impl ModeArgs {
+impl FocusArgs {
+    /// The adapter (checked against `model`) and the mode asked for.
+    pub fn load(&self, model: &Model) -> Result<(Option<Adapter>, Mode)> {
+        let adapter = load_adapter(self.adapter.as_deref(), model)?;
+        let mode = self.resolve(adapter.as_ref())?;
+        Ok((adapter, mode))
+    }
+
     pub fn resolve(&self, adapter: Option<&Adapter>) -> Result<Mode> {
         Ok(match self.mode {
             ModeArg::Dense => Mode::Dense,

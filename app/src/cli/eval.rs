@@ -1,7 +1,7 @@
 //! `eval`: the zero-degradation suites (TruthfulQA multiple choice, last-word cloze), base
 //! model vs Focus in one run, with paired per-item agreement.
 
-use super::common::{load_adapter, print_json, progress, ModeArgs, ModelArgs};
+use super::common::{print_json, progress, FocusArgs, ModelArgs};
 use anyhow::{Context, Result};
 use focus_core::eval::suites::{self as eval, SuiteResult};
 use focus_core::Mode;
@@ -18,11 +18,8 @@ pub enum Suite {
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// A Focus adapter directory (needed for soft and topk).
-    #[arg(long)]
-    pub adapter: Option<PathBuf>,
     #[command(flatten)]
-    pub mode: ModeArgs,
+    pub focus: FocusArgs,
     #[arg(long, value_enum, default_value = "all")]
     pub suite: Suite,
     /// BIG-bench TruthfulQA task_mc.json.
@@ -47,8 +44,7 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let model = a.model.load()?;
-    let adapter = load_adapter(a.adapter.as_deref(), &model)?;
-    let mode = a.mode.resolve(adapter.as_ref())?;
+    let (adapter, mode) = a.focus.load(&model)?;
     // The window decides which items Focus cannot change; without an adapter nothing is pruned.
     let window = adapter.as_ref().map_or(usize::MAX - 1, |ad| ad.config.window);
     let limit = |n: usize| a.limit.unwrap_or(n).min(n);
@@ -76,10 +72,10 @@ pub fn run(a: Args) -> Result<()> {
             pb.finish_and_clear();
         }
     }
-    let comparisons = compare(&results);
+    let comparisons = against_base(&results);
     if a.json {
         return print_json(&serde_json::json!({
-            "model": model.path, "adapter": a.adapter, "results": results, "comparisons": comparisons,
+            "model": model.path, "adapter": a.focus.adapter, "results": results, "comparisons": comparisons,
         }));
     }
     for r in &results {
@@ -96,7 +92,7 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// Focus vs base per suite: deltas, and on items within the window whether scores are identical.
-fn compare(results: &[SuiteResult]) -> Vec<serde_json::Value> {
+fn against_base(results: &[SuiteResult]) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
     for base in results.iter().filter(|r| r.mode == "dense") {
         for r in results.iter().filter(|r| r.suite == base.suite && r.mode != "dense") {

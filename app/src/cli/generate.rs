@@ -2,8 +2,8 @@
 //! JSON record per token), dense or with a Focus adapter, until EOS, `--max-tokens` or the
 //! model's context. `--chat` wraps the prompt in the model's own chat template.
 
-use super::common::{count, load_adapter, sampling_temperature, share, ModeArgs, ModelArgs};
-use crate::generation::{self, Run, Sampling, Stop};
+use super::common::{count, sampling_temperature, share, FocusArgs, ModelArgs};
+use crate::sampling::{self, Run, Sampling, Stop};
 use anyhow::{Context, Result};
 use focus_core::generate::Strategy;
 use std::io::Write;
@@ -15,14 +15,8 @@ use std::time::Instant;
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// A Focus adapter directory (needed for soft and topk). With whole-sequence Sinkhorn
-    /// (adapter_config causal_sinkhorn = false) no KV cache is exact in soft or topk mode: every
-    /// new token then reruns the whole sequence (exact, but O(T^2) per token); causal-Sinkhorn
-    /// adapters decode incrementally.
-    #[arg(long)]
-    pub adapter: Option<PathBuf>,
     #[command(flatten)]
-    pub mode: ModeArgs,
+    pub focus: FocusArgs,
     /// The prompt text.
     #[arg(long)]
     pub prompt: Option<String>,
@@ -59,13 +53,12 @@ pub fn run(a: Args) -> Result<()> {
         (None, None) => unreachable!("clap requires --prompt or --file"),
     };
     let model = a.model.load()?;
-    let adapter = load_adapter(a.adapter.as_deref(), &model)?;
-    let mode = a.mode.resolve(adapter.as_ref())?;
+    let (adapter, mode) = a.focus.load(&model)?;
     if mode != focus_core::Mode::Dense && adapter.is_none() {
         anyhow::bail!("--mode {} needs --adapter", mode.name());
     }
     let tok = model.tokenizer()?;
-    let prompt = generation::prompt(&model, &text, a.chat);
+    let prompt = sampling::prompt(&model, &text, a.chat);
     let (_, prompt) = if a.chat { prompt.context("--chat")? } else { prompt? };
     let sampling = Sampling { max_tokens: a.max_tokens, temperature: a.temperature, top_p: a.top_p, seed: a.seed };
     let t0 = Instant::now();

@@ -28,7 +28,7 @@ struct Cli {
 enum Command {
     /// Open the desktop app (the default when no subcommand is given), optionally on a model,
     /// an adapter and a text (or a saved session).
-    Gui(GuiArgs),
+    Gui(crate::gui::StartArgs),
     /// Print the routing analysis of the embedded sample text (default model + sample adapter).
     Demo,
     /// Describe a model file or directory.
@@ -37,6 +37,10 @@ enum Command {
     Tokenize(tokenize::Args),
     /// Generate text from a prompt, streamed token by token (KV cache; Focus top-k decode reads
     /// only the keys its mask keeps).
+    ///
+    /// With whole-sequence Sinkhorn (adapter_config causal_sinkhorn = false) no KV cache is exact
+    /// in soft or topk mode: every new token then reruns the whole sequence (exact, but O(T^2)
+    /// per token); causal-Sinkhorn adapters decode incrementally.
     Generate(generate::Args),
     /// Perplexity with llama.cpp's chunking convention (comparable with llama-perplexity).
     Ppl(ppl::Args),
@@ -56,24 +60,6 @@ enum Command {
         #[command(subcommand)]
         command: BenchCommand,
     },
-}
-
-/// `focus-lens gui [--model M] [--adapter A] [TEXT]`: what to open instead of the remembered
-/// (or embedded default) inputs.
-#[derive(clap::Args, Debug, Default, Clone)]
-pub struct GuiArgs {
-    /// A .gguf file or a Hugging Face model folder.
-    #[arg(long, short)]
-    pub model: Option<std::path::PathBuf>,
-    /// An adapter folder (adapter_config.json + adapter_model.safetensors).
-    #[arg(long, short)]
-    pub adapter: Option<std::path::PathBuf>,
-    /// A text file to analyse.
-    pub text: Option<std::path::PathBuf>,
-    /// A session file saved from the app (File → Save session…): its inputs, settings, view and
-    /// selection; --model, --adapter and TEXT override its inputs.
-    #[arg(long)]
-    pub session: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -100,7 +86,7 @@ pub fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let Some(command) = cli.command else { return run_or_demo() };
     match command {
-        Command::Gui(a) => crate::gui::run(crate::gui::StartArgs::from(a)),
+        Command::Gui(a) => crate::gui::run(a),
         Command::Demo => demo::run(),
         Command::Info(a) => info::run(a),
         Command::Tokenize(a) => tokenize::run(a),
@@ -141,11 +127,11 @@ mod tests {
     fn gui_takes_model_adapter_and_text() {
         let cli = Cli::try_parse_from(["focus-lens", "gui", "--model", "m.gguf", "--adapter", "ad", "--session", "s.json", "notes.txt"]).expect("parses");
         let Some(Command::Gui(a)) = cli.command else { panic!("not the gui command") };
-        assert_eq!(a.model.as_deref(), Some(std::path::Path::new("m.gguf")));
-        assert_eq!(a.adapter.as_deref(), Some(std::path::Path::new("ad")));
-        assert_eq!(a.text.as_deref(), Some(std::path::Path::new("notes.txt")));
+        assert_eq!(a.inputs.model.as_deref(), Some(std::path::Path::new("m.gguf")));
+        assert_eq!(a.inputs.adapter.as_deref(), Some(std::path::Path::new("ad")));
+        assert_eq!(a.inputs.text.as_deref(), Some(std::path::Path::new("notes.txt")));
         assert_eq!(a.session.as_deref(), Some(std::path::Path::new("s.json")));
         let Some(Command::Gui(a)) = Cli::try_parse_from(["focus-lens", "gui"]).unwrap().command else { panic!() };
-        assert!(a.model.is_none() && a.adapter.is_none() && a.text.is_none());
+        assert!(a.inputs.model.is_none() && a.inputs.adapter.is_none() && a.inputs.text.is_none());
     }
 }

@@ -1,7 +1,7 @@
 //! `ppl`: perplexity of a text in llama.cpp's convention (non-overlapping chunks, second half
 //! scored), dense or with an adapter in soft or hard top-k mode.
 
-use super::common::{load_adapter, print_json, progress, ModeArgs, ModelArgs};
+use super::common::{print_json, progress, FocusArgs, ModelArgs};
 use anyhow::Result;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -10,11 +10,8 @@ use std::time::Instant;
 pub struct Args {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// A Focus adapter directory (needed for soft and topk).
-    #[arg(long)]
-    pub adapter: Option<PathBuf>,
     #[command(flatten)]
-    pub mode: ModeArgs,
+    pub focus: FocusArgs,
     /// Chunk length in tokens (llama-perplexity's -c).
     #[arg(long, default_value_t = 512, value_parser = super::common::count::<2, 1048576>)]
     pub ctx: usize,
@@ -30,8 +27,7 @@ pub fn run(a: Args) -> Result<()> {
         text.pop();
     }
     let model = a.model.load()?;
-    let adapter = load_adapter(a.adapter.as_deref(), &model)?;
-    let mode = a.mode.resolve(adapter.as_ref())?;
+    let (adapter, mode) = a.focus.load(&model)?;
     let ids = model.tokenizer()?.encode(&text, false)?.ids;
     let pb = progress((ids.len() / a.ctx.max(1)) as u64, &format!("ppl {mode}"), a.json);
     let t0 = Instant::now();
@@ -42,7 +38,7 @@ pub fn run(a: Args) -> Result<()> {
         return print_json(&serde_json::json!({
             "ppl": r.ppl, "mean_nll": r.mean_nll, "tokens": ids.len(), "scored_tokens": r.scored_tokens,
             "chunks": r.chunks, "mode": mode.name(), "k": mode.k(), "ctx": r.ctx, "seconds": seconds,
-            "per_chunk_nll": r.per_chunk_nll, "model": model.path, "adapter": a.adapter,
+            "per_chunk_nll": r.per_chunk_nll, "model": model.path, "adapter": a.focus.adapter,
         }));
     }
     println!(

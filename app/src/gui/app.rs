@@ -4,7 +4,7 @@
 //! is loaded with what the settings ask for (`Session::reconcile` starts loads and analyses),
 //! then lets the views draw and applies the commands they return (`apply`), in one place.
 
-use super::dialogs::{Dialogs, Purpose, FAILED_WITHIN};
+use super::jobs::dialogs::{Dialogs, Purpose, FAILED_WITHIN};
 use super::export::{self, ExportKind};
 use super::jobs::{self, JobError, MaskImage, Msg};
 use super::session::Session;
@@ -30,7 +30,7 @@ pub struct FocusLensApp {
     /// Every view's own state.
     pub views: Views,
     /// Native file dialogs (open, export), answered through the worker's channel.
-    pub dialogs: Dialogs,
+    pub dialogs: Dialogs<Msg>,
     /// Errors shown in the window until dismissed.
     pub errors: Vec<String>,
     /// The last informational message (exports, truncation, cancel).
@@ -81,7 +81,7 @@ impl FocusLensApp {
 
     /// The key the current settings ask for, once all inputs are loaded and consistent.
     pub fn wanted_key(&self) -> Option<AnalysisKey> {
-        self.session.wanted_key(&self.settings.params)
+        self.session.wanted_key(&self.settings.setup.params)
     }
 
     /// The key of the analysis running now, if any.
@@ -96,11 +96,11 @@ impl FocusLensApp {
 
     /// Opens a file as model, adapter or text (from a dialog, drag and drop, recent list).
     pub fn open(&mut self, kind: InputKind, path: PathBuf) {
-        *self.settings.path_mut(kind) = Some(path);
+        *self.settings.inputs.path_mut(kind) = Some(path);
         if kind == InputKind::Adapter {
             // A new adapter brings its own window and Sinkhorn variant.
-            self.settings.params.window = None;
-            self.settings.params.causal = None;
+            self.settings.setup.params.window = None;
+            self.settings.setup.params.causal = None;
         }
         self.session.unstop();
     }
@@ -108,7 +108,7 @@ impl FocusLensApp {
     /// Reopens a session file: its inputs, settings, view and selection (an error in the window
     /// when it cannot be read; nothing changes then).
     pub fn open_session(&mut self, path: &Path) {
-        match super::sessionfile::SessionFile::read(path) {
+        match super::session::file::SessionFile::read(path) {
             Ok(f) => {
                 f.apply(&mut self.settings);
                 self.selection = Selection::default();
@@ -123,7 +123,7 @@ impl FocusLensApp {
 
     /// Back to the embedded default for one input.
     pub fn use_default(&mut self, kind: InputKind) {
-        *self.settings.path_mut(kind) = None;
+        *self.settings.inputs.path_mut(kind) = None;
         self.session.unstop();
     }
 
@@ -189,7 +189,7 @@ impl FocusLensApp {
         self.selection.partners = None;
         self.worker.cancel(TaskKind::Attention);
         let (Some(i), Some(res)) = (self.selection.selected, self.session.result.clone()) else { return };
-        let (layer, head) = (self.settings.layer, self.settings.head);
+        let (layer, head) = (self.settings.setup.layer, self.settings.setup.head);
         match self.selection.range {
             Some(r) => self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::range_partners(&res, r, layer, head, h))),
             None => self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::partners(&res, i, layer, head, h))),
@@ -215,13 +215,13 @@ impl FocusLensApp {
             _ => res,
         };
         let n_layers = res.layers();
-        if self.settings.layer >= n_layers {
-            self.settings.layer = n_layers.saturating_sub(1);
+        if self.settings.setup.layer >= n_layers {
+            self.settings.setup.layer = n_layers.saturating_sub(1);
         }
-        self.settings.side_layers.retain(|&l| l < n_layers);
-        if self.settings.side_layers.is_empty() {
-            self.settings.side_layers = vec![0, n_layers / 2, n_layers.saturating_sub(1)];
-            self.settings.side_layers.dedup();
+        self.settings.setup.side_layers.retain(|&l| l < n_layers);
+        if self.settings.setup.side_layers.is_empty() {
+            self.settings.setup.side_layers = vec![0, n_layers / 2, n_layers.saturating_sub(1)];
+            self.settings.setup.side_layers.dedup();
         }
         if self.selection.selected.is_some_and(|s| s >= res.tokens()) {
             self.selection.selected = None;
@@ -298,7 +298,7 @@ impl FocusLensApp {
                 // Another adapter (not the same one loaded again for a new model, nor the first
                 // load at start-up, which keeps the remembered k) brings its own k.
                 let changed = self.session.adapter.as_ref().is_some_and(|a| a.path != path);
-                if let Some(msg) = refit_k(&mut self.settings.params.k, &adapter.config, changed) {
+                if let Some(msg) = refit_k(&mut self.settings.setup.params.k, &adapter.config, changed) {
                     self.status = msg;
                 }
                 self.session.adapter = Some(LoadedAdapter { adapter, path, label, model_gen, gen });
@@ -328,13 +328,13 @@ impl FocusLensApp {
 
     /// A load failed: show why and go back to what was loaded before (the app keeps running).
     fn load_failed(&mut self, kind: InputKind, e: JobError) {
-        let what = match self.settings.path(kind) {
+        let what = match self.settings.inputs.path(kind) {
             Some(p) => format!("{} {}", kind.label(), p.display()),
             None => format!("the default {}", kind.label()),
         };
         self.errors.push(format!("cannot open {what}: {e}"));
         if let Some(p) = self.session.loaded_path(kind) {
-            *self.settings.path_mut(kind) = p;
+            *self.settings.inputs.path_mut(kind) = p;
             // What is loaded is what is wanted again: nothing to retry.
             self.session.mark_attempted(kind, &self.settings);
         }
@@ -405,7 +405,7 @@ impl FocusLensApp {
                     _ => ExportKind::StatsCsv,
                 }));
                 let msg = "The system file dialog did not open (no XDG desktop portal or zenity answered): type a path or pick one below.".to_string();
-                self.views.files.show_task(task, name.as_deref(), &self.settings.recent, Some(msg));
+                self.views.files.show_task(task, name.as_deref(), &self.settings.prefs.recent, Some(msg));
             }
             return;
         };
@@ -439,14 +439,14 @@ impl FocusLensApp {
                 let path = d.join(name);
                 self.export_to(kind, path)
             }
-            None => self.views.files.show_task(FileTask::Export(kind), Some(&name), &self.settings.recent, None),
+            None => self.views.files.show_task(FileTask::Export(kind), Some(&name), &self.settings.prefs.recent, None),
         }
     }
 
     /// Writes the export to `path` (atomically); a PNG is written when its screenshot arrives.
     fn export_to(&mut self, kind: ExportKind, path: PathBuf) {
         if kind == ExportKind::Session {
-            let mut f = super::sessionfile::SessionFile::from_settings(&self.settings, self.selection.selected);
+            let mut f = super::session::file::SessionFile::from_settings(&self.settings, self.selection.selected);
             f.range = self.selection.range;
             let json = f.to_json();
             match export::write(&path, json.as_bytes()) {
@@ -463,7 +463,7 @@ impl FocusLensApp {
             return self.request_png(path);
         }
         // The selected layer and head (the compare exports' pruned mass in them).
-        let (layer, head) = (self.settings.layer.min(res.layers() - 1), self.settings.head.min(res.model.config().n_heads.saturating_sub(1)));
+        let (layer, head) = (self.settings.setup.layer.min(res.layers() - 1), self.settings.setup.head.min(res.model.config().n_heads.saturating_sub(1)));
         if matches!(kind, ExportKind::StatsCsv | ExportKind::CompareCsv) {
             // Sets of files: `focus-lens analyze`'s (per group, profiles, tokens), or the
             // comparison's (per token, per layer).
@@ -526,13 +526,13 @@ impl FocusLensApp {
                     FileTask::Export(k) => Some(export::default_name(&self.settings, k)),
                     _ => None,
                 };
-                self.views.files.show_task(task, name.as_deref(), &self.settings.recent, None)
+                self.views.files.show_task(task, name.as_deref(), &self.settings.prefs.recent, None)
             }
             Command::Export(kind) => self.export(kind),
             Command::ExportTo(kind, path) => self.export_to(kind, path),
-            Command::ShowGlossary => self.views.glossary = true,
+            Command::ShowGlossary => self.views.glossary.open = true,
             Command::Jump(i) => {
-                self.settings.tab = Tab::Tokens;
+                self.settings.setup.tab = Tab::Tokens;
                 self.views.scroll_to = Some(i);
                 self.select_token(Some(i));
             }
@@ -589,11 +589,11 @@ impl FocusLensApp {
             return;
         }
         let max_tokens = params.max_tokens.max(tokens).min(MAX_TOKENS_LIMIT);
-        let changed = params.causal != self.settings.params.causal;
-        self.settings.params = RunParams { max_tokens, ..params };
+        let changed = params.causal != self.settings.setup.params.causal;
+        self.settings.setup.params = RunParams { max_tokens, ..params };
         self.open(InputKind::Text, path.clone());
-        self.settings.tab = Tab::Tokens;
-        let sinkhorn = if changed { format!("; Sinkhorn set to {} as generated", if self.settings.params.causal == Some(true) { "causal" } else { "whole-sequence" }) } else { String::new() };
+        self.settings.setup.tab = Tab::Tokens;
+        let sinkhorn = if changed { format!("; Sinkhorn set to {} as generated", if self.settings.setup.params.causal == Some(true) { "causal" } else { "whole-sequence" }) } else { String::new() };
         self.status = format!("analysing the generated text, saved as {}{sinkhorn}", path.display());
     }
 
@@ -643,22 +643,22 @@ impl FocusLensApp {
         }
         let Some(m) = self.session.model.as_ref() else { return };
         let (layers, heads) = (m.model.config().n_layers, m.model.config().n_heads);
-        let (l, h) = (self.settings.layer, self.settings.head);
+        let (l, h) = (self.settings.setup.layer, self.settings.setup.head);
         ctx.input(|i| {
             if i.key_pressed(egui::Key::ArrowRight) {
-                self.settings.layer = (l + 1).min(layers - 1);
+                self.settings.setup.layer = (l + 1).min(layers - 1);
             }
             if i.key_pressed(egui::Key::ArrowLeft) {
-                self.settings.layer = l.saturating_sub(1);
+                self.settings.setup.layer = l.saturating_sub(1);
             }
             if i.key_pressed(egui::Key::ArrowUp) {
-                self.settings.head = h.saturating_sub(1);
+                self.settings.setup.head = h.saturating_sub(1);
             }
             if i.key_pressed(egui::Key::ArrowDown) {
-                self.settings.head = (h + 1).min(heads - 1);
+                self.settings.setup.head = (h + 1).min(heads - 1);
             }
         });
-        if (l, h) != (self.settings.layer, self.settings.head) && self.selection.selected.is_some() {
+        if (l, h) != (self.settings.setup.layer, self.settings.setup.head) && self.selection.selected.is_some() {
             self.refresh_partners();
         }
     }
@@ -668,7 +668,7 @@ impl FocusLensApp {
     /// Collects finished background work and starts what is needed. Called every frame (and by
     /// tests between steps).
     pub fn update(&mut self, ctx: &egui::Context) {
-        super::palette::set_colour_blind(self.settings.colour_blind);
+        super::paint::palette::set_colour_blind(self.settings.setup.colour_blind);
         self.worker.set_context(ctx);
         if self.ctx.is_none() {
             self.ctx = Some(ctx.clone());
@@ -721,6 +721,7 @@ impl FocusLensApp {
             timing: &self.timing,
             dialog_open: self.dialogs.open().is_some(),
             pending_full: self.pending_full.is_some(),
+            scroll_to: Default::default(),
         };
         let commands = self.views.show(&cx, ui);
         // What the commands change shows in the next frame. (Every frame says what is hovered:

@@ -1,29 +1,29 @@
-//! The Focus Lens desktop app (egui/eframe). The layout:
+//! The Focus Lens desktop app (egui/eframe). The root holds the app, its state and the worker;
+//! everything else is in a folder named for what it holds:
 //!
-//! - `state`: what is remembered (settings, persisted) and the shapes of loaded inputs, results,
-//!   selection and timing;
-//! - `session`: what is loaded and analysed, and the reconcile step that starts what the
-//!   settings ask for;
-//! - `worker` + `jobs`: background work on threads, and the slow functions it runs; `jobs::Msg`
-//!   is the one message type that comes back, over the worker's one channel (file dialogs,
-//!   `dialogs`, and PNG screenshots post to it too);
 //! - `app`: `FocusLensApp`, the per-frame loop: receive messages, reconcile, let the views draw,
 //!   apply the commands they return;
-//! - `views`: one module per view, each with its own state and its SVG export; views read a
-//!   `ViewCtx` and return `Command`s;
-//! - `generate`: the Generate view's job (the CLI's generation loop, `crate::generation`);
-//! - `export` (shared export helpers and the SVG writer), `palette` (colours), `busy` (the busy
-//!   indicator).
+//! - `state`: what is remembered (settings, persisted: the input set `Inputs` and its `Setup`,
+//!   which a session file stores too, and the app's `Prefs`) and the shapes of loaded inputs,
+//!   results, selection and timing;
+//! - `worker`: background work on threads, and the one channel its results come back on;
+//! - `session/`: what is loaded and analysed, and the reconcile step that starts what the
+//!   settings ask for (`mod.rs`); session files (`file.rs`);
+//! - `jobs/`: the slow functions the worker runs (the figures themselves are core's:
+//!   `focus_core::analysis`; `bench` the speed view's benchmarks, `streaming` the Generate
+//!   view's job over the CLI's loop, `crate::sampling`), and the native file dialogs
+//!   (`dialogs`); `jobs::Msg` is the one message type that comes back, over the worker's one
+//!   channel (file dialogs and PNG screenshots post to it too);
+//! - `views/`: one module per view, each with its own state and its SVG export; every view
+//!   implements `views::View`: it reads a `ViewCtx` and returns `Command`s;
+//! - `export/`: shared export helpers and the SVG writer;
+//! - `paint/`: the group colours (`palette`) and the busy indicator (`busy`).
 
 pub mod app;
-pub mod busy;
-pub mod dialogs;
 pub mod export;
-pub mod generate;
 pub mod jobs;
-pub mod palette;
+pub mod paint;
 pub mod session;
-pub mod sessionfile;
 pub mod state;
 pub mod views;
 pub mod worker;
@@ -35,41 +35,37 @@ mod tests {
     #[test]
     fn command_line_inputs_replace_the_remembered_ones() {
         let mut stored = Settings::default();
-        stored.text = Some("/old.txt".into());
-        stored.params.window = Some(64);
-        let s = startup_settings(stored.clone(), &StartArgs { text: Some("new.txt".into()), adapter: Some("/ad".into()), ..Default::default() });
-        assert_eq!(s.text, Some(std::env::current_dir().unwrap().join("new.txt")));
-        assert_eq!(s.adapter, Some("/ad".into()));
-        assert_eq!(s.params.window, None, "a new adapter brings its own window");
-        assert_eq!(s.model, None);
+        stored.inputs.text = Some("/old.txt".into());
+        stored.setup.params.window = Some(64);
+        let inputs = Inputs { text: Some("new.txt".into()), adapter: Some("/ad".into()), ..Default::default() };
+        let s = startup_settings(stored.clone(), &StartArgs { inputs, ..Default::default() });
+        assert_eq!(s.inputs.text, Some(std::env::current_dir().unwrap().join("new.txt")));
+        assert_eq!(s.inputs.adapter, Some("/ad".into()));
+        assert_eq!(s.setup.params.window, None, "a new adapter brings its own window");
+        assert_eq!(s.inputs.model, None);
         let same = startup_settings(stored.clone(), &StartArgs::default());
-        assert_eq!((same.text, same.params.window), (stored.text, Some(64)));
+        assert_eq!((same.inputs.text, same.setup.params.window), (stored.inputs.text, Some(64)));
     }
 }
 
 pub use app::FocusLensApp;
-pub use state::Settings;
+pub use state::{Inputs, Settings};
 
 /// Is there a display to open a window on?
 pub fn display_available() -> bool {
     ["DISPLAY", "WAYLAND_DISPLAY"].iter().any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()))
 }
 
-/// What `focus-lens gui [--model M] [--adapter A] [TEXT]` asks to open instead of the
-/// remembered inputs (paths made absolute against the working directory).
-#[derive(Debug, Default, Clone)]
+/// `focus-lens gui [--model M] [--adapter A] [--session S] [TEXT]`: what to open instead of the
+/// remembered (or embedded default) inputs (paths made absolute against the working directory).
+#[derive(clap::Args, Debug, Default, Clone)]
 pub struct StartArgs {
-    pub model: Option<std::path::PathBuf>,
-    pub adapter: Option<std::path::PathBuf>,
-    pub text: Option<std::path::PathBuf>,
-    /// A session file to reopen (its inputs and settings; the others above override it).
+    #[command(flatten)]
+    pub inputs: Inputs,
+    /// A session file saved from the app (File → Save session…): its inputs, settings, view and
+    /// selection; --model, --adapter and TEXT override its inputs.
+    #[arg(long)]
     pub session: Option<std::path::PathBuf>,
-}
-
-impl From<crate::cli::GuiArgs> for StartArgs {
-    fn from(a: crate::cli::GuiArgs) -> Self {
-        StartArgs { model: a.model, adapter: a.adapter, text: a.text, session: a.session }
-    }
 }
 
 fn absolute(p: std::path::PathBuf) -> std::path::PathBuf {
@@ -80,16 +76,16 @@ fn absolute(p: std::path::PathBuf) -> std::path::PathBuf {
 /// line in place of the remembered ones (a new adapter brings its own window and Sinkhorn
 /// variant, as when opened from the menu).
 pub fn startup_settings(mut s: Settings, a: &StartArgs) -> Settings {
-    if let Some(m) = &a.model {
-        s.model = Some(absolute(m.clone()));
+    if let Some(m) = &a.inputs.model {
+        s.inputs.model = Some(absolute(m.clone()));
     }
-    if let Some(ad) = &a.adapter {
-        s.adapter = Some(absolute(ad.clone()));
-        s.params.window = None;
-        s.params.causal = None;
+    if let Some(ad) = &a.inputs.adapter {
+        s.inputs.adapter = Some(absolute(ad.clone()));
+        s.setup.params.window = None;
+        s.setup.params.causal = None;
     }
-    if let Some(t) = &a.text {
-        s.text = Some(absolute(t.clone()));
+    if let Some(t) = &a.inputs.text {
+        s.inputs.text = Some(absolute(t.clone()));
     }
     s
 }
@@ -105,7 +101,7 @@ pub fn run(args: StartArgs) -> anyhow::Result<()> {
         options,
         Box::new(|cc| {
             cc.egui_ctx.set_theme(egui::Theme::Light);
-            let stored: Settings = cc.storage.and_then(|s| eframe::get_value(s, eframe::APP_KEY)).unwrap_or_default();
+            let stored = cc.storage.map(Settings::stored).unwrap_or_default();
             let mut app = FocusLensApp::new(stored);
             if let Some(p) = &args.session {
                 app.open_session(p);

@@ -156,14 +156,43 @@ impl Tab {
     }
 }
 
-/// Persisted between runs (eframe storage). Paths `None` mean the embedded defaults.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// The three inputs of an analysis as paths (`None`: the embedded default), declared once: what
+/// `focus-lens gui` opens (`StartArgs`), the settings remember and a session file stores.
+#[derive(clap::Args, Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Settings {
+pub struct Inputs {
+    /// A .gguf file or a Hugging Face model folder.
+    #[arg(long, short)]
     pub model: Option<PathBuf>,
+    /// An adapter folder (adapter_config.json + adapter_model.safetensors).
+    #[arg(long, short)]
     pub adapter: Option<PathBuf>,
+    /// A text file to analyse.
     pub text: Option<PathBuf>,
-    pub recent: Vec<(InputKind, PathBuf)>,
+}
+
+impl Inputs {
+    pub fn path(&self, kind: InputKind) -> &Option<PathBuf> {
+        match kind {
+            InputKind::Model => &self.model,
+            InputKind::Adapter => &self.adapter,
+            InputKind::Text => &self.text,
+        }
+    }
+    pub fn path_mut(&mut self, kind: InputKind) -> &mut Option<PathBuf> {
+        match kind {
+            InputKind::Model => &mut self.model,
+            InputKind::Adapter => &mut self.adapter,
+            InputKind::Text => &mut self.text,
+        }
+    }
+}
+
+/// The settings that belong with the inputs: how they are run and shown (declared once: the
+/// settings remember them and a session file stores them, beside the `Inputs`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Setup {
     pub params: RunParams,
     pub layer: usize,
     pub head: usize,
@@ -172,6 +201,51 @@ pub struct Settings {
     pub side_layers: Vec<usize>,
     /// Show the token x layer strip instead of the side-by-side columns.
     pub strip: bool,
+    pub color_by_category: bool,
+    /// Show the centroids' own group numbers instead of numbers matched across layers.
+    pub raw_groups: bool,
+    /// Colour-blind-safe group colours (Okabe-Ito).
+    pub colour_blind: bool,
+    /// Run B of the compare view.
+    pub compare: CompareSpec,
+}
+
+impl Default for Setup {
+    fn default() -> Self {
+        Setup {
+            params: RunParams::default(),
+            layer: 0,
+            head: 0,
+            tab: Tab::Tokens,
+            side_layers: vec![0, 15, 29],
+            strip: false,
+            color_by_category: false,
+            raw_groups: false,
+            colour_blind: false,
+            compare: CompareSpec::default(),
+        }
+    }
+}
+
+/// Persisted between runs (eframe storage): the inputs and their setup (what a session file
+/// stores too) and the app's own preferences. Each group is flattened: the stored fields are
+/// the settings' fields, as before they were grouped.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Settings {
+    #[serde(flatten)]
+    pub inputs: Inputs,
+    #[serde(flatten)]
+    pub setup: Setup,
+    #[serde(flatten)]
+    pub prefs: Prefs,
+}
+
+/// What the app remembers besides a session's inputs and setup.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Prefs {
+    pub recent: Vec<(InputKind, PathBuf)>,
     pub bench_lengths: String,
     pub bench_repeats: usize,
     /// What the speed view times: attention kernels alone, or whole-model prefill.
@@ -180,13 +254,6 @@ pub struct Settings {
     pub attn_bench_lengths: String,
     /// Device of the attention-kernel benchmark.
     pub attn_bench_device: DeviceChoice,
-    pub color_by_category: bool,
-    /// Show the centroids' own group numbers instead of numbers matched across layers.
-    pub raw_groups: bool,
-    /// Run B of the compare view.
-    pub compare: CompareSpec,
-    /// Colour-blind-safe group colours (Okabe-Ito).
-    pub colour_blind: bool,
     /// The Generate view's settings.
     pub generate: GenSettings,
 }
@@ -195,7 +262,7 @@ pub struct Settings {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GenSettings {
-    pub sampling: crate::generation::Sampling,
+    pub sampling: crate::sampling::Sampling,
     /// Wrap the prompt as a user turn in the model's chat template.
     pub chat: bool,
     /// Route with causal Sinkhorn, whatever the analysis uses: its KV cache makes each token one
@@ -230,71 +297,54 @@ impl Default for CompareSpec {
     }
 }
 
-impl Default for Settings {
+impl Default for Prefs {
     fn default() -> Self {
-        Settings {
-            model: None,
-            adapter: None,
-            text: None,
+        Prefs {
             recent: Vec::new(),
-            params: RunParams::default(),
-            layer: 0,
-            head: 0,
-            tab: Tab::Tokens,
-            side_layers: vec![0, 15, 29],
-            strip: false,
             bench_lengths: "256,512,1024,2048".into(),
             bench_repeats: 3,
             bench_kind: BenchKind::Attention,
             attn_bench_lengths: "1024,2048,4096,8192".into(),
             attn_bench_device: DeviceChoice::Cpu,
-            color_by_category: false,
-            raw_groups: false,
-            compare: CompareSpec::default(),
-            colour_blind: false,
             generate: GenSettings::default(),
         }
     }
 }
 
 impl Settings {
-    pub fn path(&self, kind: InputKind) -> &Option<PathBuf> {
-        match kind {
-            InputKind::Model => &self.model,
-            InputKind::Adapter => &self.adapter,
-            InputKind::Text => &self.text,
+    /// The settings eframe stored (the defaults where there are none). Written as a RON map (the
+    /// groups are flattened); settings stored before the groups are a RON struct (`(model: …,
+    /// params: …, recent: …)`), which each group reads on its own.
+    pub fn stored(storage: &dyn eframe::Storage) -> Settings {
+        fn get<T: serde::de::DeserializeOwned + Default>(storage: &dyn eframe::Storage) -> T {
+            eframe::get_value(storage, eframe::APP_KEY).unwrap_or_default()
         }
-    }
-    pub fn path_mut(&mut self, kind: InputKind) -> &mut Option<PathBuf> {
-        match kind {
-            InputKind::Model => &mut self.model,
-            InputKind::Adapter => &mut self.adapter,
-            InputKind::Text => &mut self.text,
-        }
+        eframe::get_value(storage, eframe::APP_KEY).unwrap_or_else(|| Settings { inputs: get(storage), setup: get(storage), prefs: get(storage) })
     }
     pub fn remember(&mut self, kind: InputKind, path: PathBuf) {
-        self.recent.retain(|(k, p)| !(*k == kind && *p == path));
-        self.recent.insert(0, (kind, path));
-        self.recent.truncate(RECENT_LEN);
+        let recent = &mut self.prefs.recent;
+        recent.retain(|(k, p)| !(*k == kind && *p == path));
+        recent.insert(0, (kind, path));
+        recent.truncate(RECENT_LEN);
     }
     pub fn set(&mut self, s: Setting) {
         match s {
-            Setting::Params(p) => self.params = p,
-            Setting::Layer(l) => self.layer = l,
-            Setting::Head(h) => self.head = h,
-            Setting::Tab(t) => self.tab = t,
-            Setting::SideLayers(v) => self.side_layers = v,
-            Setting::Strip(b) => self.strip = b,
-            Setting::ColorByCategory(b) => self.color_by_category = b,
-            Setting::RawGroups(b) => self.raw_groups = b,
-            Setting::ColourBlind(b) => self.colour_blind = b,
-            Setting::Compare(c) => self.compare = c,
-            Setting::BenchKind(k) => self.bench_kind = k,
-            Setting::BenchLengths(s) => self.bench_lengths = s,
-            Setting::AttnBenchLengths(s) => self.attn_bench_lengths = s,
-            Setting::BenchRepeats(n) => self.bench_repeats = n,
-            Setting::AttnBenchDevice(d) => self.attn_bench_device = d,
-            Setting::Generate(g) => self.generate = g,
+            Setting::Params(p) => self.setup.params = p,
+            Setting::Layer(l) => self.setup.layer = l,
+            Setting::Head(h) => self.setup.head = h,
+            Setting::Tab(t) => self.setup.tab = t,
+            Setting::SideLayers(v) => self.setup.side_layers = v,
+            Setting::Strip(b) => self.setup.strip = b,
+            Setting::ColorByCategory(b) => self.setup.color_by_category = b,
+            Setting::RawGroups(b) => self.setup.raw_groups = b,
+            Setting::ColourBlind(b) => self.setup.colour_blind = b,
+            Setting::Compare(c) => self.setup.compare = c,
+            Setting::BenchKind(k) => self.prefs.bench_kind = k,
+            Setting::BenchLengths(s) => self.prefs.bench_lengths = s,
+            Setting::AttnBenchLengths(s) => self.prefs.attn_bench_lengths = s,
+            Setting::BenchRepeats(n) => self.prefs.bench_repeats = n,
+            Setting::AttnBenchDevice(d) => self.prefs.attn_bench_device = d,
+            Setting::Generate(g) => self.prefs.generate = g,
         }
     }
 }
@@ -523,5 +573,46 @@ impl Timing {
     /// Worst UI time over the recent frames, in seconds.
     pub fn worst_frame(&self) -> f32 {
         self.frame_times.iter().cloned().fold(0.0, f32::max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One value in memory, as eframe stores it.
+    #[derive(Default)]
+    struct Memory(Option<String>);
+
+    impl eframe::Storage for Memory {
+        fn get_string(&self, _: &str) -> Option<String> {
+            self.0.clone()
+        }
+        fn set_string(&mut self, _: &str, value: String) {
+            self.0 = Some(value);
+        }
+        fn remove_string(&mut self, _: &str) {
+            self.0 = None;
+        }
+        fn flush(&mut self) {}
+    }
+
+    /// Settings stored before the groups (a RON struct) keep every field; today's (a RON map)
+    /// round-trip.
+    #[test]
+    fn stored_settings_of_either_shape_load() {
+        let old = Memory(Some(r#"(model:Some("/m.gguf"),adapter:None,text:Some("/t.txt"),recent:[(Text,"/t.txt")],layer:7,tab:Mask,bench_repeats:5)"#.into()));
+        let s = Settings::stored(&old);
+        assert_eq!(s.inputs, Inputs { model: Some("/m.gguf".into()), adapter: None, text: Some("/t.txt".into()) });
+        assert_eq!((s.setup.layer, s.setup.tab, s.prefs.bench_repeats), (7, Tab::Mask, 5));
+        assert_eq!(s.prefs.recent, vec![(InputKind::Text, PathBuf::from("/t.txt"))]);
+        let mut now = Memory::default();
+        let mut t = Settings::default();
+        t.inputs.adapter = Some("/ad".into());
+        t.setup.layer = 4;
+        eframe::set_value(&mut now, eframe::APP_KEY, &t);
+        let back = Settings::stored(&now);
+        assert_eq!((back.inputs, back.setup.layer, back.prefs.bench_lengths), (t.inputs, 4, t.prefs.bench_lengths));
+        assert_eq!(Settings::stored(&Memory::default()).inputs, Inputs::default());
     }
 }

@@ -20,7 +20,7 @@ pub enum ExportKind {
     CompareCsv,
     /// The compare view's comparison, whole.
     CompareJson,
-    /// A session file (`sessionfile`).
+    /// A session file (`session::file`).
     Session,
 }
 
@@ -54,7 +54,7 @@ pub fn default_name(settings: &Settings, kind: ExportKind) -> String {
         ExportKind::StatsCsv | ExportKind::StatsJson => "stats".to_string(),
         ExportKind::CompareCsv | ExportKind::CompareJson => "compare".to_string(),
         ExportKind::Session => "session".to_string(),
-        _ => format!("{}-layer{}", settings.tab.label().to_lowercase().replace(' ', "-"), settings.layer),
+        _ => format!("{}-layer{}", settings.setup.tab.label().to_lowercase().replace(' ', "-"), settings.setup.layer),
     };
     format!("focus-lens-{what}.{}", kind.ext())
 }
@@ -66,9 +66,9 @@ pub fn provenance(res: &AnalysisResult, settings: &Settings, text: Option<&str>,
     let analysed = res.analysis.tokens.last().map(|t| t.end).unwrap_or(0);
     serde_json::json!({
         "app": format!("focus-lens {}", env!("CARGO_PKG_VERSION")),
-        "model_path": path(&settings.model).unwrap_or_else(|| format!("default: {}", crate::defaults::default_model_path().display())),
-        "adapter_path": path(&settings.adapter).unwrap_or_else(|| format!("embedded default: {}", crate::defaults::SAMPLE_ADAPTER_NAME)),
-        "text_path": path(&settings.text).unwrap_or_else(|| format!("embedded default: {}", crate::defaults::SAMPLE_TEXT_NAME)),
+        "model_path": path(&settings.inputs.model).unwrap_or_else(|| format!("default: {}", crate::defaults::default_model_path().display())),
+        "adapter_path": path(&settings.inputs.adapter).unwrap_or_else(|| format!("embedded default: {}", crate::defaults::SAMPLE_ADAPTER_NAME)),
+        "text_path": path(&settings.inputs.text).unwrap_or_else(|| format!("embedded default: {}", crate::defaults::SAMPLE_TEXT_NAME)),
         "text_sha256": text.map(|t| sha256::hex(t.as_bytes())),
         "text_bytes": text.map(str::len),
         "analysed_bytes": analysed,
@@ -88,9 +88,9 @@ pub fn provenance(res: &AnalysisResult, settings: &Settings, text: Option<&str>,
             "groups": res.groups(),
             "max_tokens": res.key.params.max_tokens,
             "segment_len": res.analysis.segment_len,
-            "layer": settings.layer,
-            "head": settings.head,
-            "raw_group_indices": settings.raw_groups,
+            "layer": settings.setup.layer,
+            "head": settings.setup.head,
+            "raw_group_indices": settings.setup.raw_groups,
         },
         // The selected token and range (token indices, both ends included), and for a range the
         // tokens of each group in the selected layer (raw indices) and its byte span.
@@ -98,7 +98,7 @@ pub fn provenance(res: &AnalysisResult, settings: &Settings, text: Option<&str>,
             "token": selection.selected,
             "range": selection.range.map(|(a, b)| [a, b]),
             "range_group_tokens": selection.range.filter(|&(_, b)| b < res.tokens()).map(|(a, b)| {
-                let layer = settings.layer.min(res.layers().saturating_sub(1));
+                let layer = settings.setup.layer.min(res.layers().saturating_sub(1));
                 let mut n = vec![0usize; res.groups()];
                 for &g in &res.argmax[layer][a..=b] {
                     n[g as usize] += 1;

@@ -5,13 +5,12 @@
 //! Click a cell to select that layer and head. Computed in the background
 //! (`compare::attention_grid`: one pass over the token's segment).
 
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
 use crate::gui::jobs::AttnGrid;
 use crate::gui::export::svg::Svg;
-use crate::gui::palette;
+use crate::gui::paint::palette;
 use crate::gui::state::{AnalysisResult, Setting};
 use crate::gui::worker::TaskKind;
-use std::sync::Arc;
 
 #[derive(Default)]
 pub struct AttentionView {
@@ -40,7 +39,30 @@ impl AttentionView {
         self.grid.as_ref().filter(|g| g.key == res.key && g.token == token)
     }
 
-    pub fn show(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, ui: &mut egui::Ui) -> Vec<Command> {
+    pub fn svg(&self, res: &AnalysisResult, token: Option<usize>) -> Result<String, String> {
+        let g = token.and_then(|i| self.current(res, i)).ok_or("no attention grid yet: click a token first")?;
+        let (layers, heads) = (g.cells.len(), g.cells.first().map_or(0, |r| r.len()));
+        let (cw, ch, left, top) = (50.0, 16.0, 70.0, 50.0);
+        let mut s = Svg::new(left + cw * heads as f64 + 20.0, top + ch * layers as f64 + 20.0);
+        s.text(10.0, 20.0, &format!("token #{} {:?}: pruned share of its dense attention per layer and head", g.token, res.analysis.tokens[g.token].text), 13.0, "black", "start");
+        for h in 0..heads {
+            s.text(left + cw * (h as f64 + 0.5), top - 8.0, &format!("head {h}"), 10.0, "black", "middle");
+        }
+        for (l, row) in g.cells.iter().enumerate() {
+            s.text(10.0, top + ch * (l as f64 + 0.75), &format!("layer {l}"), 10.0, "black", "start");
+            for (h, c) in row.iter().enumerate() {
+                let (x, y) = (left + cw * h as f64, top + ch * l as f64);
+                s.rect(x, y, cw - 1.0, ch - 1.0, &palette::hex(cell_color(c)), None);
+                s.text(x + cw / 2.0, y + ch * 0.75, &format!("{:.0}%", 100.0 * c[2]), 9.0, if c[2] > 0.5 { "white" } else { "black" }, "middle");
+            }
+        }
+        Ok(s.finish())
+    }
+}
+
+impl View for AttentionView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
         let mut out = Vec::new();
         let Some(i) = cx.selection.selected.filter(|&i| i < res.tokens()) else {
             ui.label("Click a token (Tokens or Layers view) to see its attention in every layer and head.");
@@ -64,7 +86,7 @@ impl AttentionView {
                 ui.colored_label(egui::Color32::from_rgb(200, 30, 30), e);
             } else {
                 ui.horizontal(|ui| {
-                    crate::gui::busy::busy(ui);
+                    crate::gui::paint::busy::busy(ui);
                     ui.label("computing the attention of every layer and head…");
                 });
             }
@@ -91,7 +113,7 @@ impl AttentionView {
                 p.rect_filled(r, 0.0, cell_color(c));
                 let txt_c = if c[2] > 0.5 { egui::Color32::WHITE } else { egui::Color32::BLACK };
                 p.text(r.center(), egui::Align2::CENTER_CENTER, format!("{:.0}%", 100.0 * c[2]), egui::FontId::proportional(9.0), txt_c);
-                if (l, h) == (cx.settings.layer, cx.settings.head) {
+                if (l, h) == (cx.settings.setup.layer, cx.settings.setup.head) {
                     p.rect_stroke(r, 0.0, egui::Stroke::new(2.0, egui::Color32::BLACK), egui::StrokeKind::Inside);
                 }
                 if resp.hover_pos().is_some_and(|q| r.contains(q)) {
@@ -116,25 +138,5 @@ impl AttentionView {
             out.push(Command::Select(Some(i)));
         }
         out
-    }
-
-    pub fn svg(&self, res: &AnalysisResult, token: Option<usize>) -> Result<String, String> {
-        let g = token.and_then(|i| self.current(res, i)).ok_or("no attention grid yet: click a token first")?;
-        let (layers, heads) = (g.cells.len(), g.cells.first().map_or(0, |r| r.len()));
-        let (cw, ch, left, top) = (50.0, 16.0, 70.0, 50.0);
-        let mut s = Svg::new(left + cw * heads as f64 + 20.0, top + ch * layers as f64 + 20.0);
-        s.text(10.0, 20.0, &format!("token #{} {:?}: pruned share of its dense attention per layer and head", g.token, res.analysis.tokens[g.token].text), 13.0, "black", "start");
-        for h in 0..heads {
-            s.text(left + cw * (h as f64 + 0.5), top - 8.0, &format!("head {h}"), 10.0, "black", "middle");
-        }
-        for (l, row) in g.cells.iter().enumerate() {
-            s.text(10.0, top + ch * (l as f64 + 0.75), &format!("layer {l}"), 10.0, "black", "start");
-            for (h, c) in row.iter().enumerate() {
-                let (x, y) = (left + cw * h as f64, top + ch * l as f64);
-                s.rect(x, y, cw - 1.0, ch - 1.0, &palette::hex(cell_color(c)), None);
-                s.text(x + cw / 2.0, y + ch * 0.75, &format!("{:.0}%", 100.0 * c[2]), 9.0, if c[2] > 0.5 { "white" } else { "black" }, "middle");
-            }
-        }
-        Ok(s.finish())
     }
 }

@@ -2,62 +2,69 @@
 //! the dominance against the ideal 1/K, mean confidence and membership entropy against ln K; and
 //! the same four charts as SVG.
 
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
 use crate::gui::export::svg::{bar_chart, line_chart, stack, Series};
-use crate::gui::palette;
+use crate::gui::paint::palette;
 use crate::gui::state::AnalysisResult;
 use egui_plot::{uniform_grid_spacer, AxisHints, Bar, BarChart, GridMark, HLine, Legend, Line, Plot, PlotPoints, VLine};
 
-pub fn show(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec<Command> {
-    let layer = cx.layer(res);
-    let l = &res.analysis.layers[layer];
-    let k = res.groups() as f64;
-    let h = (ui.available_height() / 2.0 - 30.0).max(150.0);
-    ui.columns(2, |cols| {
-        cols[0].label(format!("layer {layer}: share of membership mass per group; pale: before Sinkhorn (softmax of S / tau), solid: after"));
-        // Bars at the groups' shown numbers (matched across layers unless raw), in their colours.
-        let sg = |g: usize| cx.shown(res, layer, g);
-        let before: Vec<Bar> = l.mass_before.iter().enumerate().map(|(g, &m)| Bar::new(sg(g) as f64 - 0.2, m).width(0.38).fill(palette::group(sg(g)).gamma_multiply(0.5))).collect();
-        let after: Vec<Bar> = l.mass_after.iter().enumerate().map(|(g, &m)| Bar::new(sg(g) as f64 + 0.2, m).width(0.38).fill(palette::group(sg(g)))).collect();
-        // Bars are in group colours; the legend's grey dots only tell pale (before) from solid.
-        let n = res.groups();
-        let group_ticks = move |m: GridMark, _: &std::ops::RangeInclusive<f64>| {
-            let g = m.value.round();
-            if (m.value - g).abs() < 1e-6 && g >= 0.0 && (g as usize) < n { format!("g{g}") } else { String::new() }
-        };
-        // One tick per group: "g1" is narrow, so labels may sit closer than egui_plot's default.
-        let axis = AxisHints::new_x().label("group").formatter(group_ticks).label_spacing(20.0..=30.0);
-        let mass = Plot::new("mass").height(h).legend(Legend::default()).custom_x_axes(vec![axis]).include_y(headroom(l.mass_before.iter().chain(&l.mass_after).cloned()));
-        mass.x_grid_spacer(uniform_grid_spacer(|_| [1.0, 5.0, 10.0])).show(&mut cols[0], |p| {
-            p.bar_chart(BarChart::new("before Sinkhorn (softmax)", before).color(egui::Color32::from_gray(200)));
-            p.bar_chart(BarChart::new("after Sinkhorn", after).color(egui::Color32::from_gray(90)));
-            p.hline(HLine::new("ideal 1/K", 1.0 / k).color(egui::Color32::GRAY));
+/// The Balance view.
+#[derive(Default)]
+pub struct BalanceView;
+
+impl View for BalanceView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
+        let layer = cx.layer(res);
+        let l = &res.analysis.layers[layer];
+        let k = res.groups() as f64;
+        let h = (ui.available_height() / 2.0 - 30.0).max(150.0);
+        ui.columns(2, |cols| {
+            cols[0].label(format!("layer {layer}: share of membership mass per group; pale: before Sinkhorn (softmax of S / tau), solid: after"));
+            // Bars at the groups' shown numbers (matched across layers unless raw), in their colours.
+            let sg = |g: usize| cx.shown(res, layer, g);
+            let before: Vec<Bar> = l.mass_before.iter().enumerate().map(|(g, &m)| Bar::new(sg(g) as f64 - 0.2, m).width(0.38).fill(palette::group(sg(g)).gamma_multiply(0.5))).collect();
+            let after: Vec<Bar> = l.mass_after.iter().enumerate().map(|(g, &m)| Bar::new(sg(g) as f64 + 0.2, m).width(0.38).fill(palette::group(sg(g)))).collect();
+            // Bars are in group colours; the legend's grey dots only tell pale (before) from solid.
+            let n = res.groups();
+            let group_ticks = move |m: GridMark, _: &std::ops::RangeInclusive<f64>| {
+                let g = m.value.round();
+                if (m.value - g).abs() < 1e-6 && g >= 0.0 && (g as usize) < n { format!("g{g}") } else { String::new() }
+            };
+            // One tick per group: "g1" is narrow, so labels may sit closer than egui_plot's default.
+            let axis = AxisHints::new_x().label("group").formatter(group_ticks).label_spacing(20.0..=30.0);
+            let mass = Plot::new("mass").height(h).legend(Legend::default()).custom_x_axes(vec![axis]).include_y(headroom(l.mass_before.iter().chain(&l.mass_after).cloned()));
+            mass.x_grid_spacer(uniform_grid_spacer(|_| [1.0, 5.0, 10.0])).show(&mut cols[0], |p| {
+                p.bar_chart(BarChart::new("before Sinkhorn (softmax)", before).color(egui::Color32::from_gray(200)));
+                p.bar_chart(BarChart::new("after Sinkhorn", after).color(egui::Color32::from_gray(90)));
+                p.hline(HLine::new("ideal 1/K", 1.0 / k).color(egui::Color32::GRAY));
+            });
+            cols[1].label("dominance per layer (share of tokens in the largest group)");
+            let dom: PlotPoints = res.analysis.layers.iter().map(|l| [l.layer as f64, l.dominance]).collect();
+            Plot::new("dominance").height(h).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(headroom(res.analysis.layers.iter().map(|l| l.dominance))).show(&mut cols[1], |p| {
+                p.line(Line::new("dominance", dom));
+                p.vline(selected(layer));
+                p.hline(HLine::new("ideal 1/K", 1.0 / k).color(egui::Color32::GRAY));
+            });
         });
-        cols[1].label("dominance per layer (share of tokens in the largest group)");
-        let dom: PlotPoints = res.analysis.layers.iter().map(|l| [l.layer as f64, l.dominance]).collect();
-        Plot::new("dominance").height(h).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(headroom(res.analysis.layers.iter().map(|l| l.dominance))).show(&mut cols[1], |p| {
-            p.line(Line::new("dominance", dom));
-            p.vline(selected(layer));
-            p.hline(HLine::new("ideal 1/K", 1.0 / k).color(egui::Color32::GRAY));
+        ui.columns(2, |cols| {
+            cols[0].label("mean confidence (largest membership) per layer");
+            let conf: PlotPoints = res.analysis.layers.iter().map(|l| [l.layer as f64, l.mean_confidence]).collect();
+            Plot::new("confidence").height(h).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(headroom(res.analysis.layers.iter().map(|l| l.mean_confidence))).show(&mut cols[0], |p| {
+                p.line(Line::new("confidence", conf));
+                p.vline(selected(layer));
+                p.hline(HLine::new("uniform 1/K", 1.0 / k).color(egui::Color32::GRAY));
+            });
+            cols[1].label("mean membership entropy per layer (nats)");
+            let ent: PlotPoints = res.analysis.layers.iter().map(|l| [l.layer as f64, l.mean_entropy]).collect();
+            Plot::new("entropy").height(h).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(headroom(res.analysis.layers.iter().map(|l| l.mean_entropy).chain([k.ln()]))).show(&mut cols[1], |p| {
+                p.line(Line::new("entropy", ent));
+                p.vline(selected(layer));
+                p.hline(HLine::new("uniform ln K", k.ln()).color(egui::Color32::GRAY));
+            });
         });
-    });
-    ui.columns(2, |cols| {
-        cols[0].label("mean confidence (largest membership) per layer");
-        let conf: PlotPoints = res.analysis.layers.iter().map(|l| [l.layer as f64, l.mean_confidence]).collect();
-        Plot::new("confidence").height(h).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(headroom(res.analysis.layers.iter().map(|l| l.mean_confidence))).show(&mut cols[0], |p| {
-            p.line(Line::new("confidence", conf));
-            p.vline(selected(layer));
-            p.hline(HLine::new("uniform 1/K", 1.0 / k).color(egui::Color32::GRAY));
-        });
-        cols[1].label("mean membership entropy per layer (nats)");
-        let ent: PlotPoints = res.analysis.layers.iter().map(|l| [l.layer as f64, l.mean_entropy]).collect();
-        Plot::new("entropy").height(h).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(headroom(res.analysis.layers.iter().map(|l| l.mean_entropy).chain([k.ln()]))).show(&mut cols[1], |p| {
-            p.line(Line::new("entropy", ent));
-            p.vline(selected(layer));
-            p.hline(HLine::new("uniform ln K", k.ln()).color(egui::Color32::GRAY));
-        });
-    });
-    Vec::new()
+        Vec::new()
+    }
 }
 
 /// Marks the layer chosen in the controls on the per-layer charts.

@@ -4,9 +4,9 @@
 //! category and its lift over that category's base rate in the text (and its SVG); also each
 //! token's category and its colour, for the other views.
 
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
 use crate::gui::export::svg::Svg;
-use crate::gui::palette;
+use crate::gui::paint::palette;
 use crate::gui::state::AnalysisResult;
 use focus_core::analysis::categories::{Category, Piece};
 
@@ -114,21 +114,6 @@ fn short(c: Category) -> String {
 }
 
 impl CategoriesView {
-    pub fn show(&mut self, cx: &ViewCtx, res: &std::sync::Arc<AnalysisResult>, ui: &mut egui::Ui) -> Vec<Command> {
-        ui.horizontal(|ui| {
-            ui.selectable_value(&mut self.mode, CatMode::Layer, "this layer");
-            ui.selectable_value(&mut self.mode, CatMode::Heatmap, "all layers: purity heatmap");
-            ui.selectable_value(&mut self.mode, CatMode::Curve, "purity by layer vs untrained");
-        });
-        match self.mode {
-            CatMode::Heatmap => {
-                heatmap(cx, res, ui);
-                Vec::new()
-            }
-            CatMode::Curve => self.curve(cx, res, ui),
-            CatMode::Layer => show(cx, res, ui),
-        }
-    }
 
     /// The untrained baseline's result.
     pub fn receive(&mut self, r: Result<crate::gui::jobs::Baseline, crate::gui::jobs::JobError>) {
@@ -198,7 +183,7 @@ impl CategoriesView {
                 }
                 None => {
                     ui.horizontal(|ui| {
-                        crate::gui::busy::busy(ui);
+                        crate::gui::paint::busy::busy(ui);
                         ui.label("analysing the same tokens with the untrained adapter (in the background)…");
                     });
                 }
@@ -260,6 +245,25 @@ impl CategoriesView {
     }
 }
 
+impl View for CategoriesView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
+        ui.horizontal(|ui| {
+            ui.selectable_value(&mut self.mode, CatMode::Layer, "this layer");
+            ui.selectable_value(&mut self.mode, CatMode::Heatmap, "all layers: purity heatmap");
+            ui.selectable_value(&mut self.mode, CatMode::Curve, "purity by layer vs untrained");
+        });
+        match self.mode {
+            CatMode::Heatmap => {
+                heatmap(cx, res, ui);
+                Vec::new()
+            }
+            CatMode::Curve => self.curve(cx, res, ui),
+            CatMode::Layer => layer_table(cx, res, ui),
+        }
+    }
+}
+
 /// The purity curve as SVG (the baseline when computed).
 pub fn curve_svg(res: &AnalysisResult, base: Option<&crate::gui::jobs::Baseline>) -> String {
     use crate::gui::export::svg::{line_chart, Series};
@@ -282,7 +286,7 @@ fn purity_color(p: f64) -> egui::Color32 {
 /// Layers as rows, groups (by shown number) as columns; the cell's colour is the group's
 /// purity, its text the top category and the lift (purity over base rate).
 fn heatmap(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) {
-    let raw = cx.settings.raw_groups;
+    let raw = cx.settings.setup.raw_groups;
     let base = base_rates(res);
     let rates: Vec<String> = Category::ALL.iter().map(|c| format!("{} {:.0}%", c.name(), 100.0 * base[c.index()])).collect();
     ui.label(format!(
@@ -368,7 +372,8 @@ pub fn heatmap_svg(res: &AnalysisResult, raw: bool) -> Result<String, String> {
     Ok(s.finish())
 }
 
-pub fn show(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec<Command> {
+/// One layer's groups by category (tokens per group and category, purity, label).
+pub fn layer_table(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec<Command> {
     let layer = cx.layer(res);
     let Some(p) = res.analysis.profiles.get(layer) else {
         ui.label("no category profile for this layer");

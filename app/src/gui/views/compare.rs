@@ -6,12 +6,12 @@
 //! table and the per-layer figures as CSV, everything as JSON, the curves as SVG). The
 //! computation is core's `analysis::compare`, run by `gui::jobs::CompareJob`.
 
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
 use crate::gui::jobs::Compared;
 use focus_core::analysis::compare::{Comparison, LayerRow, Scope};
 use crate::gui::export::svg::{line_chart, stack, Series};
 use crate::gui::export::ExportKind;
-use crate::gui::state::{AnalysisResult, CompareSpec, ModeChoice, Setting};
+use crate::gui::state::{CompareSpec, ModeChoice, Setting};
 use crate::gui::worker::TaskKind;
 use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, VLine};
 
@@ -131,11 +131,32 @@ impl CompareView {
         v
     }
 
-    pub fn show(&mut self, cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec<Command> {
+    /// The per-layer curves as SVG (the selected head's too when the table shows it).
+    pub fn svg(&self, head: usize) -> Result<String, String> {
+        let c = self.result.as_ref().ok_or("no comparison yet: press Run comparison first")?;
+        let rows = c.layer_rows(head);
+        let (shares, delta) = curves(&rows, (self.scope == Scope::Head).then_some(head));
+        let series = |v: Vec<Curve>| v.into_iter().map(|(name, colour, dashed, points)| Series { name, color: colour.into(), points, dashed }).collect::<Vec<_>>();
+        let mean_delta = Comparison::mean_loss(&c.loss_a) - Comparison::mean_loss(&c.loss_b);
+        let top = line_chart(&format!("A: {} vs B: {}", c.a, c.b), "layer", "share", &series(shares), &[]);
+        let bottom = line_chart(
+            &format!("Δ loss (whole model) of the tokens whose top-{} groups change or stay, per layer", c.k),
+            "layer",
+            "nats",
+            &series(delta),
+            &[("mean Δ loss, all tokens".into(), mean_delta)],
+        );
+        Ok(stack(&[top, bottom], 640.0, &[400.0, 400.0]))
+    }
+}
+
+impl View for CompareView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
         let mut out = Vec::new();
         let a_causal = res.adapter.config.causal_sinkhorn;
         ui.label(format!("Run A (the analysis on screen): {}", describe(&res.mode.to_string(), a_causal, &res.analysis.adapter)));
-        let mut spec = cx.settings.compare.clone();
+        let mut spec = cx.settings.setup.compare.clone();
         let groups = res.groups();
         ui.horizontal_wrapped(|ui| {
             ui.label("presets:");
@@ -151,7 +172,7 @@ impl CompareView {
             }
             let other = if a_causal { "whole-sequence" } else { "causal" };
             if ui.button(format!("B = {other} Sinkhorn")).clicked() {
-                spec = CompareSpec { mode: cx.settings.params.mode, k: res.key.params.k, causal: Some(!a_causal), adapter: None, ..spec.clone() };
+                spec = CompareSpec { mode: cx.settings.setup.params.mode, k: res.key.params.k, causal: Some(!a_causal), adapter: None, ..spec.clone() };
             }
         });
         ui.horizontal_wrapped(|ui| {
@@ -182,7 +203,7 @@ impl CompareView {
             }
             ui.add(egui::TextEdit::singleline(&mut self.adapter_field).id_salt("compare_adapter").hint_text("empty: A's adapter").desired_width(300.0)).labelled_by(l.id);
             egui::ComboBox::from_id_salt("compare_adapter_pick").selected_text("pick…").show_ui(ui, |ui| {
-                for a in super::files::adapters(&cx.settings.recent) {
+                for a in super::files::adapters(&cx.settings.prefs.recent) {
                     if ui.selectable_label(false, format!("{}  ({})", a.name, a.summary())).clicked() {
                         self.adapter_field = a.path.display().to_string();
                     }
@@ -193,12 +214,12 @@ impl CompareView {
         if spec.mode == ModeChoice::TopK && spec.adapter.is_none() && spec.k > groups {
             spec.k = groups;
         }
-        if spec != cx.settings.compare {
+        if spec != cx.settings.setup.compare {
             out.push(Command::Set(Setting::Compare(spec.clone())));
         }
         ui.horizontal(|ui| {
             if cx.worker.is_running(TaskKind::Compare) {
-                crate::gui::busy::busy(ui);
+                crate::gui::paint::busy::busy(ui);
                 ui.label("comparing…");
                 if ui.button("Cancel comparison").clicked() {
                     out.push(Command::Cancel(TaskKind::Compare));
@@ -231,7 +252,7 @@ impl CompareView {
         ui.label(format!("{} tokens, mean loss A {la:.4} (PPL {:.2}), B {lb:.4} (PPL {:.2}): Δ = {:+.4} nats (Δ loss = loss(A) - loss(B), > 0: A worse)", c.tokens(), la.exp(), lb.exp(), la - lb))
             .on_hover_text(format!("next-token negative log-likelihood, mean over the scored positions; both runs computed in {:.1} s", c.seconds));
         let layer = cx.layer(res);
-        let head = cx.settings.head.min(res.model.config().n_heads.saturating_sub(1));
+        let head = cx.settings.setup.head.min(res.model.config().n_heads.saturating_sub(1));
         ui.horizontal_wrapped(|ui| {
             ui.label("pruned mass in the table:").on_hover_text("the selected layer and head are the left panel's (arrow keys move them)");
             ui.radio_value(&mut self.scope, Scope::All, "mean over layers and heads");
@@ -330,24 +351,6 @@ impl CompareView {
             out.push(Command::Jump(i));
         }
         out
-    }
-
-    /// The per-layer curves as SVG (the selected head's too when the table shows it).
-    pub fn svg(&self, head: usize) -> Result<String, String> {
-        let c = self.result.as_ref().ok_or("no comparison yet: press Run comparison first")?;
-        let rows = c.layer_rows(head);
-        let (shares, delta) = curves(&rows, (self.scope == Scope::Head).then_some(head));
-        let series = |v: Vec<Curve>| v.into_iter().map(|(name, colour, dashed, points)| Series { name, color: colour.into(), points, dashed }).collect::<Vec<_>>();
-        let mean_delta = Comparison::mean_loss(&c.loss_a) - Comparison::mean_loss(&c.loss_b);
-        let top = line_chart(&format!("A: {} vs B: {}", c.a, c.b), "layer", "share", &series(shares), &[]);
-        let bottom = line_chart(
-            &format!("Δ loss (whole model) of the tokens whose top-{} groups change or stay, per layer", c.k),
-            "layer",
-            "nats",
-            &series(delta),
-            &[("mean Δ loss, all tokens".into(), mean_delta)],
-        );
-        Ok(stack(&[top, bottom], 640.0, &[400.0, 400.0]))
     }
 }
 

@@ -1,99 +1,105 @@
 //! The right panel: the hovered (or selected) token's routing — membership bars, top-k groups,
 //! confidence, category — and the selected token's long-range partners by attention weight.
 
-use super::{Command, ViewCtx};
-use crate::gui::palette;
+use super::{Command, View, ViewCtx};
+use crate::gui::paint::palette;
 
-pub fn show(cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
-    let mut out = Vec::new();
-    egui::Panel::right("details").min_size(300.0).show(ui, |ui| {
-        let Some(res) = cx.result() else { return };
-        let layer = cx.layer(res);
-        let sel = cx.selection;
-        let shown = sel.hovered.or(sel.selected);
-        // A token hovered in a layer column is shown in that column's layer.
-        let token_layer = sel.hovered.and(sel.hovered_layer).filter(|&l| l < res.layers()).unwrap_or(layer);
-        ui.heading("Token");
-        match shown {
-            None => {
-                ui.weak("Hover a token to see its routing; click it for its long-range partners.");
-            }
-            Some(i) if i < res.tokens() => {
-                let t = &res.analysis.tokens[i];
-                ui.label(format!("#{i} {:?} (id {}, segment {})", t.text, t.id, t.segment));
-                ui.label(format!("category: {}", super::categories::category_of(res, i)));
-                if let Some(r) = res.token_routing(token_layer, i) {
-                    let shown: Vec<usize> = (0..res.groups()).map(|g| cx.shown(res, token_layer, g)).collect();
-                    let top: Vec<String> = r.top.iter().map(|&g| format!("g{}", shown[g])).collect();
-                    ui.label(format!("layer {token_layer}: top groups {}, confidence {:.3}", top.join(", "), r.confidence));
-                    membership_bars(ui, &r.memberships, &r.top, &res.labels[token_layer], &shown);
+/// The right panel.
+#[derive(Default)]
+pub struct DetailsView;
+
+impl View for DetailsView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let mut out = Vec::new();
+        egui::Panel::right("details").min_size(300.0).show(ui, |ui| {
+            let Some(res) = cx.result() else { return };
+            let layer = cx.layer(res);
+            let sel = cx.selection;
+            let shown = sel.hovered.or(sel.selected);
+            // A token hovered in a layer column is shown in that column's layer.
+            let token_layer = sel.hovered.and(sel.hovered_layer).filter(|&l| l < res.layers()).unwrap_or(layer);
+            ui.heading("Token");
+            match shown {
+                None => {
+                    ui.weak("Hover a token to see its routing; click it for its long-range partners.");
                 }
-            }
-            Some(_) => {}
-        }
-        if let Some(r) = sel.range.filter(|&(_, b)| b < res.tokens()) {
-            ui.separator();
-            ui.heading("Selected range");
-            for line in super::tokens::range_summary(res, layer, r, cx.settings.raw_groups) {
-                ui.add(egui::Label::new(line).wrap());
-            }
-            if ui.small_button("clear the range").clicked() {
-                out.push(Command::SelectRange(None));
-            }
-        }
-        ui.separator();
-        ui.heading("Long-range partners");
-        let Some(selected) = sel.selected else {
-            ui.weak("Click a token, or drag over a range of tokens.");
-            return;
-        };
-        match &sel.partners {
-            Some(p) if p.token == selected && p.range == sel.range && p.key == res.key => {
-                let who = match p.range {
-                    Some((a, b)) => format!("#{a}-#{b} ({} queries, weights averaged over them)", b - a + 1),
-                    None => format!("#{selected}"),
-                };
-                ui.label(format!(
-                    "{who}, layer {}, head {}: {} same-group tokens beyond w = {}; they receive {:.1}% of the attention (local window {:.1}%)",
-                    p.layer,
-                    p.head,
-                    p.partners.len(),
-                    res.window(),
-                    100.0 * p.partner_mass,
-                    100.0 * p.local_mass
-                ));
-                let mut jump = None;
-                egui::ScrollArea::vertical().id_salt("partners").show_rows(ui, 18.0, p.partners.len(), |ui, range| {
-                    for &(j, wt) in &p.partners[range] {
-                        let txt = format!("{wt:.4}  #{j} {:?}", res.analysis.tokens[j].text);
-                        if ui.selectable_label(false, txt).clicked() {
-                            jump = Some(j);
-                        }
+                Some(i) if i < res.tokens() => {
+                    let t = &res.analysis.tokens[i];
+                    ui.label(format!("#{i} {:?} (id {}, segment {})", t.text, t.id, t.segment));
+                    ui.label(format!("category: {}", super::categories::category_of(res, i)));
+                    if let Some(r) = res.token_routing(token_layer, i) {
+                        let shown: Vec<usize> = (0..res.groups()).map(|g| cx.shown(res, token_layer, g)).collect();
+                        let top: Vec<String> = r.top.iter().map(|&g| format!("g{}", shown[g])).collect();
+                        ui.label(format!("layer {token_layer}: top groups {}, confidence {:.3}", top.join(", "), r.confidence));
+                        membership_bars(ui, &r.memberships, &r.top, &res.labels[token_layer], &shown);
                     }
-                });
-                if let Some(j) = jump {
-                    out.push(Command::ScrollTo(j));
+                }
+                Some(_) => {}
+            }
+            if let Some(r) = sel.range.filter(|&(_, b)| b < res.tokens()) {
+                ui.separator();
+                ui.heading("Selected range");
+                for line in super::tokens::range_summary(res, layer, r, cx.settings.setup.raw_groups) {
+                    ui.add(egui::Label::new(line).wrap());
+                }
+                if ui.small_button("clear the range").clicked() {
+                    out.push(Command::SelectRange(None));
                 }
             }
-            _ if cx.worker.is_running(crate::gui::worker::TaskKind::Attention) => {
-                ui.horizontal(|ui| {
-                    crate::gui::busy::busy(ui);
-                    ui.label("computing the attention row…");
-                });
-            }
-            _ => {
-                // Nothing runs for this analysis (it never says "computing" while nothing does).
-                ui.weak("The partners of this selection are not computed for the analysis on screen.");
-                if ui.button("Compute them").clicked() {
-                    out.push(match sel.range {
-                        Some(r) => Command::SelectRange(Some(r)),
-                        None => Command::Select(Some(selected)),
+            ui.separator();
+            ui.heading("Long-range partners");
+            let Some(selected) = sel.selected else {
+                ui.weak("Click a token, or drag over a range of tokens.");
+                return;
+            };
+            match &sel.partners {
+                Some(p) if p.token == selected && p.range == sel.range && p.key == res.key => {
+                    let who = match p.range {
+                        Some((a, b)) => format!("#{a}-#{b} ({} queries, weights averaged over them)", b - a + 1),
+                        None => format!("#{selected}"),
+                    };
+                    ui.label(format!(
+                        "{who}, layer {}, head {}: {} same-group tokens beyond w = {}; they receive {:.1}% of the attention (local window {:.1}%)",
+                        p.layer,
+                        p.head,
+                        p.partners.len(),
+                        res.window(),
+                        100.0 * p.partner_mass,
+                        100.0 * p.local_mass
+                    ));
+                    let mut jump = None;
+                    egui::ScrollArea::vertical().id_salt("partners").show_rows(ui, 18.0, p.partners.len(), |ui, range| {
+                        for &(j, wt) in &p.partners[range] {
+                            let txt = format!("{wt:.4}  #{j} {:?}", res.analysis.tokens[j].text);
+                            if ui.selectable_label(false, txt).clicked() {
+                                jump = Some(j);
+                            }
+                        }
+                    });
+                    if let Some(j) = jump {
+                        out.push(Command::ScrollTo(j));
+                    }
+                }
+                _ if cx.worker.is_running(crate::gui::worker::TaskKind::Attention) => {
+                    ui.horizontal(|ui| {
+                        crate::gui::paint::busy::busy(ui);
+                        ui.label("computing the attention row…");
                     });
                 }
+                _ => {
+                    // Nothing runs for this analysis (it never says "computing" while nothing does).
+                    ui.weak("The partners of this selection are not computed for the analysis on screen.");
+                    if ui.button("Compute them").clicked() {
+                        out.push(match sel.range {
+                            Some(r) => Command::SelectRange(Some(r)),
+                            None => Command::Select(Some(selected)),
+                        });
+                    }
+                }
             }
-        }
-    });
-    out
+        });
+        out
+    }
 }
 
 /// One row per group: a bar in the group's colour (full width = membership 1), the membership

@@ -5,8 +5,8 @@
 //! display: the system dialog (XDG portal or zenity) is one button in it, and when that cannot
 //! open the window says so and stays.
 
-use super::{Command, ViewCtx};
-use crate::gui::dialogs::Purpose;
+use super::{Command, View, ViewCtx};
+use crate::gui::jobs::dialogs::Purpose;
 use crate::gui::export::ExportKind;
 use crate::gui::state::InputKind;
 use std::path::{Path, PathBuf};
@@ -259,24 +259,6 @@ impl FilesView {
         self.listing = None;
     }
 
-    /// The window, when open.
-    pub fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
-        let mut out = Vec::new();
-        let Some(task) = self.task else { return out };
-        let mut open = true;
-        egui::Window::new(task.title())
-            .open(&mut open)
-            .collapsible(false)
-            .resizable(true)
-            .default_size([640.0, 520.0])
-            .default_pos([220.0, 90.0])
-            .show(ui.ctx(), |ui| self.contents(cx, task, ui, &mut out));
-        if !open {
-            self.close();
-        }
-        out
-    }
-
     fn contents(&mut self, cx: &ViewCtx, task: FileTask, ui: &mut egui::Ui, out: &mut Vec<Command>) {
         if let Some(m) = &self.message {
             ui.colored_label(egui::Color32::from_rgb(170, 90, 0), m);
@@ -362,7 +344,7 @@ impl FilesView {
                 return;
             }
         }
-        let recent: Vec<&PathBuf> = cx.settings.recent.iter().filter(|(k, _)| matches!(task, FileTask::Open(kind) if kind == *k)).map(|(_, p)| p).collect();
+        let recent: Vec<&PathBuf> = cx.settings.prefs.recent.iter().filter(|(k, _)| matches!(task, FileTask::Open(kind) if kind == *k)).map(|(_, p)| p).collect();
         if !recent.is_empty() {
             ui.separator();
             ui.strong("Recent");
@@ -444,5 +426,25 @@ impl FilesView {
             }
             self.go(d);
         }
+    }
+}
+
+impl View for FilesView {
+    /// The window, when open.
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let mut out = Vec::new();
+        let Some(task) = self.task else { return out };
+        let mut open = true;
+        egui::Window::new(task.title())
+            .open(&mut open)
+            .collapsible(false)
+            .resizable(true)
+            .default_size([640.0, 520.0])
+            .default_pos([220.0, 90.0])
+            .show(ui.ctx(), |ui| self.contents(cx, task, ui, &mut out));
+        if !open {
+            self.close();
+        }
+        out
     }
 }

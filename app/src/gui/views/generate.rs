@@ -1,5 +1,5 @@
 //! Generate: a prompt (typed, or the end of the loaded text), then tokens streaming in from a
-//! background run (`gui::generate::GenJob`, the CLI's loop), coloured by their group in the
+//! background run (`gui::jobs::streaming::GenJob`, the CLI's loop), coloured by their group in the
 //! selected layer with the app's palette and cross-layer numbering. The newest token's
 //! attendable tokens (its window, and the tokens whose top-k sets meet its own) stay bright and
 //! the rest fade, with the share of the context they are; the ones beyond the window carry the
@@ -9,10 +9,10 @@
 //! choice, causal by default (see `GenSettings::causal`).
 
 use super::tokens::{display_text, TokenLayout, FONT, PAD, PARTNER_OUTLINE, ROW_H};
-use super::{Command, ViewCtx};
-use crate::generation::Stop;
-use crate::gui::generate::{GenJob, Generated};
-use crate::gui::palette;
+use super::{Command, View, ViewCtx};
+use crate::sampling::Stop;
+use crate::gui::jobs::streaming::{GenJob, Generated};
+use crate::gui::paint::palette;
 use crate::gui::session::Session;
 use crate::gui::state::{GenSettings, ModeChoice, RunParams, Setting};
 use crate::gui::worker::TaskKind;
@@ -75,7 +75,7 @@ impl GenerateView {
     fn job(&self, cx: &ViewCtx, gs: &GenSettings) -> Result<GenJob, String> {
         let m = cx.session.model.as_ref().ok_or("the model is still loading")?;
         let a = cx.session.adapter.as_ref().filter(|a| a.model_gen == m.gen).ok_or("the adapter is still loading")?;
-        let mut params = cx.settings.params.clone();
+        let mut params = cx.settings.setup.params.clone();
         if gs.causal {
             params.causal = Some(true);
         }
@@ -89,7 +89,7 @@ impl GenerateView {
     /// change of the settings.
     fn strategy(&mut self, cx: &ViewCtx, gs: &GenSettings) -> Option<Result<Strategy, String>> {
         let a = cx.session.adapter.as_ref()?;
-        let key = (a.gen, cx.settings.params.clone(), gs.causal);
+        let key = (a.gen, cx.settings.setup.params.clone(), gs.causal);
         if self.strategy.as_ref().is_none_or(|(k, _)| *k != key) {
             let s = self.job(cx, gs).and_then(|j| Generator::new(&j.model.decoder, Some(j.adapter.as_ref()), j.mode).map(|g| g.strategy()).map_err(|e| e.to_string()));
             self.strategy = Some((key, s));
@@ -97,83 +97,9 @@ impl GenerateView {
         self.strategy.as_ref().map(|(_, s)| s.clone())
     }
 
-    pub fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
-        let mut out = Vec::new();
-        let mut gs = cx.settings.generate;
-        let running = cx.worker.is_running(TaskKind::Generate);
-        let l = ui.label("Prompt:");
-        // A long prompt scrolls in its box (of one height, so that nothing below it moves)
-        // rather than pushing the controls off the window.
-        egui::ScrollArea::vertical().id_salt("prompt").max_height(110.0).auto_shrink(false).show(ui, |ui| {
-            let edit = egui::TextEdit::multiline(&mut self.prompt).min_size(vec2(0.0, 110.0)).desired_width(f32::INFINITY).hint_text("type a prompt, or continue the loaded text");
-            ui.add(edit).labelled_by(l.id);
-        });
-        ui.horizontal(|ui| {
-            let text = cx.session.text.as_ref();
-            let b = ui.add_enabled(text.is_some(), egui::Button::new("Continue the loaded text"));
-            if b.on_hover_text(format!("the end of the loaded text (at most its last {CONTINUE_CHARS} characters) as the prompt")).clicked() {
-                if let Some(t) = text {
-                    self.prompt = tail(&t.text, CONTINUE_CHARS).to_string();
-                }
-            }
-            ui.checkbox(&mut gs.chat, "chat template").on_hover_text("wrap the prompt as a user turn in the model's chat template (tokenizer.chat_template)");
-        });
-        let context = cx.session.model.as_ref().map_or(1 << 20, |m| m.model.config().context);
-        ui.horizontal_wrapped(|ui| {
-            let s = &mut gs.sampling;
-            ui.add(egui::DragValue::new(&mut s.temperature).range(0.0..=100.0).speed(0.01).prefix("temperature ")).on_hover_text("0 is greedy");
-            ui.add(egui::DragValue::new(&mut s.top_p).range(0.01..=1.0).speed(0.005).prefix("top-p ")).on_hover_text("draw from the likeliest tokens holding this share of the probability");
-            ui.add(egui::DragValue::new(&mut s.seed).prefix("seed ")).on_hover_text("the same seed, prompt and settings give the same tokens");
-            ui.add(egui::DragValue::new(&mut s.max_tokens).range(1..=context).prefix("max tokens "));
-        });
-        self.routing_choice(cx, &mut gs, ui);
-        // Wrapped: the line after the buttons says how the run went, at length.
-        ui.horizontal_wrapped(|ui| {
-            if running {
-                if ui.button("Stop").on_hover_text("stops before the next token").clicked() {
-                    out.push(Command::Cancel(TaskKind::Generate));
-                }
-            } else if ui.button("Start generating").clicked() {
-                match self.job(cx, &gs) {
-                    Ok(job) => {
-                        self.run = None;
-                        out.push(Command::StartGenerate(job));
-                    }
-                    Err(e) => out.push(Command::Error(format!("cannot generate: {e}"))),
-                }
-            }
-            let done = self.run.as_ref().filter(|r| !running && r.tokens() > r.prompt_tokens);
-            let analyse = ui.add_enabled(done.is_some(), egui::Button::new("Analyse this"));
-            if analyse.on_hover_text("load the prompt and the generation as the text and analyse it with the settings it was generated with").clicked() {
-                if let Some(r) = done {
-                    out.push(Command::AnalyseGenerated { text: r.text.clone(), params: r.params.clone(), tokens: r.tokens() });
-                }
-            }
-            self.status_line(cx, running, ui);
-        });
-        if gs != cx.settings.generate {
-            out.push(Command::Set(Setting::Generate(gs)));
-        }
-        ui.separator();
-        let shown = self.run.as_ref().map(|run| {
-            let layer = cx.settings.layer.min(run.layers.len().saturating_sub(1));
-            newest_line(run, layer, ui);
-            legend(run, layer, cx.settings.raw_groups, ui);
-            layer
-        });
-        match shown {
-            Some(layer) => self.tokens(cx, layer, ui),
-            None if !running => {
-                ui.weak("Nothing generated yet.");
-            }
-            None => {}
-        }
-        out
-    }
-
     /// The Sinkhorn variant and what it costs.
     fn routing_choice(&mut self, cx: &ViewCtx, gs: &mut GenSettings, ui: &mut egui::Ui) {
-        let p = &cx.settings.params;
+        let p = &cx.settings.setup.params;
         let adapter = cx.session.adapter.as_ref().map(|a| &a.adapter.config);
         let analysis_causal = p.causal.or(adapter.map(|c| c.causal_sinkhorn)).unwrap_or(false);
         ui.horizontal_wrapped(|ui| {
@@ -206,7 +132,7 @@ impl GenerateView {
     fn status_line(&self, cx: &ViewCtx, running: bool, ui: &mut egui::Ui) {
         let Some(r) = &self.run else {
             if running {
-                crate::gui::busy::busy(ui);
+                crate::gui::paint::busy::busy(ui);
                 let what = cx.worker.progress().into_iter().find(|p| p.0 == TaskKind::Generate).map(|p| p.3).unwrap_or_default();
                 ui.label(what);
             }
@@ -219,8 +145,8 @@ impl GenerateView {
         let reads = if r.read.dense > 0 && r.params.mode != ModeChoice::Dense { format!("; attention read {:.1}% of dense's bytes", 100.0 * r.read.fraction()) } else { String::new() };
         let speed = format!("{:.1} tok/s, {how}", r.tokens_per_second());
         if running {
-            crate::gui::busy::busy(ui);
-            ui.label(format!("generating: {} of {} tokens, {speed}", r.drawn, cx.settings.generate.sampling.max_tokens));
+            crate::gui::paint::busy::busy(ui);
+            ui.label(format!("generating: {} of {} tokens, {speed}", r.drawn, cx.settings.prefs.generate.sampling.max_tokens));
         } else {
             let end = r.stop.map_or("stopped", ended);
             ui.label(format!("{} tokens ({end}) in {:.2} s, {speed}; prompt of {} tokens in {:.2} s; {}{reads}", r.drawn, r.seconds, r.prompt_tokens, r.prefill_seconds, r.params.mode_label()));
@@ -234,7 +160,7 @@ impl GenerateView {
         self.layout.ensure_texts(ui, self.version, || run.texts.iter().map(String::as_str), width);
         let lay = &self.layout;
         let l = &run.layers[layer];
-        let raw = cx.settings.raw_groups;
+        let raw = cx.settings.setup.raw_groups;
         let newest = run.tokens() - 1;
         let font = FontId::monospace(FONT);
         egui::ScrollArea::vertical().id_salt("generated").auto_shrink(false).stick_to_bottom(true).show_viewport(ui, |ui, viewport| {
@@ -291,6 +217,82 @@ impl GenerateView {
                 resp.on_hover_text_at_pointer(format!("#{i} {:?} ({part}): layer {layer} groups {groups}; {reach}", run.texts[i]));
             }
         });
+    }
+}
+
+impl View for GenerateView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let mut out = Vec::new();
+        let mut gs = cx.settings.prefs.generate;
+        let running = cx.worker.is_running(TaskKind::Generate);
+        let l = ui.label("Prompt:");
+        // A long prompt scrolls in its box (of one height, so that nothing below it moves)
+        // rather than pushing the controls off the window.
+        egui::ScrollArea::vertical().id_salt("prompt").max_height(110.0).auto_shrink(false).show(ui, |ui| {
+            let edit = egui::TextEdit::multiline(&mut self.prompt).min_size(vec2(0.0, 110.0)).desired_width(f32::INFINITY).hint_text("type a prompt, or continue the loaded text");
+            ui.add(edit).labelled_by(l.id);
+        });
+        ui.horizontal(|ui| {
+            let text = cx.session.text.as_ref();
+            let b = ui.add_enabled(text.is_some(), egui::Button::new("Continue the loaded text"));
+            if b.on_hover_text(format!("the end of the loaded text (at most its last {CONTINUE_CHARS} characters) as the prompt")).clicked() {
+                if let Some(t) = text {
+                    self.prompt = tail(&t.text, CONTINUE_CHARS).to_string();
+                }
+            }
+            ui.checkbox(&mut gs.chat, "chat template").on_hover_text("wrap the prompt as a user turn in the model's chat template (tokenizer.chat_template)");
+        });
+        let context = cx.session.model.as_ref().map_or(1 << 20, |m| m.model.config().context);
+        ui.horizontal_wrapped(|ui| {
+            let s = &mut gs.sampling;
+            ui.add(egui::DragValue::new(&mut s.temperature).range(0.0..=100.0).speed(0.01).prefix("temperature ")).on_hover_text("0 is greedy");
+            ui.add(egui::DragValue::new(&mut s.top_p).range(0.01..=1.0).speed(0.005).prefix("top-p ")).on_hover_text("draw from the likeliest tokens holding this share of the probability");
+            ui.add(egui::DragValue::new(&mut s.seed).prefix("seed ")).on_hover_text("the same seed, prompt and settings give the same tokens");
+            ui.add(egui::DragValue::new(&mut s.max_tokens).range(1..=context).prefix("max tokens "));
+        });
+        self.routing_choice(cx, &mut gs, ui);
+        // Wrapped: the line after the buttons says how the run went, at length.
+        ui.horizontal_wrapped(|ui| {
+            if running {
+                if ui.button("Stop").on_hover_text("stops before the next token").clicked() {
+                    out.push(Command::Cancel(TaskKind::Generate));
+                }
+            } else if ui.button("Start generating").clicked() {
+                match self.job(cx, &gs) {
+                    Ok(job) => {
+                        self.run = None;
+                        out.push(Command::StartGenerate(job));
+                    }
+                    Err(e) => out.push(Command::Error(format!("cannot generate: {e}"))),
+                }
+            }
+            let done = self.run.as_ref().filter(|r| !running && r.tokens() > r.prompt_tokens);
+            let analyse = ui.add_enabled(done.is_some(), egui::Button::new("Analyse this"));
+            if analyse.on_hover_text("load the prompt and the generation as the text and analyse it with the settings it was generated with").clicked() {
+                if let Some(r) = done {
+                    out.push(Command::AnalyseGenerated { text: r.text.clone(), params: r.params.clone(), tokens: r.tokens() });
+                }
+            }
+            self.status_line(cx, running, ui);
+        });
+        if gs != cx.settings.prefs.generate {
+            out.push(Command::Set(Setting::Generate(gs)));
+        }
+        ui.separator();
+        let shown = self.run.as_ref().map(|run| {
+            let layer = cx.settings.setup.layer.min(run.layers.len().saturating_sub(1));
+            newest_line(run, layer, ui);
+            legend(run, layer, cx.settings.setup.raw_groups, ui);
+            layer
+        });
+        match shown {
+            Some(layer) => self.tokens(cx, layer, ui),
+            None if !running => {
+                ui.weak("Nothing generated yet.");
+            }
+            None => {}
+        }
+        out
     }
 }
 

@@ -1,5 +1,7 @@
 //! The glossary (Help → Glossary): what the app's words mean, in a window of its own.
 
+use super::{Command, View, ViewCtx};
+
 pub const ENTRIES: &[(&str, &str)] = &[
     ("group (centroid)", "Each Focus layer has K learned centroids. A token's routing vector (h W_g, d_g = 16 numbers) is scored against each centroid; Sinkhorn turns the scores into memberships. A token's group in the views is its largest membership."),
     ("top-k groups", "The k groups with the largest memberships. In hard top-k mode two distant tokens attend to each other only when their top-k groups share at least one group."),
@@ -19,14 +21,26 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("delta loss per layer (compare)", "Loss is the whole model's, so a layer has none: the per-layer curve is the mean delta loss of the tokens whose top-k groups change in that layer, and of those whose groups stay."),
 ];
 
-pub fn show(ctx: &egui::Context, open: &mut bool) {
-    egui::Window::new("Glossary").open(open).default_width(520.0).default_pos([300.0, 120.0]).show(ctx, |ui| {
-        egui::ScrollArea::vertical().max_height(560.0).show(ui, |ui| {
-            for (term, text) in ENTRIES {
-                ui.strong(*term);
-                ui.add(egui::Label::new(*text).wrap());
-                ui.add_space(4.0);
-            }
-        });
-    });
+/// The glossary window; drawn only while open (Help → Glossary opens it, its close button
+/// closes it).
+#[derive(Default)]
+pub struct GlossaryView {
+    pub open: bool,
+}
+
+impl View for GlossaryView {
+    fn show(&mut self, _: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        if self.open {
+            egui::Window::new("Glossary").open(&mut self.open).default_width(520.0).default_pos([300.0, 120.0]).show(ui.ctx(), |ui| {
+                egui::ScrollArea::vertical().max_height(560.0).show(ui, |ui| {
+                    for (term, text) in ENTRIES {
+                        ui.strong(*term);
+                        ui.add(egui::Label::new(*text).wrap());
+                        ui.add_space(4.0);
+                    }
+                });
+            });
+        }
+        Vec::new()
+    }
 }

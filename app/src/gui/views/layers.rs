@@ -3,8 +3,9 @@
 //! strip (rows tokens, columns layers, colour = group); and the SVG export of the columns.
 
 use super::tokens::{paint_line, partner_map, tokens_svg, Colouring, Marks, TokenLayout, ROW_H};
-use super::{Command, ViewCtx};
-use crate::gui::palette;
+use super::{Command, View, ViewCtx};
+use std::cell::Cell;
+use crate::gui::paint::palette;
 use crate::gui::state::{AnalysisResult, Setting};
 use egui::{vec2, Rect, Sense};
 use std::sync::Arc;
@@ -21,56 +22,8 @@ pub fn svg(res: &AnalysisResult, side_layers: &[usize], raw: bool) -> String {
 }
 
 impl LayersView {
-    /// `scroll_to`: a token to scroll to, taken when shown.
-    pub fn show(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, scroll_to: &mut Option<usize>, ui: &mut egui::Ui) -> Vec<Command> {
-        let mut out = Vec::new();
-        let n_layers = res.layers();
-        // Edited here, asked for below; this frame shows the edited values.
-        let mut strip = cx.settings.strip;
-        let mut side_layers = cx.settings.side_layers.clone();
-        ui.horizontal_wrapped(|ui| {
-            ui.checkbox(&mut strip, "token x layer strip");
-            if !strip {
-                ui.label("layers:");
-                for l in 0..n_layers {
-                    let on = side_layers.contains(&l);
-                    // Models with interleaved layers (Gemma): sliding-window layers are marked "s".
-                    let sliding = res.model.config().is_sliding(l);
-                    let label = if sliding { format!("{l}s") } else { l.to_string() };
-                    let resp = ui.selectable_label(on, label);
-                    let resp = if res.model.config().sliding.is_some() {
-                        resp.on_hover_text(if sliding { "sliding-window layer" } else { "global layer" })
-                    } else {
-                        resp
-                    };
-                    if resp.clicked() {
-                        if on {
-                            side_layers.retain(|&x| x != l);
-                        } else if side_layers.len() < 8 {
-                            side_layers.push(l);
-                            side_layers.sort();
-                        }
-                    }
-                }
-            }
-        });
-        if strip != cx.settings.strip {
-            out.push(Command::Set(Setting::Strip(strip)));
-        }
-        if side_layers != cx.settings.side_layers {
-            out.push(Command::Set(Setting::SideLayers(side_layers.clone())));
-        }
-        ui.separator();
-        super::tokens::provisional_banner(cx, res, ui);
-        if strip {
-            out.push(strip_view(cx, res, scroll_to, ui));
-            return out;
-        }
-        out.extend(self.columns(cx, res, side_layers, scroll_to, ui));
-        out
-    }
 
-    fn columns(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, cols: Vec<usize>, scroll_to: &mut Option<usize>, ui: &mut egui::Ui) -> Vec<Command> {
+    fn columns(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, cols: Vec<usize>, scroll_to: &Cell<Option<usize>>, ui: &mut egui::Ui) -> Vec<Command> {
         let mut out = Vec::new();
         if cols.is_empty() {
             ui.label("Choose layers above.");
@@ -141,13 +94,65 @@ impl LayersView {
     }
 }
 
+impl View for LayersView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
+        let scroll_to = &cx.scroll_to;
+        let mut out = Vec::new();
+        let n_layers = res.layers();
+        // Edited here, asked for below; this frame shows the edited values.
+        let mut strip = cx.settings.setup.strip;
+        let mut side_layers = cx.settings.setup.side_layers.clone();
+        ui.horizontal_wrapped(|ui| {
+            ui.checkbox(&mut strip, "token x layer strip");
+            if !strip {
+                ui.label("layers:");
+                for l in 0..n_layers {
+                    let on = side_layers.contains(&l);
+                    // Models with interleaved layers (Gemma): sliding-window layers are marked "s".
+                    let sliding = res.model.config().is_sliding(l);
+                    let label = if sliding { format!("{l}s") } else { l.to_string() };
+                    let resp = ui.selectable_label(on, label);
+                    let resp = if res.model.config().sliding.is_some() {
+                        resp.on_hover_text(if sliding { "sliding-window layer" } else { "global layer" })
+                    } else {
+                        resp
+                    };
+                    if resp.clicked() {
+                        if on {
+                            side_layers.retain(|&x| x != l);
+                        } else if side_layers.len() < 8 {
+                            side_layers.push(l);
+                            side_layers.sort();
+                        }
+                    }
+                }
+            }
+        });
+        if strip != cx.settings.setup.strip {
+            out.push(Command::Set(Setting::Strip(strip)));
+        }
+        if side_layers != cx.settings.setup.side_layers {
+            out.push(Command::Set(Setting::SideLayers(side_layers.clone())));
+        }
+        ui.separator();
+        super::tokens::provisional_banner(cx, res, ui);
+        if strip {
+            out.push(strip_view(cx, res, scroll_to, ui));
+            return out;
+        }
+        out.extend(self.columns(cx, res, side_layers, scroll_to, ui));
+        out
+    }
+}
+
 const STRIP_ROW: f32 = 4.0;
 /// The strip header's corner, over the token index column.
 pub const STRIP_CORNER: &str = "token \\ layer";
 
 /// The token x layer strip, under a header that numbers its layer columns; returns what is
 /// hovered.
-fn strip_view(cx: &ViewCtx, res: &AnalysisResult, scroll_to: &mut Option<usize>, ui: &mut egui::Ui) -> Command {
+fn strip_view(cx: &ViewCtx, res: &AnalysisResult, scroll_to: &Cell<Option<usize>>, ui: &mut egui::Ui) -> Command {
     let (t, n_layers) = (res.tokens(), res.layers());
     let label_w = 60.0;
     let cell = ((ui.available_width() - label_w - 16.0) / n_layers as f32).clamp(4.0, 40.0);

@@ -4,10 +4,10 @@
 //! exact. The image is built in the background (`jobs::mask_image`, classes from
 //! `focus_core::focus::mask`); the view asks for it and keeps it with its texture.
 
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
 use crate::gui::export::svg::Svg;
 use crate::gui::jobs::MaskImage;
-use crate::gui::palette;
+use crate::gui::paint::palette;
 use crate::gui::state::{AnalysisKey, AnalysisResult};
 use crate::gui::worker::TaskKind;
 use egui_plot::{Plot, PlotImage, PlotPoint};
@@ -104,8 +104,11 @@ impl MaskView {
             None => Err("the mask image is still being built: try again in a moment".into()),
         }
     }
+}
 
-    pub fn show(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, ui: &mut egui::Ui) -> Vec<Command> {
+impl View for MaskView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
         let layer = cx.layer(res);
         let out: Vec<Command> = self.request(cx, res, layer).into_iter().collect();
         let stats = &res.analysis.layers[layer].pairs;
@@ -126,7 +129,7 @@ impl MaskView {
         ));
         let Some(img) = self.image.as_ref().filter(|m| m.key == res.key && m.layer == layer) else {
             ui.horizontal(|ui| {
-                crate::gui::busy::busy(ui);
+                crate::gui::paint::busy::busy(ui);
                 ui.label("building the mask image…");
             });
             return out;
@@ -153,7 +156,7 @@ impl MaskView {
         let counts = img.counts.clone();
         let tokens = res.analysis.tokens.clone();
         let res2 = res.clone();
-        let raw = cx.settings.raw_groups;
+        let raw = cx.settings.setup.raw_groups;
         let plot = Plot::new(MASK_PLOT)
             .id(egui::Id::unique(MASK_PLOT))
             .data_aspect(1.0)

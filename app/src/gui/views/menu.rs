@@ -3,7 +3,7 @@
 //! glossary, and what is loaded.
 
 use super::files::FileTask;
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
 use crate::gui::export::ExportKind;
 use crate::gui::state::InputKind;
 
@@ -11,35 +11,6 @@ use crate::gui::state::InputKind;
 pub struct MenuView {}
 
 impl MenuView {
-    pub fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
-        let mut out = Vec::new();
-        egui::Panel::top("menu").show(ui, |ui| {
-            egui::MenuBar::new().ui(ui, |ui| {
-                ui.menu_button("File", |ui| self.file_menu(cx, ui, &mut out));
-                ui.menu_button("Export", |ui| {
-                    for kind in ExportKind::ALL {
-                        if ui.button(kind.label()).clicked() {
-                            out.push(Command::Export(kind));
-                            ui.close();
-                        }
-                    }
-                });
-                ui.menu_button("Help", |ui| {
-                    if ui.button("Glossary…").clicked() {
-                        out.push(Command::ShowGlossary);
-                        ui.close();
-                    }
-                });
-                ui.separator();
-                let s = cx.session;
-                let m = s.model.as_ref().map(|m| m.model.config().name.clone()).unwrap_or_else(|| "no model".into());
-                let a = s.adapter.as_ref().map(|a| a.label.clone()).unwrap_or_else(|| "no adapter".into());
-                let t = s.text.as_ref().map(|t| t.label.clone()).unwrap_or_else(|| "no text".into());
-                ui.add(egui::Label::new(format!("{m}  ·  {a}  ·  {t}")).truncate());
-            });
-        });
-        out
-    }
 
     fn file_menu(&mut self, _cx: &ViewCtx, ui: &mut egui::Ui, out: &mut Vec<Command>) {
         for kind in [InputKind::Model, InputKind::Adapter, InputKind::Text] {
@@ -73,7 +44,7 @@ impl MenuView {
         });
         ui.separator();
         ui.label("Recent:");
-        let recent = &_cx.settings.recent;
+        let recent = &_cx.settings.prefs.recent;
         if recent.is_empty() {
             ui.weak("(none yet)");
         }
@@ -83,5 +54,37 @@ impl MenuView {
                 ui.close();
             }
         }
+    }
+}
+
+impl View for MenuView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let mut out = Vec::new();
+        egui::Panel::top("menu").show(ui, |ui| {
+            egui::MenuBar::new().ui(ui, |ui| {
+                ui.menu_button("File", |ui| self.file_menu(cx, ui, &mut out));
+                ui.menu_button("Export", |ui| {
+                    for kind in ExportKind::ALL {
+                        if ui.button(kind.label()).clicked() {
+                            out.push(Command::Export(kind));
+                            ui.close();
+                        }
+                    }
+                });
+                ui.menu_button("Help", |ui| {
+                    if ui.button("Glossary…").clicked() {
+                        out.push(Command::ShowGlossary);
+                        ui.close();
+                    }
+                });
+                ui.separator();
+                let s = cx.session;
+                let m = s.model.as_ref().map(|m| m.model.config().name.clone()).unwrap_or_else(|| "no model".into());
+                let a = s.adapter.as_ref().map(|a| a.label.clone()).unwrap_or_else(|| "no adapter".into());
+                let t = s.text.as_ref().map(|t| t.label.clone()).unwrap_or_else(|| "no text".into());
+                ui.add(egui::Label::new(format!("{m}  ·  {a}  ·  {t}")).truncate());
+            });
+        });
+        out
     }
 }

@@ -1,8 +1,9 @@
-//! The views, one module each, and what they share. A view draws from a read-only `ViewCtx`
-//! (settings, what is loaded and analysed, selection, running work, messages) and its own state
-//! (`&mut self`: layouts, textures, its benchmark), and returns `Command`s, which the app applies
-//! once per frame (`FocusLensApp::apply`). Views never change the app, start workers or cancel
-//! tasks themselves. Each view's SVG export sits next to its drawing code.
+//! The views, one module each, and what they share. Every view implements `View`: it draws from
+//! a read-only `ViewCtx` (settings, what is loaded and analysed, selection, running work,
+//! messages) and its own state (`&mut self`: layouts, textures, its benchmark), and returns
+//! `Command`s, which the app applies once per frame (`FocusLensApp::apply`). Views never change
+//! the app, start workers or cancel tasks themselves. Each view's SVG export sits next to its
+//! drawing code.
 //!
 //! Panels around the window: `menu` (top), `status` (bottom), `controls` (left), `details`
 //! (right); windows: `files` (open and export paths, browser, adapter picker) and `glossary`.
@@ -27,14 +28,23 @@ pub mod speed;
 pub mod status;
 pub mod tokens;
 
-use super::dialogs::Purpose;
+use super::jobs::dialogs::Purpose;
 use super::export::ExportKind;
-use super::jobs::{BenchJob, Msg};
+use super::jobs::bench::BenchJob;
+use super::jobs::Msg;
 use super::session::Session;
 use super::state::{AnalysisResult, InputKind, Selection, Setting, Settings, Tab, Timing};
 use super::worker::{TaskKind, Worker};
+use std::cell::Cell;
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// A view: its own state, drawn each frame from the context; what it wants done comes back as
+/// commands (the model of egui's demo app and rerun's viewer). The central views other than
+/// Generate are shown only with an analysis on screen (`ViewCtx::result`).
+pub trait View {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command>;
+}
 
 /// What a view may read.
 pub struct ViewCtx<'a> {
@@ -53,6 +63,9 @@ pub struct ViewCtx<'a> {
     /// The full analysis has arrived and waits for the mouse to move before it replaces the
     /// preview.
     pub pending_full: bool,
+    /// A token to scroll to (`Views::scroll_to`), handed to the central view: the token and
+    /// layers views take it when they draw (and the token view's search sets it).
+    pub scroll_to: Cell<Option<usize>>,
 }
 
 impl ViewCtx<'_> {
@@ -61,11 +74,11 @@ impl ViewCtx<'_> {
     }
     /// The selected layer, within `res`.
     pub fn layer(&self, res: &AnalysisResult) -> usize {
-        self.settings.layer.min(res.layers() - 1)
+        self.settings.setup.layer.min(res.layers() - 1)
     }
     /// The index group `g` of `layer` is shown (and coloured) by: matched across layers, or raw.
     pub fn shown(&self, res: &AnalysisResult, layer: usize, g: usize) -> usize {
-        res.shown_group(layer, g, self.settings.raw_groups)
+        res.shown_group(layer, g, self.settings.setup.raw_groups)
     }
 }
 
@@ -116,7 +129,7 @@ pub enum Command {
     /// Compute the head x layer attention grid of a token.
     BuildAttnGrid(Arc<AnalysisResult>, usize),
     /// Start a generation (stopped with `Cancel(TaskKind::Generate)`).
-    StartGenerate(super::generate::GenJob),
+    StartGenerate(super::jobs::streaming::GenJob),
     /// Load this generated text as the app's text and analyse its first `tokens` tokens with
     /// `params`.
     AnalyseGenerated { text: String, params: super::state::RunParams, tokens: usize },
@@ -126,8 +139,12 @@ pub enum Command {
 #[derive(Default)]
 pub struct Views {
     pub menu: menu::MenuView,
+    pub status: status::StatusView,
+    pub controls: controls::ControlsView,
+    pub details: details::DetailsView,
     pub files: files::FilesView,
-    pub glossary: bool,
+    pub glossary: glossary::GlossaryView,
+    pub balance: balance::BalanceView,
     pub categories: categories::CategoriesView,
     pub compare: compare::CompareView,
     pub attention: attention::AttentionView,
@@ -146,15 +163,9 @@ pub struct Views {
 impl Views {
     /// The whole window: the side panels, then the central area.
     pub fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
-        let mut out = self.menu.show(cx, ui);
-        out.extend(status::show(cx, ui));
-        out.extend(controls::show(cx, ui));
-        out.extend(details::show(cx, ui));
-        out.extend(self.files.show(cx, ui));
-        if self.glossary {
-            let mut open = true;
-            glossary::show(ui.ctx(), &mut open);
-            self.glossary = open;
+        let mut out = Vec::new();
+        for view in [&mut self.menu as &mut dyn View, &mut self.status, &mut self.controls, &mut self.details, &mut self.files, &mut self.glossary] {
+            out.extend(view.show(cx, ui));
         }
         let central = egui::CentralPanel::default().show(ui, |ui| self.central(cx, ui));
         out.extend(central.inner);
@@ -165,7 +176,7 @@ impl Views {
     /// The tab bar and the selected view.
     fn central(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
         let mut out = Vec::new();
-        let mut tab = cx.settings.tab;
+        let mut tab = cx.settings.setup.tab;
         ui.horizontal(|ui| {
             for t in Tab::ALL {
                 if ui.selectable_label(tab == t, t.label()).clicked() {
@@ -173,52 +184,59 @@ impl Views {
                 }
             }
         });
-        if tab != cx.settings.tab {
+        if tab != cx.settings.setup.tab {
             out.push(Command::Set(Setting::Tab(tab)));
         }
         ui.separator();
         // Nothing hovered, unless a view that draws tokens says otherwise (applied in order).
         out.push(Command::Hover { token: None, layer: None });
-        out.extend(match (tab, cx.result()) {
-            // Generation needs only the model and the adapter.
-            (Tab::Generate, _) => self.generate.show(cx, ui),
-            (_, None) => {
-                ui.centered_and_justified(|ui| {
-                    if cx.worker.busy() {
-                        super::busy::busy(ui);
-                    } else {
-                        ui.label("Nothing analysed yet: open a model, an adapter and a text (File menu, or drop files on the window).");
-                    }
-                });
-                Vec::new()
-            }
-            (Tab::Tokens, Some(res)) => self.tokens.show(cx, res, &mut self.scroll_to, ui),
-            (Tab::Layers, Some(res)) => self.layers.show(cx, res, &mut self.scroll_to, ui),
-            (Tab::Balance, Some(res)) => balance::show(cx, res, ui),
-            (Tab::Mask, Some(res)) => self.mask.show(cx, res, ui),
-            (Tab::Attention, Some(res)) => self.attention.show(cx, res, ui),
-            (Tab::Categories, Some(res)) => self.categories.show(cx, res, ui),
-            (Tab::Routing, Some(res)) => self.routing.show(cx, res, ui),
-            (Tab::Compare, Some(res)) => self.compare.show(cx, res, ui),
-            (Tab::Speed, Some(res)) => self.speed.show(cx, res, ui),
-        });
+        // Generation needs only the model and the adapter; the other views, an analysis.
+        if tab == Tab::Generate || cx.result().is_some() {
+            let cx = ViewCtx { scroll_to: Cell::new(self.scroll_to.take()), ..*cx };
+            out.extend(self.view(tab).show(&cx, ui));
+            self.scroll_to = cx.scroll_to.take();
+        } else {
+            ui.centered_and_justified(|ui| {
+                if cx.worker.busy() {
+                    super::paint::busy::busy(ui);
+                } else {
+                    ui.label("Nothing analysed yet: open a model, an adapter and a text (File menu, or drop files on the window).");
+                }
+            });
+        }
         out
+    }
+
+    /// The central view of `tab`.
+    fn view(&mut self, tab: Tab) -> &mut dyn View {
+        match tab {
+            Tab::Tokens => &mut self.tokens,
+            Tab::Layers => &mut self.layers,
+            Tab::Balance => &mut self.balance,
+            Tab::Mask => &mut self.mask,
+            Tab::Attention => &mut self.attention,
+            Tab::Categories => &mut self.categories,
+            Tab::Routing => &mut self.routing,
+            Tab::Compare => &mut self.compare,
+            Tab::Speed => &mut self.speed,
+            Tab::Generate => &mut self.generate,
+        }
     }
 
     /// The SVG of the current tab (`Err`: why there is none yet).
     pub fn svg(&self, settings: &Settings, res: &AnalysisResult, selected: Option<usize>, range: Option<(usize, usize)>) -> Result<String, String> {
-        let layer = settings.layer.min(res.layers() - 1);
-        let raw = settings.raw_groups;
-        match settings.tab {
+        let layer = settings.setup.layer.min(res.layers() - 1);
+        let raw = settings.setup.raw_groups;
+        match settings.setup.tab {
             Tab::Tokens => Ok(tokens::svg(res, layer, raw, range)),
-            Tab::Layers => Ok(layers::svg(res, &settings.side_layers, raw)),
+            Tab::Layers => Ok(layers::svg(res, &settings.setup.side_layers, raw)),
             Tab::Balance => Ok(balance::svg(res, layer)),
             Tab::Mask => self.mask.svg(res, layer),
             Tab::Attention => self.attention.svg(res, selected),
-            Tab::Speed => self.speed.svg(settings.bench_kind, res),
+            Tab::Speed => self.speed.svg(settings.prefs.bench_kind, res),
             Tab::Categories => self.categories.svg(res, layer, raw),
             Tab::Routing => routing::svg(res, layer, raw),
-            Tab::Compare => self.compare.svg(settings.head.min(res.model.config().n_heads.saturating_sub(1))),
+            Tab::Compare => self.compare.svg(settings.setup.head.min(res.model.config().n_heads.saturating_sub(1))),
             Tab::Generate => Err("the Generate view has no SVG: press Analyse this, then export the Tokens view".into()),
         }
     }

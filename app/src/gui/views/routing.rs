@@ -3,9 +3,9 @@
 //! its SVG. Points are coloured by group or by category; hovering names the nearest token. The
 //! view keeps the last projection.
 
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
 use crate::gui::export::svg::Svg;
-use crate::gui::palette;
+use crate::gui::paint::palette;
 use crate::gui::state::{AnalysisKey, AnalysisResult};
 use egui_plot::{Corner, Legend, MarkerShape, Plot, PlotPoints, Points};
 use focus_core::analysis::categories::Category;
@@ -47,8 +47,9 @@ pub struct RoutingView {
     cached: Option<(AnalysisKey, usize, Result<Arc<Projection>, String>)>,
 }
 
-impl RoutingView {
-    pub fn show(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, ui: &mut egui::Ui) -> Vec<Command> {
+impl View for RoutingView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
         let layer = cx.layer(res);
         if !self.cached.as_ref().is_some_and(|(k, l, _)| k == &res.key && *l == layer) {
             // A T x d_g PCA (d_g = 16): milliseconds even for 10K tokens.
@@ -62,8 +63,8 @@ impl RoutingView {
                 return Vec::new();
             }
         };
-        let by_cat = cx.settings.color_by_category;
-        let raw = cx.settings.raw_groups;
+        let by_cat = cx.settings.setup.color_by_category;
+        let raw = cx.settings.setup.raw_groups;
         let shown = |g: usize| res.shown_group(layer, g, raw);
         let group_name = |g: usize| format!("g{} {}", shown(g), res.labels[layer][g]);
         ui.label(format!(
@@ -91,7 +92,7 @@ impl RoutingView {
                     .min_by(|a, b| a.1.total_cmp(&b.1))?;
                 let _ = d;
                 let t = &hover_res.analysis.tokens[i];
-                Some(format!("#{i} {:?}\ng{} {}, {}", t.text, hover_res.shown_group(layer, hover_res.argmax[layer][i] as usize, cx.settings.raw_groups), hover_res.labels[layer][hover_res.argmax[layer][i] as usize], t.category))
+                Some(format!("#{i} {:?}\ng{} {}, {}", t.text, hover_res.shown_group(layer, hover_res.argmax[layer][i] as usize, cx.settings.setup.raw_groups), hover_res.labels[layer][hover_res.argmax[layer][i] as usize], t.category))
             })
             .show(ui, |p| {
                 if by_cat {

@@ -1,12 +1,13 @@
 //! Speed: dense vs Focus top-k over lengths, run in the background, either as attention kernels
-//! alone (`jobs::attention_bench`, `focus_core::bench::run_attention_bench`, the default) or as
-//! prefill of the whole model (`jobs::bench`), with the speedup against its theoretical bound;
+//! alone (`jobs::bench::attention_bench`, `focus_core::bench::run_attention_bench`, the default) or as
+//! prefill of the whole model (`jobs::bench::bench`), with the speedup against its theoretical bound;
 //! and both benchmarks' charts as SVG. The view owns its benchmarks' state: it prepares a run
-//! (`jobs::BenchJob`) for the app to start, and receives its rows.
+//! (`jobs::bench::BenchJob`) for the app to start, and receives its rows.
 
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
 use crate::gui::export::svg::{line_chart, stack, Series};
-use crate::gui::jobs::{self, BenchJob, JobError};
+use crate::gui::jobs::bench::{self as jobs, BenchJob};
+use crate::gui::jobs::JobError;
 use crate::gui::state::{AnalysisResult, BenchKind, DeviceChoice, Setting};
 use crate::gui::worker::TaskKind;
 use egui_plot::{Corner, HLine, Legend, Line, LineStyle, Plot, PlotPoints, Points};
@@ -38,79 +39,6 @@ struct Edited {
 }
 
 impl SpeedView {
-    pub fn show(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, ui: &mut egui::Ui) -> Vec<Command> {
-        let mut out = Vec::new();
-        let s = cx.settings;
-        // Edited here, asked for below; this frame shows the edited values.
-        let mut e = Edited {
-            kind: s.bench_kind,
-            bench_lengths: s.bench_lengths.clone(),
-            attn_lengths: s.attn_bench_lengths.clone(),
-            repeats: s.bench_repeats,
-            attn_device: s.attn_bench_device,
-        };
-        ui.horizontal(|ui| {
-            ui.label("benchmark:");
-            for kind in BenchKind::ALL {
-                ui.selectable_value(&mut e.kind, kind, kind.label());
-            }
-        });
-        // The settings and the run button on a row of their own, so that the spinner and the
-        // cancel button fit while it runs.
-        ui.horizontal(|ui| {
-            let kind = e.kind;
-            let lengths_label = ui.label("lengths (tokens):");
-            // One field per benchmark, each with its own fixed id: the focus (and the text being
-            // typed) belongs to that id, whatever else this row shows from frame to frame.
-            let (text, salt) = match kind {
-                BenchKind::Attention => (&mut e.attn_lengths, "attn_bench_lengths"),
-                BenchKind::WholeModel => (&mut e.bench_lengths, "model_bench_lengths"),
-            };
-            ui.add(egui::TextEdit::singleline(text).id_salt(salt).desired_width(200.0)).labelled_by(lengths_label.id);
-            ui.add(egui::DragValue::new(&mut e.repeats).range(1..=10).prefix("repeats "));
-            if kind == BenchKind::Attention && DeviceChoice::available().len() > 1 {
-                egui::ComboBox::from_id_salt("attn_bench_device").selected_text(e.attn_device.label()).show_ui(ui, |ui| {
-                    for d in DeviceChoice::available() {
-                        ui.selectable_value(&mut e.attn_device, d, d.label());
-                    }
-                });
-            }
-            let running = cx.worker.is_running(TaskKind::Bench);
-            if running {
-                crate::gui::busy::busy(ui);
-                if ui.button("Cancel benchmark").clicked() {
-                    out.push(Command::Cancel(TaskKind::Bench));
-                    self.cancelled();
-                }
-            } else if ui.button("Run benchmark").clicked() {
-                out.push(match self.prepare(res, &e, cx.settings.params.device) {
-                    Ok(job) => Command::StartBench(job),
-                    Err(msg) => Command::Error(msg),
-                });
-            }
-        });
-        if e.kind != s.bench_kind {
-            out.push(Command::Set(Setting::BenchKind(e.kind)));
-        }
-        if e.bench_lengths != s.bench_lengths {
-            out.push(Command::Set(Setting::BenchLengths(e.bench_lengths.clone())));
-        }
-        if e.attn_lengths != s.attn_bench_lengths {
-            out.push(Command::Set(Setting::AttnBenchLengths(e.attn_lengths.clone())));
-        }
-        if e.repeats != s.bench_repeats {
-            out.push(Command::Set(Setting::BenchRepeats(e.repeats)));
-        }
-        if e.attn_device != s.attn_bench_device {
-            out.push(Command::Set(Setting::AttnBenchDevice(e.attn_device)));
-        }
-        if e.kind == BenchKind::Attention {
-            attention(self.attn_bench.as_ref(), res, ui);
-        } else {
-            whole_model(self.bench.as_ref(), res, ui);
-        }
-        out
-    }
 
     /// The benchmark the edited settings ask for, with its state set up to receive the rows
     /// (`Err`: the lengths are not numbers).
@@ -200,6 +128,83 @@ impl SpeedView {
     }
 }
 
+impl View for SpeedView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
+        let mut out = Vec::new();
+        let s = &cx.settings.prefs;
+        // Edited here, asked for below; this frame shows the edited values.
+        let mut e = Edited {
+            kind: s.bench_kind,
+            bench_lengths: s.bench_lengths.clone(),
+            attn_lengths: s.attn_bench_lengths.clone(),
+            repeats: s.bench_repeats,
+            attn_device: s.attn_bench_device,
+        };
+        ui.horizontal(|ui| {
+            ui.label("benchmark:");
+            for kind in BenchKind::ALL {
+                ui.selectable_value(&mut e.kind, kind, kind.label());
+            }
+        });
+        // The settings and the run button on a row of their own, so that the spinner and the
+        // cancel button fit while it runs.
+        ui.horizontal(|ui| {
+            let kind = e.kind;
+            let lengths_label = ui.label("lengths (tokens):");
+            // One field per benchmark, each with its own fixed id: the focus (and the text being
+            // typed) belongs to that id, whatever else this row shows from frame to frame.
+            let (text, salt) = match kind {
+                BenchKind::Attention => (&mut e.attn_lengths, "attn_bench_lengths"),
+                BenchKind::WholeModel => (&mut e.bench_lengths, "model_bench_lengths"),
+            };
+            ui.add(egui::TextEdit::singleline(text).id_salt(salt).desired_width(200.0)).labelled_by(lengths_label.id);
+            ui.add(egui::DragValue::new(&mut e.repeats).range(1..=10).prefix("repeats "));
+            if kind == BenchKind::Attention && DeviceChoice::available().len() > 1 {
+                egui::ComboBox::from_id_salt("attn_bench_device").selected_text(e.attn_device.label()).show_ui(ui, |ui| {
+                    for d in DeviceChoice::available() {
+                        ui.selectable_value(&mut e.attn_device, d, d.label());
+                    }
+                });
+            }
+            let running = cx.worker.is_running(TaskKind::Bench);
+            if running {
+                crate::gui::paint::busy::busy(ui);
+                if ui.button("Cancel benchmark").clicked() {
+                    out.push(Command::Cancel(TaskKind::Bench));
+                    self.cancelled();
+                }
+            } else if ui.button("Run benchmark").clicked() {
+                out.push(match self.prepare(res, &e, cx.settings.setup.params.device) {
+                    Ok(job) => Command::StartBench(job),
+                    Err(msg) => Command::Error(msg),
+                });
+            }
+        });
+        if e.kind != s.bench_kind {
+            out.push(Command::Set(Setting::BenchKind(e.kind)));
+        }
+        if e.bench_lengths != s.bench_lengths {
+            out.push(Command::Set(Setting::BenchLengths(e.bench_lengths.clone())));
+        }
+        if e.attn_lengths != s.attn_bench_lengths {
+            out.push(Command::Set(Setting::AttnBenchLengths(e.attn_lengths.clone())));
+        }
+        if e.repeats != s.bench_repeats {
+            out.push(Command::Set(Setting::BenchRepeats(e.repeats)));
+        }
+        if e.attn_device != s.attn_bench_device {
+            out.push(Command::Set(Setting::AttnBenchDevice(e.attn_device)));
+        }
+        if e.kind == BenchKind::Attention {
+            attention(self.attn_bench.as_ref(), res, ui);
+        } else {
+            whole_model(self.bench.as_ref(), res, ui);
+        }
+        out
+    }
+}
+
 /// The whole-model benchmark: prefill, dense vs Focus top-k.
 fn whole_model(bench: Option<&BenchState>, res: &AnalysisResult, ui: &mut egui::Ui) {
     let (kk, k) = (res.groups() as f64, res.key.params.k as f64);
@@ -217,7 +222,7 @@ fn whole_model(bench: Option<&BenchState>, res: &AnalysisResult, ui: &mut egui::
         1.0 / kept.max(1e-9)
     ));
     let Some(b) = bench else {
-        ui.weak(format!("Machine: {}, device {}. Run the benchmark to measure.", crate::gui::jobs::machine(), res.key.params.device.label()));
+        ui.weak(format!("Machine: {}, device {}. Run the benchmark to measure.", crate::gui::jobs::bench::machine(), res.key.params.device.label()));
         return;
     };
     if let Some(e) = &b.error {
@@ -334,7 +339,7 @@ fn attention(bench: Option<&AttnBenchState>, res: &AnalysisResult, ui: &mut egui
         kk as f64 / k as f64
     ));
     let Some(b) = bench else {
-        ui.weak(format!("Machine: {}. Run the benchmark to measure.", crate::gui::jobs::machine()));
+        ui.weak(format!("Machine: {}. Run the benchmark to measure.", crate::gui::jobs::bench::machine()));
         return;
     };
     if let Some(e) = &b.error {
@@ -425,7 +430,7 @@ pub fn noise_note(speedup: Option<f64>, bound: f64, limit: f64) -> Option<String
     }
 }
 
-fn spread_ms(s: Option<&crate::gui::jobs::Spread>, f: fn(&crate::gui::jobs::Spread) -> (f64, f64, f64)) -> String {
+fn spread_ms(s: Option<&crate::gui::jobs::bench::Spread>, f: fn(&crate::gui::jobs::bench::Spread) -> (f64, f64, f64)) -> String {
     match s {
         Some(s) if s.repeats > 1 => {
             let (a, _, c) = f(s);
@@ -437,7 +442,7 @@ fn spread_ms(s: Option<&crate::gui::jobs::Spread>, f: fn(&crate::gui::jobs::Spre
 
 /// The attention benchmark's numbers, one row per length: medians, the spread of the repeats
 /// (min-max), and a warning where a speedup exceeds what its bound allows.
-fn attention_table(ui: &mut egui::Ui, rows: &[AttentionRow], spreads: &[crate::gui::jobs::Spread], limit: f64) {
+fn attention_table(ui: &mut egui::Ui, rows: &[AttentionRow], spreads: &[crate::gui::jobs::bench::Spread], limit: f64) {
     let candle = rows.iter().any(|r| r.candle_ms.is_some());
     egui::Grid::new("attn_bench_table").striped(true).show(ui, |ui| {
         let mut heads = vec!["n", "dense ms", "(min-max)", "focus ms", "(min-max)", "speedup", "(min-max)", "pairs fraction", "bound", "efficiency", "CPU-time speedup"];
@@ -531,7 +536,7 @@ pub struct AttnBenchState {
     pub rows: Vec<focus_core::bench::AttentionRow>,
     pub live: std::sync::Arc<std::sync::Mutex<Vec<focus_core::bench::AttentionRow>>>,
     /// Each length's spread over its repeats, as they finish.
-    pub spreads: std::sync::Arc<std::sync::Mutex<Vec<crate::gui::jobs::Spread>>>,
+    pub spreads: std::sync::Arc<std::sync::Mutex<Vec<crate::gui::jobs::bench::Spread>>>,
     /// Machine, threads, dtype, shapes and settings, in words.
     pub settings: String,
     /// The equivalent `focus-lens bench attention` command.

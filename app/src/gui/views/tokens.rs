@@ -3,9 +3,10 @@
 //! analysis and lines are laid out once per width, so scrolling 10K+ tokens costs only the rows
 //! on screen. The layout, line painting and partner marks are shared with the layers view.
 
-use super::{Command, ViewCtx};
+use super::{Command, View, ViewCtx};
+use std::cell::Cell;
 use crate::gui::export::svg::Svg;
-use crate::gui::palette;
+use crate::gui::paint::palette;
 use crate::gui::state::AnalysisResult;
 use egui::{pos2, vec2, Color32, FontId, Pos2, Rect, Sense, Stroke};
 use std::sync::Arc;
@@ -106,7 +107,7 @@ pub struct Colouring {
 
 impl Colouring {
     pub fn of(cx: &ViewCtx) -> Colouring {
-        Colouring { by_category: cx.settings.color_by_category, raw: cx.settings.raw_groups }
+        Colouring { by_category: cx.settings.setup.color_by_category, raw: cx.settings.setup.raw_groups }
     }
 }
 
@@ -283,7 +284,7 @@ pub fn provisional_banner(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui)
     if !(cx.session.showing_preview().is_some() || cx.pending_full) {
         return;
     }
-    let all = res.text_tokens.min(cx.settings.params.max_tokens);
+    let all = res.text_tokens.min(cx.settings.setup.params.max_tokens);
     let why = if res.adapter.config.causal_sinkhorn {
         "causal Sinkhorn: these tokens' groups are final; the labels and statistics will change"
     } else {
@@ -355,7 +356,7 @@ impl TokensView {
     }
 
     /// The search bar (Ctrl+F opens it; Enter or Next goes to the next match).
-    fn search_bar(&mut self, res: &Arc<AnalysisResult>, scroll_to: &mut Option<usize>, ui: &mut egui::Ui) {
+    fn search_bar(&mut self, res: &Arc<AnalysisResult>, scroll_to: &Cell<Option<usize>>, ui: &mut egui::Ui) {
         let id = ui.make_persistent_id("token_find");
         if ui.input_mut(|i| i.consume_key(egui::Modifiers::COMMAND, egui::Key::F)) {
             self.find_open = true;
@@ -402,14 +403,15 @@ impl TokensView {
             }
         });
         if let Some(a) = go {
-            *scroll_to = self.matches.get(a).copied();
+            scroll_to.set(self.matches.get(a).copied());
         }
     }
 }
 
-impl TokensView {
-    /// `scroll_to`: a token to scroll to, taken when shown.
-    pub fn show(&mut self, cx: &ViewCtx, res: &Arc<AnalysisResult>, scroll_to: &mut Option<usize>, ui: &mut egui::Ui) -> Vec<Command> {
+impl View for TokensView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
+        let scroll_to = &cx.scroll_to;
         let mut out = Vec::new();
         let layer = cx.layer(res);
         provisional_banner(cx, res, ui);
@@ -591,8 +593,8 @@ mod tests {
     /// included.
     #[test]
     fn partner_outline_shows_on_every_group_colour() {
-        let okabe = crate::gui::palette::OKABE_ITO.iter().map(|c| egui::Color32::from_rgb(c[0], c[1], c[2]));
-        for (g, c) in (0..12).map(crate::gui::palette::group).chain(okabe).enumerate() {
+        let okabe = crate::gui::paint::palette::OKABE_ITO.iter().map(|c| egui::Color32::from_rgb(c[0], c[1], c[2]));
+        for (g, c) in (0..12).map(crate::gui::paint::palette::group).chain(okabe).enumerate() {
             let (a, b) = (lum(super::PARTNER_OUTLINE), lum(c));
             let contrast = (a.max(b) + 0.05) / (a.min(b) + 0.05);
             assert!(contrast >= 3.0, "colour {g}: contrast {contrast:.2}");

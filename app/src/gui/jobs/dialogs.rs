@@ -1,12 +1,12 @@
 //! Native file dialogs that never block the UI. A dialog is modal for the user but not for our
 //! event loop: rfd's async dialog is created on the UI thread (as macOS requires) and awaited on
 //! a helper thread, and the chosen path comes back as a `Msg::Dialog` on the worker's channel,
-//! with the results of background work. One dialog at a time.
+//! with the results of background work. One dialog at a time. The message is the channel's own
+//! (`M`, made from the `Answer`), so that this module need not know the message type.
 
-use super::export::ExportKind;
-use super::jobs::Msg;
-use super::state::InputKind;
-use super::worker::Post;
+use crate::gui::export::ExportKind;
+use crate::gui::state::InputKind;
+use crate::gui::worker::Post;
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,8 +22,11 @@ pub enum Purpose {
     Export(ExportKind),
 }
 
-pub struct Dialogs {
-    post: Post<Msg>,
+/// A dialog's answer: what it was for, and the chosen path (`None`: cancelled).
+pub struct Answer(pub Purpose, pub Option<PathBuf>);
+
+pub struct Dialogs<M> {
+    post: Post<M>,
     open: Option<Purpose>,
     opened_at: Option<std::time::Instant>,
 }
@@ -32,9 +35,9 @@ pub struct Dialogs {
 /// portal (and a missing zenity) as a cancel, at once.
 pub const FAILED_WITHIN: std::time::Duration = std::time::Duration::from_millis(700);
 
-impl Dialogs {
+impl<M: From<Answer> + Send + 'static> Dialogs<M> {
     /// Dialogs whose answers go to `post` (the worker's channel).
-    pub fn new(post: Post<Msg>) -> Self {
+    pub fn new(post: Post<M>) -> Self {
         Dialogs { post, open: None, opened_at: None }
     }
 
@@ -63,14 +66,14 @@ impl Dialogs {
     }
 
     /// Runs `pick` (a dialog, or a stand-in in tests) on its own thread; its answer arrives as
-    /// `Msg::Dialog`. Ignored while another dialog is open.
+    /// `M::from(Answer)`. Ignored while another dialog is open.
     pub fn start(&mut self, purpose: Purpose, pick: impl FnOnce() -> Option<PathBuf> + Send + 'static, repaint: Option<egui::Context>) {
         if self.open.is_some() {
             return;
         }
         let post = self.post.clone();
         let spawned = std::thread::Builder::new().name("focus-lens dialog".into()).spawn(move || {
-            post.send(Msg::Dialog(purpose, pick()));
+            post.send(M::from(Answer(purpose, pick())));
             if let Some(c) = repaint {
                 c.request_repaint();
             }

@@ -1,14 +1,14 @@
-//! The Generate view's background job: a `generation::Run` (the CLI's loop) on the worker, whose
+//! The Generate view's background job: a `sampling::Run` (the CLI's loop) on the worker, whose
 //! state goes to the view as it grows (`Generated`, at most every `SEND_EVERY` and at the end),
 //! with what the view draws already derived off the UI thread: per layer every token's top group
 //! and top-k set, the groups' numbers matched across layers (`align::chain`, as analyses number
 //! them), and the keys the newest token may attend under the top-k mask
 //! (`decode::selected_keys`, the mask rule's own keys).
 
-use super::jobs::JobError;
-use super::state::RunParams;
-use super::worker::Handle;
-use crate::generation::{self, Run, Sampling, Stop};
+use super::JobError;
+use crate::gui::state::RunParams;
+use crate::gui::worker::Handle;
+use crate::sampling::{self, Run, Sampling, Stop};
 use focus_core::focus::mask;
 use focus_core::attention::decode::{self, DecodeAttention, ReadBytes};
 use focus_core::generate::Strategy;
@@ -96,7 +96,7 @@ impl GenJob {
     /// Runs to the end (or a stop on `h`), sending the state through `interim` as it grows.
     pub fn run(self, h: &Handle, interim: &dyn Fn(Generated)) -> Result<Generated, JobError> {
         h.set_progress(0, 0, "tokenising the prompt");
-        let (prompt_text, prompt) = generation::prompt(&self.model, &self.prompt, self.chat)?;
+        let (prompt_text, prompt) = sampling::prompt(&self.model, &self.prompt, self.chat)?;
         h.set_progress(0, 0, format!("prefill of {} tokens", prompt.len()));
         let t0 = Instant::now();
         let mut run = Run::start(&self.model, Some(self.adapter.as_ref()), self.mode, &prompt, &self.sampling, Some(&h.cancel))?;

@@ -3,9 +3,11 @@
 //! bookkeeping that `reconcile` uses to start the loads and the analysis the settings ask for,
 //! once each (a failed or cancelled one is not retried until something changes).
 
-use super::jobs::{self, Msg};
-use super::state::*;
-use super::worker::{TaskKind, Worker};
+pub mod file;
+
+use crate::gui::jobs::{self, Msg};
+use crate::gui::state::*;
+use crate::gui::worker::{TaskKind, Worker};
 use focus_core::Adapter;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -123,9 +125,9 @@ impl Session {
 
     fn wanted(&self, kind: InputKind, settings: &Settings) -> Option<Wanted> {
         match kind {
-            InputKind::Model => Some(Wanted::Model(settings.model.clone(), settings.params.device)),
-            InputKind::Adapter => Some(Wanted::Adapter(settings.adapter.clone(), self.model.as_ref()?.gen)),
-            InputKind::Text => Some(Wanted::Text(settings.text.clone())),
+            InputKind::Model => Some(Wanted::Model(settings.inputs.model.clone(), settings.setup.params.device)),
+            InputKind::Adapter => Some(Wanted::Adapter(settings.inputs.adapter.clone(), self.model.as_ref()?.gen)),
+            InputKind::Text => Some(Wanted::Text(settings.inputs.text.clone())),
         }
     }
 
@@ -172,7 +174,7 @@ impl Session {
                 }
             }
         }
-        let key = self.wanted_key(&settings.params)?;
+        let key = self.wanted_key(&settings.setup.params)?;
         if self.result.as_ref().is_some_and(|r| r.key == key) || self.running_key.as_ref() == Some(&key) || self.stopped_key.as_ref() == Some(&key) {
             return None;
         }
@@ -184,7 +186,7 @@ impl Session {
         let (m, a, t) = (self.model.as_ref().unwrap(), self.adapter.as_ref().unwrap(), self.text.as_ref().unwrap());
         let job = jobs::AnalysisJob {
             model: m.model.clone(),
-            adapter: Self::configured_adapter(&a.adapter, &settings.params),
+            adapter: Self::configured_adapter(&a.adapter, &settings.setup.params),
             adapter_label: a.label.clone(),
             text_label: t.label.clone(),
             text: t.text.clone(),

@@ -4,9 +4,9 @@
 //! from File → Open session… or `focus-lens gui --session FILE`. Paths are stored as given
 //! (absolute when they were opened through the app); `None` is the embedded default.
 
-use super::state::{CompareSpec, RunParams, Settings, Tab};
+use crate::gui::state::{Inputs, Settings, Setup};
 use serde::{Deserialize, Serialize};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub const FORMAT: &str = "focus-lens-session";
 
@@ -14,21 +14,13 @@ pub const FORMAT: &str = "focus-lens-session";
 pub struct SessionFile {
     pub format: String,
     pub version: u32,
-    pub model: Option<PathBuf>,
-    pub adapter: Option<PathBuf>,
-    pub text: Option<PathBuf>,
-    pub params: RunParams,
-    pub layer: usize,
-    pub head: usize,
-    pub tab: Tab,
-    pub side_layers: Vec<usize>,
-    pub strip: bool,
-    pub color_by_category: bool,
-    pub raw_groups: bool,
-    #[serde(default)]
-    pub colour_blind: bool,
-    #[serde(default)]
-    pub compare: CompareSpec,
+    /// Stored as the fields `model`, `adapter` and `text`.
+    #[serde(flatten)]
+    pub inputs: Inputs,
+    /// Stored as the fields `params`, `layer`, `head`, `tab`, `side_layers`, `strip`,
+    /// `color_by_category`, `raw_groups`, `colour_blind` and `compare`.
+    #[serde(flatten)]
+    pub setup: Setup,
     /// The selected token (its partners are computed again on opening).
     #[serde(default)]
     pub selected: Option<usize>,
@@ -39,42 +31,13 @@ pub struct SessionFile {
 
 impl SessionFile {
     pub fn from_settings(s: &Settings, selected: Option<usize>) -> SessionFile {
-        SessionFile {
-            format: FORMAT.into(),
-            version: 1,
-            model: s.model.clone(),
-            adapter: s.adapter.clone(),
-            text: s.text.clone(),
-            params: s.params.clone(),
-            layer: s.layer,
-            head: s.head,
-            tab: s.tab,
-            side_layers: s.side_layers.clone(),
-            strip: s.strip,
-            color_by_category: s.color_by_category,
-            raw_groups: s.raw_groups,
-            colour_blind: s.colour_blind,
-            compare: s.compare.clone(),
-            selected,
-            range: None,
-        }
+        SessionFile { format: FORMAT.into(), version: 1, inputs: s.inputs.clone(), setup: s.setup.clone(), selected, range: None }
     }
 
     /// The settings this session asks for (the rest, e.g. recent files, from `s`).
     pub fn apply(&self, s: &mut Settings) {
-        s.model = self.model.clone();
-        s.adapter = self.adapter.clone();
-        s.text = self.text.clone();
-        s.params = self.params.clone();
-        s.layer = self.layer;
-        s.head = self.head;
-        s.tab = self.tab;
-        s.side_layers = self.side_layers.clone();
-        s.strip = self.strip;
-        s.color_by_category = self.color_by_category;
-        s.raw_groups = self.raw_groups;
-        s.colour_blind = self.colour_blind;
-        s.compare = self.compare.clone();
+        s.inputs = self.inputs.clone();
+        s.setup = self.setup.clone();
     }
 
     pub fn to_json(&self) -> String {
@@ -95,14 +58,15 @@ impl SessionFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gui::state::Tab;
 
     #[test]
     fn round_trip() {
         let mut s = Settings::default();
-        s.text = Some("/t.txt".into());
-        s.layer = 9;
-        s.params.k = 3;
-        s.tab = Tab::Compare;
+        s.inputs.text = Some("/t.txt".into());
+        s.setup.layer = 9;
+        s.setup.params.k = 3;
+        s.setup.tab = Tab::Compare;
         let f = SessionFile::from_settings(&s, Some(42));
         let dir = std::env::temp_dir().join(format!("focus-lens-session-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -112,8 +76,22 @@ mod tests {
         assert_eq!(back, f);
         let mut t = Settings::default();
         back.apply(&mut t);
-        assert_eq!((t.text, t.layer, t.params.k, t.tab), (s.text, 9, 3, Tab::Compare));
+        assert_eq!((t.inputs.text, t.setup.layer, t.setup.params.k, t.setup.tab), (s.inputs.text, 9, 3, Tab::Compare));
         std::fs::write(&p, "{\"format\": \"other\"}").unwrap();
         assert!(SessionFile::read(&p).is_err());
+    }
+
+    /// The inputs are stored as the top-level fields `model`, `adapter` and `text`, as in the
+    /// session files written before they were one type.
+    #[test]
+    fn inputs_are_top_level_fields() {
+        let mut s = Settings::default();
+        s.inputs.model = Some("/m.gguf".into());
+        let v: serde_json::Value = serde_json::from_str(&SessionFile::from_settings(&s, None).to_json()).unwrap();
+        assert_eq!((v["model"].as_str(), v["adapter"].is_null(), v["text"].is_null()), (Some("/m.gguf"), true, true));
+        let mut old = v.clone();
+        old["text"] = "/t.txt".into();
+        let back: SessionFile = serde_json::from_value(old).unwrap();
+        assert_eq!(back.inputs, Inputs { model: Some("/m.gguf".into()), adapter: None, text: Some("/t.txt".into()) });
     }
 }
