@@ -68,10 +68,16 @@ mod tests {
     use crate::attention::{attend, cpu::Shape};
     use crate::focus::gate::GateFn;
     use crate::focus::mask;
-    use crate::train::attention::tests::adapter_cfg;
     use candle_core::Device;
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
+    fn adapter_cfg(k: usize, window: usize, sink: usize, gate: Gate) -> AdapterConfig {
+        use crate::focus::adapter::{Adapter, AdapterSpec};
+        let id = crate::focus::identity::BaseModel { arch: "llama".into(), name: "t".into(), n_layers: 1, d_model: 8, n_heads: 1, n_kv_heads: 1, vocab: 8, fingerprint: String::new() };
+        Adapter::random(&id, &Device::Cpu, &AdapterSpec { groups: k, window, sink, gate, lambda: 4.0, ..Default::default() }, 1).unwrap().config
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn reference(q: &[f32], k: &[f32], v: &[f32], s: Shape, g: &[f32], kk: usize, gate: GateFn, window: usize, sink: usize) -> Vec<f32> {
         let Shape { heads, kv_heads, t, d } = s;
         let rep = heads / kv_heads;
