@@ -14,7 +14,8 @@
 //! the rule goes through this module: the reference kernel and its tests, the pair statistics,
 //! the benchmarks' pair counts, the partners view, the GUI's mask image, and the tensors the
 //! dense paths add to their scores. The fast kernels do not test pairs one by one; they walk the
-//! sets this rule defines (the local band, and the tokens whose sets meet the query's).
+//! sets this rule defines (the local band, the sink keys past it (`sink_keys`), and the tokens
+//! whose sets meet the query's).
 
 use crate::error::{Error, Result};
 use candle_core::{Device, Tensor};
