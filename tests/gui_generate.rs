@@ -94,7 +94,7 @@ fn replay(h: &H, r: &Generated) -> (Vec<u32>, Vec<focus_core::attention::kv_cach
 fn highlight_is_the_masks(h: &mut H, r: &Generated, caches: &[focus_core::attention::kv_cache::LayerCache]) {
     let n = r.tokens();
     for (l, c) in caches.iter().enumerate() {
-        let (mut keys, _) = selected_keys(c, DecodeAttention::TopK { window: r.window }).unwrap();
+        let (mut keys, _) = selected_keys(c, DecodeAttention::TopK { window: r.window, sink: 0 }).unwrap();
         keys.sort_unstable();
         assert_eq!(r.layers[l].attended, keys, "layer {l}: the highlighted tokens");
     }

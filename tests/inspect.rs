@@ -41,8 +41,8 @@ fn topk_row_matches_masked_dense_softmax() {
     let hkv = inp.k.dim(0).unwrap();
     let shape = Shape { heads: h, kv_heads: hkv, t, d };
     let (q, kk, v) = (flat(&inp.q), flat(&inp.k), flat(&inp.v));
-    let reference = masked_dense_reference(&q, &kk, &v, shape, |i, j| mask::kept(&masks, w, i, j));
-    let kernel = focus_core::attention::cpu::focus::focus_attention(&q, &kk, &v, shape, &masks, w);
+    let reference = masked_dense_reference(&q, &kk, &v, shape, |i, j| mask::kept(&masks, w, a.config.sink, i, j));
+    let kernel = focus_core::attention::cpu::focus::focus_attention(&q, &kk, &v, shape, &masks, w, a.config.sink);
     let mut pruned_seen = 0;
     for (head, query) in [(0, 299), (3, 250), (8, 140), (5, 10)] {
         let row = attention_row(&inp, Some(&a.config), common::topk(k, a.config.groups), head, query).unwrap();
@@ -50,7 +50,7 @@ fn topk_row_matches_masked_dense_softmax() {
         let sum: f64 = row.iter().map(|&x| x as f64).sum();
         assert!((sum - 1.0).abs() < 1e-5, "row sums to {sum}");
         for (j, &x) in row.iter().enumerate() {
-            let kept = mask::kept(&masks, w, query, j);
+            let kept = mask::kept(&masks, w, a.config.sink, query, j);
             if kept {
                 assert!(x > 0.0);
             } else {

@@ -119,7 +119,7 @@ fn soft_modes_and_statistics() {
         assert_eq!(out.routing.len(), 30);
         for (l, r) in out.routing.iter().enumerate() {
             assert_eq!(r.vectors.as_ref().unwrap().len(), 256 * 16);
-            let st = focus_core::analysis::stats::layer_stats(l, r, 0.1, 2, 32, true);
+            let st = focus_core::analysis::stats::layer_stats(l, r, 0.1, 2, (32, 0), true);
             assert_eq!(st.group_size.iter().sum::<usize>(), 256);
             let mass: f64 = st.mass_after.iter().sum();
             assert!((mass - 1.0).abs() < 1e-4);

@@ -8,10 +8,12 @@
 //!       [--seq 1024] [--batch 4] [--score dot|cosine] [--iters 10] [--init random|kmeans|pca|pca-white]
 //!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--router-layers all|global] [--cpu]
 //!       [--wd 0] [--clip 0] [--lambda 10] [--probe FILE,FILE] [--composed] [--mem-trace]
+//!       [--sink 0]
 //!
 //! Defaults are the paper's setting: dot scores, tau 0.1, Sinkhorn 10 iterations with the full
 //! gradient, log gate, random init; and ours: d_g 16, w 128, 4 x 1024 tokens per step, AdamW lr
-//! 1e-2 with cosine decay to lr/10, seed 0. Category structure is logged at each evaluation on
+//! 1e-2 with cosine decay to lr/10, seed 0, no attention sinks (`--sink N` [ours]: the first N
+//! tokens stay attendable by every query, ungated, as local pairs are). Category structure is logged at each evaluation on
 //! the start of the first held-out file (train_log.jsonl, `categories`).
 //! Build: `cargo build --release --features cuda -p focus-core --example train_paper`.
 
@@ -66,7 +68,8 @@ fn main() -> focus_core::Result<()> {
     let kmeans = init == "kmeans";
     let router_layers = arg(&args, "--router-layers", "all").parse().map_err(focus_core::Error::Invalid)?;
     let lambda: f64 = arg(&args, "--lambda", "10").parse().unwrap();
-    let spec = AdapterSpec { groups, d_g: 16, tau, sinkhorn_iters: iters, window: 128, gate, lambda, score, router_layers, ..Default::default() };
+    let sink: usize = arg(&args, "--sink", "0").parse().unwrap();
+    let spec = AdapterSpec { groups, d_g: 16, tau, sinkhorn_iters: iters, window: 128, sink, gate, lambda, score, router_layers, ..Default::default() };
     let minutes: f64 = arg(&args, "--minutes", "0").parse().unwrap();
     let opts = TrainOptions {
         steps: arg(&args, "--steps", "4000").parse().unwrap(),

@@ -10,6 +10,8 @@
 //          segment. A pair sharing several groups is kept only in its lowest shared group.
 // Each pass writes a normalised partial output and its log-sum-exp; focus_merge combines them
 // (for k = 1 the group pass merges with the band's partials itself).
+// Attention sinks [ours] (keys j < sink kept for every later query): focus_sink_* adds the sink
+// keys past the band that share no group with the query to the band's partials (at the end).
 //
 // Three passes run the same tile loop (MODE), which only changes which rows a tile reads and
 // which pairs it keeps:
@@ -676,4 +678,69 @@ extern "C" __global__ void focus_merge_f32(const float* band_o, const float* ban
 extern "C" __global__ void focus_merge_bf16(const float* band_o, const float* band_lse, const float* grp_o,
                                             const float* grp_lse, __nv_bfloat16* out, long rows, int kk) {
     merge<__nv_bfloat16>(band_o, band_lse, grp_o, grp_lse, out, rows, kk);
+}
+
+// Attention sinks [ours]: the first `sink` tokens are kept for every later query. Query i's sink
+// keys inside its band (i - j <= window) are already the band's, and those sharing a group with
+// it the group pass's; the rest, j < min(sink, i - window) with no shared group, belong to the
+// "always attend" set with the band: this pass computes them and merges them into the band's
+// partials in place (normalised output, natural-log lse) before the group pass reads those.
+// One warp per (head, token), two dims per lane: grid (ceil(H * T / 8)), block 256. A query walks
+// at most `sink` keys (a few), one after another.
+__device__ __forceinline__ float2 load2(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ __forceinline__ float2 load2(const __nv_bfloat16* p) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+
+template <typename TT>
+__device__ void sink_pass(const TT* __restrict__ q, const TT* __restrict__ k, const TT* __restrict__ v,
+                          const u32* __restrict__ masks, float* __restrict__ band_o, float* __restrict__ band_lse,
+                          int Tn, int rep, int window, int sink, long rows, float scale_log2) {
+    const long b = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;  // h * T + i
+    if (b >= rows) return;
+    const int d = 2 * (threadIdx.x & 31);
+    const int h = (int)(b / Tn), i = (int)(b % Tn), kh = h / rep;
+    const int end = min(sink, i - window);  // keys j < end (none when i <= window)
+    if (end <= 0) return;
+    const u32 qm = masks[i];
+    const float2 qv = load2(q + (size_t)b * HD + d);
+    float m = -INFINITY, l = 0.f, a0 = 0.f, a1 = 0.f;
+    for (int j = 0; j < end; ++j) {
+        if ((masks[j] & qm) != 0u) continue;  // the group pass has it (the same for the whole warp)
+        const size_t kr = ((size_t)kh * Tn + j) * HD + d;
+        const float2 kv = load2(k + kr);
+        float s = qv.x * kv.x + qv.y * kv.y;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        s *= scale_log2;
+        const float mn = fmaxf(m, s);
+        const float c = exp2f(m - mn), p = exp2f(s - mn);
+        const float2 vv = load2(v + kr);
+        l = l * c + p;
+        a0 = fmaf(a0, c, p * vv.x);
+        a1 = fmaf(a1, c, p * vv.y);
+        m = mn;
+    }
+    if (l == 0.f) return;
+    // Merge with the band's partial; the band always holds the diagonal, so its lse is finite.
+    const float ls = (m + log2f(l)) * 0.69314718055994531f, lb = band_lse[b];
+    const float mx = fmaxf(lb, ls);
+    const float wb = expf(lb - mx), ws = expf(ls - mx);
+    const float inv = 1.f / (wb + ws), sl = ws / l;
+    float* o = band_o + (size_t)b * HD + d;
+    const float2 bo = load2(o);
+    store2(o, (wb * bo.x + sl * a0) * inv, (wb * bo.y + sl * a1) * inv);
+    __syncwarp();  // every lane has read band_lse[b] before lane 0 rewrites it
+    if ((threadIdx.x & 31) == 0) band_lse[b] = mx + logf(wb + ws);
+}
+
+extern "C" __global__ void focus_sink_f32(const float* q, const float* k, const float* v, const u32* masks, float* band_o,
+                                          float* band_lse, int Tn, int rep, int window, int sink, long rows,
+                                          float scale_log2) {
+    sink_pass<float>(q, k, v, masks, band_o, band_lse, Tn, rep, window, sink, rows, scale_log2);
+}
+extern "C" __global__ void focus_sink_bf16(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                                           const u32* masks, float* band_o, float* band_lse, int Tn, int rep,
+                                           int window, int sink, long rows, float scale_log2) {
+    sink_pass<__nv_bfloat16>(q, k, v, masks, band_o, band_lse, Tn, rep, window, sink, rows, scale_log2);
 }

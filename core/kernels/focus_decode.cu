@@ -6,7 +6,8 @@
 // Layout: q (H, D); k, v (Hkv, cap, D) with the first n rows of each head filled; masks (cap)
 // the cached tokens' top-k sets as bitmasks. Query head h reads KV head h / rep.
 // The Focus rule (focus::mask::classify): position j is kept by the newest query i = n - 1 when
-// i - j <= window (local) or when the two top-k sets share a group. A top-k step tests the
+// i - j <= window (local), j < sink (an attention sink [ours], kept and ungated like a local
+// key) or when the two top-k sets share a group. A top-k step tests the
 // 8-byte set of a distant key and reads the key's row only if it is kept, so no other key's
 // bytes are read. Dense and soft steps (topk = 0) keep every key. The layer's own sliding window (Gemma) is the
 // start position `from`: earlier keys are outside it for every mode.
@@ -30,7 +31,7 @@ extern "C" __global__ void decode_partial(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned long long* __restrict__ masks, float* __restrict__ part_m, float* __restrict__ part_l,
     float* __restrict__ part_o, int n, int from, int cap, int d, int rep, int chunk, int chunks,
-    int topk, unsigned long long qmask, int window, float scale, float softcap,
+    int topk, unsigned long long qmask, int window, int sink, float scale, float softcap,
     const float* __restrict__ memb, int groups, int gate, float gparam) {
     const int h = blockIdx.y, c = blockIdx.x;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -62,8 +63,9 @@ extern "C" __global__ void decode_partial(
         nkept = 0;
         for (int base = lo; base < hi; base += WARPS * 32) {
             const int j = base + threadIdx.x;
-            // Local first: the newest key's set may not be on the device yet.
-            const bool keep = j < hi && (i - j <= window || (masks[j] & qmask) != 0ull);
+            // Local (and sink keys j < sink [ours]) first: the newest key's set may not be on the
+            // device yet.
+            const bool keep = j < hi && (i - j <= window || j < sink || (masks[j] & qmask) != 0ull);
             const unsigned ballot = __ballot_sync(0xffffffffu, keep);
             if (lane == 0) warp_count[warp] = __popc(ballot);
             __syncthreads();
@@ -85,7 +87,7 @@ extern "C" __global__ void decode_partial(
         // Within the group only: the other groups of the warp may be at another key.
         for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(gmask, s, o);
         if (softcap > 0.f) s = softcap * tanhf(s / softcap);
-        if (gate != 0 && i - j > window) {
+        if (gate != 0 && i - j > window && j >= sink) {
             float a = 0.f;
             for (int g = 0; g < groups; g++) a += memb[(size_t)i * groups + g] * memb[(size_t)j * groups + g];
             s = gate == 1 ? s + logf(a + gparam) : s * (1.f / (1.f + expf(-gparam * a)));

@@ -14,7 +14,8 @@
 //   s_ij = u_ij + (distant ? log(a_ij + eps) : 0)      log gate   (GATE_LOG)
 //   s_ij = u_ij * (distant ? sigmoid(lambda a_ij) : 1) paper gate (GATE_PAPER)
 //   s_ij = u_ij                                        no gate    (GATE_NONE, dense)
-// with u_ij = q_i . k_j / sqrt(64), a_ij = g_i . g_j and distant = i - j > window. The gate is
+// with u_ij = q_i . k_j / sqrt(64), a_ij = g_i . g_j and distant = i - j > window and j >= sink
+// (the first `sink` tokens are attention sinks [ours], ungated like local pairs). The gate is
 // computed inside each tile from g: no T x T tensor exists. The kernels work in log2 units
 // (s2 = s * log2 e) as flash-attention 2 does.
 //
@@ -196,12 +197,18 @@ __device__ __forceinline__ float dot_g(const float (&gr)[KM], const float* gc) {
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + __expf(-x)); }
 
+// Whether the causal pair (query qp, key kp) is gated: distant (qp - kp > window) and not an
+// attention sink (kp >= sink) [ours]; local and sink pairs are never gated.
+__device__ __forceinline__ bool gated_pair(int qp, int kp, int window, int sink) {
+    return qp - kp > window && kp >= sink;
+}
+
 // Scores of one tile after gate and mask, in log2 units, for this thread's two rows at positions
 // rp[0..1] and columns c0 + nt*8 + 2t + (e&1). `ROWS_ARE_QUERIES`: the rows are the queries
 // (forward, dq) or the keys (dkdv, whose tile is S^T). Masked: future pairs and columns >= T.
 template <int KM, int GATE, bool ROWS_ARE_QUERIES>
 __device__ __forceinline__ void gate_tile(float (&s)[8][4], const float (&gr)[2][KM], const float* gcol,
-                                          const int (&rp)[2], int c0, int T, int window, float scale_log2,
+                                          const int (&rp)[2], int c0, int T, int window, int sink, float scale_log2,
                                           float gparam, int t) {
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
@@ -213,7 +220,7 @@ __device__ __forceinline__ void gate_tile(float (&s)[8][4], const float (&gr)[2]
             float x = s[nt][e] * scale_log2;
             if (kp > qp || cp >= T) {
                 x = -INFINITY;
-            } else if (GATE != GATE_NONE && qp - kp > window) {
+            } else if (GATE != GATE_NONE && gated_pair(qp, kp, window, sink)) {
                 const float a = dot_g<KM>(gr[half], gcol + cl * KM);
                 if (GATE == GATE_LOG) x += __log2f(a + gparam);
                 else x *= sigmoidf_(gparam * a);
@@ -289,7 +296,7 @@ extern "C" __global__ void rope_split_bf16(const bf16* qkv, const float* cs, con
 template <int KM, int GATE, typename TO>
 __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                          const float* __restrict__ gm, TO* __restrict__ out, float* __restrict__ lse, int T, int H,
-                         int HKV, int K, int window, float scale_log2, float gparam) {
+                         int HKV, int K, int window, int sink, float scale_log2, float gparam) {
     __shared__ __align__(16) bf16 Ks[2][BT * LDS];
     __shared__ __align__(16) bf16 Vs[2][BT * LDS];
     __shared__ __align__(16) float Gs[2][BT * KM];
@@ -338,7 +345,7 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
         float sc[8][4];
         zero(sc);
         mma_abt(sc, qa, Ks[buf], lane);
-        gate_tile<KM, GATE, true>(sc, gr, Gs[buf], rp, j0, T, window, scale_log2, gparam, t);
+        gate_tile<KM, GATE, true>(sc, gr, Gs[buf], rp, j0, T, window, sink, scale_log2, gparam, t);
         float alpha[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -413,7 +420,7 @@ template <int KM, int GATE>
 __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                             const float* __restrict__ gm, const bf16* __restrict__ dot, const float* __restrict__ lse,
                             const float* __restrict__ dd, float* __restrict__ dq, float* __restrict__ dg, int T,
-                            int H, int HKV, int K, int window, float scale_log2, float gparam) {
+                            int H, int HKV, int K, int window, int sink, float scale_log2, float gparam) {
     __shared__ __align__(16) bf16 Ks[2][BT * LDS];
     __shared__ __align__(16) bf16 Vs[2][BT * LDS];
     __shared__ __align__(16) float Gs[2][BT * KM];
@@ -475,7 +482,7 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
 #pragma unroll
                 for (int e = 0; e < 4; ++e) raw[nt][e] = s[nt][e] * scale;
         }
-        gate_tile<KM, GATE, true>(s, gr, Gs[buf], rp, j0, T, window, scale_log2, gparam, t);
+        gate_tile<KM, GATE, true>(s, gr, Gs[buf], rp, j0, T, window, sink, scale_log2, gparam, t);
         zero(dp);
         mma_abt(dp, oa, Vs[buf], lane);
 #pragma unroll
@@ -487,7 +494,7 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
                 const float ds = p * (dp[nt][e] - dr[half]);
                 const int cl = nt * 8 + 2 * t + (e & 1), kp = j0 + cl;
                 float du = ds;
-                if (GATE != GATE_NONE && rp[half] - kp > window && kp < T)
+                if (GATE != GATE_NONE && gated_pair(rp[half], kp, window, sink) && kp < T)
                     du = gate_bwd<KM, GATE>(ds, GATE == GATE_PAPER ? raw[nt][e] : 0.f, gr[half], Gs[buf] + cl * KM,
                                             dga[half], gparam);
                 s[nt][e] = du;  // reuse: the A operand of dQ += dU K
@@ -525,7 +532,7 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
                               const float* __restrict__ gm, const bf16* __restrict__ dot,
                               const float* __restrict__ lse, const float* __restrict__ dd, float* __restrict__ dk,
                               float* __restrict__ dv, float* __restrict__ dg, int T, int H, int HKV, int K,
-                              int window, float scale_log2, float gparam) {
+                              int window, int sink, float scale_log2, float gparam) {
     __shared__ __align__(16) bf16 Qs[2][BT * LDS];
     __shared__ __align__(16) bf16 Os[2][BT * LDS];
     __shared__ __align__(16) float Gs[2][BT * KM];
@@ -592,7 +599,7 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
 #pragma unroll
                 for (int e = 0; e < 4; ++e) raw[nt][e] = s[nt][e] * scale;
         }
-        gate_tile<KM, GATE, false>(s, gr, Gs[buf], rp, i0, T, window, scale_log2, gparam, t);
+        gate_tile<KM, GATE, false>(s, gr, Gs[buf], rp, i0, T, window, sink, scale_log2, gparam, t);
         zero(dp);
         mma_abt(dp, va, Os[buf], lane);
 #pragma unroll
@@ -604,7 +611,7 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
                 const float p = ex2(s[nt][e] - Ls[buf][cl]);
                 const float ds = p * (dp[nt][e] - Ds[buf][cl]);
                 float du = ds;
-                if (GATE != GATE_NONE && qp - rp[half] > window && qp < T)
+                if (GATE != GATE_NONE && gated_pair(qp, rp[half], window, sink) && qp < T)
                     du = gate_bwd<KM, GATE>(ds, GATE == GATE_PAPER ? raw[nt][e] : 0.f, gr[half], Gs[buf] + cl * KM,
                                             dga[half], gparam);
                 s[nt][e] = p;    // the A operand of dV += P^T dO
@@ -698,24 +705,24 @@ extern "C" __global__ void attn_dg_reduce(const float* __restrict__ dga, const f
 // Attention entry points: name_<gate>_k<KM>[_<out type>].
 
 #define ATTN_ARGS const bf16 *q, const bf16 *k, const bf16 *v, const float *gm
-#define ATTN_TAIL int T, int H, int HKV, int K, int window, float scale_log2, float gparam
+#define ATTN_TAIL int T, int H, int HKV, int K, int window, int sink, float scale_log2, float gparam
 #define ATTN_ENTRIES(GN, GATE, KM)                                                                          \
     extern "C" __global__ void __launch_bounds__(128) attn_fwd_##GN##_k##KM##_bf16(ATTN_ARGS, bf16* out,    \
                                                                                    float* lse, ATTN_TAIL) { \
-        attn_fwd<KM, GATE, bf16>(q, k, v, gm, out, lse, T, H, HKV, K, window, scale_log2, gparam);          \
+        attn_fwd<KM, GATE, bf16>(q, k, v, gm, out, lse, T, H, HKV, K, window, sink, scale_log2, gparam);          \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(128) attn_fwd_##GN##_k##KM##_f32(ATTN_ARGS, float* out,    \
                                                                                   float* lse, ATTN_TAIL) {  \
-        attn_fwd<KM, GATE, float>(q, k, v, gm, out, lse, T, H, HKV, K, window, scale_log2, gparam);         \
+        attn_fwd<KM, GATE, float>(q, k, v, gm, out, lse, T, H, HKV, K, window, sink, scale_log2, gparam);         \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq_##GN##_k##KM(                             \
         ATTN_ARGS, const bf16* dot, const float* lse, const float* dd, float* dq, float* dg, ATTN_TAIL) {   \
-        attn_bwd_dq<KM, GATE>(q, k, v, gm, dot, lse, dd, dq, dg, T, H, HKV, K, window, scale_log2, gparam); \
+        attn_bwd_dq<KM, GATE>(q, k, v, gm, dot, lse, dd, dq, dg, T, H, HKV, K, window, sink, scale_log2, gparam); \
     }                                                                                                       \
     extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkdv_##GN##_k##KM(                           \
         ATTN_ARGS, const bf16* dot, const float* lse, const float* dd, float* dk, float* dv, float* dg,     \
         ATTN_TAIL) {                                                                                        \
-        attn_bwd_dkdv<KM, GATE>(q, k, v, gm, dot, lse, dd, dk, dv, dg, T, H, HKV, K, window, scale_log2,    \
+        attn_bwd_dkdv<KM, GATE>(q, k, v, gm, dot, lse, dd, dk, dv, dg, T, H, HKV, K, window, sink, scale_log2, \
                                 gparam);                                                                    \
     }
 ATTN_ENTRIES(none, GATE_NONE, 8)

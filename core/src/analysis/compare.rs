@@ -279,19 +279,19 @@ fn num(x: f32) -> String {
 
 /// Per head and token (`[head][token]`): the dense softmax weight that queries `q` (H, T, D)
 /// give, over keys `k` (Hkv, T, D), to the causal pairs that the top-k `masks` prune beyond
-/// `window` (with or without a leading batch of 1).
-pub fn pruned_mass(q: &candle_core::Tensor, k: &candle_core::Tensor, masks: &[u64], window: usize) -> Result<Vec<Vec<f32>>> {
+/// `window` and the sinks [ours] (with or without a leading batch of 1).
+pub fn pruned_mass(q: &candle_core::Tensor, k: &candle_core::Tensor, masks: &[u64], window: usize, sink: usize) -> Result<Vec<Vec<f32>>> {
     let heads = Heads::new(q, k)?;
     (0..heads.heads())
         .into_par_iter()
-        .map(|h| (0..heads.tokens()).map(|i| Ok(split(&heads.row(Distant::Attend, h, i)?, masks, window, i)[2])).collect())
+        .map(|h| (0..heads.tokens()).map(|i| Ok(split(&heads.row(Distant::Attend, h, i)?, masks, window, sink, i)[2])).collect())
         .collect()
 }
 
 /// Computes each layer's pruned attention mass from the attention inputs the pass sees.
 struct PrunedHook<'a, P: FnMut(usize) + Send> {
-    /// Some(k, window): measure (top-k runs).
-    measure: Option<(usize, usize)>,
+    /// Some(k, window, sink): measure (top-k runs).
+    measure: Option<(usize, usize, usize)>,
     /// `out[layer][head][token]`.
     out: Vec<Vec<Vec<f32>>>,
     err: Option<Error>,
@@ -300,8 +300,8 @@ struct PrunedHook<'a, P: FnMut(usize) + Send> {
 
 impl<P: FnMut(usize) + Send> LayerHook for PrunedHook<'_, P> {
     fn inputs(&mut self, _l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> ControlFlow<()> {
-        if let (Some((k, w)), Some(r)) = (self.measure, routing) {
-            match pruned_mass(&inp.q, &inp.k, &r.topk_masks(k), w) {
+        if let (Some((k, w, s)), Some(r)) = (self.measure, routing) {
+            match pruned_mass(&inp.q, &inp.k, &r.topk_masks(k), w, s) {
                 Ok(v) => self.out.push(v),
                 Err(e) => {
                     self.err = Some(e);
@@ -323,7 +323,7 @@ pub fn run(model: &Model, ids: &[u32], r: &Run, groups_k: usize, cancel: Option<
     opts.record_routing = true;
     opts.cancel = cancel;
     let measure = match r.mode {
-        Mode::TopK(k) => Some((k.k(), r.adapter.config.window)),
+        Mode::TopK(k) => Some((k.k(), r.adapter.config.window, r.adapter.config.sink)),
         _ => None,
     };
     let mut hook = PrunedHook { measure, out: Vec::new(), err: None, progress: &mut progress };
@@ -404,6 +404,7 @@ struct RowHook {
     query: usize,
     k: usize,
     window: usize,
+    sink: usize,
     cells: Grid,
     err: Option<Error>,
 }
@@ -416,7 +417,7 @@ impl LayerHook for RowHook {
         };
         let masks = r.topk_masks(self.k);
         let cells = Heads::new(&inp.q, &inp.k).and_then(|heads| {
-            (0..heads.heads()).map(|h| Ok(split(&heads.row(Distant::Attend, h, self.query)?, &masks, self.window, self.query))).collect::<Result<Vec<_>>>()
+            (0..heads.heads()).map(|h| Ok(split(&heads.row(Distant::Attend, h, self.query)?, &masks, self.window, self.sink, self.query))).collect::<Result<Vec<_>>>()
         });
         match cells {
             Ok(c) => self.cells.push(c),
@@ -439,7 +440,7 @@ pub fn attention_grid(model: &Model, adapter: &Adapter, ids: &[u32], mode: Mode,
     let ids = if adapter.config.causal_sinkhorn { &ids[..=query] } else { ids };
     let mut opts = ForwardOptions::new(mode, Some(adapter));
     opts.cancel = cancel;
-    let mut hook = RowHook { query, k, window: adapter.config.window, cells: Vec::new(), err: None };
+    let mut hook = RowHook { query, k, window: adapter.config.window, sink: adapter.config.sink, cells: Vec::new(), err: None };
     model.decoder.run(&[ids], &opts, &mut hook)?;
     match hook.err {
         Some(e) => Err(e),
@@ -466,7 +467,7 @@ mod tests {
         let k = Tensor::from_vec(kv.clone(), (1, 1, t, d), &dev).unwrap();
         // Token 3 shares no group with token 0 or 1; window 1: pairs (3,0) and (3,1) are pruned.
         let masks = [1u64, 1, 2, 2];
-        let m = pruned_mass(&q, &k, &masks, 1).unwrap();
+        let m = pruned_mass(&q, &k, &masks, 1, 0).unwrap();
         assert_eq!((m.len(), m[0].len()), (2, 4));
         for (h, qv) in [&q0, &q1].into_iter().enumerate() {
             let s: Vec<f64> = (0..4).map(|j| (qv[6] * kv[2 * j] + qv[7] * kv[2 * j + 1]) as f64 / (d as f64).sqrt()).collect();

@@ -49,6 +49,9 @@ pub struct Analysis {
     pub adapter: String,
     pub groups: usize,
     pub window: usize,
+    /// The adapter's attention sinks [ours] (0 in exports written before they existed).
+    #[serde(default)]
+    pub sink: usize,
     pub mode: String,
     /// k used for top-k groups and pair statistics.
     pub k: usize,
@@ -140,7 +143,7 @@ pub fn analyze_tokens(
             // adapter routes only the global layers).
             let own = model.config().layer_attention(l).span(ids.len());
             let routed = cfg.router_layers.routes(model.config().is_sliding(l));
-            let p = pair_stats_within(&r.topk_masks(opts.k), cfg.window, own, routed);
+            let p = pair_stats_within(&r.topk_masks(opts.k), cfg.window, cfg.sink, own, routed);
             let acc = &mut pairs[l];
             acc.causal += p.causal;
             acc.local += p.local;
@@ -165,7 +168,7 @@ pub fn analyze_tokens(
         .iter()
         .enumerate()
         .map(|(l, r)| {
-            let mut st = layer_stats(l, r, cfg.tau, opts.k, cfg.window, opts.keep_tokens);
+            let mut st = layer_stats(l, r, cfg.tau, opts.k, (cfg.window, cfg.sink), opts.keep_tokens);
             let p = &pairs[l];
             st.pairs = PairStats { retained: (p.local + p.same_group_distant) as f64 / p.causal.max(1) as f64, ..p.clone() };
             st
@@ -202,6 +205,7 @@ pub fn analyze_tokens(
         adapter: adapter_name.to_string(),
         groups: cfg.groups,
         window: cfg.window,
+        sink: cfg.sink,
         mode: opts.mode.to_string(),
         k: opts.k,
         segment_len: seg,

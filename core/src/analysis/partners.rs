@@ -75,15 +75,16 @@ pub fn layer_inputs(
     }
 }
 
-/// How a row treats distant pairs (i - j > window); local pairs always attend.
+/// How a row treats distant pairs (i - j > window, and not a sink j < sink [ours]); local and
+/// sink pairs always attend.
 #[derive(Debug, Clone, Copy)]
 pub enum Distant<'a> {
     /// Every causal pair attends (dense).
     Attend,
     /// Only distant pairs that share one of their top-k groups (`masks`: per token) attend.
-    TopK { masks: &'a [u64], window: usize },
+    TopK { masks: &'a [u64], window: usize, sink: usize },
     /// Every pair attends, a distant pair's score gated by its memberships' affinity.
-    Gate { gate: GateFn, routing: &'a LayerRouting, window: usize },
+    Gate { gate: GateFn, routing: &'a LayerRouting, window: usize, sink: usize },
 }
 
 /// One layer's queries and keys, read out of their tensors once for many rows.
@@ -138,8 +139,8 @@ impl Heads {
                 let s = q.iter().zip(key(j)).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() * scale;
                 match distant {
                     Distant::Attend => Some(s),
-                    Distant::TopK { window, .. } | Distant::Gate { window, .. } if mask::classify(query, j, 0, 0, window) == PairClass::Local => Some(s),
-                    Distant::TopK { masks, window } => mask::kept(masks, window, query, j).then_some(s),
+                    Distant::TopK { window, sink, .. } | Distant::Gate { window, sink, .. } if mask::classify(query, j, 0, 0, window, sink) == PairClass::Local => Some(s),
+                    Distant::TopK { masks, window, sink } => mask::kept(masks, window, sink, query, j).then_some(s),
                     Distant::Gate { gate, routing, .. } => {
                         let a: f64 = routing.row(query).iter().zip(routing.row(j)).map(|(&x, &y)| x as f64 * y as f64).sum();
                         Some(gate.score(s as f32, a as f32, true).0 as f64)
@@ -160,18 +161,19 @@ pub fn distant<'a>(mode: Mode, cfg: Option<&AdapterConfig>, routing: Option<&'a 
     Ok(match (mode, cfg, routing) {
         (Mode::Dense, _, _) => Distant::Attend,
         (_, Some(c), Some(_)) if mask::all_local(t, c.window) => Distant::Attend,
-        (Mode::TopK(_), Some(c), Some(_)) => Distant::TopK { masks: masks.ok_or_else(|| Error::Invalid("top-k needs its masks".into()))?, window: c.window },
-        (Mode::Soft, Some(c), Some(r)) => Distant::Gate { gate: GateFn::of(c), routing: r, window: c.window },
+        (Mode::TopK(_), Some(c), Some(_)) => Distant::TopK { masks: masks.ok_or_else(|| Error::Invalid("top-k needs its masks".into()))?, window: c.window, sink: c.sink },
+        (Mode::Soft, Some(c), Some(r)) => Distant::Gate { gate: GateFn::of(c), routing: r, window: c.window, sink: c.sink },
         _ => return Err(Error::Invalid(format!("mode {mode} needs an adapter"))),
     })
 }
 
 /// A row's weight split by what the top-k `masks` do with each pair: (local, shared-group,
-/// pruned), `masks` indexed like the row (from the sequence start).
-pub fn split(row: &[f32], masks: &[u64], window: usize, query: usize) -> [f32; 3] {
+/// pruned), `masks` indexed like the row (from the sequence start); sink pairs [ours] count as
+/// local.
+pub fn split(row: &[f32], masks: &[u64], window: usize, sink: usize, query: usize) -> [f32; 3] {
     let mut c = [0f32; 3];
     for (j, &x) in row.iter().enumerate() {
-        let slot = match mask::classify(query, j, masks[query], masks[j], window) {
+        let slot = match mask::classify(query, j, masks[query], masks[j], window, sink) {
             PairClass::Local => 0,
             PairClass::SharedGroup(_) => 1,
             _ => 2,
@@ -221,7 +223,7 @@ pub fn partners(
     prefix: bool,
     cancel: Option<&AtomicBool>,
 ) -> Result<PartnerRows> {
-    let window = adapter.config.window;
+    let (window, sink) = (adapter.config.window, adapter.config.sink);
     let rows: Vec<Vec<f32>> = if prefix && a == b {
         vec![query_attention(model, Some(adapter), ids, mode, layer, head, a, cancel)?]
     } else {
@@ -239,7 +241,7 @@ pub fn partners(
     let (mut partner_mass, mut local_mass) = (0f64, 0f64);
     for (i, w) in (a..=b).zip(&rows) {
         for (j, &wt) in w.iter().enumerate() {
-            match mask::classify(i, j, masks[i], masks[j], window) {
+            match mask::classify(i, j, masks[i], masks[j], window, sink) {
                 PairClass::Local => local_mass += wt as f64,
                 PairClass::SharedGroup(_) => {
                     *weight.entry(j).or_default() += wt as f64;

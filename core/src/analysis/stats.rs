@@ -36,7 +36,7 @@ pub struct LayerStats {
     pub tokens: Option<Vec<TokenRouting>>,
 }
 
-pub fn layer_stats(layer: usize, r: &LayerRouting, tau: f64, k: usize, window: usize, keep_tokens: bool) -> LayerStats {
+pub fn layer_stats(layer: usize, r: &LayerRouting, tau: f64, k: usize, (window, sink): (usize, usize), keep_tokens: bool) -> LayerStats {
     let (t, kk) = (r.t, r.groups);
     let mut size = vec![0usize; kk];
     let mut after = vec![0f64; kk];
@@ -81,7 +81,7 @@ pub fn layer_stats(layer: usize, r: &LayerRouting, tau: f64, k: usize, window: u
         mass_after: after.iter().map(|m| m / tf).collect(),
         mean_confidence: conf / tf,
         mean_entropy: ent / tf,
-        pairs: pair_stats(&r.topk_masks(k), window),
+        pairs: pair_stats(&r.topk_masks(k), window, sink),
         tokens,
     }
 }

@@ -30,10 +30,11 @@ pub fn attend(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAttention
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DecodeAttention {
     Dense,
-    /// Hard top-k with local window w (the cache's top-k sets decide distant keys).
-    TopK { window: usize },
-    /// Soft gates on distant keys.
-    Soft { gate: GateFn, window: usize },
+    /// Hard top-k with local window w and the first `sink` tokens always kept [ours] (the
+    /// cache's top-k sets decide the other distant keys).
+    TopK { window: usize, sink: usize },
+    /// Soft gates on distant keys (sink keys [ours] are not gated, as local ones).
+    Soft { gate: GateFn, window: usize, sink: usize },
 }
 
 /// Bytes one decode step reads from the caches (summed over the layers it covers).
@@ -68,8 +69,8 @@ pub fn selected_keys(cache: &LayerCache, how: DecodeAttention) -> Result<(Vec<u3
         return Err(Error::Invalid("decode attention over an empty cache".into()));
     }
     let i = n - 1;
-    let window = match how {
-        DecodeAttention::TopK { window } if !mask::all_local(n, window) => window,
+    let (window, sink) = match how {
+        DecodeAttention::TopK { window, sink } if !mask::all_local(n, window) => (window, sink),
         DecodeAttention::Soft { .. } => {
             let r = cache.routing.as_ref().ok_or_else(|| Error::Invalid("soft decode needs cached routing".into()))?;
             return Ok(((0..n as u32).collect(), (n * r.groups * 4) as u64));
@@ -94,6 +95,10 @@ pub fn selected_keys(cache: &LayerCache, how: DecodeAttention) -> Result<(Vec<u3
         for &j in &list[..end] {
             bits[j as usize / 64] |= 1 << (j % 64);
         }
+    }
+    // Sink keys [ours]: always kept, found by position (no index read).
+    for j in mask::sink_keys(i, window, sink) {
+        bits[j / 64] |= 1 << (j % 64);
     }
     let mut keys = Vec::with_capacity(bits.iter().map(|w| w.count_ones() as usize).sum::<usize>() + window + 1);
     for (w, &word) in bits.iter().enumerate() {
@@ -124,10 +129,12 @@ fn attend_on_device(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAtt
     let tb = cache.token_bytes();
     let dense = (n - from) as u64 * tb;
     let (kept, index) = match (how, cache.routing.as_ref()) {
-        (DecodeAttention::TopK { window }, Some(r)) => {
+        (DecodeAttention::TopK { window, sink }, Some(r)) => {
             let mi = r.masks[i];
-            let distant = &r.masks[from..(i.saturating_sub(window)).max(from)];
-            let shared = distant.iter().filter(|&&mj| mask::share_group(mi, mj)).count();
+            let lo = (i.saturating_sub(window)).max(from);
+            let distant = &r.masks[from..lo];
+            // Kept distant keys: those sharing a group, and the sinks [ours].
+            let shared = distant.iter().enumerate().filter(|&(jj, &mj)| from + jj < sink || mask::share_group(mi, mj)).count();
             (n - from - distant.len() + shared, distant.len() as u64 * 8)
         }
         (DecodeAttention::Soft { .. }, Some(r)) => (n - from, ((n - from) * r.groups * 4) as u64),
@@ -150,8 +157,12 @@ fn attend_on_device(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAtt
                 _ => None,
             },
             window: match how {
-                DecodeAttention::TopK { window } | DecodeAttention::Soft { window, .. } => window,
+                DecodeAttention::TopK { window, .. } | DecodeAttention::Soft { window, .. } => window,
                 DecodeAttention::Dense => n,
+            },
+            sink: match how {
+                DecodeAttention::TopK { sink, .. } | DecodeAttention::Soft { sink, .. } => sink,
+                DecodeAttention::Dense => 0,
             },
             soft: match (how, kv.memberships.as_ref()) {
                 (DecodeAttention::Soft { gate, .. }, Some(m)) => Some((gate, m)),

@@ -99,8 +99,8 @@ pub enum LayerPlan {
     /// Scores are multiplied by `factor` (T x T; paper gate) or `bias` is added (log gate).
     SoftFactor(Tensor),
     SoftBias(Tensor),
-    /// Exact hard top-k: per-token group bitmasks and the local window.
-    TopK { masks: Vec<u64>, window: usize },
+    /// Exact hard top-k: per-token group bitmasks, the local window and the sink [ours].
+    TopK { masks: Vec<u64>, window: usize, sink: usize },
     /// Dense attention with an explicit additive mask (0 kept, -inf pruned), T x T.
     Masked(Tensor),
 }
@@ -125,7 +125,7 @@ pub fn plan(
     match mode {
         Mode::Dense => unreachable!(),
         Mode::Soft => soft::soft_plan(&Tensor::from_slice(&routing.memberships, (t, cfg.groups), dev)?, cfg),
-        Mode::TopK(k) => Ok(LayerPlan::TopK { masks: routing.topk_masks(k.of(cfg.groups)?), window: cfg.window }),
+        Mode::TopK(k) => Ok(LayerPlan::TopK { masks: routing.topk_masks(k.of(cfg.groups)?), window: cfg.window, sink: cfg.sink }),
     }
 }
 
@@ -140,18 +140,18 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &LayerA
     // for the candle path below.
     let capped_topk;
     let plan = match (plan, own.softcap) {
-        (LayerPlan::TopK { masks, window }, Some(_)) => {
-            capped_topk = LayerPlan::Masked(mask::topk_mask_bias(masks, *window, q.device())?);
+        (LayerPlan::TopK { masks, window, sink }, Some(_)) => {
+            capped_topk = LayerPlan::Masked(mask::topk_mask_bias(masks, *window, *sink, q.device())?);
             &capped_topk
         }
         _ => plan,
     };
-    if let LayerPlan::TopK { masks, window } = plan {
+    if let LayerPlan::TopK { masks, window, sink } = plan {
         // On CUDA the top-k kernel runs on the device (the CPU kernel below would round-trip
         // q, k, v through the host); shapes it does not take fall through to the CPU kernel.
         #[cfg(feature = "cuda")]
         if let (Device::Cuda(dev), None) = (q.device(), span) {
-            if let Some(out) = crate::attention::cuda::host::focus_attention_if_supported(q, k, v, masks, *window, dev)? {
+            if let Some(out) = crate::attention::cuda::host::focus_attention_if_supported(q, k, v, masks, *window, *sink, dev)? {
                 return Ok(out);
             }
         }
@@ -163,6 +163,7 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &LayerA
             lay,
             masks,
             *window,
+            *sink,
             span,
         );
         return Ok(Tensor::from_vec(out, (h, t, d), q.device())?);

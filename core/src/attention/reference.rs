@@ -4,7 +4,7 @@
 //! implementation of the A/B split of FOCUS-METHOD section 2:
 //!   A: causal pairs that share a group (any distance). A pair sharing several groups is counted
 //!      only in its lowest shared group, so nothing is counted twice for k >= 2;
-//!   B: causal local pairs that share no group.
+//!   B: causal local pairs, and sink pairs (j < s, [ours]), that share no group.
 //! Each query runs an online softmax over A (walking only the buckets of its own groups) and over
 //! B (walking only its window), keeping a log-sum-exp for each, and the two are merged exactly.
 
@@ -75,7 +75,7 @@ pub fn merge(a: &Online, b: &Online, out: &mut [f32]) {
 
 /// Exact hard top-k Focus attention one query at a time, walking each of its keys: simple and
 /// slow. q: (heads, t, d), k and v: (kv_heads, t, d), row-major; returns (heads, t, d).
-pub fn focus_attention_rowwise(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize) -> Vec<f32> {
+pub fn focus_attention_rowwise(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize, sink: usize) -> Vec<f32> {
     let Shape { heads, kv_heads, t, d } = s;
     assert_eq!(q.len(), heads * t * d);
     assert_eq!(k.len(), kv_heads * t * d);
@@ -89,7 +89,7 @@ pub fn focus_attention_rowwise(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks:
         let kh = h / rep;
         let qi = &q[row * d..(row + 1) * d];
         let kv = (&k[kh * t * d..(kh + 1) * t * d], &v[kh * t * d..(kh + 1) * t * d]);
-        query_row(qi, kv, i, d, masks, &buckets, window, scale, o);
+        query_row(qi, kv, i, d, masks, &buckets, (window, sink), scale, o);
     });
     out
 }
@@ -97,7 +97,7 @@ pub fn focus_attention_rowwise(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks:
 /// One query of `focus_attention`: its A set, its B set, and the merge.
 #[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
 #[allow(clippy::too_many_arguments)]
-fn query_row(qi: &[f32], (k, v): (&[f32], &[f32]), i: usize, d: usize, masks: &[u64], buckets: &[Vec<u32>], window: usize, scale: f32, o: &mut [f32]) {
+fn query_row(qi: &[f32], (k, v): (&[f32], &[f32]), i: usize, d: usize, masks: &[u64], buckets: &[Vec<u32>], (window, sink): (usize, usize), scale: f32, o: &mut [f32]) {
     let key = |j: usize| &k[j * d..(j + 1) * d];
     let val = |j: usize| &v[j * d..(j + 1) * d];
     let mi = masks[i];
@@ -117,9 +117,9 @@ fn query_row(qi: &[f32], (k, v): (&[f32], &[f32]), i: usize, d: usize, masks: &[
             }
         }
     }
-    // B: local pairs that share no group.
+    // B: local and sink pairs [ours] that share no group.
     let mut b = Online::new(d);
-    for j in i.saturating_sub(window)..=i {
+    for j in mask::sink_keys(i, window, sink).chain(i.saturating_sub(window)..=i) {
         if !share_group(mi, masks[j]) {
             b.push(dot(qi, key(j)) * scale, val(j));
         }
@@ -129,7 +129,7 @@ fn query_row(qi: &[f32], (k, v): (&[f32], &[f32]), i: usize, d: usize, masks: &[
 
 /// Number of causal pairs each set of the A/B split holds: (A same-group, B local-only). Their
 /// sum is the mask's kept pairs (`mask::pair_stats`), which the tests check.
-pub fn ab_pair_counts(masks: &[u64], window: usize) -> (u64, u64) {
+pub fn ab_pair_counts(masks: &[u64], window: usize, sink: usize) -> (u64, u64) {
     let buckets = mask::group_members(masks);
     let mut a = 0u64;
     let mut b = 0u64;
@@ -147,7 +147,7 @@ pub fn ab_pair_counts(masks: &[u64], window: usize) -> (u64, u64) {
                 }
             }
         }
-        for j in i.saturating_sub(window)..=i {
+        for j in mask::sink_keys(i, window, sink).chain(i.saturating_sub(window)..=i) {
             if !share_group(mi, masks[j]) {
                 b += 1;
             }
@@ -206,19 +206,22 @@ mod tests {
         for _ in 0..30 {
             let t = rng.gen_range(1..300);
             let w = rng.gen_range(0..50);
+            let sink = [0, 1, 4, 60][rng.gen_range(0..4)];
             let masks: Vec<u64> = (0..t).map(|_| 1u64 << rng.gen_range(0..4) | 1u64 << rng.gen_range(0..4)).collect();
             let (mut local, mut distant) = (0u64, 0u64);
             for i in 0..t {
                 for j in 0..=i {
-                    match mask::classify(i, j, masks[i], masks[j], w) {
+                    match mask::classify(i, j, masks[i], masks[j], w, sink) {
                         mask::PairClass::Local => local += 1,
                         mask::PairClass::SharedGroup(_) => distant += 1,
                         _ => {}
                     }
                 }
             }
-            let (a, b) = ab_pair_counts(&masks, w);
+            let (a, b) = ab_pair_counts(&masks, w, sink);
             assert_eq!(a + b, local + distant);
+            let p = mask::pair_stats(&masks, w, sink);
+            assert_eq!((p.local, p.same_group_distant), (local, distant));
         }
     }
 
@@ -255,19 +258,19 @@ mod tests {
             let kk = randn(&mut rng, kv_heads * t * d, 3.0);
             let v = randn(&mut rng, kv_heads * t * d, 1.0);
             for k in 1..=groups {
-                for window in [0, 1, 5, 17, 200] {
+                for (window, sink) in [(0, 0), (1, 0), (5, 0), (17, 0), (200, 0), (0, 1), (4, 1), (4, 4), (16, 4), (5, 30)] {
                     let masks = random_masks(&mut rng, t, groups, k);
                     let want =
-                        masked_dense_reference(&q, &kk, &v, s, |i, j| mask::kept(&masks, window, i, j));
-                    for fast in [focus_attention(&q, &kk, &v, s, &masks, window), focus_attention_rowwise(&q, &kk, &v, s, &masks, window)] {
+                        masked_dense_reference(&q, &kk, &v, s, |i, j| mask::kept(&masks, window, sink, i, j));
+                    for fast in [focus_attention(&q, &kk, &v, s, &masks, window, sink), focus_attention_rowwise(&q, &kk, &v, s, &masks, window, sink)] {
                         let err = fast.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                        assert!(err <= 1e-5, "max abs error {err} (t={t} d={d} K={groups} k={k} w={window})");
+                        assert!(err <= 1e-5, "max abs error {err} (t={t} d={d} K={groups} k={k} w={window} s={sink})");
                     }
                     cases += 1;
                 }
             }
         }
-        assert!(cases > 500);
+        assert!(cases > 1000);
     }
 
     /// Pairs are counted once: |A| + |B| equals the number of pairs the mask keeps.
@@ -279,12 +282,13 @@ mod tests {
             let groups = rng.gen_range(1..=8);
             let k = rng.gen_range(1..=groups);
             let w = rng.gen_range(0..40);
+            let sink = [0, 1, 4, 50][rng.gen_range(0..4)];
             let masks = random_masks(&mut rng, t, groups, k);
-            let (a, b) = ab_pair_counts(&masks, w);
+            let (a, b) = ab_pair_counts(&masks, w, sink);
             let mut kept = 0u64;
             for i in 0..t {
                 for j in 0..=i {
-                    kept += mask::kept(&masks, w, i, j) as u64;
+                    kept += mask::kept(&masks, w, sink, i, j) as u64;
                 }
             }
             assert_eq!(a + b, kept);
@@ -299,7 +303,7 @@ mod tests {
         let q = randn(&mut rng, 2 * 50 * 16, 2.0);
         let k = randn(&mut rng, 50 * 16, 2.0);
         let v = randn(&mut rng, 50 * 16, 1.0);
-        let fast = focus_attention(&q, &k, &v, s, &vec![1u64; 50], 3);
+        let fast = focus_attention(&q, &k, &v, s, &vec![1u64; 50], 3, 2);
         let want = masked_dense_reference(&q, &k, &v, s, |_, _| true);
         let err = fast.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
         assert!(err <= 1e-5, "{err}");

@@ -176,7 +176,8 @@ pub fn bound_limit(groups: usize, k: usize) -> f64 {
 
 /// Fraction of causal pairs kept.
 pub fn pairs_fraction(masks: &[u64], window: usize) -> f64 {
-    mask::pair_stats(masks, window).retained
+    // The synthetic benchmark has no attention sinks.
+    mask::pair_stats(masks, window, 0).retained
 }
 
 /// CPU time of this process (user + system, all threads) in ms, from /proc/self/stat (Linux;
@@ -270,7 +271,7 @@ fn run_cpu(cfg: &AttentionBench, device: &Device, mut on_row: impl FnMut(&Attent
                     dense_c.extend(cpu);
                 }
                 for (vi, (_, _, masks)) in variants.iter().enumerate() {
-                    let (ms, cpu) = timed(|| Ok(cpu::focus::focus_attention(&q, &k, &v, s, masks, cfg.window)))?;
+                    let (ms, cpu) = timed(|| Ok(cpu::focus::focus_attention(&q, &k, &v, s, masks, cfg.window, 0)))?;
                     if keep {
                         focus_t[vi].push(ms);
                         focus_c[vi].extend(cpu);
@@ -330,15 +331,16 @@ mod tests {
             let g = rng.gen_range(1..=8);
             let k = rng.gen_range(1..=g);
             let w = rng.gen_range(0..50);
+            let s = [0, 1, 4][rng.gen_range(0..3)];
             let masks = balanced_masks(t, g, k, rng.gen()).unwrap();
             let mut direct = 0u64;
             for i in 0..t {
                 for j in 0..=i {
-                    direct += mask::kept(&masks, w, i, j) as u64;
+                    direct += mask::kept(&masks, w, s, i, j) as u64;
                 }
             }
-            assert_eq!(mask::pair_stats(&masks, w).kept(), direct);
-            let (a, b) = crate::attention::reference::ab_pair_counts(&masks, w);
+            assert_eq!(mask::pair_stats(&masks, w, s).kept(), direct);
+            let (a, b) = crate::attention::reference::ab_pair_counts(&masks, w, s);
             assert_eq!(a + b, direct);
         }
     }

@@ -33,7 +33,7 @@ pub(super) fn run(cfg: &AttentionBench, dev: &CudaDevice, mut on_row: impl FnMut
         for (_, _, masks) in &vars {
             device.synchronize()?;
             let t0 = Instant::now();
-            let plan = FocusPlan::new(dev, masks, cfg.window)?;
+            let plan = FocusPlan::new(dev, masks, cfg.window, 0)?;
             device.synchronize()?;
             plans.push((plan, t0.elapsed().as_secs_f64() * 1e3));
         }

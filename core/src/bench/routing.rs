@@ -60,7 +60,7 @@ pub fn routing_difference(model: &Model, adapter: &Adapter, ids: &[u32], segment
                 mc.push(sb);
             }
             row.tokens += t;
-            let (pw, pc) = (pair_stats(&mw, c.window), pair_stats(&mc, c.window));
+            let (pw, pc) = (pair_stats(&mw, c.window, c.sink), pair_stats(&mc, c.window, c.sink));
             pairs[l].0 += pw.causal;
             pairs[l].1 += pw.kept();
             pairs[l].2 += pc.kept();

@@ -106,6 +106,11 @@ pub struct AdapterConfig {
     pub sinkhorn_iters: usize,
     /// Local window w: pairs with i - j <= w always attend.
     pub window: usize,
+    /// Attention sinks s [ours]: the first s tokens of the sequence are always attendable by
+    /// every later query, like local pairs (ungated, always kept by top-k). 0 (the default, and
+    /// what adapters written before this field existed have) is the paper's mask.
+    #[serde(default)]
+    pub sink: usize,
     pub gate: Gate,
     /// Slope of the paper gate.
     pub lambda: f64,
@@ -141,6 +146,8 @@ pub struct AdapterSpec {
     pub tau: f64,
     pub sinkhorn_iters: usize,
     pub window: usize,
+    /// Attention sinks [ours]: the first `sink` tokens always attend (0: none).
+    pub sink: usize,
     pub gate: Gate,
     pub lambda: f64,
     pub top_k: usize,
@@ -152,7 +159,7 @@ pub struct AdapterSpec {
 impl Default for AdapterSpec {
     /// The paper's ablation defaults: K=8, d_g=16, tau=0.1, N=10, w=128.
     fn default() -> Self {
-        AdapterSpec { groups: 8, d_g: 16, tau: 0.1, sinkhorn_iters: 10, window: 128, gate: Gate::Log, lambda: 10.0, top_k: 2, causal_sinkhorn: false, score: Score::Dot, router_layers: RouterLayers::All }
+        AdapterSpec { groups: 8, d_g: 16, tau: 0.1, sinkhorn_iters: 10, window: 128, sink: 0, gate: Gate::Log, lambda: 10.0, top_k: 2, causal_sinkhorn: false, score: Score::Dot, router_layers: RouterLayers::All }
     }
 }
 
@@ -191,6 +198,7 @@ impl AdapterConfig {
             tau: self.tau,
             sinkhorn_iters: self.sinkhorn_iters,
             window: self.window,
+            sink: self.sink,
             gate: self.gate,
             lambda: self.lambda,
             top_k: self.top_k,
@@ -220,6 +228,9 @@ impl AdapterConfig {
         }
         if self.window > 1 << 24 {
             return bad(format!("window = {} is more than 16M tokens", self.window));
+        }
+        if self.sink > crate::focus::mask::MAX_SINK {
+            return bad(format!("sink = {} is more than {} tokens (attention sinks are the first few tokens)", self.sink, crate::focus::mask::MAX_SINK));
         }
         // Scores are divided by tau: a tiny tau overflows them (tau = 5e-324 passes `> 0`).
         if !(self.tau.is_finite() && (1e-4..=1e4).contains(&self.tau)) {
@@ -255,6 +266,7 @@ impl Adapter {
             tau: spec.tau,
             sinkhorn_iters: spec.sinkhorn_iters,
             window: spec.window,
+            sink: spec.sink,
             gate: spec.gate,
             lambda: spec.lambda,
             log_eps: 1e-6,
@@ -375,5 +387,33 @@ impl Adapter {
         candle_core::safetensors::save(&tensors, &tmp)?;
         std::fs::rename(&tmp, &w_path).map_err(|e| Error::write(&w_path, e))?;
         crate::io::write_atomic(&dir.join(CONFIG_FILE), serde_json::to_string_pretty(&self.config)?.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::focus::identity::BaseModel;
+
+    fn base() -> BaseModel {
+        BaseModel { arch: "llama".into(), name: "t".into(), n_layers: 2, d_model: 8, n_heads: 1, n_kv_heads: 1, vocab: 8, fingerprint: String::new() }
+    }
+
+    /// `sink` [ours] is written with the config; a config written before it existed loads with
+    /// s = 0; a sink above `MAX_SINK` is refused, naming the field.
+    #[test]
+    fn sink_is_saved_defaults_to_zero_and_is_bounded() {
+        let a = Adapter::random(&base(), &Device::Cpu, &AdapterSpec { sink: 4, ..Default::default() }, 1).unwrap();
+        assert_eq!(a.config.sink, 4);
+        assert_eq!(a.config.spec().sink, 4);
+        let mut json: serde_json::Value = serde_json::to_value(&a.config).unwrap();
+        assert_eq!(json["sink"], 4);
+        json.as_object_mut().unwrap().remove("sink");
+        let old = Adapter::parse_config(&json.to_string(), &base(), Path::new("x")).unwrap();
+        assert_eq!(old.sink, 0);
+        json["sink"] = serde_json::json!(crate::focus::mask::MAX_SINK + 1);
+        let e = Adapter::parse_config(&json.to_string(), &base(), Path::new("x")).unwrap_err().to_string();
+        assert!(e.contains("sink"), "{e}");
+        assert!(Adapter::random(&base(), &Device::Cpu, &AdapterSpec { sink: crate::focus::mask::MAX_SINK + 1, ..Default::default() }, 1).is_err());
     }
 }

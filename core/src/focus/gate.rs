@@ -1,11 +1,13 @@
 //! The gate on distant pairs, part of the routing rule (FOCUS-METHOD section 1): how a pair's
-//! attention score is changed by the affinity of its two tokens' memberships. Local pairs are
-//! never gated. Every attention path (training, soft inference, decode, the GUI's exact rows)
+//! attention score is changed by the affinity of its two tokens' memberships. Local pairs, and
+//! sink pairs (key j < the adapter's `sink`, [ours]), are never gated: callers pass
+//! `distant = !focus::mask::always(i, j, window, sink)`. Every attention path (training, soft inference, decode, the GUI's exact rows)
 //! computes a pair's score through `GateFn::score`.
 
 use crate::focus::adapter::{AdapterConfig, Gate};
 
-/// The gate on distant pairs (i - j > window); local pairs are never gated.
+/// The gate on distant pairs (i - j > window and j >= sink); local and sink pairs are never
+/// gated.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum GateFn {
     /// No gate: plain causal attention (dense).

@@ -1,14 +1,21 @@
 //! The hard top-k mask of FOCUS-METHOD section 1, defined once:
 //!
 //! ```text
-//! M(i, j) = [j <= i] and ( [i - j <= w] or [G(i) and G(j) share a group] )
+//! M(i, j) = [j <= i] and ( [i - j <= w] or [j < s] or [G(i) and G(j) share a group] )
 //! ```
+//!
+//! `s` is the adapter's `sink` **[ours]**: the first s tokens of the sequence stay attendable by
+//! every later query (attention sinks), s = 0 (the default) being the paper's rule. A sink pair
+//! is treated as a local pair everywhere: `classify` calls it `PairClass::Local` (there is no
+//! class of its own), the soft gates leave it ungated, hard top-k always keeps it, and the exact
+//! decomposition puts it in the "always attend" set B (local or sink pairs sharing no group).
 //!
 //! `G(i)` is token i's top-k group set, held as a bitmask (`topk_mask`; K <= 64). Every user of
 //! the rule goes through this module: the reference kernel and its tests, the pair statistics,
 //! the benchmarks' pair counts, the partners view, the GUI's mask image, and the tensors the
 //! dense paths add to their scores. The fast kernels do not test pairs one by one; they walk the
-//! sets this rule defines (the local band, and the tokens whose sets meet the query's).
+//! sets this rule defines (the local band, the sink keys past it (`sink_keys`), and the tokens
+//! whose sets meet the query's).
 
 use crate::error::{Error, Result};
 use candle_core::{Device, Tensor};
@@ -21,7 +28,8 @@ use std::collections::HashMap;
 pub enum PairClass {
     /// j > i: never attended (causality), whatever the routing.
     Future,
-    /// 0 <= i - j <= w: always attends.
+    /// 0 <= i - j <= w, or j < s (a sink [ours]): always attends. Sink pairs are counted as
+    /// local everywhere (pair statistics, the soft gates, the exact decomposition).
     Local,
     /// Distant, and the top-k sets share group `g` (the lowest shared one).
     SharedGroup(usize),
@@ -104,12 +112,31 @@ pub fn group_members(masks: &[u64]) -> Vec<Vec<u32>> {
     members
 }
 
-/// The class of the pair (i, j), given the top-k sets `mi` of i and `mj` of j and the window.
+/// The largest `sink` an adapter may have [ours]: sinks are a few tokens (typically 1 or 4); the
+/// exact kernels walk them one by one beside the band.
+pub const MAX_SINK: usize = 1024;
+
+/// Whether the causal pair (i, j), j <= i, always attends: local (i - j <= w) or a sink (j < s).
 #[inline(always)]
-pub fn classify(i: usize, j: usize, mi: u64, mj: u64, window: usize) -> PairClass {
+pub fn always(i: usize, j: usize, window: usize, sink: usize) -> bool {
+    i - j <= window || j < sink
+}
+
+/// The sink keys of query i outside its local band: 0 <= j < min(s, i - w), in position order
+/// (empty when i <= w or s = 0). The exact kernels add these (when they share no group with i)
+/// to the band's set.
+#[inline(always)]
+pub fn sink_keys(i: usize, window: usize, sink: usize) -> std::ops::Range<usize> {
+    0..sink.min(i.saturating_sub(window))
+}
+
+/// The class of the pair (i, j), given the top-k sets `mi` of i and `mj` of j, the window and
+/// the sink.
+#[inline(always)]
+pub fn classify(i: usize, j: usize, mi: u64, mj: u64, window: usize, sink: usize) -> PairClass {
     if j > i {
         PairClass::Future
-    } else if i - j <= window {
+    } else if always(i, j, window, sink) {
         PairClass::Local
     } else if share_group(mi, mj) {
         PairClass::SharedGroup((mi & mj).trailing_zeros() as usize)
@@ -120,12 +147,13 @@ pub fn classify(i: usize, j: usize, mi: u64, mj: u64, window: usize) -> PairClas
 
 /// M(i, j) for a sequence's top-k sets.
 #[inline(always)]
-pub fn kept(masks: &[u64], window: usize, i: usize, j: usize) -> bool {
-    classify(i, j, masks[i], masks[j], window).kept()
+pub fn kept(masks: &[u64], window: usize, sink: usize, i: usize, j: usize) -> bool {
+    classify(i, j, masks[i], masks[j], window, sink).kept()
 }
 
 /// Every causal pair is local when no query is more than `window` tokens after position 0: the
-/// mask then keeps everything, and the dense kernel computes exactly the same function.
+/// mask then keeps everything, and the dense kernel computes exactly the same function (a sink
+/// adds nothing then).
 pub fn all_local(t: usize, window: usize) -> bool {
     t <= window + 1
 }
@@ -150,7 +178,7 @@ pub fn top_k_indices(row: &[f32], k: usize) -> Vec<usize> {
 pub struct PairStats {
     /// Causal pairs (i >= j) in the text: T (T + 1) / 2.
     pub causal: u64,
-    /// Pairs within the local window (always kept).
+    /// Pairs within the local window, or with a sink key [ours] (always kept).
     pub local: u64,
     /// Distant pairs kept because their top-k groups intersect.
     pub same_group_distant: u64,
@@ -166,17 +194,17 @@ impl PairStats {
 
 /// Counts the pairs the mask keeps without visiting every pair: distinct top-k sets are few (at
 /// most C(K, k)), so each query sums the counts of earlier, distant tokens per set. O(T x sets).
-pub fn pair_stats(masks: &[u64], window: usize) -> PairStats {
+pub fn pair_stats(masks: &[u64], window: usize, sink: usize) -> PairStats {
     let t = masks.len() as u64;
     let causal = t * (t + 1) / 2;
-    let w = window as u64;
-    // Query i keeps min(i, w) + 1 local keys.
-    let local: u64 = (0..t).map(|i| i.min(w) + 1).sum();
+    // Query i keeps min(i, w) + 1 local keys and its sink keys past the band.
+    let local: u64 = (0..masks.len()).map(|i| (i.min(window) + 1 + sink_keys(i, window, sink).len()) as u64).sum();
     let mut seen: HashMap<u64, u64> = HashMap::new();
     let mut distant = 0u64;
     for i in 0..masks.len() {
-        // Key i - w - 1 becomes distant for query i (and stays distant for later queries).
-        if i > window {
+        // Key i - w - 1 becomes distant for query i (and stays distant for later queries);
+        // sink keys are local, never distant.
+        if i > window && i - window - 1 >= sink {
             *seen.entry(masks[i - window - 1]).or_default() += 1;
         }
         distant += seen.iter().filter(|(&m, _)| share_group(m, masks[i])).map(|(_, c)| c).sum::<u64>();
@@ -189,9 +217,9 @@ pub fn pair_stats(masks: &[u64], window: usize) -> PairStats {
 /// causal pairs are those of the window, and the Focus mask keeps the pairs both keep. A layer
 /// the adapter does not route (`routed` false, `RouterLayers::Global` on a sliding layer) keeps
 /// its whole window, counted as local.
-pub fn pair_stats_within(masks: &[u64], window: usize, span: Option<usize>, routed: bool) -> PairStats {
+pub fn pair_stats_within(masks: &[u64], window: usize, sink: usize, span: Option<usize>, routed: bool) -> PairStats {
     if span.is_none() && routed {
-        return pair_stats(masks, window);
+        return pair_stats(masks, window, sink);
     }
     let t = masks.len();
     let causal: u64 = (0..t).map(|i| span.map_or(i + 1, |w| (i + 1).min(w)) as u64).sum();
@@ -200,16 +228,19 @@ pub fn pair_stats_within(masks: &[u64], window: usize, span: Option<usize>, rout
     }
     let w = span.expect("a sliding layer");
     let band = window.min(w.saturating_sub(1));
-    let local: u64 = (0..t).map(|i| (i.min(band) + 1) as u64).sum();
+    // Sink keys past the band that the layer's own window still holds: i - W < j < min(s, i - w).
+    let sinks = |i: usize| sink_keys(i, window, sink).filter(|&j| in_window(i, j, span)).count();
+    let local: u64 = (0..t).map(|i| (i.min(band) + 1 + sinks(i)) as u64).sum();
     let mut distant = 0u64;
     if w > window + 1 {
-        // Keys i - W < j < i - w: key i - w - 1 joins at query i, key i - W leaves.
+        // Keys i - W < j < i - w: key i - w - 1 joins at query i, key i - W leaves (sink keys,
+        // counted as local, never join).
         let mut seen: HashMap<u64, u64> = HashMap::new();
         for i in 0..t {
-            if i > window {
+            if i > window && i - window - 1 >= sink {
                 *seen.entry(masks[i - window - 1]).or_default() += 1;
             }
-            if i >= w {
+            if i >= w && i - w >= sink {
                 *seen.get_mut(&masks[i - w]).expect("joined earlier") -= 1;
             }
             distant += seen.iter().filter(|(&m, _)| share_group(m, masks[i])).map(|(_, c)| c).sum::<u64>();
@@ -239,19 +270,20 @@ pub fn in_window(i: usize, j: usize, w: Option<usize>) -> bool {
     w.is_none_or(|w| i - j < w)
 }
 
-/// 1 where the pair is local (0 <= i - j <= window, and for j > i, which the causal mask removes
-/// anyway), else 0; T x T u8. The soft gates leave these pairs alone.
-pub fn local_mask(t: usize, window: usize, dev: &Device) -> Result<Tensor> {
-    let v: Vec<u8> = (0..t * t).map(|n| matches!(classify(n / t, n % t, 0, 0, window), PairClass::Local | PairClass::Future) as u8).collect();
+/// 1 where the pair is local (0 <= i - j <= window, or a sink key j < s [ours], and for j > i,
+/// which the causal mask removes anyway), else 0; T x T u8. The soft gates leave these pairs
+/// alone.
+pub fn local_mask(t: usize, window: usize, sink: usize, dev: &Device) -> Result<Tensor> {
+    let v: Vec<u8> = (0..t * t).map(|n| matches!(classify(n / t, n % t, 0, 0, window, sink), PairClass::Local | PairClass::Future) as u8).collect();
     Ok(Tensor::from_vec(v, (t, t), dev)?)
 }
 
 /// The hard mask as an additive T x T tensor (0 kept, -inf pruned; future pairs are left to the
 /// causal mask): the explicit reference the fast kernels are tested against.
-pub fn topk_mask_bias(masks: &[u64], window: usize, dev: &Device) -> Result<Tensor> {
+pub fn topk_mask_bias(masks: &[u64], window: usize, sink: usize, dev: &Device) -> Result<Tensor> {
     let t = masks.len();
     let v: Vec<f32> = (0..t * t)
-        .map(|n| match classify(n / t, n % t, masks[n / t], masks[n % t], window) {
+        .map(|n| match classify(n / t, n % t, masks[n / t], masks[n % t], window, sink) {
             PairClass::Pruned => f32::NEG_INFINITY,
             _ => 0.0,
         })
@@ -358,10 +390,18 @@ mod tests {
     #[test]
     fn classes_follow_the_rule() {
         let w = 2;
-        assert_eq!(classify(3, 4, 1, 1, w), PairClass::Future);
-        assert_eq!(classify(4, 2, 0b01, 0b10, w), PairClass::Local);
-        assert_eq!(classify(5, 2, 0b0110, 0b1100, w), PairClass::SharedGroup(2));
-        assert_eq!(classify(5, 2, 0b01, 0b10, w), PairClass::Pruned);
+        assert_eq!(classify(3, 4, 1, 1, w, 0), PairClass::Future);
+        assert_eq!(classify(4, 2, 0b01, 0b10, w, 0), PairClass::Local);
+        assert_eq!(classify(5, 2, 0b0110, 0b1100, w, 0), PairClass::SharedGroup(2));
+        assert_eq!(classify(5, 2, 0b01, 0b10, w, 0), PairClass::Pruned);
+        // Sinks [ours]: keys j < s are local for every later query, never future.
+        assert_eq!(classify(5, 2, 0b01, 0b10, w, 3), PairClass::Local);
+        assert_eq!(classify(9, 0, 0b01, 0b01, w, 1), PairClass::Local);
+        assert_eq!(classify(9, 1, 0b01, 0b10, w, 1), PairClass::Pruned);
+        assert_eq!(classify(0, 1, 1, 1, w, 4), PairClass::Future);
+        assert_eq!(sink_keys(9, 2, 4), 0..4);
+        assert_eq!(sink_keys(5, 2, 4), 0..3);
+        assert_eq!(sink_keys(2, 2, 4), 0..0);
         assert!(!PairClass::Future.kept() && !PairClass::Pruned.kept());
     }
 
@@ -371,12 +411,13 @@ mod tests {
         for _ in 0..30 {
             let t = rng.gen_range(1..300);
             let w = rng.gen_range(0..50);
+            let sink = [0, 1, 4, rng.gen_range(0..60)][rng.gen_range(0..4)];
             let masks: Vec<u64> = (0..t).map(|_| 1u64 << rng.gen_range(0..4) | 1u64 << rng.gen_range(0..4)).collect();
-            let p = pair_stats(&masks, w);
+            let p = pair_stats(&masks, w, sink);
             let (mut local, mut distant) = (0u64, 0u64);
             for i in 0..t {
                 for j in 0..=i {
-                    match classify(i, j, masks[i], masks[j], w) {
+                    match classify(i, j, masks[i], masks[j], w, sink) {
                         PairClass::Local => local += 1,
                         PairClass::SharedGroup(_) => distant += 1,
                         _ => {}
@@ -393,18 +434,19 @@ mod tests {
         for _ in 0..40 {
             let t = rng.gen_range(1..200);
             let w = rng.gen_range(0..30);
+            let sink = [0, 1, 4, rng.gen_range(0..40)][rng.gen_range(0..4)];
             let span = [None, Some(rng.gen_range(1..60)), Some(w + 1), Some(w + 2)][rng.gen_range(0..4)];
             let masks: Vec<u64> = (0..t).map(|_| 1u64 << rng.gen_range(0..4) | 1u64 << rng.gen_range(0..4)).collect();
             let (mut causal, mut kept) = (0u64, 0u64);
             for i in 0..t {
                 for j in (0..=i).filter(|&j| in_window(i, j, span)) {
                     causal += 1;
-                    kept += classify(i, j, masks[i], masks[j], w).kept() as u64;
+                    kept += classify(i, j, masks[i], masks[j], w, sink).kept() as u64;
                 }
             }
-            let p = pair_stats_within(&masks, w, span, true);
-            assert_eq!((p.causal, p.kept()), (causal, kept), "t {t} w {w} span {span:?}");
-            let u = pair_stats_within(&masks, w, span, false);
+            let p = pair_stats_within(&masks, w, sink, span, true);
+            assert_eq!((p.causal, p.kept()), (causal, kept), "t {t} w {w} s {sink} span {span:?}");
+            let u = pair_stats_within(&masks, w, sink, span, false);
             assert_eq!((u.causal, u.kept()), (causal, causal));
         }
     }

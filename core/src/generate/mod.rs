@@ -161,10 +161,10 @@ impl<'a> Generator<'a> {
 
     /// How a cached step's routed layers attend.
     fn how(&self) -> DecodeAttention {
-        let window = self.adapter.map_or(0, |a| a.config.window);
+        let (window, sink) = self.adapter.map_or((0, 0), |a| (a.config.window, a.config.sink));
         match (self.mode, self.adapter) {
-            (Mode::TopK(_), Some(_)) => DecodeAttention::TopK { window },
-            (Mode::Soft, Some(a)) => DecodeAttention::Soft { gate: GateFn::of(&a.config), window },
+            (Mode::TopK(_), Some(_)) => DecodeAttention::TopK { window, sink },
+            (Mode::Soft, Some(a)) => DecodeAttention::Soft { gate: GateFn::of(&a.config), window, sink },
             _ => DecodeAttention::Dense,
         }
     }
@@ -347,7 +347,9 @@ mod tests {
         for arch in ["gpt2", "llama", "qwen2", "gemma2", "olmo2"] {
             let (cpu_m, gpu_m) = (Model::load(&fixture(arch), &Device::Cpu).unwrap(), Model::load(&fixture(arch), &gpu).unwrap());
             let ids: Vec<u32> = (0..100u32).map(|i| (i * 37 + 11) % cpu_m.config().vocab as u32).collect();
-            let spec = AdapterSpec { groups: 4, window: 8, causal_sinkhorn: true, ..Default::default() };
+            // Sinks [ours]: none, the first token, the first four.
+            for sink in [0, 1, 4] {
+            let spec = AdapterSpec { groups: 4, window: 8, sink, causal_sinkhorn: true, ..Default::default() };
             let (ac, ag) = (Adapter::random(&cpu_m.identity(), &Device::Cpu, &spec, 2).unwrap(), Adapter::random(&gpu_m.identity(), &gpu, &spec, 2).unwrap());
             for (mode, routed) in [(Mode::Dense, false), (Mode::TopK(TopK::new(1, 4).unwrap()), true), (Mode::TopK(TopK::new(2, 4).unwrap()), true), (Mode::Soft, true)] {
                 let full = cpu_m.decoder.forward(&ids, &ForwardOptions::new(mode, routed.then_some(&ac))).unwrap().logits.to_vec2::<f32>().unwrap();
@@ -358,7 +360,45 @@ mod tests {
                     let s = g.feed(&[id]).unwrap();
                     let scale = full[p].iter().fold(1f32, |a, x| a.max(x.abs()));
                     let err = s.logits.iter().zip(&full[p]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max) / scale;
-                    assert!(err <= 1e-4, "{arch} {mode} position {p}: relative logit difference {err}");
+                    assert!(err <= 1e-4, "{arch} {mode} sink {sink} position {p}: relative logit difference {err}");
+                }
+            }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+    use crate::focus::adapter::AdapterSpec;
+    use crate::focus::mask::TopK;
+    use crate::model::Model;
+    use candle_core::Device;
+
+    /// Attention sinks [ours]: a cached step on the CPU (top-k through the bucketed rows, soft
+    /// through the gates) gives the full forward's logits row, for s = 0, 1 and 4 with a window
+    /// small enough that the first tokens are distant.
+    #[test]
+    fn cpu_decode_with_sinks_equals_the_full_forward() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/hf_tiny");
+        for arch in ["llama", "gpt2"] {
+            let m = Model::load(&dir.join(arch), &Device::Cpu).unwrap();
+            let ids: Vec<u32> = (0..64u32).map(|i| (i * 37 + 11) % m.config().vocab as u32).collect();
+            for sink in [0, 1, 4] {
+                let spec = AdapterSpec { groups: 4, window: 4, sink, causal_sinkhorn: true, ..Default::default() };
+                let a = Adapter::random(&m.identity(), &Device::Cpu, &spec, 2).unwrap();
+                for mode in [Mode::TopK(TopK::new(1, 4).unwrap()), Mode::TopK(TopK::new(2, 4).unwrap()), Mode::Soft] {
+                    let full = m.decoder.forward(&ids, &ForwardOptions::new(mode, Some(&a))).unwrap().logits.to_vec2::<f32>().unwrap();
+                    let mut g = Generator::new(&m.decoder, Some(&a), mode).unwrap();
+                    assert_eq!(g.strategy(), Strategy::KvCache);
+                    g.feed(&ids[..20]).unwrap();
+                    for (p, &id) in ids.iter().enumerate().skip(20) {
+                        let s = g.feed(&[id]).unwrap();
+                        let scale = full[p].iter().fold(1f32, |a, x| a.max(x.abs()));
+                        let err = s.logits.iter().zip(&full[p]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max) / scale;
+                        assert!(err <= 1e-4, "{arch} {mode} sink {sink} position {p}: relative logit difference {err}");
+                    }
                 }
             }
         }

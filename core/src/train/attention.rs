@@ -34,6 +34,8 @@ pub struct SoftAttention {
     pub rope: Option<(Tensor, Tensor, bool)>,
     pub gate: GateFn,
     pub window: usize,
+    /// Attention sinks [ours]: keys j < sink are ungated, as local ones.
+    pub sink: usize,
 }
 
 /// Largest K the CUDA kernels take.
@@ -299,7 +301,7 @@ mod cpu {
     #[inline(always)]
     fn pair(c: &SoftAttention, qi: &[f32], kj: &[f32], g: Option<&[f32]>, kk: usize, bi: usize, i: usize, j: usize) -> (f32, f32, f32, f32, bool) {
         let u = dot(qi, kj) / (c.head_dim as f32).sqrt();
-        let distant = i - j > c.window && c.gate != GateFn::None;
+        let distant = !crate::focus::mask::always(i, j, c.window, c.sink) && c.gate != GateFn::None;
         let a = match (distant, g) {
             (true, Some(g)) => dot(&g[(bi * c.t + i) * kk..][..kk], &g[(bi * c.t + j) * kk..][..kk]),
             _ => 0.0,
@@ -540,6 +542,7 @@ mod cuda {
             let name = format!("attn_fwd_{gname}_k{}_{}", km(c.gate, k)?, dname(s.dtype())?);
             let lse = unsafe { dev.alloc::<f32>(c.b * c.heads * c.t)? };
             let (t, h, hkv, kk, w) = (c.t as i32, c.heads as i32, c.kv_heads as i32, k as i32, c.window.min(i32::MAX as usize) as i32);
+            let sk = c.sink.min(i32::MAX as usize) as i32;
             let sl2 = std::f32::consts::LOG2_E / 8.0;
             let null = 0u64;
             macro_rules! go {
@@ -548,9 +551,9 @@ mod cuda {
                     match g {
                         Some((gs, gl)) => {
                             let gv = view::<f32>(gs, gl)?;
-                            launch!(&dev, &name, tiles(c), &qr, &kr, &vr, &gv, &out, &lse, &t, &h, &hkv, &kk, &w, &sl2, &gparam);
+                            launch!(&dev, &name, tiles(c), &qr, &kr, &vr, &gv, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sl2, &gparam);
                         }
-                        None => launch!(&dev, &name, tiles(c), &qr, &kr, &vr, &null, &out, &lse, &t, &h, &hkv, &kk, &w, &sl2, &gparam),
+                        None => launch!(&dev, &name, tiles(c), &qr, &kr, &vr, &null, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sl2, &gparam),
                     }
                     CudaStorage::wrap_cuda_slice(out, dev.clone())
                 }};
@@ -609,19 +612,19 @@ mod cuda {
         let gated = gv.is_some();
         let dga = unsafe { dev.alloc::<f32>((b * h * t * k).max(1))? };
         let dgb = unsafe { dev.alloc::<f32>((b * h * t * k).max(1))? };
-        let (kk, w) = (k as i32, c.window.min(i32::MAX as usize) as i32);
+        let (kk, w, sk) = (k as i32, c.window.min(i32::MAX as usize) as i32, c.sink.min(i32::MAX as usize) as i32);
         let sl2 = std::f32::consts::LOG2_E / 8.0;
         let null = 0u64;
         let dq_name = format!("attn_bwd_dq_{gname}_k{kmv}");
         let kv_name = format!("attn_bwd_dkdv_{gname}_k{kmv}");
         match &gv {
             Some(gv) => {
-                launch!(&dev, &dq_name, tiles(c), &qr, &kr, &vr, gv, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sl2, &gparam);
-                launch!(&dev, &kv_name, tiles(c), &qr, &kr, &vr, gv, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sl2, &gparam);
+                launch!(&dev, &dq_name, tiles(c), &qr, &kr, &vr, gv, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sl2, &gparam);
+                launch!(&dev, &kv_name, tiles(c), &qr, &kr, &vr, gv, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sl2, &gparam);
             }
             None => {
-                launch!(&dev, &dq_name, tiles(c), &qr, &kr, &vr, &null, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sl2, &gparam);
-                launch!(&dev, &kv_name, tiles(c), &qr, &kr, &vr, &null, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sl2, &gparam);
+                launch!(&dev, &dq_name, tiles(c), &qr, &kr, &vr, &null, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sl2, &gparam);
+                launch!(&dev, &kv_name, tiles(c), &qr, &kr, &vr, &null, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sl2, &gparam);
             }
         }
         // d(qkv), RoPE undone, in the dtype of qkv.
@@ -680,13 +683,15 @@ pub(crate) mod tests {
         pub d: usize,
         pub k: usize,
         pub window: usize,
+        /// Attention sinks [ours].
+        pub sink: usize,
         pub gate: Option<Gate>,
         pub rope: Option<bool>,
     }
 
-    pub(crate) fn adapter_cfg(k: usize, window: usize, gate: Gate) -> AdapterConfig {
+    pub(crate) fn adapter_cfg(k: usize, window: usize, sink: usize, gate: Gate) -> AdapterConfig {
         let id = crate::focus::identity::BaseModel { arch: "llama".into(), name: "t".into(), n_layers: 1, d_model: 8, n_heads: 1, n_kv_heads: 1, vocab: 8, fingerprint: String::new() };
-        let a = crate::focus::adapter::Adapter::random(&id, &Device::Cpu, &AdapterSpec { groups: k, window, gate, lambda: 4.0, ..Default::default() }, 1).unwrap();
+        let a = crate::focus::adapter::Adapter::random(&id, &Device::Cpu, &AdapterSpec { groups: k, window, sink, gate, lambda: 4.0, ..Default::default() }, 1).unwrap();
         a.config
     }
 
@@ -713,9 +718,9 @@ pub(crate) mod tests {
             let (cs, sn) = crate::model::block::rope_tables(c.t, c.d, 10000.0, dev).unwrap();
             (cs, sn, il)
         });
-        let cfg = c.gate.map(|gt| adapter_cfg(c.k, c.window, gt));
+        let cfg = c.gate.map(|gt| adapter_cfg(c.k, c.window, c.sink, gt));
         let gate = cfg.as_ref().map_or(GateFn::None, GateFn::of);
-        let attn = SoftAttention { b: c.b, t: c.t, heads: c.h, kv_heads: c.hkv, head_dim: c.d, rope: rope.clone(), gate, window: c.window };
+        let attn = SoftAttention { b: c.b, t: c.t, heads: c.h, kv_heads: c.hkv, head_dim: c.d, rope: rope.clone(), gate, window: c.window, sink: c.sink };
         let grads = |out: &Tensor| {
             let gs = (out.to_dtype(DType::F32).unwrap() * &w).unwrap().sum_all().unwrap().backward().unwrap();
             let v = |t: &Tensor| t.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
@@ -753,25 +758,32 @@ pub(crate) mod tests {
     }
 
     pub(crate) const CASES: &[Case] = &[
-        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, gate: Some(Gate::Log), rope: Some(false) },
-        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, gate: Some(Gate::Log), rope: Some(true) },
-        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, gate: Some(Gate::Paper), rope: Some(true) },
-        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, gate: Some(Gate::Paper), rope: None },
-        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 40, gate: Some(Gate::Log), rope: Some(false) },
-        Case { b: 2, t: 29, h: 6, hkv: 3, d: 8, k: 4, window: 3, gate: None, rope: Some(true) },
+        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 0, gate: Some(Gate::Log), rope: Some(false) },
+        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, sink: 0, gate: Some(Gate::Log), rope: Some(true) },
+        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, sink: 0, gate: Some(Gate::Paper), rope: Some(true) },
+        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, sink: 0, gate: Some(Gate::Paper), rope: None },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 40, sink: 0, gate: Some(Gate::Log), rope: Some(false) },
+        Case { b: 2, t: 29, h: 6, hkv: 3, d: 8, k: 4, window: 3, sink: 0, gate: None, rope: Some(true) },
+        // Attention sinks [ours]: small windows, so that the first tokens are distant.
+        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 1, gate: Some(Gate::Log), rope: Some(false) },
+        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, sink: 4, gate: Some(Gate::Log), rope: Some(true) },
+        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, sink: 4, gate: Some(Gate::Paper), rope: Some(true) },
+        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, sink: 1, gate: Some(Gate::Paper), rope: None },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 4, sink: 40, gate: Some(Gate::Log), rope: Some(false) },
     ];
 
     #[test]
     fn fused_attention_matches_the_composed_reference_with_gradients() {
         for (n, c) in CASES.iter().enumerate() {
             let [(fo, fq, fg), (co, cq, cg)] = both(c, &Device::Cpu, 7 + n as u64);
-            let what = format!("case {n} ({:?}, window {}, rope {:?})", c.gate, c.window, c.rope);
+            let what = format!("case {n} ({:?}, window {}, sink {}, rope {:?})", c.gate, c.window, c.sink, c.rope);
             assert!(rel_err(&fo, &co) < 1e-5, "{what}: output {}", rel_err(&fo, &co));
             assert!(norm(&cq) > 1e-3, "{what}: the reference d qkv vanishes");
             assert!(rel_err(&fq, &cq) < 1e-4, "{what}: d qkv {}", rel_err(&fq, &cq));
             if let (Some(fg), Some(cg)) = (&fg, &cg) {
-                // The all-local case has no gate gradient at all; elsewhere it must be there.
-                if c.window + 1 < c.t {
+                // The all-local case (every key local or a sink) has no gate gradient at all;
+                // elsewhere it must be there.
+                if c.window + 1 < c.t && c.sink + c.window + 1 < c.t {
                     assert!(norm(cg) > 1e-4, "{what}: the reference d g vanishes");
                     assert!(rel_err(fg, cg) < 1e-4, "{what}: d g {}", rel_err(fg, cg));
                 } else {
@@ -789,17 +801,19 @@ pub(crate) mod tests {
     fn cuda_fused_attention_matches_the_composed_reference_with_gradients() {
         let dev = crate::device::cuda(0).expect("these tests need a CUDA GPU");
         let cases = [
-            Case { b: 2, t: 200, h: 6, hkv: 2, d: 64, k: 8, window: 16, gate: Some(Gate::Log), rope: Some(true) },
-            Case { b: 1, t: 130, h: 3, hkv: 3, d: 64, k: 4, window: 0, gate: Some(Gate::Paper), rope: Some(false) },
-            Case { b: 2, t: 64, h: 2, hkv: 1, d: 64, k: 16, window: 20, gate: Some(Gate::Log), rope: None },
-            Case { b: 1, t: 333, h: 4, hkv: 2, d: 64, k: 12, window: 128, gate: Some(Gate::Paper), rope: Some(true) },
-            Case { b: 2, t: 100, h: 4, hkv: 1, d: 64, k: 8, window: 5, gate: None, rope: Some(true) },
-            Case { b: 1, t: 257, h: 2, hkv: 2, d: 64, k: 3, window: 300, gate: Some(Gate::Log), rope: Some(false) },
+            Case { b: 2, t: 200, h: 6, hkv: 2, d: 64, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true) },
+            Case { b: 1, t: 130, h: 3, hkv: 3, d: 64, k: 4, window: 0, sink: 0, gate: Some(Gate::Paper), rope: Some(false) },
+            Case { b: 2, t: 64, h: 2, hkv: 1, d: 64, k: 16, window: 20, sink: 0, gate: Some(Gate::Log), rope: None },
+            Case { b: 1, t: 333, h: 4, hkv: 2, d: 64, k: 12, window: 128, sink: 0, gate: Some(Gate::Paper), rope: Some(true) },
+            Case { b: 2, t: 100, h: 4, hkv: 1, d: 64, k: 8, window: 5, sink: 0, gate: None, rope: Some(true) },
+            Case { b: 1, t: 257, h: 2, hkv: 2, d: 64, k: 3, window: 300, sink: 0, gate: Some(Gate::Log), rope: Some(false) },
         ];
-        for (n, c) in cases.iter().enumerate() {
+        // Each case also with attention sinks [ours]: the first token, the first four.
+        for (n, c) in cases.iter().flat_map(|c| [0, 1, 4].map(|sink| Case { sink, ..*c })).enumerate() {
+            let c = &c;
             for dtype in [DType::F32, DType::BF16] {
                 let [(fo, fq, fg), (co, cq, cg)] = both_in(c, &dev, 40 + n as u64, dtype);
-                let what = format!("case {n} {dtype:?} ({:?}, T {}, K {}, window {}, rope {:?})", c.gate, c.t, c.k, c.window, c.rope);
+                let what = format!("case {n} {dtype:?} ({:?}, T {}, K {}, window {}, sink {}, rope {:?})", c.gate, c.t, c.k, c.window, c.sink, c.rope);
                 let (eo, eq) = (rel_err(&fo, &co), rel_err(&fq, &cq));
                 let eg = match (&fg, &cg) {
                     (Some(fg), Some(cg)) if c.window + 1 < c.t => rel_err(fg, cg),
@@ -824,5 +838,10 @@ pub(crate) mod tests {
         let wider = Case { window: c.window + 3, ..*c };
         let [(_, wq, wg), _] = both(&wider, &Device::Cpu, 7);
         assert!(rel_err(&wq, &fq) > 1e-3 && rel_err(wg.as_ref().unwrap(), fg.as_ref().unwrap()) > 1e-2);
+        // A sink [ours] changes the function: s = 4 against s = 0, both ways round.
+        let sunk = Case { sink: 4, ..*c };
+        let [(so, sq, sg), (co, _, _)] = both(&sunk, &Device::Cpu, 7);
+        assert!(rel_err(&so, &fo) > 1e-3 && rel_err(&sq, &fq) > 1e-3 && rel_err(sg.as_ref().unwrap(), fg.as_ref().unwrap()) > 1e-2);
+        assert!(rel_err(&co, &fo) > 1e-3, "the composed reference honours the sink too");
     }
 }

@@ -97,15 +97,86 @@ fn fused(dec: &Decoder, seqs: &[&[u32]], opts: &ForwardOptions, tw: &TrainWeight
         let (h, qkv) = block::attention_inputs(blk, &x, tb, cfg)?;
         // The adapter, where it routes this layer (`RouterLayers`).
         let routed = opts.adapter.filter(|a| a.config.router_layers.routes(cfg.is_sliding(l)));
-        let (gate, g, window) = match routed {
+        let (gate, g, window, sink) = match routed {
             Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
-                (GateFn::of(&a.config), Some(a.route_tensor(l, &h, b, opts.sinkhorn_grad, opts.balance)?), a.config.window)
+                (GateFn::of(&a.config), Some(a.route_tensor(l, &h, b, opts.sinkhorn_grad, opts.balance)?), a.config.window, a.config.sink)
             }
-            _ => (GateFn::None, None, 0),
+            _ => (GateFn::None, None, 0, 0),
         };
-        let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope(blk.attn.rope_theta), gate, window };
+        let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope(blk.attn.rope_theta), gate, window, sink };
         x = block::finish(blk, &x, &attn.forward(&qkv, g.as_ref())?, tb)?;
     }
     let logits = tw.lm_head.forward(&block::final_norm(&dec.final_norm, &x)?, tw.dtype)?;
     dec.softcap_logits(logits)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Attention sinks [ours] through the whole training forward: the fused step (CPU) computes
+    //! what the composed ops and soft inference compute, with the same router gradients, for
+    //! s = 0, 1 and 4 on a window small enough that the first tokens are distant.
+    use super::*;
+    use crate::focus::adapter::{Adapter, AdapterSpec, Gate};
+    use crate::focus::router::Router;
+    use crate::model::Model;
+    use candle_core::Var;
+
+    fn fixture(arch: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/hf_tiny").join(arch)
+    }
+
+    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    }
+
+    /// The next-token loss's gradient with respect to each router variable.
+    fn router_grads(logits: &Tensor, ids: &[u32], vars: &[Var]) -> Vec<Tensor> {
+        let targets = Tensor::from_slice(&ids[1..], ids.len() - 1, &Device::Cpu).unwrap();
+        let loss = candle_nn::loss::cross_entropy(&logits.narrow(0, 0, ids.len() - 1).unwrap(), &targets).unwrap();
+        let g = loss.backward().unwrap();
+        vars.iter().map(|v| g.get(v.as_tensor()).expect("every router parameter gets a gradient").clone()).collect()
+    }
+
+    #[test]
+    fn fused_step_with_sinks_equals_the_composed_ops_and_inference() {
+        for arch in ["llama", "gpt2"] {
+            let model = Model::load(&fixture(arch), &Device::Cpu).unwrap();
+            let ids: Vec<u32> = (0..48).map(|i| (i * 37 % 500) as u32).collect();
+            for gate in [Gate::Log, Gate::Paper] {
+                let mut logits_by_sink = Vec::new();
+                for sink in [0, 1, 4] {
+                    let what = format!("{arch} {gate:?} sink {sink}");
+                    let spec = AdapterSpec { groups: 4, window: 4, sink, gate, lambda: 4.0, ..Default::default() };
+                    let mut adapter = Adapter::random(&model.identity(), &Device::Cpu, &spec, 3).unwrap();
+                    let mut vars = Vec::new();
+                    for r in adapter.layers.iter_mut() {
+                        let (p, c) = (Var::from_tensor(&r.proj).unwrap(), Var::from_tensor(&r.centroids).unwrap());
+                        *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone() };
+                        vars.extend([p, c]);
+                    }
+                    let o = ForwardOptions::new(Mode::Soft, Some(&adapter));
+                    let inference = model.decoder.forward(&ids, &o).unwrap().logits;
+                    let fused = forward(&model.decoder, &[&ids], &o, TrainPath::default()).unwrap();
+                    let composed = forward(&model.decoder, &[&ids], &o, TrainPath { fused: false, ..TrainPath::default() }).unwrap();
+                    assert!(takes_fused(&model.decoder, &ForwardOptions { differentiable: true, ..o }, ids.len(), TrainPath::default()), "{what}: the fused step runs");
+                    let (ef, ec) = (max_abs_diff(&fused, &composed), max_abs_diff(&inference, &composed));
+                    assert!(ef <= 1e-4 && ec <= 1e-4, "{what}: fused vs composed {ef}, inference vs composed {ec}");
+                    let (gf, gc) = (router_grads(&fused, &ids, &vars), router_grads(&composed, &ids, &vars));
+                    for (i, (a, b)) in gf.iter().zip(&gc).enumerate() {
+                        let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+                        assert!(scale > 0.0, "{what}: parameter {i}: zero gradient");
+                        let err = max_abs_diff(a, b) / scale;
+                        assert!(err <= 1e-3, "{what}: parameter {i}: gradient differs by {err} (relative)");
+                    }
+                    logits_by_sink.push(composed);
+                }
+                // The sink changes the function (the checks above would pass with it ignored
+                // on every path).
+                for s in 1..3 {
+                    let d = max_abs_diff(&logits_by_sink[0], &logits_by_sink[s]);
+                    assert!(d > 1e-4, "{arch} {gate:?}: sink {} gives the logits of sink 0 ({d})", [0, 1, 4][s]);
+                }
+            }
+        }
+    }
 }

@@ -270,7 +270,8 @@ impl<'m> Trainer<'m> {
         if opts.seq_len < 2 || opts.seq_len > model.config().context || opts.batch == 0 {
             return Err(Error::Invalid(format!("seq_len must be in 2..={} and batch >= 1", model.config().context)));
         }
-        if opts.seq_len <= adapter.config.window + 1 {
+        // Every pair is local (or a sink [ours]) when seq_len <= w + 1 or s + w + 1 >= seq_len.
+        if opts.seq_len <= adapter.config.window + 1 || adapter.config.sink + adapter.config.window + 1 >= opts.seq_len {
             return Err(Error::Invalid(format!(
                 "seq_len {} is inside the local window ({}): every pair would be local and the routers get no gradient",
                 opts.seq_len, adapter.config.window
@@ -535,7 +536,7 @@ impl<'m> Trainer<'m> {
             if w == 0 {
                 let c = &self.adapter.config;
                 for (l, r) in out.routing.iter().enumerate() {
-                    let st = layer_stats(l, r, c.tau, c.top_k, c.window, false);
+                    let st = layer_stats(l, r, c.tau, c.top_k, (c.window, c.sink), false);
                     dom.push(st.dominance);
                     mass.push(st.mass_after);
                     ranges.push(r.scores.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x))));

@@ -44,9 +44,12 @@ pub fn attend(q: &[f32], heads: usize, cache: &LayerCache, how: DecodeAttention,
     // with current buckets, each bucket whose set meets the query's, its distant positions
     // (a prefix of the bucket: positions ascend); else every selected key gathered.
     let (sources, index): (Vec<(Rows, Vec<u32>)>, u64) = match (how, cache.buckets.as_ref(), cache.routing.as_ref()) {
-        (DecodeAttention::TopK { window }, Some(b), Some(r)) if cache.buckets_current() && !mask::all_local(n, window) => {
+        (DecodeAttention::TopK { window, sink }, Some(b), Some(r)) if cache.buckets_current() && !mask::all_local(n, window) => {
             let (mi, distant) = (r.masks[newest], newest - window);
-            let mut sources = vec![(Rows::Positions, (distant.max(from) as u32..=newest as u32).collect::<Vec<u32>>())];
+            // The local window, after the sink keys [ours] past it that share no group with the
+            // query (those that do are in the buckets below).
+            let sinks = mask::sink_keys(newest, window, sink).filter(|&j| j >= from && !mask::share_group(mi, r.masks[j])).map(|j| j as u32);
+            let mut sources = vec![(Rows::Positions, sinks.chain(distant.max(from) as u32..=newest as u32).collect::<Vec<u32>>())];
             for bk in b.lists.iter().filter(|bk| mask::share_group(mi, bk.mask)) {
                 let lo = bk.pos.partition_point(|&j| (j as usize) < from);
                 let hi = bk.pos.partition_point(|&j| (j as usize) < distant);
@@ -67,10 +70,10 @@ pub fn attend(q: &[f32], heads: usize, cache: &LayerCache, how: DecodeAttention,
     // Soft gates (one run of positions): per selected key, the affinity with the query and
     // whether it is distant.
     let gates: Option<(GateFn, Vec<(f32, bool)>)> = match how {
-        DecodeAttention::Soft { gate, window } => {
+        DecodeAttention::Soft { gate, window, sink } => {
             let r = cache.routing.as_ref().expect("selected_keys checked the routing");
             let gi = r.row(n - 1);
-            let a = sources[0].1.iter().map(|&j| (gi.iter().zip(r.row(j as usize)).map(|(x, y)| x * y).sum::<f32>(), n - 1 - j as usize > window)).collect();
+            let a = sources[0].1.iter().map(|&j| (gi.iter().zip(r.row(j as usize)).map(|(x, y)| x * y).sum::<f32>(), !mask::always(n - 1, j as usize, window, sink))).collect();
             Some((gate, a))
         }
         _ => None,
@@ -383,7 +386,8 @@ mod tests {
             let heads = hkv * rng.gen_range(1..=3);
             let d = [8, 13, 64][rng.gen_range(0..3)];
             let t = rng.gen_range(1..700);
-            let window = rng.gen_range(0..200);
+            // Small windows too, where sinks [ours] matter.
+            let window = if rng.gen_bool(0.5) { rng.gen_range(0..200) } else { rng.gen_range(0..16) };
             let (groups, k) = (8, rng.gen_range(1..=3));
             let mut r = |n: usize, a: f32| (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * a).collect::<Vec<f32>>();
             let (q, kk, v) = (r(heads * t * d, 2.0), r(hkv * t * d, 2.0), r(hkv * t * d, 1.0));
@@ -400,25 +404,27 @@ mod tests {
             let mut bucketed = cache.clone();
             bucketed.enable_buckets();
             assert!(bucketed.buckets_current());
-            for (how, cache) in [(DecodeAttention::Dense, &cache), (DecodeAttention::TopK { window }, &cache), (DecodeAttention::TopK { window }, &bucketed)] {
-                let (got, read) = attend(&qi, heads, cache, how, &LayerAttention::default()).unwrap();
-                let want = masked_dense_reference(&q, &kk, &v, s, |i, j| how == DecodeAttention::Dense || mask::kept(&masks, window, i, j));
-                let kept = (0..t).filter(|&j| how == DecodeAttention::Dense || mask::kept(&masks, window, t - 1, j)).count();
-                assert_eq!(read.kv, kept as u64 * cache.token_bytes(), "{how:?}: rows read");
-                for h in 0..heads {
-                    let w = &want[(h * t + t - 1) * d..(h * t + t) * d];
-                    let err = got[h * d..(h + 1) * d].iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                    assert!(err < 1e-5, "{how:?} t {t} w {window} k {k}: {err}");
+            for sink in [0, 1, 4] {
+                for (how, cache) in [(DecodeAttention::Dense, &cache), (DecodeAttention::TopK { window, sink }, &cache), (DecodeAttention::TopK { window, sink }, &bucketed)] {
+                    let (got, read) = attend(&qi, heads, cache, how, &LayerAttention::default()).unwrap();
+                    let want = masked_dense_reference(&q, &kk, &v, s, |i, j| how == DecodeAttention::Dense || mask::kept(&masks, window, sink, i, j));
+                    let kept = (0..t).filter(|&j| how == DecodeAttention::Dense || mask::kept(&masks, window, sink, t - 1, j)).count();
+                    assert_eq!(read.kv, kept as u64 * cache.token_bytes(), "{how:?}: rows read");
+                    for h in 0..heads {
+                        let w = &want[(h * t + t - 1) * d..(h * t + t) * d];
+                        let err = got[h * d..(h + 1) * d].iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                        assert!(err < 1e-5, "{how:?} t {t} w {window} k {k}: {err}");
+                    }
                 }
+                // With a layer's own sliding window (which composes with the mask) and a
+                // soft-cap, the buckets keep exactly the gathered rows' keys.
+                let own = LayerAttention { window: Some(rng.gen_range(1..t + 50)), softcap: Some(5.0), ..LayerAttention::default() };
+                let how = DecodeAttention::TopK { window, sink };
+                let ((a, ra), (b, rb)) = (attend(&qi, heads, &cache, how, &own).unwrap(), attend(&qi, heads, &bucketed, how, &own).unwrap());
+                assert_eq!(ra.kv, rb.kv, "own window {:?} sink {sink}: rows read", own.window);
+                let err = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+                assert!(err < 1e-5, "own window {:?} sink {sink}: {err}", own.window);
             }
-            // With a layer's own sliding window (which composes with the mask) and a soft-cap,
-            // the buckets keep exactly the gathered rows' keys.
-            let own = LayerAttention { window: Some(rng.gen_range(1..t + 50)), softcap: Some(5.0), ..LayerAttention::default() };
-            let how = DecodeAttention::TopK { window };
-            let ((a, ra), (b, rb)) = (attend(&qi, heads, &cache, how, &own).unwrap(), attend(&qi, heads, &bucketed, how, &own).unwrap());
-            assert_eq!(ra.kv, rb.kv, "own window {:?}: rows read", own.window);
-            let err = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
-            assert!(err < 1e-5, "own window {:?}: {err}", own.window);
         }
     }
 
@@ -480,7 +486,7 @@ mod tests {
             let t3 = t0.elapsed().as_secs_f64();
             eprintln!("in cache, ns per key: scores {:.1}, pv {:.1}, softmax {:.1}", t1 / 512e3 * 1e9, t2 / 512e3 * 1e9, t3 / 512e3 * 1e9);
         }
-        for how in [DecodeAttention::Dense, DecodeAttention::TopK { window: 128 }] {
+        for how in [DecodeAttention::Dense, DecodeAttention::TopK { window: 128, sink: 0 }] {
             let best = (0..7)
                 .map(|_| {
                     let t0 = std::time::Instant::now();
@@ -516,7 +522,7 @@ mod tests {
         let caches: Vec<LayerCache> = (0..layers).map(|_| routed_cache(&mut rng, hkv, d, n).to_device(&dev).unwrap()).collect();
         let q = Tensor::from_vec((0..heads * d).map(|_| rng.gen::<f32>() - 0.5).collect::<Vec<f32>>(), (1, heads, 1, d), &dev).unwrap();
         let own = LayerAttention::default();
-        for how in [DecodeAttention::Dense, DecodeAttention::TopK { window: 128 }, DecodeAttention::Dense, DecodeAttention::TopK { window: 128 }] {
+        for how in [DecodeAttention::Dense, DecodeAttention::TopK { window: 128, sink: 0 }, DecodeAttention::Dense, DecodeAttention::TopK { window: 128, sink: 0 }] {
             let mut times = Vec::new();
             let mut read = ReadBytes::default();
             for _ in 0..20 {
@@ -551,7 +557,9 @@ mod tests {
             let heads = hkv * rng.gen_range(1..=3);
             let d = [13, 64, 256][case % 3];
             let t = rng.gen_range(1..1500);
-            let window = rng.gen_range(0..200);
+            let window = if case % 2 == 0 { rng.gen_range(0..200) } else { rng.gen_range(0..16) };
+            // Sinks [ours]: 0, 1 and 4.
+            let sink = [0, 1, 4][case % 3];
             let (groups, k) = (8, rng.gen_range(1..=3));
             let own = LayerAttention { window: (case % 4 == 1).then(|| rng.gen_range(1..600)), softcap: (case % 5 == 2).then_some(3.0), ..LayerAttention::default() };
             let mut r = |n: usize, a: f32| (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * a).collect::<Vec<f32>>();
@@ -563,12 +571,12 @@ mod tests {
             (0..t).for_each(|i| ro.push(&memb[i * groups..(i + 1) * groups], &memb[i * groups..(i + 1) * groups]));
             let on_gpu = cache.clone().to_device(&dev).unwrap();
             let qt = Tensor::from_slice(&q, (1, heads, 1, d), &dev).unwrap();
-            for how in [DecodeAttention::Dense, DecodeAttention::TopK { window }, DecodeAttention::Soft { gate: GateFn::Log { eps: 1e-6 }, window }, DecodeAttention::Soft { gate: GateFn::Paper { lambda: 10.0 }, window }] {
+            for how in [DecodeAttention::Dense, DecodeAttention::TopK { window, sink }, DecodeAttention::Soft { gate: GateFn::Log { eps: 1e-6 }, window, sink }, DecodeAttention::Soft { gate: GateFn::Paper { lambda: 10.0 }, window, sink }] {
                 let (want, rw) = attend(&q, heads, &cache, how, &own).unwrap();
                 let (got, rg) = crate::attention::decode::attend(&qt, heads, &on_gpu, how, &own).unwrap();
                 let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
                 let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                assert!(err < 2e-5, "case {case} {how:?} t {t} d {d} w {window} own {own:?}: {err}");
+                assert!(err < 2e-5, "case {case} {how:?} t {t} d {d} w {window} s {sink} own {own:?}: {err}");
                 assert_eq!((rg.kv, rg.dense), (rw.kv, rw.dense), "case {case} {how:?}: rows read");
             }
         }

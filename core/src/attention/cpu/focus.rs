@@ -16,6 +16,12 @@
 //! A sliding-window layer (`focus_attention_within`, keys i - j < W) keeps a pair only when its
 //! own window and the Focus mask both keep it: the band becomes min(w, W - 1) wide and the
 //! distant keys of query i are those with i - W < j < i - w.
+//!
+//! Attention sinks (`sink` = s > 0, [ours]): the keys j < s are kept for every later query, like
+//! local ones. Those of query i past its band that share a group with it are already among its
+//! distant pairs; the others (j < min(s, i - w), no shared group) are added to the query's
+//! distant state one by one (`add_sinks`, s keys at most per query) before the merge, so each
+//! kept pair is still computed exactly once.
 
 use crate::attention::cpu::dense::{first_key, pv_tile, score_tile, softmax_tile_row, QueryBlock, RowState, BK, BQ, JC, RB};
 use crate::attention::cpu::Shape;
@@ -61,12 +67,13 @@ struct DistantStates {
 
 /// q: (heads, t, d), k and v: (kv_heads, t, d), row-major. Returns (heads, t, d).
 /// `masks[i]` is the bitmask of token i's top-k groups.
-pub fn focus_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize) -> Vec<f32> {
-    focus_attention_within(q, k, v, s, masks, window, None)
+pub fn focus_attention(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize, sink: usize) -> Vec<f32> {
+    focus_attention_within(q, k, v, s, masks, window, sink, None)
 }
 
 /// `focus_attention` on a layer with its own sliding window `span` = Some(W) (keys i - j < W).
-pub fn focus_attention_within(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize, span: Option<usize>) -> Vec<f32> {
+#[allow(clippy::too_many_arguments)]
+pub fn focus_attention_within(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize, sink: usize, span: Option<usize>) -> Vec<f32> {
     let Shape { heads, kv_heads, t, d } = s;
     assert!(kv_heads > 0 && heads % kv_heads == 0, "heads {heads} must be a multiple of kv_heads {kv_heads}");
     assert_eq!(q.len(), heads * t * d, "q has the wrong size");
@@ -79,21 +86,65 @@ pub fn focus_attention_within(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: 
     let scale = 1.0 / (d as f32).sqrt();
     // Within a window of W keys, the band reaches W - 1 back at most; past that nothing is distant.
     let band = span.map_or(window, |w| window.min(w.saturating_sub(1)));
+    // (With band < w no key past the band is inside W, sinks included.)
     let distant = if band < window {
         DistantStates { max: vec![f32::NEG_INFINITY; heads * t], sum: vec![0.0; heads * t], acc: vec![0.0; heads * t * d] }
     } else {
-        distant_states(q, k, v, s, masks, window, span, scale, true)
+        let mut st = distant_states(q, k, v, s, masks, window, span, scale, true);
+        add_sinks(q, k, v, s, masks, window, sink, span, scale, &mut st);
+        st
     };
     band_and_merge(q, k, v, s, band, scale, &distant)
+}
+
+/// The sink pairs [ours] of every query that its band and its distant pairs do not hold: keys
+/// j < min(s, i - w) sharing no group with i (and, on a sliding layer, within its window), folded
+/// into the query's distant online-softmax state. Nothing to do for s = 0.
+#[allow(clippy::too_many_arguments)]
+fn add_sinks(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize, sink: usize, span: Option<usize>, scale: f32, st: &mut DistantStates) {
+    let Shape { heads, kv_heads, t, d } = s;
+    if sink == 0 || t <= window + 1 {
+        return;
+    }
+    let rep = heads / kv_heads;
+    st.acc
+        .par_chunks_mut(d)
+        .zip(st.max.par_iter_mut().zip(st.sum.par_iter_mut()))
+        .enumerate()
+        .for_each(|(row, (acc, (max, sum)))| {
+            let (h, i) = (row / t, row % t);
+            let kh = h / rep;
+            let qi = &q[row * d..(row + 1) * d];
+            for j in mask::sink_keys(i, window, sink) {
+                if mask::share_group(masks[i], masks[j]) || !mask::in_window(i, j, span) {
+                    continue;
+                }
+                let x = crate::attention::reference::dot(qi, &k[(kh * t + j) * d..(kh * t + j + 1) * d]) * scale;
+                let vj = &v[(kh * t + j) * d..(kh * t + j + 1) * d];
+                if x > *max {
+                    // A new maximum rescales what was summed (nothing, from -inf).
+                    let c = (*max - x).exp();
+                    *sum = *sum * c + 1.0;
+                    acc.iter_mut().zip(vj).for_each(|(a, &y)| *a = *a * c + y);
+                    *max = x;
+                } else {
+                    let p = (x - *max).exp();
+                    *sum += p;
+                    acc.iter_mut().zip(vj).for_each(|(a, &y)| *a += p * y);
+                }
+            }
+        });
 }
 
 /// `focus_attention` that always finds and gathers keys tile by tile (the path taken when there
 /// are many classes), so that tests cover it on small inputs.
 #[cfg(test)]
-fn focus_attention_scan(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize, span: Option<usize>) -> Vec<f32> {
+#[allow(clippy::too_many_arguments)]
+fn focus_attention_scan(q: &[f32], k: &[f32], v: &[f32], s: Shape, masks: &[u64], window: usize, sink: usize, span: Option<usize>) -> Vec<f32> {
     let scale = 1.0 / (s.d as f32).sqrt();
     let band = span.map_or(window, |w| window.min(w.saturating_sub(1)));
-    let distant = distant_states(q, k, v, s, masks, window, span, scale, false);
+    let mut distant = distant_states(q, k, v, s, masks, window, span, scale, false);
+    add_sinks(q, k, v, s, masks, window, sink, span, scale, &mut distant);
     band_and_merge(q, k, v, s, band, scale, &distant)
 }
 
@@ -480,18 +531,21 @@ mod tests {
             let kk = randn(&mut rng, kv_heads * t * d, 3.0);
             let v = randn(&mut rng, kv_heads * t * d, 1.0);
             for k in 1..=groups {
-                let window = [0, 1, 7, 64, 100, t + 5][rng.gen_range(0..6)];
+                let window = [0, 1, 4, 7, 16, 64, 100, t + 5][rng.gen_range(0..8)];
                 let few = rng.gen_bool(0.3);
                 let masks = random_masks(&mut rng, t, groups, k, few);
-                let want = masked_dense_reference(&q, &kk, &v, s, |i, j| mask::kept(&masks, window, i, j));
-                for (path, fast) in [("gathered", focus_attention(&q, &kk, &v, s, &masks, window)), ("scan", focus_attention_scan(&q, &kk, &v, s, &masks, window, None))] {
-                    let err = max_err(&fast, &want);
-                    assert!(err <= 1e-5, "{path}: max abs error {err} (t={t} d={d} H={heads}/{kv_heads} K={groups} k={k} w={window})");
+                // Sinks [ours]: s = 0 (the paper's mask), 1 and 4.
+                for sink in [0, 1, 4] {
+                    let want = masked_dense_reference(&q, &kk, &v, s, |i, j| mask::kept(&masks, window, sink, i, j));
+                    for (path, fast) in [("gathered", focus_attention(&q, &kk, &v, s, &masks, window, sink)), ("scan", focus_attention_scan(&q, &kk, &v, s, &masks, window, sink, None))] {
+                        let err = max_err(&fast, &want);
+                        assert!(err <= 1e-5, "{path}: max abs error {err} (t={t} d={d} H={heads}/{kv_heads} K={groups} k={k} w={window} s={sink})");
+                    }
+                    cases += 1;
                 }
-                cases += 1;
             }
         }
-        assert!(cases >= 60, "{cases}");
+        assert!(cases >= 180, "{cases}");
     }
 
     /// Both layer kinds of an interleaved model: on a sliding-window layer (keys i - j < W) the
@@ -516,11 +570,12 @@ mod tests {
             let window = [0, 7, 32, 64][rng.gen_range(0..4)];
             let few = rng.gen_bool(0.3);
             let masks = random_masks(&mut rng, t, groups, k, few);
+            let sink = [0, 1, 4][round % 3];
             for span in [None, Some(1), Some(window), Some(window + 1), Some(window + 2), Some(window + 70), Some(rng.gen_range(1..=t + 3))] {
-                let want = masked_dense_reference(&q, &kk, &v, s, |i, j| mask::kept(&masks, window, i, j) && mask::in_window(i, j, span));
-                for (path, fast) in [("gathered", focus_attention_within(&q, &kk, &v, s, &masks, window, span)), ("scan", focus_attention_scan(&q, &kk, &v, s, &masks, window, span))] {
+                let want = masked_dense_reference(&q, &kk, &v, s, |i, j| mask::kept(&masks, window, sink, i, j) && mask::in_window(i, j, span));
+                for (path, fast) in [("gathered", focus_attention_within(&q, &kk, &v, s, &masks, window, sink, span)), ("scan", focus_attention_scan(&q, &kk, &v, s, &masks, window, sink, span))] {
                     let err = max_err(&fast, &want);
-                    assert!(err <= 1e-5, "{path}: max abs error {err} (t={t} d={d} H={heads}/{kv_heads} K={groups} k={k} w={window} W={span:?})");
+                    assert!(err <= 1e-5, "{path}: max abs error {err} (t={t} d={d} H={heads}/{kv_heads} K={groups} k={k} w={window} s={sink} W={span:?})");
                 }
                 cases += 1;
             }
@@ -538,10 +593,13 @@ mod tests {
         let k = randn(&mut rng, t * d, 2.0);
         let v = randn(&mut rng, t * d, 1.0);
         let masks: Vec<u64> = (0..t).map(|i| if i % 3 == 0 { 0 } else { 1 }).collect();
-        let want = masked_dense_reference(&q, &k, &v, s, |i, j| mask::kept(&masks, 10, i, j));
-        assert!(max_err(&focus_attention(&q, &k, &v, s, &masks, 10), &want) <= 1e-5);
+        for sink in [0, 1, 4] {
+            let want = masked_dense_reference(&q, &k, &v, s, |i, j| mask::kept(&masks, 10, sink, i, j));
+            assert!(max_err(&focus_attention(&q, &k, &v, s, &masks, 10, sink), &want) <= 1e-5);
+        }
         let want = masked_dense_reference(&q, &k, &v, s, |_, _| true);
-        assert!(max_err(&focus_attention(&q, &k, &v, s, &vec![1; t], 3), &want) <= 1e-5);
+        assert!(max_err(&focus_attention(&q, &k, &v, s, &vec![1; t], 3, 0), &want) <= 1e-5);
+        assert!(max_err(&focus_attention(&q, &k, &v, s, &vec![1; t], 3, 4), &want) <= 1e-5);
     }
 
     /// The tiled kernel and the one-query-at-a-time kernel of `attention::reference` agree on a longer input
@@ -556,9 +614,11 @@ mod tests {
         let v = randn(&mut rng, 2 * t * d, 1.0);
         for (groups, kk) in [(8, 1), (4, 2), (8, 3)] {
             let masks = random_masks(&mut rng, t, groups, kk, false);
-            let b = crate::attention::reference::focus_attention_rowwise(&q, &k, &v, s, &masks, 128);
-            for a in [focus_attention(&q, &k, &v, s, &masks, 128), focus_attention_scan(&q, &k, &v, s, &masks, 128, None)] {
-                assert!(max_err(&a, &b) <= 1e-5, "K={groups} k={kk}: {}", max_err(&a, &b));
+            for sink in [0, 4] {
+                let b = crate::attention::reference::focus_attention_rowwise(&q, &k, &v, s, &masks, 128, sink);
+                for a in [focus_attention(&q, &k, &v, s, &masks, 128, sink), focus_attention_scan(&q, &k, &v, s, &masks, 128, sink, None)] {
+                    assert!(max_err(&a, &b) <= 1e-5, "K={groups} k={kk} s={sink}: {}", max_err(&a, &b));
+                }
             }
         }
     }

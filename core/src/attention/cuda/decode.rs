@@ -29,6 +29,8 @@ pub struct DecodeStep<'a> {
     pub topk: Option<(u64, &'a Tensor)>,
     /// The adapter's local window (top-k keeps it; soft leaves it ungated).
     pub window: usize,
+    /// The adapter's sink [ours]: keys j < sink are kept and ungated, as local ones.
+    pub sink: usize,
     /// Soft gates and the cached memberships ((cap, K) f32, the newest row included).
     pub soft: Option<(GateFn, &'a Tensor)>,
     pub softcap: Option<f32>,
@@ -113,10 +115,11 @@ impl CustomOp3 for DecodeOp<'_> {
             None => (0i32, 0u64),
         };
         let window = st.window.min(i32::MAX as usize) as i32;
+        let sink = st.sink.min(i32::MAX as usize) as i32;
         let scale = 1.0 / (d as f32).sqrt();
         let softcap = st.softcap.unwrap_or(0.0);
         b.arg(&n).arg(&from).arg(&cap32).arg(&d32).arg(&rep).arg(&chunk).arg(&chunks32);
-        b.arg(&topk).arg(&qmask).arg(&window).arg(&scale).arg(&softcap);
+        b.arg(&topk).arg(&qmask).arg(&window).arg(&sink).arg(&scale).arg(&softcap);
         match &memb_view {
             Some(m) => b.arg(m),
             None => b.arg(&null),

@@ -5,6 +5,9 @@
 //! f32 runs a plain-FMA kernel (exact to ~1e-6); bf16 runs the tensor-core flash kernel.
 //! Focus needs a [`FocusPlan`]: the tokens of each group in position order (built on the host
 //! from the top-k masks, uploaded once and reusable by every layer that shares the routing).
+//! Attention sinks [ours] (`sink` > 0): after the band pass, `focus_sink_*` folds each query's
+//! sink keys past its band that share no group with it into the band's partials, so they join
+//! the "always attend" set before the group pass merges.
 
 use crate::error::Result;
 use crate::attention::cuda::plan::GroupSegments;
@@ -59,6 +62,8 @@ pub struct FocusPlan {
     pub t: usize,
     pub k: usize,
     pub window: usize,
+    /// Attention sinks [ours]: keys j < sink are kept for every later query.
+    pub sink: usize,
     idx: CudaSlice<i32>,
     slot: CudaSlice<i32>,
     seg_off: CudaSlice<i32>,
@@ -70,11 +75,11 @@ pub struct FocusPlan {
 
 impl FocusPlan {
     /// Every mask must have the same number k >= 1 of groups (hard top-k routing), K <= 32.
-    pub fn new(dev: &CudaDevice, masks: &[u64], window: usize) -> Result<Self> {
-        Self::from_segments(dev, &GroupSegments::new(masks)?, masks, window)
+    pub fn new(dev: &CudaDevice, masks: &[u64], window: usize, sink: usize) -> Result<Self> {
+        Self::from_segments(dev, &GroupSegments::new(masks)?, masks, window, sink)
     }
 
-    fn from_segments(dev: &CudaDevice, s: &GroupSegments, masks: &[u64], window: usize) -> Result<Self> {
+    fn from_segments(dev: &CudaDevice, s: &GroupSegments, masks: &[u64], window: usize, sink: usize) -> Result<Self> {
         let tiles_for = |rows: usize| -> Result<(CudaSlice<i32>, CudaSlice<i32>, usize)> {
             let list = s.tiles(rows);
             let segs: Vec<i32> = list.iter().map(|x| x.0).collect();
@@ -86,6 +91,7 @@ impl FocusPlan {
             t: s.t,
             k: s.k,
             window,
+            sink,
             idx: dev.clone_htod(&s.idx)?,
             slot: dev.clone_htod(&s.slot)?,
             seg_off: dev.clone_htod(&s.seg_off)?,
@@ -119,13 +125,13 @@ pub fn dense_attention_if_supported(q: &Tensor, k: &Tensor, v: &Tensor) -> Resul
 /// Focus attention on the device for the model's forward pass, or `None` where the kernels do
 /// not apply (head dim other than 64, more than 32 groups, uneven k, dtype other than f32/bf16),
 /// so that the caller can fall back to the CPU kernel.
-pub fn focus_attention_if_supported(q: &Tensor, k: &Tensor, v: &Tensor, masks: &[u64], window: usize, dev: &CudaDevice) -> Result<Option<Tensor>> {
+pub fn focus_attention_if_supported(q: &Tensor, k: &Tensor, v: &Tensor, masks: &[u64], window: usize, sink: usize, dev: &CudaDevice) -> Result<Option<Tensor>> {
     // The routing the kernels cannot take (uneven k, > 32 groups) fails to segment.
     let segments = match GroupSegments::new(masks) {
         Ok(s) if q.dim(2)? == HEAD_DIM && matches!(q.dtype(), DType::F32 | DType::BF16) => s,
         _ => return Ok(None),
     };
-    let plan = FocusPlan::from_segments(dev, &segments, masks, window)?;
+    let plan = FocusPlan::from_segments(dev, &segments, masks, window, sink)?;
     let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
     Ok(Some(focus_attention(&q, &k, &v, &plan, Rows::R128)?))
 }
@@ -256,7 +262,7 @@ impl CustomOp3 for FocusOp<'_> {
         let dtype = s1.dtype();
         let p = self.plan;
         macro_rules! run {
-            ($t:ty, $merge:expr, $gather:expr) => {{
+            ($t:ty, $merge:expr, $gather:expr, $sink:expr) => {{
                 let x = inputs::<$t>([(s1, l1), (s2, l2), (s3, l3)])?;
                 if x.t != p.t {
                     candle_core::bail!("the Focus plan is for {} tokens, the inputs have {}", p.t, x.t);
@@ -288,6 +294,18 @@ impl CustomOp3 for FocusOp<'_> {
                     }
                     b.arg(&tn).arg(&rep).arg(&window).arg(&zero).arg(&slots).arg(&sc);
                     unsafe { b.launch(flash_cfg(t.div_ceil(br), h, dtype)) }.w()?;
+                }
+                // Sinks [ours]: the sink keys past each query's band that share no group with
+                // it, merged into the band's partials (one warp per (head, token)).
+                if p.sink > 0 && t > p.window + 1 {
+                    let f = dev.get_or_load_custom_func($sink, MODULE, ptx()?)?;
+                    let sink = p.sink.min(t) as i32;
+                    let rows = (h * t) as i64;
+                    let mut b = f.builder();
+                    b.arg(&x.q).arg(&x.k).arg(&x.v).arg(&p.masks).arg(&band_o).arg(&band_lse);
+                    b.arg(&tn).arg(&rep).arg(&window).arg(&sink).arg(&rows).arg(&sc);
+                    let cfg = LaunchConfig { grid_dim: ((h * t).div_ceil(8) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+                    unsafe { b.launch(cfg) }.w()?;
                 }
                 // Groups: distant pairs within each group's segment, on q, k, v gathered into
                 // segment order so that a tile's rows are contiguous.
@@ -334,8 +352,8 @@ impl CustomOp3 for FocusOp<'_> {
             }};
         }
         Ok(match dtype {
-            DType::F32 => run!(f32, "focus_merge_f32", "focus_gather_f32"),
-            DType::BF16 => run!(half::bf16, "focus_merge_bf16", "focus_gather_bf16"),
+            DType::F32 => run!(f32, "focus_merge_f32", "focus_gather_f32", "focus_sink_f32"),
+            DType::BF16 => run!(half::bf16, "focus_merge_bf16", "focus_gather_bf16", "focus_sink_bf16"),
             d => candle_core::bail!("CUDA attention supports f32 and bf16, not {d:?}"),
         })
     }
@@ -370,7 +388,8 @@ mod tests {
             .collect()
     }
 
-    fn run_case(t: usize, heads: usize, kv: usize, groups: usize, k: usize, window: usize, dtype: DType, rows: Rows) -> (f32, f32) {
+    #[allow(clippy::too_many_arguments)]
+    fn run_case(t: usize, heads: usize, kv: usize, groups: usize, k: usize, window: usize, sink: usize, dtype: DType, rows: Rows) -> (f32, f32) {
         let dev = gpu();
         let device = Device::Cuda(dev.clone());
         let mut rng = StdRng::seed_from_u64((t * 31 + groups * 7 + k) as u64);
@@ -387,9 +406,9 @@ mod tests {
 
         let dense = back(dense_attention(&tq, &tk, &tv, rows).unwrap());
         let dense_ref = masked_dense_reference(&q, &kx, &v, s, |i, j| j <= i);
-        let plan = FocusPlan::new(&dev, &masks, window).unwrap();
+        let plan = FocusPlan::new(&dev, &masks, window, sink).unwrap();
         let focus = back(focus_attention(&tq, &tk, &tv, &plan, rows).unwrap());
-        let focus_ref = masked_dense_reference(&q, &kx, &v, s, |i, j| mask::kept(&masks, window, i, j));
+        let focus_ref = masked_dense_reference(&q, &kx, &v, s, |i, j| mask::kept(&masks, window, sink, i, j));
         (max_err(&dense, &dense_ref), max_err(&focus, &focus_ref))
     }
 
@@ -404,11 +423,16 @@ mod tests {
         (2100, 4, 1, 8, 2, 128),
     ];
 
+    /// Attention sinks [ours] each case runs with: none, the first token, the first four.
+    const SINKS: [usize; 3] = [0, 1, 4];
+
     #[test]
     fn cuda_f32_kernels_equal_the_masked_dense_reference() {
         for &(t, h, kv, g, k, w) in &CASES {
-            let (de, fe) = run_case(t, h, kv, g, k, w, DType::F32, Rows::R64);
-            assert!(de <= 1e-5 && fe <= 1e-5, "T={t} H={h}/{kv} K={g} k={k} w={w}: dense {de:e}, focus {fe:e}");
+            for s in SINKS {
+                let (de, fe) = run_case(t, h, kv, g, k, w, s, DType::F32, Rows::R64);
+                assert!(de <= 1e-5 && fe <= 1e-5, "T={t} H={h}/{kv} K={g} k={k} w={w} s={s}: dense {de:e}, focus {fe:e}");
+            }
         }
     }
 
@@ -416,10 +440,12 @@ mod tests {
     fn cuda_bf16_kernels_match_the_reference_within_bf16_precision() {
         for rows in [Rows::R64, Rows::R128] {
             for &(t, h, kv, g, k, w) in &CASES {
-                let (de, fe) = run_case(t, h, kv, g, k, w, DType::BF16, rows);
-                // Outputs are means of values in [-1, 1]: bf16 output rounding (2^-9) plus the
-                // bf16 probabilities of P V.
-                assert!(de <= 1e-2 && fe <= 1e-2, "{rows:?} T={t} H={h}/{kv} K={g} k={k} w={w}: dense {de:e}, focus {fe:e}");
+                for s in SINKS {
+                    let (de, fe) = run_case(t, h, kv, g, k, w, s, DType::BF16, rows);
+                    // Outputs are means of values in [-1, 1]: bf16 output rounding (2^-9) plus
+                    // the bf16 probabilities of P V.
+                    assert!(de <= 1e-2 && fe <= 1e-2, "{rows:?} T={t} H={h}/{kv} K={g} k={k} w={w} s={s}: dense {de:e}, focus {fe:e}");
+                }
             }
         }
     }
@@ -435,7 +461,8 @@ mod tests {
         let q = rand_vec(h * t * 64, &mut rng, false);
         let kx = rand_vec(hkv * t * 64, &mut rng, false);
         let v = rand_vec(hkv * t * 64, &mut rng, false);
-        for plan in [LayerPlan::TopK { masks: balanced_masks(t, 8, 2, 3).unwrap(), window: 128 }, LayerPlan::Dense] {
+        let topk = |sink: usize| LayerPlan::TopK { masks: balanced_masks(t, 8, 2, 3).unwrap(), window: 128, sink };
+        for plan in [topk(0), topk(1), topk(4), LayerPlan::Dense] {
             let run = |dev: &Device| {
                 let ten = |x: &[f32], hh: usize| Tensor::from_slice(x, (hh, t, 64), dev).unwrap();
                 let causal = causal_bias(t, dev).unwrap();
@@ -449,13 +476,13 @@ mod tests {
         }
         // Shapes the kernel does not take fall back (head dim 32).
         let z = Tensor::zeros((2, 10, 32), DType::F32, &Device::Cuda(gpu())).unwrap();
-        assert!(focus_attention_if_supported(&z, &z, &z, &[1; 10], 4, &gpu()).unwrap().is_none());
+        assert!(focus_attention_if_supported(&z, &z, &z, &[1; 10], 4, 0, &gpu()).unwrap().is_none());
     }
 
     #[test]
     fn cuda_plan_rejects_uneven_k() {
-        assert!(FocusPlan::new(&gpu(), &[1, 3, 1], 4).is_err());
-        assert!(FocusPlan::new(&gpu(), &[], 4).is_err());
-        assert!(FocusPlan::new(&gpu(), &[1 << 40], 4).is_err());
+        assert!(FocusPlan::new(&gpu(), &[1, 3, 1], 4, 0).is_err());
+        assert!(FocusPlan::new(&gpu(), &[], 4, 0).is_err());
+        assert!(FocusPlan::new(&gpu(), &[1 << 40], 4, 0).is_err());
     }
 }
