@@ -151,7 +151,7 @@ fn gemma2_top_k_kernel_composes_with_the_sliding_window() {
             let fast = model.decoder.forward(&ids, &opts).unwrap();
             let masked = model
                 .decoder
-                .forward_with(&ids, &opts, |_, r| Ok(Some(LayerPlan::Masked(focus_core::focus::mask::topk_mask_bias(&r.unwrap().topk_masks(k), window, &dev)?))))
+                .forward_with(&ids, &opts, |_, r| Ok(Some(LayerPlan::Masked(focus_core::focus::mask::topk_mask_bias(&r.unwrap().topk_masks(k), window, 0, &dev)?))))
                 .unwrap();
             let err = max_abs_diff(&fast.logits, &masked.logits);
             assert!(err <= TOL, "w {window} topk({k}): fast kernel differs from masked reference by {err}");
@@ -375,7 +375,7 @@ fn check_adapter_modes(name: &str) {
             .decoder
             .forward_with(&ids, &opts, |_, routing| {
                 let routing = routing.expect("routing is computed when an adapter is attached");
-                Ok(Some(LayerPlan::Masked(focus_core::focus::mask::topk_mask_bias(&routing.topk_masks(k), window, &dev)?)))
+                Ok(Some(LayerPlan::Masked(focus_core::focus::mask::topk_mask_bias(&routing.topk_masks(k), window, 0, &dev)?)))
             })
             .unwrap();
         let err = max_abs_diff(&fast.logits, &masked.logits);

@@ -63,7 +63,7 @@ fn topk_forward_equals_masked_dense_model() {
                 .decoder
                 .forward_with(&ids, &opts, |_, r| {
                     let masks = r.unwrap().topk_masks(k);
-                    Ok(Some(LayerPlan::Masked(topk_mask_bias(&masks, 32, &Device::Cpu)?)))
+                    Ok(Some(LayerPlan::Masked(topk_mask_bias(&masks, 32, 0, &Device::Cpu)?)))
                 })
                 .unwrap();
             let err = max_abs_diff(&fast.logits, &reference.logits);
@@ -124,7 +124,7 @@ fn soft_modes_and_statistics() {
             let mass: f64 = st.mass_after.iter().sum();
             assert!((mass - 1.0).abs() < 1e-4);
             assert!(st.dominance >= 1.0 / 8.0 && st.dominance <= 1.0);
-            let (a, b) = focus_core::attention::reference::ab_pair_counts(&r.topk_masks(2), 32);
+            let (a, b) = focus_core::attention::reference::ab_pair_counts(&r.topk_masks(2), 32, 0);
             assert_eq!(a + b, st.pairs.local + st.pairs.same_group_distant);
             // Sinkhorn balances the mass: every group holds close to 1/K after it.
             for m in &st.mass_after {

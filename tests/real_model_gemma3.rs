@@ -126,7 +126,7 @@ fn gemma3_top_k_kernel_matches_the_masked_reference_on_sliding_and_global_layers
                 if !a.config.router_layers.routes(c.is_sliding(l)) {
                     return Ok(Some(LayerPlan::Dense));
                 }
-                Ok(Some(LayerPlan::Masked(mask::topk_mask_bias(&routing.unwrap().topk_masks(2), 64, &dev)?)))
+                Ok(Some(LayerPlan::Masked(mask::topk_mask_bias(&routing.unwrap().topk_masks(2), 64, 0, &dev)?)))
             })
             .unwrap();
         let err = max_diff(&fast.logits, &masked.logits);

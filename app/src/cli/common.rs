@@ -195,6 +195,10 @@ pub struct SpecArgs {
     /// composes with each sliding layer's window) or only the `global` ones.
     #[arg(long, value_parser = ["all", "global"], default_value = "all")]
     pub router_layers: String,
+    /// [ours] Attention sinks: the first N tokens of a sequence are always attendable by every
+    /// later query, like local pairs (0: none, the paper's mask).
+    #[arg(long, default_value_t = 0, value_parser = count::<0, 1024>)]
+    pub sink: usize,
 }
 
 impl SpecArgs {
@@ -212,6 +216,7 @@ impl SpecArgs {
             causal_sinkhorn: self.causal_sinkhorn,
             score: if self.score == "cosine" { focus_core::Score::Cosine } else { focus_core::Score::Dot },
             router_layers: self.router_layers.parse().expect("clap checked the value"),
+            sink: self.sink,
         }
     }
 }

@@ -453,6 +453,11 @@ impl AnalysisResult {
     pub fn window(&self) -> usize {
         self.analysis.window
     }
+    /// The adapter's attention sinks [ours]: the first `sink` tokens of each segment are
+    /// always attendable.
+    pub fn sink(&self) -> usize {
+        self.analysis.sink
+    }
     /// The number (and colour) group `g` of `layer` is shown by: matched across layers, or raw.
     pub fn shown_group(&self, layer: usize, g: usize, raw: bool) -> usize {
         if raw {

@@ -512,7 +512,7 @@ impl MaskImage {
 pub fn mask_image(res: &AnalysisResult, layer: usize, max_side: usize, h: &Handle) -> Result<MaskImage, JobError> {
     let masks = res.masks.get(layer).ok_or_else(|| JobError::Failed(format!("no layer {layer}")))?;
     let t = masks.len();
-    let (w, seg) = (res.window(), res.analysis.segment_len.max(1));
+    let (w, s, seg) = (res.window(), res.sink(), res.analysis.segment_len.max(1));
     let block = t.div_ceil(max_side.max(1)).max(1);
     let side = t.div_ceil(block);
     let mut counts = vec![[0u32; 3]; side * side];
@@ -528,7 +528,8 @@ pub fn mask_image(res: &AnalysisResult, layer: usize, max_side: usize, h: &Handl
         let row = (i / block) * side;
         let mi = masks[i];
         for (j, &mj) in masks.iter().enumerate().take(i + 1).skip(seg_start) {
-            let c = match classify(i, j, mi, mj, w) {
+            // Positions within the segment: the sink is its first tokens.
+            let c = match classify(i - seg_start, j - seg_start, mi, mj, w, s) {
                 PairClass::Local => {
                     local += 1;
                     0

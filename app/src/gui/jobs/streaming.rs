@@ -129,7 +129,7 @@ impl GenJob {
             let n = cache.len();
             let layer = match &cache.routing {
                 Some(r) => {
-                    let (mut keys, _) = decode::selected_keys(cache, DecodeAttention::TopK { window: cfg.window })?;
+                    let (mut keys, _) = decode::selected_keys(cache, DecodeAttention::TopK { window: cfg.window, sink: cfg.sink })?;
                     // The layer's own sliding window drops keys in every mode, as `decode::attend` does.
                     if let Some(w) = self.model.decoder.blocks[l].attn.window {
                         keys.retain(|&j| n - 1 - (j as usize) < w);

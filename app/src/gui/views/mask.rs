@@ -40,10 +40,12 @@ pub fn pair_reason(res: &AnalysisResult, layer: usize, i: usize, j: usize, raw: 
     if i / seg != j / seg {
         return "not computed: the tokens are in different segments".into();
     }
-    let w = res.window();
+    let (w, s) = (res.window(), res.sink());
+    let seg_start = i / seg * seg;
     let names = |set: u64| focus_core::focus::mask::groups(set).map(|g| format!("g{}", res.shown_group(layer, g, raw))).collect::<Vec<_>>().join(", ");
-    match classify(i, j, m[i], m[j], w) {
+    match classify(i - seg_start, j - seg_start, m[i], m[j], w, s) {
         PairClass::Future => "not attended: the key comes after the query (causal)".into(),
+        PairClass::Local if i - j > w => format!("kept: attention sink (the key is among the segment's first {s} tokens; i - j = {} > w)", i - j),
         PairClass::Local => format!("kept: local (i - j = {} <= w = {w})", i - j),
         PairClass::SharedGroup(g) => format!("kept: both in group g{} (i - j = {} > w)", res.shown_group(layer, g, raw), i - j),
         PairClass::Pruned => format!("pruned: no shared group (query in {}, key in {}; i - j = {} > w)", names(m[i]), names(m[j]), i - j),
@@ -53,7 +55,7 @@ pub fn pair_reason(res: &AnalysisResult, layer: usize, i: usize, j: usize, raw: 
 /// One token pair per pixel for queries i0.. and keys j0.. (side x side).
 pub fn full_resolution(res: &AnalysisResult, layer: usize, i0: usize, j0: usize, side: usize) -> egui::ColorImage {
     let m = &res.masks[layer];
-    let (w, seg) = (res.window(), res.analysis.segment_len.max(1));
+    let (w, s, seg) = (res.window(), res.sink(), res.analysis.segment_len.max(1));
     let mut px = vec![palette::NONE; side * side];
     for di in 0..side {
         let i = i0 + di;
@@ -65,7 +67,8 @@ pub fn full_resolution(res: &AnalysisResult, layer: usize, i0: usize, j0: usize,
             if j >= m.len() || i / seg != j / seg {
                 continue;
             }
-            px[di * side + dj] = match classify(i, j, m[i], m[j], w) {
+            let seg_start = i / seg * seg;
+            px[di * side + dj] = match classify(i - seg_start, j - seg_start, m[i], m[j], w, s) {
                 PairClass::Local => palette::LOCAL,
                 PairClass::SharedGroup(_) => palette::SAME_GROUP,
                 PairClass::Pruned => palette::PRUNED,
