@@ -17,7 +17,7 @@ fn setup() -> (Model, TrainData) {
 }
 
 fn opts(steps: usize) -> TrainOptions {
-    TrainOptions { steps, seq_len: 48, batch: 2, lr: 5e-2, weight_decay: 0.0, seed: 17, eval_every: 2, eval_seqs: 2, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: Default::default(), cosine_decay: false, straight_through: None, grad_clip: 0.0 }
+    TrainOptions { steps, seq_len: 48, batch: 2, lr: 5e-2, weight_decay: 0.0, seed: 17, eval_every: 2, eval_seqs: 2, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: Default::default(), cosine_decay: false, straight_through: None, grad_clip: 0.0, freeze_centroids: false }
 }
 
 fn spec() -> AdapterSpec {

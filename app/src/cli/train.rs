@@ -80,6 +80,14 @@ pub struct Args {
     /// 8 training windows (spherical k-means for --score cosine) instead of at random.
     #[arg(long, conflicts_with_all = ["resume", "init"])]
     pub kmeans_init: bool,
+    /// [ours] Initialise each layer's W_g to the leading principal directions of its router
+    /// input over the first 8 training windows (scaled to a random W_g's size), then the
+    /// centroids by k-means.
+    #[arg(long, conflicts_with_all = ["resume", "init", "kmeans_init"])]
+    pub pca_init: bool,
+    /// [ours] Keep the centroids at their initial value (e.g. --kmeans-init): only W_g trains.
+    #[arg(long)]
+    pub freeze_centroids: bool,
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -134,7 +142,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut trainer = match &a.resume {
         Some(dir) => Trainer::resume(&model, dir).with_context(|| format!("resuming from {}", dir.display()))?,
         None => {
-            let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through, grad_clip: a.grad_clip };
+            let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through, grad_clip: a.grad_clip, freeze_centroids: a.freeze_centroids };
             match &a.init {
                 Some(dir) => {
                     let mut adapter = focus_core::Adapter::load(dir, &model.identity(), model.device()).with_context(|| format!("loading the initial adapter {}", dir.display()))?;
@@ -148,6 +156,9 @@ pub fn run(a: Args) -> Result<()> {
     };
     if a.kmeans_init {
         trainer.init_kmeans(&data, 8, 50)?;
+    }
+    if a.pca_init {
+        trainer.init_pca(&data, 8, false, 50)?;
     }
     // Category structure is logged on the start of the first held-out file.
     let probe_file = &heldout_files[0];

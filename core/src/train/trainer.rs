@@ -59,6 +59,10 @@ pub struct TrainOptions {
     /// Clip the router gradients' global L2 norm to this before each update (0 = no clipping).
     #[serde(default)]
     pub grad_clip: f64,
+    /// [ours] Keep the centroids at their initial value (e.g. k-means of h W_g): only W_g
+    /// trains (issue 28, item 4).
+    #[serde(default)]
+    pub freeze_centroids: bool,
 }
 
 impl TrainOptions {
@@ -449,6 +453,10 @@ impl<'m> Trainer<'m> {
                 self.step + 1,
                 self.opts.lr_at(self.step)
             )));
+        }
+        if self.opts.freeze_centroids {
+            // Every router's parameters are (W_g, centroids): the odd entries stay as they are.
+            grads.iter_mut().skip(1).step_by(2).for_each(|g| *g = None);
         }
         self.opt.step(&self.vars, &grads, self.opts.lr_at(self.step), self.opts.weight_decay)?;
         // On CUDA, the step's temporaries go back to the stream-ordered memory pool; without a
