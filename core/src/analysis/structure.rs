@@ -14,7 +14,7 @@ use super::{Analysis, TokenInfo};
 use crate::focus::mask::top_k_indices;
 use rand::{rngs::StdRng, seq::SliceRandom, SeedableRng};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// A centroid counts as pure from this share of its tokens in one category...
 pub const PURE_SHARE: f64 = 0.6;
@@ -82,15 +82,16 @@ pub fn nmi(a: &[usize], b: &[usize]) -> f64 {
     if a.is_empty() {
         return 0.0;
     }
-    let mut ca: HashMap<usize, f64> = HashMap::new();
-    let mut cb: HashMap<usize, f64> = HashMap::new();
-    let mut cab: HashMap<(usize, usize), f64> = HashMap::new();
+    // Ordered maps: sums in a fixed order, so that the same labellings give the same bits.
+    let mut ca: BTreeMap<usize, f64> = BTreeMap::new();
+    let mut cb: BTreeMap<usize, f64> = BTreeMap::new();
+    let mut cab: BTreeMap<(usize, usize), f64> = BTreeMap::new();
     for (&x, &y) in a.iter().zip(b) {
         *ca.entry(x).or_default() += 1.0;
         *cb.entry(y).or_default() += 1.0;
         *cab.entry((x, y)).or_default() += 1.0;
     }
-    let h = |c: &HashMap<usize, f64>| -c.values().map(|&v| v / n * (v / n).ln()).sum::<f64>();
+    let h = |c: &BTreeMap<usize, f64>| -c.values().map(|&v| v / n * (v / n).ln()).sum::<f64>();
     let (ha, hb) = (h(&ca), h(&cb));
     if ha <= 0.0 || hb <= 0.0 {
         return 0.0;
