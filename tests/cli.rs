@@ -494,3 +494,77 @@ fn demo_and_no_display_fallback() {
     has(&stderr(&o), &["no display", "focus-lens demo"]);
     has(&stdout(&o), &["Focus Lens:", "layer  dominance"]);
 }
+
+/// `analyze` reports structure (FOCUS-METHOD section 6) beside the untrained twin: with the
+/// shipped untrained adapter (a random init, seed 0) the twin is the adapter itself, so every
+/// figure equals the twin's and the ratio is 1; NMIs lie in [0, 1]; at layer 0 the category NMI
+/// stands above its permutation null; the CSV set has the structure beside the others, and
+/// `--no-twin` leaves the twin out.
+#[test]
+fn analyze_reports_structure_beside_the_untrained_twin() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ad = common::root().join("sample_adapters/smollm2-135m-k8-init");
+    // 3,000 characters past the fixture's front matter.
+    let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
+    let f = tmp.path().join("p.txt");
+    std::fs::write(&f, text.chars().skip(10_000).take(3_000).collect::<String>()).unwrap();
+    let json_path = tmp.path().join("stats.json");
+    let o = focus_lens([OsStr::new("analyze"), OsStr::new("--adapter"), ad.as_os_str(), f.as_os_str(), OsStr::new("--out"), json_path.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    has(&err, &["median NMI(top group, category) over layers >= 1", "untrained twin (seed 0)", "ratio 1.00x", "paper-form table of the best layer", "% of tokens"]);
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    assert_eq!(v["layers"].as_array().unwrap().len(), 30, "the analysis is still there");
+    let s = &v["structure"];
+    let (mine, twin) = (s["adapter"]["layers"].as_array().unwrap(), s["twin"]["layers"].as_array().unwrap());
+    assert_eq!((mine.len(), twin.len(), s["twin_seed"].as_u64()), (30, 30, Some(0)));
+    for (l, (a, b)) in mine.iter().zip(twin).enumerate() {
+        for key in ["category", "token", "position", "repeat"] {
+            for f in ["value", "null_mean", "null_max"] {
+                let x = num(&a[key], f);
+                assert!((0.0..=1.0).contains(&x), "layer {l} {key}.{f} = {x}");
+            }
+        }
+        for f in ["purity", "dominance"] {
+            assert!((0.0..=1.0).contains(&num(a, f)), "layer {l} {f}");
+        }
+        assert!(a["pure60"].as_u64().unwrap() <= 8);
+        // The twin of a seed-0 random init is that init.
+        assert_eq!(a, b, "layer {l}: the twin differs from the untrained adapter");
+    }
+    let l0 = &mine[0]["category"];
+    assert!(num(l0, "null_max") < num(l0, "value") && num(l0, "value") > 0.1, "layer 0: a random router already groups by category: {l0}");
+    assert!((num(&s["vs_twin"], "median") - 1.0).abs() < 1e-12);
+    assert!((num(s, "median_category_nmi") - num(s, "twin_median_category_nmi")).abs() < 1e-12);
+    let t = &s["table"];
+    let best = t["layer"].as_u64().unwrap() as usize;
+    let rows = t["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 8);
+    assert_eq!(rows.iter().map(|r| r["tokens"].as_u64().unwrap()).sum::<u64>() as usize, v["tokens"].as_array().unwrap().len());
+    assert_eq!(t["pure60"], mine[best]["pure60"]);
+    for r in rows.iter().filter(|r| r["tokens"].as_u64().unwrap() > 0) {
+        let tops = r["top_tokens"].as_array().unwrap();
+        assert!(!tops.is_empty() && tops.len() <= 5);
+        let counts: Vec<u64> = tops.iter().map(|x| x["count"].as_u64().unwrap()).collect();
+        assert!(counts.windows(2).all(|w| w[0] >= w[1]) && counts[0] <= r["tokens"].as_u64().unwrap(), "{counts:?}");
+        assert!(focus_core::analysis::categories::Category::from_name(r["top_category"].as_str().unwrap()).is_some());
+    }
+
+    // The CSV set, without the twin.
+    let csv_path = tmp.path().join("stats.csv");
+    let o = focus_lens([OsStr::new("analyze"), OsStr::new("--no-twin"), OsStr::new("--adapter"), ad.as_os_str(), f.as_os_str(), OsStr::new("--out"), csv_path.as_os_str()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    has(&stderr(&o), &["no untrained twin (--no-twin)", "stats.structure.csv"]);
+    let csv = std::fs::read_to_string(tmp.path().join("stats.structure.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert!(lines.next().unwrap().starts_with("layer,nmi_category,nmi_category_null_mean,nmi_category_null_max,nmi_token"));
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 30);
+    // Layer 0's category NMI is the JSON's; the twin's columns are empty.
+    let f0: Vec<&str> = rows[0].split(',').collect();
+    assert!((f0[1].parse::<f64>().unwrap() - num(l0, "value")).abs() < 1e-5);
+    assert!(f0[13..].iter().all(|x| x.is_empty()), "{}", rows[0]);
+    let table = std::fs::read_to_string(tmp.path().join("stats.structure_table.csv")).unwrap();
+    assert_eq!(table.lines().count(), 9);
+    assert!(table.starts_with("layer,group,tokens,share,top_category,purity,pure,top_tokens\n"));
+}

@@ -908,11 +908,69 @@ fn groups_line_up_and_purity_heatmap() {
     h.step();
     h.step();
     assert!(h.query_by_label_contains("Base rates in this text").is_some());
+    // Whole abbreviations with their key (not "othe", "dete"), and a colour scale.
+    assert!(h.query_by_label_contains("abbreviations: punct = punctuation, det = determiner").is_some());
+    assert!(h.query_by_label("purity:").is_some(), "the colour scale's legend");
     click_menu(&mut h, "Export", "Current view as SVG…");
     no_errors(&h);
     let layer = h.state().settings.setup.layer;
     let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-categories-layer{layer}.svg"))).unwrap();
     assert!(svg.contains("lift over its base rate") && svg.contains("layer 29"));
+    assert!(svg.contains("det = determiner") && svg.contains(">100%<") && !svg.contains("othe ") && !svg.contains("dete "));
+}
+
+/// The categories view's structure: per layer NMI(top group, category) against the untrained
+/// twin and the permutation null, the other NMIs, and the best layer's table in the paper's
+/// form, computed in the background once per analysis; the adapter's figures are core's
+/// `structure::of_analysis` of the analysis on screen.
+#[test]
+fn structure_against_the_untrained_twin() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(200), dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    h.get_by_label("Categories").click();
+    h.step();
+    h.get_by_label("structure vs untrained").click();
+    h.step();
+    h.step();
+    assert!(h.state().is_running(TaskKind::Baseline), "the twin is a background task");
+    assert!(h.query_by_label_contains("analysing the same tokens with the untrained adapter").is_some());
+    settle(&mut h);
+    no_errors(&h);
+    h.step();
+    let res = h.state().session.result.clone().unwrap();
+    let b = h.state().views.categories.baseline_for(&res).expect("the twin of the analysis on screen");
+    let r = &b.structure;
+    let twin = r.twin.as_ref().expect("the twin's structure");
+    assert_eq!((r.adapter.layers.len(), twin.layers.len(), r.twin_seed), (30, 30, Some(0)));
+    let want = focus_core::analysis::structure::of_analysis(&res.analysis);
+    assert_eq!(r.adapter, want, "the view measures what core measures on the analysis");
+    assert!(r.adapter.layers.iter().zip(&twin.layers).any(|(a, t)| a.category.value != t.category.value), "the trained sample differs from its twin");
+    let t = r.table.as_ref().expect("the best layer's table");
+    assert_eq!(t.layer, r.adapter.best_layer().unwrap().layer);
+    assert_eq!(t.rows.iter().map(|r| r.tokens).sum::<usize>(), res.tokens());
+    for text in ["median NMI(top group, category) over layers >= 1", &format!("paper-form table of the best layer ({})", t.layer)] {
+        assert!(h.query_by_label_contains(text).is_some(), "{text:?} is not shown");
+    }
+    for header in ["most frequent tokens (count)", "NMI(cat)", "NMI(repeat)", "dominance"] {
+        assert!(h.query_by_label(header).is_some(), "no column {header:?}");
+    }
+    // The largest group's row: its most frequent tokens with their counts.
+    let big = t.rows.iter().max_by_key(|r| (r.tokens, std::cmp::Reverse(r.group))).unwrap();
+    assert!(h.query_by_label(&focus_core::analysis::structure::PaperTable::tokens_of(big)).is_some());
+    // Once per analysis: the purity curve uses the same twin, and starts nothing.
+    h.get_by_label("purity by layer vs untrained").click();
+    h.step();
+    h.step();
+    assert!(!h.state().is_running(TaskKind::Baseline));
+    h.get_by_label("structure vs untrained").click();
+    h.step();
+    click_menu(&mut h, "Export", "Current view as SVG…");
+    no_errors(&h);
+    let layer = h.state().settings.setup.layer;
+    let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-categories-layer{layer}.svg"))).unwrap();
+    assert!(svg.contains("NMI(top group, category) per layer") && svg.contains("untrained (seed 0)") && svg.contains("null (max)"));
 }
 
 /// Help → Glossary opens a window that explains the words the views use.

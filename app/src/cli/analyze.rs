@@ -3,6 +3,7 @@
 
 use super::common::{progress, FocusArgs, ModelArgs};
 use anyhow::{bail, Result};
+use focus_core::analysis::structure::StructureReport;
 use focus_core::analysis::{analyze, AnalyzeOptions};
 use std::path::PathBuf;
 
@@ -21,8 +22,10 @@ pub struct Args {
     #[arg(long)]
     pub no_tokens: bool,
     pub file: PathBuf,
-    /// stats.json (everything) or stats.csv (one row per layer and group; the groups' category
-    /// profiles go to STEM.profiles.csv and per-token categories to STEM.tokens.csv beside it).
+    /// stats.json (everything, with a `structure` object) or stats.csv (one row per layer and
+    /// group; the groups' category profiles go to STEM.profiles.csv, per-token categories to
+    /// STEM.tokens.csv, the structure per layer beside the twin's to STEM.structure.csv and the
+    /// best layer's paper-form table to STEM.structure_table.csv beside it).
     #[arg(long)]
     pub out: PathBuf,
     /// Print the best layer's centroid table in the paper's form (group, category, purity, top
@@ -32,6 +35,18 @@ pub struct Args {
     /// With --labels: print this layer's table instead of the best layer's (0-based).
     #[arg(long, requires = "labels", value_parser = super::common::count::<0, 4096>)]
     pub layer: Option<usize>,
+    /// Skip the untrained twin's analysis (a random init with the adapter's config, seed 0, on
+    /// the same text, mode and k), which the structure measures are reported beside.
+    #[arg(long)]
+    pub no_twin: bool,
+}
+
+/// The JSON output: the analysis and, beside it, its structure (`analysis::structure`).
+#[derive(serde::Serialize)]
+struct Output<'a> {
+    #[serde(flatten)]
+    analysis: &'a focus_core::analysis::Analysis,
+    structure: &'a StructureReport,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -57,13 +72,31 @@ pub fn run(a: Args) -> Result<()> {
         pb.set_length(n as u64);
         pb.set_position(d as u64);
     })?;
+    // The untrained twin on the same text, mode and k: what the structure measures are read
+    // against (FOCUS-METHOD section 6).
+    let twin = if a.no_twin {
+        None
+    } else {
+        const SEED: u64 = 0;
+        let mut twin = focus_core::Adapter::random(&model.identity(), model.device(), &adapter.config.spec(), SEED)?;
+        twin.config.log_eps = adapter.config.log_eps;
+        pb.set_message("untrained twin");
+        pb.set_position(0);
+        let t = analyze(&model, &twin, "untrained twin", &text, &opts, |d, n| {
+            pb.set_length(n as u64);
+            pb.set_position(d as u64);
+        })?;
+        Some((t, SEED))
+    };
     pb.finish_and_clear();
-    let bytes = if ext == "json" { serde_json::to_vec_pretty(&an)? } else { an.to_csv().into_bytes() };
+    let structure = StructureReport::of_analysis(&an, twin.as_ref().map(|(t, s)| (t, *s)));
+    let bytes = if ext == "json" { serde_json::to_vec_pretty(&Output { analysis: &an, structure: &structure })? } else { an.to_csv().into_bytes() };
     // One export: the CSV set is written to temporary files first and renamed together, so a
     // kill leaves either the old set or the new one (and no temporary file that piles up).
     let mut files = vec![(a.out.clone(), bytes)];
     if ext == "csv" {
-        for (suffix, csv) in [("profiles.csv", an.profiles_csv()), ("tokens.csv", an.tokens_csv())] {
+        let table = structure.table.as_ref().map(|t| t.to_csv()).unwrap_or_default();
+        for (suffix, csv) in [("profiles.csv", an.profiles_csv()), ("tokens.csv", an.tokens_csv()), ("structure.csv", structure.to_csv()), ("structure_table.csv", table)] {
             files.push((a.out.with_extension(suffix), csv.into_bytes()));
         }
     }
@@ -80,6 +113,7 @@ pub fn run(a: Args) -> Result<()> {
     if a.labels {
         print!("{}", labels_table(&an, a.layer));
     }
+    eprint!("{}", structure.summary());
     eprintln!("wrote {}", a.out.display());
     Ok(())
 }

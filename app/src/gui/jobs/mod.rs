@@ -450,6 +450,9 @@ pub struct Baseline {
     /// Whether the analysed adapter records any training (else it may itself be untrained).
     pub trained: bool,
     pub seconds: f64,
+    /// Structure (`analysis::structure`) of the analysis beside the twin's, with the best
+    /// layer's paper-form table.
+    pub structure: focus_core::analysis::structure::StructureReport,
 }
 
 /// Analyses the same text prefix as `res` with the untrained twin of its adapter (same mode, k
@@ -466,7 +469,13 @@ pub fn baseline(res: &AnalysisResult, text: &str, h: &Handle) -> Result<Baseline
     if an.tokens.len() != res.tokens() {
         return Err(JobError::Failed(format!("the untrained run saw {} tokens, the analysis {}", an.tokens.len(), res.tokens())));
     }
+    use focus_core::analysis::structure::{of_analysis, of_tops, PaperTable, StructureReport};
+    let tops: Vec<Vec<usize>> = res.argmax.iter().map(|l| l.iter().map(|&g| g as usize).collect()).collect();
+    let mine = of_tops(&res.analysis.tokens, &tops, res.groups());
+    let table = PaperTable::best(&mine, &tops, &res.analysis.tokens);
+    let structure = StructureReport::new(mine, Some((of_analysis(&an), seed)), table);
     Ok(Baseline {
+        structure,
         key: res.key.clone(),
         purity: an.profiles.iter().map(|p| p.centroids.iter().any(|c| c.tokens > 0).then(|| p.purity())).collect(),
         seed,

@@ -39,6 +39,9 @@ pub enum CatMode {
     Heatmap,
     /// Token-weighted purity per layer against the untrained adapter's.
     Curve,
+    /// Structure (FOCUS-METHOD section 6) per layer against the untrained twin and the
+    /// permutation null, and the best layer's table in the paper's form.
+    Structure,
 }
 
 /// The categories view's state: which view shows, and the untrained baseline of the purity
@@ -49,8 +52,9 @@ pub struct CategoriesView {
     pub baseline: Option<crate::gui::jobs::Baseline>,
     /// Why the baseline of `requested` could not be computed.
     pub baseline_error: Option<String>,
-    /// The analysis a baseline was last asked for.
-    requested: Option<crate::gui::state::AnalysisKey>,
+    /// The result a baseline was last asked for: its key and token count (a provisional result
+    /// shares its key with the full one that replaces it).
+    requested: Option<(crate::gui::state::AnalysisKey, usize)>,
 }
 
 /// Token-weighted purity per layer of the analysis (`LayerProfile::purity`).
@@ -108,9 +112,49 @@ pub fn heatmap_cells(res: &AnalysisResult, raw: bool) -> Vec<Cell> {
     out
 }
 
-/// Three letters of a category, for the heatmap's cells.
-fn short(c: Category) -> String {
-    c.name().chars().take(4).collect()
+/// A category's abbreviation for the heatmap's cells (the key below the heatmap spells them
+/// out; cutting names at four letters gave "othe" and "dete").
+pub fn short(c: Category) -> &'static str {
+    match c {
+        Category::Punctuation => "punct",
+        Category::Determiner => "det",
+        Category::Preposition => "prep",
+        Category::Pronoun => "pron",
+        Category::Conjunction => "conj",
+        Category::Verb => "verb",
+        Category::Noun => "noun",
+        Category::Adjective => "adj",
+        Category::Adverb => "adv",
+        Category::Number => "num",
+        Category::Other => "other",
+    }
+}
+
+/// The abbreviations' key: "punct = punctuation, det = determiner, ...".
+pub fn short_key() -> String {
+    Category::ALL.iter().filter(|&&c| short(c) != c.name()).map(|&c| format!("{} = {}", short(c), c.name())).collect::<Vec<_>>().join(", ")
+}
+
+/// The purity colour scale, 0% to 100%, drawn in `rect` with ticks below it.
+fn purity_legend(ui: &mut egui::Ui) {
+    ui.horizontal(|ui| {
+        ui.label("purity:");
+        let (rect, _) = ui.allocate_exact_size(egui::vec2(220.0, 26.0), egui::Sense::hover());
+        let p = ui.painter_at(rect);
+        let bar = egui::Rect::from_min_size(rect.min, egui::vec2(rect.width(), 12.0));
+        let steps = 44;
+        for i in 0..steps {
+            let x0 = bar.min.x + bar.width() * i as f32 / steps as f32;
+            let r = egui::Rect::from_min_max(egui::pos2(x0, bar.min.y), egui::pos2(x0 + bar.width() / steps as f32 + 0.5, bar.max.y));
+            p.rect_filled(r, 0.0, purity_color((i as f64 + 0.5) / steps as f64));
+        }
+        p.rect_stroke(bar, 0.0, egui::Stroke::new(1.0, egui::Color32::GRAY), egui::StrokeKind::Inside);
+        let fg = ui.visuals().text_color();
+        for (v, align) in [(0.0, egui::Align2::LEFT_TOP), (0.5, egui::Align2::CENTER_TOP), (1.0, egui::Align2::RIGHT_TOP)] {
+            p.text(egui::pos2(bar.min.x + bar.width() * v, bar.max.y + 1.0), align, format!("{:.0}%", 100.0 * v), egui::FontId::proportional(10.0), fg);
+        }
+        ui.label("(the top category's share of the group; white text from 55%)");
+    });
 }
 
 impl CategoriesView {
@@ -126,17 +170,20 @@ impl CategoriesView {
         }
     }
 
-    /// The baseline for this analysis, when computed.
+    /// The baseline for this analysis, when computed (for these tokens: not a provisional
+    /// result's).
     pub fn baseline_for(&self, res: &AnalysisResult) -> Option<&crate::gui::jobs::Baseline> {
-        self.baseline.as_ref().filter(|b| b.key == res.key)
+        self.baseline.as_ref().filter(|b| b.key == res.key && b.structure.adapter.tokens == res.tokens())
     }
 
-    /// Asks for the baseline of `res` once (again only when the analysis changes).
+    /// Asks for the baseline of `res` once per result (again only when the result changes, or
+    /// after a failure when asked to try again): the purity curve and the structure share it.
     fn request(&mut self, res: &std::sync::Arc<AnalysisResult>) -> Option<Command> {
-        if self.baseline_for(res).is_some() || self.requested.as_ref() == Some(&res.key) {
+        let id = (res.key.clone(), res.tokens());
+        if self.baseline_for(res).is_some() || self.requested.as_ref() == Some(&id) {
             return None;
         }
-        self.requested = Some(res.key.clone());
+        self.requested = Some(id);
         self.baseline_error = None;
         Some(Command::BuildBaseline(res.clone()))
     }
@@ -176,19 +223,8 @@ impl CategoriesView {
             None => words += ".",
         }
         ui.add(egui::Label::new(words).wrap());
-        if base.is_none() {
-            match &self.baseline_error {
-                Some(e) => {
-                    ui.colored_label(egui::Color32::from_rgb(200, 30, 30), format!("the untrained baseline failed: {e}"));
-                }
-                None => {
-                    ui.horizontal(|ui| {
-                        crate::gui::paint::busy::busy(ui);
-                        ui.label("analysing the same tokens with the untrained adapter (in the background)…");
-                    });
-                }
-            }
-        }
+        let base = base.map(|b| (b.seed, b.purity.clone()));
+        self.twin_status(res, ui);
         let layer = cx.layer(res);
         let pts = |v: &[Option<f64>]| egui_plot::PlotPoints::from(v.iter().enumerate().filter_map(|(l, p)| p.map(|p| [l as f64, p])).collect::<Vec<_>>());
         let (trained_c, base_c) = (egui::Color32::from_rgb(0x1f, 0x77, 0xb4), egui::Color32::from_rgb(0x7f, 0x7f, 0x7f));
@@ -203,10 +239,10 @@ impl CategoriesView {
             .show(ui, |p| {
                 p.line(egui_plot::Line::new("this adapter", pts(&trained)).color(trained_c).width(2.5));
                 p.points(egui_plot::Points::new("this adapter", pts(&trained)).radius(3.0).color(trained_c));
-                if let Some(b) = base {
-                    let name = format!("untrained (random init, seed {})", b.seed);
-                    p.line(egui_plot::Line::new(name.clone(), pts(&b.purity)).color(base_c).width(2.0).style(egui_plot::LineStyle::dashed_dense()));
-                    p.points(egui_plot::Points::new(name, pts(&b.purity)).radius(2.5).color(base_c));
+                if let Some((seed, purity)) = &base {
+                    let name = format!("untrained (random init, seed {seed})");
+                    p.line(egui_plot::Line::new(name.clone(), pts(purity)).color(base_c).width(2.0).style(egui_plot::LineStyle::dashed_dense()));
+                    p.points(egui_plot::Points::new(name, pts(purity)).radius(2.5).color(base_c));
                 }
                 p.hline(egui_plot::HLine::new(format!("one group for all tokens = {:.0}%", 100.0 * one), one).color(egui::Color32::from_gray(190)));
                 p.vline(egui_plot::VLine::new(format!("selected layer {layer}"), layer as f64).color(egui::Color32::from_gray(200)));
@@ -219,7 +255,7 @@ impl CategoriesView {
                     }
                     ui.end_row();
                     for (l, p) in trained.iter().enumerate() {
-                        let u = base.and_then(|b| b.purity.get(l).copied().flatten());
+                        let u = base.as_ref().and_then(|(_, b)| b.get(l).copied().flatten());
                         let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.1}%", 100.0 * x));
                         ui.label(l.to_string());
                         ui.label(pct(*p));
@@ -241,8 +277,142 @@ impl CategoriesView {
             CatMode::Heatmap => heatmap_svg(res, raw),
             CatMode::Layer => svg(res, layer),
             CatMode::Curve => Ok(curve_svg(res, self.baseline_for(res))),
+            CatMode::Structure => self.baseline_for(res).map(|b| structure_svg(res, &b.structure)).ok_or_else(|| "the structure is still being computed".to_string()),
         }
     }
+
+    /// The busy line or the error while the twin is computed (nothing once it is); after an
+    /// error, a button asks for it again.
+    fn twin_status(&mut self, res: &AnalysisResult, ui: &mut egui::Ui) {
+        if self.baseline_for(res).is_some() {
+            return;
+        }
+        match &self.baseline_error {
+            Some(e) => {
+                ui.horizontal(|ui| {
+                    ui.colored_label(egui::Color32::from_rgb(200, 30, 30), format!("the untrained baseline failed: {e}"));
+                    if ui.button("try again").clicked() {
+                        self.requested = None;
+                    }
+                });
+            }
+            None => {
+                ui.horizontal(|ui| {
+                    crate::gui::paint::busy::busy(ui);
+                    ui.label("analysing the same tokens with the untrained adapter (in the background)…");
+                });
+            }
+        }
+    }
+
+    /// Structure per layer against the untrained twin on the same tokens and the permutation
+    /// null (NMI of the top group with category, token id, position bucket and repeats; purity;
+    /// pure centroids; dominance), and the best layer's table in the paper's form.
+    fn structure(&mut self, cx: &ViewCtx, res: &std::sync::Arc<AnalysisResult>, ui: &mut egui::Ui) -> Vec<Command> {
+        use focus_core::analysis::structure::{PaperTable, PURE_MIN_TOKENS};
+        let out: Vec<Command> = self.request(res).into_iter().collect();
+        ui.add(
+            egui::Label::new(
+                "Structure (FOCUS-METHOD section 6): per layer, the normalised mutual information (NMI) between each token's top group and its word category, beside the permutation null (group labels shuffled, sizes kept) and the untrained twin (a random init with this adapter's config, on the same tokens); the same against token id, position and \"repeats an earlier token\", which tell category structure from copying and position. Pure: centroids >= 60% one category with >= 50 tokens.",
+            )
+            .wrap(),
+        );
+        self.twin_status(res, ui);
+        let Some(b) = self.baseline_for(res) else { return out };
+        let r = &b.structure;
+        ui.add(egui::Label::new(r.summary().lines().take(4).map(str::trim).collect::<Vec<_>>().join("\n")).wrap());
+        let layer = cx.layer(res);
+        let pts = |f: &dyn Fn(&focus_core::analysis::structure::LayerStructure) -> f64, s: &focus_core::analysis::structure::Structure| {
+            egui_plot::PlotPoints::from(s.layers.iter().map(|l| [l.layer as f64, f(l)]).collect::<Vec<_>>())
+        };
+        let (mine_c, twin_c, null_c) = (egui::Color32::from_rgb(0x1f, 0x77, 0xb4), egui::Color32::from_rgb(0x7f, 0x7f, 0x7f), egui::Color32::from_rgb(0xd6, 0x27, 0x28));
+        egui_plot::Plot::new("structure_nmi")
+            .height(200.0)
+            .legend(egui_plot::Legend::default().position(egui_plot::Corner::RightTop))
+            .x_axis_label("layer")
+            .y_axis_label("NMI(group, category)")
+            .include_y(0.0)
+            .show(ui, |p| {
+                p.line(egui_plot::Line::new("this adapter", pts(&|l| l.category.value, &r.adapter)).color(mine_c).width(2.5));
+                if let Some(t) = &r.twin {
+                    p.line(egui_plot::Line::new(format!("untrained twin (seed {})", b.seed), pts(&|l| l.category.value, t)).color(twin_c).width(2.0).style(egui_plot::LineStyle::dashed_dense()));
+                }
+                p.line(egui_plot::Line::new("null (shuffled groups, max)", pts(&|l| l.category.null_max, &r.adapter)).color(null_c).width(1.5).style(egui_plot::LineStyle::dotted_dense()));
+                p.vline(egui_plot::VLine::new(format!("selected layer {layer}"), layer as f64).color(egui::Color32::from_gray(200)));
+            });
+        egui::CollapsingHeader::new("structure per layer (numbers)").id_salt("structure_numbers").default_open(true).show(ui, |ui| {
+            egui::ScrollArea::vertical().id_salt("structure_numbers_scroll").max_height(220.0).show(ui, |ui| {
+                egui::Grid::new("structure_table").striped(true).show(ui, |ui| {
+                    for hd in ["layer", "NMI(cat)", "null", "twin", "ratio", "NMI(token)", "NMI(pos)", "NMI(repeat)", "purity", "twin", "pure", "twin", "dominance"] {
+                        ui.strong(hd);
+                    }
+                    ui.end_row();
+                    for (i, l) in r.adapter.layers.iter().enumerate() {
+                        let t = r.twin_layer(i);
+                        let f3 = |x: f64| format!("{x:.3}");
+                        ui.label(l.layer.to_string());
+                        ui.label(f3(l.category.value));
+                        ui.label(f3(l.category.null_mean));
+                        ui.label(t.map_or("-".into(), |t| f3(t.category.value)));
+                        ui.label(r.vs_twin.as_ref().and_then(|v| v.per_layer.get(i)).map_or("-".into(), |x| format!("{x:.2}x")));
+                        ui.label(format!("{:.3} ({:.3})", l.token.value, l.token.null_mean));
+                        ui.label(format!("{:.3} ({:.3})", l.position.value, l.position.null_mean));
+                        ui.label(format!("{:.3} ({:.3})", l.repeat.value, l.repeat.null_mean));
+                        ui.label(format!("{:.1}%", 100.0 * l.purity));
+                        ui.label(t.map_or("-".into(), |t| format!("{:.1}%", 100.0 * t.purity)));
+                        ui.label(l.pure60.to_string());
+                        ui.label(t.map_or("-".into(), |t| t.pure60.to_string()));
+                        ui.label(format!("{:.1}%", 100.0 * l.dominance));
+                        ui.end_row();
+                    }
+                });
+            });
+        });
+        if let Some(t) = &r.table {
+            ui.separator();
+            ui.strong(format!(
+                "paper-form table of the best layer ({}): {} of {} centroids >= 60% pure (>= {PURE_MIN_TOKENS} tokens), NMI {:.3}",
+                t.layer,
+                t.pure60,
+                t.rows.len(),
+                t.category_nmi
+            ));
+            let mut rows: Vec<_> = t.rows.iter().collect();
+            rows.sort_by(|a, b| b.tokens.cmp(&a.tokens).then(a.group.cmp(&b.group)));
+            egui::Grid::new("paper_table").striped(true).spacing([10.0, 3.0]).show(ui, |ui| {
+                for hd in ["group", "category", "purity", "size", "most frequent tokens (count)"] {
+                    ui.strong(hd);
+                }
+                ui.end_row();
+                for row in rows {
+                    let sg = cx.shown(res, t.layer, row.group);
+                    let (rect, swatch) = ui.allocate_exact_size(egui::vec2(40.0, 16.0), egui::Sense::hover());
+                    swatch.on_hover_text(format!("centroid {} of layer {}", row.group, t.layer));
+                    ui.painter().rect_filled(rect, 2.0, palette::group(sg));
+                    ui.painter().text(rect.center(), egui::Align2::CENTER_CENTER, format!("g{sg}"), egui::FontId::proportional(12.0), egui::Color32::BLACK);
+                    let cat = row.top_category.map(|c| c.name()).unwrap_or("empty");
+                    ui.label(if row.pure { egui::RichText::new(cat).strong() } else { egui::RichText::new(cat) });
+                    ui.label(row.purity.map_or("-".into(), |p| format!("{:.0}%", 100.0 * p)));
+                    ui.label(format!("{:.1}%", 100.0 * row.share));
+                    ui.label(PaperTable::tokens_of(row));
+                    ui.end_row();
+                }
+            });
+        }
+        out
+    }
+}
+
+/// NMI(top group, category) per layer, the adapter's, its twin's and the null's, as SVG.
+pub fn structure_svg(res: &AnalysisResult, r: &focus_core::analysis::structure::StructureReport) -> String {
+    use crate::gui::export::svg::{line_chart, Series};
+    let pts = |s: &focus_core::analysis::structure::Structure, null: bool| s.layers.iter().map(|l| (l.layer as f64, if null { l.category.null_max } else { l.category.value })).collect::<Vec<_>>();
+    let mut series = vec![Series { name: "this adapter".into(), color: "#1f77b4".into(), points: pts(&r.adapter, false), dashed: false }];
+    if let Some(t) = &r.twin {
+        series.push(Series { name: format!("untrained (seed {})", r.twin_seed.unwrap_or(0)), color: "#7f7f7f".into(), points: pts(t, false), dashed: true });
+    }
+    series.push(Series { name: "null (max)".into(), color: "#d62728".into(), points: pts(&r.adapter, true), dashed: true });
+    line_chart(&format!("NMI(top group, category) per layer: {}", res.analysis.adapter), "layer", "NMI", &series, &[])
 }
 
 impl View for CategoriesView {
@@ -252,6 +422,7 @@ impl View for CategoriesView {
             ui.selectable_value(&mut self.mode, CatMode::Layer, "this layer");
             ui.selectable_value(&mut self.mode, CatMode::Heatmap, "all layers: purity heatmap");
             ui.selectable_value(&mut self.mode, CatMode::Curve, "purity by layer vs untrained");
+            ui.selectable_value(&mut self.mode, CatMode::Structure, "structure vs untrained");
         });
         match self.mode {
             CatMode::Heatmap => {
@@ -259,6 +430,7 @@ impl View for CategoriesView {
                 Vec::new()
             }
             CatMode::Curve => self.curve(cx, res, ui),
+            CatMode::Structure => self.structure(cx, res, ui),
             CatMode::Layer => layer_table(cx, res, ui),
         }
     }
@@ -277,7 +449,7 @@ pub fn curve_svg(res: &AnalysisResult, base: Option<&crate::gui::jobs::Baseline>
 }
 
 /// Purity as a colour: white (0) to dark blue (1).
-fn purity_color(p: f64) -> egui::Color32 {
+pub fn purity_color(p: f64) -> egui::Color32 {
     let p = p.clamp(0.0, 1.0) as f32;
     let lerp = |a: f32, b: f32| (a + (b - a) * p).round() as u8;
     egui::Color32::from_rgb(lerp(255.0, 33.0), lerp(255.0, 80.0), lerp(255.0, 160.0))
@@ -294,6 +466,8 @@ fn heatmap(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) {
         if raw { "raw indices" } else { "numbers matched across layers" },
         rates.join(", ")
     ));
+    ui.label(format!("abbreviations: {}.", short_key()));
+    purity_legend(ui);
     let cells = heatmap_cells(res, raw);
     let (layers, groups) = (res.layers(), res.groups());
     let label_w = 60.0;
@@ -350,8 +524,19 @@ pub fn heatmap_svg(res: &AnalysisResult, raw: bool) -> Result<String, String> {
     let cells = heatmap_cells(res, raw);
     let (layers, groups) = (res.layers(), res.groups());
     let (cw, ch, left, top) = (64.0, 18.0, 70.0, 60.0);
-    let mut s = Svg::new(left + cw * groups as f64 + 20.0, top + ch * layers as f64 + 20.0);
+    let bottom = top + ch * layers as f64;
+    let mut s = Svg::new((left + cw * groups as f64 + 20.0).max(640.0), bottom + 80.0);
     s.text(10.0, 20.0, "purity per layer and group (colour); top category and lift over its base rate (text)", 13.0, "black", "start");
+    // The colour scale and the abbreviations' key.
+    let steps = 20;
+    for i in 0..steps {
+        s.rect(left + 12.0 * i as f64, bottom + 14.0, 12.0, 12.0, &palette::hex(purity_color((i as f64 + 0.5) / steps as f64)), None);
+    }
+    s.text(10.0, bottom + 24.0, "purity", 11.0, "black", "start");
+    for (v, anchor) in [(0.0, "start"), (0.5, "middle"), (1.0, "end")] {
+        s.text(left + 12.0 * steps as f64 * v, bottom + 40.0, &format!("{:.0}%", 100.0 * v), 10.0, "black", anchor);
+    }
+    s.text(10.0, bottom + 62.0, &short_key(), 10.0, "black", "start");
     for g in 0..groups {
         s.rect(left + cw * g as f64 + 2.0, top - 22.0, cw - 4.0, 16.0, &palette::hex(palette::group(g)), None);
         s.text(left + cw * (g as f64 + 0.5), top - 10.0, &format!("g{g}"), 11.0, "black", "middle");
