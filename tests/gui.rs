@@ -85,11 +85,11 @@ fn gui_end_to_end() {
     }
     no_errors(&h);
     let csv = std::fs::read_to_string(dir.path().join("focus-lens-stats.csv")).unwrap();
-    assert!(csv.starts_with("layer,group,size"));
+    assert!(csv.starts_with("layer,group,group_raw,size"));
     assert_eq!(csv.lines().count(), 1 + 30 * 8);
     // The CSV set of `focus-lens analyze`: category profiles and tokens beside it.
     let profiles = std::fs::read_to_string(dir.path().join("focus-lens-stats.profiles.csv")).expect("profiles CSV");
-    assert!(profiles.starts_with("layer,group,tokens,label,top_category,purity"));
+    assert!(profiles.starts_with("layer,group,group_raw,tokens,label,top_category,purity"));
     assert_eq!(profiles.lines().count(), 1 + 30 * 8);
     let tokens_csv = std::fs::read_to_string(dir.path().join("focus-lens-stats.tokens.csv")).expect("tokens CSV");
     assert_eq!(tokens_csv.lines().count(), 1 + r.tokens());
@@ -1733,4 +1733,70 @@ fn hostile_inputs_through_the_file_window() {
     settle(&mut h);
     no_errors(&h);
     assert_eq!(h.state().session.result.as_ref().unwrap().analysis.mode, "dense");
+}
+
+/// Issue 29, item 1: the exported group numbers are the ones on screen (matched across layers),
+/// each with its raw centroid index; a tidy per-token per-layer CSV; a truthful provenance.
+#[test]
+fn exports_use_the_shown_group_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(120), dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    let r = h.state().session.result.clone().unwrap();
+    // A layer whose shown numbers differ from the raw ones (matched to the layer before).
+    let layer = (0..r.layers()).find(|&l| (0..r.groups()).any(|g| r.shown_group(l, g, false) != g)).expect("some layer renumbered");
+    h.state_mut().settings.setup.layer = layer;
+    h.step();
+    for item in ["Statistics as CSV…", "Statistics as JSON…"] {
+        click_menu(&mut h, "Export", item);
+    }
+    no_errors(&h);
+    let csv = std::fs::read_to_string(dir.path().join("focus-lens-stats.csv")).unwrap();
+    assert!(csv.starts_with("layer,group,group_raw,size,"), "{}", csv.lines().next().unwrap());
+    let profiles = std::fs::read_to_string(dir.path().join("focus-lens-stats.profiles.csv")).unwrap();
+    for g in 0..r.groups() {
+        let shown = r.shown_group(layer, g, false);
+        let size = r.argmax[layer].iter().filter(|&&a| a as usize == g).count();
+        // The row of shown group `shown` is raw group `g`, with the size the screen shows for it.
+        let row = csv.lines().find(|l| l.starts_with(&format!("{layer},{shown},"))).unwrap();
+        let f: Vec<&str> = row.split(',').collect();
+        assert_eq!((f[2], f[3]), (g.to_string().as_str(), size.to_string().as_str()), "{row}");
+        let prow = profiles.lines().find(|l| l.starts_with(&format!("{layer},{shown},"))).unwrap();
+        assert!(prow.starts_with(&format!("{layer},{shown},{g},{size},")), "{prow}");
+    }
+    // Rows in the order the screen shows them.
+    let shown_col: Vec<usize> = csv.lines().skip(1).filter(|l| l.starts_with(&format!("{layer},"))).map(|l| l.split(',').nth(1).unwrap().parse().unwrap()).collect();
+    assert_eq!(shown_col, (0..r.groups()).collect::<Vec<_>>());
+    // Tidy: one row per token and layer.
+    let tidy = std::fs::read_to_string(dir.path().join("focus-lens-stats.groups.csv")).expect("per-token per-layer CSV");
+    assert!(tidy.starts_with("token,text,layer,group,group_raw,confidence,category\n"));
+    // Records, not lines: a token's text may hold a quoted line break.
+    let mut quoted = false;
+    let records = tidy.chars().filter(|&c| {
+        if c == '"' {
+            quoted = !quoted;
+        }
+        c == '\n' && !quoted
+    });
+    assert_eq!(records.count(), 1 + r.tokens() * r.layers());
+    let g5 = r.argmax[layer][5] as usize;
+    let t5 = &r.analysis.tokens[5].text;
+    let t5 = if t5.contains([',', '"', '\n', '\r']) { format!("\"{}\"", t5.replace('"', "\"\"")) } else { t5.clone() };
+    let row5 = tidy.lines().find(|l| l.starts_with(&format!("5,{t5},{layer},"))).unwrap().to_string();
+    assert!(row5.contains(&format!(",{layer},{},{g5},", r.shown_group(layer, g5, false))), "{row5}");
+    // JSON: arrays by shown number, the mapping, and a provenance that says so.
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-stats.json")).unwrap()).unwrap();
+    let lj = &json["layers"][layer];
+    for g in 0..r.groups() {
+        let shown = r.shown_group(layer, g, false);
+        assert_eq!(lj["group_raw_of_shown"][shown].as_u64(), Some(g as u64));
+        assert_eq!(lj["group_size"][shown].as_u64(), Some(r.analysis.layers[layer].group_size[g] as u64));
+    }
+    let pv = &json["provenance"];
+    assert_eq!(pv["settings"]["raw_group_indices"], false);
+    assert!(pv["group_numbers"].as_str().unwrap().starts_with("shown"), "{pv}");
+    let c0 = &json["profiles"][layer]["centroids"][0];
+    assert_eq!(c0["group"].as_u64(), Some(0));
+    assert_eq!(r.shown_group(layer, c0["group_raw"].as_u64().unwrap() as usize, false), 0);
 }

@@ -468,7 +468,7 @@ impl FocusLensApp {
             // Sets of files: `focus-lens analyze`'s (per group, profiles, tokens), or the
             // comparison's (per token, per layer).
             let written = match (kind, &self.views.compare.result) {
-                (ExportKind::StatsCsv, _) => export::write_csv_set(&res, &path),
+                (ExportKind::StatsCsv, _) => export::write_csv_set(&res, &path, self.settings.setup.raw_groups),
                 (_, Some(c)) => export::write_compare_csv(c, &path, layer, head),
                 (_, None) => Err("no comparison yet: press Run comparison first".to_string()),
             };
@@ -481,7 +481,7 @@ impl FocusLensApp {
         let text = match kind {
             ExportKind::StatsJson => {
                 let text = self.session.text.as_ref().filter(|t| t.gen == res.key.text_gen).map(|t| t.text.clone());
-                export::stats(&res, kind, export::provenance(&res, &self.settings, text.as_deref().map(|s| s.as_str()), &self.selection))
+                export::stats(&res, kind, export::provenance(&res, &self.settings, text.as_deref().map(|s| s.as_str()), &self.selection), self.settings.setup.raw_groups)
             }
             ExportKind::ViewSvg => self.views.svg(&self.settings, &res, self.selection.selected, self.selection.range),
             ExportKind::CompareJson => self.views.compare.result.as_ref().map(|c| c.json(layer, head)).ok_or_else(|| "no comparison yet: press Run comparison first".to_string()),
