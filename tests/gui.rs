@@ -1800,3 +1800,91 @@ fn exports_use_the_shown_group_numbers() {
     assert_eq!(c0["group"].as_u64(), Some(0));
     assert_eq!(r.shown_group(layer, c0["group_raw"].as_u64().unwrap() as usize, false), 0);
 }
+
+/// Issue 29, item 2: `focus-lens gui --adapter A` after the app was last used on another model
+/// opens A's own base model (here the default SmolLM2) instead of an empty window.
+#[test]
+fn adapter_alone_opens_its_base_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stored = settings(120);
+    stored.inputs.model = Some(common::gemma3_model_path());
+    let args = focus_lens::gui::StartArgs {
+        inputs: focus_lens::gui::Inputs { adapter: Some(common::root().join("sample_adapters/smollm2-135m-k4")), ..Default::default() },
+        ..Default::default()
+    };
+    let s = focus_lens::gui::startup_settings(stored, &args);
+    let mut h = harness(s, dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    let r = h.state().session.result.clone().expect("an analysis, not an empty window");
+    assert_eq!(r.groups(), 4);
+    assert_eq!(r.layers(), 30, "SmolLM2, the adapter's base model");
+    assert!(!has(&h, "no adapter"));
+}
+
+/// Issue 29, item 3: opening a model that the loaded adapter does not fit stops the running
+/// analysis and drops the adapter with a message; no frame shows the old analysis or the old
+/// adapter under the new model.
+#[test]
+fn another_model_never_mixes_with_the_old_adapter() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(120), dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    // A longer analysis running when the model changes.
+    h.state_mut().settings.setup.params.max_tokens = 400;
+    h.step();
+    assert!(h.state().session.running_analysis().is_some());
+    type_path_and_open(&mut h, "Open model…", &common::gemma3_model_path(), "Open as model");
+    let t0 = Instant::now();
+    loop {
+        h.step();
+        let app = h.state();
+        if let (Some(m), Some(r)) = (&app.session.model, &app.session.result) {
+            assert_eq!(r.key.model_gen, m.gen, "an analysis of the previous model on screen under {}", m.model.config().name);
+        }
+        if app.session.model.as_ref().is_some_and(|m| m.model.config().n_layers == 18) {
+            assert!(!has(&h, "smollm2-135m-k8"), "the SmolLM2 adapter named beside Gemma");
+        }
+        if !app.busy() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(300));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    settle(&mut h);
+    let app = h.state();
+    assert_eq!(app.session.model.as_ref().unwrap().model.config().n_layers, 18);
+    assert!(app.session.adapter.is_none() && app.session.result.is_none() && app.session.running_analysis().is_none());
+    assert!(app.errors.iter().any(|e| e.contains("no adapter is loaded: open one made for")), "{:?}", app.errors);
+}
+
+/// Issue 29, item 4: an adapter that does not fit is refused and changes nothing: the Sinkhorn
+/// and window settings stay, no analysis runs, the result on screen stays.
+#[test]
+fn a_refused_adapter_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(120), dir.path());
+    h.state_mut().settings.setup.params.causal = Some(true);
+    h.state_mut().settings.setup.params.window = Some(64);
+    settle(&mut h);
+    no_errors(&h);
+    let before = h.state().session.result.clone().unwrap();
+    h.state_mut().open(InputKind::Adapter, common::root().join("sample_adapters/gemma3-270m-k8"));
+    let t0 = Instant::now();
+    loop {
+        h.step();
+        assert!(h.state().session.running_analysis().is_none(), "a re-analysis started");
+        if !h.state().busy() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    settle(&mut h);
+    let app = h.state();
+    assert!(app.errors.iter().any(|e| e.contains("gemma3-270m-k8")), "{:?}", app.errors);
+    assert_eq!((app.settings.setup.params.causal, app.settings.setup.params.window), (Some(true), Some(64)));
+    assert!(std::sync::Arc::ptr_eq(app.session.result.as_ref().unwrap(), &before));
+    assert_eq!(app.settings.inputs.adapter, None);
+}

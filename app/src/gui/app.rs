@@ -45,6 +45,9 @@ pub struct FocusLensApp {
     pub pending_select: Option<usize>,
     /// And its selected range, restored with it.
     pub pending_range: Option<(usize, usize)>,
+    /// The window and Sinkhorn overrides an adapter being opened replaced: restored when it is
+    /// refused (a refused input changes nothing).
+    adapter_restore: Option<(Option<usize>, Option<bool>)>,
     ctx: Option<egui::Context>,
 }
 
@@ -66,6 +69,7 @@ impl FocusLensApp {
             pending_full: None,
             pending_select: None,
             pending_range: None,
+            adapter_restore: None,
             ctx: None,
         }
     }
@@ -98,7 +102,10 @@ impl FocusLensApp {
     pub fn open(&mut self, kind: InputKind, path: PathBuf) {
         *self.settings.inputs.path_mut(kind) = Some(path);
         if kind == InputKind::Adapter {
-            // A new adapter brings its own window and Sinkhorn variant.
+            // A new adapter brings its own window and Sinkhorn variant (the current ones come
+            // back if it is refused).
+            let p = &self.settings.setup.params;
+            self.adapter_restore.get_or_insert((p.window, p.causal));
             self.settings.setup.params.window = None;
             self.settings.setup.params.causal = None;
         }
@@ -277,6 +284,18 @@ impl FocusLensApp {
     fn handle_model(&mut self, r: Result<Arc<focus_core::Model>, JobError>, path: Option<PathBuf>, device: DeviceChoice) {
         match r {
             Ok(model) => {
+                if self.session.model.is_some() {
+                    // Another model: nothing of the previous one stays on screen or runs on. The
+                    // adapter is loaded again for it (or refused, with a message).
+                    if self.session.running_analysis().is_some() {
+                        self.worker.cancel(TaskKind::Analyze);
+                        self.session.analysis_ended();
+                    }
+                    self.session.adapter = None;
+                    self.session.result = None;
+                    self.pending_full = None;
+                    self.selection = Selection::default();
+                }
                 let gen = self.session.gen();
                 if let Some(p) = &path {
                     self.settings.remember(InputKind::Model, p.clone());
@@ -290,6 +309,7 @@ impl FocusLensApp {
     fn handle_adapter(&mut self, r: Result<Arc<Adapter>, JobError>, path: Option<PathBuf>, model_gen: u64) {
         match r {
             Ok(adapter) => {
+                self.adapter_restore = None;
                 let gen = self.session.gen();
                 if let Some(p) = &path {
                     self.settings.remember(InputKind::Adapter, p.clone());
@@ -333,6 +353,15 @@ impl FocusLensApp {
             None => format!("the default {}", kind.label()),
         };
         self.errors.push(format!("cannot open {what}: {e}"));
+        if kind == InputKind::Adapter {
+            if let Some((window, causal)) = self.adapter_restore.take() {
+                self.settings.setup.params.window = window;
+                self.settings.setup.params.causal = causal;
+            }
+            if let (None, Some(m)) = (&self.session.adapter, &self.session.model) {
+                self.errors.push(format!("no adapter is loaded: open one made for {} (File menu, Open adapter…)", m.model.config().name));
+            }
+        }
         if let Some(p) = self.session.loaded_path(kind) {
             *self.settings.inputs.path_mut(kind) = p;
             // What is loaded is what is wanted again: nothing to retry.
