@@ -1888,3 +1888,39 @@ fn a_refused_adapter_changes_nothing() {
     assert!(std::sync::Arc::ptr_eq(app.session.result.as_ref().unwrap(), &before));
     assert_eq!(app.settings.inputs.adapter, None);
 }
+
+/// Issue 29, item 5: from 1024x640 up every tab is on screen, inside the central area, and
+/// opens; the tab bar wraps, the details panel starts hidden in a narrow window and both side
+/// panels can be hidden and shown again.
+#[test]
+fn every_tab_is_reachable_from_1024x640_up() {
+    let dir = tempfile::tempdir().unwrap();
+    for (w, hgt) in [(1024.0, 640.0), (1280.0, 800.0), (1600.0, 1000.0)] {
+        let mut h = gui_harness::harness_at(settings(120), dir.path(), egui::vec2(w, hgt));
+        settle(&mut h);
+        no_errors(&h);
+        assert_eq!(has(&h, "Hover a token"), w >= 1400.0, "the details panel at {w}x{hgt}");
+        for tab in Tab::ALL {
+            h.step();
+            let view = h.state().views.rect.expect("the central view");
+            assert!(view.width() >= 0.6 * w, "the central view is {} of {w} points wide", view.width());
+            let r = h.get_by_label(tab.label()).rect();
+            assert!(view.contains_rect(r), "{tab:?} at {r:?}, outside the central view {view:?} at {w}x{hgt}");
+            h.get_by_label(tab.label()).click();
+            h.step();
+            h.step();
+            assert_eq!(h.state().settings.setup.tab, tab, "{tab:?} at {w}x{hgt}");
+        }
+        // The panels' toggles.
+        h.get_by_label("Details panel").click();
+        h.step();
+        h.step();
+        assert_eq!(has(&h, "Hover a token"), w < 1400.0);
+        let before = h.state().views.rect.unwrap();
+        h.get_by_label("Controls panel").click();
+        h.step();
+        h.step();
+        assert!(!has(&h, "causal Sinkhorn"));
+        assert!(h.state().views.rect.unwrap().width() > before.width() + 100.0, "hiding the controls gives the view their room");
+    }
+}
