@@ -1924,3 +1924,31 @@ fn every_tab_is_reachable_from_1024x640_up() {
         assert!(h.state().views.rect.unwrap().width() > before.width() + 100.0, "hiding the controls gives the view their room");
     }
 }
+
+/// Issue 29, item 6: comparing adapters of different K (K = 8 on screen, K = 4 as run B) warns
+/// that their group numbers do not correspond and reports no "layers changed".
+#[test]
+fn compare_of_different_k_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(64), dir.path());
+    settle(&mut h);
+    h.get_by_label("Compare").click();
+    h.step();
+    h.state_mut().settings.setup.compare.max_tokens = 64;
+    h.step();
+    h.get_by_label("adapter B:").click();
+    h.step();
+    h.get_by_label("adapter B:").type_text(&common::root().join("sample_adapters/smollm2-135m-k4").display().to_string());
+    h.step();
+    h.step();
+    h.get_by_label("Run comparison").click();
+    h.step();
+    settle(&mut h);
+    no_errors(&h);
+    let c = h.state().views.compare.result.as_ref().expect("a comparison");
+    assert_eq!(c.groups, (8, 4));
+    assert!(has(&h, "their group numbers do not correspond"));
+    assert!(!has(&h, &format!("/{}", c.layers())), "a 'layers changed' count in the table");
+    let svg = h.state().views.compare.svg(0).unwrap();
+    assert!(!svg.contains("top-k groups change") && !svg.contains("Δ loss, groups change"));
+}
