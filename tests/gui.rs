@@ -1952,3 +1952,64 @@ fn compare_of_different_k_warns() {
     let svg = h.state().views.compare.svg(0).unwrap();
     assert!(!svg.contains("top-k groups change") && !svg.contains("Δ loss, groups change"));
 }
+
+/// Issue 29, item 7: the mask's zoom resets on a new result, and the zoomed header and tooltip
+/// say what a pixel really is (screen pixels per pair, no block in the full-resolution region).
+#[test]
+fn mask_zoom_resets_and_says_its_scale() {
+    use focus_lens::gui::views::mask::MASK_PLOT;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(1200);
+    (s.setup.tab, s.setup.layer) = (Tab::Mask, 7);
+    let mut h = harness(s, dir.path());
+    settle(&mut h);
+    h.step();
+    settle(&mut h);
+    h.step();
+    no_errors(&h);
+    let ctx = h.ctx.clone();
+    let mem = || egui_plot::PlotMemory::load(&ctx, egui::Id::unique(MASK_PLOT)).expect("the mask plot");
+    let t = mem().transform();
+    let at = t.position_from_point(&egui_plot::PlotPoint::new(560.0, 600.0));
+    h.hover_at(at);
+    h.step();
+    for _ in 0..40 {
+        let b = *mem().bounds();
+        if b.width().max(b.height()) <= 120.0 {
+            break;
+        }
+        for _ in 0..3 {
+            h.event(egui::Event::MouseWheel { unit: egui::MouseWheelUnit::Point, delta: egui::vec2(0.0, 120.0), phase: egui::TouchPhase::Move, source: egui::MouseWheelSource::Wheel, modifiers: egui::Modifiers::CTRL });
+            h.event(egui::Event::ModifiersChanged(egui::Modifiers::CTRL));
+            h.step();
+        }
+        for _ in 0..30 {
+            h.step();
+        }
+    }
+    h.event(egui::Event::ModifiersChanged(egui::Modifiers::NONE));
+    h.step();
+    h.step();
+    let tr = mem().transform();
+    let px = tr.frame().width() as f64 / tr.bounds().width() * ctx.pixels_per_point() as f64;
+    assert!(px > 2.0, "zoomed in to several pixels per pair: {px}");
+    assert!(h.state().views.mask.zoom.is_some());
+    assert!(!has(&h, "one pair per pixel"));
+    assert!(has(&h, &format!("one pair = {px:.1} x {px:.1} screen pixels")), "the header says {px:.1} px per pair");
+    // The tooltip of a pair in the full-resolution region names no block.
+    h.hover_at(at + egui::vec2(1.0, 1.0));
+    h.step();
+    h.step();
+    assert!(has(&h, "query #"), "a tooltip");
+    assert!(!has(&h, "block of"), "the tooltip describes a block inside the full-resolution region");
+    // A new result (fewer tokens): the whole mask again, not an empty corner of the old zoom.
+    h.state_mut().settings.setup.params.max_tokens = 600;
+    settle(&mut h);
+    h.step();
+    settle(&mut h);
+    h.step();
+    h.step();
+    assert!(h.state().views.mask.zoom.is_none());
+    let b = *mem().bounds();
+    assert!(b.min()[0] <= 1.0 && b.max()[0] >= 599.0 && b.min()[1] <= 1.0 && b.max()[1] >= 599.0, "the new mask whole: {b:?}");
+}
