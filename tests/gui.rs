@@ -2013,3 +2013,68 @@ fn mask_zoom_resets_and_says_its_scale() {
     let b = *mem().bounds();
     assert!(b.min()[0] <= 1.0 && b.max()[0] >= 599.0 && b.min()[1] <= 1.0 && b.max()[1] >= 599.0, "the new mask whole: {b:?}");
 }
+
+/// Issue 29, item 9: no stale text. An export error goes once a retry succeeds, and the file
+/// window keeps the typed path after the error; "analysis cancelled" goes with the next result;
+/// "Sinkhorn set to …" goes when another input opens; the glossary closes on Escape.
+#[test]
+fn no_stale_status_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(64), dir.path());
+    h.state_mut().export_dir = None;
+    settle(&mut h);
+    no_errors(&h);
+    // An export to a folder that does not exist, through the file window.
+    let bad = dir.path().join("missing/stats.json");
+    click_menu(&mut h, "Export", "Statistics as JSON…");
+    h.step();
+    h.step();
+    h.state_mut().views.files.path.clear();
+    h.get_by_label("Path:").click();
+    h.step();
+    h.get_by_label("Path:").type_text(&bad.display().to_string());
+    h.step();
+    h.get_by_label("Save").click();
+    h.step();
+    h.step();
+    assert!(h.state().errors.iter().any(|e| e.starts_with("export to")), "{:?}", h.state().errors);
+    assert!(h.state().views.files.task.is_some(), "the file window is back");
+    assert_eq!(h.state().views.files.path, bad.display().to_string(), "with the typed path");
+    // Corrected (the folder made), saved again: the old error goes.
+    std::fs::create_dir_all(bad.parent().unwrap()).unwrap();
+    h.get_by_label("Save").click();
+    h.step();
+    h.step();
+    assert!(bad.is_file());
+    no_errors(&h);
+    assert!(h.state().status.starts_with("wrote"));
+    // Cancel an analysis, then run it: the cancel message goes.
+    h.state_mut().settings.setup.params.max_tokens = 200;
+    h.step();
+    h.step();
+    h.get_by_label("Cancel").click();
+    h.step();
+    assert!(h.state().status.starts_with("analysis cancelled"));
+    h.step();
+    h.step();
+    h.get_by_label("Run analysis").click();
+    settle(&mut h);
+    assert_eq!(h.state().session.result.as_ref().unwrap().tokens(), 200);
+    assert!(!h.state().status.contains("cancelled"), "{}", h.state().status);
+    // A status about the generated text's Sinkhorn goes when another text opens.
+    h.state_mut().status = "analysing the generated text, saved as g.txt; Sinkhorn set to causal as generated".into();
+    let text = dir.path().join("t.txt");
+    std::fs::write(&text, "A short text to open. ".repeat(10)).unwrap();
+    type_path_and_open(&mut h, "Open text…", &text, "Open as text");
+    settle(&mut h);
+    assert!(!h.state().status.contains("Sinkhorn set to"), "{}", h.state().status);
+    // The glossary closes on Escape.
+    click_menu(&mut h, "Help", "Glossary…");
+    h.step();
+    h.step();
+    assert!(h.query_by_label("dominance").is_some());
+    h.key_press(egui::Key::Escape);
+    h.step();
+    h.step();
+    assert!(!h.state().views.glossary.open && h.query_by_label("dominance").is_none());
+}

@@ -100,6 +100,8 @@ impl FocusLensApp {
 
     /// Opens a file as model, adapter or text (from a dialog, drag and drop, recent list).
     pub fn open(&mut self, kind: InputKind, path: PathBuf) {
+        // What the status line said was about the inputs before.
+        self.status.clear();
         *self.settings.inputs.path_mut(kind) = Some(path);
         if kind == InputKind::Adapter {
             // A new adapter brings its own window and Sinkhorn variant (the current ones come
@@ -207,6 +209,10 @@ impl FocusLensApp {
     /// are computed again for it (they belong to one analysis).
     fn set_result(&mut self, res: Arc<AnalysisResult>) {
         self.pending_full = None;
+        // A new result: the cancelled analysis is no longer what the view shows.
+        if self.status.starts_with("analysis cancelled") && self.session.result.as_ref().is_none_or(|r| r.key != res.key) {
+            self.status.clear();
+        }
         // Another adapter on the same tokens: number its groups by the previous run's, layer by
         // layer, so that one colour keeps meaning the same tokens.
         let res = match &self.session.result {
@@ -448,8 +454,8 @@ impl FocusLensApp {
 
     fn handle_png(&mut self, r: Result<PathBuf, String>) {
         match r {
-            Ok(p) => self.status = format!("wrote {}", p.display()),
-            Err(e) => self.errors.push(e),
+            Ok(p) => self.export_done(format!("wrote {}", p.display())),
+            Err(e) => self.errors.push(if e.starts_with("PNG export") { e } else { format!("PNG export failed: {e}") }),
         }
     }
 
@@ -479,8 +485,8 @@ impl FocusLensApp {
             f.range = self.selection.range;
             let json = f.to_json();
             match export::write(&path, json.as_bytes()) {
-                Ok(()) => self.status = format!("saved session {}", path.display()),
-                Err(e) => self.errors.push(format!("saving the session to {} failed: {e}", path.display())),
+                Ok(()) => self.export_done(format!("saved session {}", path.display())),
+                Err(e) => self.export_failed(kind, &path, format!("saving the session to {} failed: {e}", path.display())),
             }
             return;
         }
@@ -502,8 +508,8 @@ impl FocusLensApp {
                 (_, None) => Err("no comparison yet: press Run comparison first".to_string()),
             };
             match written {
-                Ok(paths) => self.status = format!("wrote {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
-                Err(e) => self.errors.push(format!("export to {} failed: {e}", path.display())),
+                Ok(paths) => self.export_done(format!("wrote {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))),
+                Err(e) => self.export_failed(kind, &path, format!("export to {} failed: {e}", path.display())),
             }
             return;
         }
@@ -517,8 +523,23 @@ impl FocusLensApp {
             ExportKind::StatsCsv | ExportKind::CompareCsv | ExportKind::ViewPng | ExportKind::Session => unreachable!(),
         };
         match text.and_then(|t| export::write(&path, t.as_bytes())) {
-            Ok(()) => self.status = format!("wrote {}", path.display()),
-            Err(e) => self.errors.push(format!("export to {} failed: {e}", path.display())),
+            Ok(()) => self.export_done(format!("wrote {}", path.display())),
+            Err(e) => self.export_failed(kind, &path, format!("export to {} failed: {e}", path.display())),
+        }
+    }
+
+    /// An export succeeded: say so, and drop the errors of earlier attempts (now stale).
+    fn export_done(&mut self, status: String) {
+        self.errors.retain(|e| !(e.starts_with("export to ") || e.starts_with("saving the session to ") || e.starts_with("PNG export")));
+        self.status = status;
+    }
+
+    /// An export failed: the error, and the file window again with the path the user typed
+    /// (when exports go through it), so that it can be corrected rather than typed again.
+    fn export_failed(&mut self, kind: ExportKind, path: &Path, error: String) {
+        self.errors.push(error.clone());
+        if self.export_dir.is_none() {
+            self.views.files.show_task(FileTask::Export(kind), Some(&path.display().to_string()), &self.settings.prefs.recent, Some(format!("{error}. Correct the path and press Save again.")));
         }
     }
 
@@ -569,7 +590,19 @@ impl FocusLensApp {
             Command::BuildAttnGrid(res, i) => {
                 self.worker.spawn(TaskKind::AttnGrid, move |h| Msg::AttnGrid(super::jobs::attention_grid(&res, i, h)));
             }
-            Command::Set(s) => self.settings.set(s),
+            Command::Set(s) => {
+                // A status about the Sinkhorn variant goes stale when the user sets it.
+                if let Setting::Params(p) = &s {
+                    if p.causal != self.settings.setup.params.causal && self.status.contains("Sinkhorn set to") {
+                        self.status.clear();
+                    }
+                    // And one about a cancelled analysis, when the user asks for another.
+                    if *p != self.settings.setup.params && self.status.starts_with("analysis cancelled") {
+                        self.status.clear();
+                    }
+                }
+                self.settings.set(s)
+            }
             Command::Rerun => self.session.unstop(),
             Command::Select(i) => self.select_token(i),
             Command::SelectRange(r) => self.select_range(r),
