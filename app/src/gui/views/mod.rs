@@ -165,7 +165,7 @@ pub struct Views {
 }
 
 /// Below this window width the details panel starts hidden.
-pub const NARROW: f32 = 1400.0;
+pub const NARROW: f32 = 1300.0;
 
 impl Views {
     /// The whole window: the side panels, then the central area.
