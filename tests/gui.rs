@@ -85,11 +85,11 @@ fn gui_end_to_end() {
     }
     no_errors(&h);
     let csv = std::fs::read_to_string(dir.path().join("focus-lens-stats.csv")).unwrap();
-    assert!(csv.starts_with("layer,group,size"));
+    assert!(csv.starts_with("layer,group,group_raw,size"));
     assert_eq!(csv.lines().count(), 1 + 30 * 8);
     // The CSV set of `focus-lens analyze`: category profiles and tokens beside it.
     let profiles = std::fs::read_to_string(dir.path().join("focus-lens-stats.profiles.csv")).expect("profiles CSV");
-    assert!(profiles.starts_with("layer,group,tokens,label,top_category,purity"));
+    assert!(profiles.starts_with("layer,group,group_raw,tokens,label,top_category,purity"));
     assert_eq!(profiles.lines().count(), 1 + 30 * 8);
     let tokens_csv = std::fs::read_to_string(dir.path().join("focus-lens-stats.tokens.csv")).expect("tokens CSV");
     assert_eq!(tokens_csv.lines().count(), 1 + r.tokens());
@@ -1234,7 +1234,7 @@ fn file_dialog_answers_arrive_asynchronously() {
         std::thread::sleep(Duration::from_millis(10));
     }
     no_errors(&h);
-    assert!(std::fs::read_to_string(&out).unwrap().starts_with("layer,group,size"));
+    assert!(std::fs::read_to_string(&out).unwrap().starts_with("layer,group,group_raw,size"));
 
     // The model-folder dialog (Hugging Face directories) answers with a folder, opened as the model.
     let folder = dir.path().join("hf_model");
@@ -1791,4 +1791,348 @@ fn hostile_inputs_through_the_file_window() {
     settle(&mut h);
     no_errors(&h);
     assert_eq!(h.state().session.result.as_ref().unwrap().analysis.mode, "dense");
+}
+
+/// Issue 29, item 1: the exported group numbers are the ones on screen (matched across layers),
+/// each with its raw centroid index; a tidy per-token per-layer CSV; a truthful provenance.
+#[test]
+fn exports_use_the_shown_group_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(120), dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    let r = h.state().session.result.clone().unwrap();
+    // A layer whose shown numbers differ from the raw ones (matched to the layer before).
+    let layer = (0..r.layers()).find(|&l| (0..r.groups()).any(|g| r.shown_group(l, g, false) != g)).expect("some layer renumbered");
+    h.state_mut().settings.setup.layer = layer;
+    h.step();
+    for item in ["Statistics as CSV…", "Statistics as JSON…"] {
+        click_menu(&mut h, "Export", item);
+    }
+    no_errors(&h);
+    let csv = std::fs::read_to_string(dir.path().join("focus-lens-stats.csv")).unwrap();
+    assert!(csv.starts_with("layer,group,group_raw,size,"), "{}", csv.lines().next().unwrap());
+    let profiles = std::fs::read_to_string(dir.path().join("focus-lens-stats.profiles.csv")).unwrap();
+    for g in 0..r.groups() {
+        let shown = r.shown_group(layer, g, false);
+        let size = r.argmax[layer].iter().filter(|&&a| a as usize == g).count();
+        // The row of shown group `shown` is raw group `g`, with the size the screen shows for it.
+        let row = csv.lines().find(|l| l.starts_with(&format!("{layer},{shown},"))).unwrap();
+        let f: Vec<&str> = row.split(',').collect();
+        assert_eq!((f[2], f[3]), (g.to_string().as_str(), size.to_string().as_str()), "{row}");
+        let prow = profiles.lines().find(|l| l.starts_with(&format!("{layer},{shown},"))).unwrap();
+        assert!(prow.starts_with(&format!("{layer},{shown},{g},{size},")), "{prow}");
+    }
+    // Rows in the order the screen shows them.
+    let shown_col: Vec<usize> = csv.lines().skip(1).filter(|l| l.starts_with(&format!("{layer},"))).map(|l| l.split(',').nth(1).unwrap().parse().unwrap()).collect();
+    assert_eq!(shown_col, (0..r.groups()).collect::<Vec<_>>());
+    // Tidy: one row per token and layer.
+    let tidy = std::fs::read_to_string(dir.path().join("focus-lens-stats.groups.csv")).expect("per-token per-layer CSV");
+    assert!(tidy.starts_with("token,text,layer,group,group_raw,confidence,category\n"));
+    // Records, not lines: a token's text may hold a quoted line break.
+    let mut quoted = false;
+    let records = tidy.chars().filter(|&c| {
+        if c == '"' {
+            quoted = !quoted;
+        }
+        c == '\n' && !quoted
+    });
+    assert_eq!(records.count(), 1 + r.tokens() * r.layers());
+    let g5 = r.argmax[layer][5] as usize;
+    let t5 = &r.analysis.tokens[5].text;
+    let t5 = if t5.contains([',', '"', '\n', '\r']) { format!("\"{}\"", t5.replace('"', "\"\"")) } else { t5.clone() };
+    let row5 = tidy.lines().find(|l| l.starts_with(&format!("5,{t5},{layer},"))).unwrap().to_string();
+    assert!(row5.contains(&format!(",{layer},{},{g5},", r.shown_group(layer, g5, false))), "{row5}");
+    // JSON: arrays by shown number, the mapping, and a provenance that says so.
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-stats.json")).unwrap()).unwrap();
+    let lj = &json["layers"][layer];
+    for g in 0..r.groups() {
+        let shown = r.shown_group(layer, g, false);
+        assert_eq!(lj["group_raw_of_shown"][shown].as_u64(), Some(g as u64));
+        assert_eq!(lj["group_size"][shown].as_u64(), Some(r.analysis.layers[layer].group_size[g] as u64));
+    }
+    let pv = &json["provenance"];
+    assert_eq!(pv["settings"]["raw_group_indices"], false);
+    assert!(pv["group_numbers"].as_str().unwrap().starts_with("shown"), "{pv}");
+    let c0 = &json["profiles"][layer]["centroids"][0];
+    assert_eq!(c0["group"].as_u64(), Some(0));
+    assert_eq!(r.shown_group(layer, c0["group_raw"].as_u64().unwrap() as usize, false), 0);
+}
+
+/// Issue 29, item 2: `focus-lens gui --adapter A` after the app was last used on another model
+/// opens A's own base model (here the default SmolLM2) instead of an empty window.
+#[test]
+fn adapter_alone_opens_its_base_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut stored = settings(120);
+    stored.inputs.model = Some(common::gemma3_model_path());
+    let args = focus_lens::gui::StartArgs {
+        inputs: focus_lens::gui::Inputs { adapter: Some(common::root().join("sample_adapters/smollm2-135m-k4")), ..Default::default() },
+        ..Default::default()
+    };
+    let s = focus_lens::gui::startup_settings(stored, &args);
+    let mut h = harness(s, dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    let r = h.state().session.result.clone().expect("an analysis, not an empty window");
+    assert_eq!(r.groups(), 4);
+    assert_eq!(r.layers(), 30, "SmolLM2, the adapter's base model");
+    assert!(!has(&h, "no adapter"));
+}
+
+/// Issue 29, item 3: opening a model that the loaded adapter does not fit stops the running
+/// analysis and drops the adapter with a message; no frame shows the old analysis or the old
+/// adapter under the new model.
+#[test]
+fn another_model_never_mixes_with_the_old_adapter() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(120), dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    // A longer analysis running when the model changes.
+    h.state_mut().settings.setup.params.max_tokens = 400;
+    h.step();
+    assert!(h.state().session.running_analysis().is_some());
+    type_path_and_open(&mut h, "Open model…", &common::gemma3_model_path(), "Open as model");
+    let t0 = Instant::now();
+    loop {
+        h.step();
+        let app = h.state();
+        if let (Some(m), Some(r)) = (&app.session.model, &app.session.result) {
+            assert_eq!(r.key.model_gen, m.gen, "an analysis of the previous model on screen under {}", m.model.config().name);
+        }
+        if app.session.model.as_ref().is_some_and(|m| m.model.config().n_layers == 18) {
+            assert!(!has(&h, "smollm2-135m-k8"), "the SmolLM2 adapter named beside Gemma");
+        }
+        if !app.busy() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(300));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    settle(&mut h);
+    let app = h.state();
+    assert_eq!(app.session.model.as_ref().unwrap().model.config().n_layers, 18);
+    assert!(app.session.adapter.is_none() && app.session.result.is_none() && app.session.running_analysis().is_none());
+    assert!(app.errors.iter().any(|e| e.contains("no adapter is loaded: open one made for")), "{:?}", app.errors);
+}
+
+/// Issue 29, item 4: an adapter that does not fit is refused and changes nothing: the Sinkhorn
+/// and window settings stay, no analysis runs, the result on screen stays.
+#[test]
+fn a_refused_adapter_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(120), dir.path());
+    h.state_mut().settings.setup.params.causal = Some(true);
+    h.state_mut().settings.setup.params.window = Some(64);
+    settle(&mut h);
+    no_errors(&h);
+    let before = h.state().session.result.clone().unwrap();
+    h.state_mut().open(InputKind::Adapter, common::root().join("sample_adapters/gemma3-270m-k8"));
+    let t0 = Instant::now();
+    loop {
+        h.step();
+        assert!(h.state().session.running_analysis().is_none(), "a re-analysis started");
+        if !h.state().busy() {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    settle(&mut h);
+    let app = h.state();
+    assert!(app.errors.iter().any(|e| e.contains("gemma3-270m-k8")), "{:?}", app.errors);
+    assert_eq!((app.settings.setup.params.causal, app.settings.setup.params.window), (Some(true), Some(64)));
+    assert!(std::sync::Arc::ptr_eq(app.session.result.as_ref().unwrap(), &before));
+    assert_eq!(app.settings.inputs.adapter, None);
+}
+
+/// Issue 29, item 5: from 1024x640 up every tab is on screen, inside the central area, and
+/// opens; the tab bar wraps, the details panel starts hidden in a narrow window and both side
+/// panels can be hidden and shown again.
+#[test]
+fn every_tab_is_reachable_from_1024x640_up() {
+    let dir = tempfile::tempdir().unwrap();
+    for (w, hgt) in [(1024.0, 640.0), (1280.0, 800.0), (1600.0, 1000.0)] {
+        let mut h = gui_harness::harness_at(settings(120), dir.path(), egui::vec2(w, hgt));
+        settle(&mut h);
+        no_errors(&h);
+        assert_eq!(has(&h, "Hover a token"), w >= 1300.0, "the details panel at {w}x{hgt}");
+        for tab in Tab::ALL {
+            h.step();
+            let view = h.state().views.rect.expect("the central view");
+            assert!(view.width() >= 0.6 * w, "the central view is {} of {w} points wide", view.width());
+            let r = h.get_by_label(tab.label()).rect();
+            assert!(view.contains_rect(r), "{tab:?} at {r:?}, outside the central view {view:?} at {w}x{hgt}");
+            h.get_by_label(tab.label()).click();
+            h.step();
+            h.step();
+            assert_eq!(h.state().settings.setup.tab, tab, "{tab:?} at {w}x{hgt}");
+        }
+        // The panels' toggles.
+        h.get_by_label("Details panel").click();
+        h.step();
+        h.step();
+        assert_eq!(has(&h, "Hover a token"), w < 1300.0);
+        let before = h.state().views.rect.unwrap();
+        h.get_by_label("Controls panel").click();
+        h.step();
+        h.step();
+        assert!(!has(&h, "causal Sinkhorn"));
+        assert!(h.state().views.rect.unwrap().width() > before.width() + 100.0, "hiding the controls gives the view their room");
+    }
+}
+
+/// Issue 29, item 6: comparing adapters of different K (K = 8 on screen, K = 4 as run B) warns
+/// that their group numbers do not correspond and reports no "layers changed".
+#[test]
+fn compare_of_different_k_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(64), dir.path());
+    settle(&mut h);
+    h.get_by_label("Compare").click();
+    h.step();
+    h.state_mut().settings.setup.compare.max_tokens = 64;
+    h.step();
+    h.get_by_label("adapter B:").click();
+    h.step();
+    h.get_by_label("adapter B:").type_text(&common::root().join("sample_adapters/smollm2-135m-k4").display().to_string());
+    h.step();
+    h.step();
+    h.get_by_label("Run comparison").click();
+    h.step();
+    settle(&mut h);
+    no_errors(&h);
+    let c = h.state().views.compare.result.as_ref().expect("a comparison");
+    assert_eq!(c.groups, (8, 4));
+    assert!(has(&h, "their group numbers do not correspond"));
+    assert!(!has(&h, &format!("/{}", c.layers())), "a 'layers changed' count in the table");
+    let svg = h.state().views.compare.svg(0).unwrap();
+    assert!(!svg.contains("top-k groups change") && !svg.contains("Δ loss, groups change"));
+}
+
+/// Issue 29, item 7: the mask's zoom resets on a new result, and the zoomed header and tooltip
+/// say what a pixel really is (screen pixels per pair, no block in the full-resolution region).
+#[test]
+fn mask_zoom_resets_and_says_its_scale() {
+    use focus_lens::gui::views::mask::MASK_PLOT;
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(1200);
+    (s.setup.tab, s.setup.layer) = (Tab::Mask, 7);
+    let mut h = harness(s, dir.path());
+    settle(&mut h);
+    h.step();
+    settle(&mut h);
+    h.step();
+    no_errors(&h);
+    let ctx = h.ctx.clone();
+    let mem = || egui_plot::PlotMemory::load(&ctx, egui::Id::unique(MASK_PLOT)).expect("the mask plot");
+    let t = mem().transform();
+    let at = t.position_from_point(&egui_plot::PlotPoint::new(560.0, 600.0));
+    h.hover_at(at);
+    h.step();
+    for _ in 0..40 {
+        let b = *mem().bounds();
+        if b.width().max(b.height()) <= 120.0 {
+            break;
+        }
+        for _ in 0..3 {
+            h.event(egui::Event::MouseWheel { unit: egui::MouseWheelUnit::Point, delta: egui::vec2(0.0, 120.0), phase: egui::TouchPhase::Move, source: egui::MouseWheelSource::Wheel, modifiers: egui::Modifiers::CTRL });
+            h.event(egui::Event::ModifiersChanged(egui::Modifiers::CTRL));
+            h.step();
+        }
+        for _ in 0..30 {
+            h.step();
+        }
+    }
+    h.event(egui::Event::ModifiersChanged(egui::Modifiers::NONE));
+    h.step();
+    h.step();
+    let tr = mem().transform();
+    let px = tr.frame().width() as f64 / tr.bounds().width() * ctx.pixels_per_point() as f64;
+    assert!(px > 2.0, "zoomed in to several pixels per pair: {px}");
+    assert!(h.state().views.mask.zoom.is_some());
+    assert!(!has(&h, "one pair per pixel"));
+    assert!(has(&h, &format!("one pair = {px:.1} x {px:.1} screen pixels")), "the header says {px:.1} px per pair");
+    // The tooltip of a pair in the full-resolution region names no block.
+    h.hover_at(at + egui::vec2(1.0, 1.0));
+    h.step();
+    h.step();
+    assert!(has(&h, "query #"), "a tooltip");
+    assert!(!has(&h, "block of"), "the tooltip describes a block inside the full-resolution region");
+    // A new result (fewer tokens): the whole mask again, not an empty corner of the old zoom.
+    h.state_mut().settings.setup.params.max_tokens = 600;
+    settle(&mut h);
+    h.step();
+    settle(&mut h);
+    h.step();
+    h.step();
+    assert!(h.state().views.mask.zoom.is_none());
+    let b = *mem().bounds();
+    assert!(b.min()[0] <= 1.0 && b.max()[0] >= 599.0 && b.min()[1] <= 1.0 && b.max()[1] >= 599.0, "the new mask whole: {b:?}");
+}
+
+/// Issue 29, item 9: no stale text. An export error goes once a retry succeeds, and the file
+/// window keeps the typed path after the error; "analysis cancelled" goes with the next result;
+/// "Sinkhorn set to …" goes when another input opens; the glossary closes on Escape.
+#[test]
+fn no_stale_status_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(64), dir.path());
+    h.state_mut().export_dir = None;
+    settle(&mut h);
+    no_errors(&h);
+    // An export to a folder that does not exist, through the file window.
+    let bad = dir.path().join("missing/stats.json");
+    click_menu(&mut h, "Export", "Statistics as JSON…");
+    h.step();
+    h.step();
+    h.state_mut().views.files.path.clear();
+    h.get_by_label("Path:").click();
+    h.step();
+    h.get_by_label("Path:").type_text(&bad.display().to_string());
+    h.step();
+    h.get_by_label("Save").click();
+    h.step();
+    h.step();
+    assert!(h.state().errors.iter().any(|e| e.starts_with("export to")), "{:?}", h.state().errors);
+    assert!(h.state().views.files.task.is_some(), "the file window is back");
+    assert_eq!(h.state().views.files.path, bad.display().to_string(), "with the typed path");
+    // Corrected (the folder made), saved again: the old error goes.
+    std::fs::create_dir_all(bad.parent().unwrap()).unwrap();
+    h.get_by_label("Save").click();
+    h.step();
+    h.step();
+    assert!(bad.is_file());
+    no_errors(&h);
+    assert!(h.state().status.starts_with("wrote"));
+    // Cancel an analysis, then run it: the cancel message goes.
+    h.state_mut().settings.setup.params.max_tokens = 200;
+    h.step();
+    h.step();
+    h.get_by_label("Cancel").click();
+    h.step();
+    assert!(h.state().status.starts_with("analysis cancelled"));
+    h.step();
+    h.step();
+    h.get_by_label("Run analysis").click();
+    settle(&mut h);
+    assert_eq!(h.state().session.result.as_ref().unwrap().tokens(), 200);
+    assert!(!h.state().status.contains("cancelled"), "{}", h.state().status);
+    // A status about the generated text's Sinkhorn goes when another text opens.
+    h.state_mut().status = "analysing the generated text, saved as g.txt; Sinkhorn set to causal as generated".into();
+    let text = dir.path().join("t.txt");
+    std::fs::write(&text, "A short text to open. ".repeat(10)).unwrap();
+    type_path_and_open(&mut h, "Open text…", &text, "Open as text");
+    settle(&mut h);
+    assert!(!h.state().status.contains("Sinkhorn set to"), "{}", h.state().status);
+    // The glossary closes on Escape.
+    click_menu(&mut h, "Help", "Glossary…");
+    h.step();
+    h.step();
+    assert!(h.query_by_label("dominance").is_some());
+    h.key_press(egui::Key::Escape);
+    h.step();
+    h.step();
+    assert!(!h.state().views.glossary.open && h.query_by_label("dominance").is_none());
 }

@@ -24,6 +24,13 @@ pub fn harness(s: Settings, export_dir: &Path) -> Harness<'static, FocusLensApp>
     Harness::builder().with_size(egui::vec2(1400.0, 900.0)).build_ui_state(|ui, app: &mut FocusLensApp| app.show(ui), app)
 }
 
+/// The app with `s` in a window of `size` points.
+pub fn harness_at(s: Settings, export_dir: &Path, size: egui::Vec2) -> Harness<'static, FocusLensApp> {
+    let mut app = FocusLensApp::new(s);
+    app.export_dir = Some(export_dir.to_path_buf());
+    Harness::builder().with_size(size).build_ui_state(|ui, app: &mut FocusLensApp| app.show(ui), app)
+}
+
 /// Steps frames until no background work is left.
 pub fn settle(h: &mut Harness<'static, FocusLensApp>) {
     let t0 = Instant::now();

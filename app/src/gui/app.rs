@@ -45,6 +45,9 @@ pub struct FocusLensApp {
     pub pending_select: Option<usize>,
     /// And its selected range, restored with it.
     pub pending_range: Option<(usize, usize)>,
+    /// The window and Sinkhorn overrides an adapter being opened replaced: restored when it is
+    /// refused (a refused input changes nothing).
+    adapter_restore: Option<(Option<usize>, Option<bool>)>,
     ctx: Option<egui::Context>,
 }
 
@@ -66,6 +69,7 @@ impl FocusLensApp {
             pending_full: None,
             pending_select: None,
             pending_range: None,
+            adapter_restore: None,
             ctx: None,
         }
     }
@@ -96,9 +100,14 @@ impl FocusLensApp {
 
     /// Opens a file as model, adapter or text (from a dialog, drag and drop, recent list).
     pub fn open(&mut self, kind: InputKind, path: PathBuf) {
+        // What the status line said was about the inputs before.
+        self.status.clear();
         *self.settings.inputs.path_mut(kind) = Some(path);
         if kind == InputKind::Adapter {
-            // A new adapter brings its own window and Sinkhorn variant.
+            // A new adapter brings its own window and Sinkhorn variant (the current ones come
+            // back if it is refused).
+            let p = &self.settings.setup.params;
+            self.adapter_restore.get_or_insert((p.window, p.causal));
             self.settings.setup.params.window = None;
             self.settings.setup.params.causal = None;
         }
@@ -200,6 +209,10 @@ impl FocusLensApp {
     /// are computed again for it (they belong to one analysis).
     fn set_result(&mut self, res: Arc<AnalysisResult>) {
         self.pending_full = None;
+        // A new result: the cancelled analysis is no longer what the view shows.
+        if self.status.starts_with("analysis cancelled") && self.session.result.as_ref().is_none_or(|r| r.key != res.key) {
+            self.status.clear();
+        }
         // Another adapter on the same tokens: number its groups by the previous run's, layer by
         // layer, so that one colour keeps meaning the same tokens.
         let res = match &self.session.result {
@@ -277,6 +290,18 @@ impl FocusLensApp {
     fn handle_model(&mut self, r: Result<Arc<focus_core::Model>, JobError>, path: Option<PathBuf>, device: DeviceChoice) {
         match r {
             Ok(model) => {
+                if self.session.model.is_some() {
+                    // Another model: nothing of the previous one stays on screen or runs on. The
+                    // adapter is loaded again for it (or refused, with a message).
+                    if self.session.running_analysis().is_some() {
+                        self.worker.cancel(TaskKind::Analyze);
+                        self.session.analysis_ended();
+                    }
+                    self.session.adapter = None;
+                    self.session.result = None;
+                    self.pending_full = None;
+                    self.selection = Selection::default();
+                }
                 let gen = self.session.gen();
                 if let Some(p) = &path {
                     self.settings.remember(InputKind::Model, p.clone());
@@ -290,6 +315,7 @@ impl FocusLensApp {
     fn handle_adapter(&mut self, r: Result<Arc<Adapter>, JobError>, path: Option<PathBuf>, model_gen: u64) {
         match r {
             Ok(adapter) => {
+                self.adapter_restore = None;
                 let gen = self.session.gen();
                 if let Some(p) = &path {
                     self.settings.remember(InputKind::Adapter, p.clone());
@@ -333,6 +359,15 @@ impl FocusLensApp {
             None => format!("the default {}", kind.label()),
         };
         self.errors.push(format!("cannot open {what}: {e}"));
+        if kind == InputKind::Adapter {
+            if let Some((window, causal)) = self.adapter_restore.take() {
+                self.settings.setup.params.window = window;
+                self.settings.setup.params.causal = causal;
+            }
+            if let (None, Some(m)) = (&self.session.adapter, &self.session.model) {
+                self.errors.push(format!("no adapter is loaded: open one made for {} (File menu, Open adapter…)", m.model.config().name));
+            }
+        }
         if let Some(p) = self.session.loaded_path(kind) {
             *self.settings.inputs.path_mut(kind) = p;
             // What is loaded is what is wanted again: nothing to retry.
@@ -419,8 +454,8 @@ impl FocusLensApp {
 
     fn handle_png(&mut self, r: Result<PathBuf, String>) {
         match r {
-            Ok(p) => self.status = format!("wrote {}", p.display()),
-            Err(e) => self.errors.push(e),
+            Ok(p) => self.export_done(format!("wrote {}", p.display())),
+            Err(e) => self.errors.push(if e.starts_with("PNG export") { e } else { format!("PNG export failed: {e}") }),
         }
     }
 
@@ -450,8 +485,8 @@ impl FocusLensApp {
             f.range = self.selection.range;
             let json = f.to_json();
             match export::write(&path, json.as_bytes()) {
-                Ok(()) => self.status = format!("saved session {}", path.display()),
-                Err(e) => self.errors.push(format!("saving the session to {} failed: {e}", path.display())),
+                Ok(()) => self.export_done(format!("saved session {}", path.display())),
+                Err(e) => self.export_failed(kind, &path, format!("saving the session to {} failed: {e}", path.display())),
             }
             return;
         }
@@ -468,28 +503,43 @@ impl FocusLensApp {
             // Sets of files: `focus-lens analyze`'s (per group, profiles, tokens), or the
             // comparison's (per token, per layer).
             let written = match (kind, &self.views.compare.result) {
-                (ExportKind::StatsCsv, _) => export::write_csv_set(&res, &path),
+                (ExportKind::StatsCsv, _) => export::write_csv_set(&res, &path, self.settings.setup.raw_groups),
                 (_, Some(c)) => export::write_compare_csv(c, &path, layer, head),
                 (_, None) => Err("no comparison yet: press Run comparison first".to_string()),
             };
             match written {
-                Ok(paths) => self.status = format!("wrote {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")),
-                Err(e) => self.errors.push(format!("export to {} failed: {e}", path.display())),
+                Ok(paths) => self.export_done(format!("wrote {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))),
+                Err(e) => self.export_failed(kind, &path, format!("export to {} failed: {e}", path.display())),
             }
             return;
         }
         let text = match kind {
             ExportKind::StatsJson => {
                 let text = self.session.text.as_ref().filter(|t| t.gen == res.key.text_gen).map(|t| t.text.clone());
-                export::stats(&res, kind, export::provenance(&res, &self.settings, text.as_deref().map(|s| s.as_str()), &self.selection))
+                export::stats(&res, kind, export::provenance(&res, &self.settings, text.as_deref().map(|s| s.as_str()), &self.selection), self.settings.setup.raw_groups)
             }
             ExportKind::ViewSvg => self.views.svg(&self.settings, &res, self.selection.selected, self.selection.range),
             ExportKind::CompareJson => self.views.compare.result.as_ref().map(|c| c.json(layer, head)).ok_or_else(|| "no comparison yet: press Run comparison first".to_string()),
             ExportKind::StatsCsv | ExportKind::CompareCsv | ExportKind::ViewPng | ExportKind::Session => unreachable!(),
         };
         match text.and_then(|t| export::write(&path, t.as_bytes())) {
-            Ok(()) => self.status = format!("wrote {}", path.display()),
-            Err(e) => self.errors.push(format!("export to {} failed: {e}", path.display())),
+            Ok(()) => self.export_done(format!("wrote {}", path.display())),
+            Err(e) => self.export_failed(kind, &path, format!("export to {} failed: {e}", path.display())),
+        }
+    }
+
+    /// An export succeeded: say so, and drop the errors of earlier attempts (now stale).
+    fn export_done(&mut self, status: String) {
+        self.errors.retain(|e| !(e.starts_with("export to ") || e.starts_with("saving the session to ") || e.starts_with("PNG export")));
+        self.status = status;
+    }
+
+    /// An export failed: the error, and the file window again with the path the user typed
+    /// (when exports go through it), so that it can be corrected rather than typed again.
+    fn export_failed(&mut self, kind: ExportKind, path: &Path, error: String) {
+        self.errors.push(error.clone());
+        if self.export_dir.is_none() {
+            self.views.files.show_task(FileTask::Export(kind), Some(&path.display().to_string()), &self.settings.prefs.recent, Some(format!("{error}. Correct the path and press Save again.")));
         }
     }
 
@@ -540,7 +590,19 @@ impl FocusLensApp {
             Command::BuildAttnGrid(res, i) => {
                 self.worker.spawn(TaskKind::AttnGrid, move |h| Msg::AttnGrid(super::jobs::attention_grid(&res, i, h)));
             }
-            Command::Set(s) => self.settings.set(s),
+            Command::Set(s) => {
+                // A status about the Sinkhorn variant goes stale when the user sets it.
+                if let Setting::Params(p) = &s {
+                    if p.causal != self.settings.setup.params.causal && self.status.contains("Sinkhorn set to") {
+                        self.status.clear();
+                    }
+                    // And one about a cancelled analysis, when the user asks for another.
+                    if *p != self.settings.setup.params && self.status.starts_with("analysis cancelled") {
+                        self.status.clear();
+                    }
+                }
+                self.settings.set(s)
+            }
             Command::Rerun => self.session.unstop(),
             Command::Select(i) => self.select_token(i),
             Command::SelectRange(r) => self.select_range(r),

@@ -83,6 +83,13 @@ pub fn startup_settings(mut s: Settings, a: &StartArgs) -> Settings {
         s.inputs.adapter = Some(absolute(ad.clone()));
         s.setup.params.window = None;
         s.setup.params.causal = None;
+        if a.inputs.model.is_none() {
+            // An adapter alone: its own base model (which it records), when the remembered one
+            // does not fit it and that base model is known locally.
+            if let Some(m) = base_model_for(ad, s.inputs.model.as_deref(), &s.prefs.recent) {
+                s.inputs.model = m;
+            }
+        }
     }
     if let Some(t) = &a.inputs.text {
         s.inputs.text = Some(absolute(t.clone()));
@@ -91,6 +98,30 @@ pub fn startup_settings(mut s: Settings, a: &StartArgs) -> Settings {
 }
 
 /// `focus-lens gui`: opens the window (an error when it cannot).
+/// The model to open with the adapter at `adapter` when the remembered model (`current`, None:
+/// the default) does not fit it: the first local candidate (the default model, then recent
+/// models) whose identity is the base model the adapter's config records (`Some(None)`: the
+/// default model). None: keep `current` (it fits, or nothing known fits, or the adapter cannot
+/// be read: its load reports that).
+pub fn base_model_for(adapter: &std::path::Path, current: Option<&std::path::Path>, recent: &[(state::InputKind, std::path::PathBuf)]) -> Option<Option<std::path::PathBuf>> {
+    let cfg = std::fs::read_to_string(adapter.join("adapter_config.json")).ok()?;
+    let cfg: serde_json::Value = serde_json::from_str(&cfg).ok()?;
+    let want: focus_core::focus::identity::BaseModel = serde_json::from_value(cfg.get("base_model")?.clone()).ok()?;
+    let default = crate::defaults::default_model_path();
+    let fits = |p: &std::path::Path| p.exists() && focus_core::Model::load(p, &candle_core::Device::Cpu).is_ok_and(|m| m.identity() == want);
+    if fits(current.unwrap_or(&default)) {
+        return None;
+    }
+    if current.is_some() && fits(&default) {
+        return Some(None);
+    }
+    recent
+        .iter()
+        .filter(|(k, p)| *k == state::InputKind::Model && Some(p.as_path()) != current)
+        .find(|(_, p)| fits(p))
+        .map(|(_, p)| Some(p.clone()))
+}
+
 pub fn run(args: StartArgs) -> anyhow::Result<()> {
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default().with_title("Focus Lens").with_inner_size([1400.0, 900.0]).with_drag_and_drop(true),

@@ -332,6 +332,26 @@ pub struct Compared {
     pub key: AnalysisKey,
     pub spec: CompareSpec,
     pub result: Comparison,
+    /// K of run A's adapter and of run B's.
+    pub groups: (usize, usize),
+}
+
+impl Compared {
+    /// Do the runs' group numbers name the same groups? Not when their adapters have different
+    /// K: then "top-k groups change" means nothing and is not reported.
+    pub fn groups_correspond(&self) -> bool {
+        self.groups.0 == self.groups.1
+    }
+
+    /// The warning shown (and exported) when they do not.
+    pub fn groups_warning(&self) -> Option<String> {
+        (!self.groups_correspond()).then(|| {
+            format!(
+                "Run A has K = {} groups and run B K = {}: their group numbers do not correspond, so whether a token's groups change is not reported (loss and pruned mass compare as usual).",
+                self.groups.0, self.groups.1
+            )
+        })
+    }
 }
 
 impl std::ops::Deref for Compared {
@@ -387,7 +407,8 @@ impl CompareJob {
         let a = compare::Run { mode: self.a.mode.unwrap_or(a.mode), ..a };
         let b = compare::Run { label: &self.b.label, mode: mode_b, k: self.b.k, adapter: &self.b.adapter };
         let result = compare::compare(&model, &ids, texts, &a, &b, self.b_adapter_path.is_none(), Some(&h.cancel), |d, t, what| h.set_progress(d, t, what))?;
-        Ok(Compared { key: self.res.key.clone(), spec: self.spec, result })
+        let groups = (self.a.adapter.config.groups, self.b.adapter.config.groups);
+        Ok(Compared { key: self.res.key.clone(), spec: self.spec, result, groups })
     }
 }
 

@@ -174,6 +174,12 @@ impl Session {
                 }
             }
         }
+        // A model or adapter on its way: nothing is analysed with the one it replaces.
+        for kind in [InputKind::Model, InputKind::Adapter] {
+            if self.wanted(kind, settings) != self.loaded(kind) {
+                return None;
+            }
+        }
         let key = self.wanted_key(&settings.setup.params)?;
         if self.result.as_ref().is_some_and(|r| r.key == key) || self.running_key.as_ref() == Some(&key) || self.stopped_key.as_ref() == Some(&key) {
             return None;

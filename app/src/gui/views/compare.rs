@@ -61,11 +61,12 @@ const DELTA_UNCHANGED: &str = "Δ loss, groups stay";
 /// The per-layer curves: (name, colour, dashed, points) per series, the shares and the Δ loss.
 type Curve = (String, &'static str, bool, Vec<(f64, f64)>);
 
-fn curves(rows: &[LayerRow], head: Option<usize>) -> (Vec<Curve>, Vec<Curve>) {
+/// `correspond`: the runs' group numbers name the same groups (else no "groups change" curves).
+fn curves(rows: &[LayerRow], head: Option<usize>, correspond: bool) -> (Vec<Curve>, Vec<Curve>) {
     type Get = fn(&LayerRow) -> Option<f64>;
     // Layers without a value (no token whose groups change, say) are left out.
     let pts = |f: Get| rows.iter().filter_map(|r| f(r).filter(|y| y.is_finite()).map(|y| (r.layer as f64, y))).collect::<Vec<_>>();
-    let mut shares = vec![(CHANGED.to_string(), "#1f77b4", false, pts(|r| Some(r.changed_share)))];
+    let mut shares = if correspond { vec![(CHANGED.to_string(), "#1f77b4", false, pts(|r| Some(r.changed_share)))] } else { Vec::new() };
     let runs: [(&str, &'static str, Get, Get); 2] = [(PRUNED_A, "#d62728", |r| r.pruned_a, |r| r.pruned_a_head), (PRUNED_B, "#ff7f0e", |r| r.pruned_b, |r| r.pruned_b_head)];
     for (name, colour, mean, sel) in runs {
         // Only top-k runs prune.
@@ -76,10 +77,14 @@ fn curves(rows: &[LayerRow], head: Option<usize>) -> (Vec<Curve>, Vec<Curve>) {
             }
         }
     }
-    let delta = vec![
-        (DELTA_CHANGED.to_string(), "#9467bd", false, pts(|r| Some(r.delta_changed))),
-        (DELTA_UNCHANGED.to_string(), "#2ca02c", true, pts(|r| Some(r.delta_unchanged))),
-    ];
+    let delta = if correspond {
+        vec![
+            (DELTA_CHANGED.to_string(), "#9467bd", false, pts(|r| Some(r.delta_changed))),
+            (DELTA_UNCHANGED.to_string(), "#2ca02c", true, pts(|r| Some(r.delta_unchanged))),
+        ]
+    } else {
+        Vec::new()
+    };
     (shares, delta)
 }
 
@@ -135,10 +140,13 @@ impl CompareView {
     pub fn svg(&self, head: usize) -> Result<String, String> {
         let c = self.result.as_ref().ok_or("no comparison yet: press Run comparison first")?;
         let rows = c.layer_rows(head);
-        let (shares, delta) = curves(&rows, (self.scope == Scope::Head).then_some(head));
+        let (shares, delta) = curves(&rows, (self.scope == Scope::Head).then_some(head), c.groups_correspond());
         let series = |v: Vec<Curve>| v.into_iter().map(|(name, colour, dashed, points)| Series { name, color: colour.into(), points, dashed }).collect::<Vec<_>>();
         let mean_delta = Comparison::mean_loss(&c.loss_a) - Comparison::mean_loss(&c.loss_b);
         let top = line_chart(&format!("A: {} vs B: {}", c.a, c.b), "layer", "share", &series(shares), &[]);
+        if !c.groups_correspond() {
+            return Ok(stack(&[top], 640.0, &[400.0]));
+        }
         let bottom = line_chart(
             &format!("Δ loss (whole model) of the tokens whose top-{} groups change or stay, per layer", c.k),
             "layer",
@@ -246,6 +254,9 @@ impl View for CompareView {
         if c.key != res.key {
             ui.colored_label(egui::Color32::from_rgb(170, 90, 0), "This comparison was made for another analysis (run A has changed since): press Run comparison again.");
         }
+        if let Some(w) = c.groups_warning() {
+            ui.colored_label(egui::Color32::from_rgb(170, 90, 0), w);
+        }
         // One line each, so that the table keeps its room (20 rows or more at 900 px).
         ui.label(format!("Run B (compared): {}", c.b)).on_hover_text(format!("A: {}\nB: {}", c.a, c.b));
         let (la, lb) = (Comparison::mean_loss(&c.loss_a), Comparison::mean_loss(&c.loss_b));
@@ -260,7 +271,7 @@ impl View for CompareView {
             ui.radio_value(&mut self.scope, Scope::Head, format!("layer {layer}, head {head}"));
         });
         let rows = c.layer_rows(head);
-        let (shares, delta) = curves(&rows, (self.scope == Scope::Head).then_some(head));
+        let (shares, delta) = curves(&rows, (self.scope == Scope::Head).then_some(head), c.groups_correspond());
         let line = |p: &mut egui_plot::PlotUi, (name, colour, dashed, pts): &Curve| {
             let c = egui::Color32::from_hex(colour).unwrap_or(egui::Color32::GRAY);
             let l = Line::new(name.as_str(), PlotPoints::from(pts.iter().map(|&(x, y)| [x, y]).collect::<Vec<_>>())).color(c);
@@ -332,7 +343,7 @@ impl View for CompareView {
                         if d.is_finite() { format!("{d:+.3}") } else { "-".into() },
                         f(pa),
                         f(pb),
-                        format!("{}/{}", c.changed_layers(i), c.layers()),
+                        if c.groups_correspond() { format!("{}/{}", c.changed_layers(i), c.layers()) } else { "-".into() },
                     ];
                     let row = format!("{}    {:?} ({} / {})", table_cells(&cells), c.texts[i], fmt_loss(c.loss_a[i]), fmt_loss(c.loss_b[i]));
                     let mut text = egui::RichText::new(row).monospace();

@@ -13,7 +13,7 @@ pub struct ControlsView;
 impl View for ControlsView {
     fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
         let mut out = Vec::new();
-        egui::Panel::left("controls").resizable(false).show(ui, |ui| {
+        egui::Panel::left("controls").resizable(false).show(ui, |ui| egui::ScrollArea::vertical().show(ui, |ui| {
             ui.heading("Run");
             let session = cx.session;
             let (groups, adapter_window, adapter_causal) = session
@@ -108,7 +108,7 @@ impl View for ControlsView {
                 ui.label(format!("pairs retained {:.2}%", 100.0 * l.pairs.retained));
                 ui.label(format!("{} tokens, K = {}, w = {}, {}", r.tokens(), r.groups(), r.window(), r.analysis.mode));
             }
-        });
+        }));
         out
     }
 }

@@ -21,8 +21,8 @@ pub const ENTRIES: &[(&str, &str)] = &[
     ("delta loss per layer (compare)", "Loss is the whole model's, so a layer has none: the per-layer curve is the mean delta loss of the tokens whose top-k groups change in that layer, and of those whose groups stay."),
 ];
 
-/// The glossary window; drawn only while open (Help → Glossary opens it, its close button
-/// closes it).
+/// The glossary window; drawn only while open (Help → Glossary opens it, its close button or
+/// Escape closes it).
 #[derive(Default)]
 pub struct GlossaryView {
     pub open: bool,
@@ -30,6 +30,9 @@ pub struct GlossaryView {
 
 impl View for GlossaryView {
     fn show(&mut self, _: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        if self.open && ui.input(|i| i.key_pressed(egui::Key::Escape)) {
+            self.open = false;
+        }
         if self.open {
             egui::Window::new("Glossary").open(&mut self.open).default_width(520.0).default_pos([300.0, 120.0]).show(ui.ctx(), |ui| {
                 egui::ScrollArea::vertical().max_height(560.0).show(ui, |ui| {

@@ -27,6 +27,10 @@ pub struct MaskView {
     /// The full-resolution image of the zoomed-in region: (key, layer, first query, first key,
     /// side in tokens) and its texture.
     pub zoom: Option<((AnalysisKey, usize, usize, usize, usize), egui::TextureHandle)>,
+    /// The analysis the plot last showed: a new one resets its zoom and pan.
+    shown_key: Option<AnalysisKey>,
+    /// Screen pixels per token pair in the last frame (for the header).
+    pub px_per_pair: Option<f64>,
 }
 
 /// Why the pair (query i, key j) of `layer` is kept or not, in words: local, a shared group
@@ -137,12 +141,22 @@ impl View for MaskView {
             });
             return out;
         };
+        // A new analysis: back to the whole mask (a zoom into the previous one may show nothing).
+        let reset = self.shown_key.as_ref() != Some(&res.key);
+        if reset {
+            self.shown_key = Some(res.key.clone());
+            self.zoom = None;
+            self.px_per_pair = None;
+        }
         let zoomed = self.zoom.as_ref().filter(|(z, _)| z.0 == res.key && z.1 == layer).map(|(z, t)| (z.2, z.3, z.4, t.id()));
+        let px = |n: f64| self.px_per_pair.map(|p| format!("{:.1} x {:.1} screen pixels", p * n, p * n)).unwrap_or_else(|| "…".into());
         if img.block > 1 {
             match zoomed {
-                Some((i0, j0, n, _)) => ui.label(format!("zoomed in: queries {i0}..{} x keys {j0}..{} at full resolution (one pair per pixel); zoom out for blocks of {} x {} tokens", i0 + n, j0 + n, img.block, img.block)),
-                None => ui.label(format!("{} tokens shown as {} x {} blocks of {} x {} tokens (colours mix the pairs of each block by their counts); zoom in (Ctrl + scroll, or drag a box with the right button) to {} tokens or fewer for full resolution", img.tokens, img.side, img.side, img.block, img.block, MAX_SIDE)),
+                Some((i0, j0, n, _)) => ui.label(format!("zoomed in: queries {i0}..{} x keys {j0}..{} at full resolution, one pair = {}; zoom out for blocks of {} x {} tokens", i0 + n, j0 + n, px(1.0), img.block, img.block)),
+                None => ui.label(format!("{} tokens shown as {} x {} blocks of {} x {} tokens, one block = {} (colours mix the pairs of each block by their counts); zoom in (Ctrl + scroll, or drag a box with the right button) to {} tokens or fewer for full resolution", img.tokens, img.side, img.side, img.block, img.block, px(img.block as f64), MAX_SIDE)),
             };
+        } else {
+            ui.label(format!("one pair = {}", px(1.0)));
         }
         let tex = self.texture.get_or_insert_with(|| {
             let mut pixels = vec![palette::NONE; img.side * img.side];
@@ -160,8 +174,11 @@ impl View for MaskView {
         let tokens = res.analysis.tokens.clone();
         let res2 = res.clone();
         let raw = cx.settings.setup.raw_groups;
-        let plot = Plot::new(MASK_PLOT)
-            .id(egui::Id::unique(MASK_PLOT))
+        let mut plot = Plot::new(MASK_PLOT).id(egui::Id::unique(MASK_PLOT));
+        if reset {
+            plot = plot.reset();
+        }
+        let plot = plot
             .data_aspect(1.0)
             .invert_y(true)
             // Plain scrolling used to pan into negative indices; zoom is Ctrl + scroll.
@@ -180,7 +197,9 @@ impl View for MaskView {
                 let [l, s, pr] = counts[(i / block) * side + j / block];
                 let tok = |n: usize| tokens.get(n).map(|x| format!("{:?}", x.text)).unwrap_or_default();
                 let why = pair_reason(&res2, layer, i, j, raw);
-                let blk = if block > 1 { format!("\nblock of {block} x {block}: {l} local, {s} same-group, {pr} pruned") } else { String::new() };
+                // Inside the full-resolution region a pixel is one pair: no block to describe.
+                let exact = zoomed.is_some_and(|(i0, j0, n, _)| (i0..i0 + n).contains(&i) && (j0..j0 + n).contains(&j));
+                let blk = if block > 1 && !exact { format!("\nblock of {block} x {block}: {l} local, {s} same-group, {pr} pruned") } else { String::new() };
                 Some(format!("query #{i} {}\nkey #{j} {}\n{why}{blk}", tok(i), tok(j)))
             })
             .show(ui, |p| {
@@ -191,9 +210,11 @@ impl View for MaskView {
                     p.image(PlotImage::new("mask (full resolution)", id, c, egui::vec2(n as f32, n as f32)));
                 }
             });
-        // Zoomed in to MAX_SIDE tokens or fewer: draw that region at one pair per pixel (from
-        // the next frame on).
-        if img.block > 1 {
+        let per_unit = plot.transform.dvalue_dpos()[0].abs();
+        self.px_per_pair = (per_unit > 0.0).then(|| ui.ctx().pixels_per_point() as f64 / per_unit);
+        // Zoomed in to MAX_SIDE tokens or fewer: draw that region at one pair per pixel of its
+        // texture (from the next frame on).
+        if img.block > 1 && !reset {
             let b = plot.transform.bounds();
             let (x0, x1, y0, y1) = (b.min()[0], b.max()[0], b.min()[1], b.max()[1]);
             let span = (x1 - x0).max(y1 - y0);

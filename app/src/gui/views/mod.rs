@@ -158,30 +158,54 @@ pub struct Views {
     pub scroll_to: Option<usize>,
     /// The central area's rectangle, for PNG exports of the current view.
     pub rect: Option<egui::Rect>,
+    /// The side panels shown or hidden by the user (None: by the window's width, the details
+    /// panel hidden below `NARROW` points so that the view keeps its room).
+    pub controls_open: Option<bool>,
+    pub details_open: Option<bool>,
 }
+
+/// Below this window width the details panel starts hidden.
+pub const NARROW: f32 = 1300.0;
 
 impl Views {
     /// The whole window: the side panels, then the central area.
     pub fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
         let mut out = Vec::new();
-        for view in [&mut self.menu as &mut dyn View, &mut self.status, &mut self.controls, &mut self.details, &mut self.files, &mut self.glossary] {
-            out.extend(view.show(cx, ui));
+        let wide = ui.max_rect().width() >= NARROW;
+        let (controls, details) = (self.controls_open.unwrap_or(true), self.details_open.unwrap_or(wide));
+        out.extend(self.menu.show(cx, ui));
+        out.extend(self.status.show(cx, ui));
+        if controls {
+            out.extend(self.controls.show(cx, ui));
         }
-        let central = egui::CentralPanel::default().show(ui, |ui| self.central(cx, ui));
+        if details {
+            out.extend(self.details.show(cx, ui));
+        }
+        out.extend(self.files.show(cx, ui));
+        out.extend(self.glossary.show(cx, ui));
+        let central = egui::CentralPanel::default().show(ui, |ui| self.central(cx, ui, (controls, details)));
         out.extend(central.inner);
         self.rect = Some(central.response.rect);
         out
     }
 
-    /// The tab bar and the selected view.
-    fn central(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+    /// The tab bar (wrapped onto more rows in a narrow window, with the side panels' toggles)
+    /// and the selected view.
+    fn central(&mut self, cx: &ViewCtx, ui: &mut egui::Ui, (controls, details): (bool, bool)) -> Vec<Command> {
         let mut out = Vec::new();
         let mut tab = cx.settings.setup.tab;
-        ui.horizontal(|ui| {
+        ui.horizontal_wrapped(|ui| {
             for t in Tab::ALL {
                 if ui.selectable_label(tab == t, t.label()).clicked() {
                     tab = t;
                 }
+            }
+            ui.separator();
+            if ui.selectable_label(controls, "Controls panel").on_hover_text("show or hide the left panel (run and view controls)").clicked() {
+                self.controls_open = Some(!controls);
+            }
+            if ui.selectable_label(details, "Details panel").on_hover_text("show or hide the right panel (the hovered token's routing, partners)").clicked() {
+                self.details_open = Some(!details);
             }
         });
         if tab != cx.settings.setup.tab {
