@@ -2106,18 +2106,19 @@ fn no_stale_status_text() {
     assert!(bad.is_file());
     no_errors(&h);
     assert!(h.state().status.starts_with("wrote"));
-    // Cancel an analysis, then run it: the cancel message goes.
-    h.state_mut().settings.setup.params.max_tokens = 200;
+    // Cancel an analysis, then run it: the cancel message goes. Long enough (1000 tokens) that
+    // it cannot finish before the click, however fast the machine.
+    h.state_mut().settings.setup.params.max_tokens = 1000;
     h.step();
     h.step();
     h.get_by_label("Cancel").click();
     h.step();
-    assert!(h.state().status.starts_with("analysis cancelled"));
+    assert!(h.state().status.starts_with("analysis cancelled"), "{}", h.state().status);
     h.step();
     h.step();
     h.get_by_label("Run analysis").click();
     settle(&mut h);
-    assert_eq!(h.state().session.result.as_ref().unwrap().tokens(), 200);
+    assert_eq!(h.state().session.result.as_ref().unwrap().tokens(), 1000);
     assert!(!h.state().status.contains("cancelled"), "{}", h.state().status);
     // A status about the generated text's Sinkhorn goes when another text opens.
     h.state_mut().status = "analysing the generated text, saved as g.txt; Sinkhorn set to causal as generated".into();

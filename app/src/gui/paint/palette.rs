@@ -1,20 +1,23 @@
 //! Group colours: a fixed qualitative palette (light enough for black text), then evenly spread
 //! hues for K beyond it; or, with the colour-blind option, the Okabe-Ito palette (distinguishable
 //! with the common colour-vision deficiencies) for the first 8 groups. The same colours go to the
-//! screen and to SVG exports. The option is process-wide (`set_colour_blind`, set by the app
-//! from its settings each frame), as every view and export asks this module for colours.
+//! screen and to SVG exports. The option belongs to the UI thread (`set_colour_blind`, set by
+//! the app from its settings each frame), as every view and export asks this module for colours
+//! there; thread-local, so that two apps in one process (the GUI tests) never see each other's.
 
 use egui::Color32;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::cell::Cell;
 
-static COLOUR_BLIND: AtomicBool = AtomicBool::new(false);
+thread_local! {
+    static COLOUR_BLIND: Cell<bool> = const { Cell::new(false) };
+}
 
 pub fn set_colour_blind(on: bool) {
-    COLOUR_BLIND.store(on, Ordering::Relaxed);
+    COLOUR_BLIND.with(|c| c.set(on));
 }
 
 pub fn colour_blind() -> bool {
-    COLOUR_BLIND.load(Ordering::Relaxed)
+    COLOUR_BLIND.with(|c| c.get())
 }
 
 /// Okabe & Ito's palette (black replaced by a light grey, blue lightened for black text).
