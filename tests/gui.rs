@@ -2107,10 +2107,17 @@ fn no_stale_status_text() {
     no_errors(&h);
     assert!(h.state().status.starts_with("wrote"));
     // Cancel an analysis, then run it: the cancel message goes. Long enough (1000 tokens) that
-    // it cannot finish before the click, however fast the machine.
+    // it cannot finish before the click, however fast the machine; the jobs the export left
+    // (the untrained twin's) end first, so that the one Cancel button is the analysis'.
+    settle(&mut h);
     h.state_mut().settings.setup.params.max_tokens = 1000;
-    h.step();
-    h.step();
+    for _ in 0..500 {
+        h.step();
+        if h.state().busy() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     h.get_by_label("Cancel").click();
     h.step();
     assert!(h.state().status.starts_with("analysis cancelled"), "{}", h.state().status);
