@@ -1,8 +1,9 @@
-//! The shipped, trained sample adapters (`sample_adapters/smollm2-135m-k8` and `-k4`): they load
-//! with their provenance and results recorded, and the CPU reproduces the per-chunk held-out NLL
-//! of `tests/fixtures/trained_adapters_nll.json`: each as shipped (K=8 with 10 Sinkhorn
-//! iterations, K=4 with 40), and K=4 also with its training's 10. The fixture says how each
-//! figure was measured.
+//! The shipped, trained SmolLM2 sample adapters (`sample_adapters/smollm2-135m-k8`, `-k4` and
+//! `-k8-pca-sink1`): they load with their provenance and results recorded, and the CPU reproduces
+//! the per-chunk held-out NLL of `tests/fixtures/trained_adapters_nll.json`: each as shipped (K=8
+//! with 10 Sinkhorn iterations, K=4 with 40), and K=4 also with its training's 10; for
+//! `-k8-pca-sink1` the reference is the H200's (CUDA kernels with an attention sink). The
+//! fixture says how each figure was measured.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -21,7 +22,7 @@ fn sample_adapters_reproduce_the_published_perplexities() {
     text.pop(); // the llama-perplexity convention drops one trailing newline (as `focus-lens ppl`)
     let ids = model.tokenizer().unwrap().encode(&text, false).unwrap().ids;
     let entries = reference["adapters"].as_array().unwrap();
-    assert_eq!(entries.len(), 3, "both shipped adapters as shipped, and K=4 with its training's 10 Sinkhorn iterations");
+    assert_eq!(entries.len(), 4, "the three trained SmolLM2 adapters as shipped, and K=4 with its training's 10 Sinkhorn iterations");
     for entry in entries {
         let dir = entry["adapter"].as_str().unwrap();
         let mut adapter = Adapter::load(&common::root().join(dir), &model.identity(), model.device()).unwrap();

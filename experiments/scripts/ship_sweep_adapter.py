@@ -6,7 +6,8 @@ perplexities (the run's ppl.json, H200), the last evaluation's dominance and cat
 (train_log.jsonl), and the CPU analysis of STATS (focus-lens analyze --mode topk --k 2 JSON).
 RUN may also be a path to a run's folder (another model's sweep, e.g.
 experiments/results/gemma3_h200/g3all); MODEL (env) names the base model's file in the command,
-SHARED (env) how many other runs shared the GPU (default two).
+SHARED (env) how many other runs shared the GPU (default two), DATE the run's date, PROBE_NOTE
+what the training log's probe was.
 Usage: ship_sweep_adapter.py RUN WEIGHTS DEST STATS CALL"""
 import json, os, shutil, sys
 from pathlib import Path
@@ -35,8 +36,12 @@ cfg["training"] = {
     "same_as": (f"focus-lens train --device cuda {model_flag}--data corpus/train --heldout corpus/heldout --groups {K} --gate {cfg['gate']} "
                 f"--score {cfg['score']} --tau {cfg['tau']} --sinkhorn-iters {cfg['sinkhorn_iters']} --seq-len {t['seq_len']} "
                 f"--batch {t['batch']} --lr {t['lr']} --cosine-decay --steps {t['steps']} --seed {t['seed']}"
-                + (f" --router-layers {cfg['router_layers']}" if cfg.get("router_layers", "all") != "all" else "")),
-    "date": "2026-12-01",
+                + (f" --router-layers {cfg['router_layers']}" if cfg.get("router_layers", "all") != "all" else "")
+                + (f" --lambda {cfg['lambda']:g}" if cfg["gate"] == "paper" else "")
+                + (f" --sink {cfg['sink']}" if cfg.get("sink", 0) else "")
+                + {"pca": " --pca-init", "kmeans": " --kmeans-init"}.get(t.get("init") or "", "")
+                + (f" (its cosine schedule was set for {os.environ['PLANNED_STEPS']} steps; the time budget stopped it)" if os.environ.get("PLANNED_STEPS") else "")),
+    "date": os.environ.get("DATE", "2026-12-01"),
 }
 ppl = {p["mode"]: p["ppl"] for p in json.load(open(src / "ppl.json"))}
 st = json.load(open(stats))
@@ -50,7 +55,7 @@ cfg["results"] = {
     "ppl": {"ctx1024": {"dense": ppl["dense"], "soft": ppl["soft"]} | {f"topk{k}": ppl[f"topk({k})"] for k in (1, 2, 3) if f"topk({k})" in ppl}},
     "measured_on": "ppl: NVIDIA H200, CUDA build (the CPU reproduces per-chunk NLL: tests/trained_adapters.rs); analysis: this project's 2-core CPU",
     "probe_categories_last_eval": last["categories"],
-    "probe_note": "train_log.jsonl's last evaluation: the first 4,000 bytes of Persuasion, soft mode; pure = >= 20 tokens",
+    "probe_note": (os.environ.get("PROBE_NOTE") or "train_log.jsonl's last evaluation: the first 4,000 bytes of Persuasion, soft mode; pure = >= 20 tokens"),
     "analysis": {
         "command": "focus-lens analyze FIRST_25000_BYTES_OF_THE_FIXTURE --adapter A --mode topk --k 2 --segment 1024 --out stats.json",
         "dominance_mean": sum(dom) / len(dom), "dominance_worst": max(dom), "dominance_target": 1.3 / K,
@@ -58,6 +63,13 @@ cfg["results"] = {
         "pairs_retained_mean": sum(L["pairs"]["retained"] for L in st["layers"]) / len(st["layers"]),
     },
 }
+# The structure beside the untrained twin (analysis::structure), where the run logged it and
+# where focus-lens analyze measured it (issue 28: every shipped config carries its table).
+if last.get("structure"):
+    first = [r for r in rows if r.get("structure")][0]
+    cfg["results"]["probe_structure"] = {"step0": first["structure"], "last": last["structure"], "step": last["step"]}
+if st.get("structure"):
+    cfg["results"]["analysis"]["structure"] = st["structure"]
 d = Path("sample_adapters") / dest
 d.mkdir(parents=True, exist_ok=True)
 (d / "adapter_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
