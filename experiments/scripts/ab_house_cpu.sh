@@ -9,7 +9,7 @@
 set -uo pipefail
 OLD=${1:?old binary}; NEW=${2:?new binary}; ROUNDS=${3:-3}
 me=$$; mkdir -p /tmp/ab; : > /tmp/ab/frozen; rm -f /tmp/ab/thaw
-freeze() { for p in $(pgrep -f 'cargo|rustc|cc1|collect2|/ld|nvcc|Xvfb'); do [ "$p" != "$me" ] && kill -STOP $p 2>/dev/null && echo $p >> /tmp/ab/frozen; done; }
+freeze() { for p in $(pgrep -f 'cargo|rustc|/target/|cc1|collect2|/ld|nvcc|Xvfb'); do [ "$p" != "$me" ] && kill -STOP $p 2>/dev/null && echo $p >> /tmp/ab/frozen; done; }
 ( while [ ! -e /tmp/ab/thaw ]; do freeze; sleep 1; done ) & fl=$!
 sleep 2
 cd "$(dirname "$0")/../.."
@@ -28,8 +28,8 @@ for r in (d['rows'] if isinstance(d,dict) else d):
   print('$r $b decode ctx',r['context'],'dense_tps',round(r['dense_tokens_per_s'],1),'topk_tps',round(r['topk_tokens_per_s'],1))"
   rm -rf /tmp/ab/train_$b
   t0=$(date +%s.%N)
-  $bin train --data $C/train/austen__emma.txt --heldout $C/heldout/austen__persuasion.txt --out /tmp/ab/train_$b --steps 4 --seq-len 512 --batch 1 --eval-every 0 --eval-seqs 1 >/dev/null 2>&1
-  echo "$r $b train 4 steps x 512 tokens (with load and the final evaluation) s $(python3 -c "print(round($(date +%s.%N)-$t0,2))")"
+  $bin train --data $C/train/austen__emma.txt --heldout $C/heldout/austen__persuasion.txt --out /tmp/ab/train_$b --steps 4 --seq-len 512 --batch 1 --eval-every 4 --eval-seqs 1 >/dev/null 2>&1
+  echo "$r $b train 4 steps x 512 tokens (whole command: load, 4 steps, one evaluation of 1 window) s $(python3 -c "print(round($(date +%s.%N)-$t0,2))")"
 done; done
 touch /tmp/ab/thaw; wait $fl
 for p in $(sort -u /tmp/ab/frozen); do kill -CONT $p 2>/dev/null; done
