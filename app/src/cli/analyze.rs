@@ -3,7 +3,7 @@
 
 use super::common::{progress, FocusArgs, ModelArgs};
 use anyhow::{bail, Result};
-use focus_core::analysis::structure::StructureReport;
+use focus_core::analysis::structure::{shown_token, StructureReport};
 use focus_core::analysis::{analyze, AnalyzeOptions};
 use std::path::PathBuf;
 
@@ -120,18 +120,6 @@ pub fn run(a: Args) -> Result<()> {
 
 /// Top tokens listed per group in the labels table.
 const TABLE_TOKENS: usize = 5;
-
-/// A token as the table shows it: blanks and line breaks made visible.
-fn shown_token(t: &str) -> String {
-    t.chars()
-        .map(|c| match c {
-            ' ' => '·',
-            '\n' => '¶',
-            '\t' => '»',
-            c => c,
-        })
-        .collect()
-}
 
 /// The centroid table of one layer (`layer`, else the one of highest token-weighted purity) in
 /// the paper's form: per group its top category, purity, share of the tokens and top tokens
