@@ -326,14 +326,29 @@ fn sentencepiece_texts_are_cut_into_pieces_with_the_same_ids() {
     let text = format!("{base}\nno newline: here, just words 123 4567 and more words.\n\n  {}  tail", "abc def ".repeat(40));
     let whole = t.encode_chunked(&text, true, usize::MAX / 4).unwrap();
     for chunk in [1, 7, 64, 1000] {
+        // Cut into many pieces (it used to be one), with the ids of the whole.
+        let ends = t.piece_ends(&text, chunk);
+        assert!(ends.len() > text.len() / (chunk + 200), "chunk {chunk}: {} pieces", ends.len());
         let pieces = t.encode_chunked(&text, true, chunk).unwrap();
         assert_eq!(pieces.ids, whole.ids, "chunk {chunk}");
         assert_eq!(pieces.offsets, whole.offsets, "chunk {chunk}");
     }
-    // A text with no whitespace is cut at a fixed length: bounded pieces, every byte covered.
+    // llama.cpp's ids of the fixture texts, in pieces of about 64 bytes.
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::fixture("gemma3_reference.json")).unwrap()).unwrap();
+    let ids = |v: &serde_json::Value| v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<u32>>();
+    let persuasion = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
+    assert!(t.piece_ends(&persuasion, 64).len() > 500);
+    assert_eq!(t.encode_chunked(&persuasion, false, 64).unwrap().ids, ids(&r["persuasion"]["token_ids"]));
+    for c in r["tokenizer_cases"].as_array().unwrap() {
+        let got = t.encode_chunked(c["text"].as_str().unwrap(), c["parse_special"].as_bool().unwrap(), 1).unwrap().ids;
+        assert_eq!(got, ids(&c["ids"]), "{}", c["name"]);
+    }
+    // A text with no whitespace is cut at a fixed length (64 KiB, the least hard bound):
+    // bounded pieces, every byte covered.
     let solid = "abcdefghij".repeat(20_000);
+    let ends = t.piece_ends(&solid, 1000);
+    assert_eq!(ends, [65536, 131072, 196608, 200000]);
     let enc = t.encode_chunked(&solid, false, 1000).unwrap();
-    assert!(!enc.ids.is_empty());
     assert_eq!(enc.offsets.last().unwrap().1, solid.len());
 }
 

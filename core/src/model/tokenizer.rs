@@ -116,9 +116,9 @@ impl Cuts {
             }
             return b.len();
         }
-        let limit = (start + hard).min(b.len());
+        let limit = start.saturating_add(hard).min(b.len());
         // ASCII bytes only are tested, so a safe `i` is a character boundary.
-        if let Some(i) = (start + chunk.max(1)..limit).find(|&i| self.safe(b, i)) {
+        if let Some(i) = (start.saturating_add(chunk.max(1))..limit).find(|&i| self.safe(b, i)) {
             return i;
         }
         if limit == b.len() {
@@ -488,8 +488,7 @@ impl Tokenizer {
             offsets.push((0, 0));
         }
         let mut start = 0;
-        while start < text.len() {
-            let end = self.cuts.piece_end(text, start, chunk);
+        for end in self.piece_ends(text, chunk) {
             let piece = &text[start..end];
             let (g, add) = self.growth;
             let normalized = (piece.len() as u64).saturating_mul(g).saturating_add(add);
@@ -505,6 +504,18 @@ impl Tokenizer {
             start = end;
         }
         Ok(Encoding { ids, offsets })
+    }
+
+    /// Where `encode_chunked` cuts `text` with pieces of about `chunk` bytes: the end of each
+    /// piece, the last being `text.len()`.
+    pub fn piece_ends(&self, text: &str, chunk: usize) -> Vec<usize> {
+        let mut ends = Vec::new();
+        let mut start = 0;
+        while start < text.len() {
+            start = self.cuts.piece_end(text, start, chunk);
+            ends.push(start);
+        }
+        ends
     }
 
     /// The text of `ids`, special tokens included. Byte sequences that are not valid UTF-8
