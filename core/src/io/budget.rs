@@ -27,9 +27,6 @@ thread_local! {
     static OVER: Cell<*const AtomicBool> = const { Cell::new(std::ptr::null()) };
 }
 
-/// Whether `BudgetAlloc` is the global allocator (it has served an allocation).
-static INSTALLED: AtomicBool = AtomicBool::new(false);
-
 fn charge(bytes: usize) {
     let limit = LIMIT.with(Cell::get);
     if limit == 0 {
@@ -58,9 +55,6 @@ fn credit(bytes: usize) {
 // const-initialised thread-locals, which never allocate.
 unsafe impl GlobalAlloc for BudgetAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if !INSTALLED.load(Ordering::Relaxed) {
-            INSTALLED.store(true, Ordering::Relaxed);
-        }
         charge(layout.size());
         System.alloc(layout)
     }
@@ -85,12 +79,6 @@ unsafe impl GlobalAlloc for BudgetAlloc {
 /// `run_within` went over its budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exceeded;
-
-/// Whether allocations are counted (`BudgetAlloc` is the global allocator).
-pub fn enforced() -> bool {
-    drop(std::hint::black_box(Box::new(0u8)));
-    INSTALLED.load(Ordering::Relaxed)
-}
 
 /// Runs `f` on a thread of its own whose allocations may total at most `limit` bytes at any
 /// time. Past that, `Err(Exceeded)`: the thread is left stopped (holding less than `limit`).
