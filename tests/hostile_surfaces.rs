@@ -156,6 +156,14 @@ fn hostile_chat_templates_give_one_error_naming_the_template() {
     assert_has(&r("{% for i in range(100000) %}{% endfor %}"), &["test template", "budget of 1000 instructions"]);
     assert_has(&r("{{ 'a' * 101 }}"), &["test template", "renders more than 100 bytes"]);
     assert_has(&r(&format!("{{% set s = 'ab' %}}{}", "{% set s = s ~ s %}".repeat(30))), &["test template", "more than 1048576 bytes of memory"]);
+    // Found by the chat_template fuzz target: a namespace that holds itself
+    // (`ns.r = (ns, ...)`), whose error listed the cyclic value without end.
+    let found = std::fs::read_to_string(common::fixture("fuzz_regressions/chat-template-cyclic-namespace.txt")).unwrap();
+    let (user, template) = found.split_once('\n').unwrap();
+    let (user, template) = (user.to_string(), t(template));
+    let e = within("the cyclic namespace", 20, move || err_msg(chat::render_user_turn(&template, &user, "<s>", "</s>")));
+    assert_has(&e, &["test template", "cannot be rendered"]);
+    assert!(e.len() < 2000, "{e}");
     // A real template still renders.
     let ok = chat::render_user_turn_within(&t(CHATML), "Hi!", "<s>", "</s>", limits).unwrap();
     assert_eq!(ok, "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
@@ -306,6 +314,8 @@ fn every_command_family_survives_a_closed_or_full_stdout() {
         (vec!["ppl", "--model", m, "--ctx", "16", "--json", t], none),
         (vec!["ppl", "--model", m, "--ctx", "16", t], none),
         (vec!["analyze", "--model", m, "--adapter", a, "--no-twin", t, "--out", s], none),
+        (vec!["eval", "--model", m, "--suite", "truthfulqa-mc", "--limit", "1", "--json"], none),
+        (vec!["eval", "--model", m, "--suite", "truthfulqa-mc", "--limit", "1"], none),
         (vec!["bench", "attention", "--lengths", "256", "--groups", "4", "--k", "1", "--repeats", "1", "--no-warmup", "--json"], none),
         (vec!["demo"], &[("FOCUS_LENS_MODEL", default_model.as_path())][..]),
     ] {

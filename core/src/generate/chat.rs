@@ -144,13 +144,28 @@ impl std::io::Write for CappedOutput {
 pub fn render_user_turn_within(template: &ChatTemplate, user: &str, bos: &str, eos: &str, limits: Limits) -> Result<String> {
     let source = &template.source;
     let (text, user, bos, eos) = (template.text.clone(), user.to_string(), bos.to_string(), eos.to_string());
-    let render = move || -> std::result::Result<String, (minijinja::Error, bool)> {
+    // Everything that touches the template's values runs under the budget, the error's text
+    // included: a value may be cyclic (`ns.r = (ns, ...)`), and showing it would never end. The
+    // plain message (not `{:#}`, which lists the variables' values) is kept, at most 1000 bytes.
+    let render = move || -> std::result::Result<String, Failure> {
+        let fail = |e: minijinja::Error, over: bool| match e.kind() {
+            _ if over => Failure::Output,
+            minijinja::ErrorKind::OutOfFuel => Failure::Fuel,
+            _ => {
+                let mut msg = e.to_string();
+                if msg.len() > 1000 {
+                    msg.truncate(msg.floor_char_boundary(1000));
+                    msg.push_str("...");
+                }
+                Failure::Other(msg)
+            }
+        };
         let mut env = minijinja::Environment::new();
         env.set_fuel(Some(limits.fuel));
         env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
             Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
         });
-        let t = env.template_from_str(&text).map_err(|e| (e, false))?;
+        let t = env.template_from_str(&text).map_err(|e| fail(e, false))?;
         let mut out = CappedOutput { buf: Vec::new(), cap: limits.output_bytes, over: false };
         let ctx = minijinja::context! {
             messages => vec![minijinja::context! { role => "user", content => user }],
@@ -159,19 +174,26 @@ pub fn render_user_turn_within(template: &ChatTemplate, user: &str, bos: &str, e
             eos_token => eos,
         };
         if let Err(e) = t.render_captured_to(ctx, &mut out) {
-            return Err((e, out.over));
+            return Err(fail(e, out.over));
         }
-        String::from_utf8(out.buf).map_err(|_| (minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, "the output is not UTF-8"), false))
+        String::from_utf8(out.buf).map_err(|_| Failure::Other("the output is not UTF-8".into()))
     };
     match crate::io::budget::run_within(limits.memory_bytes, render) {
         Ok(Ok(s)) => Ok(s),
-        Ok(Err((_, true))) => Err(Error::Invalid(format!("the chat template ({source}) renders more than {} bytes, the text budget", limits.output_bytes))),
-        Ok(Err((e, false))) if e.kind() == minijinja::ErrorKind::OutOfFuel => {
-            Err(Error::Invalid(format!("the chat template ({source}) ran past its budget of {} instructions", limits.fuel)))
-        }
-        Ok(Err((e, false))) => Err(Error::Invalid(format!("the chat template ({source}) cannot be rendered: {e:#}"))),
+        Ok(Err(Failure::Output)) => Err(Error::Invalid(format!("the chat template ({source}) renders more than {} bytes, the text budget", limits.output_bytes))),
+        Ok(Err(Failure::Fuel)) => Err(Error::Invalid(format!("the chat template ({source}) ran past its budget of {} instructions", limits.fuel))),
+        Ok(Err(Failure::Other(msg))) => Err(Error::Invalid(format!("the chat template ({source}) cannot be rendered: {msg}"))),
         Err(crate::io::budget::Exceeded) => Err(Error::Invalid(format!("the chat template ({source}) needs more than {} bytes of memory to render", limits.memory_bytes))),
     }
+}
+
+/// Why a rendering failed.
+enum Failure {
+    /// Past the output cap.
+    Output,
+    /// Out of fuel.
+    Fuel,
+    Other(String),
 }
 
 #[cfg(test)]
