@@ -362,6 +362,24 @@ fn sentencepiece_texts_are_cut_into_pieces_with_the_same_ids() {
     assert_eq!(enc.offsets.last().unwrap().1, solid.len());
 }
 
+/// Byte-level BPE (SmolLM2, Qwen2.5): a text without whitespace used to be one piece; it is cut
+/// at the hard bound, while texts with words keep their cuts (and ids: `hostile_input.rs`).
+#[test]
+fn bpe_texts_without_whitespace_are_cut_at_a_fixed_length() {
+    for model in [common::model_path(), common::qwen2_model_path()] {
+        let g = focus_core::model::gguf::GgufFile::open(&model).unwrap();
+        let t = Tokenizer::from_gguf(&g).unwrap();
+        let solid = "abcdefghij".repeat(20_000);
+        assert_eq!(t.piece_ends(&solid, 1000), [65536, 131072, 196608, 200000], "{}", model.display());
+        let enc = t.encode_chunked(&solid, false, 1000).unwrap();
+        assert_eq!(enc.offsets.last().unwrap().1, solid.len());
+        // A multi-byte character at the bound: the cut moves back to its start.
+        let wide = format!("a{}", "é".repeat(40_000));
+        let ends = t.piece_ends(&wide, 1000);
+        assert!(ends.iter().all(|&e| wide.is_char_boundary(e)) && ends[0] == 65535, "{ends:?}");
+    }
+}
+
 /// A 63 MiB text without whitespace (under the 64 MiB limit) tokenizes with Gemma 3 within a
 /// few GiB (it aborted at 4.6 GB, whole as one piece).
 #[test]
