@@ -164,6 +164,21 @@ fn hostile_chat_templates_give_one_error_naming_the_template() {
     let e = within("the cyclic namespace", 20, move || err_msg(chat::render_user_turn(&template, &user, "<s>", "</s>")));
     assert_has(&e, &["test template", "cannot be rendered"]);
     assert!(e.len() < 2000, "{e}");
+    // Also found by it: 20,000 unary minus signs, which minijinja's parser follows by
+    // recursion past any stack.
+    let found = std::fs::read_to_string(common::fixture("fuzz_regressions/chat-template-unary-chain.txt")).unwrap();
+    let (user, template) = found.split_once('\n').unwrap();
+    let e = err_msg(chat::render_user_turn(&t(template), user, "<s>", "</s>"));
+    assert_has(&e, &["test template", "chains 20000 unary operators", "at most 64"]);
+    // Nested conditional expressions (recursion without minijinja's limit) within the largest
+    // template accepted; one byte more is refused.
+    let nested = format!("{{{{ 1{} }}}}", " if 1 else 1".repeat(87_000));
+    assert!(nested.len() < 1 << 20);
+    let (n2, tt) = (nested.clone(), t(&nested));
+    let r2 = within("nested if-else", 60, move || chat::render_user_turn(&tt, "x", "", ""));
+    assert!(r2.is_ok() || err_msg(r2).contains("test template"), "{n2:.40}");
+    let big = t(&" ".repeat((1 << 20) + 1));
+    assert_has(&err_msg(chat::render_user_turn(&big, "x", "", "")), &["1048577 bytes", "at most 1048576"]);
     // A real template still renders.
     let ok = chat::render_user_turn_within(&t(CHATML), "Hi!", "<s>", "</s>", limits).unwrap();
     assert_eq!(ok, "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");

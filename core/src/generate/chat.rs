@@ -143,6 +143,13 @@ impl std::io::Write for CappedOutput {
 /// `render_user_turn` within `limits`. Each limit gives its own error, naming the template.
 pub fn render_user_turn_within(template: &ChatTemplate, user: &str, bos: &str, eos: &str, limits: Limits) -> Result<String> {
     let source = &template.source;
+    if template.text.len() > MAX_TEMPLATE_BYTES {
+        return Err(Error::Invalid(format!("the chat template ({source}) is {} bytes; at most {MAX_TEMPLATE_BYTES} are accepted", template.text.len())));
+    }
+    let run = longest_unary_run(&template.text);
+    if run > MAX_UNARY_RUN {
+        return Err(Error::Invalid(format!("the chat template ({source}) chains {run} unary operators (-, +, not); at most {MAX_UNARY_RUN}")));
+    }
     let (text, user, bos, eos) = (template.text.clone(), user.to_string(), bos.to_string(), eos.to_string());
     // Everything that touches the template's values runs under the budget, the error's text
     // included: a value may be cyclic (`ns.r = (ns, ...)`), and showing it would never end. The
@@ -187,6 +194,56 @@ pub fn render_user_turn_within(template: &ChatTemplate, user: &str, bos: &str, e
     }
 }
 
+/// The largest template accepted: real ones are tens of KB. Bounds the nesting minijinja's
+/// parser follows by recursion (at most ~90,000 levels of `1 if 1 else ...` in 1 MiB, within
+/// the rendering thread's stack, `io::budget::STACK_BYTES`).
+const MAX_TEMPLATE_BYTES: usize = 1 << 20;
+
+/// The longest chain of unary operators accepted in a template's expressions. minijinja parses
+/// such a chain by recursion without its nesting limit: `{{ ----...1 }}` with 20,000 signs
+/// overflows the stack (found by the chat_template fuzz target).
+const MAX_UNARY_RUN: usize = 64;
+
+/// The longest chain of unary operators (`-`, `+`, `not`, with whitespace between) inside the
+/// template's `{{ }}` and `{% %}` blocks, string literals skipped.
+fn longest_unary_run(t: &str) -> usize {
+    let b = t.as_bytes();
+    let (mut i, mut in_block, mut run, mut longest) = (0, false, 0usize, 0usize);
+    while i < b.len() {
+        let two = &b[i..(i + 2).min(b.len())];
+        if !in_block {
+            in_block = two == b"{{" || two == b"{%";
+            i += if in_block { 2 } else { 1 };
+            continue;
+        }
+        match b[i] {
+            _ if two == b"}}" || two == b"%}" => {
+                in_block = false;
+                run = 0;
+                i += 2;
+                continue;
+            }
+            q @ (b'\'' | b'"') => {
+                run = 0;
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'-' | b'+' => run += 1,
+            c if c.is_ascii_whitespace() => {}
+            b'n' if b[i..].starts_with(b"not") && !b.get(i + 3).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_') && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_')) => {
+                run += 1;
+                i += 2;
+            }
+            _ => run = 0,
+        }
+        longest = longest.max(run);
+        i += 1;
+    }
+    longest
+}
+
 /// Why a rendering failed.
 enum Failure {
     /// Past the output cap.
@@ -209,5 +266,12 @@ mod tests {
         assert_eq!(got, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");
         let err = render_user_turn(&t("{{ raise_exception('no system role') }}"), "x", "", "").unwrap_err().to_string();
         assert!(err.contains("no system role"), "{err}");
+    }
+
+    #[test]
+    fn counts_chains_of_unary_operators_in_expressions_only() {
+        assert_eq!(longest_unary_run("---- text {{ - -1 + 2 }} {{ '------' }}"), 2);
+        assert_eq!(longest_unary_run("{% if not not not x %}{% endif %}{{ nothing }}"), 3);
+        assert_eq!(longest_unary_run(&format!("{{{{ {}1 }}}}", "-".repeat(100))), 100);
     }
 }

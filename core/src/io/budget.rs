@@ -76,6 +76,9 @@ unsafe impl GlobalAlloc for BudgetAlloc {
     }
 }
 
+/// The stack of a `run_within` thread (virtual: pages are committed as they are touched).
+pub const STACK_BYTES: usize = 256 << 20;
+
 /// `run_within` went over its budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exceeded;
@@ -89,6 +92,9 @@ pub fn run_within<T: Send + 'static>(limit: usize, f: impl FnOnce() -> T + Send 
     let flag = over.clone();
     let handle = std::thread::Builder::new()
         .name("focus-budget".into())
+        // Parsers recurse once per level of nesting (minijinja's `a if b else c if ...` has no
+        // limit): a large stack, committed only as far as it is used.
+        .stack_size(STACK_BYTES)
         .spawn(move || {
             OVER.with(|o| o.set(Arc::as_ptr(&flag)));
             USED.with(|u| u.set(0));
