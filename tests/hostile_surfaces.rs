@@ -151,7 +151,7 @@ fn hostile_chat_templates_give_one_error_naming_the_template() {
     }
     // The same limits in the library (this binary installs the budget allocator).
     let t = |text: &str| ChatTemplate { source: "test template".into(), text: text.into() };
-    let limits = chat::Limits { fuel: 1000, output_bytes: 100, memory_bytes: 1 << 20 };
+    let limits = chat::Limits { fuel: 1000, output_bytes: 100, memory_bytes: 1 << 20, seconds: 2 };
     let r = |text: &str| err_msg(chat::render_user_turn_within(&t(text), "x", "", "", limits));
     assert_has(&r("{% for i in range(100000) %}{% endfor %}"), &["test template", "budget of 1000 instructions"]);
     assert_has(&r("{{ 'a' * 101 }}"), &["test template", "renders more than 100 bytes"]);
@@ -179,6 +179,14 @@ fn hostile_chat_templates_give_one_error_naming_the_template() {
     assert!(r2.is_ok() || err_msg(r2).contains("test template"), "{n2:.40}");
     let big = t(&" ".repeat((1 << 20) + 1));
     assert_has(&err_msg(chat::render_user_turn(&big, "x", "", "")), &["1048577 bytes", "at most 1048576"]);
+    // Work inside one instruction (a lazily repeated sequence): the time limit.
+    let t0 = Instant::now();
+    assert_has(&r("{{ 'b' in ['a'] * 322222222222 }}"), &["test template", "ran past its time limit of 2 s"]);
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    let found = std::fs::read_to_string(common::fixture("fuzz_regressions/chat-template-repeated-sequence.txt")).unwrap();
+    let (user, template) = found.split_once('\n').unwrap();
+    let e = err_msg(chat::render_user_turn_within(&t(template), user, "", "", limits));
+    assert_has(&e, &["test template"]);
     // A real template still renders.
     let ok = chat::render_user_turn_within(&t(CHATML), "Hi!", "<s>", "</s>", limits).unwrap();
     assert_eq!(ok, "<|im_start|>user\nHi!<|im_end|>\n<|im_start|>assistant\n");

@@ -10,7 +10,7 @@ use libfuzzer_sys::fuzz_target;
 #[global_allocator]
 static ALLOC: focus_core::io::budget::BudgetAlloc = focus_core::io::budget::BudgetAlloc;
 
-const LIMITS: Limits = Limits { fuel: 100_000, output_bytes: 256 << 10, memory_bytes: 1 << 20 };
+const LIMITS: Limits = Limits { fuel: 100_000, output_bytes: 256 << 10, memory_bytes: 1 << 20, seconds: 2 };
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

@@ -26,9 +26,12 @@ pub struct Limits {
     /// Bytes allocated at once while rendering (enforced where `io::budget::BudgetAlloc` is
     /// the global allocator, as in the focus-lens binary).
     pub memory_bytes: usize,
+    /// Wall-clock seconds: minijinja does some work inside one instruction (iterating a
+    /// lazily repeated sequence), which no fuel counts.
+    pub seconds: u64,
 }
 
-pub const LIMITS: Limits = Limits { fuel: 10_000_000, output_bytes: crate::io::text::MAX_TEXT_BYTES as usize, memory_bytes: 256 << 20 };
+pub const LIMITS: Limits = Limits { fuel: 10_000_000, output_bytes: crate::io::text::MAX_TEXT_BYTES as usize, memory_bytes: 256 << 20, seconds: 10 };
 
 fn gguf_type(v: &Value) -> &'static str {
     match v {
@@ -185,12 +188,13 @@ pub fn render_user_turn_within(template: &ChatTemplate, user: &str, bos: &str, e
         }
         String::from_utf8(out.buf).map_err(|_| Failure::Other("the output is not UTF-8".into()))
     };
-    match crate::io::budget::run_within(limits.memory_bytes, render) {
+    match crate::io::budget::run_within(limits.memory_bytes, std::time::Duration::from_secs(limits.seconds), render) {
         Ok(Ok(s)) => Ok(s),
         Ok(Err(Failure::Output)) => Err(Error::Invalid(format!("the chat template ({source}) renders more than {} bytes, the text budget", limits.output_bytes))),
         Ok(Err(Failure::Fuel)) => Err(Error::Invalid(format!("the chat template ({source}) ran past its budget of {} instructions", limits.fuel))),
         Ok(Err(Failure::Other(msg))) => Err(Error::Invalid(format!("the chat template ({source}) cannot be rendered: {msg}"))),
-        Err(crate::io::budget::Exceeded) => Err(Error::Invalid(format!("the chat template ({source}) needs more than {} bytes of memory to render", limits.memory_bytes))),
+        Err(crate::io::budget::Exceeded::Memory) => Err(Error::Invalid(format!("the chat template ({source}) needs more than {} bytes of memory to render", limits.memory_bytes))),
+        Err(crate::io::budget::Exceeded::Time) => Err(Error::Invalid(format!("the chat template ({source}) ran past its time limit of {} s", limits.seconds))),
     }
 }
 

@@ -2,7 +2,7 @@
 //! template that doubles a string 40 times asks for 1 TiB; no instruction count catches it).
 //! `run_within` runs a closure on a thread of its own whose allocations `BudgetAlloc` counts;
 //! an allocation past the budget is never made: the thread stops there for good (an allocator
-//! may neither fail gracefully nor unwind) and `run_within` returns `Err(Exceeded)`. What the
+//! may neither fail gracefully nor unwind) and `run_within` returns `Err(Exceeded::Memory)`. What the
 //! stopped thread holds stays below the budget.
 //!
 //! The count needs `BudgetAlloc` as the global allocator of the binary (the focus-lens binary,
@@ -79,14 +79,21 @@ unsafe impl GlobalAlloc for BudgetAlloc {
 /// The stack of a `run_within` thread (virtual: pages are committed as they are touched).
 pub const STACK_BYTES: usize = 256 << 20;
 
-/// `run_within` went over its budget.
+/// Which budget `run_within` went over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Exceeded;
+pub enum Exceeded {
+    Memory,
+    /// The time limit: some work takes neither memory nor any counted step (minijinja iterates
+    /// a lazily repeated sequence, `'b' in ['a'] * 10**11`, inside one instruction).
+    Time,
+}
 
 /// Runs `f` on a thread of its own whose allocations may total at most `limit` bytes at any
-/// time. Past that, `Err(Exceeded)`: the thread is left stopped (holding less than `limit`).
-/// A panic in `f` is resumed here.
-pub fn run_within<T: Send + 'static>(limit: usize, f: impl FnOnce() -> T + Send + 'static) -> Result<T, Exceeded> {
+/// time, for at most `time`. Past the memory, `Err(Exceeded::Memory)`: the thread is left
+/// stopped (holding less than `limit`); past the time, `Err(Exceeded::Time)`: the thread is
+/// left to finish on its own (within its memory budget), its result dropped. A panic in `f` is
+/// resumed here.
+pub fn run_within<T: Send + 'static>(limit: usize, time: Duration, f: impl FnOnce() -> T + Send + 'static) -> Result<T, Exceeded> {
     let over = Arc::new(AtomicBool::new(false));
     let (tx, rx) = mpsc::sync_channel(1);
     let flag = over.clone();
@@ -105,13 +112,15 @@ pub fn run_within<T: Send + 'static>(limit: usize, f: impl FnOnce() -> T + Send 
             drop(flag);
         })
         .expect("a thread can be started");
+    let t0 = std::time::Instant::now();
     loop {
         match rx.recv_timeout(Duration::from_millis(5)) {
             Ok(r) => {
                 let _ = handle.join();
                 return Ok(r);
             }
-            Err(mpsc::RecvTimeoutError::Timeout) if over.load(Ordering::SeqCst) => return Err(Exceeded),
+            Err(mpsc::RecvTimeoutError::Timeout) if over.load(Ordering::SeqCst) => return Err(Exceeded::Memory),
+            Err(mpsc::RecvTimeoutError::Timeout) if t0.elapsed() > time => return Err(Exceeded::Time),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => match handle.join() {
                 Err(panic) => std::panic::resume_unwind(panic),
