@@ -79,3 +79,9 @@ write('adapter', 'config-raw.bin', b'\x00' + json.dumps(cfg).encode())
 # tokenizer_gguf takes `arbitrary` structures: a few raw byte strings seed it.
 write('tokenizer_gguf', 'a.bin', bytes(range(64)))
 write('safetensors_model', 'empty-header.bin', struct.pack('<Q', 2) + b'{}')
+chatml = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+write('chat_template', 'chatml.txt', 'Hi!\n' + chatml)
+write('chat_template', 'gemma.txt', "Hello\n{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}")
+write('chat_template', 'raise.txt', "x\n{% if messages[0]['role'] != 'system' %}{{ raise_exception('no system role') }}{% endif %}{{ eos_token * 3 }}{% set ns = namespace(s='a') %}{% for i in range(5) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}")
+for name, spec in [('plain.txt', 'org/tiny'), ('main.txt', 'org/tiny@main'), ('dev.txt', 'org/tiny@dev'), ('commit.txt', 'org/tiny@abc123'), ('dots.txt', 'org/tiny@../../secret.txt')]:
+    write('hub_id', name, spec)

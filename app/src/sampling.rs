@@ -93,6 +93,9 @@ pub struct Run<'a> {
     pub generator: Generator<'a>,
     sampler: Sampler,
     stops: Vec<u32>,
+    /// The tokenizer's ids: an embedding padded past them (512 rows for 260 ids, as many
+    /// checkpoints are) has logits for ids no text has, which are never drawn.
+    n_ids: usize,
     max_tokens: usize,
     context: usize,
     /// The step of the newest token fed: its logits choose the next token.
@@ -115,7 +118,8 @@ impl<'a> Run<'a> {
         }
         let step = generator.feed(prompt)?;
         let sampler = Sampler::new(s.temperature, s.top_p, s.seed);
-        Ok(Run { generator, sampler, stops, max_tokens: s.max_tokens, context: model.config().context, step, generated: Vec::new(), stop: None, read: ReadBytes::default() })
+        let n_ids = model.tokenizer()?.vocab_size().clamp(1, step.logits.len().max(1));
+        Ok(Run { generator, sampler, stops, n_ids, max_tokens: s.max_tokens, context: model.config().context, step, generated: Vec::new(), stop: None, read: ReadBytes::default() })
     }
 
     /// The step of the newest token fed (the prompt's last, then each generated one's).
@@ -137,8 +141,11 @@ impl<'a> Run<'a> {
             self.stop = Some(Stop::Context);
             return Ok(None);
         }
-        let id = self.sampler.sample(&self.step.logits);
-        let logprob = log_prob(&self.step.logits, id);
+        // Logits past the tokenizer's ids are masked out (drawn from and normalised over the
+        // tokenizer's ids only).
+        let logits = &self.step.logits[..self.n_ids.min(self.step.logits.len())];
+        let id = self.sampler.sample(logits);
+        let logprob = log_prob(logits, id);
         let stop = self.stops.contains(&id);
         if stop {
             self.stop = Some(Stop::Eos);

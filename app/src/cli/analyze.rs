@@ -106,12 +106,12 @@ pub fn run(a: Args) -> Result<()> {
     }
     let segs = an.tokens.len().div_ceil(an.segment_len);
     eprintln!("{} tokens in {segs} segment(s) of <= {} tokens; {} layers", an.tokens.len(), an.segment_len, an.layers.len());
-    println!("layer  dominance  confidence  pairs_retained  purity");
+    crate::outln!("layer  dominance  confidence  pairs_retained  purity")?;
     for (l, p) in an.layers.iter().zip(&an.profiles) {
-        println!("{:>5}  {:>9.3}  {:>10.3}  {:>14.3}  {:>6.3}", l.layer, l.dominance, l.mean_confidence, l.pairs.retained, p.purity());
+        crate::outln!("{:>5}  {:>9.3}  {:>10.3}  {:>14.3}  {:>6.3}", l.layer, l.dominance, l.mean_confidence, l.pairs.retained, p.purity())?;
     }
     if a.labels {
-        print!("{}", labels_table(&an, a.layer));
+        crate::out!("{}", labels_table(&an, a.layer))?;
     }
     eprint!("{}", structure.summary());
     eprintln!("wrote {}", a.out.display());

@@ -237,9 +237,13 @@ pub fn attention(a: AttentionArgs) -> Result<()> {
         );
         eprintln!("{:>7} {:>2} {:>2} {:>10} {:>10} {:>8} {:>7} {:>7} {:>6} {:>10} {:>8}", "n", "K", "k", "dense ms", "focus ms", "speedup", "pairs", "bound", "eff", "candle ms", if device.is_cpu() { "cpu spd" } else { "plan ms" });
     }
+    // The row callback cannot return an error: the first failed write is kept and returned.
+    let mut written: Result<()> = Ok(());
     focus_core::bench::run_attention_bench(&cfg, &device, |r| {
         if a.json {
-            println!("{}", serde_json::to_string(r).expect("rows serialise"));
+            if written.is_ok() {
+                written = crate::outln!("{}", serde_json::to_string(r).expect("rows serialise"));
+            }
         } else {
             eprintln!(
                 "{:>7} {:>2} {:>2} {:>10} {:>10} {:>8} {:>6.1}% {:>6.2}x {:>6} {:>10} {:>8}",
@@ -255,6 +259,7 @@ pub fn attention(a: AttentionArgs) -> Result<()> {
             );
         }
     })?;
+    written?;
     if !a.json {
         // The per-length bound tends to this limit as the local band's share shrinks.
         for &g in &cfg.groups {
@@ -370,14 +375,14 @@ pub fn routing(a: RoutingArgs) -> Result<()> {
             "mean_changed_topk": mean(|r| r.changed_topk), "mean_changed_top1": mean(|r| r.changed_top1),
         }));
     }
-    println!("whole-sequence vs causal Sinkhorn, same scores (dense pass), {} tokens in segments of {}, K={} k={k}", ids.len(), a.segment, adapter.config.groups);
-    println!("{:>5} {:>12} {:>12} {:>12} {:>14} {:>14}", "layer", "top-k set", "top group", "mean |dg|", "kept (whole)", "kept (causal)");
+    crate::outln!("whole-sequence vs causal Sinkhorn, same scores (dense pass), {} tokens in segments of {}, K={} k={k}", ids.len(), a.segment, adapter.config.groups)?;
+    crate::outln!("{:>5} {:>12} {:>12} {:>12} {:>14} {:>14}", "layer", "top-k set", "top group", "mean |dg|", "kept (whole)", "kept (causal)")?;
     for r in &rows {
-        println!(
+        crate::outln!(
             "{:>5} {:>11.1}% {:>11.1}% {:>12.4} {:>13.1}% {:>13.1}%",
             r.layer, 100.0 * r.changed_topk, 100.0 * r.changed_top1, r.mean_abs_diff, 100.0 * r.retained_whole, 100.0 * r.retained_causal
-        );
+        )?;
     }
-    println!("mean over layers: top-k set changed for {:.1}% of tokens, top group for {:.1}%", 100.0 * mean(|r| r.changed_topk), 100.0 * mean(|r| r.changed_top1));
+    crate::outln!("mean over layers: top-k set changed for {:.1}% of tokens, top group for {:.1}%", 100.0 * mean(|r| r.changed_topk), 100.0 * mean(|r| r.changed_top1))?;
     Ok(())
 }

@@ -157,7 +157,7 @@ pub fn progress(total: u64, what: &str, quiet: bool) -> ProgressBar {
 }
 
 pub fn print_json(v: &impl serde::Serialize) -> Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+    crate::outln!("{}", serde_json::to_string_pretty(v)?)?;
     Ok(())
 }
 

@@ -20,19 +20,19 @@ pub fn run() -> Result<()> {
         pb.set_position(d as u64);
     })?;
     pb.finish_and_clear();
-    println!("Focus Lens: {} + {} (K={}, w={}, top-k {k})", model.config().name, SAMPLE_ADAPTER_NAME, an.groups, an.window);
-    println!("sample text: {} tokens, analysed in {:.1} s", an.tokens.len(), t0.elapsed().as_secs_f64());
-    println!("\nlayer  dominance  confidence  entropy  pairs_retained  group sizes");
+    crate::outln!("Focus Lens: {} + {} (K={}, w={}, top-k {k})", model.config().name, SAMPLE_ADAPTER_NAME, an.groups, an.window)?;
+    crate::outln!("sample text: {} tokens, analysed in {:.1} s", an.tokens.len(), t0.elapsed().as_secs_f64())?;
+    crate::outln!("\nlayer  dominance  confidence  entropy  pairs_retained  group sizes")?;
     for l in &an.layers {
         let sizes: Vec<String> = l.group_size.iter().map(|s| s.to_string()).collect();
-        println!(
+        crate::outln!(
             "{:>5}  {:>9.3}  {:>10.3}  {:>7.3}  {:>14.3}  {}",
             l.layer, l.dominance, l.mean_confidence, l.mean_entropy, l.pairs.retained, sizes.join(" ")
-        );
+        )?;
     }
     // The most frequent tokens of each group in the middle layer.
     let mid = an.layers.len() / 2;
-    println!("\nlayer {mid}: most frequent tokens per group (argmax membership)");
+    crate::outln!("\nlayer {mid}: most frequent tokens per group (argmax membership)")?;
     let toks = an.layers[mid].tokens.as_ref().expect("kept");
     for g in 0..an.groups {
         let mut counts: std::collections::HashMap<&str, usize> = Default::default();
@@ -44,10 +44,10 @@ pub fn run() -> Result<()> {
         let mut v: Vec<_> = counts.into_iter().collect();
         v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
         let shown: Vec<String> = v.iter().take(10).map(|(t, c)| format!("{:?}x{c}", t)).collect();
-        println!("  group {g}: {}", shown.join(" "));
+        crate::outln!("  group {g}: {}", shown.join(" "))?;
     }
-    println!("\n{}", adapter_note(&adapter.config));
-    println!("More: focus-lens --help");
+    crate::outln!("\n{}", adapter_note(&adapter.config))?;
+    crate::outln!("More: focus-lens --help")?;
     Ok(())
 }
 

@@ -80,13 +80,13 @@ pub fn run(a: Args) -> Result<()> {
     }
     for r in &results {
         let (acc, score) = if r.suite == "cloze" { ("accuracy", "mean target log-lik") } else { ("MC1", "MC2") };
-        println!(
+        crate::outln!(
             "{:<14} {:<8} {acc} {:.4}  {score} {:.4}  ({} items, {} within the window, max {} tokens, {:.1} s)",
             r.suite, r.mode, r.accuracy, r.score, r.items, r.items_within_window, r.max_tokens, r.seconds
-        );
+        )?;
     }
     for c in &comparisons {
-        println!("{}", c["summary"].as_str().unwrap_or_default());
+        crate::outln!("{}", c["summary"].as_str().unwrap_or_default())?;
     }
     Ok(())
 }

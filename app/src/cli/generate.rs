@@ -6,7 +6,6 @@ use super::common::{count, sampling_temperature, share, FocusArgs, ModelArgs};
 use crate::sampling::{self, Run, Sampling, Stop};
 use anyhow::{Context, Result};
 use focus_core::generate::Strategy;
-use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -68,7 +67,6 @@ pub fn run(a: Args) -> Result<()> {
         eprintln!("note: this adapter uses whole-sequence Sinkhorn (causal_sinkhorn = false): each new token changes every earlier token's routing, so no KV cache is exact in {} mode; every token reruns the whole sequence (exact, O(T^2) per token)", mode.name());
     }
     let t1 = Instant::now();
-    let mut out = std::io::stdout().lock();
     let mut shown = String::new();
     while let Some(t) = run.next()? {
         let step = run.step();
@@ -78,18 +76,17 @@ pub fn run(a: Args) -> Result<()> {
                 "groups": if t.stop { None } else { Some(&step.groups) },
                 "bytes_read": if t.stop { None } else { Some(step.read) },
             });
-            writeln!(out, "{rec}")?;
+            crate::outln!("{rec}")?;
         } else if !t.stop {
             // Print what is new once it is whole text (a character may span tokens).
             let full = tok.decode(&run.generated)?;
             if !full.ends_with('\u{FFFD}') {
                 if let Some(new) = full.strip_prefix(shown.as_str()) {
-                    write!(out, "{new}")?;
+                    crate::out!("{new}")?;
                 }
                 shown = full;
             }
         }
-        out.flush()?;
     }
     let gen_s = t1.elapsed().as_secs_f64();
     let (n, reason, read) = (run.generated.len(), run.stop.map_or("", Stop::name), run.read);
@@ -100,9 +97,9 @@ pub fn run(a: Args) -> Result<()> {
             "prefill_s": prefill_s, "generate_s": gen_s, "tokens_per_s": tps, "mode": mode.name(), "k": mode.k(),
             "strategy": format!("{:?}", run.generator.strategy()), "bytes_read": read, "read_fraction_of_dense": read.fraction(),
         });
-        writeln!(out, "{rec}")?;
+        crate::outln!("{rec}")?;
     } else {
-        writeln!(out)?;
+        crate::outln!()?;
         let reads = if read.dense > 0 && mode != focus_core::Mode::Dense { format!("; attention read {:.1}% of dense's bytes", 100.0 * read.fraction()) } else { String::new() };
         eprintln!("[{n} tokens ({reason}) in {gen_s:.2} s, {tps:.1} tok/s; prompt of {} tokens in {prefill_s:.2} s; mode {mode}{reads}]", prompt.len());
     }

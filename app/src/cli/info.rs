@@ -28,19 +28,19 @@ pub fn run(a: Args) -> Result<()> {
             "layers": layers,
         }));
     }
-    println!("path        {}", m.path.display());
-    println!("format      {}", m.format);
-    println!("name        {}", c.name);
-    println!("arch        {}", c.arch);
-    println!("layers      {}", c.n_layers);
-    println!("d_model     {}", c.d_model);
-    println!("heads       {} query / {} kv, head dim {}", c.n_heads, c.n_kv_heads, c.head_dim);
-    println!("ffn         {} ({:?})", c.ffn_dim, c.mlp);
-    println!("vocab       {}", c.vocab);
-    println!("context     {}", c.context);
-    println!("positions   {:?}", c.positions);
-    println!("norm        {:?}, eps {}", c.norm, c.norm_eps);
-    println!("tied        {}", c.tied_embeddings);
+    crate::outln!("path        {}", m.path.display())?;
+    crate::outln!("format      {}", m.format)?;
+    crate::outln!("name        {}", c.name)?;
+    crate::outln!("arch        {}", c.arch)?;
+    crate::outln!("layers      {}", c.n_layers)?;
+    crate::outln!("d_model     {}", c.d_model)?;
+    crate::outln!("heads       {} query / {} kv, head dim {}", c.n_heads, c.n_kv_heads, c.head_dim)?;
+    crate::outln!("ffn         {} ({:?})", c.ffn_dim, c.mlp)?;
+    crate::outln!("vocab       {}", c.vocab)?;
+    crate::outln!("context     {}", c.context)?;
+    crate::outln!("positions   {:?}", c.positions)?;
+    crate::outln!("norm        {:?}, eps {}", c.norm, c.norm_eps)?;
+    crate::outln!("tied        {}", c.tied_embeddings)?;
     let mut extras = Vec::new();
     if let Some(s) = c.embed_scale {
         extras.push(format!("embeddings x {s:.4}"));
@@ -61,7 +61,7 @@ pub fn run(a: Args) -> Result<()> {
         extras.push(format!("final soft-cap {s}"));
     }
     if !extras.is_empty() {
-        println!("extras      {}", extras.join(", "));
+        crate::outln!("extras      {}", extras.join(", "))?;
     }
     // Interleaved sliding-window (S) and global (G) layers, e.g. SSSSSG SSSSSG SSSSSG.
     if let Some(s) = &c.sliding {
@@ -69,12 +69,12 @@ pub fn run(a: Args) -> Result<()> {
         let global: Vec<String> = (0..c.n_layers).filter(|&l| !c.is_sliding(l)).map(|l| l.to_string()).collect();
         let theta = c.layer_attention(s.layers.iter().position(|&x| x).unwrap_or(0)).rope_theta;
         let theta = theta.map_or("none".to_string(), |t| t.to_string());
-        println!("layers      {marks} (S: sliding window {}, RoPE base {theta}; G: global: {})", s.window, global.join(" "));
+        crate::outln!("layers      {marks} (S: sliding window {}, RoPE base {theta}; G: global: {})", s.window, global.join(" "))?;
     }
-    println!("fingerprint {}", m.fingerprint);
+    crate::outln!("fingerprint {}", m.fingerprint)?;
     match &m.tokenizer {
-        Some(t) => println!("tokenizer   {} tokens, add_bos {}", t.vocab_size(), t.add_bos()),
-        None => println!("tokenizer   none"),
+        Some(t) => crate::outln!("tokenizer   {} tokens, add_bos {}", t.vocab_size(), t.add_bos())?,
+        None => crate::outln!("tokenizer   none")?,
     }
     Ok(())
 }

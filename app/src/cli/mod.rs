@@ -9,6 +9,7 @@ mod eval;
 mod generate;
 mod info;
 mod init;
+pub mod out;
 mod ppl;
 mod tokenize;
 mod train;

@@ -41,9 +41,9 @@ pub fn run(a: Args) -> Result<()> {
             "per_chunk_nll": r.per_chunk_nll, "model": model.path, "adapter": a.focus.adapter,
         }));
     }
-    println!(
+    crate::outln!(
         "PPL {:.4} (mode {mode}, ctx {}, {} chunks, {} scored of {} tokens, {:.1} s)",
         r.ppl, r.ctx, r.chunks, r.scored_tokens, ids.len(), seconds
-    );
+    )?;
     Ok(())
 }

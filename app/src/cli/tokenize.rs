@@ -25,7 +25,7 @@ pub fn run(a: Args) -> Result<()> {
         return print_json(&serde_json::json!({ "ids": enc.ids, "count": enc.ids.len() }));
     }
     let ids: Vec<String> = enc.ids.iter().map(|i| i.to_string()).collect();
-    println!("{}", ids.join(" "));
+    crate::outln!("{}", ids.join(" "))?;
     eprintln!("{} tokens", enc.ids.len());
     Ok(())
 }

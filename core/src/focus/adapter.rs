@@ -314,8 +314,10 @@ impl Adapter {
     /// Parses a config and checks that it fits the model `want`.
     fn parse_config(config_json: &str, want: &BaseModel, origin: &Path) -> Result<AdapterConfig> {
         let cfg_path = origin.join(CONFIG_FILE);
-        let config: AdapterConfig = serde_json::from_str(config_json)
-            .map_err(|e| Error::bad_file(&cfg_path, format!("invalid adapter config: {e}")))?;
+        let config: AdapterConfig = serde_json::from_str(config_json).map_err(|e| {
+            let field = crate::io::json_key_at(config_json, e.line(), e.column()).map_or(String::new(), |k| format!("field {k:?}: "));
+            Error::bad_file(&cfg_path, format!("invalid adapter config: {field}{e}"))
+        })?;
         config.check()?;
         let have = &config.base_model;
         if have.arch != want.arch {

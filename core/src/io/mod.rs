@@ -1,8 +1,9 @@
 //! Files in and out. Reading: every input goes through `open_input` / `read_capped`, which
 //! refuse what is not a regular file (a FIFO would block forever, `/dev/zero` never ends) and
 //! cap the bytes read. Writing: `write_atomic` and `write_atomic_set`. Reading a user's text:
-//! `text`.
+//! `text`. Bounding untrusted computations' memory: `budget`.
 
+pub mod budget;
 pub mod text;
 
 use crate::error::{Error, Result};
@@ -53,6 +54,36 @@ pub fn read_capped_string(path: &Path, max: u64, what: &str) -> Result<String> {
     String::from_utf8(read_capped(path, max, what)?).map_err(|e| Error::bad_file(path, format!("the {what} is not UTF-8 (invalid bytes at offset {})", e.utf8_error().valid_up_to())))
 }
 
+/// The key of the JSON object member whose value holds (1-based) `line`, `column` of `text`:
+/// the last `"key":` before it. Names the field of a serde error, which gives only a position.
+pub fn json_key_at(text: &str, line: usize, column: usize) -> Option<String> {
+    let start: usize = text.split_inclusive('\n').take(line.saturating_sub(1)).map(str::len).sum();
+    let end = (start + column).min(text.len());
+    let b = &text.as_bytes()[..end];
+    let (mut key, mut i) = (None, 0);
+    while i < b.len() {
+        if b[i] != b'"' {
+            i += 1;
+            continue;
+        }
+        let s = i + 1;
+        i = s;
+        while i < b.len() && b[i] != b'"' {
+            i += if b[i] == b'\\' { 2 } else { 1 };
+        }
+        let e = i.min(b.len());
+        i += 1;
+        let mut j = i;
+        while j < b.len() && b[j].is_ascii_whitespace() {
+            j += 1;
+        }
+        if j < b.len() && b[j] == b':' {
+            key = text.get(s..e).map(str::to_string);
+        }
+    }
+    key
+}
+
 fn human(bytes: u64) -> String {
     if bytes >= 1 << 30 {
         format!("{} GiB", bytes >> 30)
@@ -84,29 +115,109 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomic_set(&[(path.to_path_buf(), bytes.to_vec())])
 }
 
-/// Writes several files as one export: every file is written in full to its temporary name
-/// first, and only then are they renamed into place, back to back. A failure before the renames
-/// leaves every old file as it was and removes the temporaries.
+/// An export target must be absent, or a regular file (or a link to one): a rename would
+/// replace a device node, FIFO or socket with a regular file.
+fn check_target(path: &Path) -> Result<()> {
+    let refuse = |why: &str| Err(Error::write(path, std::io::Error::other(why.to_string())));
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => refuse("it is a directory"),
+        Ok(m) if !m.is_file() => refuse("it is not a regular file (a device, FIFO or socket?); exports are written to regular files only"),
+        _ => Ok(()),
+    }
+}
+
+/// The journal of a set whose first file is `first`: `.NAME.focus-set`, listing each
+/// temporary file and its target. It appears (by rename) once every temporary is complete, so
+/// its presence means "the new set is whole: finish moving it into place".
+fn journal_path(first: &Path) -> PathBuf {
+    let t = temp_path(first);
+    t.with_file_name(t.file_name().unwrap_or_default().to_string_lossy().replace(".focus-tmp", ".focus-set"))
+}
+
+/// Finishes the renames of a set a killed run committed (its journal exists), then removes the
+/// journal. Returns whether there was one.
+pub fn recover_set(first: &Path) -> Result<bool> {
+    let journal = journal_path(first);
+    let text = match std::fs::read_to_string(&journal) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(Error::io(&journal, e)),
+    };
+    let pairs: Vec<(PathBuf, PathBuf)> = serde_json::from_str(&text).map_err(|e| Error::bad_file(&journal, format!("not a focus-lens export journal: {e}")))?;
+    for (tmp, target) in &pairs {
+        // A temporary already renamed is gone; a target that stopped being a regular file is
+        // left alone.
+        if tmp.exists() && check_target(target).is_ok() {
+            std::fs::rename(tmp, target).map_err(|e| Error::write(target, e))?;
+        }
+    }
+    std::fs::remove_file(&journal).map_err(|e| Error::write(&journal, e))?;
+    Ok(true)
+}
+
+/// Writes several files as one export, so that a kill at any point leaves the old set or the
+/// new one:
+/// 1. every file is written in full to its temporary name (a failure here removes them and
+///    leaves the old set);
+/// 2. a journal naming the renames is renamed into place: the commit point;
+/// 3. the temporaries are renamed over their targets, then the journal is removed.
+///
+/// A run killed in step 3 leaves the journal, and the next write of the set (or
+/// `recover_set`) completes the renames before anything else; one killed before step 2 leaves
+/// temporaries that the next write replaces. Every target must be absent or a regular file.
 pub fn write_atomic_set(files: &[(PathBuf, Vec<u8>)]) -> Result<()> {
-    let tmps: Vec<PathBuf> = files.iter().map(|(p, _)| temp_path(p)).collect();
-    let cleanup = |tmps: &[PathBuf]| tmps.iter().for_each(|t| drop(std::fs::remove_file(t)));
-    for ((path, bytes), tmp) in files.iter().zip(&tmps) {
-        if path.is_dir() {
-            cleanup(&tmps);
-            return Err(Error::write(path, std::io::Error::new(std::io::ErrorKind::IsADirectory, "it is a directory")));
-        }
+    stage_set(files)?.commit()
+}
+
+/// A set written to its temporaries and committed by its journal (steps 1 and 2 of
+/// `write_atomic_set`), waiting for its renames.
+#[derive(Debug)]
+pub struct StagedSet {
+    /// (temporary, target), in the set's order.
+    pub renames: Vec<(PathBuf, PathBuf)>,
+    journal: Option<PathBuf>,
+}
+
+/// Steps 1 and 2 of `write_atomic_set`: after it returns, the new set is whole on disk and
+/// will be moved into place by `StagedSet::commit`, or by the next write if this process dies.
+pub fn stage_set(files: &[(PathBuf, Vec<u8>)]) -> Result<StagedSet> {
+    let Some((first, _)) = files.first() else { return Ok(StagedSet { renames: Vec::new(), journal: None }) };
+    recover_set(first)?;
+    for (path, _) in files {
+        check_target(path)?;
+    }
+    let renames: Vec<(PathBuf, PathBuf)> = files.iter().map(|(p, _)| (temp_path(p), p.clone())).collect();
+    let journal = journal_path(first);
+    let journal_tmp = journal.with_extension("focus-set-tmp");
+    let cleanup = || renames.iter().map(|(t, _)| t).chain([&journal_tmp]).for_each(|t| drop(std::fs::remove_file(t)));
+    for ((path, bytes), (tmp, _)) in files.iter().zip(&renames) {
         if let Err(e) = write_temp(tmp, bytes) {
-            cleanup(&tmps);
+            cleanup();
             return Err(Error::write(path, e));
         }
     }
-    for (i, ((path, _), tmp)) in files.iter().zip(&tmps).enumerate() {
-        if let Err(e) = std::fs::rename(tmp, path) {
-            cleanup(&tmps[i..]);
-            return Err(Error::write(path, e));
-        }
+    if files.len() == 1 {
+        return Ok(StagedSet { renames, journal: None });
     }
-    Ok(())
+    let commit = write_temp(&journal_tmp, &serde_json::to_vec(&renames)?).and_then(|_| std::fs::rename(&journal_tmp, &journal));
+    if let Err(e) = commit {
+        cleanup();
+        return Err(Error::write(&journal, e));
+    }
+    Ok(StagedSet { renames, journal: Some(journal) })
+}
+
+impl StagedSet {
+    /// Step 3: the renames, then the journal goes.
+    pub fn commit(self) -> Result<()> {
+        for (tmp, path) in &self.renames {
+            std::fs::rename(tmp, path).map_err(|e| Error::write(path, e))?;
+        }
+        if let Some(j) = &self.journal {
+            std::fs::remove_file(j).map_err(|e| Error::write(j, e))?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -32,11 +32,10 @@ pub fn read_text(path: &Path) -> Result<String> {
         e => e,
     })?;
     if len > MAX_TEXT_BYTES {
+        // In bytes: a file one byte over the limit must not read as "64 MiB".
         return Err(Error::BadText(format!(
-            "{} is {} MiB; text files over {} MiB are refused",
-            path.display(),
-            len >> 20,
-            MAX_TEXT_BYTES >> 20
+            "{} is {len} bytes; text files over {MAX_TEXT_BYTES} bytes (64 MiB) are refused",
+            path.display()
         )));
     }
     let bytes = super::read_capped(path, MAX_TEXT_BYTES, "text")?;

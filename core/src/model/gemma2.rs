@@ -25,6 +25,9 @@ pub fn config_from_hf(c: &HfConfig) -> Result<ModelConfig> {
     cfg.attn_softcap = hf::softcap(c, "attn_logit_softcapping")?;
     cfg.final_softcap = hf::softcap(c, "final_logit_softcapping")?;
     if let Some(w) = c.opt_usize("sliding_window")? {
+        if w == 0 {
+            return Err(Error::bad_file(&c.path, "sliding_window = 0: a window must hold at least 1 token"));
+        }
         // transformers: layer i slides when i is even (layer_types, when given, says it).
         let layers = hf::sliding_layers(c, cfg.n_layers, |l| l % 2 == 0)?;
         cfg.sliding = Some(Sliding { window: w, layers, rope_theta: None });

@@ -82,6 +82,9 @@ pub fn llama_style_config(c: &HfConfig, arch: Arch, qkv_bias: bool) -> Result<Mo
     // every layer, and rather than run it the context is capped at W (longer inputs refused).
     if c.bool_or("use_sliding_window", true) {
         if let Some(w) = c.opt_usize("sliding_window")? {
+            if w == 0 {
+                return Err(Error::bad_file(&c.path, "sliding_window = 0: a window must hold at least 1 token (null, or use_sliding_window false, turns it off)"));
+            }
             cfg.context = cfg.context.min(w);
         }
     }

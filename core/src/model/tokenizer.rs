@@ -56,23 +56,120 @@ fn pre_tokenizer_for(pre: &str) -> Option<(Vec<&'static str>, bool, bool)> {
     })
 }
 
-/// Where the piece of `text` starting at `start` should end: the first safe cut at or after
-/// `start + chunk` bytes (the end of the text when there is none).
-fn chunk_end(text: &str, start: usize, chunk: usize) -> usize {
-    let b = text.as_bytes();
-    let mut i = start + chunk;
-    while i < b.len() {
-        // ASCII bytes only, so `i` is a character boundary. A letter or digit followed by a
-        // space or newline: every regex here ends a piece there and starts the next with the
-        // whitespace, whatever follows (a cut inside a whitespace run would change what
-        // `\s+(?!\S)` sees; one after punctuation would split llama3's `[^\s..]+[\r\n]*`).
+/// Where a long text may be cut into pieces that encode to the ids of the whole text.
+#[derive(Debug, Clone)]
+enum Cuts {
+    /// Between an ASCII letter or digit and the space or newline after it: every pre-tokenizer
+    /// regex of our byte-level BPE ends a piece there and starts the next with the whitespace,
+    /// whatever follows (a cut inside a whitespace run would change what `\s+(?!\S)` sees; one
+    /// after punctuation would split llama3's `[^\s..]+[\r\n]*`).
+    Word,
+    /// SentencePiece without a space prefix (Gemma): before a space that follows an ASCII
+    /// letter or digit `c`, when no token holds `c` followed by `▁` (`after_ok[c]`). The space
+    /// becomes `▁` and no merge can join across the cut, so both sides merge alone.
+    Spm { after_ok: Box<[bool; 128]> },
+    /// None known (a tokenizer.json whose normalizer or pre-tokenizer sees the whole text):
+    /// the text is cut only inside a run without whitespace longer than the hard bound.
+    None,
+}
+
+/// The most bytes of one piece, past which it is cut at a fixed length (at a character
+/// boundary; the ids next to such a cut may differ from the whole text's): `chunk` x 2, at
+/// least 64 KiB. A text without whitespace would otherwise be one piece, and the tokenizers
+/// crate takes ~140 bytes per byte of a piece (4.4 GB for 32 MiB).
+fn hard_bound(chunk: usize) -> usize {
+    chunk.saturating_mul(2).max(64 << 10)
+}
+
+/// The largest character boundary at or below `i` (and above `start`).
+fn floor_boundary(text: &str, start: usize, mut i: usize) -> usize {
+    while i > start + 1 && !text.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+impl Cuts {
+    fn safe(&self, b: &[u8], i: usize) -> bool {
         let (p, c) = (b[i - 1], b[i]);
-        if p.is_ascii_alphanumeric() && (c == b' ' || c == b'\n') {
+        match self {
+            Cuts::Word => p.is_ascii_alphanumeric() && (c == b' ' || c == b'\n'),
+            Cuts::Spm { after_ok } => c == b' ' && p.is_ascii_alphanumeric() && after_ok[p as usize],
+            Cuts::None => false,
+        }
+    }
+
+    /// Where the piece of `text` starting at `start` ends: the first safe cut at or after
+    /// `start + chunk` bytes, else a fixed cut at the hard bound, else the end of the text.
+    fn piece_end(&self, text: &str, start: usize, chunk: usize) -> usize {
+        let b = text.as_bytes();
+        let hard = hard_bound(chunk);
+        if let Cuts::None = self {
+            // Only a whitespace-free run longer than the bound is cut (ids elsewhere stay).
+            let mut run = start;
+            for (i, &c) in b.iter().enumerate().skip(start) {
+                if c.is_ascii_whitespace() {
+                    run = i + 1;
+                } else if i + 1 - run > hard {
+                    return floor_boundary(text, start, run + hard);
+                }
+            }
+            return b.len();
+        }
+        let limit = start.saturating_add(hard).min(b.len());
+        // ASCII bytes only are tested, so a safe `i` is a character boundary.
+        if let Some(i) = (start.saturating_add(chunk.max(1))..limit).find(|&i| self.safe(b, i)) {
             return i;
         }
-        i += 1;
+        if limit == b.len() {
+            return b.len();
+        }
+        floor_boundary(text, start, limit)
     }
-    b.len()
+}
+
+/// The SentencePiece cuts of a vocabulary: a letter or digit may end a piece unless a token
+/// (or an added token's text) holds it followed by `▁` or a space.
+fn spm_cuts<'a>(tokens: impl Iterator<Item = &'a str>) -> Cuts {
+    let mut after_ok = Box::new([true; 128]);
+    for t in tokens {
+        let mut prev: Option<char> = None;
+        for c in t.chars() {
+            if let Some(p) = prev.filter(|p| p.is_ascii_alphanumeric()) {
+                if c == '\u{2581}' || c == ' ' {
+                    after_ok[p as usize] = false;
+                }
+            }
+            prev = Some(c);
+        }
+    }
+    Cuts::Spm { after_ok }
+}
+
+/// The most bytes a piece of text may become under a tokenizer.json normalizer.
+pub const MAX_NORMALIZED_BYTES: u64 = 256 << 20;
+/// The most a tokenizer.json normalizer may grow a text (" " -> "▁" is 3).
+pub const MAX_GROWTH: u64 = 1024;
+
+/// How much a tokenizer.json normalizer may grow a text of n bytes at most: (factor, added),
+/// to at most factor x n + added bytes. Only the normalizers that can grow text without bound
+/// count (`Replace`, `Prepend`, `Append`, nested in `Sequence`); the Unicode forms and the
+/// others stay within a few bytes per character.
+fn normalizer_growth(n: &Json) -> (u64, u64) {
+    let str_len = |k: &str| n.get(k).and_then(Json::as_str).map_or(0, |s| s.len() as u64);
+    match n.get("type").and_then(Json::as_str) {
+        Some("Sequence") => n.get("normalizers").and_then(Json::as_array).map_or((1, 0), |list| {
+            list.iter().map(normalizer_growth).fold((1u64, 0u64), |(f, a), (g, b)| (f.saturating_mul(g), a.saturating_mul(g).saturating_add(b)))
+        }),
+        Some("Replace") => {
+            // A match is at least one byte (a string pattern: its length).
+            let pat = n.get("pattern").and_then(|p| p.get("String")).and_then(Json::as_str).map_or(1, |s| s.len().max(1) as u64);
+            (str_len("content").div_ceil(pat).max(1), 0)
+        }
+        Some("Prepend") => (1, str_len("prepend")),
+        Some("Append") => (1, str_len("append")),
+        _ => (1, 0),
+    }
 }
 
 /// Token ids of a text and where each token came from.
@@ -94,10 +191,14 @@ pub struct Tokenizer {
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
-    /// Whether a long text may be encoded in pieces cut at pre-tokenizer boundaries with the
-    /// same ids (true for our GGUF tokenizers and for tokenizer.json files whose normalizer
-    /// and pre-tokenizer see no further than a word). Keeps memory per input byte bounded.
-    chunkable: bool,
+    /// Where a long text may be cut into pieces with the same ids (our GGUF tokenizers, and
+    /// tokenizer.json files whose normalizer and pre-tokenizer see no further than a word).
+    /// Keeps memory per input byte bounded.
+    cuts: Cuts,
+    /// How many times the normalizer may grow a text at most (`Replace`), checked against
+    /// `MAX_NORMALIZED_BYTES` before a text is encoded: (factor, added), see
+    /// `normalizer_growth`.
+    growth: (u64, u64),
 }
 
 /// Texts longer than this are encoded in pieces of about this size (see `Tokenizer::encode`):
@@ -126,7 +227,8 @@ impl Tokenizer {
         bos: Option<u32>,
         eos: Option<u32>,
         add_bos: bool,
-        chunkable: bool,
+        cuts: Cuts,
+        growth: (u64, u64),
     ) -> Self {
         special.set_encode_special_tokens(false);
         let mut plain = special.clone();
@@ -138,7 +240,8 @@ impl Tokenizer {
             bos,
             eos,
             add_bos,
-            chunkable,
+            cuts,
+            growth,
         }
     }
 
@@ -147,6 +250,13 @@ impl Tokenizer {
     pub fn from_file(path: &Path) -> Result<Self> {
         let bytes = crate::io::read_capped(path, crate::io::MAX_JSON_BYTES, "tokenizer.json")?;
         let doc: Json = serde_json::from_slice(&bytes).map_err(|e| Error::bad_file(path, format!("not a valid tokenizer.json: {e}")))?;
+        // A normalizer that grows text (Replace "a" by 64 KiB, chained) is refused before it
+        // allocates: at load past MAX_GROWTH, for a text whose piece would pass
+        // MAX_NORMALIZED_BYTES at encode.
+        let growth = doc.get("normalizer").map_or((1, 0), normalizer_growth);
+        if growth.0 > MAX_GROWTH {
+            return Err(Error::bad_file(path, format!("the normalizer (Replace) grows a text up to {} times; at most {MAX_GROWTH} times is accepted", growth.0)));
+        }
         let chunkable = doc.get("normalizer").is_none_or(|n| n.is_null() || matches!(n.get("type").and_then(Json::as_str), Some("NFC" | "NFKC" | "NFD" | "NFKD" | "Lowercase")))
             && !doc.get("pre_tokenizer").is_some_and(|p| {
                 let t = p.to_string();
@@ -207,7 +317,7 @@ impl Tokenizer {
             .map(|&id| id as usize + 1)
             .max()
             .unwrap_or(0);
-        Ok(Self::new(hf, vocab_size, bos, eos, add_bos, chunkable))
+        Ok(Self::new(hf, vocab_size, bos, eos, add_bos, if chunkable { Cuts::Word } else { Cuts::None }, growth))
     }
 
     /// Rebuilds the tokenizer described by a GGUF file's `tokenizer.ggml.*` metadata:
@@ -292,7 +402,7 @@ impl Tokenizer {
         })?;
 
         let (bos, eos, add_bos) = gguf_bos_eos(g, n, default_add_bos)?;
-        Ok(Self::new(hf, n, bos, eos, add_bos, true))
+        Ok(Self::new(hf, n, bos, eos, add_bos, Cuts::Word, (1, 0)))
     }
 
     /// SentencePiece from GGUF (`tokenizer.ggml.model = "llama"`: tokens, scores, token types,
@@ -300,7 +410,7 @@ impl Tokenizer {
     /// piece of text when `tokenizer.ggml.add_space_prefix` is set, llama.cpp's default), pieces
     /// merge by score (`spm_merges`), and characters outside the vocabulary become their UTF-8
     /// bytes (`<0xNN>` tokens). No pre-tokenizer: a piece of text between added tokens is one
-    /// word, so long texts are not cut into chunks.
+    /// word, cut only where no token reaches across (`Cuts::Spm`).
     fn from_gguf_spm(g: &GgufFile) -> Result<Self> {
         let bad = |detail: String| Error::bad_file(&g.path, detail);
         let tokens = gguf_strings(g, "tokenizer.ggml.tokens")?;
@@ -354,7 +464,10 @@ impl Tokenizer {
         let hf = HfTokenizer::from_bytes(serde_json::to_vec(&doc)?).map_err(|e| bad(format!("cannot build the SentencePiece tokenizer from tokenizer.ggml.*: {e}")))?;
         // llama.cpp adds BOS to SentencePiece models unless the file says otherwise.
         let (bos, eos, add_bos) = gguf_bos_eos(g, n, true)?;
-        Ok(Self::new(hf, n, bos, eos, add_bos, false))
+        // Without a space prefix, cut before spaces no token reaches across (Gemma); with one,
+        // every piece would gain a `▁`: only fixed cuts in whitespace-free runs.
+        let cuts = if space_prefix { Cuts::None } else { spm_cuts(tokens.iter().copied()) };
+        Ok(Self::new(hf, n, bos, eos, add_bos, cuts, (1, 0)))
     }
 
     /// Token ids of `text`, with BOS in front when the model asks for it. With `parse_special`,
@@ -375,15 +488,34 @@ impl Tokenizer {
             offsets.push((0, 0));
         }
         let mut start = 0;
-        while start < text.len() {
-            let end = if self.chunkable { chunk_end(text, start, chunk.max(1)) } else { text.len() };
+        for end in self.piece_ends(text, chunk) {
             let piece = &text[start..end];
+            let (g, add) = self.growth;
+            let normalized = (piece.len() as u64).saturating_mul(g).saturating_add(add);
+            if normalized > MAX_NORMALIZED_BYTES {
+                return Err(Error::Tokenizer(format!(
+                    "the normalizer grows text up to {g} times: a piece of {} bytes could become {normalized} bytes; at most {MAX_NORMALIZED_BYTES} bytes are normalized at once",
+                    piece.len()
+                )));
+            }
             let enc = crate::error::contain("encoding the text", || hf.encode(piece, false).map_err(tok_err))?;
             ids.extend_from_slice(enc.get_ids());
             offsets.extend(enc.get_offsets().iter().map(|&(a, b)| (a + start, b + start)));
             start = end;
         }
         Ok(Encoding { ids, offsets })
+    }
+
+    /// Where `encode_chunked` cuts `text` with pieces of about `chunk` bytes: the end of each
+    /// piece, the last being `text.len()`.
+    pub fn piece_ends(&self, text: &str, chunk: usize) -> Vec<usize> {
+        let mut ends = Vec::new();
+        let mut start = 0;
+        while start < text.len() {
+            start = self.cuts.piece_end(text, start, chunk);
+            ends.push(start);
+        }
+        ends
     }
 
     /// The text of `ids`, special tokens included. Byte sequences that are not valid UTF-8
