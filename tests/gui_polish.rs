@@ -212,6 +212,15 @@ fn reference_lines_stand_apart_from_grid_lines() {
     for l in ["ideal 1/K = 0.125", "uniform 1/K = 0.125", "uniform ln K = 2.08"] {
         assert!(labels.iter().any(|t| t == l), "the label {l:?} on a chart: {labels:?}");
     }
+    // The labels stay put (placed by the charts' own bounds, they widened them every frame).
+    let at = |h: &Harness<'static, FocusLensApp>| -> Vec<egui::Pos2> {
+        shapes(h).iter().filter_map(|s| if let Shape::Text(t) = s { t.galley.text().starts_with("ideal 1/K").then_some(t.pos) } else { None }).collect()
+    };
+    let before = at(&h);
+    for _ in 0..20 {
+        h.step();
+    }
+    assert_eq!(at(&h), before, "the charts moved");
 }
 
 /// Both adapter pickers offer only the adapters that fit the loaded model, say how many were
@@ -420,4 +429,57 @@ fn reopening_a_text_reads_its_analysis_from_disk() {
     let h = open();
     assert!(!h.state().session.result.as_ref().unwrap().from_disk);
     assert_eq!(entry(), p);
+}
+
+/// Issue 29, item 8's timings, measured through the window's own jobs (run it in release:
+/// `cargo test --release -p focus-lens --test gui_polish heavy_view_timings -- --ignored
+/// --nocapture`): a 2048-token analysis, the same text reopened from the disk cache, a token's
+/// partners (layer 15), its attention grid and a 512-token compare against dense.
+#[test]
+#[ignore]
+fn heavy_view_timings() {
+    use focus_lens::gui::jobs::disk_cache::DiskCache;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = DiskCache { dir: dir.path().join("analyses"), max_bytes: 1 << 30 };
+    let open = || {
+        let mut s = settings(2048);
+        s.setup.layer = 15;
+        let mut h = harness(s, dir.path());
+        h.state_mut().session.disk_cache = Some(cache.clone());
+        // The model loaded first, so that only the analysis is timed.
+        while h.state().session.model.is_none() || h.state().session.text.is_none() {
+            h.step();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let t0 = Instant::now();
+        settle(&mut h);
+        (h, t0.elapsed().as_secs_f64())
+    };
+    let time = |h: &mut Harness<'static, FocusLensApp>, f: &dyn Fn(&mut Harness<'static, FocusLensApp>)| {
+        let t0 = Instant::now();
+        f(h);
+        h.step();
+        settle(h);
+        t0.elapsed().as_secs_f64()
+    };
+    let (h, analysis) = open();
+    let analysed = h.state().session.result.as_ref().unwrap().seconds;
+    drop(h);
+    std::thread::sleep(Duration::from_secs(3)); // the cache entry is written
+    let (mut h, reopened) = open();
+    assert!(h.state().session.result.as_ref().unwrap().from_disk);
+    let partners = time(&mut h, &|h| h.state_mut().select_token(Some(1500)));
+    assert!(h.state().selection.partners.is_some());
+    let grid = time(&mut h, &|h| h.get_by_label("Attention").click());
+    let res = h.state().session.result.clone().unwrap();
+    assert!(h.state().views.attention.current(&res, 1500).is_some());
+    h.get_by_label("Compare").click();
+    h.step();
+    h.get_by_label("B = dense").click();
+    h.step();
+    let compare = time(&mut h, &|h| h.get_by_label("Run comparison").click());
+    assert_eq!(h.state().views.compare.result.as_ref().unwrap().tokens(), 512);
+    eprintln!(
+        "2048-token analysis {analysis:.2} s (the job's own {analysed:.2} s); reopened from the disk cache {reopened:.2} s; partners of #1500 in layer 15 {partners:.2} s; its attention grid {grid:.2} s; 512-token compare (B = dense) {compare:.2} s"
+    );
 }

@@ -301,7 +301,7 @@ impl View for CompareView {
                 .on_hover_text(format!("Loss is the whole model's: a layer has none of its own. Per layer, the mean Δ loss (nats) of the tokens whose top-{} groups change in that layer, and of those whose groups stay.", c.k));
             Plot::new(DELTA_PLOT).id(egui::Id::unique(DELTA_PLOT)).height(PLOT_H).legend(legend(egui_plot::Corner::RightTop)).x_axis_label("layer").include_y(lo).include_y(headroom).show(&mut cols[1], |p| {
                 delta.iter().for_each(|s| line(p, s));
-                crate::gui::paint::reference::hline(p, format!("mean Δ loss, all tokens = {mean_delta:+.3}"), mean_delta);
+                crate::gui::paint::reference::hline(p, format!("mean Δ loss, all tokens = {mean_delta:+.3}"), mean_delta, 0.0);
                 p.vline(selected);
             });
         });
