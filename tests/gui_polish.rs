@@ -483,3 +483,35 @@ fn heavy_view_timings() {
         "2048-token analysis {analysis:.2} s (the job's own {analysed:.2} s); reopened from the disk cache {reopened:.2} s; partners of #1500 in layer 15 {partners:.2} s; its attention grid {grid:.2} s; 512-token compare (B = dense) {compare:.2} s"
     );
 }
+
+/// The untrained twin runs once per result: visiting Categories again, switching its modes or
+/// exporting does not start it again.
+#[test]
+fn the_untrained_twin_runs_once_per_result() {
+    use focus_lens::gui::worker::TaskKind;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(120), dir.path());
+    settle(&mut h);
+    h.get_by_label("Categories").click();
+    h.step();
+    h.get_by_label("purity by layer vs untrained").click();
+    h.step();
+    h.step();
+    assert!(h.state().is_running(TaskKind::Baseline));
+    settle(&mut h);
+    let res = h.state().session.result.clone().unwrap();
+    assert!(h.state().views.categories.baseline_for(&res).is_some());
+    for tab in ["Tokens", "Balance", "Categories", "Mask", "Categories"] {
+        h.get_by_label(tab).click();
+        for _ in 0..4 {
+            h.step();
+            assert!(!h.state().is_running(TaskKind::Baseline), "the twin ran again after visiting {tab}");
+        }
+        settle(&mut h);
+    }
+    h.get_by_label("structure vs untrained").click();
+    for _ in 0..4 {
+        h.step();
+        assert!(!h.state().is_running(TaskKind::Baseline), "the twin ran again for the structure view");
+    }
+}
