@@ -623,8 +623,9 @@ fn compare_per_head_and_per_layer() {
     // The same figure another way: the attention view's pruned share of that token's dense
     // softmax row in layer 20, head 4 (one row at a time, not the whole matrix).
     let handle = focus_lens::gui::worker::Handle::default();
+    let cache = focus_lens::gui::jobs::HeadsCache::default();
     for &i in &top[..3] {
-        let g = focus_lens::gui::jobs::attention_grid(&res, i, &handle).unwrap();
+        let g = focus_lens::gui::jobs::attention_grid(&res, i, &cache, &handle).unwrap();
         assert!((g.cells[l][hd][2] - mass[i]).abs() < 1e-3, "token {i}: grid {} vs compare {}", g.cells[l][hd][2], mass[i]);
     }
 
@@ -1677,10 +1678,11 @@ fn range_selection_by_drag_and_shift_click() {
     assert_eq!((p.range, p.layer, p.key.clone()), (Some((200, 215)), 0, res.key.clone()));
     // Each partner's weight is the mean over the range's queries of that query's own weight.
     let handle = focus_lens::gui::worker::Handle::default();
+    let cache = focus_lens::gui::jobs::HeadsCache::default();
     let mut sum: std::collections::HashMap<usize, f64> = Default::default();
     let (mut pm, mut lm) = (0f64, 0f64);
     for i in 200..=215 {
-        let one = focus_lens::gui::jobs::partners(&res, i, 0, app.settings.setup.head, &handle).unwrap();
+        let one = focus_lens::gui::jobs::partners(&res, i, 0, app.settings.setup.head, &cache, &handle).unwrap();
         for (j, w) in one.partners {
             *sum.entry(j).or_default() += w as f64 / 16.0;
         }

@@ -470,9 +470,13 @@ fn heavy_view_timings() {
     assert!(h.state().session.result.as_ref().unwrap().from_disk);
     let partners = time(&mut h, &|h| h.state_mut().select_token(Some(1500)));
     assert!(h.state().selection.partners.is_some());
+    // The segment's layers are kept: another token, another layer.
+    let partners2 = time(&mut h, &|h| h.state_mut().select_token(Some(1400)));
+    let layer2 = time(&mut h, &|h| h.key_press(egui::Key::ArrowRight));
+    assert_eq!(h.state().selection.partners.as_ref().unwrap().layer, 16);
     let grid = time(&mut h, &|h| h.get_by_label("Attention").click());
     let res = h.state().session.result.clone().unwrap();
-    assert!(h.state().views.attention.current(&res, 1500).is_some());
+    assert!(h.state().views.attention.current(&res, 1400).is_some());
     h.get_by_label("Compare").click();
     h.step();
     h.get_by_label("B = dense").click();
@@ -480,7 +484,7 @@ fn heavy_view_timings() {
     let compare = time(&mut h, &|h| h.get_by_label("Run comparison").click());
     assert_eq!(h.state().views.compare.result.as_ref().unwrap().tokens(), 512);
     eprintln!(
-        "2048-token analysis {analysis:.2} s (the job's own {analysed:.2} s); reopened from the disk cache {reopened:.2} s; partners of #1500 in layer 15 {partners:.2} s; its attention grid {grid:.2} s; 512-token compare (B = dense) {compare:.2} s"
+        "2048-token analysis {analysis:.2} s (the job's own {analysed:.2} s); reopened from the disk cache {reopened:.2} s; partners of #1500 in layer 15 {partners:.2} s (the segment's first look: one model pass); then #1400's {partners2:.2} s, layer 16's {layer2:.2} s, #1400's attention grid {grid:.2} s; 512-token compare (B = dense) {compare:.2} s"
     );
 }
 
@@ -513,5 +517,50 @@ fn the_untrained_twin_runs_once_per_result() {
     for _ in 0..4 {
         h.step();
         assert!(!h.state().is_running(TaskKind::Baseline), "the twin ran again for the structure view");
+    }
+}
+
+/// Partners and the attention grid reuse the segment's layers (issue 29, item 8): the first look
+/// into a segment reads every layer once; another layer, head, token or the grid then runs no
+/// model pass. The rows are those of a pass up to the layer (the way they were computed before).
+#[test]
+fn partners_and_grid_reuse_the_segments_layers() {
+    use focus_lens::gui::jobs::{self, HeadsCache};
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(400), dir.path());
+    settle(&mut h);
+    // As a user: click a token, then move the layer with the arrow key.
+    h.state_mut().select_token(Some(350));
+    settle(&mut h);
+    assert_eq!(h.state().selection.partners.as_ref().unwrap().layer, 0);
+    let t0 = Instant::now();
+    h.key_press(egui::Key::ArrowRight);
+    h.step();
+    settle(&mut h);
+    let warm = t0.elapsed();
+    let p = h.state().selection.partners.as_ref().expect("the partners in layer 1");
+    assert_eq!((p.token, p.layer), (350, 1));
+    assert!(warm < Duration::from_secs(1), "partners in another layer took {warm:?}: the model ran again");
+    // The rows against a pass up to the layer, and the grid against a full pass's hook.
+    let res = h.state().session.result.clone().unwrap();
+    let (handle, cache) = (focus_lens::gui::worker::Handle::default(), HeadsCache::default());
+    let ids: Vec<u32> = res.analysis.tokens.iter().map(|t| t.id).collect();
+    for (i, layer, head) in [(350, 12, 3), (200, 29, 8), (399, 0, 0)] {
+        let got = jobs::partners(&res, i, layer, head, &cache, &handle).unwrap();
+        let want = focus_core::analysis::partners::partners(&res.model, &res.adapter, &ids, res.mode, &res.masks[layer], layer, head, (i, i), true, None).unwrap();
+        assert_eq!(got.partners.len(), want.partners.len(), "#{i} layer {layer}");
+        for ((a, wa), (b, wb)) in got.partners.iter().zip(&want.partners) {
+            assert!(a == b && (wa - wb).abs() < 1e-4, "#{i} layer {layer}: {a} {wa} vs {b} {wb}");
+        }
+        assert!((got.partner_mass - want.partner_mass).abs() < 1e-4 && (got.local_mass - want.local_mass).abs() < 1e-4);
+    }
+    let t0 = Instant::now();
+    let grid = jobs::attention_grid(&res, 300, &cache, &handle).unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(1), "the grid ran the model");
+    let want = focus_core::analysis::compare::attention_grid(&res.model, &res.adapter, &ids, res.mode, res.key.params.k, 300, None).unwrap();
+    for (l, (a, b)) in grid.cells.iter().zip(&want).enumerate() {
+        for (hd, (x, y)) in a.iter().zip(b).enumerate() {
+            assert!(x.iter().zip(y).all(|(p, q)| (p - q).abs() < 1e-3), "layer {l} head {hd}: {x:?} vs {y:?}");
+        }
     }
 }

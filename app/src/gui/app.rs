@@ -50,6 +50,9 @@ pub struct FocusLensApp {
     adapter_restore: Option<(Option<usize>, Option<bool>)>,
     /// A text refused as not UTF-8, which the status bar offers to read as Latin-1.
     pub lossy_offer: Option<PathBuf>,
+    /// The captured layers of the segment last looked into, shared by the partners and grid
+    /// jobs (`jobs::HeadsCache`).
+    pub heads: jobs::HeadsCache,
     ctx: Option<egui::Context>,
 }
 
@@ -73,6 +76,7 @@ impl FocusLensApp {
             pending_range: None,
             adapter_restore: None,
             lossy_offer: None,
+            heads: Default::default(),
             ctx: None,
         }
     }
@@ -205,8 +209,14 @@ impl FocusLensApp {
         let (Some(i), Some(res)) = (self.selection.selected, self.session.result.clone()) else { return };
         let (layer, head) = (self.settings.setup.layer, self.settings.setup.head);
         match self.selection.range {
-            Some(r) => self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::range_partners(&res, r, layer, head, h))),
-            None => self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::partners(&res, i, layer, head, h))),
+            Some(r) => {
+                let cache = self.heads.clone();
+                self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::range_partners(&res, r, layer, head, &cache, h)))
+            }
+            None => {
+                let cache = self.heads.clone();
+                self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::partners(&res, i, layer, head, &cache, h)))
+            }
         };
     }
 
@@ -601,7 +611,8 @@ impl FocusLensApp {
             }
             Command::StartCompare(spec) => self.start_compare(spec),
             Command::BuildAttnGrid(res, i) => {
-                self.worker.spawn(TaskKind::AttnGrid, move |h| Msg::AttnGrid(super::jobs::attention_grid(&res, i, h)));
+                let cache = self.heads.clone();
+                self.worker.spawn(TaskKind::AttnGrid, move |h| Msg::AttnGrid(super::jobs::attention_grid(&res, i, &cache, h)));
             }
             Command::Set(s) => {
                 // A status about the Sinkhorn variant goes stale when the user sets it.

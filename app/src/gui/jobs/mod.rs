@@ -359,20 +359,20 @@ pub fn group_labels(tokens: &[focus_core::analysis::TokenInfo], argmax: &[u8], g
 
 /// The attention row of token `i` in `layer`/`head` and its same-group partners beyond the
 /// window, in the segment that holds it.
-pub fn partners(res: &AnalysisResult, i: usize, layer: usize, head: usize, h: &Handle) -> Result<Partners, JobError> {
+pub fn partners(res: &AnalysisResult, i: usize, layer: usize, head: usize, cache: &HeadsCache, h: &Handle) -> Result<Partners, JobError> {
     let an = &res.analysis;
     if i >= an.tokens.len() || layer >= an.layers.len() {
         return Err(JobError::Failed("token or layer out of range".into()));
     }
     h.set_progress(0, 0, format!("token {i}, layer {layer}, head {head}"));
-    segment_partners(res, (i, i), None, layer, head, h)
+    segment_partners(res, (i, i), None, layer, head, cache, h)
 }
 
 /// The long-range partners of a range of tokens `[a, b]` in `layer`/`head`
 /// (`partners::partners`: a key's weight and the masses are means over the range's queries, so
 /// a range of one token gives that token's partners). A range is cut to the segment of its
 /// first token (pairs never cross segments).
-pub fn range_partners(res: &AnalysisResult, range: (usize, usize), layer: usize, head: usize, h: &Handle) -> Result<Partners, JobError> {
+pub fn range_partners(res: &AnalysisResult, range: (usize, usize), layer: usize, head: usize, cache: &HeadsCache, h: &Handle) -> Result<Partners, JobError> {
     let an = &res.analysis;
     let (a, b) = (range.0.min(range.1), range.0.max(range.1));
     if b >= an.tokens.len() || layer >= an.layers.len() {
@@ -381,16 +381,47 @@ pub fn range_partners(res: &AnalysisResult, range: (usize, usize), layer: usize,
     let (_, end) = segment(res, a);
     let b = b.min(end - 1);
     h.set_progress(0, 0, format!("tokens {a}-{b}, layer {layer}, head {head}"));
-    // A range runs its whole segment, also when it is one token long.
-    segment_partners(res, (a, b), Some((a, b)), layer, head, h)
+    segment_partners(res, (a, b), Some((a, b)), layer, head, cache, h)
 }
 
-fn segment_partners(res: &AnalysisResult, (a, b): (usize, usize), range: Option<(usize, usize)>, layer: usize, head: usize, h: &Handle) -> Result<Partners, JobError> {
+/// Every layer's queries, keys and routing of the segment the user looks into
+/// (`partners::SequenceHeads`), shared by the partners and attention-grid jobs: the first job for
+/// a segment of a result reads them in one model pass; every later one (another token, range,
+/// layer or head, the grid) computes its rows from them without running the model. One segment
+/// is kept (about 190 MB for SmolLM2-135M at 2048 tokens).
+#[derive(Clone, Default)]
+pub struct HeadsCache(Arc<std::sync::Mutex<Option<(AnalysisKey, usize, usize, Arc<focus_core::analysis::partners::SequenceHeads>)>>>);
+
+impl HeadsCache {
+    /// The heads of segment `[start, end)` of `res`, read now unless kept.
+    pub fn get(&self, res: &AnalysisResult, (start, end): (usize, usize), h: &Handle) -> Result<Arc<focus_core::analysis::partners::SequenceHeads>, JobError> {
+        // Held while the pass runs: a second job for the same segment waits and reuses it.
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // The key with the token count: a preview and its full result differ in their routing.
+        if let Some((k, n, s, heads)) = slot.as_ref() {
+            if *k == res.key && *n == res.tokens() && *s == start {
+                return Ok(heads.clone());
+            }
+        }
+        // The old segment's memory goes before the new one is read.
+        *slot = None;
+        let ids: Vec<u32> = res.analysis.tokens[start..end].iter().map(|t| t.id).collect();
+        let layers = res.layers();
+        let what = format!("every layer's queries and keys for tokens {start}-{} (once; then no model run)", end - 1);
+        h.set_progress(0, layers, what.clone());
+        let heads = focus_core::analysis::partners::sequence_heads(&res.model, Some(&res.adapter), &ids, res.mode, Some(&h.cancel), &|l| h.set_progress(l, layers, what.clone()))?;
+        let heads = Arc::new(heads);
+        *slot = Some((res.key.clone(), res.tokens(), start, heads.clone()));
+        Ok(heads)
+    }
+}
+
+fn segment_partners(res: &AnalysisResult, (a, b): (usize, usize), range: Option<(usize, usize)>, layer: usize, head: usize, cache: &HeadsCache, h: &Handle) -> Result<Partners, JobError> {
     let (start, end) = segment(res, a);
-    let ids: Vec<u32> = res.analysis.tokens[start..end].iter().map(|t| t.id).collect();
     let masks = &res.masks[layer][start..end];
-    let whole = range.is_some();
-    let p = focus_core::analysis::partners::partners(&res.model, &res.adapter, &ids, res.mode, masks, layer, head, (a - start, b - start), !whole, Some(&h.cancel))?;
+    // From the segment's captured layers: a model pass only for the first look into a segment.
+    let heads = cache.get(res, (start, end), h)?;
+    let p = heads.partners(&res.adapter.config, res.mode, masks, layer, head, (a - start, b - start), Some(&h.cancel))?;
     let partners = p.partners.into_iter().map(|(j, w)| (start + j, w)).collect();
     Ok(Partners { token: a, range, layer, head, key: res.key.clone(), partners, partner_mass: p.partner_mass, local_mass: p.local_mass })
 }
@@ -583,15 +614,18 @@ pub struct AttnGrid {
 
 /// The head x layer grid of token `i` of `res` (its segment, run in `res`'s mode;
 /// `compare::attention_grid`).
-pub fn attention_grid(res: &AnalysisResult, i: usize, h: &Handle) -> Result<AttnGrid, JobError> {
+pub fn attention_grid(res: &AnalysisResult, i: usize, cache: &HeadsCache, h: &Handle) -> Result<AttnGrid, JobError> {
     let an = &res.analysis;
     if i >= an.tokens.len() {
         return Err(JobError::Failed("token out of range".into()));
     }
     h.set_progress(0, 0, format!("token {i}, every layer and head"));
     let (start, end) = segment(res, i);
-    let ids: Vec<u32> = an.tokens[start..end].iter().map(|t| t.id).collect();
-    let cells = compare::attention_grid(&res.model, &res.adapter, &ids, res.mode, res.key.params.k, i - start, Some(&h.cancel))?;
+    // From the segment's captured layers (shared with the partners: no model pass when they
+    // were computed for this segment).
+    let heads = cache.get(res, (start, end), h)?;
+    let c = &res.adapter.config;
+    let cells = heads.grid(res.key.params.k, c.window, c.sink, i - start)?;
     Ok(AttnGrid { key: res.key.clone(), token: i, cells })
 }
 
