@@ -84,6 +84,7 @@ pub fn tile_result(h: &mut Harness<'static, FocusLensApp>, n: usize) {
         aligned: r.aligned.clone(),
         aligned_to: None,
         text_label: r.text_label.clone(),
+        from_disk: false,
     };
     h.state_mut().session.result = Some(std::sync::Arc::new(big));
 }

@@ -48,6 +48,11 @@ pub struct FocusLensApp {
     /// The window and Sinkhorn overrides an adapter being opened replaced: restored when it is
     /// refused (a refused input changes nothing).
     adapter_restore: Option<(Option<usize>, Option<bool>)>,
+    /// A text refused as not UTF-8, which the status bar offers to read as Latin-1.
+    pub lossy_offer: Option<PathBuf>,
+    /// The captured layers of the segment last looked into, shared by the partners and grid
+    /// jobs (`jobs::HeadsCache`).
+    pub heads: jobs::HeadsCache,
     ctx: Option<egui::Context>,
 }
 
@@ -70,6 +75,8 @@ impl FocusLensApp {
             pending_select: None,
             pending_range: None,
             adapter_restore: None,
+            lossy_offer: None,
+            heads: Default::default(),
             ctx: None,
         }
     }
@@ -173,6 +180,7 @@ impl FocusLensApp {
     pub fn select_token(&mut self, i: Option<usize>) {
         self.selection.selected = i;
         self.selection.range = None;
+        self.selection.jumped = None;
         self.refresh_partners();
     }
 
@@ -185,6 +193,7 @@ impl FocusLensApp {
                 let (a, b) = (a.min(b), a.max(b));
                 self.selection.selected = Some(a);
                 self.selection.range = Some((a, b));
+                self.selection.jumped = None;
                 self.refresh_partners();
             }
             Some((a, _)) => self.select_token(Some(a)),
@@ -200,8 +209,14 @@ impl FocusLensApp {
         let (Some(i), Some(res)) = (self.selection.selected, self.session.result.clone()) else { return };
         let (layer, head) = (self.settings.setup.layer, self.settings.setup.head);
         match self.selection.range {
-            Some(r) => self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::range_partners(&res, r, layer, head, h))),
-            None => self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::partners(&res, i, layer, head, h))),
+            Some(r) => {
+                let cache = self.heads.clone();
+                self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::range_partners(&res, r, layer, head, &cache, h)))
+            }
+            None => {
+                let cache = self.heads.clone();
+                self.worker.spawn(TaskKind::Attention, move |h| Msg::Partners(jobs::partners(&res, i, layer, head, &cache, h)))
+            }
         };
     }
 
@@ -343,9 +358,11 @@ impl FocusLensApp {
                 if let Some(n) = &note {
                     self.status = n.clone();
                 }
+                self.lossy_offer = None;
                 let label = source_label(&path, crate::defaults::SAMPLE_TEXT_NAME);
                 self.session.text = Some(LoadedText { text, path, label, note, gen });
                 self.selection.selected = None;
+                self.selection.jumped = None;
                 self.selection.partners = None;
             }
             Err(e) => self.load_failed(InputKind::Text, e),
@@ -357,6 +374,12 @@ impl FocusLensApp {
         let what = match self.settings.inputs.path(kind) {
             Some(p) => format!("{} {}", kind.label(), p.display()),
             None => format!("the default {}", kind.label()),
+        };
+        // A text refused only for its encoding (Latin-1, say) can still be read: offer it.
+        self.lossy_offer = match (kind, self.settings.inputs.path(kind)) {
+            (InputKind::Text, Some(p)) if e.to_string().contains("not valid UTF-8") => Some(p.to_path_buf()),
+            (InputKind::Text, _) => None,
+            _ => self.lossy_offer.take(),
         };
         self.errors.push(format!("cannot open {what}: {e}"));
         if kind == InputKind::Adapter {
@@ -588,7 +611,8 @@ impl FocusLensApp {
             }
             Command::StartCompare(spec) => self.start_compare(spec),
             Command::BuildAttnGrid(res, i) => {
-                self.worker.spawn(TaskKind::AttnGrid, move |h| Msg::AttnGrid(super::jobs::attention_grid(&res, i, h)));
+                let cache = self.heads.clone();
+                self.worker.spawn(TaskKind::AttnGrid, move |h| Msg::AttnGrid(super::jobs::attention_grid(&res, i, &cache, h)));
             }
             Command::Set(s) => {
                 // A status about the Sinkhorn variant goes stale when the user sets it.
@@ -620,6 +644,22 @@ impl FocusLensApp {
                 self.selection.hovered_layer = layer;
             }
             Command::ScrollTo(j) => self.views.scroll_to = Some(j),
+            Command::OpenTextLossy(p) => {
+                self.lossy_offer = None;
+                self.errors.retain(|e| !(e.contains("not valid UTF-8") && e.contains(&p.display().to_string())));
+                self.session.latin1.insert(p.clone());
+                self.open(InputKind::Text, p);
+                self.session.retry(InputKind::Text);
+            }
+            Command::JumpToPartner(j) => {
+                // The partner is shown where tokens are drawn: the current view when it draws
+                // them, else the token view.
+                if !matches!(self.settings.setup.tab, Tab::Tokens | Tab::Layers) {
+                    self.settings.setup.tab = Tab::Tokens;
+                }
+                self.views.scroll_to = Some(j);
+                self.selection.jumped = Some(j);
+            }
             Command::DismissErrors => self.errors.clear(),
             Command::Error(e) => self.errors.push(e),
             Command::CancelAnalysis => self.cancel_analysis(),
@@ -783,6 +823,7 @@ impl FocusLensApp {
             timing: &self.timing,
             dialog_open: self.dialogs.open().is_some(),
             pending_full: self.pending_full.is_some(),
+            lossy_offer: self.lossy_offer.as_deref(),
             scroll_to: Default::default(),
         };
         let commands = self.views.show(&cx, ui);

@@ -134,6 +134,8 @@ pub fn run(args: StartArgs) -> anyhow::Result<()> {
             cc.egui_ctx.set_theme(egui::Theme::Light);
             let stored = cc.storage.map(Settings::stored).unwrap_or_default();
             let mut app = FocusLensApp::new(stored);
+            // The window keeps finished analyses on disk: a recent text reopens at once.
+            app.session.disk_cache = Some(jobs::disk_cache::DiskCache::default_location());
             if let Some(p) = &args.session {
                 app.open_session(p);
             }

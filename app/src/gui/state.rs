@@ -438,6 +438,9 @@ pub struct AnalysisResult {
     pub aligned_to: Option<String>,
     /// The analysed text's name (file name or the embedded sample).
     pub text_label: String,
+    /// Read from the disk cache (`jobs::disk_cache`) rather than computed; `seconds` is then
+    /// the time the reading took.
+    pub from_disk: bool,
 }
 
 impl AnalysisResult {
@@ -484,6 +487,7 @@ impl AnalysisResult {
             aligned: focus_core::analysis::align::to_reference(&reference.masks, &reference.aligned, &self.masks, self.groups()),
             aligned_to: Some(reference.analysis.adapter.clone()),
             text_label: self.text_label.clone(),
+            from_disk: self.from_disk,
         }
     }
     /// The raw groups of `layer` in the order they are shown (by shown number).
@@ -508,6 +512,9 @@ pub struct Selection {
     /// replace the token's.
     pub range: Option<(usize, usize)>,
     pub partners: Option<Partners>,
+    /// The partner last jumped to from the partners list: ringed in the token views and marked
+    /// in the list, until another token is selected.
+    pub jumped: Option<usize>,
 }
 
 /// The long-range partners of one clicked token, with the attention weight each receives.

@@ -237,9 +237,15 @@ pub fn partners(
             })
             .collect::<Result<_>>()?
     };
+    Ok(aggregate(&rows, masks, (a, b), window, sink))
+}
+
+/// The partners of queries `a..=b` from their attention rows (`rows[i - a]`): a key's weight is
+/// the mean over the queries of what it receives where it is that query's partner.
+fn aggregate(rows: &[Vec<f32>], masks: &[u64], (a, b): (usize, usize), window: usize, sink: usize) -> PartnerRows {
     let mut weight: std::collections::HashMap<usize, f64> = Default::default();
     let (mut partner_mass, mut local_mass) = (0f64, 0f64);
-    for (i, w) in (a..=b).zip(&rows) {
+    for (i, w) in (a..=b).zip(rows) {
         for (j, &wt) in w.iter().enumerate() {
             match mask::classify(i, j, masks[i], masks[j], window, sink) {
                 PairClass::Local => local_mass += wt as f64,
@@ -254,7 +260,90 @@ pub fn partners(
     let n = rows.len() as f64;
     let mut partners: Vec<(usize, f32)> = weight.into_iter().map(|(j, w)| (j, (w / n) as f32)).collect();
     partners.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
-    Ok(PartnerRows { partners, partner_mass: (partner_mass / n) as f32, local_mass: (local_mass / n) as f32 })
+    PartnerRows { partners, partner_mass: (partner_mass / n) as f32, local_mass: (local_mass / n) as f32 }
+}
+
+/// Every layer's queries, keys and routing for one sequence, read out in one pass, so that the
+/// partners and attention grids of any of its tokens, in any layer and head, need no further
+/// model run (the GUI keeps one per segment it looks into). Memory: (H + Hkv) x T x D f32 per
+/// layer, about 190 MB for SmolLM2-135M at 2048 tokens.
+pub struct SequenceHeads {
+    pub layers: Vec<(Heads, Option<LayerRouting>)>,
+}
+
+struct CaptureAll<'a> {
+    layers: Vec<(Heads, Option<LayerRouting>)>,
+    progress: &'a (dyn Fn(usize) + Sync),
+    err: Option<Error>,
+}
+
+impl LayerHook for CaptureAll<'_> {
+    fn inputs(&mut self, l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> ControlFlow<()> {
+        match Heads::new(&inp.q, &inp.k) {
+            Ok(h) => self.layers.push((h, routing.cloned())),
+            Err(e) => {
+                self.err = Some(e);
+                return ControlFlow::Break(());
+            }
+        }
+        (self.progress)(l + 1);
+        ControlFlow::Continue(())
+    }
+}
+
+/// The queries, keys and routing of every layer for the sequence `ids` (one full pass; the
+/// whole sequence runs: with causal routing a prefix's rows are the same, with whole-sequence
+/// Sinkhorn they need it). `progress(l)`: layers done.
+pub fn sequence_heads(model: &Model, adapter: Option<&Adapter>, ids: &[u32], mode: Mode, cancel: Option<&AtomicBool>, progress: &(dyn Fn(usize) + Sync)) -> Result<SequenceHeads> {
+    let opts = ForwardOptions { record_routing: true, cancel, ..ForwardOptions::new(mode, adapter) };
+    let mut hook = CaptureAll { layers: Vec::new(), progress, err: None };
+    model.decoder.run(&[ids], &opts, &mut hook)?;
+    match hook.err {
+        Some(e) => Err(e),
+        None => Ok(SequenceHeads { layers: hook.layers }),
+    }
+}
+
+impl SequenceHeads {
+    pub fn tokens(&self) -> usize {
+        self.layers.first().map_or(0, |l| l.0.tokens())
+    }
+
+    /// `partners` from the captured layers: the same rows, with no model run.
+    #[allow(clippy::too_many_arguments)]
+    pub fn partners(&self, cfg: &AdapterConfig, mode: Mode, masks: &[u64], layer: usize, head: usize, (a, b): (usize, usize), cancel: Option<&AtomicBool>) -> Result<PartnerRows> {
+        let (heads, routing) = self.layers.get(layer).ok_or_else(|| Error::Invalid(format!("layer {layer} is out of range")))?;
+        if b >= heads.tokens() || head >= heads.heads() {
+            return Err(Error::Invalid(format!("queries {a}-{b} or head {head} out of range")));
+        }
+        let topk = match (mode, routing.as_ref()) {
+            (Mode::TopK(kk), Some(r)) => Some(r.topk_masks(kk.of(cfg.groups)?)),
+            _ => None,
+        };
+        let distant = distant(mode, Some(cfg), routing.as_ref(), topk.as_deref(), heads.tokens())?;
+        let rows = (a..=b)
+            .map(|i| {
+                if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+                    return Err(Error::Cancelled);
+                }
+                heads.row(distant, head, i)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(aggregate(&rows, masks, (a, b), cfg.window, cfg.sink))
+    }
+
+    /// `compare::attention_grid` from the captured layers: per layer and head, the (local,
+    /// shared-group, pruned) shares of query `query`'s dense softmax row under top-`k` groups.
+    pub fn grid(&self, k: usize, window: usize, sink: usize, query: usize) -> Result<Vec<Vec<[f32; 3]>>> {
+        self.layers
+            .iter()
+            .map(|(heads, routing)| {
+                let r = routing.as_ref().ok_or_else(|| Error::Invalid("the run has no routing (no adapter)".into()))?;
+                let masks = r.topk_masks(k);
+                (0..heads.heads()).map(|h| Ok(split(&heads.row(Distant::Attend, h, query)?, &masks, window, sink, query))).collect::<Result<Vec<_>>>()
+            })
+            .collect()
+    }
 }
 
 /// Convenience: the row for one query of a sequence, running the layers below `layer`.

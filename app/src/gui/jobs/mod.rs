@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod dialogs;
+pub mod disk_cache;
 pub mod streaming;
 
 use dialogs::{Answer, Purpose};
@@ -119,6 +120,12 @@ pub fn load_adapter(model: Arc<Model>, path: Option<PathBuf>, model_gen: u64, h:
 /// Reads and checks a text; files over `MAX_TEXT_BYTES` are truncated (at a character
 /// boundary) with a note that the window shows.
 pub fn read_text(path: &Option<PathBuf>) -> Result<(String, Option<String>), JobError> {
+    read_text_as(path, false)
+}
+
+/// `read_text`, or with `latin1` a file that is not UTF-8 read as Latin-1 (ISO-8859-1: each
+/// byte one character, U+0000-U+00FF), with a note that says so: lossy for any other encoding.
+pub fn read_text_as(path: &Option<PathBuf>, latin1: bool) -> Result<(String, Option<String>), JobError> {
     let Some(p) = path else { return Ok((crate::defaults::SAMPLE_TEXT.to_string(), None)) };
     let meta = std::fs::metadata(p).map_err(|e| format!("{}: {e}", p.display()))?;
     if meta.is_dir() {
@@ -145,13 +152,24 @@ pub fn read_text(path: &Option<PathBuf>) -> Result<(String, Option<String>), Job
             MAX_TEXT_BYTES >> 20
         ));
     }
+    if latin1 {
+        if let Err(e) = std::str::from_utf8(&bytes) {
+            let at = e.valid_up_to();
+            bytes = bytes.iter().map(|&b| b as char).collect::<String>().into_bytes();
+            let read = format!("{} is not UTF-8 (first invalid byte at offset {at}): read as Latin-1, lossy: characters of another encoding show wrongly", p.display());
+            note = Some(match note {
+                Some(n) => format!("{read}; {n}"),
+                None => read,
+            });
+        }
+    }
     let text = focus_core::io::text::text_from_bytes(bytes, &p.display().to_string())?;
     Ok((text, note))
 }
 
-pub fn load_text(path: Option<PathBuf>, h: &Handle) -> Msg {
+pub fn load_text(path: Option<PathBuf>, latin1: bool, h: &Handle) -> Msg {
     h.set_progress(0, 0, "reading the text");
-    Msg::Text(read_text(&path).map(|(t, n)| (Arc::new(t), n)), path)
+    Msg::Text(read_text_as(&path, latin1).map(|(t, n)| (Arc::new(t), n)), path)
 }
 
 pub struct AnalysisJob {
@@ -161,6 +179,10 @@ pub struct AnalysisJob {
     pub text_label: String,
     pub text: Arc<String>,
     pub key: AnalysisKey,
+    /// Where finished analyses are kept (`None`: not kept), and the adapter's file identity for
+    /// their key (`disk_cache::adapter_identity`).
+    pub disk: Option<disk_cache::DiskCache>,
+    pub adapter_file: String,
 }
 
 /// Texts longer than this are first analysed up to here, so that a finished view appears after
@@ -182,6 +204,51 @@ pub fn preview_key(key: &AnalysisKey) -> Option<AnalysisKey> {
 pub fn analyze(job: AnalysisJob, preview: bool, h: &Handle, interim: &dyn Fn(AnalysisResult)) -> Result<AnalysisResult, JobError> {
     let params = &job.key.params;
     let mode = params.mode(job.adapter.config.groups).map_err(|e| JobError::Failed(e.to_string()))?;
+    // A recent analysis of the same inputs and settings is read back instead of run again.
+    let disk = job.disk.as_ref().map(|c| (c, disk_cache::key(&job.model, &job.adapter_file, &job.adapter, &job.text, params)));
+    if let Some((c, k)) = &disk {
+        h.set_progress(0, 0, "looking for this analysis in the cache");
+        let t0 = Instant::now();
+        if let Some(hit) = c.load(k, job.model.config().n_layers) {
+            return Ok(from_cache(&job, mode, hit, t0.elapsed().as_secs_f64()));
+        }
+    }
+    let r = analyze_run(&job, mode, preview, h, interim)?;
+    if let Some((c, k)) = disk {
+        // Written on a thread of its own, so that the result shows without waiting for it.
+        let (c, k, entry) = (c.clone(), k, disk_cache::Cached::new(&r));
+        std::thread::spawn(move || c.store(&k, &entry));
+    }
+    Ok(r)
+}
+
+/// An analysis read from the disk cache, as the job would have made it.
+fn from_cache(job: &AnalysisJob, mode: Mode, c: disk_cache::Cached, seconds: f64) -> AnalysisResult {
+    let aligned = focus_core::analysis::align::chain(&c.masks, job.adapter.config.groups);
+    let mut analysis = c.analysis;
+    analysis.routing = c.routing;
+    AnalysisResult {
+        key: job.key.clone(),
+        mode,
+        analysis,
+        adapter: job.adapter.clone(),
+        model: job.model.clone(),
+        seconds,
+        note: c.note,
+        text_tokens: c.text_tokens,
+        argmax: c.argmax,
+        masks: c.masks,
+        labels: c.labels,
+        aligned,
+        aligned_to: None,
+        text_label: job.text_label.clone(),
+        from_disk: true,
+    }
+}
+
+/// `analyze` without the cache: tokenise, the preview when asked for, the analysis.
+fn analyze_run(job: &AnalysisJob, mode: Mode, preview: bool, h: &Handle, interim: &dyn Fn(AnalysisResult)) -> Result<AnalysisResult, JobError> {
+    let params = &job.key.params;
     h.set_progress(0, 0, "tokenising");
     let tok = job.model.tokenizer()?;
     let enc = tok.encode(&job.text, false)?;
@@ -189,9 +256,9 @@ pub fn analyze(job: AnalysisJob, preview: bool, h: &Handle, interim: &dyn Fn(Ana
     let take = n.min(params.max_tokens.max(1));
     if preview && take > PREVIEW_TOKENS {
         let key = preview_key(&job.key).expect("max_tokens > PREVIEW_TOKENS");
-        interim(analyze_prefix(&job, key, mode, &enc.ids, &enc.offsets, PREVIEW_TOKENS, h, "preview")?);
+        interim(analyze_prefix(job, key, mode, &enc.ids, &enc.offsets, PREVIEW_TOKENS, h, "preview")?);
     }
-    analyze_prefix(&job, job.key.clone(), mode, &enc.ids, &enc.offsets, take, h, "")
+    analyze_prefix(job, job.key.clone(), mode, &enc.ids, &enc.offsets, take, h, "")
 }
 
 /// The analysis of the first `take` tokens (`ids` and `offsets`: every token of the text, as
@@ -265,6 +332,7 @@ fn analyze_prefix(
         aligned,
         aligned_to: None,
         text_label: job.text_label.clone(),
+        from_disk: false,
     })
 }
 
@@ -291,20 +359,20 @@ pub fn group_labels(tokens: &[focus_core::analysis::TokenInfo], argmax: &[u8], g
 
 /// The attention row of token `i` in `layer`/`head` and its same-group partners beyond the
 /// window, in the segment that holds it.
-pub fn partners(res: &AnalysisResult, i: usize, layer: usize, head: usize, h: &Handle) -> Result<Partners, JobError> {
+pub fn partners(res: &AnalysisResult, i: usize, layer: usize, head: usize, cache: &HeadsCache, h: &Handle) -> Result<Partners, JobError> {
     let an = &res.analysis;
     if i >= an.tokens.len() || layer >= an.layers.len() {
         return Err(JobError::Failed("token or layer out of range".into()));
     }
     h.set_progress(0, 0, format!("token {i}, layer {layer}, head {head}"));
-    segment_partners(res, (i, i), None, layer, head, h)
+    segment_partners(res, (i, i), None, layer, head, cache, h)
 }
 
 /// The long-range partners of a range of tokens `[a, b]` in `layer`/`head`
 /// (`partners::partners`: a key's weight and the masses are means over the range's queries, so
 /// a range of one token gives that token's partners). A range is cut to the segment of its
 /// first token (pairs never cross segments).
-pub fn range_partners(res: &AnalysisResult, range: (usize, usize), layer: usize, head: usize, h: &Handle) -> Result<Partners, JobError> {
+pub fn range_partners(res: &AnalysisResult, range: (usize, usize), layer: usize, head: usize, cache: &HeadsCache, h: &Handle) -> Result<Partners, JobError> {
     let an = &res.analysis;
     let (a, b) = (range.0.min(range.1), range.0.max(range.1));
     if b >= an.tokens.len() || layer >= an.layers.len() {
@@ -313,16 +381,47 @@ pub fn range_partners(res: &AnalysisResult, range: (usize, usize), layer: usize,
     let (_, end) = segment(res, a);
     let b = b.min(end - 1);
     h.set_progress(0, 0, format!("tokens {a}-{b}, layer {layer}, head {head}"));
-    // A range runs its whole segment, also when it is one token long.
-    segment_partners(res, (a, b), Some((a, b)), layer, head, h)
+    segment_partners(res, (a, b), Some((a, b)), layer, head, cache, h)
 }
 
-fn segment_partners(res: &AnalysisResult, (a, b): (usize, usize), range: Option<(usize, usize)>, layer: usize, head: usize, h: &Handle) -> Result<Partners, JobError> {
+/// Every layer's queries, keys and routing of the segment the user looks into
+/// (`partners::SequenceHeads`), shared by the partners and attention-grid jobs: the first job for
+/// a segment of a result reads them in one model pass; every later one (another token, range,
+/// layer or head, the grid) computes its rows from them without running the model. One segment
+/// is kept (about 190 MB for SmolLM2-135M at 2048 tokens).
+#[derive(Clone, Default)]
+pub struct HeadsCache(Arc<std::sync::Mutex<Option<(AnalysisKey, usize, usize, Arc<focus_core::analysis::partners::SequenceHeads>)>>>);
+
+impl HeadsCache {
+    /// The heads of segment `[start, end)` of `res`, read now unless kept.
+    pub fn get(&self, res: &AnalysisResult, (start, end): (usize, usize), h: &Handle) -> Result<Arc<focus_core::analysis::partners::SequenceHeads>, JobError> {
+        // Held while the pass runs: a second job for the same segment waits and reuses it.
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // The key with the token count: a preview and its full result differ in their routing.
+        if let Some((k, n, s, heads)) = slot.as_ref() {
+            if *k == res.key && *n == res.tokens() && *s == start {
+                return Ok(heads.clone());
+            }
+        }
+        // The old segment's memory goes before the new one is read.
+        *slot = None;
+        let ids: Vec<u32> = res.analysis.tokens[start..end].iter().map(|t| t.id).collect();
+        let layers = res.layers();
+        let what = format!("every layer's queries and keys for tokens {start}-{} (once; then no model run)", end - 1);
+        h.set_progress(0, layers, what.clone());
+        let heads = focus_core::analysis::partners::sequence_heads(&res.model, Some(&res.adapter), &ids, res.mode, Some(&h.cancel), &|l| h.set_progress(l, layers, what.clone()))?;
+        let heads = Arc::new(heads);
+        *slot = Some((res.key.clone(), res.tokens(), start, heads.clone()));
+        Ok(heads)
+    }
+}
+
+fn segment_partners(res: &AnalysisResult, (a, b): (usize, usize), range: Option<(usize, usize)>, layer: usize, head: usize, cache: &HeadsCache, h: &Handle) -> Result<Partners, JobError> {
     let (start, end) = segment(res, a);
-    let ids: Vec<u32> = res.analysis.tokens[start..end].iter().map(|t| t.id).collect();
     let masks = &res.masks[layer][start..end];
-    let whole = range.is_some();
-    let p = focus_core::analysis::partners::partners(&res.model, &res.adapter, &ids, res.mode, masks, layer, head, (a - start, b - start), !whole, Some(&h.cancel))?;
+    // From the segment's captured layers: a model pass only for the first look into a segment.
+    let heads = cache.get(res, (start, end), h)?;
+    let p = heads.partners(&res.adapter.config, res.mode, masks, layer, head, (a - start, b - start), Some(&h.cancel))?;
     let partners = p.partners.into_iter().map(|(j, w)| (start + j, w)).collect();
     Ok(Partners { token: a, range, layer, head, key: res.key.clone(), partners, partner_mass: p.partner_mass, local_mass: p.local_mass })
 }
@@ -352,6 +451,97 @@ impl Compared {
             )
         })
     }
+}
+
+/// The exports. When the runs' groups do not correspond (adapters of different K) the exports
+/// say so, as the screen does, and leave out every group-change figure (a count of "layers
+/// changed" between unrelated group numbers means nothing); loss and pruned mass stay.
+impl Compared {
+    /// The per-token table as CSV (`Comparison::csv`).
+    pub fn csv(&self, layer: usize, head: usize) -> String {
+        let s = self.result.csv(layer, head);
+        match self.groups_warning() {
+            None => s,
+            // Its last two columns are the group-change counts.
+            Some(w) => format!("# {w}\n{}", drop_last_fields(&s, 2)),
+        }
+    }
+
+    /// The per-layer figures as CSV (`Comparison::layers_csv`).
+    pub fn layers_csv(&self, head: usize) -> String {
+        let s = self.result.layers_csv(head);
+        let Some(w) = self.groups_warning() else { return s };
+        // Every field is a number: drop tokens_changed, changed_share (columns 1-2) and
+        // delta_loss_changed / unchanged (the last two).
+        let mut out = format!("# {w}\n");
+        for line in s.lines() {
+            if line.starts_with('#') {
+                if !line.contains("delta_loss_*") {
+                    out += line;
+                    out.push('\n');
+                }
+                continue;
+            }
+            let f: Vec<&str> = line.split(',').collect();
+            let keep: Vec<&str> = f.iter().enumerate().filter(|&(i, _)| i != 1 && i != 2 && i + 2 < f.len()).map(|(_, x)| *x).collect();
+            out += &keep.join(",");
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Everything as JSON (`Comparison::json`), with both runs' K and whether their groups
+    /// correspond.
+    pub fn json(&self, layer: usize, head: usize) -> String {
+        let mut v: serde_json::Value = serde_json::from_str(&self.result.json(layer, head)).expect("the comparison's own JSON");
+        v["groups"] = serde_json::json!({ "k_a": self.groups.0, "k_b": self.groups.1, "correspond": self.groups_correspond() });
+        if let Some(w) = self.groups_warning() {
+            v["groups"]["warning"] = w.into();
+            for t in v["per_token"].as_array_mut().into_iter().flatten() {
+                t.as_object_mut().map(|o| o.remove("groups_changed_layers"));
+            }
+            for l in v["per_layer"].as_array_mut().into_iter().flatten() {
+                if let Some(o) = l.as_object_mut() {
+                    for k in ["tokens_changed", "changed_share", "delta_loss_changed", "delta_loss_unchanged"] {
+                        o.remove(k);
+                    }
+                }
+            }
+            v.as_object_mut().map(|o| o.remove("per_layer_note"));
+        }
+        serde_json::to_string_pretty(&v).expect("JSON of numbers and strings")
+    }
+}
+
+/// `csv` without the last `n` fields of each record; comment lines (`#`) stay. Quote-aware: a
+/// token's text is quoted and may hold commas and newlines.
+pub fn drop_last_fields(csv: &str, n: usize) -> String {
+    let cut = |record: &str, commas: &[usize]| -> String {
+        if record.starts_with('#') || commas.len() < n {
+            record.to_string()
+        } else {
+            record[..commas[commas.len() - n]].to_string()
+        }
+    };
+    let mut out = String::with_capacity(csv.len());
+    let (mut record, mut commas, mut quoted) = (String::new(), Vec::new(), false);
+    for c in csv.chars() {
+        if c == '"' {
+            quoted = !quoted;
+        }
+        if c == '\n' && !quoted {
+            out += &cut(&record, &commas);
+            out.push('\n');
+            record.clear();
+            commas.clear();
+            continue;
+        }
+        if c == ',' && !quoted {
+            commas.push(record.len());
+        }
+        record.push(c);
+    }
+    out + &cut(&record, &commas)
 }
 
 impl std::ops::Deref for Compared {
@@ -424,15 +614,18 @@ pub struct AttnGrid {
 
 /// The head x layer grid of token `i` of `res` (its segment, run in `res`'s mode;
 /// `compare::attention_grid`).
-pub fn attention_grid(res: &AnalysisResult, i: usize, h: &Handle) -> Result<AttnGrid, JobError> {
+pub fn attention_grid(res: &AnalysisResult, i: usize, cache: &HeadsCache, h: &Handle) -> Result<AttnGrid, JobError> {
     let an = &res.analysis;
     if i >= an.tokens.len() {
         return Err(JobError::Failed("token out of range".into()));
     }
     h.set_progress(0, 0, format!("token {i}, every layer and head"));
     let (start, end) = segment(res, i);
-    let ids: Vec<u32> = an.tokens[start..end].iter().map(|t| t.id).collect();
-    let cells = compare::attention_grid(&res.model, &res.adapter, &ids, res.mode, res.key.params.k, i - start, Some(&h.cancel))?;
+    // From the segment's captured layers (shared with the partners: no model pass when they
+    // were computed for this segment).
+    let heads = cache.get(res, (start, end), h)?;
+    let c = &res.adapter.config;
+    let cells = heads.grid(res.key.params.k, c.window, c.sink, i - start)?;
     Ok(AttnGrid { key: res.key.clone(), token: i, cells })
 }
 
@@ -581,3 +774,11 @@ pub fn mask_image(res: &AnalysisResult, layer: usize, max_side: usize, h: &Handl
     Ok(MaskImage { key: res.key.clone(), layer, tokens: t, block, side, counts, local, same_group: same, pruned })
 }
 
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn drop_last_fields_keeps_quoted_commas_and_newlines() {
+        let csv = "# a, b\nindex,token,x,y\n0,\"a,b\",1,2\n1,\"c\nd,e\",3,4\n2,\"\"\"\",5,6";
+        assert_eq!(super::drop_last_fields(csv, 2), "# a, b\nindex,token\n0,\"a,b\"\n1,\"c\nd,e\"\n2,\"\"\"\"");
+    }
+}

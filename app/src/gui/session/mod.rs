@@ -36,6 +36,11 @@ pub struct Session {
     running_key: Option<AnalysisKey>,
     stopped_key: Option<AnalysisKey>,
     next_gen: u64,
+    /// Texts the user chose to read as Latin-1 after they were refused as not UTF-8.
+    pub latin1: std::collections::HashSet<PathBuf>,
+    /// Where finished analyses are kept between runs (the window's default; `None` in tests
+    /// that do not ask for it, so that they run the model).
+    pub disk_cache: Option<jobs::disk_cache::DiskCache>,
 }
 
 impl Default for Session {
@@ -50,6 +55,8 @@ impl Default for Session {
             running_key: None,
             stopped_key: None,
             next_gen: 1,
+            latin1: Default::default(),
+            disk_cache: None,
         }
     }
 }
@@ -117,6 +124,11 @@ impl Session {
     }
 
     /// What `settings` ask for now counts as attempted: nothing to start for this input.
+    /// Loads `kind` again even when its path was tried last (a text to read as Latin-1 now).
+    pub fn retry(&mut self, kind: InputKind) {
+        self.attempted.remove(&kind);
+    }
+
     pub fn mark_attempted(&mut self, kind: InputKind, settings: &Settings) {
         if let Some(w) = self.wanted(kind, settings) {
             self.attempted.insert(kind, w);
@@ -170,7 +182,8 @@ impl Session {
                     worker.spawn(TaskKind::LoadAdapter, move |h| jobs::load_adapter(model, path, model_gen, h));
                 }
                 Wanted::Text(path) => {
-                    worker.spawn(TaskKind::LoadText, move |h| jobs::load_text(path, h));
+                    let latin1 = path.as_ref().is_some_and(|p| self.latin1.contains(p));
+                    worker.spawn(TaskKind::LoadText, move |h| jobs::load_text(path, latin1, h));
                 }
             }
         }
@@ -197,6 +210,8 @@ impl Session {
             text_label: t.label.clone(),
             text: t.text.clone(),
             key: key.clone(),
+            disk: self.disk_cache.clone(),
+            adapter_file: jobs::disk_cache::adapter_identity(a.path.as_deref()),
         };
         // A cached preview shows at once; otherwise the job computes one first.
         let cached_preview = jobs::preview_key(&key).and_then(|pk| self.cache.iter().find(|c| c.key == pk).cloned());

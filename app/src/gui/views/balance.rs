@@ -6,7 +6,8 @@ use super::{Command, View, ViewCtx};
 use crate::gui::export::svg::{bar_chart, line_chart, stack, Series};
 use crate::gui::paint::palette;
 use crate::gui::state::AnalysisResult;
-use egui_plot::{uniform_grid_spacer, AxisHints, Bar, BarChart, GridMark, HLine, Legend, Line, Plot, PlotPoints, VLine};
+use crate::gui::paint::reference;
+use egui_plot::{uniform_grid_spacer, AxisHints, Bar, BarChart, GridMark, Legend, Line, Plot, PlotPoints, VLine};
 
 /// The Balance view.
 #[derive(Default)]
@@ -37,14 +38,14 @@ impl View for BalanceView {
             mass.x_grid_spacer(uniform_grid_spacer(|_| [1.0, 5.0, 10.0])).show(&mut cols[0], |p| {
                 p.bar_chart(BarChart::new("before Sinkhorn (softmax)", before).color(egui::Color32::from_gray(200)));
                 p.bar_chart(BarChart::new("after Sinkhorn", after).color(egui::Color32::from_gray(90)));
-                p.hline(HLine::new("ideal 1/K", 1.0 / k).color(egui::Color32::GRAY));
+                reference::hline(p, format!("ideal 1/K = {:.3}", 1.0 / k), 1.0 / k, -0.5);
             });
             cols[1].label("dominance per layer (share of tokens in the largest group)");
             let dom: PlotPoints = res.analysis.layers.iter().map(|l| [l.layer as f64, l.dominance]).collect();
             Plot::new("dominance").height(h).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(headroom(res.analysis.layers.iter().map(|l| l.dominance))).show(&mut cols[1], |p| {
                 p.line(Line::new("dominance", dom));
                 p.vline(selected(layer));
-                p.hline(HLine::new("ideal 1/K", 1.0 / k).color(egui::Color32::GRAY));
+                reference::hline(p, format!("ideal 1/K = {:.3}", 1.0 / k), 1.0 / k, 0.0);
             });
         });
         ui.columns(2, |cols| {
@@ -53,14 +54,14 @@ impl View for BalanceView {
             Plot::new("confidence").height(h).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(headroom(res.analysis.layers.iter().map(|l| l.mean_confidence))).show(&mut cols[0], |p| {
                 p.line(Line::new("confidence", conf));
                 p.vline(selected(layer));
-                p.hline(HLine::new("uniform 1/K", 1.0 / k).color(egui::Color32::GRAY));
+                reference::hline(p, format!("uniform 1/K = {:.3}", 1.0 / k), 1.0 / k, 0.0);
             });
             cols[1].label("mean membership entropy per layer (nats)");
             let ent: PlotPoints = res.analysis.layers.iter().map(|l| [l.layer as f64, l.mean_entropy]).collect();
             Plot::new("entropy").height(h).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(headroom(res.analysis.layers.iter().map(|l| l.mean_entropy).chain([k.ln()]))).show(&mut cols[1], |p| {
                 p.line(Line::new("entropy", ent));
                 p.vline(selected(layer));
-                p.hline(HLine::new("uniform ln K", k.ln()).color(egui::Color32::GRAY));
+                reference::hline(p, format!("uniform ln K = {:.2}", k.ln()), k.ln(), 0.0);
             });
         });
         Vec::new()

@@ -244,7 +244,7 @@ impl CategoriesView {
                     p.line(egui_plot::Line::new(name.clone(), pts(purity)).color(base_c).width(2.0).style(egui_plot::LineStyle::dashed_dense()));
                     p.points(egui_plot::Points::new(name, pts(purity)).radius(2.5).color(base_c));
                 }
-                p.hline(egui_plot::HLine::new(format!("one group for all tokens = {:.0}%", 100.0 * one), one).color(egui::Color32::from_gray(190)));
+                crate::gui::paint::reference::hline(p, format!("one group for all tokens = {:.0}%", 100.0 * one), one, 0.0);
                 p.vline(egui_plot::VLine::new(format!("selected layer {layer}"), layer as f64).color(egui::Color32::from_gray(200)));
             });
         egui::CollapsingHeader::new("per layer (numbers)").id_salt("purity_numbers").show(ui, |ui| {

@@ -13,7 +13,7 @@ use crate::gui::export::svg::{line_chart, stack, Series};
 use crate::gui::export::ExportKind;
 use crate::gui::state::{CompareSpec, ModeChoice, Setting};
 use crate::gui::worker::TaskKind;
-use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, VLine};
+use egui_plot::{Legend, Line, Plot, PlotPoints, VLine};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SortBy {
@@ -210,11 +210,16 @@ impl View for CompareView {
                 }
             }
             ui.add(egui::TextEdit::singleline(&mut self.adapter_field).id_salt("compare_adapter").hint_text("empty: A's adapter").desired_width(300.0)).labelled_by(l.id);
+            // Run B runs on A's model: only the adapters that fit it are offered.
             egui::ComboBox::from_id_salt("compare_adapter_pick").selected_text("pick…").show_ui(ui, |ui| {
-                for a in super::files::adapters(&cx.settings.prefs.recent) {
+                let (offered, hidden) = super::files::fitting(&super::files::adapters(&cx.settings.prefs.recent), Some(&res.model.identity()));
+                for a in offered {
                     if ui.selectable_label(false, format!("{}  ({})", a.name, a.summary())).clicked() {
                         self.adapter_field = a.path.display().to_string();
                     }
+                }
+                if let Some(note) = super::files::hidden_note(&hidden) {
+                    ui.weak(note);
                 }
             });
             spec.adapter = (!self.adapter_field.trim().is_empty()).then(|| self.adapter_field.trim().into());
@@ -296,7 +301,7 @@ impl View for CompareView {
                 .on_hover_text(format!("Loss is the whole model's: a layer has none of its own. Per layer, the mean Δ loss (nats) of the tokens whose top-{} groups change in that layer, and of those whose groups stay.", c.k));
             Plot::new(DELTA_PLOT).id(egui::Id::unique(DELTA_PLOT)).height(PLOT_H).legend(legend(egui_plot::Corner::RightTop)).x_axis_label("layer").include_y(lo).include_y(headroom).show(&mut cols[1], |p| {
                 delta.iter().for_each(|s| line(p, s));
-                p.hline(HLine::new("mean Δ loss, all tokens", mean_delta).color(egui::Color32::from_gray(150)));
+                crate::gui::paint::reference::hline(p, format!("mean Δ loss, all tokens = {mean_delta:+.3}"), mean_delta, 0.0);
                 p.vline(selected);
             });
         });

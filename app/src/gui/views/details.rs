@@ -71,13 +71,13 @@ impl View for DetailsView {
                     egui::ScrollArea::vertical().id_salt("partners").show_rows(ui, 18.0, p.partners.len(), |ui, range| {
                         for &(j, wt) in &p.partners[range] {
                             let txt = format!("{wt:.4}  #{j} {:?}", res.analysis.tokens[j].text);
-                            if ui.selectable_label(false, txt).clicked() {
+                            if ui.selectable_label(sel.jumped == Some(j), txt).on_hover_text("click: scroll to this partner and ring it in the text").clicked() {
                                 jump = Some(j);
                             }
                         }
                     });
                     if let Some(j) = jump {
-                        out.push(Command::ScrollTo(j));
+                        out.push(Command::JumpToPartner(j));
                     }
                 }
                 _ if cx.worker.is_running(crate::gui::worker::TaskKind::Attention) => {

@@ -50,10 +50,14 @@ pub struct AdapterInfo {
     pub top_k: Option<usize>,
     /// Tokens seen in training; `None` for an untrained adapter.
     pub tokens: Option<f64>,
-    /// Held-out perplexity at the end of training, and its mode.
-    pub heldout_ppl: Option<(f64, String)>,
-    /// Measured top-k perplexity at ctx 1024 for the adapter's k, where recorded.
-    pub topk_ppl: Option<f64>,
+    /// Perplexities measured on one held-out text at one context (`results.ppl.ctx1024`: dense,
+    /// soft, top-k at the adapter's k), so that they compare like for like. The training log's
+    /// own final perplexity (another text and mode) is not shown beside them.
+    pub ppl: Vec<(String, f64)>,
+    /// What the perplexities were measured on (`results.ppl_file`, up to its first " (").
+    pub ppl_text: Option<String>,
+    /// The base model the adapter records (`None`: not recorded, or unreadable).
+    pub base_model: Option<focus_core::focus::identity::BaseModel>,
     pub error: Option<String>,
 }
 
@@ -61,7 +65,7 @@ impl AdapterInfo {
     /// Reads `dir/adapter_config.json` (only the fields the picker shows).
     pub fn read(dir: &Path) -> AdapterInfo {
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| dir.display().to_string());
-        let mut info = AdapterInfo { path: dir.to_path_buf(), name, groups: None, top_k: None, tokens: None, heldout_ppl: None, topk_ppl: None, error: None };
+        let mut info = AdapterInfo { path: dir.to_path_buf(), name, groups: None, top_k: None, tokens: None, ppl: Vec::new(), ppl_text: None, base_model: None, error: None };
         let v: serde_json::Value = match focus_core::io::read_capped_string(&dir.join("adapter_config.json"), focus_core::io::MAX_JSON_BYTES, "adapter config").map_err(|e| e.to_string()).and_then(|s| serde_json::from_str(&s).map_err(|e| e.to_string())) {
             Ok(v) => v,
             Err(e) => {
@@ -71,18 +75,30 @@ impl AdapterInfo {
         };
         info.groups = v["groups"].as_u64().map(|x| x as usize);
         info.top_k = v["top_k"].as_u64().map(|x| x as usize);
-        let t = &v["training"];
-        info.tokens = t["tokens_seen"].as_f64();
-        if let Some(p) = t["heldout_ppl_final"].as_f64() {
-            info.heldout_ppl = Some((p, t["heldout_mode"].as_str().unwrap_or("").to_string()));
+        info.tokens = v["training"]["tokens_seen"].as_f64();
+        info.base_model = serde_json::from_value(v["base_model"].clone()).ok();
+        let ctx = &v["results"]["ppl"]["ctx1024"];
+        let topk = info.top_k.map(|k| (format!("topk{k}"), format!("top-{k}")));
+        for (key, label) in [("dense".to_string(), "dense".to_string()), ("soft".into(), "soft".into())].into_iter().chain(topk) {
+            if let Some(p) = ctx[&key].as_f64() {
+                info.ppl.push((label, p));
+            }
         }
-        if let Some(k) = info.top_k {
-            info.topk_ppl = v["results"]["ppl"]["ctx1024"][format!("topk{k}")].as_f64();
-        }
+        info.ppl_text = v["results"]["ppl_file"].as_str().map(|f| f.split(" (").next().unwrap_or(f).rsplit('/').next().unwrap_or(f).to_string());
         info
     }
 
-    /// "K = 8, k = 2 · 16.38M training tokens · held-out PPL 33.57 (soft) · top-2 PPL 39.85 (ctx 1024)".
+    /// Can the adapter run on a model of identity `want`? The checks `Adapter::load` makes
+    /// (architecture, shapes, weights' fingerprint; the name may differ). An adapter that
+    /// records no base model is offered (its load says whether it fits).
+    pub fn fits(&self, want: &focus_core::focus::identity::BaseModel) -> bool {
+        self.base_model.as_ref().is_none_or(|b| {
+            (&b.arch, b.n_layers, b.d_model, b.n_heads, b.n_kv_heads, b.vocab, &b.fingerprint) == (&want.arch, want.n_layers, want.d_model, want.n_heads, want.n_kv_heads, want.vocab, &want.fingerprint)
+        })
+    }
+
+    /// "K = 8, k = 2 · 16.38M training tokens · PPL on ppl_persuasion_60k.txt, ctx 1024: dense
+    /// 31.66, soft 31.99, top-2 39.85".
     pub fn summary(&self) -> String {
         if let Some(e) = &self.error {
             return format!("unreadable: {e}");
@@ -92,11 +108,12 @@ impl AdapterInfo {
             Some(n) => format!("{:.2}M training tokens", n / 1e6),
             None => "untrained (random init)".into(),
         });
-        if let Some((p, m)) = &self.heldout_ppl {
-            parts.push(format!("held-out PPL {p:.2}{}", if m.is_empty() { String::new() } else { format!(" ({m})") }));
-        }
-        if let (Some(p), Some(k)) = (self.topk_ppl, self.top_k) {
-            parts.push(format!("top-{k} PPL {p:.2} (ctx 1024)"));
+        if self.ppl.is_empty() {
+            parts.push("no held-out perplexity recorded".into());
+        } else {
+            let on = self.ppl_text.as_deref().map(|t| format!(" on {t}")).unwrap_or_default();
+            let figures = self.ppl.iter().map(|(m, p)| format!("{m} {p:.2}")).collect::<Vec<_>>().join(", ");
+            parts.push(format!("held-out PPL{on}, ctx 1024: {figures}"));
         }
         parts.join(" · ")
     }
@@ -156,6 +173,22 @@ pub fn adapters(recent: &[(InputKind, PathBuf)]) -> Vec<AdapterInfo> {
     out
 }
 
+/// The adapters of `all` that fit the model of identity `model` (all when none is loaded), and
+/// the names of those hidden because they were made for another model.
+pub fn fitting(all: &[AdapterInfo], model: Option<&focus_core::focus::identity::BaseModel>) -> (Vec<AdapterInfo>, Vec<String>) {
+    let (fit, other): (Vec<&AdapterInfo>, Vec<&AdapterInfo>) = all.iter().partition(|a| model.is_none_or(|m| a.fits(m)));
+    (fit.into_iter().cloned().collect(), other.into_iter().map(|a| a.name.clone()).collect())
+}
+
+/// "2 adapters made for other models are hidden (gemma3-270m-k8, gemma3-270m-k8-global)".
+pub fn hidden_note(hidden: &[String]) -> Option<String> {
+    match hidden.len() {
+        0 => None,
+        1 => Some(format!("1 adapter made for another model is hidden ({})", hidden[0])),
+        n => Some(format!("{n} adapters made for other models are hidden ({})", hidden.join(", "))),
+    }
+}
+
 /// One row of the browser.
 #[derive(Debug, Clone)]
 pub struct Entry {
@@ -194,6 +227,18 @@ pub fn list_dir(dir: &Path) -> Result<Vec<Entry>, String> {
     Ok(v)
 }
 
+/// Where exports go unless the user browses elsewhere: `~/Documents/focus-lens` when there is a
+/// `~/Documents`, else the cache folder's `exports` (`FOCUS_LENS_CACHE`, ~/.cache/focus-lens).
+/// Never the working directory, which is often the source tree (exports landed in the
+/// repository).
+pub fn default_export_dir() -> PathBuf {
+    let docs = std::env::var_os("HOME").map(|h| PathBuf::from(h).join("Documents")).filter(|d| d.is_dir());
+    match docs {
+        Some(d) => d.join("focus-lens"),
+        None => crate::defaults::cache_dir().join("exports"),
+    }
+}
+
 /// Is a system file dialog likely to open here? rfd asks the XDG desktop portal over the
 /// session D-Bus, then falls back to zenity; with neither it returns "cancelled" at once.
 pub fn native_dialog_possible() -> bool {
@@ -210,6 +255,10 @@ pub struct FilesView {
     pub path: String,
     /// The folder the browser shows, and its listing.
     pub dir: PathBuf,
+    /// The folder the browser was last in when opening files (it starts in the working
+    /// directory), and when exporting (`None`: `default_export_dir`), each kept for the next time.
+    open_dir: PathBuf,
+    pub export_folder: Option<PathBuf>,
     listing: Option<(PathBuf, Result<Vec<Entry>, String>)>,
     /// Why the window is open instead of a system dialog (shown at its top).
     pub message: Option<String>,
@@ -221,10 +270,13 @@ pub struct FilesView {
 
 impl Default for FilesView {
     fn default() -> Self {
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
         FilesView {
             task: None,
             path: String::new(),
-            dir: std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            dir: cwd.clone(),
+            open_dir: cwd,
+            export_folder: None,
             listing: None,
             message: None,
             adapters: Vec::new(),
@@ -238,10 +290,21 @@ impl FilesView {
     /// default file name, in the browser's folder).
     pub fn show_task(&mut self, task: FileTask, suggested: Option<&str>, recent: &[(InputKind, PathBuf)], message: Option<String>) {
         self.task = Some(task);
+        // Exports start in their own folder (made when missing), outside the source tree.
+        self.dir = match task {
+            FileTask::Export(_) => {
+                let d = self.export_folder.clone().unwrap_or_else(default_export_dir);
+                let _ = std::fs::create_dir_all(&d);
+                d
+            }
+            _ => self.open_dir.clone(),
+        };
         self.message = message.or_else(|| {
             (!self.native).then(|| "No system file dialog on this display (no XDG desktop portal on a session bus, no zenity): type a path or pick one below.".to_string())
         });
         self.path = match suggested {
+            // A path as typed (after a failed export) stays as it is.
+            Some(name) if Path::new(name).is_absolute() => name.to_string(),
             Some(name) => self.dir.join(name).display().to_string(),
             None => String::new(),
         };
@@ -255,6 +318,10 @@ impl FilesView {
     }
 
     fn go(&mut self, dir: PathBuf) {
+        match self.task {
+            Some(FileTask::Export(_)) => self.export_folder = Some(dir.clone()),
+            _ => self.open_dir = dir.clone(),
+        }
         self.dir = dir;
         self.listing = None;
     }
@@ -301,6 +368,10 @@ impl FilesView {
                 }
                 FileTask::Export(kind) => {
                     if ui.add_enabled(has_path, egui::Button::new("Save")).clicked() || (submit && has_path) {
+                        // The next export starts in this one's folder.
+                        if let Some(d) = path.parent().filter(|d| d.is_dir()) {
+                            self.export_folder = Some(d.to_path_buf());
+                        }
                         out.push(Command::ExportTo(kind, path.clone()));
                         self.close();
                     }
@@ -328,9 +399,15 @@ impl FilesView {
                 self.close();
                 return;
             }
+            // Only the adapters that fit the loaded model are offered.
+            let model = cx.session.model.as_ref().map(|m| m.model.identity());
+            let (offered, hidden) = fitting(&self.adapters, model.as_ref());
+            if let Some(note) = hidden_note(&hidden) {
+                ui.weak(note);
+            }
             let mut chosen = None;
             egui::Grid::new("adapter_picker").striped(true).show(ui, |ui| {
-                for a in &self.adapters {
+                for a in &offered {
                     if ui.button(&a.name).on_hover_text(a.path.display().to_string()).clicked() {
                         chosen = Some(a.path.clone());
                     }

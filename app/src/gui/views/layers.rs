@@ -75,7 +75,7 @@ impl LayersView {
             let last = ((viewport.max.y / ROW_H).ceil() as usize + 1).min(lay.lines.len());
             let painter = ui.painter_at(rect);
             for (c, &l) in cols.iter().enumerate() {
-                let marks = Marks { selected: cx.selection.selected, hovered: hovered_before, found: None, range: cx.selection.range, partners: &maps[c].0, max_weight: maps[c].1 };
+                let marks = Marks { selected: cx.selection.selected, hovered: hovered_before, found: None, current: None, jumped: cx.selection.jumped, range: cx.selection.range, partners: &maps[c].0, max_weight: maps[c].1 };
                 for line in first..last {
                     let origin = rect.min + vec2(c as f32 * (col_w + gap), line as f32 * ROW_H);
                     if let Some(i) = paint_line(&painter, res, lay, line, origin, l, colouring, &marks, pointer) {
@@ -136,7 +136,6 @@ impl View for LayersView {
             out.push(Command::Set(Setting::SideLayers(side_layers.clone())));
         }
         ui.separator();
-        super::tokens::provisional_banner(cx, res, ui);
         if strip {
             out.push(strip_view(cx, res, scroll_to, ui));
             return out;
@@ -157,8 +156,12 @@ fn strip_view(cx: &ViewCtx, res: &AnalysisResult, scroll_to: &Cell<Option<usize>
     let label_w = 60.0;
     let cell = ((ui.available_width() - label_w - 16.0) / n_layers as f32).clamp(4.0, 40.0);
     let colouring = Colouring::of(cx);
+    // The rows' real range: the analysed tokens, first and last by number (inclusive), and the
+    // text's length when only part of it was analysed.
+    let of = if res.text_tokens > t { format!(" of the text's {}", res.text_tokens) } else { String::new() };
     ui.label(format!(
-        "rows: tokens 0..{t} ({STRIP_ROW} px each); columns: layers 0..{}; colour: {}. Hover for the token.",
+        "rows: tokens #0-#{} ({t} tokens{of}; {STRIP_ROW} px each); columns: layers 0-{}; colour: {}. Hover for the token.",
+        t.saturating_sub(1),
         n_layers - 1,
         if colouring.by_category { "category" } else if colouring.raw { "argmax group (raw indices)" } else { "argmax group (numbers matched across layers)" }
     ));

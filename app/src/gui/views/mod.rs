@@ -63,6 +63,8 @@ pub struct ViewCtx<'a> {
     /// The full analysis has arrived and waits for the mouse to move before it replaces the
     /// preview.
     pub pending_full: bool,
+    /// A text refused as not UTF-8: the status bar offers to read it as Latin-1.
+    pub lossy_offer: Option<&'a std::path::Path>,
     /// A token to scroll to (`Views::scroll_to`), handed to the central view: the token and
     /// layers views take it when they draw (and the token view's search sets it).
     pub scroll_to: Cell<Option<usize>>,
@@ -112,8 +114,12 @@ pub enum Command {
     Hover { token: Option<usize>, layer: Option<usize> },
     /// Scroll the token views to this token.
     ScrollTo(usize),
+    /// Read this text (refused as not UTF-8) as Latin-1, saying so.
+    OpenTextLossy(PathBuf),
     /// Show this token in the token view, selected (its partners computed) and scrolled to.
     Jump(usize),
+    /// Scroll to this partner of the selection and single it out (the selection stays).
+    JumpToPartner(usize),
     DismissErrors,
     /// Report an error in the window.
     Error(String),
@@ -216,6 +222,11 @@ impl Views {
         out.push(Command::Hover { token: None, layer: None });
         // Generation needs only the model and the adapter; the other views, an analysis.
         if tab == Tab::Generate || cx.result().is_some() {
+            // Every view of the analysis says when it shows the provisional preview (its groups
+            // and figures change when the full result comes), not only the token view.
+            if let (Some(res), false) = (cx.result(), tab == Tab::Generate) {
+                tokens::provisional_banner(cx, res, ui);
+            }
             let cx = ViewCtx { scroll_to: Cell::new(self.scroll_to.take()), ..*cx };
             out.extend(self.view(tab).show(&cx, ui));
             self.scroll_to = cx.scroll_to.take();

@@ -126,12 +126,25 @@ pub const PARTNER_OUTLINE: Color32 = Color32::from_rgb(25, 25, 140);
 /// The bar over the tokens of a selected range.
 pub const RANGE_BAR: Color32 = Color32::from_rgb(20, 20, 20);
 
+/// Search matches are filled (as a browser highlights them; a thin underline was missed): every
+/// match in yellow, the one shown last in orange. The token's group colour stays as a strip
+/// along its bottom edge.
+pub const FIND_FILL: Color32 = Color32::from_rgb(255, 236, 60);
+pub const FIND_CURRENT: Color32 = Color32::from_rgb(255, 150, 30);
+
+/// The ring around the partner last jumped to from the partners list (it must stand out among
+/// the other partners' outlines).
+pub const JUMPED_RING: Color32 = Color32::from_rgb(230, 0, 120);
+
 pub struct Marks<'a> {
     pub selected: Option<usize>,
     /// The token under the pointer (in any column): outlined in every column.
     pub hovered: Option<usize>,
-    /// Tokens that hold a match of the search (underlined).
+    /// Tokens that hold a match of the search (filled), and those of the match shown last.
     pub found: Option<&'a std::collections::HashSet<usize>>,
+    pub current: Option<(usize, usize)>,
+    /// The partner jumped to from the partners list (ringed).
+    pub jumped: Option<usize>,
     /// The selected range `[a, b]` (a bar over each of its tokens).
     pub range: Option<(usize, usize)>,
     /// Weight of each of the selected token's partners, and the largest weight.
@@ -157,7 +170,15 @@ pub fn paint_line(
     let font = FontId::monospace(FONT);
     for i in s..e {
         let r = Rect::from_min_size(origin + vec2(lay.xs[i], 0.0), vec2(lay.widths[i], ROW_H - 2.0));
-        painter.rect_filled(r, 2.0, token_color(res, layer, i, colouring));
+        let found = marks.found.is_some_and(|f| f.contains(&i));
+        if found {
+            let fill = if marks.current.is_some_and(|(a, b)| (a..=b).contains(&i)) { FIND_CURRENT } else { FIND_FILL };
+            painter.rect_filled(r, 2.0, fill);
+            let strip = Rect::from_min_max(pos2(r.min.x, r.max.y - 4.0), r.max);
+            painter.rect_filled(strip, 0.0, token_color(res, layer, i, colouring));
+        } else {
+            painter.rect_filled(r, 2.0, token_color(res, layer, i, colouring));
+        }
         painter.text(pos2(r.min.x + PAD, r.center().y), egui::Align2::LEFT_CENTER, &lay.texts[i], font.clone(), Color32::BLACK);
         if let Some(&w) = marks.partners.get(&i) {
             let a = (w / marks.max_weight.max(1e-9)).sqrt().clamp(0.15, 1.0);
@@ -172,9 +193,8 @@ pub fn paint_line(
             let bar = Rect::from_min_max(r.min, pos2(r.max.x, r.min.y + 4.0));
             painter.rect_filled(bar, 0.0, RANGE_BAR);
         }
-        if marks.found.is_some_and(|f| f.contains(&i)) {
-            let bar = Rect::from_min_max(pos2(r.min.x, r.max.y - 3.0), r.max);
-            painter.rect_filled(bar, 0.0, Color32::from_rgb(230, 120, 0));
+        if marks.jumped == Some(i) {
+            painter.rect_stroke(r.expand(2.0), 3.0, Stroke::new(3.0, JUMPED_RING), egui::StrokeKind::Outside);
         }
         let under = pointer.is_some_and(|p| r.contains(p));
         if under || marks.hovered == Some(i) {
@@ -279,7 +299,8 @@ pub fn range_summary(res: &AnalysisResult, layer: usize, (a, b): (usize, usize),
     lines
 }
 
-/// The banner over a provisional result (the preview of a long text).
+/// The banner over a provisional result (the preview of a long text), over every view of it
+/// (`Views::central`).
 pub fn provisional_banner(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) {
     if !(cx.session.showing_preview().is_some() || cx.pending_full) {
         return;
@@ -304,6 +325,8 @@ pub struct TokensView {
     pub find: String,
     /// The tokens each match covers, in text order (one entry per match: its first token).
     pub matches: Vec<usize>,
+    /// The last token of each match.
+    pub match_ends: Vec<usize>,
     pub found: std::collections::HashSet<usize>,
     /// The match shown last (index into `matches`).
     pub at: usize,
@@ -371,6 +394,7 @@ impl TokensView {
             let m = find_tokens(res, &self.find);
             self.found = m.iter().flatten().cloned().collect();
             self.matches = m.iter().map(|v| v[0]).collect();
+            self.match_ends = m.iter().map(|v| v[v.len() - 1]).collect();
             self.at = 0;
             // Typing searches as it goes: show the first match.
             if !self.matches.is_empty() {
@@ -414,7 +438,6 @@ impl View for TokensView {
         let scroll_to = &cx.scroll_to;
         let mut out = Vec::new();
         let layer = cx.layer(res);
-        provisional_banner(cx, res, ui);
         legend(ui, res, layer, Colouring::of(cx));
         self.search_bar(res, scroll_to, ui);
         ui.separator();
@@ -422,8 +445,9 @@ impl View for TokensView {
         self.layout.ensure(ui, res, width);
         let (partners, max_weight) = partner_map(cx, res, layer);
         let found = (self.find_open && !self.found.is_empty()).then_some(&self.found);
+        let current = found.and_then(|_| Some((*self.matches.get(self.at)?, *self.match_ends.get(self.at)?)));
         let range = self.dragging.map(|(a, b)| (a.min(b), a.max(b))).or(cx.selection.range);
-        let marks = Marks { selected: cx.selection.selected, hovered: None, found, range, partners: &partners, max_weight };
+        let marks = Marks { selected: cx.selection.selected, hovered: None, found, current, jumped: cx.selection.jumped, range, partners: &partners, max_weight };
         let lay = &self.layout;
         let mut area = egui::ScrollArea::vertical().id_salt("tokens").auto_shrink(false);
         if let Some(j) = scroll_to.take() {
