@@ -139,11 +139,12 @@ fn gemma3_top_k_kernel_matches_the_masked_reference_on_sliding_and_global_layers
 }
 
 /// The training forward (the fused step, and the composed ops) computes the inference function
-/// on Gemma 3's blocks (QK-norm, post-norms, GeGLU, two RoPE bases, embedding scale).
+/// on Gemma 3's blocks (QK-norm, post-norms, GeGLU, two RoPE bases, embedding scale), on a
+/// sequence longer than the sliding layers' 512-key window (which the fused step applies).
 #[test]
 fn gemma3_training_forward_computes_the_inference_function() {
     let m = model();
-    let ids = m.tokenizer().unwrap().encode(&persuasion(), false).unwrap().ids[..100].to_vec();
+    let ids = m.tokenizer().unwrap().encode(&persuasion(), false).unwrap().ids[..560].to_vec();
     let a = Adapter::random(&m.identity(), m.device(), &AdapterSpec { groups: 4, window: 16, ..Default::default() }, 3).unwrap();
     let max_diff = |a: &candle_core::Tensor, b: &candle_core::Tensor| (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
     let inference = m.decoder.forward(&ids, &ForwardOptions::new(Mode::Soft, Some(&a))).unwrap().logits;

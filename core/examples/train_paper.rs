@@ -15,6 +15,11 @@
 //! 1e-2 with cosine decay to lr/10, seed 0, no attention sinks (`--sink N` [ours]: the first N
 //! tokens stay attendable by every query, ungated, as local pairs are). Category structure is logged at each evaluation on
 //! the start of the first held-out file (train_log.jsonl, `categories`).
+//!
+//! It says which form of the step runs (fused or composed) and prints the time per training
+//! step and per token (`TIMING`, also in the adapter's `training` record): the wall time of the
+//! steps without an evaluation, after the first two (weight conversion, kernel loading), so
+//! that models can be compared (`--steps 40 --eval-every 1000` is enough).
 //! Build: `cargo build --release --features cuda -p focus-core --example train_paper`.
 
 use focus_core::eval::ppl::perplexity;
@@ -102,6 +107,7 @@ fn main() -> focus_core::Result<()> {
         trainer.kernels.fused = false;
     }
     let mem_trace = args.iter().any(|a| a == "--mem-trace");
+    let step_form = if trainer.runs_fused() { "fused" } else { "composed" };
     // --probe FILE,...: 15K bytes of each held-out book (issue 28's probe); else the start of
     // the first held-out file.
     let probe_files = arg(&args, "--probe", "");
@@ -115,13 +121,31 @@ fn main() -> focus_core::Result<()> {
     let log_path = out.join("train_log.jsonl");
     let mut log = std::fs::File::create(&log_path).map_err(|e| focus_core::Error::io(&log_path, e))?;
     eprintln!("training K={groups} {gate:?} {score:?} tau {tau} iters {iters} lr {lr} init {init} on {} tokens, held out {}", data.train.len(), data.heldout.len());
+    let cfg = model.config();
+    eprintln!("{step_form} step: {} (head dim {}, {} x {} tokens a step)", cfg.arch, cfg.head_dim, batch, seq);
     let t0 = std::time::Instant::now();
     let mut last = None;
+    // Step timing: each row's wall time since the previous row, for rows without an evaluation,
+    // after the first two steps.
+    let (mut row_at, mut prev_tokens) = (std::time::Instant::now(), 0usize);
+    let (mut timed_steps, mut timed_tokens, mut timed_secs) = (0usize, 0usize, 0f64);
     trainer.run(
         &data,
         &out,
         None,
         |row: &LogRow| {
+            let dt = row_at.elapsed().as_secs_f64();
+            row_at = std::time::Instant::now();
+            let tokens = row.tokens_seen - prev_tokens;
+            prev_tokens = row.tokens_seen;
+            if row.heldout_ppl.is_none() && row.step > 2 {
+                timed_steps += 1;
+                timed_tokens += tokens;
+                timed_secs += dt;
+                if timed_steps.is_multiple_of(50) {
+                    eprintln!("step {} {:.1} ms/step, {:.3} us/token ({timed_steps} steps timed)", row.step, 1e3 * timed_secs / timed_steps as f64, 1e6 * timed_secs / timed_tokens as f64);
+                }
+            }
             if row.heldout_ppl.is_some() {
                 last = row.heldout_ppl;
                 let cats = row.categories.as_deref().unwrap_or(&[]);
@@ -143,12 +167,19 @@ fn main() -> focus_core::Result<()> {
         |_, _| {},
     )?;
     let secs = t0.elapsed().as_secs_f64();
+    let (ms_step, us_token) = (1e3 * timed_secs / timed_steps.max(1) as f64, 1e6 * timed_secs / timed_tokens.max(1) as f64);
+    if timed_steps > 0 {
+        eprintln!("TIMING {} {step_form} step: {ms_step:.1} ms/step, {us_token:.3} us/token ({timed_steps} steps of {batch} x {seq} tokens; the first two and those with an evaluation excluded)", cfg.arch);
+    } else {
+        eprintln!("TIMING: no step timed (only the first two steps, or every step had an evaluation)");
+    }
     trainer.adapter.config.training = Some(serde_json::json!({
         "data": train_files, "heldout": heldout_files, "steps": trainer.step, "seq_len": seq, "batch": batch,
         "lr": lr, "weight_decay": trainer.opts.weight_decay, "grad_clip": trainer.opts.grad_clip, "seed": seed, "tokens_seen": trainer.tokens_seen, "seconds_this_run": secs,
         "device": if dev.is_cuda() { "cuda (NVIDIA H200)" } else { "cpu" }, "time_limit_min": minutes, "heldout_ppl": last, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
         "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": cosine_decay, "straight_through": null,
-        "heldout_mode": trainer.eval_mode().to_string(), "init": init, "kmeans_init": kmeans, "trainer": "core/examples/train_paper.rs (fused step)",
+        "heldout_mode": trainer.eval_mode().to_string(), "init": init, "kmeans_init": kmeans, "trainer": format!("core/examples/train_paper.rs ({step_form} step)"),
+        "ms_per_step": if timed_steps > 0 { Some(ms_step) } else { None }, "us_per_token": if timed_steps > 0 { Some(us_token) } else { None },
     }));
     trainer.adapter.save(&out)?;
     eprintln!("TRAINED K={groups} {gate:?}: {} steps, {} tokens, {secs:.0} s, held-out {last:?}", trainer.step, trainer.tokens_seen);

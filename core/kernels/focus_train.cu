@@ -5,24 +5,27 @@
 // core/src/train/sinkhorn.rs and core/src/train/ops.rs; each op there has a plain
 // CPU implementation of the same function that the tests compare these kernels with.
 //
-// Attention layout. qkv (B*T, (H + 2*HKV) * 64): per token the H query heads, then the HKV key
-// heads, then the HKV value heads (the concatenated Q/K/V projection). rope_split rotates q and
-// k and writes q (B, H, T, 64), k and v (B, HKV, T, 64) in bf16; the output is (B*T, H*64).
-// memberships g (B, T, K) f32, K <= KM (8 or 16). Query head h reads kv head h / (H / HKV).
+// Attention layout, head dim D in {64, 128, 256}. qkv (B*T, (H + 2*HKV) * D): per token the H
+// query heads, then the HKV key heads, then the HKV value heads (the concatenated Q/K/V
+// projection). rope_split rotates q and k and writes q (B, H, T, D), k and v (B, HKV, T, D) in
+// bf16; the output is (B*T, H*D). memberships g (B, T, K) f32, K <= KM (8 or 16). Query head h
+// reads kv head h / (H / HKV).
 //
-// The score of a causal pair (i, j), j <= i, in natural-log units:
+// The score of a causal pair (i, j), j <= i, i - j < span, in natural-log units:
 //   s_ij = u_ij + (distant ? log(a_ij + eps) : 0)      log gate   (GATE_LOG)
 //   s_ij = u_ij * (distant ? sigmoid(lambda a_ij) : 1) paper gate (GATE_PAPER)
 //   s_ij = u_ij                                        no gate    (GATE_NONE, dense)
-// with u_ij = q_i . k_j / sqrt(64), a_ij = g_i . g_j and distant = i - j > window and j >= sink
-// (the first `sink` tokens are attention sinks [ours], ungated like local pairs). The gate is
-// computed inside each tile from g: no T x T tensor exists. The kernels work in log2 units
+// with u_ij = q_i . k_j / sqrt(D), a_ij = g_i . g_j and distant = i - j > window and j >= sink
+// (the first `sink` tokens are attention sinks [ours], ungated like local pairs). `span` is the
+// model's own sliding window (Gemma 2/3's local layers; INT_MAX on global layers): pairs with
+// i - j >= span do not exist, sinks included, as in the composed path. The gate is computed
+// inside each tile from g: no T x T tensor exists. The kernels work in log2 units
 // (s2 = s * log2 e) as flash-attention 2 does.
 //
 // Backward (flash-attention 2 with two kernels, no atomics): with P = softmax(s), dP = dO V^T,
 // D_i = dO_i . O_i and dS = P (dP - D):
-//   attn_bwd_dq    (one block per query tile): dQ = dU K / sqrt(64), and dg_i += sum_j dA_ij g_j;
-//   attn_bwd_dkdv  (one block per key tile):   dK = dU^T Q / sqrt(64), dV = P^T dO, and
+//   attn_bwd_dq    (one block per query tile): dQ = dU K / sqrt(D), and dg_i += sum_j dA_ij g_j;
+//   attn_bwd_dkdv  (one block per key tile):   dK = dU^T Q / sqrt(D), dV = P^T dO, and
 //                                              dg_j += sum_i dA_ij g_i;
 // where dU = dS (log gate) or dS * f (paper gate, f the gate factor), dA = dS / (a + eps) (log)
 // or dS * u * lambda f (1 - f) (paper) on distant pairs, 0 on local ones. Each kernel writes
@@ -30,20 +33,49 @@
 // RoPE and writes d(qkv); attn_dg_reduce sums dg over heads and the two kernels.
 //
 // Tiles: 64 queries (or keys) per block, 4 warps of 16 rows, mma.sync m16n8k16 bf16 with f32
-// accumulators, the streamed tiles double-buffered in shared memory with cp.async (the same
-// fragment code as the inference kernels in focus_attention.cu).
+// accumulators, the streamed tiles (BN rows) double-buffered in dynamic shared memory with
+// cp.async (the same fragment code as the inference kernels in focus_attention.cu). Per head
+// dim (`Cfg`), so that registers hold at d = 256 what they hold at d = 64:
+//   D = 64:  BN 64; the 16-row A operands (q, dO; k, v) in registers; dK and dV in one block.
+//            smem 45 KB (as before the other head dims existed).
+//   D = 128: BN 32; A operands read from smem with ldmatrix; dK and dV by two blocks of each
+//            key tile (part 0: dV, part 1: dK and dg; the first recomputes S, 1.25x the
+//            work, as both accumulators would need 2 x D/2 registers). smem 55-72 KB.
+//   D = 256: as 128; smem 103-137 KB (the output accumulator alone is D/2 = 128 registers).
 
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-#define HD 64           // head dim
-#define BT 64           // rows per tile
-#define LDS (HD + 8)    // padded smem row (bf16), as in focus_attention.cu
+#define BT 64  // rows (queries or keys) per block
 #define GATE_NONE 0
 #define GATE_LOG 1
 #define GATE_PAPER 2
 
 typedef __nv_bfloat16 bf16;
+
+template <int HD>
+struct Cfg;
+template <>
+struct Cfg<64> {
+    static constexpr int BN = 64, PARTS = 1;
+    static constexpr bool AREG = true;
+};
+template <>
+struct Cfg<128> {
+    static constexpr int BN = 32, PARTS = 2;
+    static constexpr bool AREG = false;
+};
+template <>
+struct Cfg<256> {
+    static constexpr int BN = 32, PARTS = 2;
+    static constexpr bool AREG = false;
+};
+
+// Padded smem row (bf16): rows (D + 8) * 2 bytes apart, so ldmatrix's 8 rows hit distinct banks.
+template <int HD>
+__host__ __device__ constexpr int lds() { return HD + 8; }
+
+extern __shared__ __align__(16) unsigned char dyn_smem[];
 
 // ---------------------------------------------------------------------------------------------
 // Fragment helpers (the same as focus_attention.cu's).
@@ -105,81 +137,111 @@ template <typename T> __device__ __forceinline__ T from_f(float x);
 template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
 template <> __device__ __forceinline__ bf16 from_f<bf16>(float x) { return __float2bfloat16(x); }
 
-// A fragments (16 rows x 64) of a row-major (rows, 64) bf16 matrix straight from global memory:
-// frag[ks][0..3] for k-steps ks = 0..3, rows row0 + g and row0 + g + 8 (zero past `rows`).
-__device__ __forceinline__ void load_a_frags(uint32_t (&frag)[4][4], const bf16* base, int row0, int rows, int g, int t) {
+// The A operand (16 rows x D, bf16) of a warp: its m16n8k16 fragments for k-steps ks = 0..D/16-1.
+// In registers (loaded once from global memory, zero past `rows`): D = 64.
+template <int HD, bool REG>
+struct AOp;
+template <int HD>
+struct AOp<HD, true> {
+    uint32_t f[HD / 16][4];
+    // Rows row0 + g and row0 + g + 8 of the row-major (rows, D) matrix at `base`; `smem` unused.
+    __device__ __forceinline__ void init(const bf16* base, const bf16*, int row0, int rows, int lane) {
+        const int g = lane >> 2, t = lane & 3;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int r = row0 + g + half * 8;
-        const bool ok = r < rows;
-        const uint32_t* src = reinterpret_cast<const uint32_t*>(base + (size_t)(ok ? r : 0) * HD);
+        for (int half = 0; half < 2; ++half) {
+            const int r = row0 + g + half * 8;
+            const bool ok = r < rows;
+            const uint32_t* src = reinterpret_cast<const uint32_t*>(base + (size_t)(ok ? r : 0) * HD);
 #pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-            frag[ks][half] = ok ? src[(ks * 16 + 2 * t) / 2] : 0u;
-            frag[ks][2 + half] = ok ? src[(ks * 16 + 8 + 2 * t) / 2] : 0u;
+            for (int ks = 0; ks < HD / 16; ++ks) {
+                f[ks][half] = ok ? src[(ks * 16 + 2 * t) / 2] : 0u;
+                f[ks][2 + half] = ok ? src[(ks * 16 + 8 + 2 * t) / 2] : 0u;
+            }
         }
     }
-}
+    __device__ __forceinline__ void get(int ks, uint32_t (&a)[4]) const {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[e] = f[ks][e];
+    }
+};
+// In shared memory (the warp's 16 rows of a tile the block loaded, zero past `rows`), read with
+// ldmatrix at each use: D = 128, 256, where registers cannot hold it beside the accumulators.
+template <int HD>
+struct AOp<HD, false> {
+    const bf16* s;
+    // `smem`: the warp's first row.
+    __device__ __forceinline__ void init(const bf16*, const bf16* smem, int, int, int lane) {
+        s = smem + (lane & 15) * lds<HD>() + (lane >> 4) * 8;
+    }
+    __device__ __forceinline__ void get(int ks, uint32_t (&a)[4]) const { ldmatrix_x4(a, s + ks * 16); }
+};
 
-// C (16 x 64, 8 n8 tiles) += A (16 x 64) B^T where B's 64 rows are in smem (row-major, LDS):
+// C (16 x BN, BN/8 n8 tiles) += A (16 x D) B^T where B's BN rows are in smem (row-major, padded):
 // the S = Q K^T pattern (B rows are the n index).
-__device__ __forceinline__ void mma_abt(float (&c)[8][4], const uint32_t (&a)[4][4], const bf16* bs, int lane) {
+template <int HD, int BN, typename A>
+__device__ __forceinline__ void mma_abt(float (&c)[BN / 8][4], const A& a, const bf16* bs, int lane) {
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+    for (int kp = 0; kp < HD / 32; ++kp) {
+        uint32_t a0[4], a1[4];
+        a.get(2 * kp, a0);
+        a.get(2 * kp + 1, a1);
 #pragma unroll
-        for (int kp = 0; kp < 2; ++kp) {
+        for (int nt = 0; nt < BN / 8; ++nt) {
             uint32_t b[4];
-            ldmatrix_x4(b, bs + (nt * 8 + (lane & 7)) * LDS + kp * 32 + (lane >> 3) * 8);
-            mma_bf16(c[nt], a[2 * kp], b[0], b[1]);
-            mma_bf16(c[nt], a[2 * kp + 1], b[2], b[3]);
+            ldmatrix_x4(b, bs + (nt * 8 + (lane & 7)) * lds<HD>() + kp * 32 + (lane >> 3) * 8);
+            mma_bf16(c[nt], a0, b[0], b[1]);
+            mma_bf16(c[nt], a1, b[2], b[3]);
         }
     }
 }
 
-// C (16 x 64) += P (16 x 64, f32 accumulators in C layout, rounded to bf16) B where B's 64 rows
+// C (16 x D) += P (16 x BN, f32 accumulators in C layout, rounded to bf16) B where B's BN rows
 // (the k index) are in smem: the O += P V pattern.
-__device__ __forceinline__ void mma_pb(float (&c)[8][4], const float (&p)[8][4], const bf16* bs, int lane) {
+template <int HD, int BN>
+__device__ __forceinline__ void mma_pb(float (&c)[HD / 8][4], const float (&p)[BN / 8][4], const bf16* bs, int lane) {
 #pragma unroll
-    for (int kk = 0; kk < BT / 16; ++kk) {
+    for (int kk = 0; kk < BN / 16; ++kk) {
         uint32_t pa[4];
         pa[0] = pack_bf16(p[2 * kk][0], p[2 * kk][1]);
         pa[1] = pack_bf16(p[2 * kk][2], p[2 * kk][3]);
         pa[2] = pack_bf16(p[2 * kk + 1][0], p[2 * kk + 1][1]);
         pa[3] = pack_bf16(p[2 * kk + 1][2], p[2 * kk + 1][3]);
 #pragma unroll
-        for (int dp = 0; dp < 4; ++dp) {
+        for (int dp = 0; dp < HD / 16; ++dp) {
             uint32_t b[4];
             const int key = kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
             const int col = (2 * dp + (lane >> 4)) * 8;
-            ldmatrix_x4_trans(b, bs + key * LDS + col);
+            ldmatrix_x4_trans(b, bs + key * lds<HD>() + col);
             mma_bf16(c[2 * dp], pa, b[0], b[1]);
             mma_bf16(c[2 * dp + 1], pa, b[2], b[3]);
         }
     }
 }
 
-__device__ __forceinline__ void zero(float (&c)[8][4]) {
+template <int N>
+__device__ __forceinline__ void zero(float (&c)[N][4]) {
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < N; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) c[nt][e] = 0.f;
 }
 
-// Loads rows [r0, r0 + 64) of a row-major (rows, 64) bf16 matrix into smem (zero past `rows`).
+// Loads rows [r0, r0 + ROWS) of a row-major (rows, D) bf16 matrix into smem (zero past `rows`).
+template <int HD, int ROWS>
 __device__ __forceinline__ void tile_async(bf16* dst, const bf16* src, int r0, int rows, int tid) {
-    const int ch = tid & 7;
+    constexpr int CH = HD / 8;  // 16-byte chunks per row
 #pragma unroll
-    for (int i = 0; i < (BT * 8) / 128; ++i) {
-        const int row = (tid >> 3) + i * 16;
+    for (int it = 0; it < ROWS * CH / 128; ++it) {
+        const int row = tid / CH + it * (128 / CH), ch = tid % CH;
         const bool ok = r0 + row < rows;
-        cp_async16(dst + row * LDS + ch * 8, src + (size_t)(ok ? r0 + row : 0) * HD + ch * 8, ok);
+        cp_async16(dst + row * lds<HD>() + ch * 8, src + (size_t)(ok ? r0 + row : 0) * HD + ch * 8, ok);
     }
 }
 
-// Memberships of rows [r0, r0 + 64) into smem, KM per row (zero past `rows` and past K).
-template <int KM>
+// Memberships of rows [r0, r0 + ROWS) into smem, KM per row (zero past `rows` and past K).
+template <int KM, int ROWS>
 __device__ __forceinline__ void g_tile(float* dst, const float* g, int r0, int rows, int K, int tid) {
-    for (int n = tid; n < BT * KM; n += 128) {
+    for (int n = tid; n < ROWS * KM; n += 128) {
         const int r = n / KM, k = n % KM;
         dst[n] = (r0 + r < rows && k < K) ? g[(size_t)(r0 + r) * K + k] : 0.f;
     }
@@ -205,20 +267,21 @@ __device__ __forceinline__ bool gated_pair(int qp, int kp, int window, int sink)
 
 // Scores of one tile after gate and mask, in log2 units, for this thread's two rows at positions
 // rp[0..1] and columns c0 + nt*8 + 2t + (e&1). `ROWS_ARE_QUERIES`: the rows are the queries
-// (forward, dq) or the keys (dkdv, whose tile is S^T). Masked: future pairs and columns >= T.
-template <int KM, int GATE, bool ROWS_ARE_QUERIES>
-__device__ __forceinline__ void gate_tile(float (&s)[8][4], const float (&gr)[2][KM], const float* gcol,
-                                          const int (&rp)[2], int c0, int T, int window, int sink, float scale_log2,
-                                          float gparam, int t) {
+// (forward, dq) or the keys (dkdv, whose tile is S^T). Masked: future pairs, pairs outside the
+// sliding window (qp - kp >= span) and columns >= T.
+template <int KM, int GATE, bool ROWS_ARE_QUERIES, int BN>
+__device__ __forceinline__ void gate_tile(float (&s)[BN / 8][4], const float (&gr)[2][KM], const float* gcol,
+                                          const int (&rp)[2], int c0, int T, int window, int sink, int span,
+                                          float scale_log2, float gparam, int t) {
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int half = e >> 1, cl = nt * 8 + 2 * t + (e & 1), cp = c0 + cl;
             const int qp = ROWS_ARE_QUERIES ? rp[half] : cp;
             const int kp = ROWS_ARE_QUERIES ? cp : rp[half];
             float x = s[nt][e] * scale_log2;
-            if (kp > qp || cp >= T) {
+            if (kp > qp || cp >= T || qp - kp >= span) {
                 x = -INFINITY;
             } else if (GATE != GATE_NONE && gated_pair(qp, kp, window, sink)) {
                 const float a = dot_g<KM>(gr[half], gcol + cl * KM);
@@ -230,7 +293,7 @@ __device__ __forceinline__ void gate_tile(float (&s)[8][4], const float (&gr)[2]
 }
 
 // The backward through the gate of one distant pair with natural-log score gradient ds:
-// returns dU (the gradient of u = q.k / sqrt(64)) and adds dA g_col to the row's dg.
+// returns dU (the gradient of u = q.k / sqrt(D)) and adds dA g_col to the row's dg.
 template <int KM, int GATE>
 __device__ __forceinline__ float gate_bwd(float ds, float raw, const float (&gr)[KM], const float* gc, float (&dga)[KM],
                                           float gparam) {
@@ -249,25 +312,25 @@ __device__ __forceinline__ float gate_bwd(float ds, float raw, const float (&gr)
 }
 
 // ---------------------------------------------------------------------------------------------
-// RoPE + layout: qkv (B*T, NH*64), NH = H + 2*HKV -> q (B,H,T,64), k, v (B,HKV,T,64) bf16.
-// cos/sin (T, 32) or null (no rotation). One thread per (token, head, rotation pair).
+// RoPE + layout: qkv (B*T, NH*D), NH = H + 2*HKV -> q (B,H,T,D), k, v (B,HKV,T,D) bf16.
+// cos/sin (T, D/2) or null (no rotation). One thread per (token, head, rotation pair).
 
 template <typename TI>
 __device__ void rope_split(const TI* __restrict__ qkv, const float* __restrict__ cs, const float* __restrict__ sn,
                            bf16* __restrict__ qr, bf16* __restrict__ kr, bf16* __restrict__ vr, int B, int T, int H,
-                           int HKV, int interleaved) {
-    const int NH = H + 2 * HKV;
+                           int HKV, int HD, int interleaved) {
+    const int NH = H + 2 * HKV, P = HD / 2;
     const long n = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (n >= (long)B * T * NH * (HD / 2)) return;
-    const int p = (int)(n % (HD / 2));
-    const int hh = (int)((n / (HD / 2)) % NH);
-    const long row = n / ((HD / 2) * NH);
+    if (n >= (long)B * T * NH * P) return;
+    const int p = (int)(n % P);
+    const int hh = (int)((n / P) % NH);
+    const long row = n / ((long)P * NH);
     const int b = (int)(row / T), tt = (int)(row % T);
-    const int d0 = interleaved ? 2 * p : p, d1 = interleaved ? 2 * p + 1 : p + HD / 2;
+    const int d0 = interleaved ? 2 * p : p, d1 = interleaved ? 2 * p + 1 : p + P;
     const TI* src = qkv + (size_t)row * NH * HD + (size_t)hh * HD;
     float x0 = to_f(src[d0]), x1 = to_f(src[d1]);
     if (cs != nullptr && hh < H + HKV) {
-        const float c = cs[(size_t)tt * (HD / 2) + p], s = sn[(size_t)tt * (HD / 2) + p];
+        const float c = cs[(size_t)tt * P + p], s = sn[(size_t)tt * P + p];
         const float y0 = x0 * c - x1 * s, y1 = x0 * s + x1 * c;
         x0 = y0;
         x1 = y1;
@@ -281,25 +344,40 @@ __device__ void rope_split(const TI* __restrict__ qkv, const float* __restrict__
 }
 
 extern "C" __global__ void rope_split_f32(const float* qkv, const float* cs, const float* sn, bf16* qr, bf16* kr,
-                                          bf16* vr, int B, int T, int H, int HKV, int interleaved) {
-    rope_split<float>(qkv, cs, sn, qr, kr, vr, B, T, H, HKV, interleaved);
+                                          bf16* vr, int B, int T, int H, int HKV, int HD, int interleaved) {
+    rope_split<float>(qkv, cs, sn, qr, kr, vr, B, T, H, HKV, HD, interleaved);
 }
 extern "C" __global__ void rope_split_bf16(const bf16* qkv, const float* cs, const float* sn, bf16* qr, bf16* kr,
-                                           bf16* vr, int B, int T, int H, int HKV, int interleaved) {
-    rope_split<bf16>(qkv, cs, sn, qr, kr, vr, B, T, H, HKV, interleaved);
+                                           bf16* vr, int B, int T, int H, int HKV, int HD, int interleaved) {
+    rope_split<bf16>(qkv, cs, sn, qr, kr, vr, B, T, H, HKV, HD, interleaved);
 }
 
+// Dynamic shared memory of the attention kernels in bytes; attention.rs's `smem_bytes` computes
+// the same numbers (kernel 0: forward, 1: dq, 2: dkdv).
+template <int HD, int KM, int KERNEL>
+__host__ __device__ constexpr int smem_bytes() {
+    constexpr int BN = Cfg<HD>::BN, L = lds<HD>();
+    constexpr int a_tiles = Cfg<HD>::AREG ? 0 : (KERNEL == 0 ? 1 : 2);
+    return (a_tiles * BT * L + 4 * BN * L) * 2 + 2 * BN * KM * 4 + (KERNEL == 2 ? 4 * BN * 4 : 0);
+}
+// d = 64 needs no opt-in (at most 48 KB, as before); the largest fits an H100/H200 block (227 KB).
+static_assert(smem_bytes<64, 16, 2>() <= 48 * 1024, "d = 64 keeps within the default 48 KB");
+static_assert(smem_bytes<256, 16, 2>() <= 227 * 1024, "d = 256 fits a block's shared memory");
+
 // ---------------------------------------------------------------------------------------------
-// Forward: grid (ceil(T/64), H, B), 128 threads. Writes out (B*T, H*64) and lse (B, H, T) in
+// Forward: grid (ceil(T/64), H, B), 128 threads. Writes out (B*T, H*D) and lse (B, H, T) in
 // log2 units.
 
-template <int KM, int GATE, typename TO>
+template <int HD, int KM, int GATE, typename TO>
 __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                          const float* __restrict__ gm, TO* __restrict__ out, float* __restrict__ lse, int T, int H,
-                         int HKV, int K, int window, int sink, float scale_log2, float gparam) {
-    __shared__ __align__(16) bf16 Ks[2][BT * LDS];
-    __shared__ __align__(16) bf16 Vs[2][BT * LDS];
-    __shared__ __align__(16) float Gs[2][BT * KM];
+                         int HKV, int K, int window, int sink, int span, float scale_log2, float gparam) {
+    constexpr int BN = Cfg<HD>::BN, L = lds<HD>();
+    constexpr bool AREG = Cfg<HD>::AREG;
+    bf16* Qs = reinterpret_cast<bf16*>(dyn_smem);   // BT rows (smem A operands only)
+    bf16* Ks = Qs + (AREG ? 0 : BT * L);             // 2 x BN rows
+    bf16* Vs = Ks + 2 * BN * L;                      // 2 x BN rows
+    float* Gs = reinterpret_cast<float*>(Vs + 2 * BN * L);  // 2 x BN * KM
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int b = blockIdx.z, h = blockIdx.y, kh = h / (H / HKV);
@@ -310,8 +388,9 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
     const bf16* vb = v + ((size_t)b * HKV + kh) * T * HD;
     const float* gb = gm + (size_t)b * T * K;
 
-    uint32_t qa[4][4];
-    load_a_frags(qa, qb, wrow, T, g, t);
+    if (!AREG) tile_async<HD, BT>(Qs, qb, row0, T, tid);  // joins the first tile's group
+    AOp<HD, AREG> qa;
+    qa.init(qb, Qs + warp * 16 * L, wrow, T, lane);
     int rp[2];
     float gr[2][KM];
 #pragma unroll
@@ -322,43 +401,45 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
             gr[half][kk] = (GATE != GATE_NONE && rp[half] < T && kk < K) ? gb[(size_t)rp[half] * K + kk] : 0.f;
     }
 
-    float o[8][4];
+    float o[HD / 8][4];
     zero(o);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    const int ntiles = tile + 1;
+    // Key tiles from the first key of the block's first row's window to the diagonal.
+    const int first = max(0, row0 - span + 1) / BN;
+    const int last = (row0 + BT) / BN;  // exclusive
     auto load = [&](int buf, int j0) {
-        tile_async(Ks[buf], kb, j0, T, tid);
-        tile_async(Vs[buf], vb, j0, T, tid);
+        tile_async<HD, BN>(Ks + buf * BN * L, kb, j0, T, tid);
+        tile_async<HD, BN>(Vs + buf * BN * L, vb, j0, T, tid);
         cp_async_commit();
-        if (GATE != GATE_NONE) g_tile<KM>(Gs[buf], gb, j0, T, K, tid);
+        if (GATE != GATE_NONE) g_tile<KM, BN>(Gs + buf * BN * KM, gb, j0, T, K, tid);
     };
-    load(0, 0);
-    for (int it = 0; it < ntiles; ++it) {
-        const int buf = it & 1, j0 = it * BT;
-        if (it + 1 < ntiles) {
-            load(buf ^ 1, j0 + BT);
+    load(0, first * BN);
+    for (int it = first; it < last; ++it) {
+        const int buf = (it - first) & 1, j0 = it * BN;
+        if (it + 1 < last) {
+            load(buf ^ 1, j0 + BN);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
         __syncthreads();
-        float sc[8][4];
+        float sc[BN / 8][4];
         zero(sc);
-        mma_abt(sc, qa, Ks[buf], lane);
-        gate_tile<KM, GATE, true>(sc, gr, Gs[buf], rp, j0, T, window, sink, scale_log2, gparam, t);
+        mma_abt<HD, BN>(sc, qa, Ks + buf * BN * L, lane);
+        gate_tile<KM, GATE, true, BN>(sc, gr, Gs + buf * BN * KM, rp, j0, T, window, sink, span, scale_log2, gparam, t);
         float alpha[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             float mx = -INFINITY;
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt) mx = fmaxf(mx, fmaxf(sc[nt][half * 2], sc[nt][half * 2 + 1]));
+            for (int nt = 0; nt < BN / 8; ++nt) mx = fmaxf(mx, fmaxf(sc[nt][half * 2], sc[nt][half * 2 + 1]));
             const float mnew = fmaxf(m[half], quad_max(mx));
             const float base = mnew == -INFINITY ? 0.f : mnew;
             alpha[half] = ex2(m[half] - base);
             m[half] = mnew;
             float sum = 0.f;
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt) {
+            for (int nt = 0; nt < BN / 8; ++nt) {
                 sc[nt][half * 2] = ex2(sc[nt][half * 2] - base);
                 sc[nt][half * 2 + 1] = ex2(sc[nt][half * 2 + 1] - base);
                 sum += sc[nt][half * 2] + sc[nt][half * 2 + 1];
@@ -366,10 +447,10 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
             l[half] = fmaf(l[half], alpha[half], sum);
         }
 #pragma unroll
-        for (int dn = 0; dn < 8; ++dn)
+        for (int dn = 0; dn < HD / 8; ++dn)
 #pragma unroll
             for (int e = 0; e < 4; ++e) o[dn][e] *= alpha[e >> 1];
-        mma_pb(o, sc, Vs[buf], lane);
+        mma_pb<HD, BN>(o, sc, Vs + buf * BN * L, lane);
         __syncthreads();  // the next iteration's prefetch overwrites this buffer
     }
 #pragma unroll
@@ -380,7 +461,7 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
         const float inv = 1.f / lt;
         TO* dst = out + ((size_t)b * T + r) * H * HD + (size_t)h * HD;
 #pragma unroll
-        for (int dn = 0; dn < 8; ++dn) {
+        for (int dn = 0; dn < HD / 8; ++dn) {
             dst[dn * 8 + 2 * t] = from_f<TO>(o[dn][half * 2] * inv);
             dst[dn * 8 + 2 * t + 1] = from_f<TO>(o[dn][half * 2 + 1] * inv);
         }
@@ -389,12 +470,12 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward, step 0: dO (B*T, H*64) -> dOt (B, H, T, 64) bf16 and D = rowsum(dO * O) (B, H, T).
+// Backward, step 0: dO (B*T, H*D) -> dOt (B, H, T, D) bf16 and D = rowsum(dO * O) (B, H, T).
 // One thread per (token, head).
 
 template <typename TG, typename TO>
 __device__ void attn_bwd_prep(const TG* __restrict__ dout, const TO* __restrict__ out, bf16* __restrict__ dot,
-                              float* __restrict__ dd, int B, int T, int H) {
+                              float* __restrict__ dd, int B, int T, int H, int HD) {
     const long n = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= (long)B * T * H) return;
     const int h = (int)(n % H);
@@ -416,14 +497,18 @@ __device__ void attn_bwd_prep(const TG* __restrict__ dout, const TO* __restrict_
 // ---------------------------------------------------------------------------------------------
 // Backward, dQ and the query side of dg: grid (ceil(T/64), H, B), 128 threads.
 
-template <int KM, int GATE>
+template <int HD, int KM, int GATE>
 __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                             const float* __restrict__ gm, const bf16* __restrict__ dot, const float* __restrict__ lse,
                             const float* __restrict__ dd, float* __restrict__ dq, float* __restrict__ dg, int T,
-                            int H, int HKV, int K, int window, int sink, float scale_log2, float gparam) {
-    __shared__ __align__(16) bf16 Ks[2][BT * LDS];
-    __shared__ __align__(16) bf16 Vs[2][BT * LDS];
-    __shared__ __align__(16) float Gs[2][BT * KM];
+                            int H, int HKV, int K, int window, int sink, int span, float scale_log2, float gparam) {
+    constexpr int BN = Cfg<HD>::BN, L = lds<HD>();
+    constexpr bool AREG = Cfg<HD>::AREG;
+    bf16* Qs = reinterpret_cast<bf16*>(dyn_smem);  // BT rows of q, then BT of dO (smem A only)
+    bf16* Dos = Qs + (AREG ? 0 : BT * L);
+    bf16* Ks = Dos + (AREG ? 0 : BT * L);           // 2 x BN rows
+    bf16* Vs = Ks + 2 * BN * L;
+    float* Gs = reinterpret_cast<float*>(Vs + 2 * BN * L);
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int b = blockIdx.z, h = blockIdx.y, kh = h / (H / HKV);
@@ -435,11 +520,15 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
     const bf16* kb = k + ((size_t)b * HKV + kh) * T * HD;
     const bf16* vb = v + ((size_t)b * HKV + kh) * T * HD;
     const float* gb = gm + (size_t)b * T * K;
-    const float scale = scale_log2 * 0.69314718055994531f;  // 1 / sqrt(64)
+    const float scale = scale_log2 * 0.69314718055994531f;  // 1 / sqrt(D)
 
-    uint32_t qa[4][4], oa[4][4];
-    load_a_frags(qa, qb, wrow, T, g, t);
-    load_a_frags(oa, ob, wrow, T, g, t);
+    if (!AREG) {
+        tile_async<HD, BT>(Qs, qb, row0, T, tid);
+        tile_async<HD, BT>(Dos, ob, row0, T, tid);
+    }
+    AOp<HD, AREG> qa, oa;
+    qa.init(qb, Qs + warp * 16 * L, wrow, T, lane);
+    oa.init(ob, Dos + warp * 16 * L, wrow, T, lane);
     int rp[2];
     float gr[2][KM], lr[2], dr[2], dga[2][KM];
 #pragma unroll
@@ -454,39 +543,42 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
             dga[half][kk] = 0.f;
         }
     }
-    float acc[8][4];
+    float acc[HD / 8][4];
     zero(acc);
-    const int ntiles = tile + 1;
+    const int first = max(0, row0 - span + 1) / BN;
+    const int last = (row0 + BT) / BN;
     auto load = [&](int buf, int j0) {
-        tile_async(Ks[buf], kb, j0, T, tid);
-        tile_async(Vs[buf], vb, j0, T, tid);
+        tile_async<HD, BN>(Ks + buf * BN * L, kb, j0, T, tid);
+        tile_async<HD, BN>(Vs + buf * BN * L, vb, j0, T, tid);
         cp_async_commit();
-        if (GATE != GATE_NONE) g_tile<KM>(Gs[buf], gb, j0, T, K, tid);
+        if (GATE != GATE_NONE) g_tile<KM, BN>(Gs + buf * BN * KM, gb, j0, T, K, tid);
     };
-    load(0, 0);
-    for (int it = 0; it < ntiles; ++it) {
-        const int buf = it & 1, j0 = it * BT;
-        if (it + 1 < ntiles) {
-            load(buf ^ 1, j0 + BT);
+    load(0, first * BN);
+    for (int it = first; it < last; ++it) {
+        const int buf = (it - first) & 1, j0 = it * BN;
+        if (it + 1 < last) {
+            load(buf ^ 1, j0 + BN);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
         __syncthreads();
-        float s[8][4], dp[8][4], raw[8][4];
+        const bf16* kt = Ks + buf * BN * L;
+        const float* gt = Gs + buf * BN * KM;
+        float s[BN / 8][4], dp[BN / 8][4], raw[BN / 8][4];
         zero(s);
-        mma_abt(s, qa, Ks[buf], lane);
+        mma_abt<HD, BN>(s, qa, kt, lane);
         if (GATE == GATE_PAPER) {
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
+            for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) raw[nt][e] = s[nt][e] * scale;
         }
-        gate_tile<KM, GATE, true>(s, gr, Gs[buf], rp, j0, T, window, sink, scale_log2, gparam, t);
+        gate_tile<KM, GATE, true, BN>(s, gr, gt, rp, j0, T, window, sink, span, scale_log2, gparam, t);
         zero(dp);
-        mma_abt(dp, oa, Vs[buf], lane);
+        mma_abt<HD, BN>(dp, oa, Vs + buf * BN * L, lane);
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
+        for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int half = e >> 1;
@@ -495,11 +587,11 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
                 const int cl = nt * 8 + 2 * t + (e & 1), kp = j0 + cl;
                 float du = ds;
                 if (GATE != GATE_NONE && gated_pair(rp[half], kp, window, sink) && kp < T)
-                    du = gate_bwd<KM, GATE>(ds, GATE == GATE_PAPER ? raw[nt][e] : 0.f, gr[half], Gs[buf] + cl * KM,
+                    du = gate_bwd<KM, GATE>(ds, GATE == GATE_PAPER ? raw[nt][e] : 0.f, gr[half], gt + cl * KM,
                                             dga[half], gparam);
                 s[nt][e] = du;  // reuse: the A operand of dQ += dU K
             }
-        mma_pb(acc, s, Ks[buf], lane);
+        mma_pb<HD, BN>(acc, s, kt, lane);
         __syncthreads();
     }
 #pragma unroll
@@ -511,7 +603,7 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
         if (r >= T) continue;
         float* dst = dq + (bh * T + r) * HD;
 #pragma unroll
-        for (int dn = 0; dn < 8; ++dn) {
+        for (int dn = 0; dn < HD / 8; ++dn) {
             dst[dn * 8 + 2 * t] = acc[dn][half * 2] * scale;
             dst[dn * 8 + 2 * t + 1] = acc[dn][half * 2 + 1] * scale;
         }
@@ -524,22 +616,30 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
 }
 
 // ---------------------------------------------------------------------------------------------
-// Backward, dK, dV (per query head) and the key side of dg: grid (ceil(T/64), H, B), 128
-// threads. The tile is S^T: rows are keys, columns queries.
+// Backward, dK, dV (per query head) and the key side of dg: grid (ceil(T/64), H, B * PARTS),
+// 128 threads. The tile is S^T: rows are keys, columns queries. With PARTS = 2 (D >= 128) part
+// 0 computes dV, part 1 dK and dg (dK writes nothing else, so dg's partials are whole).
 
-template <int KM, int GATE>
+template <int HD, int KM, int GATE>
 __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                               const float* __restrict__ gm, const bf16* __restrict__ dot,
                               const float* __restrict__ lse, const float* __restrict__ dd, float* __restrict__ dk,
                               float* __restrict__ dv, float* __restrict__ dg, int T, int H, int HKV, int K,
-                              int window, int sink, float scale_log2, float gparam) {
-    __shared__ __align__(16) bf16 Qs[2][BT * LDS];
-    __shared__ __align__(16) bf16 Os[2][BT * LDS];
-    __shared__ __align__(16) float Gs[2][BT * KM];
-    __shared__ float Ls[2][BT], Ds[2][BT];
+                              int window, int sink, int span, float scale_log2, float gparam) {
+    constexpr int BN = Cfg<HD>::BN, L = lds<HD>(), PARTS = Cfg<HD>::PARTS;
+    constexpr bool AREG = Cfg<HD>::AREG;
+    bf16* Ksm = reinterpret_cast<bf16*>(dyn_smem);  // BT rows of k, then BT of v (smem A only)
+    bf16* Vsm = Ksm + (AREG ? 0 : BT * L);
+    bf16* Qs = Vsm + (AREG ? 0 : BT * L);            // 2 x BN rows
+    bf16* Os = Qs + 2 * BN * L;
+    float* Gs = reinterpret_cast<float*>(Os + 2 * BN * L);
+    float* Ls = Gs + 2 * BN * KM;  // 2 x BN
+    float* Ds = Ls + 2 * BN;       // 2 x BN
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int b = blockIdx.z, h = blockIdx.y, kh = h / (H / HKV);
+    const int b = blockIdx.z / PARTS, h = blockIdx.y, kh = h / (H / HKV);
+    const int part = PARTS == 1 ? 0 : blockIdx.z % PARTS;
+    const bool want_dk = PARTS == 1 || part == 1;
     const int tile = blockIdx.x;  // the first key tiles see the most queries: first
     const int row0 = tile * BT, wrow = row0 + warp * 16;
     const size_t bh = (size_t)b * H + h;
@@ -550,9 +650,13 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
     const float* gb = gm + (size_t)b * T * K;
     const float scale = scale_log2 * 0.69314718055994531f;
 
-    uint32_t ka[4][4], va[4][4];
-    load_a_frags(ka, kb, wrow, T, g, t);
-    load_a_frags(va, vb, wrow, T, g, t);
+    if (!AREG) {
+        tile_async<HD, BT>(Ksm, kb, row0, T, tid);
+        if (want_dk) tile_async<HD, BT>(Vsm, vb, row0, T, tid);
+    }
+    AOp<HD, AREG> ka, va;
+    ka.init(kb, Ksm + warp * 16 * L, wrow, T, lane);
+    if (want_dk) va.init(vb, Vsm + warp * 16 * L, wrow, T, lane);
     int rp[2];
     float gr[2][KM], dga[2][KM];
 #pragma unroll
@@ -565,82 +669,105 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
             dga[half][kk] = 0.f;
         }
     }
-    float ak[8][4], av[8][4];
-    zero(ak);
-    zero(av);
-    const int ntiles = (T - row0 + BT - 1) / BT;
+    // acc0: dV (part 0, or both in one block) or dK (part 1); acc1: dK when one block does both.
+    float acc0[HD / 8][4], acc1[PARTS == 1 ? HD / 8 : 1][4];
+    zero(acc0);
+    zero(acc1);
+    // Query tiles from the block's first key to the last query whose window holds its last key.
+    const int qend = min(T, span > T ? T : row0 + BT - 1 + span);  // exclusive
+    const int ntiles = (qend - row0 + BN - 1) / BN;
     auto load = [&](int buf, int i0) {
-        tile_async(Qs[buf], qb, i0, T, tid);
-        tile_async(Os[buf], ob, i0, T, tid);
+        tile_async<HD, BN>(Qs + buf * BN * L, qb, i0, T, tid);
+        tile_async<HD, BN>(Os + buf * BN * L, ob, i0, T, tid);
         cp_async_commit();
-        if (GATE != GATE_NONE) g_tile<KM>(Gs[buf], gb, i0, T, K, tid);
-        if (tid < BT) {
+        if (GATE != GATE_NONE) g_tile<KM, BN>(Gs + buf * BN * KM, gb, i0, T, K, tid);
+        if (tid < BN) {
             const bool ok = i0 + tid < T;
-            Ls[buf][tid] = ok ? lse[bh * T + i0 + tid] : 0.f;
-            Ds[buf][tid] = ok ? dd[bh * T + i0 + tid] : 0.f;
+            Ls[buf * BN + tid] = ok ? lse[bh * T + i0 + tid] : 0.f;
+            Ds[buf * BN + tid] = ok ? dd[bh * T + i0 + tid] : 0.f;
         }
     };
     load(0, row0);
     for (int it = 0; it < ntiles; ++it) {
-        const int buf = it & 1, i0 = row0 + it * BT;
+        const int buf = it & 1, i0 = row0 + it * BN;
         if (it + 1 < ntiles) {
-            load(buf ^ 1, i0 + BT);
+            load(buf ^ 1, i0 + BN);
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
         }
         __syncthreads();
-        float s[8][4], dp[8][4], raw[8][4];
+        const bf16* qt = Qs + buf * BN * L;
+        const bf16* ot = Os + buf * BN * L;
+        const float* gt = Gs + buf * BN * KM;
+        const float* lt = Ls + buf * BN;
+        const float* dt = Ds + buf * BN;
+        float s[BN / 8][4], dp[BN / 8][4], raw[BN / 8][4];
         zero(s);
-        mma_abt(s, ka, Qs[buf], lane);
+        mma_abt<HD, BN>(s, ka, qt, lane);
         if (GATE == GATE_PAPER) {
 #pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
+            for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) raw[nt][e] = s[nt][e] * scale;
         }
-        gate_tile<KM, GATE, false>(s, gr, Gs[buf], rp, i0, T, window, sink, scale_log2, gparam, t);
+        gate_tile<KM, GATE, false, BN>(s, gr, gt, rp, i0, T, window, sink, span, scale_log2, gparam, t);
         zero(dp);
-        mma_abt(dp, va, Os[buf], lane);
+        if (want_dk) mma_abt<HD, BN>(dp, va, ot, lane);
 #pragma unroll
-        for (int nt = 0; nt < 8; ++nt)
+        for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int half = e >> 1;
                 const int cl = nt * 8 + 2 * t + (e & 1), qp = i0 + cl;
-                const float p = ex2(s[nt][e] - Ls[buf][cl]);
-                const float ds = p * (dp[nt][e] - Ds[buf][cl]);
-                float du = ds;
-                if (GATE != GATE_NONE && gated_pair(qp, rp[half], window, sink) && qp < T)
-                    du = gate_bwd<KM, GATE>(ds, GATE == GATE_PAPER ? raw[nt][e] : 0.f, gr[half], Gs[buf] + cl * KM,
-                                            dga[half], gparam);
-                s[nt][e] = p;    // the A operand of dV += P^T dO
-                dp[nt][e] = du;  // the A operand of dK += dU^T Q
+                const float p = ex2(s[nt][e] - lt[cl]);
+                if (want_dk) {
+                    const float ds = p * (dp[nt][e] - dt[cl]);
+                    float du = ds;
+                    if (GATE != GATE_NONE && gated_pair(qp, rp[half], window, sink) && qp < T)
+                        du = gate_bwd<KM, GATE>(ds, GATE == GATE_PAPER ? raw[nt][e] : 0.f, gr[half], gt + cl * KM,
+                                                dga[half], gparam);
+                    dp[nt][e] = du;  // the A operand of dK += dU^T Q
+                }
+                s[nt][e] = p;  // the A operand of dV += P^T dO
             }
-        mma_pb(av, s, Os[buf], lane);
-        mma_pb(ak, dp, Qs[buf], lane);
+        if constexpr (PARTS == 1) {
+            mma_pb<HD, BN>(acc0, s, ot, lane);
+            mma_pb<HD, BN>(acc1, dp, qt, lane);
+        } else if (part == 0) {
+            mma_pb<HD, BN>(acc0, s, ot, lane);
+        } else {
+            mma_pb<HD, BN>(acc0, dp, qt, lane);
+        }
         __syncthreads();
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-        float part[KM];
+        float pg[KM];
 #pragma unroll
-        for (int kk = 0; kk < KM; ++kk) part[kk] = quad_sum(dga[half][kk]);
+        for (int kk = 0; kk < KM; ++kk) pg[kk] = quad_sum(dga[half][kk]);
         const int r = rp[half];
         if (r >= T) continue;
         float* dkr = dk + (bh * T + r) * HD;
         float* dvr = dv + (bh * T + r) * HD;
 #pragma unroll
-        for (int dn = 0; dn < 8; ++dn) {
-            dkr[dn * 8 + 2 * t] = ak[dn][half * 2] * scale;
-            dkr[dn * 8 + 2 * t + 1] = ak[dn][half * 2 + 1] * scale;
-            dvr[dn * 8 + 2 * t] = av[dn][half * 2];
-            dvr[dn * 8 + 2 * t + 1] = av[dn][half * 2 + 1];
-        }
-        if (GATE != GATE_NONE && t == 0) {
+        for (int dn = 0; dn < HD / 8; ++dn)
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+                const int col = dn * 8 + 2 * t + x;
+                if constexpr (PARTS == 1) {
+                    dvr[col] = acc0[dn][half * 2 + x];
+                    dkr[col] = acc1[dn][half * 2 + x] * scale;
+                } else if (part == 0) {
+                    dvr[col] = acc0[dn][half * 2 + x];
+                } else {
+                    dkr[col] = acc0[dn][half * 2 + x] * scale;
+                }
+            }
+        if (GATE != GATE_NONE && want_dk && t == 0) {
 #pragma unroll
             for (int kk = 0; kk < KM; ++kk)
-                if (kk < K) dg[(bh * T + r) * K + kk] = part[kk];
+                if (kk < K) dg[(bh * T + r) * K + kk] = pg[kk];
         }
     }
 }
@@ -652,15 +779,15 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
 template <typename TO>
 __device__ void attn_bwd_finish(const float* __restrict__ dq, const float* __restrict__ dk, const float* __restrict__ dv,
                                 const float* __restrict__ cs, const float* __restrict__ sn, TO* __restrict__ dqkv, int B,
-                                int T, int H, int HKV, int interleaved) {
-    const int NH = H + 2 * HKV, rep = H / HKV;
+                                int T, int H, int HKV, int HD, int interleaved) {
+    const int NH = H + 2 * HKV, rep = H / HKV, P = HD / 2;
     const long n = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (n >= (long)B * T * NH * (HD / 2)) return;
-    const int p = (int)(n % (HD / 2));
-    const int hh = (int)((n / (HD / 2)) % NH);
-    const long row = n / ((HD / 2) * NH);
+    if (n >= (long)B * T * NH * P) return;
+    const int p = (int)(n % P);
+    const int hh = (int)((n / P) % NH);
+    const long row = n / ((long)P * NH);
     const int b = (int)(row / T), tt = (int)(row % T);
-    const int d0 = interleaved ? 2 * p : p, d1 = interleaved ? 2 * p + 1 : p + HD / 2;
+    const int d0 = interleaved ? 2 * p : p, d1 = interleaved ? 2 * p + 1 : p + P;
     float y0 = 0.f, y1 = 0.f;
     if (hh < H) {
         const float* src = dq + (((size_t)b * H + hh) * T + tt) * HD;
@@ -676,7 +803,7 @@ __device__ void attn_bwd_finish(const float* __restrict__ dq, const float* __res
         }
     }
     if (cs != nullptr && hh < H + HKV) {
-        const float c = cs[(size_t)tt * (HD / 2) + p], s = sn[(size_t)tt * (HD / 2) + p];
+        const float c = cs[(size_t)tt * P + p], s = sn[(size_t)tt * P + p];
         const float x0 = y0 * c + y1 * s, x1 = -y0 * s + y1 * c;
         y0 = x0;
         y1 = x1;
@@ -702,52 +829,54 @@ extern "C" __global__ void attn_dg_reduce(const float* __restrict__ dga, const f
 }
 
 // ---------------------------------------------------------------------------------------------
-// Attention entry points: name_<gate>_k<KM>[_<out type>].
+// Attention entry points: name_<gate>_k<KM>_d<D>[_<out type>].
 
 #define ATTN_ARGS const bf16 *q, const bf16 *k, const bf16 *v, const float *gm
-#define ATTN_TAIL int T, int H, int HKV, int K, int window, int sink, float scale_log2, float gparam
-#define ATTN_ENTRIES(GN, GATE, KM)                                                                          \
-    extern "C" __global__ void __launch_bounds__(128) attn_fwd_##GN##_k##KM##_bf16(ATTN_ARGS, bf16* out,    \
-                                                                                   float* lse, ATTN_TAIL) { \
-        attn_fwd<KM, GATE, bf16>(q, k, v, gm, out, lse, T, H, HKV, K, window, sink, scale_log2, gparam);          \
-    }                                                                                                       \
-    extern "C" __global__ void __launch_bounds__(128) attn_fwd_##GN##_k##KM##_f32(ATTN_ARGS, float* out,    \
-                                                                                  float* lse, ATTN_TAIL) {  \
-        attn_fwd<KM, GATE, float>(q, k, v, gm, out, lse, T, H, HKV, K, window, sink, scale_log2, gparam);         \
-    }                                                                                                       \
-    extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq_##GN##_k##KM(                             \
-        ATTN_ARGS, const bf16* dot, const float* lse, const float* dd, float* dq, float* dg, ATTN_TAIL) {   \
-        attn_bwd_dq<KM, GATE>(q, k, v, gm, dot, lse, dd, dq, dg, T, H, HKV, K, window, sink, scale_log2, gparam); \
-    }                                                                                                       \
-    extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkdv_##GN##_k##KM(                           \
-        ATTN_ARGS, const bf16* dot, const float* lse, const float* dd, float* dk, float* dv, float* dg,     \
-        ATTN_TAIL) {                                                                                        \
-        attn_bwd_dkdv<KM, GATE>(q, k, v, gm, dot, lse, dd, dk, dv, dg, T, H, HKV, K, window, sink, scale_log2, \
-                                gparam);                                                                    \
+#define ATTN_TAIL int T, int H, int HKV, int K, int window, int sink, int span, float scale_log2, float gparam
+#define ATTN_PASS T, H, HKV, K, window, sink, span, scale_log2, gparam
+#define ATTN_ENTRIES(GN, GATE, KM, HD)                                                                              \
+    extern "C" __global__ void __launch_bounds__(128) attn_fwd_##GN##_k##KM##_d##HD##_bf16(ATTN_ARGS, bf16* out,    \
+                                                                                           float* lse, ATTN_TAIL) { \
+        attn_fwd<HD, KM, GATE, bf16>(q, k, v, gm, out, lse, ATTN_PASS);                                             \
+    }                                                                                                               \
+    extern "C" __global__ void __launch_bounds__(128) attn_fwd_##GN##_k##KM##_d##HD##_f32(ATTN_ARGS, float* out,    \
+                                                                                          float* lse, ATTN_TAIL) {  \
+        attn_fwd<HD, KM, GATE, float>(q, k, v, gm, out, lse, ATTN_PASS);                                            \
+    }                                                                                                               \
+    extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq_##GN##_k##KM##_d##HD(                             \
+        ATTN_ARGS, const bf16* dot, const float* lse, const float* dd, float* dq, float* dg, ATTN_TAIL) {           \
+        attn_bwd_dq<HD, KM, GATE>(q, k, v, gm, dot, lse, dd, dq, dg, ATTN_PASS);                                    \
+    }                                                                                                               \
+    extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkdv_##GN##_k##KM##_d##HD(                           \
+        ATTN_ARGS, const bf16* dot, const float* lse, const float* dd, float* dk, float* dv, float* dg,             \
+        ATTN_TAIL) {                                                                                                \
+        attn_bwd_dkdv<HD, KM, GATE>(q, k, v, gm, dot, lse, dd, dk, dv, dg, ATTN_PASS);                              \
     }
-ATTN_ENTRIES(none, GATE_NONE, 8)
-ATTN_ENTRIES(log, GATE_LOG, 8)
-ATTN_ENTRIES(log, GATE_LOG, 16)
-ATTN_ENTRIES(paper, GATE_PAPER, 8)
-ATTN_ENTRIES(paper, GATE_PAPER, 16)
+#define ATTN_DIMS(GN, GATE, KM) \
+    ATTN_ENTRIES(GN, GATE, KM, 64) ATTN_ENTRIES(GN, GATE, KM, 128) ATTN_ENTRIES(GN, GATE, KM, 256)
+ATTN_DIMS(none, GATE_NONE, 8)
+ATTN_DIMS(log, GATE_LOG, 8)
+ATTN_DIMS(log, GATE_LOG, 16)
+ATTN_DIMS(paper, GATE_PAPER, 8)
+ATTN_DIMS(paper, GATE_PAPER, 16)
 
 extern "C" __global__ void attn_bwd_prep_bf16(const bf16* dout, const bf16* out, bf16* dot, float* dd, int B, int T,
-                                              int H) {
-    attn_bwd_prep<bf16, bf16>(dout, out, dot, dd, B, T, H);
+                                              int H, int HD) {
+    attn_bwd_prep<bf16, bf16>(dout, out, dot, dd, B, T, H, HD);
 }
 extern "C" __global__ void attn_bwd_prep_f32(const float* dout, const float* out, bf16* dot, float* dd, int B, int T,
-                                             int H) {
-    attn_bwd_prep<float, float>(dout, out, dot, dd, B, T, H);
+                                             int H, int HD) {
+    attn_bwd_prep<float, float>(dout, out, dot, dd, B, T, H, HD);
 }
 extern "C" __global__ void attn_bwd_finish_bf16(const float* dq, const float* dk, const float* dv, const float* cs,
-                                                const float* sn, bf16* dqkv, int B, int T, int H, int HKV,
+                                                const float* sn, bf16* dqkv, int B, int T, int H, int HKV, int HD,
                                                 int interleaved) {
-    attn_bwd_finish<bf16>(dq, dk, dv, cs, sn, dqkv, B, T, H, HKV, interleaved);
+    attn_bwd_finish<bf16>(dq, dk, dv, cs, sn, dqkv, B, T, H, HKV, HD, interleaved);
 }
 extern "C" __global__ void attn_bwd_finish_f32(const float* dq, const float* dk, const float* dv, const float* cs,
-                                               const float* sn, float* dqkv, int B, int T, int H, int HKV,
+                                               const float* sn, float* dqkv, int B, int T, int H, int HKV, int HD,
                                                int interleaved) {
-    attn_bwd_finish<float>(dq, dk, dv, cs, sn, dqkv, B, T, H, HKV, interleaved);
+    attn_bwd_finish<float>(dq, dk, dv, cs, sn, dqkv, B, T, H, HKV, HD, interleaved);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,8 +10,10 @@
 //! It computes exactly what the composed reference computes: RoPE on q and k, then
 //! `attention::attend_batch` with `attention::soft::soft_plan(g)` (tested, forward and
 //! gradients, in `tests` below). On the CPU it runs plain loops in f32 (multi-threaded over
-//! sequences and heads); on CUDA the kernels of `core/kernels/focus_train.cu` (bf16 tensor-core
-//! tiles with f32 accumulation and softmax, head dim 64, K <= 16).
+//! sequences and heads), any head dim; on CUDA the kernels of `core/kernels/focus_train.cu`
+//! (bf16 tensor-core tiles with f32 accumulation and softmax, head dims 64, 128 and 256,
+//! K <= 16). A model's own sliding window (Gemma 2/3's local layers) is applied as the composed
+//! path applies it: pairs with i - j >= W do not exist, attention sinks included.
 
 use crate::error::{Error, Result};
 use crate::focus::gate::GateFn;
@@ -36,10 +38,16 @@ pub struct SoftAttention {
     pub window: usize,
     /// Attention sinks [ours]: keys j < sink are ungated, as local ones.
     pub sink: usize,
+    /// The layer's own sliding window W when it removes pairs (`LayerAttention::span`): keys
+    /// with i - j >= W are never attended; `None`: every causal pair exists.
+    pub span: Option<usize>,
 }
 
 /// Largest K the CUDA kernels take.
 pub const CUDA_MAX_GROUPS: usize = 16;
+
+/// Head dims the CUDA kernels take.
+pub const CUDA_HEAD_DIMS: [usize; 3] = [64, 128, 256];
 
 impl SoftAttention {
     fn nh(&self) -> usize {
@@ -48,7 +56,12 @@ impl SoftAttention {
 
     /// Whether the CUDA kernels take this layer (`groups`: K of the memberships).
     pub fn cuda_supports(&self, groups: usize) -> bool {
-        self.head_dim == 64 && (self.gate == GateFn::None || (1..=CUDA_MAX_GROUPS).contains(&groups))
+        CUDA_HEAD_DIMS.contains(&self.head_dim) && (self.gate == GateFn::None || (1..=CUDA_MAX_GROUPS).contains(&groups))
+    }
+
+    /// The first key query `i` attends (the sliding window's start, else 0).
+    fn first_key(&self, i: usize) -> usize {
+        self.span.map_or(0, |w| (i + 1).saturating_sub(w))
     }
 
     /// The attention output (B*T, H*D) of `qkv` with memberships `g` (B, T, K; ignored
@@ -60,6 +73,9 @@ impl SoftAttention {
         }
         if self.rope.is_some() && self.head_dim % 2 != 0 {
             return Err(Error::Invalid("RoPE needs an even head dim".into()));
+        }
+        if self.span == Some(0) {
+            return Err(Error::Invalid("fused attention: a sliding window of 0 keys".into()));
         }
         let op = AttnOp { cfg: self.clone(), saved: Arc::new(Mutex::new(None)) };
         let qkv = qkv.contiguous()?;
@@ -320,13 +336,14 @@ mod cpu {
         for i in 0..t {
             let qi = &q[i * d..(i + 1) * d];
             let mut m = f32::NEG_INFINITY;
-            for j in 0..=i {
+            let j0 = c.first_key(i);
+            for j in j0..=i {
                 s[j] = pair(c, qi, &k[j * d..(j + 1) * d], g, kk, bi, i, j).0;
                 m = m.max(s[j]);
             }
             let mut l = 0f32;
             let oi = &mut o[i * d..(i + 1) * d];
-            for j in 0..=i {
+            for j in j0..=i {
                 let p = (s[j] - m).exp();
                 l += p;
                 axpy(oi, p, &v[j * d..(j + 1) * d]);
@@ -380,7 +397,7 @@ mod cpu {
                 let oi = &out[(bi * t + i) * h * d + hi * d..][..d];
                 let doi = &dout[(bi * t + i) * h * d + hi * d..][..d];
                 let di = dot(doi, oi);
-                for j in 0..=i {
+                for j in c.first_key(i)..=i {
                     let kj = &k[kvo + j * d..][..d];
                     let (s, f, u, a, distant) = pair(c, qi, kj, g, kk, bi, i, j);
                     let p = (s - lse[bh * t + i]).exp();
@@ -464,7 +481,45 @@ mod cuda {
     use candle_core::cuda_backend::CudaDevice;
     use candle_core::{CudaStorage, Storage};
 
+    /// Rows (queries or keys) per block of the attention kernels.
     const TILE: usize = 64;
+
+    /// The kernels' shape at head dim `d` (focus_train.cu's `Cfg`): rows per streamed tile,
+    /// whether the 16-row A operands stay in registers (else shared memory), and how many
+    /// blocks share a key tile in `attn_bwd_dkdv` (2: one for dV, one for dK).
+    fn shape(d: usize) -> (usize, bool, usize) {
+        if d == 64 {
+            (64, true, 1)
+        } else {
+            (32, false, 2)
+        }
+    }
+
+    /// Dynamic shared memory of attention kernel `kernel` (0 forward, 1 dq, 2 dkdv) at head dim
+    /// `d` with `km` membership slots: what `smem_bytes` in focus_train.cu computes.
+    fn smem_bytes(d: usize, km: usize, kernel: usize) -> u32 {
+        let (bn, areg, _) = shape(d);
+        let l = d + 8;
+        let a_tiles = match (areg, kernel) {
+            (true, _) => 0,
+            (false, 0) => 1,
+            (false, _) => 2,
+        };
+        let sums = if kernel == 2 { 4 * bn * 4 } else { 0 };
+        ((a_tiles * TILE * l + 4 * bn * l) * 2 + 2 * bn * km * 4 + sums) as u32
+    }
+
+    /// The window arguments of the kernels: (window, sink, span), span i32::MAX without a
+    /// sliding window.
+    fn masks(c: &SoftAttention) -> (i32, i32, i32) {
+        let clamp = |x: usize| x.min(i32::MAX as usize) as i32;
+        (clamp(c.window), clamp(c.sink), c.span.map_or(i32::MAX, clamp))
+    }
+
+    /// log2(e) / sqrt(D): the score scale in the kernels' log2 units.
+    fn scale_log2(c: &SoftAttention) -> f32 {
+        std::f32::consts::LOG2_E / (c.head_dim as f32).sqrt()
+    }
 
     fn gate_name(g: GateFn) -> (&'static str, f32) {
         match g {
@@ -491,21 +546,24 @@ mod cuda {
         })
     }
 
-    fn tiles(c: &SoftAttention) -> LaunchConfig {
-        LaunchConfig { grid_dim: (c.t.div_ceil(TILE) as u32, c.heads as u32, c.b as u32), block_dim: (128, 1, 1), shared_mem_bytes: 0 }
+    /// The launch of attention kernel `kernel` (0 forward, 1 dq, 2 dkdv): one block of 128
+    /// threads per 64-row tile, head and sequence (and part, for dkdv).
+    fn tiles(c: &SoftAttention, km: usize, kernel: usize) -> LaunchConfig {
+        let parts = if kernel == 2 { shape(c.head_dim).2 } else { 1 };
+        LaunchConfig { grid_dim: (c.t.div_ceil(TILE) as u32, c.heads as u32, (c.b * parts) as u32), block_dim: (128, 1, 1), shared_mem_bytes: smem_bytes(c.head_dim, km, kernel) }
     }
 
     /// Rotated q, k and v in bf16 from qkv (f32 or bf16).
     fn rope_split(c: &SoftAttention, dev: &CudaDevice, s: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaSlice<half::bf16>, CudaSlice<half::bf16>, CudaSlice<half::bf16>)> {
-        if c.head_dim != 64 {
-            candle_core::bail!("the CUDA training attention takes head dim 64, not {}", c.head_dim);
+        if !CUDA_HEAD_DIMS.contains(&c.head_dim) {
+            candle_core::bail!("the CUDA training attention takes head dims {CUDA_HEAD_DIMS:?}, not {}", c.head_dim);
         }
-        let (b, t, h, hkv) = (c.b, c.t, c.heads, c.kv_heads);
-        let qr = unsafe { dev.alloc::<half::bf16>(b * h * t * 64)? };
-        let kr = unsafe { dev.alloc::<half::bf16>(b * hkv * t * 64)? };
-        let vr = unsafe { dev.alloc::<half::bf16>(b * hkv * t * 64)? };
-        let n = b * t * c.nh() * 32;
-        let (bi, ti, hi, hk) = (b as i32, t as i32, h as i32, hkv as i32);
+        let (b, t, h, hkv, d) = (c.b, c.t, c.heads, c.kv_heads, c.head_dim);
+        let qr = unsafe { dev.alloc::<half::bf16>(b * h * t * d)? };
+        let kr = unsafe { dev.alloc::<half::bf16>(b * hkv * t * d)? };
+        let vr = unsafe { dev.alloc::<half::bf16>(b * hkv * t * d)? };
+        let n = b * t * c.nh() * d / 2;
+        let (bi, ti, hi, hk, di) = (b as i32, t as i32, h as i32, hkv as i32, d as i32);
         let null = 0u64;
         let guards = c.rope.as_ref().map(|(cs, sn, il)| (cs.storage_and_layout(), sn.storage_and_layout(), *il as i32));
         let tabs = match &guards {
@@ -519,8 +577,8 @@ mod cuda {
             ($t:ty, $name:expr) => {{
                 let x = view::<$t>(s, l)?;
                 match &tabs {
-                    Some((cs, sn, il)) => launch!(dev, $name, grid1(n), &x, cs, sn, &qr, &kr, &vr, &bi, &ti, &hi, &hk, il),
-                    None => launch!(dev, $name, grid1(n), &x, &null, &null, &qr, &kr, &vr, &bi, &ti, &hi, &hk, &0i32),
+                    Some((cs, sn, il)) => launch!(dev, $name, grid1(n), &x, cs, sn, &qr, &kr, &vr, &bi, &ti, &hi, &hk, &di, il),
+                    None => launch!(dev, $name, grid1(n), &x, &null, &null, &qr, &kr, &vr, &bi, &ti, &hi, &hk, &di, &0i32),
                 }
             }};
         }
@@ -539,21 +597,23 @@ mod cuda {
             let (qr, kr, vr) = rope_split(c, &dev, s, l)?;
             let k = g.map_or(0, |(_, gl)| gl.dims()[2]);
             let (gname, gparam) = gate_name(c.gate);
-            let name = format!("attn_fwd_{gname}_k{}_{}", km(c.gate, k)?, dname(s.dtype())?);
+            let kmv = km(c.gate, k)?;
+            let name = format!("attn_fwd_{gname}_k{kmv}_d{}_{}", c.head_dim, dname(s.dtype())?);
             let lse = unsafe { dev.alloc::<f32>(c.b * c.heads * c.t)? };
-            let (t, h, hkv, kk, w) = (c.t as i32, c.heads as i32, c.kv_heads as i32, k as i32, c.window.min(i32::MAX as usize) as i32);
-            let sk = c.sink.min(i32::MAX as usize) as i32;
-            let sl2 = std::f32::consts::LOG2_E / 8.0;
+            let (t, h, hkv, kk) = (c.t as i32, c.heads as i32, c.kv_heads as i32, k as i32);
+            let (w, sk, sp) = masks(c);
+            let sl2 = scale_log2(c);
             let null = 0u64;
+            let cfg = tiles(c, kmv, 0);
             macro_rules! go {
                 ($t:ty) => {{
-                    let out = unsafe { dev.alloc::<$t>(c.b * c.t * c.heads * 64)? };
+                    let out = unsafe { dev.alloc::<$t>(c.b * c.t * c.heads * c.head_dim)? };
                     match g {
                         Some((gs, gl)) => {
                             let gv = view::<f32>(gs, gl)?;
-                            launch!(&dev, &name, tiles(c), &qr, &kr, &vr, &gv, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sl2, &gparam);
+                            launch!(&dev, &name, cfg, &qr, &kr, &vr, &gv, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sp, &sl2, &gparam);
                         }
-                        None => launch!(&dev, &name, tiles(c), &qr, &kr, &vr, &null, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sl2, &gparam),
+                        None => launch!(&dev, &name, cfg, &qr, &kr, &vr, &null, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sp, &sl2, &gparam),
                     }
                     CudaStorage::wrap_cuda_slice(out, dev.clone())
                 }};
@@ -563,36 +623,36 @@ mod cuda {
                 _ => go!(f32),
             };
             *self.saved.lock().unwrap() = Some(Saved::Cuda(lse));
-            Ok((out, Shape::from((c.b * c.t, c.heads * 64))))
+            Ok((out, Shape::from((c.b * c.t, c.heads * c.head_dim))))
         }
     }
 
     pub(super) fn backward(op: &AttnBwd, s1: &CudaStorage, l1: &Layout, s2: &CudaStorage, l2: &Layout, s3: &CudaStorage, l3: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
         let c = &op.cfg;
         let dev = s1.device().clone();
-        let (b, t, h, hkv) = (c.b, c.t, c.heads, c.kv_heads);
+        let (b, t, h, hkv, d) = (c.b, c.t, c.heads, c.kv_heads, c.head_dim);
         let lse = match op.saved.lock().unwrap().take() {
             Some(Saved::Cuda(v)) => v,
             _ => candle_core::bail!("fused attention: the forward pass kept no CUDA state"),
         };
         let (qr, kr, vr) = rope_split(c, &dev, s1, l1)?;
-        // dO in (B, H, T, 64) bf16 and D = rowsum(dO * O).
-        let dot = unsafe { dev.alloc::<half::bf16>(b * h * t * 64)? };
+        // dO in (B, H, T, D) bf16 and D = rowsum(dO * O).
+        let dot = unsafe { dev.alloc::<half::bf16>(b * h * t * d)? };
         let dd = unsafe { dev.alloc::<f32>(b * h * t)? };
-        let (bi, ti, hi, hk) = (b as i32, t as i32, h as i32, hkv as i32);
+        let (bi, ti, hi, hk, di) = (b as i32, t as i32, h as i32, hkv as i32, d as i32);
         if s2.dtype() != s3.dtype() {
             candle_core::bail!("fused attention: output {:?} and its gradient {:?} differ in dtype", s2.dtype(), s3.dtype());
         }
         match s2.dtype() {
             DType::BF16 => {
-                let (o, d) = (view::<half::bf16>(s2, l2)?, view::<half::bf16>(s3, l3)?);
-                launch!(&dev, "attn_bwd_prep_bf16", grid1(b * t * h), &d, &o, &dot, &dd, &bi, &ti, &hi);
+                let (o, dg) = (view::<half::bf16>(s2, l2)?, view::<half::bf16>(s3, l3)?);
+                launch!(&dev, "attn_bwd_prep_bf16", grid1(b * t * h), &dg, &o, &dot, &dd, &bi, &ti, &hi, &di);
             }
             DType::F32 => {
-                let (o, d) = (view::<f32>(s2, l2)?, view::<f32>(s3, l3)?);
-                launch!(&dev, "attn_bwd_prep_f32", grid1(b * t * h), &d, &o, &dot, &dd, &bi, &ti, &hi);
+                let (o, dg) = (view::<f32>(s2, l2)?, view::<f32>(s3, l3)?);
+                launch!(&dev, "attn_bwd_prep_f32", grid1(b * t * h), &dg, &o, &dot, &dd, &bi, &ti, &hi, &di);
             }
-            d => candle_core::bail!("fused attention: gradient dtype {d:?}"),
+            other => candle_core::bail!("fused attention: gradient dtype {other:?}"),
         }
         let guard = op.g.as_ref().map(|g| g.storage_and_layout());
         let gv = match &guard {
@@ -605,30 +665,32 @@ mod cuda {
         let k = op.g.as_ref().map_or(0, |g| g.dims()[2]);
         let (gname, gparam) = gate_name(c.gate);
         let kmv = km(c.gate, k)?;
-        let part = b * h * t * 64;
+        let part = b * h * t * d;
         let dq = unsafe { dev.alloc::<f32>(part)? };
         let dk = unsafe { dev.alloc::<f32>(part)? };
         let dv = unsafe { dev.alloc::<f32>(part)? };
         let gated = gv.is_some();
         let dga = unsafe { dev.alloc::<f32>((b * h * t * k).max(1))? };
         let dgb = unsafe { dev.alloc::<f32>((b * h * t * k).max(1))? };
-        let (kk, w, sk) = (k as i32, c.window.min(i32::MAX as usize) as i32, c.sink.min(i32::MAX as usize) as i32);
-        let sl2 = std::f32::consts::LOG2_E / 8.0;
+        let kk = k as i32;
+        let (w, sk, sp) = masks(c);
+        let sl2 = scale_log2(c);
         let null = 0u64;
-        let dq_name = format!("attn_bwd_dq_{gname}_k{kmv}");
-        let kv_name = format!("attn_bwd_dkdv_{gname}_k{kmv}");
+        let dq_name = format!("attn_bwd_dq_{gname}_k{kmv}_d{d}");
+        let kv_name = format!("attn_bwd_dkdv_{gname}_k{kmv}_d{d}");
+        let (cq, ckv) = (tiles(c, kmv, 1), tiles(c, kmv, 2));
         match &gv {
             Some(gv) => {
-                launch!(&dev, &dq_name, tiles(c), &qr, &kr, &vr, gv, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sl2, &gparam);
-                launch!(&dev, &kv_name, tiles(c), &qr, &kr, &vr, gv, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sl2, &gparam);
+                launch!(&dev, &dq_name, cq, &qr, &kr, &vr, gv, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam);
+                launch!(&dev, &kv_name, ckv, &qr, &kr, &vr, gv, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam);
             }
             None => {
-                launch!(&dev, &dq_name, tiles(c), &qr, &kr, &vr, &null, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sl2, &gparam);
-                launch!(&dev, &kv_name, tiles(c), &qr, &kr, &vr, &null, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sl2, &gparam);
+                launch!(&dev, &dq_name, cq, &qr, &kr, &vr, &null, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam);
+                launch!(&dev, &kv_name, ckv, &qr, &kr, &vr, &null, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam);
             }
         }
         // d(qkv), RoPE undone, in the dtype of qkv.
-        let n = b * t * c.nh() * 32;
+        let n = b * t * c.nh() * d / 2;
         let rope_guards = c.rope.as_ref().map(|(cs, sn, il)| (cs.storage_and_layout(), sn.storage_and_layout(), *il as i32));
         let tabs = match &rope_guards {
             Some(((cg, cl), (sg, sl), il)) => match (&**cg, &**sg) {
@@ -639,10 +701,10 @@ mod cuda {
         };
         macro_rules! finish {
             ($t:ty, $name:expr) => {{
-                let out = unsafe { dev.alloc::<$t>(b * t * c.nh() * 64)? };
+                let out = unsafe { dev.alloc::<$t>(b * t * c.nh() * d)? };
                 match &tabs {
-                    Some((cs, sn, il)) => launch!(&dev, $name, grid1(n), &dq, &dk, &dv, cs, sn, &out, &bi, &ti, &hi, &hk, il),
-                    None => launch!(&dev, $name, grid1(n), &dq, &dk, &dv, &null, &null, &out, &bi, &ti, &hi, &hk, &0i32),
+                    Some((cs, sn, il)) => launch!(&dev, $name, grid1(n), &dq, &dk, &dv, cs, sn, &out, &bi, &ti, &hi, &hk, &di, il),
+                    None => launch!(&dev, $name, grid1(n), &dq, &dk, &dv, &null, &null, &out, &bi, &ti, &hi, &hk, &di, &0i32),
                 }
                 CudaStorage::wrap_cuda_slice(out, dev.clone())
             }};
@@ -687,6 +749,8 @@ pub(crate) mod tests {
         pub sink: usize,
         pub gate: Option<Gate>,
         pub rope: Option<bool>,
+        /// The layer's own sliding window (keys i - j < W), as Gemma 2/3's local layers.
+        pub span: Option<usize>,
     }
 
     pub(crate) fn adapter_cfg(k: usize, window: usize, sink: usize, gate: Gate) -> AdapterConfig {
@@ -720,7 +784,8 @@ pub(crate) mod tests {
         });
         let cfg = c.gate.map(|gt| adapter_cfg(c.k, c.window, c.sink, gt));
         let gate = cfg.as_ref().map_or(GateFn::None, GateFn::of);
-        let attn = SoftAttention { b: c.b, t: c.t, heads: c.h, kv_heads: c.hkv, head_dim: c.d, rope: rope.clone(), gate, window: c.window, sink: c.sink };
+        let own = crate::attention::LayerAttention { window: c.span, ..Default::default() };
+        let attn = SoftAttention { b: c.b, t: c.t, heads: c.h, kv_heads: c.hkv, head_dim: c.d, rope: rope.clone(), gate, window: c.window, sink: c.sink, span: own.span(c.t) };
         let grads = |out: &Tensor| {
             let gs = (out.to_dtype(DType::F32).unwrap() * &w).unwrap().sum_all().unwrap().backward().unwrap();
             let v = |t: &Tensor| t.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
@@ -741,7 +806,7 @@ pub(crate) mod tests {
             Some(cfg) if !crate::focus::mask::all_local(c.t, c.window) => soft_plan(&g, cfg).unwrap(),
             _ => LayerPlan::Dense,
         };
-        let o = attend_batch(&q, &k, &v, &plan, &Default::default(), &causal_bias(c.t, dev).unwrap()).unwrap();
+        let o = attend_batch(&q, &k, &v, &plan, &own, &causal_bias(c.t, dev).unwrap()).unwrap();
         let o = o.transpose(1, 2).unwrap().reshape((c.b * c.t, c.h * c.d)).unwrap();
         let composed = grads(&o);
         [fused, composed]
@@ -758,25 +823,36 @@ pub(crate) mod tests {
     }
 
     pub(crate) const CASES: &[Case] = &[
-        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 0, gate: Some(Gate::Log), rope: Some(false) },
-        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, sink: 0, gate: Some(Gate::Log), rope: Some(true) },
-        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, sink: 0, gate: Some(Gate::Paper), rope: Some(true) },
-        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, sink: 0, gate: Some(Gate::Paper), rope: None },
-        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 40, sink: 0, gate: Some(Gate::Log), rope: Some(false) },
-        Case { b: 2, t: 29, h: 6, hkv: 3, d: 8, k: 4, window: 3, sink: 0, gate: None, rope: Some(true) },
+        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None },
+        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None },
+        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None },
+        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, sink: 0, gate: Some(Gate::Paper), rope: None, span: None },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 40, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None },
+        Case { b: 2, t: 29, h: 6, hkv: 3, d: 8, k: 4, window: 3, sink: 0, gate: None, rope: Some(true), span: None },
         // Attention sinks [ours]: small windows, so that the first tokens are distant.
-        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 1, gate: Some(Gate::Log), rope: Some(false) },
-        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, sink: 4, gate: Some(Gate::Log), rope: Some(true) },
-        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, sink: 4, gate: Some(Gate::Paper), rope: Some(true) },
-        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, sink: 1, gate: Some(Gate::Paper), rope: None },
-        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 4, sink: 40, gate: Some(Gate::Log), rope: Some(false) },
+        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 1, gate: Some(Gate::Log), rope: Some(false), span: None },
+        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, sink: 4, gate: Some(Gate::Log), rope: Some(true), span: None },
+        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, sink: 4, gate: Some(Gate::Paper), rope: Some(true), span: None },
+        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, sink: 1, gate: Some(Gate::Paper), rope: None, span: None },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 4, sink: 40, gate: Some(Gate::Log), rope: Some(false), span: None },
+        // A sliding window of the model's own (Gemma 2/3's local layers), with and without a
+        // gate, and sinks that fall outside it.
+        Case { b: 2, t: 45, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 2, gate: Some(Gate::Log), rope: Some(false), span: Some(17) },
+        Case { b: 1, t: 40, h: 2, hkv: 1, d: 8, k: 3, window: 3, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: Some(9) },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 12, k: 4, window: 3, sink: 0, gate: None, rope: Some(true), span: Some(7) },
+        // The head dims of Gemma 2/3 and Qwen (128, 256), GQA, sinks, both gates and none.
+        Case { b: 2, t: 45, h: 4, hkv: 1, d: 128, k: 8, window: 6, sink: 1, gate: Some(Gate::Log), rope: Some(false), span: Some(20) },
+        Case { b: 1, t: 37, h: 4, hkv: 2, d: 128, k: 4, window: 4, sink: 4, gate: Some(Gate::Paper), rope: Some(true), span: None },
+        Case { b: 2, t: 40, h: 2, hkv: 1, d: 256, k: 4, window: 5, sink: 4, gate: Some(Gate::Paper), rope: Some(false), span: Some(16) },
+        Case { b: 1, t: 33, h: 4, hkv: 1, d: 256, k: 8, window: 3, sink: 1, gate: Some(Gate::Log), rope: Some(true), span: None },
+        Case { b: 1, t: 30, h: 2, hkv: 1, d: 256, k: 4, window: 3, sink: 0, gate: None, rope: Some(false), span: Some(11) },
     ];
 
     #[test]
     fn fused_attention_matches_the_composed_reference_with_gradients() {
         for (n, c) in CASES.iter().enumerate() {
             let [(fo, fq, fg), (co, cq, cg)] = both(c, &Device::Cpu, 7 + n as u64);
-            let what = format!("case {n} ({:?}, window {}, sink {}, rope {:?})", c.gate, c.window, c.sink, c.rope);
+            let what = format!("case {n} (d {}, {:?}, window {}, sink {}, span {:?}, rope {:?})", c.d, c.gate, c.window, c.sink, c.span, c.rope);
             assert!(rel_err(&fo, &co) < 1e-5, "{what}: output {}", rel_err(&fo, &co));
             assert!(norm(&cq) > 1e-3, "{what}: the reference d qkv vanishes");
             assert!(rel_err(&fq, &cq) < 1e-4, "{what}: d qkv {}", rel_err(&fq, &cq));
@@ -793,27 +869,17 @@ pub(crate) mod tests {
         }
     }
 
-    /// The CUDA kernels (bf16 tiles, f32 accumulation) against the composed reference in f32 on
-    /// the device: head dim 64, GQA, both gates and none, windows from 0 to all-local, lengths
-    /// that are not multiples of the 64-row tiles, f32 and bf16 inputs.
+    /// The CUDA kernels (bf16 tiles, f32 accumulation) on `cases` against the composed
+    /// reference in f32 on the device, each case with attention sinks [ours] s = 0, 1, 4, from
+    /// f32 and bf16 inputs: outputs and gradients with respect to qkv and g.
     #[cfg(feature = "cuda")]
-    #[test]
-    fn cuda_fused_attention_matches_the_composed_reference_with_gradients() {
+    fn cuda_matches_the_reference(cases: &[Case], seed: u64) {
         let dev = crate::device::cuda(0).expect("these tests need a CUDA GPU");
-        let cases = [
-            Case { b: 2, t: 200, h: 6, hkv: 2, d: 64, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true) },
-            Case { b: 1, t: 130, h: 3, hkv: 3, d: 64, k: 4, window: 0, sink: 0, gate: Some(Gate::Paper), rope: Some(false) },
-            Case { b: 2, t: 64, h: 2, hkv: 1, d: 64, k: 16, window: 20, sink: 0, gate: Some(Gate::Log), rope: None },
-            Case { b: 1, t: 333, h: 4, hkv: 2, d: 64, k: 12, window: 128, sink: 0, gate: Some(Gate::Paper), rope: Some(true) },
-            Case { b: 2, t: 100, h: 4, hkv: 1, d: 64, k: 8, window: 5, sink: 0, gate: None, rope: Some(true) },
-            Case { b: 1, t: 257, h: 2, hkv: 2, d: 64, k: 3, window: 300, sink: 0, gate: Some(Gate::Log), rope: Some(false) },
-        ];
-        // Each case also with attention sinks [ours]: the first token, the first four.
         for (n, c) in cases.iter().flat_map(|c| [0, 1, 4].map(|sink| Case { sink, ..*c })).enumerate() {
             let c = &c;
             for dtype in [DType::F32, DType::BF16] {
-                let [(fo, fq, fg), (co, cq, cg)] = both_in(c, &dev, 40 + n as u64, dtype);
-                let what = format!("case {n} {dtype:?} ({:?}, T {}, K {}, window {}, sink {}, rope {:?})", c.gate, c.t, c.k, c.window, c.sink, c.rope);
+                let [(fo, fq, fg), (co, cq, cg)] = both_in(c, &dev, seed + n as u64, dtype);
+                let what = format!("case {n} {dtype:?} (d {}, {:?}, T {}, H {}/{}, K {}, window {}, sink {}, span {:?}, rope {:?})", c.d, c.gate, c.t, c.h, c.hkv, c.k, c.window, c.sink, c.span, c.rope);
                 let (eo, eq) = (rel_err(&fo, &co), rel_err(&fq, &cq));
                 let eg = match (&fg, &cg) {
                     (Some(fg), Some(cg)) if c.window + 1 < c.t => rel_err(fg, cg),
@@ -821,9 +887,53 @@ pub(crate) mod tests {
                     _ => 0.0,
                 };
                 println!("{what}: output {eo:.2e}, d qkv {eq:.2e}, d g {eg:.2e}");
+                assert!(norm(&cq) > 1e-3, "{what}: the reference d qkv vanishes");
                 assert!(eo < 1e-2 && eq < 2e-2 && eg < 2e-2, "{what}: output {eo:e}, d qkv {eq:e}, d g {eg:e}");
             }
         }
+    }
+
+    /// Head dim 64 (register-resident operands, 64-key tiles): GQA, both gates and none,
+    /// windows from 0 to all-local, lengths that are not multiples of the 64-row tiles, a
+    /// sliding window of the model's own.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_fused_attention_matches_the_composed_reference_with_gradients() {
+        cuda_matches_the_reference(
+            &[
+                Case { b: 2, t: 200, h: 6, hkv: 2, d: 64, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None },
+                Case { b: 1, t: 130, h: 3, hkv: 3, d: 64, k: 4, window: 0, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: None },
+                Case { b: 2, t: 64, h: 2, hkv: 1, d: 64, k: 16, window: 20, sink: 0, gate: Some(Gate::Log), rope: None, span: None },
+                Case { b: 1, t: 333, h: 4, hkv: 2, d: 64, k: 12, window: 128, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None },
+                Case { b: 2, t: 100, h: 4, hkv: 1, d: 64, k: 8, window: 5, sink: 0, gate: None, rope: Some(true), span: None },
+                Case { b: 1, t: 257, h: 2, hkv: 2, d: 64, k: 3, window: 300, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None },
+                Case { b: 2, t: 230, h: 4, hkv: 2, d: 64, k: 8, window: 12, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: Some(90) },
+            ],
+            40,
+        );
+    }
+
+    /// Head dims 128 and 256 (operands in shared memory, 32-key tiles, dK and dV in separate
+    /// blocks): Gemma 3's shape (4 query heads on 1 kv head, halves rotated, a sliding window
+    /// of the model's own on its local layers) and others, K up to 16, lengths that are not
+    /// multiples of the tiles.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_fused_attention_head_dims_128_and_256_match_the_composed_reference_with_gradients() {
+        cuda_matches_the_reference(
+            &[
+                Case { b: 2, t: 200, h: 4, hkv: 1, d: 256, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None },
+                Case { b: 1, t: 130, h: 2, hkv: 2, d: 256, k: 4, window: 0, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None },
+                Case { b: 2, t: 96, h: 4, hkv: 1, d: 256, k: 16, window: 20, sink: 0, gate: Some(Gate::Log), rope: None, span: Some(40) },
+                Case { b: 1, t: 333, h: 4, hkv: 1, d: 256, k: 12, window: 128, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(150) },
+                Case { b: 2, t: 100, h: 4, hkv: 1, d: 256, k: 8, window: 5, sink: 0, gate: None, rope: Some(false), span: Some(33) },
+                Case { b: 1, t: 257, h: 2, hkv: 1, d: 256, k: 3, window: 300, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None },
+                Case { b: 2, t: 200, h: 6, hkv: 2, d: 128, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: Some(70) },
+                Case { b: 1, t: 150, h: 4, hkv: 4, d: 128, k: 16, window: 10, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: None },
+                Case { b: 1, t: 77, h: 2, hkv: 1, d: 128, k: 5, window: 3, sink: 0, gate: None, rope: None, span: None },
+            ],
+            140,
+        );
     }
 
     /// The comparison above can fail: the same inputs with the other gate (or another
@@ -843,5 +953,10 @@ pub(crate) mod tests {
         let [(so, sq, sg), (co, _, _)] = both(&sunk, &Device::Cpu, 7);
         assert!(rel_err(&so, &fo) > 1e-3 && rel_err(&sq, &fq) > 1e-3 && rel_err(sg.as_ref().unwrap(), fg.as_ref().unwrap()) > 1e-2);
         assert!(rel_err(&co, &fo) > 1e-3, "the composed reference honours the sink too");
+        // So does a sliding window of the model's own.
+        let slid = Case { span: Some(12), ..*c };
+        let [(lo, lq, lg), (lco, _, _)] = both(&slid, &Device::Cpu, 7);
+        assert!(rel_err(&lo, &fo) > 1e-3 && rel_err(&lq, &fq) > 1e-3 && rel_err(lg.as_ref().unwrap(), fg.as_ref().unwrap()) > 1e-2);
+        assert!(rel_err(&lco, &fo) > 1e-3, "the composed reference honours the sliding window too");
     }
 }

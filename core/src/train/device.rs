@@ -51,10 +51,17 @@ pub mod cuda {
             use candle_core::cuda_backend::cudarc::driver::PushKernelArg as _;
             use candle_core::cuda_backend::WrapErr as _;
             let f = $crate::train::device::cuda::func($dev, $name)?;
+            let cfg: candle_core::cuda_backend::cudarc::driver::LaunchConfig = $cfg;
+            // More than the 48 KB of dynamic shared memory a launch gets by default (the
+            // attention kernels at head dims 128 and 256) must be allowed first.
+            if cfg.shared_mem_bytes > 48 * 1024 {
+                use candle_core::cuda_backend::cudarc::driver::sys::CUfunction_attribute_enum as A;
+                f.set_attribute(A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, cfg.shared_mem_bytes as i32).w()?;
+            }
             let stream = $dev.cuda_stream();
             let mut b = stream.launch_builder(&f);
             $( b.arg($arg); )*
-            unsafe { b.launch($cfg) }.w()?;
+            unsafe { b.launch(cfg) }.w()?;
         }};
     }
     pub(crate) use launch;

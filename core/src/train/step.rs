@@ -10,7 +10,7 @@
 //!   and the shapes the fused kernels do not take use.
 //! tests/differentiable.rs checks that both compute what inference computes.
 
-use super::attention::{SoftAttention, CUDA_MAX_GROUPS};
+use super::attention::{SoftAttention, CUDA_HEAD_DIMS, CUDA_MAX_GROUPS};
 use super::block;
 use super::sinkhorn::sinkhorn_fused;
 use super::weights::TrainWeights;
@@ -27,8 +27,8 @@ use std::sync::atomic::Ordering;
 #[derive(Clone, Copy)]
 pub struct TrainPath<'a> {
     /// The fused step; else the composed ops. The straight-through objective, models whose
-    /// attention soft-caps or slides within the sequence, and on CUDA the shapes its kernels
-    /// do not take (head dim other than 64, more than 16 groups), always run composed.
+    /// attention soft-caps, and on CUDA the shapes its kernels do not take (head dims other
+    /// than 64, 128 and 256, more than 16 groups), always run composed.
     pub fused: bool,
     /// Sinkhorn as one op each way (`sinkhorn::sinkhorn_fused`), in either form.
     pub fused_sinkhorn: bool,
@@ -53,8 +53,7 @@ pub fn forward(dec: &Decoder, seqs: &[&[u32]], opts: &ForwardOptions, path: Trai
     if path.fused_sinkhorn {
         opts.balance = sinkhorn_fused;
     }
-    let t = seqs.first().map_or(0, |s| s.len());
-    if !takes_fused(dec, &opts, t, path) {
+    if !takes_fused(dec, &opts, path) {
         return dec.forward_differentiable(seqs, &opts);
     }
     let owned;
@@ -68,18 +67,18 @@ pub fn forward(dec: &Decoder, seqs: &[&[u32]], opts: &ForwardOptions, path: Trai
     fused(dec, seqs, &opts, tw)
 }
 
-/// Whether the fused step runs. Its attention op knows neither soft-capping nor a sliding
-/// window, so a model with soft-capped attention, or a sliding window shorter than the
-/// sequence, trains through the composed ops (which apply both).
-fn takes_fused(dec: &Decoder, opts: &ForwardOptions, t: usize, path: TrainPath) -> bool {
+/// Whether the fused step runs. Its attention op applies a layer's sliding window but not
+/// soft-capping, so a model with soft-capped attention (Gemma 2) trains through the composed
+/// ops.
+pub(crate) fn takes_fused(dec: &Decoder, opts: &ForwardOptions, path: TrainPath) -> bool {
     let cfg = &dec.config;
     let groups = opts.adapter.map_or(0, |a| a.config.groups);
     let kernels_take_it = match &dec.device {
         Device::Cpu => true,
-        _ => cfg.head_dim == 64 && groups <= CUDA_MAX_GROUPS,
+        _ => CUDA_HEAD_DIMS.contains(&cfg.head_dim) && groups <= CUDA_MAX_GROUPS,
     };
-    let own_masks = dec.blocks.iter().any(|b| b.attn.softcap.is_some() || b.attn.span(t).is_some());
-    path.fused && opts.straight_through.is_none() && kernels_take_it && !own_masks
+    let softcap = dec.blocks.iter().any(|b| b.attn.softcap.is_some());
+    path.fused && opts.straight_through.is_none() && kernels_take_it && !softcap
 }
 
 /// The fused step's layer loop.
@@ -103,7 +102,8 @@ fn fused(dec: &Decoder, seqs: &[&[u32]], opts: &ForwardOptions, tw: &TrainWeight
             }
             _ => (GateFn::None, None, 0, 0),
         };
-        let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope(blk.attn.rope_theta), gate, window, sink };
+        let span = blk.attn.span(t);
+        let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope(blk.attn.rope_theta), gate, window, sink, span };
         x = block::finish(blk, &x, &attn.forward(&qkv, g.as_ref())?, tb)?;
     }
     let logits = tw.lm_head.forward(&block::final_norm(&dec.final_norm, &x)?, tw.dtype)?;
@@ -137,6 +137,33 @@ mod tests {
         vars.iter().map(|v| g.get(v.as_tensor()).expect("every router parameter gets a gradient").clone()).collect()
     }
 
+    /// The fused step, the composed ops and soft inference on `ids` with a random adapter of
+    /// `spec`: the same logits and the same router gradients. Returns the composed logits.
+    fn paths_agree(model: &Model, ids: &[u32], spec: &AdapterSpec, what: &str) -> Tensor {
+        let mut adapter = Adapter::random(&model.identity(), &Device::Cpu, spec, 3).unwrap();
+        let mut vars = Vec::new();
+        for r in adapter.layers.iter_mut() {
+            let (p, c) = (Var::from_tensor(&r.proj).unwrap(), Var::from_tensor(&r.centroids).unwrap());
+            *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone() };
+            vars.extend([p, c]);
+        }
+        let o = ForwardOptions::new(Mode::Soft, Some(&adapter));
+        let inference = model.decoder.forward(ids, &o).unwrap().logits;
+        let fused = forward(&model.decoder, &[ids], &o, TrainPath::default()).unwrap();
+        let composed = forward(&model.decoder, &[ids], &o, TrainPath { fused: false, ..TrainPath::default() }).unwrap();
+        assert!(takes_fused(&model.decoder, &ForwardOptions { differentiable: true, ..o }, TrainPath::default()), "{what}: the fused step runs");
+        let (ef, ec) = (max_abs_diff(&fused, &composed), max_abs_diff(&inference, &composed));
+        assert!(ef <= 1e-4 && ec <= 1e-4, "{what}: fused vs composed {ef}, inference vs composed {ec}");
+        let (gf, gc) = (router_grads(&fused, ids, &vars), router_grads(&composed, ids, &vars));
+        for (i, (a, b)) in gf.iter().zip(&gc).enumerate() {
+            let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+            assert!(scale > 0.0, "{what}: parameter {i}: zero gradient");
+            let err = max_abs_diff(a, b) / scale;
+            assert!(err <= 1e-3, "{what}: parameter {i}: gradient differs by {err} (relative)");
+        }
+        composed
+    }
+
     #[test]
     fn fused_step_with_sinks_equals_the_composed_ops_and_inference() {
         for arch in ["llama", "gpt2"] {
@@ -145,30 +172,8 @@ mod tests {
             for gate in [Gate::Log, Gate::Paper] {
                 let mut logits_by_sink = Vec::new();
                 for sink in [0, 1, 4] {
-                    let what = format!("{arch} {gate:?} sink {sink}");
                     let spec = AdapterSpec { groups: 4, window: 4, sink, gate, lambda: 4.0, ..Default::default() };
-                    let mut adapter = Adapter::random(&model.identity(), &Device::Cpu, &spec, 3).unwrap();
-                    let mut vars = Vec::new();
-                    for r in adapter.layers.iter_mut() {
-                        let (p, c) = (Var::from_tensor(&r.proj).unwrap(), Var::from_tensor(&r.centroids).unwrap());
-                        *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone() };
-                        vars.extend([p, c]);
-                    }
-                    let o = ForwardOptions::new(Mode::Soft, Some(&adapter));
-                    let inference = model.decoder.forward(&ids, &o).unwrap().logits;
-                    let fused = forward(&model.decoder, &[&ids], &o, TrainPath::default()).unwrap();
-                    let composed = forward(&model.decoder, &[&ids], &o, TrainPath { fused: false, ..TrainPath::default() }).unwrap();
-                    assert!(takes_fused(&model.decoder, &ForwardOptions { differentiable: true, ..o }, ids.len(), TrainPath::default()), "{what}: the fused step runs");
-                    let (ef, ec) = (max_abs_diff(&fused, &composed), max_abs_diff(&inference, &composed));
-                    assert!(ef <= 1e-4 && ec <= 1e-4, "{what}: fused vs composed {ef}, inference vs composed {ec}");
-                    let (gf, gc) = (router_grads(&fused, &ids, &vars), router_grads(&composed, &ids, &vars));
-                    for (i, (a, b)) in gf.iter().zip(&gc).enumerate() {
-                        let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
-                        assert!(scale > 0.0, "{what}: parameter {i}: zero gradient");
-                        let err = max_abs_diff(a, b) / scale;
-                        assert!(err <= 1e-3, "{what}: parameter {i}: gradient differs by {err} (relative)");
-                    }
-                    logits_by_sink.push(composed);
+                    logits_by_sink.push(paths_agree(&model, &ids, &spec, &format!("{arch} {gate:?} sink {sink}")));
                 }
                 // The sink changes the function (the checks above would pass with it ignored
                 // on every path).
@@ -176,6 +181,29 @@ mod tests {
                     let d = max_abs_diff(&logits_by_sink[0], &logits_by_sink[s]);
                     assert!(d > 1e-4, "{arch} {gate:?}: sink {} gives the logits of sink 0 ({d})", [0, 1, 4][s]);
                 }
+            }
+        }
+    }
+
+    /// A sliding window of the model's own (as Gemma 2/3's local layers), shorter than the
+    /// sequence on every other layer, through the fused step: the same function and router
+    /// gradients as the composed ops and inference, with and without sinks.
+    #[test]
+    fn fused_step_with_a_sliding_window_equals_the_composed_ops_and_inference() {
+        let mut model = Model::load(&fixture("llama"), &Device::Cpu).unwrap();
+        let ids: Vec<u32> = (0..48).map(|i| (i * 37 % 500) as u32).collect();
+        let spec = |sink| AdapterSpec { groups: 4, window: 4, sink, gate: Gate::Log, ..Default::default() };
+        let global = paths_agree(&model, &ids, &spec(0), "no sliding window");
+        for (l, b) in model.decoder.blocks.iter_mut().enumerate() {
+            if l % 2 == 0 {
+                b.attn.window = Some(12);
+            }
+        }
+        for sink in [0, 4] {
+            let slid = paths_agree(&model, &ids, &spec(sink), &format!("sliding window 12, sink {sink}"));
+            if sink == 0 {
+                let d = max_abs_diff(&global, &slid);
+                assert!(d > 1e-4, "the sliding window leaves the logits as they were ({d})");
             }
         }
     }

@@ -510,6 +510,15 @@ impl<'m> Trainer<'m> {
         Ok((mean, grads))
     }
 
+    /// Whether a step runs the fused step (`Trainer::kernels` asks for it and the model and
+    /// device take it: `step::takes_fused`), else the composed ops.
+    pub fn runs_fused(&self) -> bool {
+        let mut o = ForwardOptions::new(Mode::Soft, Some(&self.adapter));
+        o.differentiable = true;
+        o.straight_through = self.straight_through;
+        step::takes_fused(&self.model.decoder, &o, TrainPath { fused: self.kernels.fused, fused_sinkhorn: self.kernels.fused_sinkhorn, weights: None })
+    }
+
     /// The inference mode the training optimises: soft, or top-k for straight-through runs.
     pub fn eval_mode(&self) -> Mode {
         self.straight_through.map_or(Mode::Soft, Mode::TopK)
