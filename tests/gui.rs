@@ -2113,13 +2113,18 @@ fn no_stale_status_text() {
     // (the untrained twin's) end first, so that the one Cancel button is the analysis'.
     settle(&mut h);
     h.state_mut().settings.setup.params.max_tokens = 1000;
-    for _ in 0..500 {
+    // Up to a minute for the new analysis itself to start (not another job: the Cancel clicked
+    // must be the analysis'); the whole suite runs beside this test on two cores.
+    let mut started = false;
+    for _ in 0..6000 {
         h.step();
-        if h.state().busy() {
+        if h.state().is_running(TaskKind::Analyze) {
+            started = true;
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    assert!(started, "the 1000-token analysis never started");
     h.get_by_label("Cancel").click();
     h.step();
     assert!(h.state().status.starts_with("analysis cancelled"), "{}", h.state().status);
