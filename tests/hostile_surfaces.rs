@@ -7,6 +7,11 @@
 mod common;
 #[path = "common/gguf_builder.rs"]
 mod gguf_builder;
+/// The fuzz targets' helpers: the GPT-2 byte table the tiny byte-level tokenizers are built from.
+#[path = "../fuzz/common/mod.rs"]
+#[allow(dead_code)]
+mod fuzz_common;
+use fuzz_common::byte_chars;
 
 use common::inputs::{assert_has, edit_config, err_msg, tiny_copy};
 use focus_core::generate::chat::{self, ChatTemplate};
@@ -70,25 +75,6 @@ fn assert_one_error(o: &Output, phrases: &[&str]) -> String {
     assert!(e.starts_with("error: "), "{e}");
     assert_has(&e, phrases);
     e
-}
-
-/// GPT-2's byte -> character table (printable bytes map to themselves).
-fn byte_chars() -> Vec<char> {
-    let mut bs: Vec<u32> = (b'!' as u32..=b'~' as u32).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
-    let mut cs = bs.clone();
-    let mut n = 0;
-    for b in 0..256u32 {
-        if !bs.contains(&b) {
-            bs.push(b);
-            cs.push(256 + n);
-            n += 1;
-        }
-    }
-    let mut out = vec![' '; 256];
-    for (b, c) in bs.into_iter().zip(cs) {
-        out[b as usize] = char::from_u32(c).unwrap();
-    }
-    out
 }
 
 /// The special tokens of `tiny_chat_model`, ids 256..260.
