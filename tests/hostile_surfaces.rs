@@ -11,7 +11,9 @@ mod gguf_builder;
 #[path = "../fuzz/common/mod.rs"]
 #[allow(dead_code)]
 mod fuzz_common;
-use fuzz_common::byte_chars;
+#[path = "common/chat_model.rs"]
+mod chat_model;
+use chat_model::{tiny_chat_model, CHATML};
 
 use common::inputs::{assert_has, edit_config, err_msg, tiny_copy};
 use focus_core::generate::chat::{self, ChatTemplate};
@@ -76,38 +78,6 @@ fn assert_one_error(o: &Output, phrases: &[&str]) -> String {
     assert_has(&e, phrases);
     e
 }
-
-/// The special tokens of `tiny_chat_model`, ids 256..260.
-const SPECIALS: [&str; 4] = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"];
-
-/// The tiny Llama (an embedding of 512 rows) with a byte-level tokenizer of 260 ids (256
-/// bytes and 4 specials), as padded checkpoints are, and `chat_template` in its
-/// tokenizer_config.json.
-fn tiny_chat_model(chat_template: serde_json::Value) -> tempfile::TempDir {
-    let d = tiny_copy("llama");
-    let mut vocab: serde_json::Map<String, serde_json::Value> = byte_chars().iter().enumerate().map(|(i, c)| (c.to_string(), i.into())).collect();
-    let added: Vec<serde_json::Value> = SPECIALS
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            vocab.insert(s.to_string(), (256 + i).into());
-            serde_json::json!({"id": 256 + i, "content": s, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true})
-        })
-        .collect();
-    let tok = serde_json::json!({
-        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added, "normalizer": null,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": true},
-        "post_processor": null, "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": true},
-        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null, "end_of_word_suffix": null,
-                  "fuse_unk": false, "byte_fallback": false, "ignore_merges": false, "vocab": vocab, "merges": []},
-    });
-    std::fs::write(d.path().join("tokenizer.json"), tok.to_string()).unwrap();
-    let cfg = serde_json::json!({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": true, "chat_template": chat_template});
-    std::fs::write(d.path().join("tokenizer_config.json"), cfg.to_string()).unwrap();
-    d
-}
-
-const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 // ---------------------------------------------------------------------------------------------
 // Chat templates run with a budget of instructions, output and memory.
