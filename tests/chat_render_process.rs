@@ -5,7 +5,6 @@
 
 mod common;
 #[path = "../fuzz/common/mod.rs"]
-#[allow(dead_code)]
 mod fuzz_common;
 #[path = "common/chat_model.rs"]
 mod chat_model;
