@@ -69,6 +69,9 @@ fn a_hostile_chat_template_in_the_gui_stops_within_its_limit_and_leaves_nothing_
     assert_has(&r("{{ 'a' * 101 }}"), &["test template", "renders more than 100 bytes"]);
     assert_has(&r(&format!("{{% set s = 'ab' %}}{}", "{% set s = s ~ s %}".repeat(30))), &["test template", "more than 1048576 bytes of memory"]);
     assert_has(&r("{{ raise_exception('no system role') }}"), &["test template", "no system role"]);
+    // The child's error is the library's, once: not wrapped a second time.
+    let same = err_msg(focus_core::generate::chat::render_user_turn_within(&t("{{ 'a' * 101 }}"), "x", "", "", limits));
+    assert_eq!(r("{{ 'a' * 101 }}"), same);
     // Not a renderer: one error saying so.
     assert_has(&err_msg(render_user_turn_in_child(Path::new("/bin/true"), &t(CHATML), "x", "", "", limits)), &["renderer", "gave no answer"]);
 
@@ -98,6 +101,7 @@ fn a_hostile_chat_template_in_the_gui_stops_within_its_limit_and_leaves_nothing_
         other => panic!("expected the template's error, got {:?}", other.map(|r| r.map(|g| g.text))),
     };
     assert_eq!(e.lines().count(), 1, "{e}");
+    assert_eq!(e.matches("invalid argument").count(), 1, "{e}");
     assert_has(&e, &["chat template", "tokenizer_config.json", "ran past its time limit of 10 s"]);
     assert!(took < Duration::from_secs(LIMITS.seconds + 5), "{took:?}");
     // Nothing of the rendering remains: the child was reaped, its threads here have ended.

@@ -132,6 +132,8 @@ pub fn serve_render() -> i32 {
             let limits = Limits { fuel: r.fuel, output_bytes: r.output_bytes, memory_bytes: r.memory_bytes, seconds: r.seconds };
             match render_user_turn_within(&template, &r.user, &r.bos, &r.eos, limits) {
                 Ok(text) => [b"O".as_slice(), text.as_bytes()].concat(),
+                // The message alone: the parent makes it the same `Error::Invalid` again.
+                Err(Error::Invalid(msg)) => [b"E".as_slice(), msg.as_bytes()].concat(),
                 Err(e) => [b"E".as_slice(), e.to_string().as_bytes()].concat(),
             }
         }
