@@ -11,7 +11,9 @@ mod gguf_builder;
 #[path = "../fuzz/common/mod.rs"]
 #[allow(dead_code)]
 mod fuzz_common;
-use fuzz_common::byte_chars;
+#[path = "common/chat_model.rs"]
+mod chat_model;
+use chat_model::{tiny_chat_model, CHATML};
 
 use common::inputs::{assert_has, edit_config, err_msg, tiny_copy};
 use focus_core::generate::chat::{self, ChatTemplate};
@@ -76,38 +78,6 @@ fn assert_one_error(o: &Output, phrases: &[&str]) -> String {
     assert_has(&e, phrases);
     e
 }
-
-/// The special tokens of `tiny_chat_model`, ids 256..260.
-const SPECIALS: [&str; 4] = ["<s>", "</s>", "<|im_start|>", "<|im_end|>"];
-
-/// The tiny Llama (an embedding of 512 rows) with a byte-level tokenizer of 260 ids (256
-/// bytes and 4 specials), as padded checkpoints are, and `chat_template` in its
-/// tokenizer_config.json.
-fn tiny_chat_model(chat_template: serde_json::Value) -> tempfile::TempDir {
-    let d = tiny_copy("llama");
-    let mut vocab: serde_json::Map<String, serde_json::Value> = byte_chars().iter().enumerate().map(|(i, c)| (c.to_string(), i.into())).collect();
-    let added: Vec<serde_json::Value> = SPECIALS
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            vocab.insert(s.to_string(), (256 + i).into());
-            serde_json::json!({"id": 256 + i, "content": s, "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true})
-        })
-        .collect();
-    let tok = serde_json::json!({
-        "version": "1.0", "truncation": null, "padding": null, "added_tokens": added, "normalizer": null,
-        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": true},
-        "post_processor": null, "decoder": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": true},
-        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null, "end_of_word_suffix": null,
-                  "fuse_unk": false, "byte_fallback": false, "ignore_merges": false, "vocab": vocab, "merges": []},
-    });
-    std::fs::write(d.path().join("tokenizer.json"), tok.to_string()).unwrap();
-    let cfg = serde_json::json!({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": true, "chat_template": chat_template});
-    std::fs::write(d.path().join("tokenizer_config.json"), cfg.to_string()).unwrap();
-    d
-}
-
-const CHATML: &str = "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
 
 // ---------------------------------------------------------------------------------------------
 // Chat templates run with a budget of instructions, output and memory.
@@ -470,38 +440,93 @@ fn exports_never_replace_a_device_fifo_or_socket() {
     assert!(!csv.exists(), "nothing of the set is written");
 }
 
+/// The visible content of `names` in `dir` (None: absent).
+fn visible_set(dir: &Path, names: &[&str]) -> Vec<Option<String>> {
+    names.iter().map(|n| std::fs::read_to_string(dir.join(n)).ok()).collect()
+}
+
+/// What a write of a set may leave in its folder once done: the visible names, the set's store
+/// (`.k.csv.focus-sets` holding `current`, `lock` and one generation) and the text; no temporary.
+fn assert_no_leftovers(dir: &Path, names: &[&str]) {
+    let mut extra: Vec<String> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| !names.contains(&n.as_str()) && n != ".k.csv.focus-sets").collect();
+    extra.sort();
+    assert!(extra.is_empty(), "leftovers beside the set: {extra:?}");
+    let store = dir.join(".k.csv.focus-sets");
+    let mut inside: Vec<String> = std::fs::read_dir(&store).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    inside.sort();
+    assert_eq!(inside.len(), 3, "current, lock and one generation: {inside:?}");
+    assert!(inside[0] == "current" && inside[1].starts_with("g-") && inside[2] == "lock", "{inside:?}");
+    assert_eq!(std::fs::read_link(store.join("current")).unwrap(), Path::new(&inside[1]));
+}
+
+/// `analyze --out k.csv` killed at every step of its set's commit (the test hook
+/// `FOCUS_LENS_ABORT_SET_AT`), over an old set written by an earlier run and over plain files
+/// (a set from before the links, or files the user put there): the visible five files are
+/// always the whole old set or the whole new one, and the next run leaves no generation or
+/// temporary behind. (The journal this replaced left new k.csv beside old k.profiles.csv.)
 #[test]
-fn a_set_killed_during_its_renames_is_completed_by_the_next_run() {
+fn a_set_killed_at_any_step_shows_the_old_or_the_new_set_and_the_next_run_cleans_up() {
+    let d = tiny_chat_model(CHATML.into());
+    let m = d.path().to_str().unwrap().to_string();
+    let adapter = d.path().join("adapter");
+    assert!(run(&["adapter", "init", "--model", &m, "--groups", "4", "--window", "4", "--out", adapter.to_str().unwrap()]).status.success());
+    let names = ["k.csv", "k.profiles.csv", "k.tokens.csv", "k.structure.csv", "k.structure_table.csv"];
     let tmp = tempfile::tempdir().unwrap();
-    let names = ["k.csv", "k.profiles.csv", "k.tokens.csv"];
-    let set = |v: &str| names.iter().map(|n| (tmp.path().join(n), format!("{v} {n}").into_bytes())).collect::<Vec<_>>();
-    let read = || names.iter().map(|n| std::fs::read_to_string(tmp.path().join(n)).unwrap()).collect::<Vec<_>>();
-    let leftovers = || std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with('.')).collect::<Vec<_>>();
-    focus_core::io::write_atomic_set(&set("old")).unwrap();
-    // A kill after the first of three renames: the staged set was committed by its journal.
-    let staged = focus_core::io::stage_set(&set("new")).unwrap();
-    let (tmp0, target0) = &staged.renames[0];
-    std::fs::rename(tmp0, target0).unwrap();
-    drop(staged);
-    assert_eq!(read(), ["new k.csv", "old k.profiles.csv", "old k.tokens.csv"], "the killed state");
-    // The next run finishes the set before anything else: never a mix.
-    assert!(focus_core::io::recover_set(&tmp.path().join("k.csv")).unwrap());
-    assert_eq!(read(), ["new k.csv", "new k.profiles.csv", "new k.tokens.csv"]);
-    assert!(leftovers().is_empty(), "{:?}", leftovers());
-    // A kill while the temporaries were written (no journal): the old set stays whole, and
-    // the next write replaces the temporaries.
-    std::fs::write(tmp.path().join(".k.profiles.csv.focus-tmp"), "partial").unwrap();
-    assert!(!focus_core::io::recover_set(&tmp.path().join("k.csv")).unwrap());
-    assert_eq!(read(), ["new k.csv", "new k.profiles.csv", "new k.tokens.csv"]);
-    focus_core::io::write_atomic_set(&set("third")).unwrap();
-    assert_eq!(read(), ["third k.csv", "third k.profiles.csv", "third k.tokens.csv"]);
-    assert!(leftovers().is_empty(), "{:?}", leftovers());
-    // write_atomic_set itself recovers a killed set first.
-    let staged = focus_core::io::stage_set(&set("fourth")).unwrap();
-    drop(staged);
-    focus_core::io::write_atomic_set(&set("fifth")).unwrap();
-    assert_eq!(read(), ["fifth k.csv", "fifth k.profiles.csv", "fifth k.tokens.csv"]);
-    assert!(leftovers().is_empty(), "{:?}", leftovers());
+    let text = tmp.path().join("text.txt");
+    let texts = ["the cat sat on the mat. ".repeat(10), "a dog ran in the park, then slept! ".repeat(12)];
+    let analyze = |dir: &Path, which: usize, abort_at: Option<usize>| {
+        std::fs::write(&text, &texts[which]).unwrap();
+        let mut c = bin();
+        c.args(["analyze", "--model", &m, "--adapter", adapter.to_str().unwrap(), "--no-twin", text.to_str().unwrap(), "--out"]).arg(dir.join("k.csv"));
+        if let Some(n) = abort_at {
+            c.env("FOCUS_LENS_ABORT_SET_AT", n.to_string());
+        }
+        output_within(c, 120)
+    };
+    // The two sets, each written once undisturbed.
+    let reference = |which| {
+        let dir = tmp.path().join(format!("ref{which}"));
+        std::fs::create_dir(&dir).unwrap();
+        assert!(analyze(&dir, which, None).status.success());
+        assert_no_leftovers(&dir, &names);
+        visible_set(&dir, &names)
+    };
+    let (old, new) = (reference(0), reference(1));
+    assert!(old.iter().chain(&new).all(Option::is_some));
+    assert_ne!(old[0], new[0]);
+    assert_ne!(old[2], new[2]);
+    for plain_files in [false, true] {
+        let mut kills = 0;
+        for n in 1.. {
+            let dir = tmp.path().join(format!("run-{plain_files}-{n}"));
+            std::fs::create_dir(&dir).unwrap();
+            if plain_files {
+                for (name, content) in names.iter().zip(&old) {
+                    std::fs::write(dir.join(name), content.as_ref().unwrap()).unwrap();
+                }
+            } else {
+                assert!(analyze(&dir, 0, None).status.success());
+            }
+            let o = analyze(&dir, 1, Some(n));
+            let seen = visible_set(&dir, &names);
+            if o.status.success() {
+                assert_eq!(seen, new, "a run past its last step writes the new set");
+                assert_no_leftovers(&dir, &names);
+                break;
+            }
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(o.status.signal(), Some(9), "killed at step {n}: {}", stderr(&o));
+            kills += 1;
+            assert!(seen == old || seen == new, "killed at step {n} ({}): a mixed set {seen:?}", if plain_files { "over plain files" } else { "over a set" });
+            // The next run: the new set, nothing left over.
+            assert!(analyze(&dir, 1, None).status.success());
+            assert_eq!(visible_set(&dir, &names), new);
+            assert_no_leftovers(&dir, &names);
+        }
+        // Over a set: written, switched, cleaned. Over plain files also the gathering of the
+        // old files and one link per name.
+        assert_eq!(kills, if plain_files { 4 + names.len() } else { 3 }, "steps of the commit");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

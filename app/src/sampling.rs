@@ -5,7 +5,7 @@
 
 use focus_core::attention::decode::ReadBytes;
 use focus_core::generate::sampler::{log_prob, Sampler};
-use focus_core::generate::{chat, Generator, Step};
+use focus_core::generate::{chat, chat_process, Generator, Step};
 use focus_core::{Adapter, Error, Mode, Model, Result};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicBool;
@@ -48,6 +48,23 @@ impl Stop {
     }
 }
 
+/// The executable that renders chat templates in a child process (it serves
+/// `chat_process::RENDER_ARG`): set by `set_renderer`, else this one (focus-lens).
+static RENDERER: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Renders chat templates with `exe` (a focus-lens binary) instead of the running executable:
+/// for tests, whose executable is the test harness. The first call wins.
+pub fn set_renderer(exe: std::path::PathBuf) {
+    let _ = RENDERER.set(exe);
+}
+
+fn renderer() -> Result<std::path::PathBuf> {
+    match RENDERER.get() {
+        Some(p) => Ok(p.clone()),
+        None => std::env::current_exe().map_err(|e| Error::Invalid(format!("cannot find this executable to render the chat template: {e}"))),
+    }
+}
+
 /// The prompt as the model reads it: `text`, or with `chat` the text as a user turn in the
 /// model's chat template. Returns the text that was encoded (the rendered turn with `chat`, less
 /// the BOS the tokenizer adds itself) and its ids.
@@ -57,7 +74,9 @@ pub fn prompt(model: &Model, text: &str, chat: bool) -> Result<(String, Vec<u32>
         let template = chat::chat_template(model)?.ok_or_else(|| Error::Invalid(format!("{} has no chat template (tokenizer.chat_template)", model.path.display())))?;
         let name = |id: Option<u32>| id.map(|i| tok.token_text(i)).unwrap_or_default();
         let bos = name(tok.bos_id());
-        let rendered = chat::render_user_turn(&template, text, &bos, &name(tok.eos_id()))?;
+        // In a child process, killed past its time limit: a hostile template leaves no thread
+        // spinning in the GUI (or the CLI: one way for both).
+        let rendered = chat_process::render_user_turn_in_child(&renderer()?, &template, text, &bos, &name(tok.eos_id()), chat::LIMITS)?;
         // The tokenizer puts BOS in front itself when the model asks for it.
         let rendered = match rendered.strip_prefix(bos.as_str()) {
             Some(rest) if tok.add_bos() && !bos.is_empty() => rest.to_string(),

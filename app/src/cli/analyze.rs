@@ -91,8 +91,8 @@ pub fn run(a: Args) -> Result<()> {
     pb.finish_and_clear();
     let structure = StructureReport::of_analysis(&an, twin.as_ref().map(|(t, s)| (t, *s)));
     let bytes = if ext == "json" { serde_json::to_vec_pretty(&Output { analysis: &an, structure: &structure })? } else { an.to_csv().into_bytes() };
-    // One export: the CSV set is written to temporary files first and renamed together, so a
-    // kill leaves either the old set or the new one (and no temporary file that piles up).
+    // One export: the CSV set is switched as one (`io::export_set`), so at every instant, a kill
+    // included, the names show the whole old set or the whole new one.
     let mut files = vec![(a.out.clone(), bytes)];
     if ext == "csv" {
         let table = structure.table.as_ref().map(|t| t.to_csv()).unwrap_or_default();

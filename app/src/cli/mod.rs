@@ -9,6 +9,7 @@ mod eval;
 mod generate;
 mod info;
 mod init;
+mod intervene;
 pub mod out;
 mod ppl;
 mod tokenize;
@@ -47,6 +48,9 @@ enum Command {
     Ppl(ppl::Args),
     /// Per-layer routing statistics of a text, written to JSON or CSV.
     Analyze(analyze::Args),
+    /// Edit one layer's routing on a text (ablate a group, force a token into a group, swap two
+    /// groups) and print the change in per-token loss and in attention.
+    Intervene(intervene::Args),
     /// Zero-degradation suites (TruthfulQA MC, last-word cloze): base vs Focus.
     Eval(eval::Args),
     /// Train a centroid adapter (routers only; the base model stays frozen).
@@ -94,6 +98,7 @@ pub fn run() -> anyhow::Result<()> {
         Command::Generate(a) => generate::run(a),
         Command::Ppl(a) => ppl::run(a),
         Command::Analyze(a) => analyze::run(a),
+        Command::Intervene(a) => intervene::run(a),
         Command::Train(a) => train::run(a),
         Command::Eval(a) => eval::run(a),
         Command::Adapter { command: AdapterCommand::Init(a) } => init::run(a),

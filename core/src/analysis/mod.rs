@@ -7,6 +7,7 @@
 pub mod align;
 pub mod categories;
 pub mod compare;
+pub mod intervene;
 pub mod partners;
 pub mod projection;
 pub mod stats;

@@ -15,9 +15,20 @@ pub fn soft_plan(g: &Tensor, cfg: &AdapterConfig) -> Result<LayerPlan> {
     gate_plan(g, cfg, &local_mask(g.dim(g.rank() - 2)?, cfg.window, cfg.sink, g.device())?)
 }
 
+/// `soft_plan` with the affinity of query memberships `gq` and key memberships `gk` (T x K
+/// each): a_ij = gq_i . gk_j. The same as `soft_plan` when they are equal; an intervention
+/// (`analysis::intervene`) edits one side.
+pub fn soft_plan_pair(gq: &Tensor, gk: &Tensor, cfg: &AdapterConfig) -> Result<LayerPlan> {
+    affinity_plan(gq.matmul(&gk.t()?)?, cfg, &local_mask(gq.dim(gq.rank() - 2)?, cfg.window, cfg.sink, gq.device())?)
+}
+
 /// `soft_plan` with the local mask (`local_mask`, T x T) given.
 fn gate_plan(g: &Tensor, cfg: &AdapterConfig, local: &Tensor) -> Result<LayerPlan> {
-    let affinity = g.matmul(&g.t()?)?;
+    affinity_plan(g.matmul(&g.t()?)?, cfg, local)
+}
+
+/// The gate of the memberships' affinities (T x T, or B x T x T), local pairs left alone.
+fn affinity_plan(affinity: Tensor, cfg: &AdapterConfig, local: &Tensor) -> Result<LayerPlan> {
     let local = local.broadcast_as(affinity.shape())?;
     Ok(match cfg.gate {
         Gate::Paper => {

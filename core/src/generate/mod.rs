@@ -22,6 +22,7 @@
 //! `bench routing` measures how far the two Sinkhorn variants route real text apart.
 
 pub mod chat;
+pub mod chat_process;
 pub mod sampler;
 
 use crate::focus::gate::GateFn;

@@ -1,9 +1,11 @@
 //! Files in and out. Reading: every input goes through `open_input` / `read_capped`, which
 //! refuse what is not a regular file (a FIFO would block forever, `/dev/zero` never ends) and
-//! cap the bytes read. Writing: `write_atomic` and `write_atomic_set`. Reading a user's text:
+//! cap the bytes read. Writing: `write_atomic` and `write_atomic_set` (a set of files switched as one,
+//! `export_set`). Reading a user's text:
 //! `text`. Bounding untrusted computations' memory: `budget`.
 
 pub mod budget;
+pub mod export_set;
 pub mod text;
 
 use crate::error::{Error, Result};
@@ -110,9 +112,16 @@ fn write_temp(tmp: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed to
 /// disk, then renamed over the target. A crash leaves either the old file or the new one (and
-/// at most one temporary file, which the next write to `path` replaces).
+/// at most one temporary file, which the next write to `path` replaces). The target must be
+/// absent or a regular file (or a link to one).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    write_atomic_set(&[(path.to_path_buf(), bytes.to_vec())])
+    check_target(path)?;
+    let tmp = temp_path(path);
+    if let Err(e) = write_temp(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path)) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::write(path, e));
+    }
+    Ok(())
 }
 
 /// An export target must be absent, or a regular file (or a link to one): a rename would
@@ -126,97 +135,15 @@ fn check_target(path: &Path) -> Result<()> {
     }
 }
 
-/// The journal of a set whose first file is `first`: `.NAME.focus-set`, listing each
-/// temporary file and its target. It appears (by rename) once every temporary is complete, so
-/// its presence means "the new set is whole: finish moving it into place".
-fn journal_path(first: &Path) -> PathBuf {
-    let t = temp_path(first);
-    t.with_file_name(t.file_name().unwrap_or_default().to_string_lossy().replace(".focus-tmp", ".focus-set"))
-}
-
-/// Finishes the renames of a set a killed run committed (its journal exists), then removes the
-/// journal. Returns whether there was one.
-pub fn recover_set(first: &Path) -> Result<bool> {
-    let journal = journal_path(first);
-    let text = match std::fs::read_to_string(&journal) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-        Err(e) => return Err(Error::io(&journal, e)),
-    };
-    let pairs: Vec<(PathBuf, PathBuf)> = serde_json::from_str(&text).map_err(|e| Error::bad_file(&journal, format!("not a focus-lens export journal: {e}")))?;
-    for (tmp, target) in &pairs {
-        // A temporary already renamed is gone; a target that stopped being a regular file is
-        // left alone.
-        if tmp.exists() && check_target(target).is_ok() {
-            std::fs::rename(tmp, target).map_err(|e| Error::write(target, e))?;
-        }
-    }
-    std::fs::remove_file(&journal).map_err(|e| Error::write(&journal, e))?;
-    Ok(true)
-}
-
-/// Writes several files as one export, so that a kill at any point leaves the old set or the
-/// new one:
-/// 1. every file is written in full to its temporary name (a failure here removes them and
-///    leaves the old set);
-/// 2. a journal naming the renames is renamed into place: the commit point;
-/// 3. the temporaries are renamed over their targets, then the journal is removed.
-///
-/// A run killed in step 3 leaves the journal, and the next write of the set (or
-/// `recover_set`) completes the renames before anything else; one killed before step 2 leaves
-/// temporaries that the next write replaces. Every target must be absent or a regular file.
+/// Writes several files as one export: at every instant the visible names show the whole old
+/// set or the whole new one, and what a killed write left is removed by the next one
+/// (`export_set`, which documents the layout: the files live in generation directories, the
+/// visible names are links, and one rename switches the set). One file is `write_atomic`.
 pub fn write_atomic_set(files: &[(PathBuf, Vec<u8>)]) -> Result<()> {
-    stage_set(files)?.commit()
-}
-
-/// A set written to its temporaries and committed by its journal (steps 1 and 2 of
-/// `write_atomic_set`), waiting for its renames.
-#[derive(Debug)]
-pub struct StagedSet {
-    /// (temporary, target), in the set's order.
-    pub renames: Vec<(PathBuf, PathBuf)>,
-    journal: Option<PathBuf>,
-}
-
-/// Steps 1 and 2 of `write_atomic_set`: after it returns, the new set is whole on disk and
-/// will be moved into place by `StagedSet::commit`, or by the next write if this process dies.
-pub fn stage_set(files: &[(PathBuf, Vec<u8>)]) -> Result<StagedSet> {
-    let Some((first, _)) = files.first() else { return Ok(StagedSet { renames: Vec::new(), journal: None }) };
-    recover_set(first)?;
-    for (path, _) in files {
-        check_target(path)?;
-    }
-    let renames: Vec<(PathBuf, PathBuf)> = files.iter().map(|(p, _)| (temp_path(p), p.clone())).collect();
-    let journal = journal_path(first);
-    let journal_tmp = journal.with_extension("focus-set-tmp");
-    let cleanup = || renames.iter().map(|(t, _)| t).chain([&journal_tmp]).for_each(|t| drop(std::fs::remove_file(t)));
-    for ((path, bytes), (tmp, _)) in files.iter().zip(&renames) {
-        if let Err(e) = write_temp(tmp, bytes) {
-            cleanup();
-            return Err(Error::write(path, e));
-        }
-    }
-    if files.len() == 1 {
-        return Ok(StagedSet { renames, journal: None });
-    }
-    let commit = write_temp(&journal_tmp, &serde_json::to_vec(&renames)?).and_then(|_| std::fs::rename(&journal_tmp, &journal));
-    if let Err(e) = commit {
-        cleanup();
-        return Err(Error::write(&journal, e));
-    }
-    Ok(StagedSet { renames, journal: Some(journal) })
-}
-
-impl StagedSet {
-    /// Step 3: the renames, then the journal goes.
-    pub fn commit(self) -> Result<()> {
-        for (tmp, path) in &self.renames {
-            std::fs::rename(tmp, path).map_err(|e| Error::write(path, e))?;
-        }
-        if let Some(j) = &self.journal {
-            std::fs::remove_file(j).map_err(|e| Error::write(j, e))?;
-        }
-        Ok(())
+    match files {
+        [] => Ok(()),
+        [(path, bytes)] => write_atomic(path, bytes),
+        _ => export_set::write_set(files),
     }
 }
 

@@ -264,7 +264,7 @@ fn renumber_json(res: &AnalysisResult, raw: bool, v: &mut serde_json::Value) {
 /// The CSV set `focus-lens analyze --out STEM.csv` writes, with group numbers as shown (and
 /// `group_raw` beside them): the per-group file at `path`, the category profiles at
 /// STEM.profiles.csv, the tokens at STEM.tokens.csv, and each token's group in every layer at
-/// STEM.groups.csv (each atomically). Returns the paths written.
+/// STEM.groups.csv (as one set, `write_all`). Returns the paths written.
 pub fn write_csv_set(res: &AnalysisResult, path: &Path, raw: bool) -> Result<Vec<PathBuf>, String> {
     write_all(vec![
         (path.to_path_buf(), groups_csv(res, raw)),
@@ -275,19 +275,18 @@ pub fn write_csv_set(res: &AnalysisResult, path: &Path, raw: bool) -> Result<Vec
 }
 
 /// The compare view's CSV set: the per-token table at `path` and the per-layer figures at
-/// STEM.layers.csv (each atomically). Returns the paths written.
+/// STEM.layers.csv (as one set). Returns the paths written.
 pub fn write_compare_csv(c: &crate::gui::jobs::Compared, path: &Path, layer: usize, head: usize) -> Result<Vec<PathBuf>, String> {
     write_all(vec![(path.to_path_buf(), c.csv(layer, head)), (path.with_extension("layers.csv"), c.layers_csv(head))])
 }
 
-/// Writes each (path, text), atomically, in order; returns the paths written.
+/// Writes the files as one set (`focus_core::io::write_atomic_set`: the visible names show the
+/// whole old set or the whole new one at every instant); returns the paths written.
 fn write_all(files: Vec<(PathBuf, String)>) -> Result<Vec<PathBuf>, String> {
-    let mut out = Vec::new();
-    for (p, text) in files {
-        write(&p, text.as_bytes()).map_err(|e| format!("{}: {e}", p.display()))?;
-        out.push(p);
-    }
-    Ok(out)
+    let paths = files.iter().map(|(p, _)| p.clone()).collect();
+    let files: Vec<(PathBuf, Vec<u8>)> = files.into_iter().map(|(p, t)| (p, t.into_bytes())).collect();
+    focus_core::io::write_atomic_set(&files).map_err(|e| e.to_string())?;
+    Ok(paths)
 }
 
 /// Writes `bytes` to `path` atomically (a reader never sees half a file).
