@@ -8,7 +8,7 @@
 //!       [--seq 1024] [--batch 4] [--score dot|cosine] [--iters 10] [--init random|kmeans|pca|pca-white]
 //!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--router-layers all|global] [--cpu]
 //!       [--wd 0] [--clip 0] [--lambda 10] [--probe FILE,FILE] [--composed] [--mem-trace]
-//!       [--sink 0] [--freeze-centroids]
+//!       [--sink 0] [--freeze-centroids] [--sharpen 0]
 //!
 //! Defaults are the paper's setting: dot scores, tau 0.1, Sinkhorn 10 iterations with the full
 //! gradient, log gate, random init; and ours: d_g 16, w 128, 4 x 1024 tokens per step, AdamW lr
@@ -92,6 +92,8 @@ fn main() -> focus_core::Result<()> {
         straight_through: None,
         grad_clip: arg(&args, "--clip", "0").parse().unwrap(),
         freeze_centroids: args.iter().any(|a| a == "--freeze-centroids"),
+        // [ours] the sharpening term's weight (TrainOptions::sharpen).
+        sharpen: arg(&args, "--sharpen", "0").parse().unwrap(),
     };
     let mut trainer = Trainer::new(&model, &spec, opts)?;
     match init.as_str() {

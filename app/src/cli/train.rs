@@ -88,6 +88,10 @@ pub struct Args {
     /// [ours] Keep the centroids at their initial value (e.g. --kmeans-init): only W_g trains.
     #[arg(long)]
     pub freeze_centroids: bool,
+    /// [ours] Add this weight times the mean row entropy of the balanced memberships to the
+    /// loss, so that each token's top group carries its group's mass (0 = the paper's loss).
+    #[arg(long, default_value_t = 0.0, value_parser = super::common::factor)]
+    pub sharpen: f64,
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -142,7 +146,7 @@ pub fn run(a: Args) -> Result<()> {
     let mut trainer = match &a.resume {
         Some(dir) => Trainer::resume(&model, dir).with_context(|| format!("resuming from {}", dir.display()))?,
         None => {
-            let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through, grad_clip: a.grad_clip, freeze_centroids: a.freeze_centroids };
+            let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through, grad_clip: a.grad_clip, freeze_centroids: a.freeze_centroids, sharpen: a.sharpen };
             match &a.init {
                 Some(dir) => {
                     let mut adapter = focus_core::Adapter::load(dir, &model.identity(), model.device()).with_context(|| format!("loading the initial adapter {}", dir.display()))?;

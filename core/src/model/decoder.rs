@@ -60,11 +60,14 @@ pub struct ForwardOptions<'a> {
     /// Training only: run the hard top-k mask of this k, with the log gate's gradient
     /// (`attention::soft::straight_through_plan`), instead of the soft gate.
     pub straight_through: Option<TopK>,
+    /// Training only (the differentiable path): every routed layer's memberships, as tensors
+    /// in the graph, are pushed here (the trainer's sharpening term [ours]).
+    pub memberships: Option<&'a std::sync::Mutex<Vec<Tensor>>>,
 }
 
 impl<'a> ForwardOptions<'a> {
     pub fn new(mode: Mode, adapter: Option<&'a Adapter>) -> Self {
-        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, start: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default(), balance: sinkhorn_composed, straight_through: None }
+        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, start: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default(), balance: sinkhorn_composed, straight_through: None, memberships: None }
     }
 }
 
@@ -247,6 +250,9 @@ impl Decoder {
                 let plan = match routed {
                     Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
                         let g = a.route_tensor(l, &inp.h, b, opts.sinkhorn_grad, opts.balance)?;
+                        if let Some(m) = opts.memberships {
+                            m.lock().expect("memberships collector").push(g.clone());
+                        }
                         match opts.straight_through {
                             Some(k) => attention::soft::straight_through_plan(&g, &a.config, k)?,
                             None => attention::soft::soft_plan(&g, &a.config)?,

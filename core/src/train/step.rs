@@ -98,7 +98,11 @@ fn fused(dec: &Decoder, seqs: &[&[u32]], opts: &ForwardOptions, tw: &TrainWeight
         let routed = opts.adapter.filter(|a| a.config.router_layers.routes(cfg.is_sliding(l)));
         let (gate, g, window, sink) = match routed {
             Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
-                (GateFn::of(&a.config), Some(a.route_tensor(l, &h, b, opts.sinkhorn_grad, opts.balance)?), a.config.window, a.config.sink)
+                let g = a.route_tensor(l, &h, b, opts.sinkhorn_grad, opts.balance)?;
+                if let Some(m) = opts.memberships {
+                    m.lock().expect("memberships collector").push(g.clone());
+                }
+                (GateFn::of(&a.config), Some(g), a.config.window, a.config.sink)
             }
             _ => (GateFn::None, None, 0, 0),
         };

@@ -63,6 +63,28 @@ pub struct TrainOptions {
     /// trains (issue 28, item 4).
     #[serde(default)]
     pub freeze_centroids: bool,
+    /// [ours] Weight of a sharpening term added to the loss: the mean row entropy (nats) of
+    /// every routed layer's balanced memberships (issue 28, item 4). Sinkhorn keeps each
+    /// group's mass at 1/K; sharper rows make each token's top group carry that mass, so the top
+    /// groups are balanced too and each is a tighter cluster of h W_g. 0 = the paper's loss.
+    #[serde(default)]
+    pub sharpen: f64,
+}
+
+/// The sharpening term [ours] (`TrainOptions::sharpen`): the mean over routed layers of the mean
+/// row entropy of their memberships (rows sum to 1); None when no layer routed.
+pub fn sharpening_term(memberships: &[Tensor]) -> Result<Option<Tensor>> {
+    let mut sum: Option<Tensor> = None;
+    for g in memberships {
+        let g = g.to_dtype(DType::F32)?;
+        // -sum p ln p per row; the 1e-12 keeps ln finite where a membership underflows to 0.
+        let h = (&g * (&g + 1e-12)?.log()?)?.sum_keepdim(candle_core::D::Minus1)?.neg()?.mean_all()?;
+        sum = Some(match sum {
+            Some(s) => (s + h)?,
+            None => h,
+        });
+    }
+    Ok(sum.map(|s| s / memberships.len() as f64).transpose()?)
 }
 
 impl TrainOptions {
@@ -498,11 +520,20 @@ impl<'m> Trainer<'m> {
         o.differentiable = true;
         o.sinkhorn_grad = self.opts.sinkhorn_grad;
         o.straight_through = self.straight_through;
+        let memberships = std::sync::Mutex::new(Vec::new());
+        if self.opts.sharpen > 0.0 {
+            o.memberships = Some(&memberships);
+        }
         let path = TrainPath { fused: k.fused, fused_sinkhorn: k.fused_sinkhorn, weights: if k.fused { self.weights.as_ref() } else { None } };
         let logits = step::forward(&self.model.decoder, &inputs, &o, path)?;
         let targets = Tensor::from_vec(targets, b * t, dev)?;
         let loss = if k.fused { cross_entropy_rows(&logits, &targets)?.mean_all()? } else { candle_nn::loss::cross_entropy(&logits, &targets)? };
-        let store = loss.backward()?;
+        // The logged loss stays the next-token loss; the gradient also carries the sharpening term.
+        let objective = match sharpening_term(&memberships.into_inner().unwrap_or_default())? {
+            Some(h) => (&loss + (h.to_dtype(loss.dtype())? * self.opts.sharpen)?)?,
+            None => loss.clone(),
+        };
+        let store = objective.backward()?;
         // Detached: a gradient that kept its op history would keep this step's whole graph
         // (activations included) alive through the optimizer state.
         let grads: Vec<Option<Tensor>> = self.vars.iter().map(|v| store.get(v.as_tensor()).map(|g| g.detach())).collect();
