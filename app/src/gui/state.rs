@@ -441,6 +441,10 @@ pub struct AnalysisResult {
     /// Read from the disk cache (`jobs::disk_cache`) rather than computed; `seconds` is then
     /// the time the reading took.
     pub from_disk: bool,
+    /// The analysis' own model passes, kept within `jobs::KEEP_BYTES` (every layer's queries,
+    /// keys and routing, the last residual): the partners, the attention grid and a compare's
+    /// run A read them instead of running the model. Empty when read from the disk cache.
+    pub kept: Vec<Arc<focus_core::analysis::kept::KeptPass>>,
 }
 
 impl AnalysisResult {
@@ -488,6 +492,7 @@ impl AnalysisResult {
             aligned_to: Some(reference.analysis.adapter.clone()),
             text_label: self.text_label.clone(),
             from_disk: self.from_disk,
+            kept: self.kept.clone(),
         }
     }
     /// The raw groups of `layer` in the order they are shown (by shown number).
