@@ -711,3 +711,46 @@ fn compare_after_an_analysis_runs_one_model_pass() {
     assert_eq!(pa, wa, "run A's pruned mass");
     assert!(c.pruned_b.is_none() && want.pruned_b.is_none());
 }
+
+/// Issue 29, exports: Statistics as CSV also writes each token's group and memberships in every
+/// layer as Arrow IPC (STEM.groups.arrow, for long texts): the tidy CSV's rows and numbers (the
+/// group as shown, the raw index beside it), with the memberships by shown number.
+#[test]
+fn exports_write_the_tidy_groups_as_arrow_ipc() {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float32Type, UInt16Type, UInt32Type};
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(120), dir.path());
+    settle(&mut h);
+    let r = h.state().session.result.clone().unwrap();
+    click_menu(&mut h, "Export", "Statistics as CSV…");
+    no_errors(&h);
+    let f = std::fs::File::open(dir.path().join("focus-lens-stats.groups.arrow")).expect("the Arrow IPC file");
+    let reader = arrow_ipc::reader::FileReader::try_new(f, None).unwrap();
+    assert!(reader.schema().metadata()["group_numbers"].starts_with("shown"));
+    let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), r.tokens() * r.layers());
+    let tidy = std::fs::read_to_string(dir.path().join("focus-lens-stats.groups.csv")).unwrap();
+    // A layer whose shown numbers differ from the raw ones.
+    let layer = (0..r.layers()).find(|&l| (0..r.groups()).any(|g| r.shown_group(l, g, false) != g)).expect("some layer renumbered");
+    let b = batches.iter().find(|b| b.column_by_name("layer").unwrap().as_primitive::<UInt16Type>().value(0) as usize == layer).unwrap();
+    let col = |name: &str| b.column_by_name(name).unwrap().clone();
+    let (token, group, group_raw) = (col("token"), col("group"), col("group_raw"));
+    let (conf, text, mem) = (col("confidence"), col("text"), col("memberships"));
+    for i in [0, 5, 119] {
+        let g = r.argmax[layer][i] as usize;
+        assert_eq!(token.as_primitive::<UInt32Type>().value(i) as usize, i);
+        assert_eq!(text.as_string::<i32>().value(i), r.analysis.tokens[i].text);
+        assert_eq!((group.as_primitive::<UInt16Type>().value(i) as usize, group_raw.as_primitive::<UInt16Type>().value(i) as usize), (r.shown_group(layer, g, false), g));
+        let c = conf.as_primitive::<Float32Type>().value(i);
+        assert_eq!(c, r.token_routing(layer, i).unwrap().confidence);
+        let m = mem.as_list::<i32>().value(i);
+        let m = m.as_primitive::<Float32Type>();
+        for raw in 0..r.groups() {
+            assert_eq!(m.value(r.shown_group(layer, raw, false)), r.analysis.routing[layer].row(i)[raw], "token {i}, raw group {raw}");
+        }
+        // The tidy CSV's row says the same.
+        let row = tidy.lines().filter(|l| l.starts_with(&format!("{i},"))).find(|l| l.contains(&format!(",{layer},{},{g},", r.shown_group(layer, g, false))));
+        assert!(row.is_some_and(|l| l.ends_with(&format!("{c:.6},{}", r.analysis.tokens[i].category))), "token {i}: {row:?}");
+    }
+}

@@ -4,6 +4,7 @@
 //! and encoded). `svg` is the SVG writer and its charts. Each view's own SVG is drawn next to the
 //! view, in `views/`.
 
+pub mod arrow;
 pub mod sha256;
 pub mod svg;
 
@@ -264,14 +265,19 @@ fn renumber_json(res: &AnalysisResult, raw: bool, v: &mut serde_json::Value) {
 /// The CSV set `focus-lens analyze --out STEM.csv` writes, with group numbers as shown (and
 /// `group_raw` beside them): the per-group file at `path`, the category profiles at
 /// STEM.profiles.csv, the tokens at STEM.tokens.csv, and each token's group in every layer at
-/// STEM.groups.csv (each atomically). Returns the paths written.
+/// STEM.groups.csv and, with its memberships, as Arrow IPC at STEM.groups.arrow (`arrow`; each
+/// atomically). Returns the paths written.
 pub fn write_csv_set(res: &AnalysisResult, path: &Path, raw: bool) -> Result<Vec<PathBuf>, String> {
-    write_all(vec![
+    let mut out = write_all(vec![
         (path.to_path_buf(), groups_csv(res, raw)),
         (path.with_extension("profiles.csv"), profiles_csv(res, raw)),
         (path.with_extension("tokens.csv"), res.analysis.tokens_csv()),
         (path.with_extension("groups.csv"), token_groups_csv(res, raw)),
-    ])
+    ])?;
+    let p = path.with_extension("groups.arrow");
+    write(&p, &arrow::token_groups_arrow(res, raw)?).map_err(|e| format!("{}: {e}", p.display()))?;
+    out.push(p);
+    Ok(out)
 }
 
 /// The compare view's CSV set: the per-token table at `path` and the per-layer figures at
