@@ -131,6 +131,8 @@ pub enum Tab {
     Balance,
     Mask,
     Attention,
+    /// One head's full attention pattern with the Focus mask (`views::head`).
+    Head,
     Categories,
     Routing,
     Compare,
@@ -139,7 +141,7 @@ pub enum Tab {
 }
 
 impl Tab {
-    pub const ALL: [Tab; 10] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Attention, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed, Tab::Generate];
+    pub const ALL: [Tab; 11] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Attention, Tab::Head, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed, Tab::Generate];
     pub fn label(self) -> &'static str {
         match self {
             Tab::Tokens => "Tokens",
@@ -147,6 +149,7 @@ impl Tab {
             Tab::Balance => "Balance",
             Tab::Mask => "Mask",
             Tab::Attention => "Attention",
+            Tab::Head => "Head view",
             Tab::Categories => "Categories",
             Tab::Routing => "Routing space",
             Tab::Compare => "Compare",

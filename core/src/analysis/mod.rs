@@ -7,6 +7,7 @@
 pub mod align;
 pub mod categories;
 pub mod compare;
+pub mod head_pattern;
 pub mod kept;
 pub mod partners;
 pub mod projection;
