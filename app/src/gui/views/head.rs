@@ -163,7 +163,7 @@ impl View for HeadView {
                                 Kind::Pruned => "pruned",
                             };
                             let text = |i: usize| res.analysis.tokens[i].text.clone();
-                            tip = Some((resp, format!("query #{} {:?} → key #{} {:?}: {kind}; dense {:.4}, {focus_name} {:.4}", a + r, text(a + r), a + c, text(a + c), p.dense[r][c], p.focus[r][c])));
+                            tip = Some((resp, format!("query #{} {:?} to key #{} {:?}: {kind}; dense {:.4}, {focus_name} {:.4}", a + r, text(a + r), a + c, text(a + c), p.dense[r][c], p.focus[r][c])));
                         }
                     }
                 });
