@@ -59,7 +59,7 @@ impl HeadPattern {
         self.b + 1 - self.a
     }
     pub fn is_empty(&self) -> bool {
-        false
+        self.dense.is_empty()
     }
 }
 
