@@ -192,8 +192,8 @@ mod tests {
                     }
                 }
             }
-            for c in 0..3 {
-                assert!((p.mass_dense[c] as f64 - mass[0][c]).abs() < 1e-5 && (p.mass_focus[c] as f64 - mass[1][c]).abs() < 1e-5, "class {c}");
+            for (c, (d, f)) in mass[0].iter().zip(&mass[1]).enumerate() {
+                assert!((p.mass_dense[c] as f64 - d).abs() < 1e-5 && (p.mass_focus[c] as f64 - f).abs() < 1e-5, "class {c}");
             }
             assert_eq!(p.mass_focus[2], 0.0);
             assert!(p.mass_dense[2] > 0.01 && p.mass_dense[1] > 0.01, "the range has pruned and kept distant pairs: {:?}", p.mass_dense);

@@ -22,11 +22,13 @@ pub const DEFAULT_SPAN: usize = 256;
 pub struct HeadView {
     pub pattern: Option<HeadPattern>,
     pub error: Option<String>,
-    requested: Option<(AnalysisKey, usize, usize, (usize, usize))>,
-    /// The two matrices' textures, for the pattern they were made from (analysis, layer, head,
-    /// range).
-    textures: Option<((AnalysisKey, usize, usize, (usize, usize)), [egui::TextureHandle; 2])>,
+    requested: Option<PatternId>,
+    textures: Option<(PatternId, [egui::TextureHandle; 2])>,
 }
+
+/// What a pattern was made for (analysis, layer, head, range): the two matrices' textures are
+/// kept for it.
+type PatternId = (AnalysisKey, usize, usize, (usize, usize));
 
 /// What the view shows for a selection: the selected range, else `DEFAULT_SPAN` tokens ending
 /// at the selected token, else the first `DEFAULT_SPAN` tokens (cut to the text).
