@@ -1882,6 +1882,26 @@ fn adapter_alone_opens_its_base_model() {
     assert!(!has(&h, "no adapter"));
 }
 
+/// Issue 29, item 2: `--adapter A` alone, when no local model is A's base model, opens the
+/// default model (not the remembered one): the adapter is refused with one error naming it.
+#[test]
+fn adapter_alone_without_its_base_model_opens_the_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let tiny = focus_core::Model::load(&common::fixture("hf_tiny/llama"), &candle_core::Device::Cpu).unwrap();
+    let ad = dir.path().join("tiny-adapter");
+    focus_core::Adapter::random(&tiny.identity(), tiny.device(), &focus_core::AdapterSpec { groups: 4, ..Default::default() }, 1).unwrap().save(&ad).unwrap();
+    let mut stored = settings(120);
+    stored.inputs.model = Some(common::gemma3_model_path());
+    let args = focus_lens::gui::StartArgs { inputs: focus_lens::gui::Inputs { adapter: Some(ad.clone()), ..Default::default() }, ..Default::default() };
+    let s = focus_lens::gui::startup_settings(stored, &args);
+    assert_eq!(s.inputs.model, None, "the default model, not the remembered Gemma 3");
+    let mut h = harness(s, dir.path());
+    settle(&mut h);
+    let app = h.state();
+    assert_eq!(app.session.model.as_ref().unwrap().model.config().n_layers, 30, "the default SmolLM2");
+    assert!(app.errors.iter().any(|e| e.contains("tiny-adapter")), "{:?}", app.errors);
+}
+
 /// Issue 29, item 3: opening a model that the loaded adapter does not fit stops the running
 /// analysis and drops the adapter with a message; no frame shows the old analysis or the old
 /// adapter under the new model.

@@ -433,8 +433,10 @@ fn reopening_a_text_reads_its_analysis_from_disk() {
 
 /// Issue 29, item 8's timings, measured through the window's own jobs (run it in release:
 /// `cargo test --release -p focus-lens --test gui_polish heavy_view_timings -- --ignored
-/// --nocapture`): a 2048-token analysis, the same text reopened from the disk cache, a token's
-/// partners (layer 15), its attention grid and a 512-token compare against dense.
+/// --nocapture`): a 2048-token analysis; right after it, a token's partners (layer 15, the
+/// segment's first look, from the analysis' kept pass), another token's, another layer's, the
+/// attention grid and a 512-token compare against dense (run A from the analysis); the same text
+/// reopened from the disk cache, and the first look there (one pass: the disk keeps no layers).
 #[test]
 #[ignore]
 fn heavy_view_timings() {
@@ -462,30 +464,86 @@ fn heavy_view_timings() {
         settle(h);
         t0.elapsed().as_secs_f64()
     };
-    let (h, analysis) = open();
-    let analysed = h.state().session.result.as_ref().unwrap().seconds;
-    drop(h);
-    std::thread::sleep(Duration::from_secs(3)); // the cache entry is written
-    let (mut h, reopened) = open();
-    assert!(h.state().session.result.as_ref().unwrap().from_disk);
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split(' ').next().unwrap_or("?").to_string();
+    let (mut h, analysis) = open();
+    let res = h.state().session.result.clone().unwrap();
+    let analysed = res.seconds;
+    let kept_mb = res.kept.iter().map(|k| k.bytes()).sum::<usize>() as f64 / (1 << 20) as f64;
+    let passes = || res.model.decoder.passes.get();
+    let p0 = passes();
+    let l1 = load();
     let partners = time(&mut h, &|h| h.state_mut().select_token(Some(1500)));
     assert!(h.state().selection.partners.is_some());
-    // The segment's layers are kept: another token, another layer.
     let partners2 = time(&mut h, &|h| h.state_mut().select_token(Some(1400)));
     let layer2 = time(&mut h, &|h| h.key_press(egui::Key::ArrowRight));
     assert_eq!(h.state().selection.partners.as_ref().unwrap().layer, 16);
     let grid = time(&mut h, &|h| h.get_by_label("Attention").click());
-    let res = h.state().session.result.clone().unwrap();
     assert!(h.state().views.attention.current(&res, 1400).is_some());
+    let p1 = passes();
     h.get_by_label("Compare").click();
     h.step();
     h.get_by_label("B = dense").click();
     h.step();
+    let l2 = load();
     let compare = time(&mut h, &|h| h.get_by_label("Run comparison").click());
     assert_eq!(h.state().views.compare.result.as_ref().unwrap().tokens(), 512);
+    let p2 = passes();
+    drop(h);
+    std::thread::sleep(Duration::from_secs(3)); // the cache entry is written
+    let l3 = load();
+    let (mut h, reopened) = open();
+    assert!(h.state().session.result.as_ref().unwrap().from_disk);
+    let disk_look = time(&mut h, &|h| h.state_mut().select_token(Some(1500)));
     eprintln!(
-        "2048-token analysis {analysis:.2} s (the job's own {analysed:.2} s); reopened from the disk cache {reopened:.2} s; partners of #1500 in layer 15 {partners:.2} s (the segment's first look: one model pass); then #1400's {partners2:.2} s, layer 16's {layer2:.2} s, #1400's attention grid {grid:.2} s; 512-token compare (B = dense) {compare:.2} s"
+        "2048-token analysis {analysis:.2} s (the job's own {analysed:.2} s; {kept_mb:.0} MiB of passes kept) [load {l1}]\n\
+         partners of #1500 in layer 15, the segment's first look {partners:.3} s; then #1400's {partners2:.3} s, layer 16's {layer2:.3} s, #1400's attention grid {grid:.3} s; model passes {}\n\
+         512-token compare (B = dense) {compare:.2} s, model passes {} [load {l2}]\n\
+         reopened from the disk cache {reopened:.2} s; the first look there (one pass) {disk_look:.2} s [load {l3}]",
+        p1 - p0,
+        p2 - p1
     );
+}
+
+/// How good the estimate of time left is on a 32K-token analysis (Persuasion, 16 segments): the
+/// status bar's "~N s left" sampled every 2 s against the time the job then really took (run it
+/// in release: `cargo test --release -p focus-lens --test gui_polish time_left_of_a_32k_analysis
+/// -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn time_left_of_a_32k_analysis() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(32_768);
+    s.inputs.text = Some(focus_lens::defaults::cache_dir().join("corpus/heldout/austen__persuasion.txt"));
+    let mut h = harness(s, dir.path());
+    while h.state().session.model.is_none() || h.state().session.text.is_none() {
+        h.step();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t0 = Instant::now();
+    let mut samples: Vec<(f64, f64, String)> = Vec::new();
+    let mut next = 0.0;
+    while h.state().busy() || h.state().session.result.as_ref().is_none_or(|r| r.tokens() < 32_768) {
+        h.step();
+        let t = t0.elapsed().as_secs_f64();
+        if t >= next {
+            next = t + 2.0;
+            let label = h.query_all_by_label_contains(" left").filter_map(|n| n.accesskit_node().label().map(|l| l.to_string())).find(|l| l.contains(" · ~"));
+            if let Some(l) = label {
+                let (n, unit) = l.split_once(" · ~").unwrap().1.split_once(' ').unwrap();
+                let secs = n.parse::<f64>().unwrap() * if unit.starts_with("min") { 60.0 } else { 1.0 };
+                samples.push((t, secs, l.chars().take(90).collect()));
+            }
+        }
+        assert!(t < 1800.0, "the 32K analysis did not end in 30 min");
+        no_errors(&h);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let total = t0.elapsed().as_secs_f64();
+    no_errors(&h);
+    eprintln!("32K-token analysis: {total:.1} s");
+    for (t, est, l) in &samples {
+        eprintln!("at {t:6.1} s ({:3.0}%): estimate {est:6.0} s, really {:6.1} s left ({:+.0}%)  [{l}]", 100.0 * t / total, total - t, 100.0 * (est - (total - t)) / (total - t));
+    }
 }
 
 /// The untrained twin runs once per result: visiting Categories again, switching its modes or
@@ -562,5 +620,137 @@ fn partners_and_grid_reuse_the_segments_layers() {
         for (hd, (x, y)) in a.iter().zip(b).enumerate() {
             assert!(x.iter().zip(y).all(|(p, q)| (p - q).abs() < 1e-3), "layer {l} head {hd}: {x:?} vs {y:?}");
         }
+    }
+}
+
+/// The first look into a segment needs no model pass (issue 29, item 8): the analysis keeps its
+/// own pass (every layer's queries, keys and routing), so a token's partners and its attention
+/// grid, right after the analysis, run the model zero times; they equal those of a fresh pass.
+#[test]
+fn first_look_into_a_segment_runs_no_model_pass() {
+    use focus_core::analysis::partners::sequence_heads;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(400), dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    let res = h.state().session.result.clone().unwrap();
+    let passes = || res.model.decoder.passes.get();
+    let before = passes();
+    // As a user: click a token, then open the attention grid.
+    h.state_mut().select_token(Some(350));
+    h.step();
+    settle(&mut h);
+    // (token, layer, head, partners, partner mass, local mass) as shown.
+    let shown = |h: &Harness<'static, FocusLensApp>| {
+        let p = h.state().selection.partners.as_ref().expect("partners");
+        (p.token, p.layer, p.head, p.partners.clone(), p.partner_mass, p.local_mass)
+    };
+    let got = shown(&h);
+    assert_eq!((got.0, got.1), (350, 0));
+    h.key_press(egui::Key::ArrowRight);
+    h.step();
+    settle(&mut h);
+    let got1 = shown(&h);
+    assert_eq!((got1.0, got1.1), (350, 1));
+    h.get_by_label("Attention").click();
+    h.step();
+    settle(&mut h);
+    let grid = h.state().views.attention.current(&res, 350).expect("the grid of #350").cells.clone();
+    no_errors(&h);
+    assert_eq!(passes(), before, "the partners or the grid ran the model");
+    // A fresh pass gives the same partners and grid.
+    let ids: Vec<u32> = res.analysis.tokens.iter().map(|t| t.id).collect();
+    let fresh = sequence_heads(&res.model, Some(&res.adapter), &ids, res.mode, None, &|_| {}).unwrap();
+    assert_eq!(passes(), before + 1);
+    for (_, layer, head, partners, partner_mass, local_mass) in [got, got1] {
+        let want = fresh.partners(&res.adapter.config, res.mode, &res.masks[layer], layer, head, (350, 350), None).unwrap();
+        assert!(!partners.is_empty(), "layer {layer}: no partners to compare");
+        assert_eq!(partners, want.partners, "layer {layer}");
+        assert_eq!((partner_mass, local_mass), (want.partner_mass, want.local_mass));
+    }
+    let want = fresh.grid(res.key.params.k, res.adapter.config.window, res.adapter.config.sink, 350).unwrap();
+    assert_eq!(grid, want);
+}
+
+/// A compare after an analysis reads run A from the analysis' own pass (issue 29, item 8): it
+/// runs the model once (run B), and its figures equal a compare run from scratch. The text is
+/// longer than the preview, so run A over the first 512 tokens is the preview's pass.
+#[test]
+fn compare_after_an_analysis_runs_one_model_pass() {
+    use focus_core::analysis::compare;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(700), dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    let res = h.state().session.result.clone().unwrap();
+    assert_eq!(res.tokens(), 700);
+    let before = res.model.decoder.passes.get();
+    h.get_by_label("Compare").click();
+    h.step();
+    h.get_by_label("B = dense").click();
+    h.step();
+    h.get_by_label("Run comparison").click();
+    h.step();
+    settle(&mut h);
+    no_errors(&h);
+    assert_eq!(res.model.decoder.passes.get(), before + 1, "run A ran the model again");
+    let c = h.state().views.compare.result.as_ref().expect("a comparison");
+    assert_eq!(c.tokens(), 512);
+    // From scratch: both runs through the model.
+    let ids: Vec<u32> = res.analysis.tokens[..512].iter().map(|t| t.id).collect();
+    let texts = res.analysis.tokens[..512].iter().map(|t| t.text.clone()).collect();
+    let k = res.key.params.k;
+    let a = compare::Run { label: "A", mode: res.mode, k, adapter: &res.adapter };
+    let b = compare::Run { label: "B", mode: focus_core::Mode::Dense, k, adapter: &res.adapter };
+    let want = compare::compare(&res.model, &ids, texts, &a, &b, true, None, |_, _, _| {}).unwrap();
+    let same = |x: &[f32], y: &[f32]| x.iter().zip(y).all(|(p, q)| p == q || (p.is_nan() && q.is_nan())) && x.len() == y.len();
+    assert!(same(&c.loss_a, &want.loss_a), "loss A");
+    assert!(same(&c.loss_b, &want.loss_b), "loss B");
+    assert_eq!(c.changed, want.changed);
+    let (pa, wa) = (&c.pruned_a.as_ref().unwrap().mass, &want.pruned_a.as_ref().unwrap().mass);
+    assert_eq!(pa, wa, "run A's pruned mass");
+    assert!(c.pruned_b.is_none() && want.pruned_b.is_none());
+}
+
+/// Issue 29, exports: Statistics as CSV also writes each token's group and memberships in every
+/// layer as Arrow IPC (STEM.groups.arrow, for long texts): the tidy CSV's rows and numbers (the
+/// group as shown, the raw index beside it), with the memberships by shown number.
+#[test]
+fn exports_write_the_tidy_groups_as_arrow_ipc() {
+    use arrow_array::cast::AsArray;
+    use arrow_array::types::{Float32Type, UInt16Type, UInt32Type};
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(120), dir.path());
+    settle(&mut h);
+    let r = h.state().session.result.clone().unwrap();
+    click_menu(&mut h, "Export", "Statistics as CSV…");
+    no_errors(&h);
+    let f = std::fs::File::open(dir.path().join("focus-lens-stats.groups.arrow")).expect("the Arrow IPC file");
+    let reader = arrow_ipc::reader::FileReader::try_new(f, None).unwrap();
+    assert!(reader.schema().metadata()["group_numbers"].starts_with("shown"));
+    let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), r.tokens() * r.layers());
+    let tidy = std::fs::read_to_string(dir.path().join("focus-lens-stats.groups.csv")).unwrap();
+    // A layer whose shown numbers differ from the raw ones.
+    let layer = (0..r.layers()).find(|&l| (0..r.groups()).any(|g| r.shown_group(l, g, false) != g)).expect("some layer renumbered");
+    let b = batches.iter().find(|b| b.column_by_name("layer").unwrap().as_primitive::<UInt16Type>().value(0) as usize == layer).unwrap();
+    let col = |name: &str| b.column_by_name(name).unwrap().clone();
+    let (token, group, group_raw) = (col("token"), col("group"), col("group_raw"));
+    let (conf, text, mem) = (col("confidence"), col("text"), col("memberships"));
+    for i in [0, 5, 119] {
+        let g = r.argmax[layer][i] as usize;
+        assert_eq!(token.as_primitive::<UInt32Type>().value(i) as usize, i);
+        assert_eq!(text.as_string::<i32>().value(i), r.analysis.tokens[i].text);
+        assert_eq!((group.as_primitive::<UInt16Type>().value(i) as usize, group_raw.as_primitive::<UInt16Type>().value(i) as usize), (r.shown_group(layer, g, false), g));
+        let c = conf.as_primitive::<Float32Type>().value(i);
+        assert_eq!(c, r.token_routing(layer, i).unwrap().confidence);
+        let m = mem.as_list::<i32>().value(i);
+        let m = m.as_primitive::<Float32Type>();
+        for raw in 0..r.groups() {
+            assert_eq!(m.value(r.shown_group(layer, raw, false)), r.analysis.routing[layer].row(i)[raw], "token {i}, raw group {raw}");
+        }
+        // The tidy CSV's row says the same.
+        let row = tidy.lines().filter(|l| l.starts_with(&format!("{i},"))).find(|l| l.contains(&format!(",{layer},{},{g},", r.shown_group(layer, g, false))));
+        assert!(row.is_some_and(|l| l.ends_with(&format!("{c:.6},{}", r.analysis.tokens[i].category))), "token {i}: {row:?}");
     }
 }

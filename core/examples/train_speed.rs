@@ -89,7 +89,7 @@ fn random_model(cfg: ModelConfig, dev: &Device, seed: u64) -> candle_core::Resul
         });
     }
     let embed = rand((cfg.vocab, d))?;
-    let decoder = Decoder { final_norm: norm(dev)?, lm_head: embed.clone(), lm_head_q: None, embed, pos_embed: None, blocks, device: dev.clone(), config: cfg };
+    let decoder = Decoder { final_norm: norm(dev)?, lm_head: embed.clone(), lm_head_q: None, embed, pos_embed: None, blocks, device: dev.clone(), config: cfg, passes: Default::default() };
     Ok(Model { path: "random".into(), decoder, tokenizer: None, fingerprint: format!("random-{seed}"), format: "random" })
 }
 

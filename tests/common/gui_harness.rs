@@ -85,6 +85,7 @@ pub fn tile_result(h: &mut Harness<'static, FocusLensApp>, n: usize) {
         aligned_to: None,
         text_label: r.text_label.clone(),
         from_disk: false,
+        kept: Vec::new(),
     };
     h.state_mut().session.result = Some(std::sync::Arc::new(big));
 }

@@ -290,6 +290,7 @@ impl FocusLensApp {
             Msg::Bench(r) => self.views.speed.receive_model(r),
             Msg::Compare(r) => self.views.compare.receive(r),
             Msg::AttnGrid(r) => self.views.attention.receive(r),
+            Msg::HeadPattern(r) => self.views.head.receive(r),
             Msg::AttnBench(r) => self.views.speed.receive_attention(r),
             Msg::GenStep(g) => self.views.generate.receive(g),
             Msg::Generated(r) => match r {
@@ -613,6 +614,10 @@ impl FocusLensApp {
             Command::BuildAttnGrid(res, i) => {
                 let cache = self.heads.clone();
                 self.worker.spawn(TaskKind::AttnGrid, move |h| Msg::AttnGrid(super::jobs::attention_grid(&res, i, &cache, h)));
+            }
+            Command::BuildHeadPattern(res, layer, head, range) => {
+                let cache = self.heads.clone();
+                self.worker.spawn(TaskKind::HeadPattern, move |h| Msg::HeadPattern(super::jobs::head_pattern(&res, range, layer, head, &cache, h)));
             }
             Command::Set(s) => {
                 // A status about the Sinkhorn variant goes stale when the user sets it.

@@ -97,12 +97,12 @@ pub fn startup_settings(mut s: Settings, a: &StartArgs) -> Settings {
     s
 }
 
-/// `focus-lens gui`: opens the window (an error when it cannot).
 /// The model to open with the adapter at `adapter` when the remembered model (`current`, None:
 /// the default) does not fit it: the first local candidate (the default model, then recent
-/// models) whose identity is the base model the adapter's config records (`Some(None)`: the
-/// default model). None: keep `current` (it fits, or nothing known fits, or the adapter cannot
-/// be read: its load reports that).
+/// models) whose identity is the base model the adapter's config records, else the default
+/// model (`Some(None)`; the adapter's load then says what it was made for). None: keep
+/// `current` (it fits, or it is the default, or the adapter cannot be read: its load reports
+/// that).
 pub fn base_model_for(adapter: &std::path::Path, current: Option<&std::path::Path>, recent: &[(state::InputKind, std::path::PathBuf)]) -> Option<Option<std::path::PathBuf>> {
     let cfg = std::fs::read_to_string(adapter.join("adapter_config.json")).ok()?;
     let cfg: serde_json::Value = serde_json::from_str(&cfg).ok()?;
@@ -115,13 +115,14 @@ pub fn base_model_for(adapter: &std::path::Path, current: Option<&std::path::Pat
     if current.is_some() && fits(&default) {
         return Some(None);
     }
-    recent
-        .iter()
-        .filter(|(k, p)| *k == state::InputKind::Model && Some(p.as_path()) != current)
-        .find(|(_, p)| fits(p))
-        .map(|(_, p)| Some(p.clone()))
+    let known = recent.iter().filter(|(k, p)| *k == state::InputKind::Model && Some(p.as_path()) != current).find(|(_, p)| fits(p));
+    match known {
+        Some((_, p)) => Some(Some(p.clone())),
+        None => current.is_some().then_some(None),
+    }
 }
 
+/// `focus-lens gui`: opens the window (an error when it cannot).
 pub fn run(args: StartArgs) -> anyhow::Result<()> {
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default().with_title("Focus Lens").with_inner_size([1400.0, 900.0]).with_drag_and_drop(true),

@@ -131,6 +131,8 @@ pub enum Tab {
     Balance,
     Mask,
     Attention,
+    /// One head's full attention pattern with the Focus mask (`views::head`).
+    Head,
     Categories,
     Routing,
     Compare,
@@ -139,7 +141,7 @@ pub enum Tab {
 }
 
 impl Tab {
-    pub const ALL: [Tab; 10] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Attention, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed, Tab::Generate];
+    pub const ALL: [Tab; 11] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Attention, Tab::Head, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed, Tab::Generate];
     pub fn label(self) -> &'static str {
         match self {
             Tab::Tokens => "Tokens",
@@ -147,6 +149,7 @@ impl Tab {
             Tab::Balance => "Balance",
             Tab::Mask => "Mask",
             Tab::Attention => "Attention",
+            Tab::Head => "Head view",
             Tab::Categories => "Categories",
             Tab::Routing => "Routing space",
             Tab::Compare => "Compare",
@@ -441,6 +444,10 @@ pub struct AnalysisResult {
     /// Read from the disk cache (`jobs::disk_cache`) rather than computed; `seconds` is then
     /// the time the reading took.
     pub from_disk: bool,
+    /// The analysis' own model passes, kept within `jobs::KEEP_BYTES` (every layer's queries,
+    /// keys and routing, the last residual): the partners, the attention grid and a compare's
+    /// run A read them instead of running the model. Empty when read from the disk cache.
+    pub kept: Vec<Arc<focus_core::analysis::kept::KeptPass>>,
 }
 
 impl AnalysisResult {
@@ -488,6 +495,7 @@ impl AnalysisResult {
             aligned_to: Some(reference.analysis.adapter.clone()),
             text_label: self.text_label.clone(),
             from_disk: self.from_disk,
+            kept: self.kept.clone(),
         }
     }
     /// The raw groups of `layer` in the order they are shown (by shown number).

@@ -23,6 +23,7 @@ pub enum TaskKind {
     Bench,
     Compare,
     AttnGrid,
+    HeadPattern,
     Baseline,
     Generate,
 }
@@ -39,6 +40,7 @@ impl TaskKind {
             TaskKind::Bench => "benchmarking",
             TaskKind::Compare => "comparing runs",
             TaskKind::AttnGrid => "attention of every layer and head",
+            TaskKind::HeadPattern => "a head's attention pattern",
             TaskKind::Baseline => "analysing with the untrained adapter",
             TaskKind::Generate => "generating",
         }

@@ -9,6 +9,7 @@
 //! Also the attention grid: one token's dense attention in every layer and head, split by what
 //! the top-k mask does with each pair.
 
+use crate::analysis::kept::KeptPass;
 use crate::analysis::partners::{split, Distant, Heads};
 use crate::attention::Mode;
 use crate::error::{Error, Result};
@@ -344,6 +345,43 @@ pub fn run(model: &Model, ids: &[u32], r: &Run, groups_k: usize, cancel: Option<
     Ok(RunOut { loss, masks, pruned: measure.map(|_| Pruned { mass: hook.out }) })
 }
 
+/// Run `r` over the first `n` tokens `ids` of a kept pass (`kept`: an analysis' own pass, which
+/// must `serve` the run; `r.adapter` must be the one it ran), with no model pass: the same loss,
+/// groups and pruned mass as `run` (the rows from the kept queries and keys, the losses from
+/// the kept last residual).
+pub fn run_from_kept(model: &Model, kept: &KeptPass, ids: &[u32], r: &Run, groups_k: usize, cancel: Option<&AtomicBool>) -> Result<RunOut> {
+    let n = ids.len();
+    if !kept.serves(r.mode, n) {
+        return Err(Error::Invalid(format!("the kept pass ({} tokens, {}) cannot stand for a {} run over {n} tokens", kept.tokens(), kept.mode, r.mode)));
+    }
+    let mut loss = vec![f32::NAN; n];
+    if n > 1 {
+        let logits = model.decoder.logits(&kept.last.narrow(0, 0, n - 1)?)?;
+        loss[..n - 1].copy_from_slice(&Decoder::nll(&logits, &ids[1..])?);
+    }
+    let routing = |l: usize| kept.heads.layers[l].1.as_ref();
+    let layers = kept.heads.layers.len();
+    let masks = (0..layers).map(|l| routing(l).map(|r| r.topk_masks(groups_k)[..n].to_vec()).unwrap_or_default()).collect();
+    let pruned = match r.mode {
+        Mode::TopK(k) => {
+            let (w, s) = (r.adapter.config.window, r.adapter.config.sink);
+            let mass = (0..layers)
+                .filter_map(|l| routing(l).map(|rt| (l, rt.topk_masks(k.k()))))
+                .map(|(l, masks)| {
+                    if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+                        return Err(Error::Cancelled);
+                    }
+                    let heads = &kept.heads.layers[l].0;
+                    (0..heads.heads()).into_par_iter().map(|h| (0..n).map(|i| Ok(split(&heads.row(Distant::Attend, h, i)?, &masks, w, s, i)[2])).collect()).collect()
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Some(Pruned { mass })
+        }
+        _ => None,
+    };
+    Ok(RunOut { loss, masks, pruned })
+}
+
 /// Compares runs `a` and `b` over `ids` (`texts`: the tokens' texts). `same_adapter`: B runs
 /// A's adapter (else B's groups are matched to A's, layer by layer). `progress(done, total)` in
 /// layers of both runs.
@@ -356,13 +394,39 @@ pub fn compare(
     b: &Run,
     same_adapter: bool,
     cancel: Option<&AtomicBool>,
+    progress: impl FnMut(usize, usize, &str) + Send,
+) -> Result<Comparison> {
+    compare_reusing(model, ids, texts, a, None, b, same_adapter, cancel, progress)
+}
+
+/// `compare`, with run A read from `kept_a` (the analysis' own pass, `run_from_kept`) when
+/// given: then only run B runs the model.
+#[allow(clippy::too_many_arguments)]
+pub fn compare_reusing(
+    model: &Model,
+    ids: &[u32],
+    texts: Vec<String>,
+    a: &Run,
+    kept_a: Option<&KeptPass>,
+    b: &Run,
+    same_adapter: bool,
+    cancel: Option<&AtomicBool>,
     mut progress: impl FnMut(usize, usize, &str) + Send,
 ) -> Result<Comparison> {
     let t0 = std::time::Instant::now();
     let layers = model.config().n_layers;
     let k = a.k.min(b.k);
-    let ra = run(model, ids, a, k, cancel, |l| progress(l + 1, 2 * layers, &format!("{}: layer {}", a.label, l + 1)))?;
-    let rb = run(model, ids, b, k, cancel, |l| progress(layers + l + 1, 2 * layers, &format!("{}: layer {}", b.label, l + 1)))?;
+    let ra = match kept_a {
+        Some(kept) => {
+            progress(0, layers, &format!("{}: from the analysis (no model pass)", a.label));
+            run_from_kept(model, kept, ids, a, k, cancel)?
+        }
+        None => run(model, ids, a, k, cancel, |l| progress(l + 1, 2 * layers, &format!("{}: layer {}", a.label, l + 1)))?,
+    };
+    let rb = match kept_a {
+        Some(_) => run(model, ids, b, k, cancel, |l| progress(l + 1, layers, &format!("{}: layer {}", b.label, l + 1)))?,
+        None => run(model, ids, b, k, cancel, |l| progress(layers + l + 1, 2 * layers, &format!("{}: layer {}", b.label, l + 1)))?,
+    };
     // Top-k groups of B, in A's numbering when the adapters differ.
     let changed = (0..layers)
         .map(|l| {

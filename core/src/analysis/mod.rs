@@ -7,7 +7,9 @@
 pub mod align;
 pub mod categories;
 pub mod compare;
+pub mod head_pattern;
 pub mod intervene;
+pub mod kept;
 pub mod partners;
 pub mod projection;
 pub mod stats;
@@ -106,8 +108,25 @@ pub fn analyze_tokens(
     text: &str,
     enc: &Tokens,
     opts: &AnalyzeOptions,
-    mut progress: impl FnMut(usize, usize) + Send,
+    progress: impl FnMut(usize, usize) + Send,
 ) -> Result<Analysis> {
+    Ok(analyze_tokens_keeping(model, adapter, adapter_name, text, enc, opts, 0, progress)?.0)
+}
+
+/// `analyze_tokens`, also keeping each segment's layers (`kept::KeptPass`) while they fit in
+/// `keep_bytes` (segments in order; 0 keeps none), so that partners, grids and compares of the
+/// text need no new model pass.
+#[allow(clippy::too_many_arguments)]
+pub fn analyze_tokens_keeping(
+    model: &Model,
+    adapter: &Adapter,
+    adapter_name: &str,
+    text: &str,
+    enc: &Tokens,
+    opts: &AnalyzeOptions,
+    keep_bytes: usize,
+    mut progress: impl FnMut(usize, usize) + Send,
+) -> Result<(Analysis, Vec<kept::KeptPass>)> {
     let tok = model.tokenizer()?;
     if enc.ids.len() != enc.offsets.len() {
         return Err(Error::Invalid(format!("{} token ids but {} offsets", enc.ids.len(), enc.offsets.len())));
@@ -127,19 +146,30 @@ pub fn analyze_tokens(
     let mut merged: Vec<Option<LayerRouting>> = vec![None; n_layers];
     let mut pairs = vec![PairStats::default(); n_layers];
     let segments: Vec<&[u32]> = enc.ids.chunks(seg).collect();
+    let mut kept_passes = Vec::new();
+    let mut kept_bytes = 0usize;
     for (s, ids) in segments.iter().enumerate() {
         let mut fo = ForwardOptions::new(opts.mode, Some(adapter));
         fo.record_routing = true;
-        fo.logits_from = ids.len() - 1;
         fo.cancel = opts.cancel;
-        // The plan hook runs as each layer starts: the one place a forward pass reports where it is.
         let base = s * n_layers;
         let total = segments.len() * n_layers;
-        let out = model.decoder.forward_with(ids, &fo, |l, _| {
-            progress(base + l, total);
-            Ok(None)
-        })?;
-        for (l, r) in out.routing.into_iter().enumerate() {
+        // Segments are kept in order while they fit the budget.
+        let bytes = kept::pass_bytes(model.config(), cfg.groups, ids.len());
+        let keep = kept_passes.len() == s && kept_bytes + bytes <= keep_bytes;
+        // The hook sees each layer as it starts: the one place a pass reports where it is.
+        let mut report = |l: usize| progress(base + l, total);
+        let mut hook = kept::Keeper { keep, layers: Vec::new(), err: None, progress: &mut report };
+        let crate::model::decoder::RunEnd::Finished { x, routing } = model.decoder.run(&[ids], &fo, &mut hook)? else {
+            return Err(Error::Invalid("the analysis pass stopped before the last layer".into()));
+        };
+        // The last position's logits, as a forward pass checks them (broken weights are an error).
+        model.decoder.logits(&x.narrow(0, ids.len() - 1, 1)?)?;
+        if let Some(k) = hook.finish(s * seg, opts.mode, cfg.causal_sinkhorn, x)? {
+            kept_bytes += bytes;
+            kept_passes.push(k);
+        }
+        for (l, r) in routing.into_iter().enumerate() {
             // A sliding layer counts the pairs of its own window (and keeps them all when the
             // adapter routes only the global layers).
             let own = model.config().layer_attention(l).span(ids.len());
@@ -201,7 +231,7 @@ pub fn analyze_tokens(
         .enumerate()
         .map(|(l, r)| layer_profile(l, r, enc.ids, &texts, &categories))
         .collect::<Result<Vec<_>>>()?;
-    Ok(Analysis {
+    let analysis = Analysis {
         model: model.config().name.clone(),
         adapter: adapter_name.to_string(),
         groups: cfg.groups,
@@ -214,7 +244,8 @@ pub fn analyze_tokens(
         layers,
         profiles,
         routing,
-    })
+    };
+    Ok((analysis, kept_passes))
 }
 
 impl Analysis {

@@ -118,6 +118,11 @@ impl Heads {
         self.t
     }
 
+    /// The bytes its queries and keys hold.
+    pub fn bytes(&self) -> usize {
+        4 * (self.q.len() + self.k.len())
+    }
+
     /// The attention weights query `query` of head `head` gives keys `0..=query`, computed in
     /// f64: scaled dot products, `distant`'s mask or gate on distant pairs (as in
     /// `attention::plan`; a gate's score through `GateFn::score`), softmax. Pruned pairs get

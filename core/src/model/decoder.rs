@@ -34,6 +34,19 @@ pub struct Decoder {
     /// `lm_head`'s GGUF blocks (CPU only), which a one-row product reads instead.
     pub lm_head_q: Option<Arc<QMatrix>>,
     pub device: Device,
+    /// How many passes (`run`) this decoder has started: the GUI's tests assert with it that a
+    /// view reused kept layers instead of running the model.
+    pub passes: PassCount,
+}
+
+/// A counter of model passes (`Decoder::passes`).
+#[derive(Debug, Default)]
+pub struct PassCount(std::sync::atomic::AtomicUsize);
+
+impl PassCount {
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// What a forward pass should do besides producing logits.
@@ -222,6 +235,7 @@ impl Decoder {
 
     fn run_here(&self, seqs: &[&[u32]], opts: &ForwardOptions, hook: &mut (dyn LayerHook + Send)) -> Result<RunEnd> {
         self.check(seqs, opts)?;
+        self.passes.0.fetch_add(1, Ordering::Relaxed);
         let (b, t) = (seqs.len(), seqs[0].len());
         let train = opts.differentiable;
         let dev = &self.device;

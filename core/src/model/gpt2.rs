@@ -94,5 +94,6 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, dev: &Device) -> Resul
         blocks,
         device: dev.clone(),
         config: cfg,
+        passes: Default::default(),
     })
 }

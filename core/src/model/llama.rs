@@ -183,7 +183,7 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, dev: &D
     let embed = get(names.embed, &[cfg.vocab, d])?;
     let lm_head = if cfg.tied_embeddings { embed.clone() } else { get(names.lm_head, &[cfg.vocab, d])? };
     let lm_head_q = quantized(if cfg.tied_embeddings { names.embed } else { names.lm_head }, cfg.vocab, d);
-    Ok(Decoder { final_norm: norm(names.final_norm)?, embed, pos_embed: None, blocks, lm_head, lm_head_q, device: dev.clone(), config: cfg })
+    Ok(Decoder { final_norm: norm(names.final_norm)?, embed, pos_embed: None, blocks, lm_head, lm_head_q, device: dev.clone(), config: cfg, passes: Default::default() })
 }
 
 pub fn config_from_hf(c: &HfConfig) -> Result<ModelConfig> {

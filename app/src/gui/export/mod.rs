@@ -4,6 +4,7 @@
 //! and encoded). `svg` is the SVG writer and its charts. Each view's own SVG is drawn next to the
 //! view, in `views/`.
 
+pub mod arrow;
 pub mod sha256;
 pub mod svg;
 
@@ -264,27 +265,28 @@ fn renumber_json(res: &AnalysisResult, raw: bool, v: &mut serde_json::Value) {
 /// The CSV set `focus-lens analyze --out STEM.csv` writes, with group numbers as shown (and
 /// `group_raw` beside them): the per-group file at `path`, the category profiles at
 /// STEM.profiles.csv, the tokens at STEM.tokens.csv, and each token's group in every layer at
-/// STEM.groups.csv (as one set, `write_all`). Returns the paths written.
+/// STEM.groups.csv and, with its memberships, as Arrow IPC at STEM.groups.arrow (`arrow`), all
+/// as one set (`write_all`). Returns the paths written.
 pub fn write_csv_set(res: &AnalysisResult, path: &Path, raw: bool) -> Result<Vec<PathBuf>, String> {
     write_all(vec![
-        (path.to_path_buf(), groups_csv(res, raw)),
-        (path.with_extension("profiles.csv"), profiles_csv(res, raw)),
-        (path.with_extension("tokens.csv"), res.analysis.tokens_csv()),
-        (path.with_extension("groups.csv"), token_groups_csv(res, raw)),
+        (path.to_path_buf(), groups_csv(res, raw).into_bytes()),
+        (path.with_extension("profiles.csv"), profiles_csv(res, raw).into_bytes()),
+        (path.with_extension("tokens.csv"), res.analysis.tokens_csv().into_bytes()),
+        (path.with_extension("groups.csv"), token_groups_csv(res, raw).into_bytes()),
+        (path.with_extension("groups.arrow"), arrow::token_groups_arrow(res, raw)?),
     ])
 }
 
 /// The compare view's CSV set: the per-token table at `path` and the per-layer figures at
 /// STEM.layers.csv (as one set). Returns the paths written.
 pub fn write_compare_csv(c: &crate::gui::jobs::Compared, path: &Path, layer: usize, head: usize) -> Result<Vec<PathBuf>, String> {
-    write_all(vec![(path.to_path_buf(), c.csv(layer, head)), (path.with_extension("layers.csv"), c.layers_csv(head))])
+    write_all(vec![(path.to_path_buf(), c.csv(layer, head).into_bytes()), (path.with_extension("layers.csv"), c.layers_csv(head).into_bytes())])
 }
 
 /// Writes the files as one set (`focus_core::io::write_atomic_set`: the visible names show the
 /// whole old set or the whole new one at every instant); returns the paths written.
-fn write_all(files: Vec<(PathBuf, String)>) -> Result<Vec<PathBuf>, String> {
+fn write_all(files: Vec<(PathBuf, Vec<u8>)>) -> Result<Vec<PathBuf>, String> {
     let paths = files.iter().map(|(p, _)| p.clone()).collect();
-    let files: Vec<(PathBuf, Vec<u8>)> = files.into_iter().map(|(p, t)| (p, t.into_bytes())).collect();
     focus_core::io::write_atomic_set(&files).map_err(|e| e.to_string())?;
     Ok(paths)
 }

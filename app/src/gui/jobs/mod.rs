@@ -15,7 +15,7 @@ use dialogs::{Answer, Purpose};
 use super::state::*;
 use super::worker::Handle;
 use focus_core::analysis::compare::{self, Comparison};
-use focus_core::analysis::{analyze as core_analyze, analyze_tokens, AnalyzeOptions, Tokens};
+use focus_core::analysis::{analyze as core_analyze, analyze_tokens_keeping, AnalyzeOptions, Tokens};
 use focus_core::bench::{AttentionRow, BenchRow};
 use focus_core::focus::mask::{classify, PairClass};
 use focus_core::Mode;
@@ -73,6 +73,7 @@ pub enum Msg {
     Bench(Result<(Vec<BenchRow>, String), JobError>),
     Compare(Result<Compared, JobError>),
     AttnGrid(Result<AttnGrid, JobError>),
+    HeadPattern(Result<HeadPattern, JobError>),
     AttnBench(Result<Vec<AttentionRow>, JobError>),
     /// The running generation's state as it grows, and its last.
     GenStep(streaming::Generated),
@@ -243,6 +244,7 @@ fn from_cache(job: &AnalysisJob, mode: Mode, c: disk_cache::Cached, seconds: f64
         aligned_to: None,
         text_label: job.text_label.clone(),
         from_disk: true,
+        kept: Vec::new(),
     }
 }
 
@@ -254,12 +256,23 @@ fn analyze_run(job: &AnalysisJob, mode: Mode, preview: bool, h: &Handle, interim
     let enc = tok.encode(&job.text, false)?;
     let n = enc.ids.len();
     let take = n.min(params.max_tokens.max(1));
+    // The preview's pass is kept in the full result too: it is run A of a compare over the
+    // first PREVIEW_TOKENS tokens (the compare view's default), exactly.
+    let mut kept = Vec::new();
     if preview && take > PREVIEW_TOKENS {
         let key = preview_key(&job.key).expect("max_tokens > PREVIEW_TOKENS");
-        interim(analyze_prefix(job, key, mode, &enc.ids, &enc.offsets, PREVIEW_TOKENS, h, "preview")?);
+        let p = analyze_prefix(job, key, mode, &enc.ids, &enc.offsets, PREVIEW_TOKENS, &[], h, "preview")?;
+        kept = p.kept.clone();
+        interim(p);
     }
-    analyze_prefix(job, job.key.clone(), mode, &enc.ids, &enc.offsets, take, h, "")
+    analyze_prefix(job, job.key.clone(), mode, &enc.ids, &enc.offsets, take, &kept, h, "")
 }
+
+/// What an analysis keeps of its own passes (`AnalysisResult::kept`), at most: two 2048-token
+/// segments of SmolLM2-135M, Qwen2.5-0.5B or Gemma 3 270M (~190-200 MB each) and the preview's
+/// 512 tokens (~47 MB). Longer texts keep their first segments; the others' first look runs a
+/// pass.
+pub const KEEP_BYTES: usize = 480 << 20;
 
 /// The analysis of the first `take` tokens (`ids` and `offsets`: every token of the text, as
 /// tokenised once by `analyze`, and its byte range).
@@ -271,6 +284,7 @@ fn analyze_prefix(
     ids: &[u32],
     offsets: &[(usize, usize)],
     take: usize,
+    kept_before: &[Arc<focus_core::analysis::kept::KeptPass>],
     h: &Handle,
     what: &str,
 ) -> Result<AnalysisResult, JobError> {
@@ -289,7 +303,8 @@ fn analyze_prefix(
     let opts = AnalyzeOptions { mode, k: params.k, segment_len: seg, keep_tokens: true, cancel: Some(&h.cancel) };
     let layers = job.model.config().n_layers;
     let tokens = Tokens { ids: &ids[..take], offsets: &offsets[..take] };
-    let analysis = analyze_tokens(&job.model, &job.adapter, &job.adapter_label, text, &tokens, &opts, |d, t| {
+    let budget = KEEP_BYTES.saturating_sub(kept_before.iter().map(|k| k.bytes()).sum());
+    let (analysis, kept) = analyze_tokens_keeping(&job.model, &job.adapter, &job.adapter_label, text, &tokens, &opts, budget, |d, t| {
         // Steps are layers of segments: say which layer (and segment, for long texts) runs.
         let segs = t / layers.max(1);
         let at = if segs > 1 { format!(", segment {} of {segs}", d / layers + 1) } else { String::new() };
@@ -333,6 +348,7 @@ fn analyze_prefix(
         aligned_to: None,
         text_label: job.text_label.clone(),
         from_disk: false,
+        kept: kept_before.iter().cloned().chain(kept.into_iter().map(Arc::new)).collect(),
     })
 }
 
@@ -393,8 +409,12 @@ pub fn range_partners(res: &AnalysisResult, range: (usize, usize), layer: usize,
 pub struct HeadsCache(Arc<std::sync::Mutex<Option<(AnalysisKey, usize, usize, Arc<focus_core::analysis::partners::SequenceHeads>)>>>);
 
 impl HeadsCache {
-    /// The heads of segment `[start, end)` of `res`, read now unless kept.
+    /// The heads of segment `[start, end)` of `res`: the analysis' own pass when it kept it,
+    /// else read now unless kept here.
     pub fn get(&self, res: &AnalysisResult, (start, end): (usize, usize), h: &Handle) -> Result<Arc<focus_core::analysis::partners::SequenceHeads>, JobError> {
+        if let Some(k) = res.kept.iter().find(|k| k.start == start && k.tokens() == end - start) {
+            return Ok(k.heads.clone());
+        }
         // Held while the pass runs: a second job for the same segment waits and reuses it.
         let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
         // The key with the token count: a preview and its full result differ in their routing.
@@ -596,7 +616,10 @@ impl CompareJob {
         let a = compare::Run { label: &self.a.label, mode: self.res.mode, k: self.a.k, adapter: &self.a.adapter };
         let a = compare::Run { mode: self.a.mode.unwrap_or(a.mode), ..a };
         let b = compare::Run { label: &self.b.label, mode: mode_b, k: self.b.k, adapter: &self.b.adapter };
-        let result = compare::compare(&model, &ids, texts, &a, &b, self.b_adapter_path.is_none(), Some(&h.cancel), |d, t, what| h.set_progress(d, t, what))?;
+        // Run A is the analysis on screen: read from its kept pass when one covers these tokens
+        // as they were analysed (only run B then runs the model).
+        let kept_a = self.res.kept.iter().find(|k| Arc::ptr_eq(&self.a.adapter, &self.res.adapter) && k.serves(a.mode, n)).map(|k| &**k);
+        let result = compare::compare_reusing(&model, &ids, texts, &a, kept_a, &b, self.b_adapter_path.is_none(), Some(&h.cancel), |d, t, what| h.set_progress(d, t, what))?;
         let groups = (self.a.adapter.config.groups, self.b.adapter.config.groups);
         Ok(Compared { key: self.res.key.clone(), spec: self.spec, result, groups })
     }
@@ -627,6 +650,36 @@ pub fn attention_grid(res: &AnalysisResult, i: usize, cache: &HeadsCache, h: &Ha
     let c = &res.adapter.config;
     let cells = heads.grid(res.key.params.k, c.window, c.sink, i - start)?;
     Ok(AttnGrid { key: res.key.clone(), token: i, cells })
+}
+
+/// One head's full attention pattern over a range of tokens, dense and Focus, for the head view
+/// (`head_pattern::head_pattern`), and what it was computed for.
+pub struct HeadPattern {
+    pub key: AnalysisKey,
+    /// The range as asked for (the pattern covers it cut to its first token's segment and to
+    /// `head_pattern::MAX_RANGE` tokens).
+    pub asked: (usize, usize),
+    /// Indices within the text (`pattern`'s are within its segment).
+    pub range: (usize, usize),
+    pub pattern: focus_core::analysis::head_pattern::HeadPattern,
+}
+
+/// The head view's pattern of `layer`/`head` over tokens `[a, b]` of `res`: cut to the segment
+/// of `a` and to `MAX_RANGE` tokens, from the segment's kept layers (`HeadsCache`).
+pub fn head_pattern(res: &AnalysisResult, (a, b): (usize, usize), layer: usize, head: usize, cache: &HeadsCache, h: &Handle) -> Result<HeadPattern, JobError> {
+    use focus_core::analysis::head_pattern::{head_pattern, MAX_RANGE};
+    let n = res.tokens();
+    if a > b || b >= n || layer >= res.layers() {
+        return Err(JobError::Failed(format!("tokens {a}-{b} or layer {layer} out of range")));
+    }
+    let (start, end) = segment(res, a);
+    let b2 = b.min(end - 1).min(a + MAX_RANGE - 1);
+    h.set_progress(0, 0, format!("layer {layer}, head {head}, tokens {a}-{b2}"));
+    let heads = cache.get(res, (start, end), h)?;
+    let (hd, routing) = heads.layers.get(layer).ok_or_else(|| JobError::Failed(format!("layer {layer} out of range")))?;
+    let routing = routing.as_ref().ok_or_else(|| JobError::Failed("the run has no routing (no adapter)".into()))?;
+    let pattern = head_pattern(hd, routing, &res.adapter.config, res.mode, res.key.params.k, layer, head, (a - start, b2 - start))?;
+    Ok(HeadPattern { key: res.key.clone(), asked: (a, b), range: (a, b2), pattern })
 }
 
 /// The segment `[start, end)` of `res` that holds token `i`.

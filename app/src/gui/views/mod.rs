@@ -8,7 +8,7 @@
 //! Panels around the window: `menu` (top), `status` (bottom), `controls` (left), `details`
 //! (right); windows: `files` (open and export paths, browser, adapter picker) and `glossary`.
 //! The central area (`Views::central`) shows the tab bar and one of `tokens`, `layers`,
-//! `balance`, `mask`, `attention`, `categories`, `routing`, `compare`, `speed` (which show the
+//! `balance`, `mask`, `attention`, `head`, `categories`, `routing`, `compare`, `speed` (which show the
 //! analysis on screen), or `generate` (which needs only the model and the adapter).
 
 pub mod attention;
@@ -20,6 +20,7 @@ pub mod details;
 pub mod files;
 pub mod generate;
 pub mod glossary;
+pub mod head;
 pub mod layers;
 pub mod mask;
 pub mod menu;
@@ -134,6 +135,8 @@ pub enum Command {
     StartCompare(super::state::CompareSpec),
     /// Compute the head x layer attention grid of a token.
     BuildAttnGrid(Arc<AnalysisResult>, usize),
+    /// Compute one head's attention pattern over a range of tokens (layer, head, range).
+    BuildHeadPattern(Arc<AnalysisResult>, usize, usize, (usize, usize)),
     /// Start a generation (stopped with `Cancel(TaskKind::Generate)`).
     StartGenerate(super::jobs::streaming::GenJob),
     /// Load this generated text as the app's text and analyse its first `tokens` tokens with
@@ -154,6 +157,7 @@ pub struct Views {
     pub categories: categories::CategoriesView,
     pub compare: compare::CompareView,
     pub attention: attention::AttentionView,
+    pub head: head::HeadView,
     pub tokens: tokens::TokensView,
     pub layers: layers::LayersView,
     pub mask: mask::MaskView,
@@ -250,6 +254,7 @@ impl Views {
             Tab::Balance => &mut self.balance,
             Tab::Mask => &mut self.mask,
             Tab::Attention => &mut self.attention,
+            Tab::Head => &mut self.head,
             Tab::Categories => &mut self.categories,
             Tab::Routing => &mut self.routing,
             Tab::Compare => &mut self.compare,
@@ -268,6 +273,7 @@ impl Views {
             Tab::Balance => Ok(balance::svg(res, layer)),
             Tab::Mask => self.mask.svg(res, layer),
             Tab::Attention => self.attention.svg(res, selected),
+            Tab::Head => Err("the head view exports as PNG (Export → Current view as PNG)".into()),
             Tab::Speed => self.speed.svg(settings.prefs.bench_kind, res),
             Tab::Categories => self.categories.svg(res, layer, raw),
             Tab::Routing => routing::svg(res, layer, raw),

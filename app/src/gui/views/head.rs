@@ -1,0 +1,179 @@
+//! Head view: one head's full attention pattern over a range of at most 512 tokens, as two
+//! matrices side by side, dense (left) and Focus (right): row = query, column = key, each cell
+//! coloured by what the top-k mask does with the pair (blue: kept local, orange: kept by a
+//! shared group, grey: pruned; a faint tint where the weight is 0, so the mask shows everywhere)
+//! and shaded by the weight the query gives the key. Above them, the attention mass each part
+//! holds, dense and Focus. The range is the selected range, else the 256 tokens ending at the
+//! selected token (else the first 256); the layer and head are the left panel's (arrow keys).
+//! Computed in the background from the analysis' kept layers (`jobs::head_pattern`,
+//! `focus_core::analysis::head_pattern`).
+
+use super::{Command, View, ViewCtx};
+use crate::gui::jobs::{HeadPattern, JobError};
+use crate::gui::paint::palette;
+use crate::gui::state::{AnalysisKey, AnalysisResult};
+use crate::gui::worker::TaskKind;
+use focus_core::analysis::head_pattern::{Kind, MAX_RANGE};
+
+/// Tokens shown around a single selected token (ending at it).
+pub const DEFAULT_SPAN: usize = 256;
+
+#[derive(Default)]
+pub struct HeadView {
+    pub pattern: Option<HeadPattern>,
+    pub error: Option<String>,
+    requested: Option<PatternId>,
+    textures: Option<(PatternId, [egui::TextureHandle; 2])>,
+}
+
+/// What a pattern was made for (analysis, layer, head, range): the two matrices' textures are
+/// kept for it.
+type PatternId = (AnalysisKey, usize, usize, (usize, usize));
+
+/// What the view shows for a selection: the selected range, else `DEFAULT_SPAN` tokens ending
+/// at the selected token, else the first `DEFAULT_SPAN` tokens (cut to the text).
+pub fn range_for(res: &AnalysisResult, selected: Option<usize>, range: Option<(usize, usize)>) -> (usize, usize) {
+    let n = res.tokens();
+    match (range, selected) {
+        (Some((a, b)), _) => (a.min(b), a.max(b).min(n - 1)),
+        (None, Some(i)) => (i.saturating_sub(DEFAULT_SPAN - 1), i.min(n - 1)),
+        (None, None) => (0, (DEFAULT_SPAN - 1).min(n - 1)),
+    }
+}
+
+/// A cell's colour: the class's colour, faint where the weight is 0, full at the row's largest
+/// weight (square root, so that small weights still show).
+fn cell(kind: Kind, w: f32, row_max: f32) -> egui::Color32 {
+    let class = match kind {
+        Kind::Local => palette::LOCAL,
+        Kind::Group => palette::SAME_GROUP,
+        Kind::Pruned => palette::PRUNED,
+    };
+    let a = if row_max > 0.0 { (w / row_max).clamp(0.0, 1.0).sqrt() } else { 0.0 };
+    palette::mix(&[(egui::Color32::WHITE, 0.88 * (1.0 - a)), (class, 0.12 + 0.88 * a)])
+}
+
+/// The matrix of `weights` (rows of growing length) as an image, one pixel per pair.
+fn image(p: &focus_core::analysis::head_pattern::HeadPattern, focus: bool) -> egui::ColorImage {
+    let n = p.len();
+    let mut img = egui::ColorImage::new([n, n], vec![egui::Color32::WHITE; n * n]);
+    let rows = if focus { &p.focus } else { &p.dense };
+    for (r, row) in rows.iter().enumerate() {
+        let max = row.iter().cloned().fold(0f32, f32::max);
+        for (c, &w) in row.iter().enumerate() {
+            img.pixels[r * n + c] = cell(p.kind[r][c], w, max);
+        }
+    }
+    img
+}
+
+/// "local 61.2% · by group 30.1% · pruned 8.7%".
+pub fn masses(m: &[f32; 3]) -> String {
+    format!("local {:.1}% · by group {:.1}% · pruned {:.1}%", 100.0 * m[0], 100.0 * m[1], 100.0 * m[2])
+}
+
+impl HeadView {
+    pub fn receive(&mut self, r: Result<HeadPattern, JobError>) {
+        match r {
+            Ok(p) => {
+                self.pattern = Some(p);
+                self.error = None;
+            }
+            Err(JobError::Cancelled) => {}
+            Err(JobError::Failed(e)) => self.error = Some(e),
+        }
+    }
+
+    /// The pattern on screen for this analysis, layer, head and asked range, if computed.
+    pub fn current(&self, res: &AnalysisResult, layer: usize, head: usize, asked: (usize, usize)) -> Option<&HeadPattern> {
+        self.pattern.as_ref().filter(|p| p.key == res.key && p.pattern.layer == layer && p.pattern.head == head && p.asked == asked)
+    }
+}
+
+impl View for HeadView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let Some(res) = cx.result() else { return Vec::new() };
+        let mut out = Vec::new();
+        let layer = cx.layer(res);
+        let head = cx.settings.setup.head.min(res.model.config().n_heads - 1);
+        let asked = range_for(res, cx.selection.selected, cx.selection.range);
+        if self.current(res, layer, head, asked).is_none() {
+            let want = (res.key.clone(), layer, head, asked);
+            let running = cx.worker.is_running(TaskKind::HeadPattern);
+            if self.requested.as_ref() != Some(&want) || (!running && self.error.is_none()) {
+                self.requested = Some(want);
+                self.error = None;
+                out.push(Command::BuildHeadPattern(res.clone(), layer, head, asked));
+            }
+            match &self.error {
+                Some(e) => {
+                    ui.colored_label(egui::Color32::from_rgb(200, 30, 30), e);
+                }
+                None => {
+                    ui.horizontal(|ui| {
+                        crate::gui::paint::busy::busy(ui);
+                        ui.label(format!("computing layer {layer}, head {head} over tokens {}-{}…", asked.0, asked.1));
+                    });
+                }
+            }
+            return out;
+        }
+        let Self { pattern, textures, .. } = self;
+        let hp = pattern.as_ref().expect("checked");
+        let p = &hp.pattern;
+        let (a, b) = hp.range;
+        let cut = if hp.range != hp.asked { format!(" (of {}-{}: one segment, at most {MAX_RANGE} tokens)", hp.asked.0, hp.asked.1) } else { String::new() };
+        let focus_name = match res.mode {
+            focus_core::Mode::Dense => format!("top-{} (the run is dense)", p.k),
+            m => m.to_string(),
+        };
+        ui.label(format!(
+            "Layer {layer}, head {head}, tokens {a}-{b}{cut}: every query's (row) attention to every key (column), dense (left) and {focus_name} (right). Colour: what the top-{} mask does with the pair (blue kept local, orange kept by a shared group, grey pruned); shade: the weight, relative to the row's largest. Select a range or a token to move it; arrow keys change layer and head.",
+            p.k
+        ));
+        ui.label(format!("dense attention mass: {}", masses(&p.mass_dense)));
+        ui.label(format!("{focus_name} attention mass: {}", masses(&p.mass_focus)));
+        let before = p.before.iter().fold([0f64; 2], |s, x| [s[0] + x[0] as f64, s[1] + x[1] as f64]);
+        if a > 0 {
+            let n = p.len() as f64;
+            ui.weak(format!("(the rows hold {:.1}% dense, {:.1}% {focus_name} on tokens before {a}, not drawn)", 100.0 * before[0] / n, 100.0 * before[1] / n));
+        }
+        let id = (hp.key.clone(), layer, head, hp.range);
+        if textures.as_ref().is_none_or(|t| t.0 != id) {
+            let ctx = ui.ctx();
+            let opts = egui::TextureOptions::NEAREST;
+            *textures = Some((id, [ctx.load_texture("head-dense", image(p, false), opts), ctx.load_texture("head-focus", image(p, true), opts)]));
+        }
+        let tex = &textures.as_ref().expect("made").1;
+        let side = ((ui.available_width() - 30.0) / 2.0).min(ui.available_height() - 24.0).max(64.0);
+        let n = p.len();
+        let mut tip = None;
+        ui.horizontal(|ui| {
+            for (s, name) in [(0, "dense"), (1, focus_name.as_str())] {
+                ui.vertical(|ui| {
+                    ui.label(name);
+                    let (rect, resp) = ui.allocate_exact_size(egui::vec2(side, side), egui::Sense::hover());
+                    ui.painter().image(tex[s].id(), rect, egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)), egui::Color32::WHITE);
+                    ui.painter().rect_stroke(rect, 0.0, egui::Stroke::new(1.0, egui::Color32::GRAY), egui::StrokeKind::Outside);
+                    if let Some(q) = resp.hover_pos() {
+                        let r = (((q.y - rect.min.y) / side * n as f32) as usize).min(n - 1);
+                        let c = (((q.x - rect.min.x) / side * n as f32) as usize).min(n - 1);
+                        if c <= r {
+                            let kind = match p.kind[r][c] {
+                                Kind::Local => "kept local",
+                                Kind::Group => "kept: shares a group",
+                                Kind::Pruned => "pruned",
+                            };
+                            let text = |i: usize| res.analysis.tokens[i].text.clone();
+                            tip = Some((resp, format!("query #{} {:?} to key #{} {:?}: {kind}; dense {:.4}, {focus_name} {:.4}", a + r, text(a + r), a + c, text(a + c), p.dense[r][c], p.focus[r][c])));
+                        }
+                    }
+                });
+            }
+        });
+        if let Some((resp, t)) = tip {
+            resp.on_hover_text_at_pointer(t);
+        }
+        out
+    }
+}
