@@ -25,6 +25,7 @@ pub enum TaskKind {
     AttnGrid,
     Baseline,
     Generate,
+    Train,
 }
 
 impl TaskKind {
@@ -41,6 +42,7 @@ impl TaskKind {
             TaskKind::AttnGrid => "attention of every layer and head",
             TaskKind::Baseline => "analysing with the untrained adapter",
             TaskKind::Generate => "generating",
+            TaskKind::Train => "training",
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod bench;
 pub mod dialogs;
 pub mod disk_cache;
 pub mod streaming;
+pub mod train;
 
 use dialogs::{Answer, Purpose};
 use super::state::*;
@@ -77,6 +78,9 @@ pub enum Msg {
     /// The running generation's state as it grows, and its last.
     GenStep(streaming::Generated),
     Generated(Result<streaming::Generated, JobError>),
+    /// The running training's log rows as they come, and its end.
+    TrainStep(train::TrainUpdate),
+    Trained(Result<train::TrainEnd, JobError>),
     /// A file dialog closed: what it was for, and the chosen path (`None`: the user cancelled).
     Dialog(Purpose, Option<PathBuf>),
     /// A PNG export was written to this path, or failed.

@@ -27,6 +27,7 @@ pub mod routing;
 pub mod speed;
 pub mod status;
 pub mod tokens;
+pub mod train;
 
 use super::jobs::dialogs::Purpose;
 use super::export::ExportKind;
@@ -134,6 +135,8 @@ pub enum Command {
     StartCompare(super::state::CompareSpec),
     /// Compute the head x layer attention grid of a token.
     BuildAttnGrid(Arc<AnalysisResult>, usize),
+    /// Start a training run (stopped with its own flag, `TrainJob::stop`).
+    StartTrain(super::jobs::train::TrainJob),
     /// Start a generation (stopped with `Cancel(TaskKind::Generate)`).
     StartGenerate(super::jobs::streaming::GenJob),
     /// Load this generated text as the app's text and analyse its first `tokens` tokens with
@@ -160,6 +163,7 @@ pub struct Views {
     pub routing: routing::RoutingView,
     pub speed: speed::SpeedView,
     pub generate: generate::GenerateView,
+    pub train: train::TrainView,
     /// Scroll to this token in the token view (or layers view) shown next.
     pub scroll_to: Option<usize>,
     /// The central area's rectangle, for PNG exports of the current view.
@@ -220,11 +224,13 @@ impl Views {
         ui.separator();
         // Nothing hovered, unless a view that draws tokens says otherwise (applied in order).
         out.push(Command::Hover { token: None, layer: None });
-        // Generation needs only the model and the adapter; the other views, an analysis.
-        if tab == Tab::Generate || cx.result().is_some() {
+        // Generation needs only the model and the adapter, training only the model; the other
+        // views, an analysis.
+        let standalone = matches!(tab, Tab::Generate | Tab::Train);
+        if standalone || cx.result().is_some() {
             // Every view of the analysis says when it shows the provisional preview (its groups
             // and figures change when the full result comes), not only the token view.
-            if let (Some(res), false) = (cx.result(), tab == Tab::Generate) {
+            if let (Some(res), false) = (cx.result(), standalone) {
                 tokens::provisional_banner(cx, res, ui);
             }
             let cx = ViewCtx { scroll_to: Cell::new(self.scroll_to.take()), ..*cx };
@@ -255,6 +261,7 @@ impl Views {
             Tab::Compare => &mut self.compare,
             Tab::Speed => &mut self.speed,
             Tab::Generate => &mut self.generate,
+            Tab::Train => &mut self.train,
         }
     }
 
@@ -273,6 +280,7 @@ impl Views {
             Tab::Routing => routing::svg(res, layer, raw),
             Tab::Compare => self.compare.svg(settings.setup.head.min(res.model.config().n_heads.saturating_sub(1))),
             Tab::Generate => Err("the Generate view has no SVG: press Analyse this, then export the Tokens view".into()),
+            Tab::Train => Err("the Train view has no SVG: export it as PNG".into()),
         }
     }
 }
