@@ -257,21 +257,20 @@ impl TrainView {
     fn form_ui(&mut self, ui: &mut egui::Ui, enabled: bool) {
         let f = &mut self.form;
         ui.add_enabled_ui(enabled, |ui| {
-            egui::Grid::new("train_form").num_columns(4).spacing([12.0, 4.0]).show(ui, |ui| {
+            // Rows of label and field (a grid squeezed the fields of its inner columns).
+            ui.horizontal(|ui| {
                 let l = ui.label("training text");
-                ui.add(egui::TextEdit::singleline(&mut f.data).desired_width(300.0).hint_text("a folder of .txt files")).labelled_by(l.id);
+                ui.add(egui::TextEdit::singleline(&mut f.data).desired_width(320.0).hint_text("a folder of .txt files")).labelled_by(l.id);
                 let l = ui.label("held-out text");
-                ui.add(egui::TextEdit::singleline(&mut f.heldout).desired_width(300.0).hint_text("a folder of .txt files")).labelled_by(l.id);
-                ui.end_row();
+                ui.add(egui::TextEdit::singleline(&mut f.heldout).desired_width(320.0).hint_text("a folder of .txt files")).labelled_by(l.id);
+            });
+            ui.horizontal(|ui| {
                 let l = ui.label("output folder");
-                ui.add(egui::TextEdit::singleline(&mut f.out).desired_width(300.0).hint_text("empty: a new folder under the cache's runs/")).labelled_by(l.id);
+                ui.add(egui::TextEdit::singleline(&mut f.out).desired_width(320.0).hint_text("empty: a new folder under the cache's runs/")).labelled_by(l.id);
                 ui.label("device");
-                ui.horizontal(|ui| {
-                    for d in DeviceChoice::available() {
-                        ui.radio_value(&mut f.device, d, d.label());
-                    }
-                });
-                ui.end_row();
+                for d in DeviceChoice::available() {
+                    ui.radio_value(&mut f.device, d, d.label());
+                }
             });
             ui.horizontal_wrapped(|ui| {
                 ui.add(egui::DragValue::new(&mut f.groups).range(1..=64).prefix("K ")).on_hover_text("groups (centroids) per layer");
