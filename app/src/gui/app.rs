@@ -681,6 +681,13 @@ impl FocusLensApp {
                 // One generation at a time: this stops a running one.
                 self.worker.spawn_streaming(TaskKind::Generate, move |h, interim| Msg::Generated(job.run(h, &|g| interim.send(Msg::GenStep(g)))));
             }
+            Command::ShowIntervene(token) => self.views.intervene.open_for(token),
+            Command::StartIntervene(job) => {
+                // Its result is a comparison (A intervened, B original): it runs as the Compare
+                // task, replacing a running comparison.
+                self.views.compare.error = None;
+                self.worker.spawn(TaskKind::Compare, move |h| Msg::Compare(job.run(h)));
+            }
             Command::StartTrain(job) => {
                 // One run at a time: the view offers Start only when none runs.
                 self.worker.spawn_streaming(TaskKind::Train, move |h, interim| Msg::Trained(job.run(h, &|u| interim.send(Msg::TrainStep(u)))));

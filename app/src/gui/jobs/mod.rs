@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod dialogs;
 pub mod disk_cache;
+pub mod intervene;
 pub mod streaming;
 pub mod train;
 
@@ -437,6 +438,9 @@ pub struct Compared {
     pub result: Comparison,
     /// K of run A's adapter and of run B's.
     pub groups: (usize, usize),
+    /// What an intervention did (`intervene::InterveneJob`: A is the intervened run, B the
+    /// original); None for a comparison of two runs.
+    pub note: Option<String>,
 }
 
 impl Compared {
@@ -602,7 +606,7 @@ impl CompareJob {
         let b = compare::Run { label: &self.b.label, mode: mode_b, k: self.b.k, adapter: &self.b.adapter };
         let result = compare::compare(&model, &ids, texts, &a, &b, self.b_adapter_path.is_none(), Some(&h.cancel), |d, t, what| h.set_progress(d, t, what))?;
         let groups = (self.a.adapter.config.groups, self.b.adapter.config.groups);
-        Ok(Compared { key: self.res.key.clone(), spec: self.spec, result, groups })
+        Ok(Compared { key: self.res.key.clone(), spec: self.spec, result, groups, note: None })
     }
 }
 

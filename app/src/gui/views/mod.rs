@@ -20,6 +20,7 @@ pub mod details;
 pub mod files;
 pub mod generate;
 pub mod glossary;
+pub mod intervene;
 pub mod layers;
 pub mod mask;
 pub mod menu;
@@ -135,6 +136,10 @@ pub enum Command {
     StartCompare(super::state::CompareSpec),
     /// Compute the head x layer attention grid of a token.
     BuildAttnGrid(Arc<AnalysisResult>, usize),
+    /// Open the Intervene window (on this token: force it into a group).
+    ShowIntervene(Option<usize>),
+    /// Run an intervention; its comparison goes to the Compare view.
+    StartIntervene(super::jobs::intervene::InterveneJob),
     /// Start a training run (stopped with its own flag, `TrainJob::stop`).
     StartTrain(super::jobs::train::TrainJob),
     /// Start a generation (stopped with `Cancel(TaskKind::Generate)`).
@@ -153,6 +158,7 @@ pub struct Views {
     pub details: details::DetailsView,
     pub files: files::FilesView,
     pub glossary: glossary::GlossaryView,
+    pub intervene: intervene::InterveneView,
     pub balance: balance::BalanceView,
     pub categories: categories::CategoriesView,
     pub compare: compare::CompareView,
@@ -193,6 +199,7 @@ impl Views {
         }
         out.extend(self.files.show(cx, ui));
         out.extend(self.glossary.show(cx, ui));
+        out.extend(self.intervene.show(cx, ui));
         let central = egui::CentralPanel::default().show(ui, |ui| self.central(cx, ui, (controls, details)));
         out.extend(central.inner);
         self.rect = Some(central.response.rect);
