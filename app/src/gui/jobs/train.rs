@@ -125,3 +125,38 @@ pub fn duration(s: f64) -> String {
         _ => format!("{} h {:02} min", s / 3600, s / 60 % 60),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoints_are_listed_by_step_with_the_finished_adapter_last() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path();
+        for step in [10, 2, 100] {
+            let d = focus_core::train::checkpoint_dir(out, step);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("adapter_config.json"), "{}").unwrap();
+        }
+        // A folder being written (no config yet) and a stray file are not checkpoints.
+        std::fs::create_dir_all(focus_core::train::checkpoint_dir(out, 5)).unwrap();
+        std::fs::write(out.join("checkpoints/notes.txt"), "").unwrap();
+        let steps = |v: &[Checkpoint]| v.iter().map(|c| (c.step, c.last)).collect::<Vec<_>>();
+        assert_eq!(steps(&checkpoints(out, None)), [(2, false), (10, false), (100, false)]);
+        // The finished adapter only once it is written.
+        assert_eq!(checkpoints(out, Some(120)).len(), 3);
+        std::fs::write(out.join("adapter_config.json"), "{}").unwrap();
+        let all = checkpoints(out, Some(120));
+        assert_eq!(steps(&all), [(2, false), (10, false), (100, false), (120, true)]);
+        assert_eq!(all[3].dir, out);
+    }
+
+    #[test]
+    fn durations_read_as_words() {
+        assert_eq!(duration(12.4), "12 s");
+        assert_eq!(duration(250.0), "4 min 10 s");
+        assert_eq!(duration(3900.0), "1 h 05 min");
+        assert_eq!(duration(-3.0), "0 s");
+    }
+}
