@@ -96,6 +96,32 @@ fn stop_flag_saves_a_checkpoint() {
     assert!(dir.path().join("checkpoint/optimizer.safetensors").exists());
 }
 
+/// With `keep_checkpoints`, every checkpoint's adapter stays in `checkpoints/step-N` and holds
+/// the routers of that step (those of a run stopped there), and a stop keeps its step's too.
+#[test]
+fn kept_checkpoints_hold_each_steps_routers() {
+    let (model, data) = setup();
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = Trainer::new(&model, &spec(), TrainOptions { checkpoint_every: 2, ..opts(4) }).unwrap();
+    t.keep_checkpoints = true;
+    t.run(&data, dir.path(), None, |_| Ok(()), |_, _| {}).unwrap();
+    let mut two = Trainer::new(&model, &spec(), opts(2)).unwrap();
+    two.run(&data, tempfile::tempdir().unwrap().path(), None, |_| Ok(()), |_, _| {}).unwrap();
+    for (step, want) in [(2, router_values(&two)), (4, router_values(&t))] {
+        let d = focus_core::train::checkpoint_dir(dir.path(), step);
+        assert!(d.ends_with(format!("checkpoints/step-{step:06}")), "{}", d.display());
+        let a = focus_core::Adapter::load(&d, &model.identity(), &Device::Cpu).unwrap();
+        let got: Vec<Vec<f32>> = a.layers.iter().flat_map(|r| [r.proj.flatten_all().unwrap().to_vec1().unwrap(), r.centroids.flatten_all().unwrap().to_vec1().unwrap()]).collect();
+        assert_eq!(got, want, "checkpoint of step {step}");
+    }
+    let stopped = tempfile::tempdir().unwrap();
+    let mut s = Trainer::new(&model, &spec(), opts(4)).unwrap();
+    s.keep_checkpoints = true;
+    let stop = std::sync::atomic::AtomicBool::new(true);
+    assert!(!s.run(&data, stopped.path(), Some(&stop), |_| Ok(()), |_, _| {}).unwrap());
+    assert!(focus_core::train::checkpoint_dir(stopped.path(), 0).join("adapter_model.safetensors").exists());
+}
+
 #[test]
 fn bad_settings_are_refused() {
     let (model, _) = setup();
@@ -280,4 +306,52 @@ fn sharpening_term_sharpens_the_memberships() {
     assert!(hs < hp - 0.05 && hs < start, "entropy: start {start:.3}, plain {hp:.3}, sharpened {hs:.3}");
     // The logged loss is the cross-entropy (a few nats here), not the sum with the entropy.
     assert!(lp.is_finite() && ls.is_finite() && (ls - lp).abs() < 1.0, "losses {lp} / {ls}");
+
+/// `focus-lens train` on the default model (seq 64): its last line states the figures the
+/// progress bar carries (loss, held-out perplexity, worst-layer dominance against 1.3/K, the
+/// category NMI against the untrained twin), those of the log's last row, and
+/// --keep-checkpoints leaves each checkpoint as an adapter.
+#[test]
+fn the_cli_states_the_figures_and_keeps_checkpoints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
+    let (text, held) = (tmp.path().join("train.txt"), tmp.path().join("held.txt"));
+    std::fs::write(&text, &p[..20000]).unwrap();
+    std::fs::write(&held, &p[40000..46000]).unwrap();
+    let out = tmp.path().join("adapter");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_focus-lens"))
+        .arg("train")
+        .arg("--model")
+        .arg(common::model_path())
+        .arg("--data")
+        .arg(&text)
+        .arg("--heldout")
+        .arg(&held)
+        .args(["--steps", "2", "--seq-len", "64", "--batch", "1", "--window", "16", "--groups", "4", "--eval-every", "2", "--eval-seqs", "1", "--checkpoint-every", "1", "--keep-checkpoints", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "train failed: {err}");
+    let log: Vec<serde_json::Value> = std::fs::read_to_string(out.join("train_log.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let last = log.last().unwrap();
+    let worst = last["dominance"].as_array().unwrap().iter().map(|d| d.as_f64().unwrap()).fold(0.0, f64::max);
+    let median = |row: &serde_json::Value| {
+        let mut v: Vec<f64> = row["structure"].as_array().unwrap().iter().filter(|l| l["layer"].as_u64().unwrap() >= 1).map(|l| l["category"]["value"].as_f64().unwrap()).collect();
+        v.sort_by(f64::total_cmp);
+        let m = v.len() / 2;
+        if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 }
+    };
+    let line = err.lines().last().unwrap();
+    let want = format!(
+        "loss {:.3} · held-out PPL {:.2} · worst dominance {worst:.3} (bar {:.3}) · NMI {:.2}x twin",
+        last["loss"].as_f64().unwrap(),
+        last["heldout_ppl"].as_f64().unwrap(),
+        1.3 / 4.0,
+        median(last) / median(&log[0])
+    );
+    assert!(line.ends_with(&want), "{line}\nwant {want}");
+    for step in [1, 2] {
+        focus_core::Adapter::load(&focus_core::train::checkpoint_dir(&out, step), &common::default_model().identity(), &Device::Cpu).unwrap();
+    }
 }

@@ -5,3 +5,4 @@ pub mod cli;
 pub mod defaults;
 pub mod gui;
 pub mod sampling;
+pub mod training;

@@ -2,11 +2,10 @@
 //! checkpoints, `--resume`, and Ctrl-C saving a checkpoint.
 
 use super::common::{progress, ModelArgs, SpecArgs};
-use anyhow::{bail, Context, Result};
+use crate::training::{self, Init, Plan, Start};
+use anyhow::{Context, Result};
 use focus_core::focus::sinkhorn::SinkhornGrad;
-use focus_core::train::{TrainData, TrainOptions, Trainer};
-use focus_core::Model;
-use std::io::Write;
+use focus_core::train::TrainOptions;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -92,46 +91,12 @@ pub struct Args {
     /// loss, so that each token's top group carries its group's mass (0 = the paper's loss).
     #[arg(long, default_value_t = 0.0, value_parser = super::common::factor)]
     pub sharpen: f64,
+    /// Keep every checkpoint's adapter in OUT/checkpoints/step-NNNNNN (each opens as an
+    /// adapter), besides OUT/checkpoint (overwritten, for --resume).
+    #[arg(long)]
+    pub keep_checkpoints: bool,
     #[arg(long)]
     pub out: PathBuf,
-}
-
-fn text_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            let mut v: Vec<PathBuf> = std::fs::read_dir(p)
-                .with_context(|| format!("reading {}", p.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| f.extension().is_some_and(|x| x == "txt"))
-                .collect();
-            v.sort();
-            out.extend(v);
-        } else {
-            out.push(p.clone());
-        }
-    }
-    if paths.is_empty() {
-        bail!("no training text given: pass --data and --heldout (a resumed run needs the same files as the run it continues)");
-    }
-    if out.is_empty() {
-        bail!("no text files in {}", paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "));
-    }
-    Ok(out)
-}
-
-/// Tokenizes every file and joins the documents with the end-of-text token.
-fn tokens(model: &Model, files: &[PathBuf]) -> Result<Vec<u32>> {
-    let tok = model.tokenizer()?;
-    let mut ids = Vec::new();
-    for f in files {
-        let text = focus_core::io::text::read_text(f)?;
-        ids.extend(tok.encode(&text, false)?.ids);
-        if let Some(eos) = tok.eos_id() {
-            ids.push(eos);
-        }
-    }
-    Ok(ids)
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -141,79 +106,35 @@ pub fn run(a: Args) -> Result<()> {
         let stop = stop.clone();
         ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed)).context("installing the Ctrl-C handler")?;
     }
-    let (train_files, heldout_files) = (text_files(&a.data)?, text_files(&a.heldout)?);
-    let data = TrainData { train: tokens(&model, &train_files)?, heldout: tokens(&model, &heldout_files)? };
-    let mut trainer = match &a.resume {
-        Some(dir) => Trainer::resume(&model, dir).with_context(|| format!("resuming from {}", dir.display()))?,
-        None => {
-            let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through, grad_clip: a.grad_clip, freeze_centroids: a.freeze_centroids, sharpen: a.sharpen };
-            match &a.init {
-                Some(dir) => {
-                    let mut adapter = focus_core::Adapter::load(dir, &model.identity(), model.device()).with_context(|| format!("loading the initial adapter {}", dir.display()))?;
-                    // Its measured results describe the initial weights, not the trained ones.
-                    adapter.config.results = None;
-                    Trainer::from_adapter(&model, adapter, opts)?
-                }
-                None => Trainer::new(&model, &a.spec.spec(), opts)?,
-            }
-        }
+    let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through, grad_clip: a.grad_clip, freeze_centroids: a.freeze_centroids, sharpen: a.sharpen };
+    let init = if a.pca_init { Init::Pca } else if a.kmeans_init { Init::KMeans } else { Init::Random };
+    let start = match (&a.resume, &a.init) {
+        (Some(dir), _) => Start::Resume(dir.clone()),
+        (None, Some(dir)) => Start::From(dir.clone()),
+        (None, None) => Start::New(a.spec.spec(), init),
     };
-    if a.kmeans_init {
-        trainer.init_kmeans(&data, 8, 50)?;
-    }
-    if a.pca_init {
-        trainer.init_pca(&data, 8, false, 50)?;
-    }
-    // Category structure is logged on the start of the first held-out file.
-    let probe_file = &heldout_files[0];
-    trainer.probe = Some(focus_core::train::probe_passage(&focus_core::io::text::read_text(probe_file)?).to_string());
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let log_path = a.out.join("train_log.jsonl");
-    let mut log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).with_context(|| format!("opening {}", log_path.display()))?;
-    eprintln!(
-        "training {} layers x (W_g {}x{} + {} centroids) on {} tokens ({} files), held out {} tokens ({} files)",
-        model.config().n_layers, model.config().d_model, trainer.adapter.config.d_g, trainer.adapter.config.groups,
-        data.train.len(), train_files.len(), data.heldout.len(), heldout_files.len()
-    );
-    let pb = progress(trainer.opts.steps as u64, "train", false);
-    pb.set_position(trainer.step as u64);
-    let t0 = std::time::Instant::now();
-    let mut last_heldout = None;
-    let finished = trainer.run(
-        &data,
-        &a.out,
-        Some(&stop),
-        |row| {
-            if row.heldout_ppl.is_some() {
-                last_heldout = row.heldout_ppl;
-            }
-            writeln!(log, "{}", serde_json::to_string(row)?).map_err(|e| focus_core::Error::io(&log_path, e))?;
-            Ok(())
-        },
-        |step, loss| {
-            pb.set_position(step as u64);
-            pb.set_message(format!("train loss {loss:.3}"));
+    let plan = Plan { data: a.data.clone(), heldout: a.heldout.clone(), start, opts, out: a.out.clone(), keep_checkpoints: a.keep_checkpoints, device: device_name(&a.model.device) };
+    let mut prepared = training::prepare(&model, &plan, &|| stop.load(Ordering::Relaxed), &mut |_| {})?;
+    eprintln!("{}", prepared.describe());
+    let pb = progress(prepared.trainer.opts.steps as u64, "train", false);
+    pb.set_position(prepared.trainer.step as u64);
+    // The bar carries the run's figures: the last loss, and from the last evaluation held-out
+    // perplexity, worst-layer dominance and the category NMI against the untrained twin.
+    let outcome = prepared.train(
+        &plan,
+        &stop,
+        |_, f| pb.set_message(f.line()),
+        |f| {
+            pb.set_position(f.step as u64);
+            pb.set_message(f.line());
         },
     )?;
     pb.finish_and_clear();
-    if !finished {
-        eprintln!("interrupted at step {}: checkpoint in {}", trainer.step, a.out.join("checkpoint").display());
+    if !outcome.finished {
+        eprintln!("interrupted at step {}: checkpoint in {}", outcome.step, a.out.join("checkpoint").display());
         return Ok(());
     }
-    let names = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
-    trainer.adapter.config.training = Some(serde_json::json!({
-        "data": names(&train_files), "heldout": names(&heldout_files),
-        "steps": trainer.step, "seq_len": trainer.opts.seq_len, "batch": trainer.opts.batch,
-        "lr": trainer.opts.lr, "weight_decay": trainer.opts.weight_decay, "grad_clip": trainer.opts.grad_clip, "seed": trainer.opts.seed,
-        "tokens_seen": trainer.tokens_seen, "seconds_this_run": t0.elapsed().as_secs_f64(),
-        "device": device_name(&a.model.device), "time_limit_min": a.time_limit_min, "heldout_ppl": last_heldout, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
-        "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": trainer.opts.cosine_decay,
-        "straight_through": trainer.opts.straight_through, "heldout_mode": trainer.eval_mode().to_string(),
-        "init": a.init.as_ref().map(|p| p.display().to_string()), "kmeans_init": a.kmeans_init,
-        "probe": probe_file.display().to_string(),
-    }));
-    trainer.adapter.save(&a.out)?;
-    eprintln!("wrote {} (held-out {} PPL {:?})", a.out.display(), trainer.eval_mode(), last_heldout);
+    eprintln!("wrote {} (held-out {} PPL {:?}); {}", a.out.display(), prepared.trainer.eval_mode(), outcome.figures.heldout_ppl, outcome.figures.line());
     Ok(())
 }
 

@@ -298,6 +298,15 @@ impl FocusLensApp {
                 Err(JobError::Cancelled) => {}
                 Err(JobError::Failed(e)) => self.errors.push(format!("generation failed: {e}")),
             },
+            Msg::TrainStep(u) => self.views.train.receive(u),
+            Msg::Trained(r) => match r {
+                Ok(end) => self.views.train.finished(end),
+                Err(JobError::Cancelled) => self.views.train.cancelled(),
+                Err(JobError::Failed(e)) => {
+                    self.views.train.failed(&e);
+                    self.errors.push(format!("training failed: {e}"));
+                }
+            },
             Msg::Dialog(purpose, path) => self.handle_dialog(purpose, path),
             Msg::Png(r) => self.handle_png(r),
         }
@@ -676,6 +685,17 @@ impl FocusLensApp {
             Command::StartGenerate(job) => {
                 // One generation at a time: this stops a running one.
                 self.worker.spawn_streaming(TaskKind::Generate, move |h, interim| Msg::Generated(job.run(h, &|g| interim.send(Msg::GenStep(g)))));
+            }
+            Command::ShowIntervene(token) => self.views.intervene.open_for(token),
+            Command::StartIntervene(job) => {
+                // Its result is a comparison (A intervened, B original): it runs as the Compare
+                // task, replacing a running comparison.
+                self.views.compare.error = None;
+                self.worker.spawn(TaskKind::Compare, move |h| Msg::Compare(job.run(h)));
+            }
+            Command::StartTrain(job) => {
+                // One run at a time: the view offers Start only when none runs.
+                self.worker.spawn_streaming(TaskKind::Train, move |h, interim| Msg::Trained(job.run(h, &|u| interim.send(Msg::TrainStep(u)))));
             }
             Command::AnalyseGenerated { text, params, tokens } => self.analyse_generated(&text, params, tokens),
             Command::BuildMask(res, layer) => {

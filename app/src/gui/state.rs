@@ -138,10 +138,11 @@ pub enum Tab {
     Compare,
     Speed,
     Generate,
+    Train,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 11] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Attention, Tab::Head, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed, Tab::Generate];
+    pub const ALL: [Tab; 12] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Attention, Tab::Head, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed, Tab::Generate, Tab::Train];
     pub fn label(self) -> &'static str {
         match self {
             Tab::Tokens => "Tokens",
@@ -155,6 +156,7 @@ impl Tab {
             Tab::Compare => "Compare",
             Tab::Speed => "Speed",
             Tab::Generate => "Generate",
+            Tab::Train => "Train",
         }
     }
 }

@@ -26,6 +26,7 @@ pub enum TaskKind {
     HeadPattern,
     Baseline,
     Generate,
+    Train,
 }
 
 impl TaskKind {
@@ -43,6 +44,7 @@ impl TaskKind {
             TaskKind::HeadPattern => "a head's attention pattern",
             TaskKind::Baseline => "analysing with the untrained adapter",
             TaskKind::Generate => "generating",
+            TaskKind::Train => "training",
         }
     }
 }

@@ -271,6 +271,14 @@ pub struct Trainer<'m> {
     pub probe: Option<String>,
     /// The router gradients' global norm at the last step (before clipping).
     grad_norm: f64,
+    /// Besides `OUT/checkpoint` (overwritten, for `resume`), keep every checkpoint's adapter in
+    /// `OUT/checkpoints/step-NNNNNN` (`checkpoint_dir`), so that any of them can be opened later.
+    pub keep_checkpoints: bool,
+}
+
+/// Where `Trainer::run` keeps the adapter of the checkpoint at `step` (with `keep_checkpoints`).
+pub fn checkpoint_dir(out: &Path, step: usize) -> std::path::PathBuf {
+    out.join("checkpoints").join(format!("step-{step:06}"))
 }
 
 const CKPT_OPT: &str = "optimizer.safetensors";
@@ -313,7 +321,7 @@ impl<'m> Trainer<'m> {
             vars.push(c);
         }
         let opt = AdamW::new(&vars)?;
-        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), straight_through, weights: None, probe: None, grad_norm: f64::NAN })
+        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), straight_through, weights: None, probe: None, grad_norm: f64::NAN, keep_checkpoints: false })
     }
 
     /// Continues from a checkpoint directory written by `save_checkpoint`.
@@ -668,6 +676,16 @@ impl<'m> Trainer<'m> {
         })
     }
 
+    /// Saves the checkpoint of the current step into `OUT/checkpoint`, and with
+    /// `keep_checkpoints` its adapter into `checkpoint_dir(out, step)` too.
+    fn checkpoint(&self, out: &Path) -> Result<()> {
+        self.save_checkpoint(&out.join("checkpoint"))?;
+        if self.keep_checkpoints {
+            self.adapter.save(&checkpoint_dir(out, self.step))?;
+        }
+        Ok(())
+    }
+
     /// Runs to `opts.steps`, calling `log` for every row and `progress(step)`. Stops early,
     /// after saving a checkpoint, when `stop` is set.
     pub fn run(
@@ -679,7 +697,6 @@ impl<'m> Trainer<'m> {
         mut progress: impl FnMut(usize, f64),
     ) -> Result<bool> {
         let t0 = std::time::Instant::now();
-        let ckpt = out.join("checkpoint");
         if self.step == 0 && self.opts.eval_every > 0 {
             // Step 0: the untrained routers (the twin of the run) on the same held-out text and
             // probe, so that every later figure has its baseline in the same log. The loss is
@@ -689,7 +706,7 @@ impl<'m> Trainer<'m> {
         }
         while self.step < self.opts.steps {
             if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
-                self.save_checkpoint(&ckpt)?;
+                self.checkpoint(out)?;
                 return Ok(false);
             }
             let loss = self.train_step(data)?;
@@ -706,7 +723,7 @@ impl<'m> Trainer<'m> {
             log(&row)?;
             progress(self.step, loss);
             if self.opts.checkpoint_every > 0 && self.step.is_multiple_of(self.opts.checkpoint_every) {
-                self.save_checkpoint(&ckpt)?;
+                self.checkpoint(out)?;
             }
         }
         Ok(true)

@@ -9,7 +9,9 @@
 pub mod bench;
 pub mod dialogs;
 pub mod disk_cache;
+pub mod intervene;
 pub mod streaming;
+pub mod train;
 
 use dialogs::{Answer, Purpose};
 use super::state::*;
@@ -78,6 +80,9 @@ pub enum Msg {
     /// The running generation's state as it grows, and its last.
     GenStep(streaming::Generated),
     Generated(Result<streaming::Generated, JobError>),
+    /// The running training's log rows as they come, and its end.
+    TrainStep(train::TrainUpdate),
+    Trained(Result<train::TrainEnd, JobError>),
     /// A file dialog closed: what it was for, and the chosen path (`None`: the user cancelled).
     Dialog(Purpose, Option<PathBuf>),
     /// A PNG export was written to this path, or failed.
@@ -453,6 +458,9 @@ pub struct Compared {
     pub result: Comparison,
     /// K of run A's adapter and of run B's.
     pub groups: (usize, usize),
+    /// What an intervention did (`intervene::InterveneJob`: A is the intervened run, B the
+    /// original); None for a comparison of two runs.
+    pub note: Option<String>,
 }
 
 impl Compared {
@@ -621,7 +629,7 @@ impl CompareJob {
         let kept_a = self.res.kept.iter().find(|k| Arc::ptr_eq(&self.a.adapter, &self.res.adapter) && k.serves(a.mode, n)).map(|k| &**k);
         let result = compare::compare_reusing(&model, &ids, texts, &a, kept_a, &b, self.b_adapter_path.is_none(), Some(&h.cancel), |d, t, what| h.set_progress(d, t, what))?;
         let groups = (self.a.adapter.config.groups, self.b.adapter.config.groups);
-        Ok(Compared { key: self.res.key.clone(), spec: self.spec, result, groups })
+        Ok(Compared { key: self.res.key.clone(), spec: self.spec, result, groups, note: None })
     }
 }
 

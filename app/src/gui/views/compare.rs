@@ -259,6 +259,9 @@ impl View for CompareView {
         if c.key != res.key {
             ui.colored_label(egui::Color32::from_rgb(170, 90, 0), "This comparison was made for another analysis (run A has changed since): press Run comparison again.");
         }
+        if let Some(n) = &c.note {
+            ui.colored_label(egui::Color32::from_rgb(60, 60, 160), n);
+        }
         if let Some(w) = c.groups_warning() {
             ui.colored_label(egui::Color32::from_rgb(170, 90, 0), w);
         }

@@ -52,6 +52,9 @@ impl View for DetailsView {
                 ui.weak("Click a token, or drag over a range of tokens.");
                 return;
             };
+            if ui.small_button("Intervene on this token…").on_hover_text("force it into a group, or ablate or swap groups, and compare the loss").clicked() {
+                out.push(Command::ShowIntervene(Some(selected)));
+            }
             match &sel.partners {
                 Some(p) if p.token == selected && p.range == sel.range && p.key == res.key => {
                     let who = match p.range {

@@ -71,6 +71,9 @@ impl View for MenuView {
                         }
                     }
                 });
+                if ui.button("Intervene…").on_hover_text("ablate a group, force a token into one, or swap two, and compare the loss (Compare view)").clicked() {
+                    out.push(Command::ShowIntervene(None));
+                }
                 ui.menu_button("Help", |ui| {
                     if ui.button("Glossary…").clicked() {
                         out.push(Command::ShowGlossary);

@@ -21,6 +21,7 @@ pub mod files;
 pub mod generate;
 pub mod glossary;
 pub mod head;
+pub mod intervene;
 pub mod layers;
 pub mod mask;
 pub mod menu;
@@ -28,6 +29,7 @@ pub mod routing;
 pub mod speed;
 pub mod status;
 pub mod tokens;
+pub mod train;
 
 use super::jobs::dialogs::Purpose;
 use super::export::ExportKind;
@@ -137,6 +139,12 @@ pub enum Command {
     BuildAttnGrid(Arc<AnalysisResult>, usize),
     /// Compute one head's attention pattern over a range of tokens (layer, head, range).
     BuildHeadPattern(Arc<AnalysisResult>, usize, usize, (usize, usize)),
+    /// Open the Intervene window (on this token: force it into a group).
+    ShowIntervene(Option<usize>),
+    /// Run an intervention; its comparison goes to the Compare view.
+    StartIntervene(super::jobs::intervene::InterveneJob),
+    /// Start a training run (stopped with its own flag, `TrainJob::stop`).
+    StartTrain(super::jobs::train::TrainJob),
     /// Start a generation (stopped with `Cancel(TaskKind::Generate)`).
     StartGenerate(super::jobs::streaming::GenJob),
     /// Load this generated text as the app's text and analyse its first `tokens` tokens with
@@ -153,6 +161,7 @@ pub struct Views {
     pub details: details::DetailsView,
     pub files: files::FilesView,
     pub glossary: glossary::GlossaryView,
+    pub intervene: intervene::InterveneView,
     pub balance: balance::BalanceView,
     pub categories: categories::CategoriesView,
     pub compare: compare::CompareView,
@@ -164,6 +173,7 @@ pub struct Views {
     pub routing: routing::RoutingView,
     pub speed: speed::SpeedView,
     pub generate: generate::GenerateView,
+    pub train: train::TrainView,
     /// Scroll to this token in the token view (or layers view) shown next.
     pub scroll_to: Option<usize>,
     /// The central area's rectangle, for PNG exports of the current view.
@@ -193,6 +203,7 @@ impl Views {
         }
         out.extend(self.files.show(cx, ui));
         out.extend(self.glossary.show(cx, ui));
+        out.extend(self.intervene.show(cx, ui));
         let central = egui::CentralPanel::default().show(ui, |ui| self.central(cx, ui, (controls, details)));
         out.extend(central.inner);
         self.rect = Some(central.response.rect);
@@ -224,11 +235,13 @@ impl Views {
         ui.separator();
         // Nothing hovered, unless a view that draws tokens says otherwise (applied in order).
         out.push(Command::Hover { token: None, layer: None });
-        // Generation needs only the model and the adapter; the other views, an analysis.
-        if tab == Tab::Generate || cx.result().is_some() {
+        // Generation needs only the model and the adapter, training only the model; the other
+        // views, an analysis.
+        let standalone = matches!(tab, Tab::Generate | Tab::Train);
+        if standalone || cx.result().is_some() {
             // Every view of the analysis says when it shows the provisional preview (its groups
             // and figures change when the full result comes), not only the token view.
-            if let (Some(res), false) = (cx.result(), tab == Tab::Generate) {
+            if let (Some(res), false) = (cx.result(), standalone) {
                 tokens::provisional_banner(cx, res, ui);
             }
             let cx = ViewCtx { scroll_to: Cell::new(self.scroll_to.take()), ..*cx };
@@ -260,6 +273,7 @@ impl Views {
             Tab::Compare => &mut self.compare,
             Tab::Speed => &mut self.speed,
             Tab::Generate => &mut self.generate,
+            Tab::Train => &mut self.train,
         }
     }
 
@@ -279,6 +293,7 @@ impl Views {
             Tab::Routing => routing::svg(res, layer, raw),
             Tab::Compare => self.compare.svg(settings.setup.head.min(res.model.config().n_heads.saturating_sub(1))),
             Tab::Generate => Err("the Generate view has no SVG: press Analyse this, then export the Tokens view".into()),
+            Tab::Train => Err("the Train view has no SVG: export it as PNG".into()),
         }
     }
 }

@@ -1,0 +1,426 @@
+//! Train: start a router training run on the loaded model (the CLI's `train`, through
+//! `crate::training`), watch it as live plots (training loss, held-out perplexity, per-layer
+//! dominance at the last evaluation against the 1.3/K bar, and the median category NMI against
+//! the untrained twin over time), stop it (the checkpoint of its last step is kept), and open
+//! any checkpoint as the app's adapter (the same path as File > Open adapter).
+//!
+//! The settings are the view's own (not persisted); defaults are the CLI's, fitted to the
+//! loaded model's context. Start checks them as the trainer does (`Trainer::new` on the loaded
+//! model), so that a bad setting is one error under the button rather than a failed run.
+
+use super::{Command, View, ViewCtx};
+use crate::gui::jobs::train::{duration, Checkpoint, TrainEnd, TrainJob, TrainUpdate};
+use crate::gui::state::{DeviceChoice, InputKind, Setting, Tab};
+use crate::gui::worker::TaskKind;
+use crate::training::{self, Figures, Init, Plan, Start};
+use egui::Color32;
+use egui_plot::{Bar, BarChart, HLine, Legend, Line, Plot, PlotPoints, Points};
+use focus_core::train::{LogRow, TrainOptions, Trainer};
+use focus_core::{AdapterSpec, Gate};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+const LINE: Color32 = Color32::from_rgb(30, 90, 160);
+const TWIN: Color32 = Color32::from_rgb(150, 150, 150);
+const BAR: Color32 = Color32::from_rgb(200, 60, 40);
+
+/// The run's settings as the form edits them.
+#[derive(Debug, Clone)]
+pub struct TrainForm {
+    pub data: String,
+    pub heldout: String,
+    /// Empty: a new folder under the cache's `runs/`.
+    pub out: String,
+    pub groups: usize,
+    pub window: usize,
+    pub sink: usize,
+    pub gate: Gate,
+    pub init: Init,
+    pub steps: usize,
+    pub lr: f64,
+    pub seq_len: usize,
+    pub batch: usize,
+    pub eval_every: usize,
+    pub checkpoint_every: usize,
+    pub device: DeviceChoice,
+}
+
+impl Default for TrainForm {
+    /// The CLI's defaults, with the shipped corpus (when fetched) as training and held-out text.
+    fn default() -> Self {
+        let corpus = crate::defaults::cache_dir().join("corpus");
+        let dir = |name: &str| {
+            let p = corpus.join(name);
+            if p.is_dir() { p.display().to_string() } else { String::new() }
+        };
+        TrainForm {
+            data: dir("train"),
+            heldout: dir("heldout"),
+            out: String::new(),
+            groups: 8,
+            window: 128,
+            sink: 0,
+            gate: Gate::Log,
+            init: Init::Random,
+            steps: 1000,
+            lr: 1e-2,
+            seq_len: 512,
+            batch: 4,
+            eval_every: 100,
+            checkpoint_every: 200,
+            device: DeviceChoice::Cpu,
+        }
+    }
+}
+
+impl TrainForm {
+    /// The adapter's shape: the CLI's defaults with the form's K, window, sink and gate.
+    pub fn spec(&self) -> AdapterSpec {
+        AdapterSpec { groups: self.groups, window: self.window, sink: self.sink, gate: self.gate, top_k: 2.min(self.groups), ..Default::default() }
+    }
+
+    pub fn options(&self) -> TrainOptions {
+        TrainOptions {
+            steps: self.steps,
+            seq_len: self.seq_len,
+            batch: self.batch,
+            lr: self.lr,
+            weight_decay: 0.0,
+            seed: 0,
+            eval_every: self.eval_every,
+            eval_seqs: 8,
+            checkpoint_every: self.checkpoint_every,
+            max_seconds: 0.0,
+            sinkhorn_grad: Default::default(),
+            cosine_decay: false,
+            straight_through: None,
+            grad_clip: 0.0,
+            freeze_centroids: false,
+            sharpen: 0.0,
+        }
+    }
+}
+
+/// The run on screen: its history as the plots draw it.
+#[derive(Debug, Clone, Default)]
+pub struct RunView {
+    pub out: PathBuf,
+    /// (step, loss) of every row.
+    pub loss: Vec<[f64; 2]>,
+    /// (step, held-out perplexity) of every evaluation.
+    pub ppl: Vec<[f64; 2]>,
+    /// (step, median NMI over layers >= 1) of every evaluation with structure.
+    pub nmi: Vec<[f64; 2]>,
+    /// Per layer, the dominance of the last evaluation, and its step.
+    pub dominance: Vec<f64>,
+    pub dominance_step: usize,
+    pub figures: Option<Figures>,
+    pub checkpoints: Vec<Checkpoint>,
+    /// What the run is doing before its first row.
+    pub status: String,
+    /// How it ended (None while it runs).
+    pub ended: Option<String>,
+}
+
+impl RunView {
+    fn take(&mut self, row: &LogRow, f: &Figures) {
+        let s = row.step as f64;
+        self.loss.push([s, row.loss]);
+        if let Some(p) = row.heldout_ppl {
+            self.ppl.push([s, p]);
+        }
+        if let Some(d) = &row.dominance {
+            self.dominance = d.clone();
+            self.dominance_step = row.step;
+        }
+        if let Some(st) = &row.structure {
+            self.nmi.push([s, training::structure(st, f.groups).median_from_layer_1(|l| l.category.value)]);
+        }
+        self.figures = Some(f.clone());
+    }
+}
+
+#[derive(Default)]
+pub struct TrainView {
+    pub form: TrainForm,
+    /// The form has been fitted to this model (by its generation).
+    fitted_to: Option<u64>,
+    pub run: Option<RunView>,
+    /// The running job's stop flag.
+    stop: Option<Arc<AtomicBool>>,
+    /// Why Start did not start (shown under it until the next Start).
+    pub error: Option<String>,
+}
+
+impl TrainView {
+    pub fn receive(&mut self, u: TrainUpdate) {
+        let Some(run) = self.run.as_mut() else { return };
+        match u {
+            TrainUpdate::Status(s) => run.status = s,
+            TrainUpdate::Row(row, f, cps) => {
+                run.take(&row, &f);
+                run.checkpoints = cps;
+            }
+        }
+    }
+
+    pub fn finished(&mut self, end: TrainEnd) {
+        self.stop = None;
+        let Some(run) = self.run.as_mut() else { return };
+        run.checkpoints = end.checkpoints;
+        let f = &end.outcome.figures;
+        run.ended = Some(if end.outcome.finished {
+            format!("finished at step {}: adapter in {}; {}", end.outcome.step, end.out.display(), f.line())
+        } else {
+            format!("stopped at step {}: checkpoint in {}", end.outcome.step, end.out.join("checkpoint").display())
+        });
+        run.figures = Some(f.clone());
+    }
+
+    pub fn cancelled(&mut self) {
+        self.stop = None;
+        if let Some(run) = self.run.as_mut() {
+            run.ended = Some("cancelled".into());
+        }
+    }
+
+    pub fn failed(&mut self, e: &str) {
+        self.stop = None;
+        if let Some(run) = self.run.as_mut() {
+            run.ended = Some(format!("failed: {e}"));
+        }
+    }
+
+    /// Asks the running job to stop after its current step (it saves a checkpoint).
+    pub fn request_stop(&mut self) {
+        if let Some(s) = &self.stop {
+            s.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Fits the defaults to a newly loaded model: the sequence within its context, the window
+    /// within the sequence, the device it is on.
+    fn fit(&mut self, cx: &ViewCtx) {
+        let Some(m) = cx.session.model.as_ref() else { return };
+        if self.fitted_to == Some(m.gen) {
+            return;
+        }
+        self.fitted_to = Some(m.gen);
+        let f = &mut self.form;
+        f.seq_len = f.seq_len.min(m.model.config().context);
+        f.window = f.window.min(f.seq_len / 4);
+        f.device = m.device;
+    }
+
+    /// The job the form asks for, checked (`Err`: one line saying what is wrong).
+    fn job(&self, cx: &ViewCtx) -> Result<TrainJob, String> {
+        let m = cx.session.model.as_ref().ok_or("no model is loaded: open one first (File menu)")?;
+        let f = &self.form;
+        let path = |s: &str, what: &str| -> Result<PathBuf, String> {
+            let s = s.trim();
+            if s.is_empty() {
+                return Err(format!("no {what} folder given"));
+            }
+            let p = PathBuf::from(s);
+            training::text_files(std::slice::from_ref(&p)).map_err(|e| format!("{what}: {e:#}"))?;
+            Ok(p)
+        };
+        let (data, heldout) = (path(&f.data, "training text")?, path(&f.heldout, "held-out text")?);
+        if data == heldout {
+            return Err("the held-out text must not be the training text: choose another folder".into());
+        }
+        // The trainer's own checks (sequence length against the context and the window, K).
+        Trainer::new(&m.model, &f.spec(), f.options()).map_err(|e| e.to_string())?;
+        let out = match f.out.trim() {
+            "" => {
+                let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
+                training::default_out(&crate::defaults::cache_dir(), &m.model.config().name, stamp)
+            }
+            s => PathBuf::from(s),
+        };
+        if out.join("train_log.jsonl").exists() {
+            return Err(format!("{} already holds a run: choose another output folder (or leave it empty for a new one)", out.display()));
+        }
+        let plan = Plan {
+            data: vec![data],
+            heldout: vec![heldout],
+            start: Start::New(f.spec(), f.init),
+            opts: f.options(),
+            out,
+            keep_checkpoints: true,
+            device: f.device.label().to_string(),
+        };
+        let model_path = m.path.clone().unwrap_or_else(crate::defaults::default_model_path);
+        Ok(TrainJob { model: m.model.clone(), model_path, model_device: m.device, device: f.device, plan, stop: Arc::new(AtomicBool::new(false)) })
+    }
+
+    fn form_ui(&mut self, ui: &mut egui::Ui, enabled: bool) {
+        let f = &mut self.form;
+        ui.add_enabled_ui(enabled, |ui| {
+            // Rows of label and field (a grid squeezed the fields of its inner columns).
+            ui.horizontal(|ui| {
+                let l = ui.label("training text");
+                ui.add(egui::TextEdit::singleline(&mut f.data).desired_width(320.0).hint_text("a folder of .txt files")).labelled_by(l.id);
+                let l = ui.label("held-out text");
+                ui.add(egui::TextEdit::singleline(&mut f.heldout).desired_width(320.0).hint_text("a folder of .txt files")).labelled_by(l.id);
+            });
+            ui.horizontal(|ui| {
+                let l = ui.label("output folder");
+                ui.add(egui::TextEdit::singleline(&mut f.out).desired_width(320.0).hint_text("empty: a new folder under the cache's runs/")).labelled_by(l.id);
+                ui.label("device");
+                for d in DeviceChoice::available() {
+                    ui.radio_value(&mut f.device, d, d.label());
+                }
+            });
+            ui.horizontal_wrapped(|ui| {
+                ui.add(egui::DragValue::new(&mut f.groups).range(1..=64).prefix("K ")).on_hover_text("groups (centroids) per layer");
+                ui.add(egui::DragValue::new(&mut f.window).range(0..=1 << 20).prefix("window ")).on_hover_text("local window w: pairs with i - j <= w always attend");
+                ui.add(egui::DragValue::new(&mut f.sink).range(0..=1024).prefix("sink ")).on_hover_text("[ours] the first N tokens are always attendable");
+                egui::ComboBox::from_id_salt("train_gate").selected_text(format!("gate {}", gate_label(f.gate))).show_ui(ui, |ui| {
+                    ui.selectable_value(&mut f.gate, Gate::Log, "log");
+                    ui.selectable_value(&mut f.gate, Gate::Paper, "paper");
+                });
+                egui::ComboBox::from_id_salt("train_init").selected_text(format!("init {}", f.init.label())).show_ui(ui, |ui| {
+                    for i in Init::ALL {
+                        ui.selectable_value(&mut f.init, i, i.label());
+                    }
+                });
+            });
+            ui.horizontal_wrapped(|ui| {
+                ui.add(egui::DragValue::new(&mut f.steps).range(1..=10_000_000).prefix("steps "));
+                ui.add(egui::DragValue::new(&mut f.lr).range(1e-6..=10.0).speed(1e-4).max_decimals(5).prefix("lr ")).on_hover_text("AdamW learning rate");
+                ui.add(egui::DragValue::new(&mut f.seq_len).range(2..=1 << 20).prefix("seq len ")).on_hover_text("tokens per training sequence");
+                ui.add(egui::DragValue::new(&mut f.batch).range(1..=4096).prefix("batch "));
+                ui.add(egui::DragValue::new(&mut f.eval_every).range(1..=10_000_000).prefix("evaluate every ")).on_hover_text("held-out perplexity, dominance and structure every this many steps");
+                ui.add(egui::DragValue::new(&mut f.checkpoint_every).range(1..=10_000_000).prefix("checkpoint every "));
+            });
+        });
+    }
+
+    fn progress(&self, cx: &ViewCtx, running: bool, ui: &mut egui::Ui) {
+        let Some(run) = &self.run else { return };
+        let p = cx.worker.progress().into_iter().find(|p| p.0 == TaskKind::Train);
+        if let (true, Some((_, done, total, what, secs))) = (running, p) {
+            ui.horizontal(|ui| {
+                crate::gui::paint::busy::busy(ui);
+                if total > 0 {
+                    ui.add(egui::ProgressBar::new(done as f32 / total as f32).desired_width(260.0).text(format!("{done} / {total}")));
+                }
+                ui.label(format!("{what} ({} so far)", duration(secs)));
+            });
+            if run.figures.is_none() && !run.status.is_empty() {
+                ui.weak(&run.status);
+            }
+        }
+        if let Some(e) = &run.ended {
+            ui.label(e);
+        }
+        if let Some(f) = &run.figures {
+            ui.label(format!("step {} of {}: {}", f.step, f.steps, f.line()));
+        }
+    }
+
+    fn plots(&self, ui: &mut egui::Ui) {
+        let Some(run) = &self.run else { return };
+        let f = run.figures.as_ref();
+        let h = ((ui.available_height() - 30.0) / 2.0).clamp(140.0, 320.0);
+        ui.columns(2, |cols| {
+            Plot::new("train_loss").height(h).legend(Legend::default()).x_axis_label("step").y_axis_label("nats/token").show(&mut cols[0], |p| {
+                p.line(Line::new("training loss", PlotPoints::from(run.loss.clone())).color(LINE));
+            });
+            Plot::new("train_ppl").height(h).legend(Legend::default()).x_axis_label("step").show(&mut cols[1], |p| {
+                p.line(Line::new("held-out perplexity", PlotPoints::from(run.ppl.clone())).color(LINE));
+                p.points(Points::new("held-out perplexity", PlotPoints::from(run.ppl.clone())).radius(3.0).color(LINE));
+            });
+        });
+        ui.columns(2, |cols| {
+            let bars: Vec<Bar> = run.dominance.iter().enumerate().map(|(l, &d)| Bar::new(l as f64, d).width(0.7)).collect();
+            let bar = f.map_or(0.0, |f| f.dominance_bar());
+            let title = format!("dominance at step {}", run.dominance_step);
+            Plot::new("train_dominance").height(h).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(bar * 1.2).show(&mut cols[0], |p| {
+                p.bar_chart(BarChart::new(title, bars).color(LINE));
+                p.hline(HLine::new(format!("1.3/K = {bar:.3}"), bar).color(BAR));
+            });
+            Plot::new("train_nmi").height(h).legend(Legend::default()).x_axis_label("step").include_y(0.0).show(&mut cols[1], |p| {
+                p.line(Line::new("median NMI(group, category)", PlotPoints::from(run.nmi.clone())).color(LINE));
+                p.points(Points::new("median NMI(group, category)", PlotPoints::from(run.nmi.clone())).radius(3.0).color(LINE));
+                if let Some(t) = f.and_then(|f| f.twin_median_nmi) {
+                    p.hline(HLine::new(format!("untrained twin {t:.3}"), t).color(TWIN).style(egui_plot::LineStyle::dashed_dense()));
+                }
+            });
+        });
+    }
+
+    fn checkpoints(&self, cx: &ViewCtx, ui: &mut egui::Ui, out: &mut Vec<Command>) {
+        let Some(run) = &self.run else { return };
+        if run.checkpoints.is_empty() {
+            return;
+        }
+        let open = cx.session.adapter.as_ref().and_then(|a| a.path.as_ref());
+        ui.horizontal_wrapped(|ui| {
+            ui.label("Checkpoints:");
+            for c in &run.checkpoints {
+                let name = if c.last { format!("final (step {})", c.step) } else { format!("step {}", c.step) };
+                let shown = open == Some(&c.dir);
+                let b = ui.add_enabled(!shown, egui::Button::new(format!("Open {name}")));
+                if b.on_hover_text(format!("open {} as the adapter and show it in the Tokens view", c.dir.display())).clicked() {
+                    out.push(Command::Open(InputKind::Adapter, c.dir.clone()));
+                    out.push(Command::Set(Setting::Tab(Tab::Tokens)));
+                }
+            }
+        });
+    }
+}
+
+fn gate_label(g: Gate) -> &'static str {
+    match g {
+        Gate::Log => "log",
+        Gate::Paper => "paper",
+    }
+}
+
+impl View for TrainView {
+    fn show(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) -> Vec<Command> {
+        let mut out = Vec::new();
+        self.fit(cx);
+        let running = cx.worker.is_running(TaskKind::Train);
+        if let Some(m) = cx.session.model.as_ref() {
+            ui.label(format!("Train the routers of {} (frozen) from random, k-means or PCA centroids; checkpoints open as adapters.", m.model.config().name));
+        }
+        self.form_ui(ui, !running);
+        ui.horizontal(|ui| {
+            if running {
+                let stopping = self.stop.as_ref().is_some_and(|s| s.load(Ordering::Relaxed));
+                if ui.add_enabled(!stopping, egui::Button::new(if stopping { "Stopping…" } else { "Stop training" })).on_hover_text("stops after the current step and keeps its checkpoint").clicked() {
+                    self.request_stop();
+                }
+            } else if ui.button("Start training").clicked() {
+                match self.job(cx) {
+                    Ok(job) => {
+                        self.error = None;
+                        self.stop = Some(job.stop.clone());
+                        self.run = Some(RunView { out: job.plan.out.clone(), status: "starting".into(), ..Default::default() });
+                        out.push(Command::StartTrain(job));
+                    }
+                    Err(e) => self.error = Some(format!("cannot start training: {e}")),
+                }
+            }
+            if let Some(run) = &self.run {
+                ui.weak(format!("run folder {}", run.out.display()));
+            }
+        });
+        if let Some(e) = &self.error {
+            ui.colored_label(Color32::from_rgb(180, 30, 30), e);
+        }
+        self.progress(cx, running, ui);
+        self.checkpoints(cx, ui, &mut out);
+        ui.separator();
+        if self.run.is_some() {
+            self.plots(ui);
+        } else {
+            ui.weak("No run yet: set the text folders and press Start training. Each evaluation adds points to the plots.");
+        }
+        out
+    }
+}

@@ -1,0 +1,163 @@
+//! The Train view driven headlessly through egui_kittest on the real default model
+//! (SmolLM2-135M): a bad setting is one error and starts nothing; Start runs the CLI's training
+//! (`focus_lens::training`) in the background, whose log rows become the plots' points (the
+//! same numbers as OUT/train_log.jsonl); Stop ends it after a step with its checkpoint kept;
+//! and "Open step N" loads that checkpoint as the app's adapter, which the Tokens view then
+//! shows (its K, its routing).
+
+#[path = "common/mod.rs"]
+mod common;
+#[path = "common/gui_harness.rs"]
+mod gui_harness;
+
+use egui_kittest::kittest::Queryable;
+use egui_kittest::Harness;
+use focus_lens::gui::state::Tab;
+use focus_lens::gui::worker::TaskKind;
+use focus_lens::gui::FocusLensApp;
+use gui_harness::{harness, has, no_errors, settings, settle};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+type H = Harness<'static, FocusLensApp>;
+
+/// A training folder of two texts and a held-out folder of one, cut from the Persuasion fixture
+/// (disjoint parts).
+fn texts(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let p = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
+    let cut = |a: usize, b: usize| {
+        let (a, b) = ((a..).find(|&i| p.is_char_boundary(i)).unwrap(), (b..).find(|&i| p.is_char_boundary(i)).unwrap());
+        p[a..b].to_string()
+    };
+    let (train, held) = (dir.join("train"), dir.join("heldout"));
+    std::fs::create_dir_all(&train).unwrap();
+    std::fs::create_dir_all(&held).unwrap();
+    std::fs::write(train.join("a.txt"), cut(0, 12000)).unwrap();
+    std::fs::write(train.join("b.txt"), cut(12000, 24000)).unwrap();
+    std::fs::write(held.join("c.txt"), cut(40000, 46000)).unwrap();
+    (train, held)
+}
+
+/// Clicks a text field and types `text` into it (emptied first, as select-all would).
+fn type_into(h: &mut H, label: &str, text: &str, clear: impl Fn(&mut FocusLensApp)) {
+    clear(h.state_mut());
+    h.step();
+    h.get_by_label(label).click();
+    h.step();
+    h.step();
+    h.get_by_label(label).type_text(text);
+    h.step();
+    h.step();
+}
+
+/// Steps frames until `done` holds (or fails after `secs`).
+fn until(h: &mut H, secs: u64, what: &str, done: impl Fn(&FocusLensApp) -> bool) {
+    let t0 = Instant::now();
+    while !done(h.state()) {
+        h.step();
+        assert!(t0.elapsed() < Duration::from_secs(secs), "{what}: not within {secs} s; errors {:?}, progress {:?}", h.state().errors, h.state().worker.progress());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    h.step();
+}
+
+#[test]
+fn start_watch_stop_and_open_a_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (train, held) = texts(tmp.path());
+    let out = tmp.path().join("run");
+    let mut h = harness(settings(120), tmp.path());
+    settle(&mut h);
+    no_errors(&h);
+    let sample_groups = h.state().session.result.as_ref().unwrap().groups();
+    h.get_by_label("Train").click();
+    h.step();
+    assert_eq!(h.state().settings.setup.tab, Tab::Train);
+    assert!(has(&h, "No run yet"), "the view says what to do before a run");
+
+    // A missing folder: one error naming it, and nothing runs.
+    type_into(&mut h, "training text", &tmp.path().join("nowhere").display().to_string(), |a| a.views.train.form.data.clear());
+    type_into(&mut h, "held-out text", &held.display().to_string(), |a| a.views.train.form.heldout.clear());
+    h.get_by_label("Start training").click();
+    h.step();
+    h.step();
+    let err = h.state().views.train.error.clone().expect("an error under the button");
+    assert!(err.starts_with("cannot start training: training text:") && err.contains("nowhere") && err.contains("does not exist"), "{err}");
+    assert!(has(&h, "does not exist"), "the error is shown");
+    assert!(!h.state().is_running(TaskKind::Train) && h.state().views.train.run.is_none());
+    // A sequence inside the window: the trainer's own rule, said before anything runs.
+    type_into(&mut h, "training text", &train.display().to_string(), |a| a.views.train.form.data.clear());
+    {
+        let f = &mut h.state_mut().views.train.form;
+        (f.groups, f.window, f.seq_len, f.batch, f.steps, f.eval_every, f.checkpoint_every, f.lr) = (4, 16, 16, 1, 1000, 2, 2, 5e-2);
+    }
+    h.get_by_label("Start training").click();
+    h.step();
+    h.step();
+    let err = h.state().views.train.error.clone().expect("an error under the button");
+    assert!(err.contains("inside the local window"), "{err}");
+    assert!(h.state().views.train.run.is_none());
+
+    // A small run: seq 64, K = 4, w = 16, evaluations and checkpoints every 2 steps.
+    h.state_mut().views.train.form.seq_len = 64;
+    type_into(&mut h, "output folder", &out.display().to_string(), |a| a.views.train.form.out.clear());
+    h.get_by_label("Start training").click();
+    h.step();
+    h.step();
+    assert!(h.state().views.train.error.is_none(), "{:?}", h.state().views.train.error);
+    assert!(h.state().is_running(TaskKind::Train), "the run started");
+    // Plots get points as the run goes: step 0 (the twin) and two more evaluations.
+    until(&mut h, 400, "three evaluations", |a| a.views.train.run.as_ref().is_some_and(|r| r.ppl.len() >= 3 && !r.checkpoints.is_empty()));
+    {
+        let r = h.state().views.train.run.clone().unwrap();
+        assert_eq!(r.ppl[0][0], 0.0, "the first evaluation is the untrained twin's, at step 0");
+        assert_eq!(r.dominance.len(), 30, "one dominance bar per layer");
+        assert!(r.nmi.len() >= 3 && r.nmi.iter().all(|p| p[1].is_finite()), "{:?}", r.nmi);
+        let f = r.figures.clone().unwrap();
+        assert!(f.twin_median_nmi.is_some() && f.nmi_ratio.is_some(), "{f:?}");
+        assert!(has(&h, "held-out PPL") && has(&h, "x twin") && has(&h, "worst dominance"), "the figures line");
+    }
+    assert!(has(&h, "training: step"), "progress with the step");
+    assert!(h.state().is_running(TaskKind::Train), "1000 steps: still running");
+
+    // Stop: the run ends after its current step with a checkpoint.
+    h.get_by_label("Stop training").click();
+    until(&mut h, 300, "the run to stop", |a| !a.is_running(TaskKind::Train));
+    no_errors(&h);
+    let r = h.state().views.train.run.clone().unwrap();
+    let ended = r.ended.clone().unwrap();
+    assert!(ended.starts_with("stopped at step"), "{ended}");
+    assert!(has(&h, "stopped at step"));
+    assert!(out.join("checkpoint/optimizer.safetensors").exists(), "the resumable checkpoint");
+    // The plots' points are the log's rows.
+    let log: Vec<serde_json::Value> = std::fs::read_to_string(out.join("train_log.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(log.len(), r.loss.len(), "one loss point per log row");
+    for (row, p) in log.iter().zip(&r.loss) {
+        assert_eq!((row["step"].as_f64().unwrap(), row["loss"].as_f64().unwrap()), (p[0], p[1]));
+    }
+    let ppl: Vec<[f64; 2]> = log.iter().filter_map(|row| Some([row["step"].as_f64()?, row["heldout_ppl"].as_f64()?])).collect();
+    assert_eq!(ppl, r.ppl);
+    // Every checkpoint kept; the stop's among them.
+    let stopped_at: usize = ended.trim_start_matches("stopped at step ").split(':').next().unwrap().parse().unwrap();
+    assert_eq!(r.checkpoints.last().unwrap().step, stopped_at, "{:?}", r.checkpoints);
+    assert!(r.checkpoints.iter().any(|c| c.step == 2));
+
+    // Open the checkpoint of step 2: it becomes the adapter, and the Tokens view shows it.
+    let step2 = r.checkpoints.iter().find(|c| c.step == 2).unwrap().dir.clone();
+    h.get_by_label("Open step 2").click();
+    h.step();
+    settle(&mut h);
+    no_errors(&h);
+    let app = h.state();
+    assert_eq!(app.settings.setup.tab, Tab::Tokens);
+    assert_eq!(app.session.adapter.as_ref().unwrap().path.as_ref(), Some(&step2));
+    let res = app.session.result.as_ref().expect("an analysis with the checkpoint");
+    assert_eq!(res.groups(), 4, "the checkpoint's K (the sample adapter has {sample_groups})");
+    let on_disk = focus_core::Adapter::load(&step2, &res.model.identity(), &candle_core::Device::Cpu).unwrap();
+    assert_eq!(
+        res.adapter.layers[5].proj.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        on_disk.layers[5].proj.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        "the analysis routes with the checkpoint's weights"
+    );
+    assert!(has(&h, "step-000002"), "the menu bar names the checkpoint");
+}
