@@ -306,6 +306,7 @@ fn sharpening_term_sharpens_the_memberships() {
     assert!(hs < hp - 0.05 && hs < start, "entropy: start {start:.3}, plain {hp:.3}, sharpened {hs:.3}");
     // The logged loss is the cross-entropy (a few nats here), not the sum with the entropy.
     assert!(lp.is_finite() && ls.is_finite() && (ls - lp).abs() < 1.0, "losses {lp} / {ls}");
+}
 
 /// `focus-lens train` on the default model (seq 64): its last line states the figures the
 /// progress bar carries (loss, held-out perplexity, worst-layer dominance against 1.3/K, the

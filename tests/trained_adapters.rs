@@ -1,8 +1,8 @@
 //! The shipped, trained SmolLM2 sample adapters (`sample_adapters/smollm2-135m-k8`, `-k4` and
-//! `-k8-pca-sink1`): they load with their provenance and results recorded, and the CPU reproduces
+//! `-k8-sharp`): they load with their provenance and results recorded, and the CPU reproduces
 //! the per-chunk held-out NLL of `tests/fixtures/trained_adapters_nll.json`: each as shipped (K=8
 //! with 10 Sinkhorn iterations, K=4 with 40), and K=4 also with its training's 10; for
-//! `-k8-pca-sink1` the reference is the H200's (CUDA kernels with an attention sink). The
+//! `-k8-sharp` the reference is the H200's (CUDA kernels with an attention sink). The
 //! fixture says how each figure was measured.
 
 #[path = "common/mod.rs"]
