@@ -4,4 +4,5 @@
 pub mod cli;
 pub mod defaults;
 pub mod gui;
+pub mod index;
 pub mod sampling;

@@ -299,6 +299,7 @@ impl FocusLensApp {
             },
             Msg::Dialog(purpose, path) => self.handle_dialog(purpose, path),
             Msg::Png(r) => self.handle_png(r),
+            Msg::Index(r) => self.views.centroids.receive(r),
         }
     }
 
@@ -671,6 +672,10 @@ impl FocusLensApp {
             Command::StartGenerate(job) => {
                 // One generation at a time: this stops a running one.
                 self.worker.spawn_streaming(TaskKind::Generate, move |h, interim| Msg::Generated(job.run(h, &|g| interim.send(Msg::GenStep(g)))));
+            }
+            Command::StartIndex(job) => {
+                // One build at a time: this cancels a running one (its documents stay in the file).
+                self.worker.spawn(TaskKind::Index, move |h| job.run(h));
             }
             Command::AnalyseGenerated { text, params, tokens } => self.analyse_generated(&text, params, tokens),
             Command::BuildMask(res, layer) => {

@@ -136,10 +136,11 @@ pub enum Tab {
     Compare,
     Speed,
     Generate,
+    Centroids,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 10] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Attention, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed, Tab::Generate];
+    pub const ALL: [Tab; 11] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Attention, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed, Tab::Generate, Tab::Centroids];
     pub fn label(self) -> &'static str {
         match self {
             Tab::Tokens => "Tokens",
@@ -152,6 +153,7 @@ impl Tab {
             Tab::Compare => "Compare",
             Tab::Speed => "Speed",
             Tab::Generate => "Generate",
+            Tab::Centroids => "Centroids",
         }
     }
 }

@@ -25,6 +25,7 @@ pub enum TaskKind {
     AttnGrid,
     Baseline,
     Generate,
+    Index,
 }
 
 impl TaskKind {
@@ -41,6 +42,7 @@ impl TaskKind {
             TaskKind::AttnGrid => "attention of every layer and head",
             TaskKind::Baseline => "analysing with the untrained adapter",
             TaskKind::Generate => "generating",
+            TaskKind::Index => "indexing a corpus",
         }
     }
 }

@@ -9,11 +9,13 @@
 //! (right); windows: `files` (open and export paths, browser, adapter picker) and `glossary`.
 //! The central area (`Views::central`) shows the tab bar and one of `tokens`, `layers`,
 //! `balance`, `mask`, `attention`, `categories`, `routing`, `compare`, `speed` (which show the
-//! analysis on screen), or `generate` (which needs only the model and the adapter).
+//! analysis on screen), `generate` (which needs only the model and the adapter) or `centroids`
+//! (a corpus index, built with the model and adapter or opened from a file).
 
 pub mod attention;
 pub mod balance;
 pub mod categories;
+pub mod centroids;
 pub mod compare;
 pub mod controls;
 pub mod details;
@@ -139,6 +141,8 @@ pub enum Command {
     /// Load this generated text as the app's text and analyse its first `tokens` tokens with
     /// `params`.
     AnalyseGenerated { text: String, params: super::state::RunParams, tokens: usize },
+    /// Build (or resume) a corpus index (stopped with `Cancel(TaskKind::Index)`).
+    StartIndex(super::jobs::index::IndexJob),
 }
 
 /// Every view's own state.
@@ -160,6 +164,7 @@ pub struct Views {
     pub routing: routing::RoutingView,
     pub speed: speed::SpeedView,
     pub generate: generate::GenerateView,
+    pub centroids: centroids::CentroidsView,
     /// Scroll to this token in the token view (or layers view) shown next.
     pub scroll_to: Option<usize>,
     /// The central area's rectangle, for PNG exports of the current view.
@@ -220,11 +225,12 @@ impl Views {
         ui.separator();
         // Nothing hovered, unless a view that draws tokens says otherwise (applied in order).
         out.push(Command::Hover { token: None, layer: None });
-        // Generation needs only the model and the adapter; the other views, an analysis.
-        if tab == Tab::Generate || cx.result().is_some() {
+        // Generation needs only the model and the adapter, Centroids an index; the other views,
+        // an analysis.
+        if tab == Tab::Generate || tab == Tab::Centroids || cx.result().is_some() {
             // Every view of the analysis says when it shows the provisional preview (its groups
             // and figures change when the full result comes), not only the token view.
-            if let (Some(res), false) = (cx.result(), tab == Tab::Generate) {
+            if let (Some(res), false) = (cx.result(), tab == Tab::Generate || tab == Tab::Centroids) {
                 tokens::provisional_banner(cx, res, ui);
             }
             let cx = ViewCtx { scroll_to: Cell::new(self.scroll_to.take()), ..*cx };
@@ -255,6 +261,7 @@ impl Views {
             Tab::Compare => &mut self.compare,
             Tab::Speed => &mut self.speed,
             Tab::Generate => &mut self.generate,
+            Tab::Centroids => &mut self.centroids,
         }
     }
 
@@ -273,6 +280,7 @@ impl Views {
             Tab::Routing => routing::svg(res, layer, raw),
             Tab::Compare => self.compare.svg(settings.setup.head.min(res.model.config().n_heads.saturating_sub(1))),
             Tab::Generate => Err("the Generate view has no SVG: press Analyse this, then export the Tokens view".into()),
+            Tab::Centroids => Err("the Centroids view has no SVG: `focus-lens centroids INDEX --layer L --centroid G --json` exports a centroid".into()),
         }
     }
 }

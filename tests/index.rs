@@ -1,0 +1,351 @@
+//! The corpus index (`focus-lens index`, `focus_lens::index`): its stored statistics against a
+//! from-scratch computation with the existing analysis (`analysis::analyze` on each text, its
+//! routing and category profiles), resume against a single run, and damaged or bad input.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use focus_core::analysis::{analyze, AnalyzeOptions};
+use focus_core::index::{HIST_BINS, TOP_EXAMPLES};
+use focus_core::Adapter;
+use focus_lens::index::{build_index, BuildRequest, Index};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+const SEGMENT: usize = 256;
+const K: usize = 2;
+
+fn adapter_dir() -> PathBuf {
+    common::root().join("sample_adapters/smollm2-135m-k8")
+}
+
+fn adapter() -> &'static Adapter {
+    static A: std::sync::OnceLock<Adapter> = std::sync::OnceLock::new();
+    A.get_or_init(|| {
+        let m = common::default_model();
+        Adapter::load(&adapter_dir(), &m.identity(), m.device()).unwrap()
+    })
+}
+
+/// Three short texts (the last spans two segments), and a binary file that is skipped.
+fn corpus(dir: &Path) -> Vec<(String, String)> {
+    let sample = std::fs::read_to_string(common::root().join("assets/sample.txt")).unwrap();
+    let persuasion = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
+    let cut = |s: &str, a: usize, n: usize| s.chars().skip(a).take(n).collect::<String>();
+    let texts = vec![
+        ("a.txt".to_string(), cut(&sample, 0, 700)),
+        ("b.txt".to_string(), "The king of the north said: of all the ships, one of them is ours. Of course.".to_string()),
+        ("sub/c.txt".to_string(), cut(&persuasion, 20_000, 1500)),
+    ];
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    for (n, t) in &texts {
+        std::fs::write(dir.join(n), t).unwrap();
+    }
+    std::fs::write(dir.join("image.bin"), [0u8, 159, 146, 150, 0, 1, 2]).unwrap();
+    texts
+}
+
+fn request<'a>(corpus: &'a Path, out: &'a Path, adapter_path: &'a Path, adapter: &'a Adapter) -> BuildRequest<'a> {
+    BuildRequest { model: common::default_model(), adapter, adapter_path: Some(adapter_path), corpus, out, mode: common::topk(K, 8), k: K, segment_len: SEGMENT }
+}
+
+fn build(corpus: &Path, out: &Path) -> focus_lens::index::BuildReport {
+    let dir = adapter_dir();
+    build_index(&request(corpus, out, &dir, adapter()), &AtomicBool::new(false), |_| {}, |_| {}).unwrap()
+}
+
+fn bin(m: f32) -> usize {
+    ((m.clamp(0.0, 1.0) * HIST_BINS as f32) as usize).min(HIST_BINS - 1)
+}
+
+/// Every statistic the index stores, recomputed from `analyze` of each text (same mode, k and
+/// segments) through the analysis' own routing and profiles.
+#[test]
+fn index_statistics_equal_the_analysis() {
+    let tmp = tempfile::tempdir().unwrap();
+    let texts = corpus(&tmp.path().join("corpus"));
+    let out = tmp.path().join("c.focus-index");
+    let report = build(&tmp.path().join("corpus"), &out);
+    assert_eq!((report.documents, report.routed, report.skipped.len()), (3, 3, 1), "{report:?}");
+    assert!(report.skipped[0].0 == "image.bin", "{:?}", report.skipped);
+
+    let model = common::default_model();
+    let opts = AnalyzeOptions { mode: common::topk(K, 8), k: K, segment_len: SEGMENT, keep_tokens: false, cancel: None };
+    // By name, as the index orders its documents.
+    let mut analyses: Vec<(String, focus_core::analysis::Analysis)> =
+        texts.iter().map(|(n, t)| (n.clone(), analyze(model, adapter(), "a", t, &opts, |_, _| {}).unwrap())).collect();
+    analyses.sort_by(|a, b| a.0.cmp(&b.0));
+    let n_layers = model.config().n_layers;
+    let groups = 8;
+    let ix = Index::open(&out).unwrap();
+    let total: usize = analyses.iter().map(|(_, a)| a.tokens.len()).sum();
+    assert_eq!(ix.tokens as usize, total);
+    assert!(analyses[2].1.tokens.len() > SEGMENT, "the third text spans segments");
+
+    let conn = &ix.store.conn;
+    let mut vocab_ref: HashMap<u32, u64> = HashMap::new();
+    for (_, a) in &analyses {
+        for t in &a.tokens {
+            *vocab_ref.entry(t.id).or_default() += 1;
+        }
+    }
+    let vocab: HashMap<u32, u64> =
+        conn.prepare("SELECT token, count FROM vocab").unwrap().query_map([], |r| Ok((r.get::<_, i64>(0)? as u32, r.get::<_, i64>(1)? as u64))).unwrap().map(Result::unwrap).collect();
+    assert_eq!(vocab, vocab_ref, "corpus base rates");
+
+    for l in 0..n_layers {
+        for g in 0..groups {
+            // Members, categories: the analysis' category profiles summed over the texts.
+            let members: usize = analyses.iter().map(|(_, a)| a.profiles[l].centroids[g].tokens).sum();
+            let by_cat: Vec<u64> = (0..11).map(|c| analyses.iter().map(|(_, a)| a.profiles[l].centroids[g].by_category[c] as u64).sum()).collect();
+            // Token counts, held tokens, histogram and the top memberships: from the routing rows.
+            let mut counts: HashMap<u32, u64> = HashMap::new();
+            let mut held = 0u64;
+            let mut hist = vec![0u64; HIST_BINS];
+            let mut member_m: Vec<f32> = Vec::new();
+            for (_, a) in &analyses {
+                let r = &a.routing[l];
+                for i in 0..r.t {
+                    let top = r.top_groups(i, K);
+                    if top[0] == g {
+                        *counts.entry(a.tokens[i].id).or_default() += 1;
+                        member_m.push(r.row(i)[g]);
+                    }
+                    if top.contains(&g) {
+                        held += 1;
+                        hist[bin(r.row(i)[g])] += 1;
+                    }
+                }
+            }
+            let d = ix.centroid(l, g, 50).unwrap();
+            assert_eq!(d.members as usize, members, "layer {l} G{g} members");
+            assert_eq!(d.held, held, "layer {l} G{g} held");
+            assert_eq!(d.histogram, hist, "layer {l} G{g} histogram");
+            let cats: HashMap<String, u64> = d.categories.iter().map(|c| (c.name.clone(), c.count)).collect();
+            for (c, n) in focus_core::analysis::categories::Category::ALL.iter().zip(&by_cat) {
+                assert_eq!(cats.get(c.name()).copied().unwrap_or(0), *n, "layer {l} G{g} {c}");
+            }
+            let stored: HashMap<u32, u64> = conn
+                .prepare("SELECT token, count FROM token_groups WHERE layer = ?1 AND grp = ?2")
+                .unwrap()
+                .query_map([l as i64, g as i64], |r| Ok((r.get::<_, i64>(0)? as u32, r.get::<_, i64>(1)? as u64)))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            assert_eq!(stored, counts, "layer {l} G{g} token counts");
+            member_m.sort_by(|a, b| b.total_cmp(a));
+            let ex: Vec<f32> = d.examples.iter().map(|e| e.membership as f32).collect();
+            assert_eq!(ex, member_m[..member_m.len().min(TOP_EXAMPLES)].to_vec(), "layer {l} G{g} top examples");
+            // Each example's token and context are the text's own.
+            for e in d.examples.iter().take(3) {
+                let (_, a) = analyses.iter().find(|(n, _)| *n == e.document).unwrap();
+                assert_eq!(e.token, a.tokens[e.position].text);
+                let t = &texts.iter().find(|(n, _)| *n == e.document).unwrap().1;
+                assert!(t.contains(&format!("{}{}{}", e.left, e.token, e.right)), "context of {e:?}");
+            }
+            // Neighbours: co-membership counts from the top groups of both layers.
+            for nb in &d.neighbours {
+                let mut shared = 0;
+                for (_, a) in &analyses {
+                    for i in 0..a.tokens.len() {
+                        shared += (a.routing[l].top_groups(i, 1)[0] == g && a.routing[nb.layer].top_groups(i, 1)[0] == nb.group) as u64;
+                    }
+                }
+                assert_eq!(nb.shared, shared, "layer {l} G{g} with layer {} G{}", nb.layer, nb.group);
+            }
+            if members > 0 {
+                assert_eq!(d.neighbours.len(), n_layers - 1);
+            }
+        }
+    }
+
+    // Search: every occurrence of " of" at layer 9 is in exactly one centroid's count.
+    let hits = ix.search(" of", Some(9)).unwrap();
+    assert!(!hits.is_empty());
+    let of_id = hits[0].token;
+    assert_eq!(hits.iter().map(|h| h.count).sum::<u64>(), vocab_ref[&of_id]);
+    assert!((hits.iter().map(|h| h.share).sum::<f64>() - 1.0).abs() < 1e-9);
+    assert!(hits.windows(2).all(|w| w[0].count >= w[1].count), "most first");
+    // "of" without its space finds " of" and "of"; " of" only itself.
+    let loose = ix.search("of", Some(9)).unwrap();
+    assert!(loose.iter().any(|h| h.token == of_id) && loose.iter().any(|h| h.text == "of"), "{loose:?}");
+    assert!(hits.iter().all(|h| h.text == " of"));
+    assert!(ix.search("zzzqqq", None).unwrap().is_empty());
+    assert!(ix.centroid(30, 0, 5).unwrap_err().to_string().contains("layer 30 is out of range"));
+    assert!(ix.centroid(3, 8, 5).unwrap_err().to_string().contains("centroid 8 is out of range"));
+}
+
+/// Every table of an index, as text (documents by path, not by their row ids), for comparing two
+/// files.
+fn dump(path: &Path) -> Vec<String> {
+    let ix = Index::open(path).unwrap();
+    let c = &ix.store.conn;
+    let mut out = Vec::new();
+    for q in [
+        "SELECT path, sha256, bytes, tokens, text, ids, offsets, categories FROM documents ORDER BY path",
+        "SELECT d.path, r.layer, r.groups, r.memberships FROM routing r JOIN documents d ON d.id = r.doc ORDER BY d.path, r.layer",
+        "SELECT * FROM centroids ORDER BY layer, grp",
+        "SELECT e.layer, e.grp, e.rank, d.path, e.pos, e.membership, e.left, e.token, e.right FROM examples e JOIN documents d ON d.id = e.doc ORDER BY e.layer, e.grp, e.rank",
+        "SELECT * FROM token_groups ORDER BY layer, token, grp",
+        "SELECT * FROM vocab ORDER BY token",
+        "SELECT * FROM categories ORDER BY category",
+        "SELECT * FROM comembership ORDER BY la, ga, lb, gb",
+        "SELECT key, value FROM meta WHERE key NOT IN ('identity') ORDER BY key",
+    ] {
+        let mut st = c.prepare(q).unwrap();
+        let n = st.column_count();
+        let rows = st.query_map([], |r| Ok((0..n).map(|i| format!("{:?}", r.get_ref(i).unwrap())).collect::<Vec<_>>().join("|"))).unwrap();
+        out.extend(rows.map(|r| format!("{q}: {}", r.unwrap())));
+    }
+    out
+}
+
+/// Two dumps are equal; on failure, the first differing row (not both whole files).
+fn same(a: &[String], b: &[String], what: &str) {
+    if let Some(i) = (0..a.len().min(b.len())).find(|&i| a[i] != b[i]) {
+        let cut = |s: &str| s.chars().take(400).collect::<String>();
+        panic!("{what}: row {i} differs:\n{}\n{}", cut(&a[i]), cut(&b[i]));
+    }
+    assert_eq!(a.len(), b.len(), "{what}: row counts");
+}
+
+/// A build cancelled after its first document and run again writes the same index as one run;
+/// a finished index is left alone when nothing changed, and a changed adapter starts anew.
+#[test]
+fn resume_equals_a_single_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("corpus");
+    corpus(&dir);
+    let one = tmp.path().join("one.focus-index");
+    build(&dir, &one);
+
+    let two = tmp.path().join("two.focus-index");
+    let cancel = AtomicBool::new(false);
+    let ad = adapter_dir();
+    let req = request(&dir, &two, &ad, adapter());
+    let e = build_index(&req, &cancel, |_| {}, |p| {
+        if p.docs_done == 1 {
+            cancel.store(true, Ordering::Relaxed);
+        }
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("cancelled") && e.contains("run the same command again to resume"), "{e}");
+    assert!(!two.exists(), "no finished index after a cancel");
+    let partial = focus_lens::index::build::partial_path(&two);
+    assert!(partial.exists());
+    let mut notes = Vec::new();
+    let r = build_index(&req, &AtomicBool::new(false), |m| notes.push(m.to_string()), |_| {}).unwrap();
+    assert_eq!((r.routed, r.reused), (2, 1), "the first document is not routed again: {r:?}");
+    assert!(notes.iter().any(|n| n.starts_with("resuming")), "{notes:?}");
+    assert!(!partial.exists());
+    same(&dump(&one), &dump(&two), "resumed index = single run");
+
+    // Nothing changed: nothing to do.
+    let r = build(&dir, &two);
+    assert!(r.up_to_date && r.routed == 0, "{r:?}");
+    // One text changed, one removed: only that one routed again, and the same as a fresh build.
+    std::fs::write(dir.join("b.txt"), "Of the ships of the line, none came back.").unwrap();
+    std::fs::remove_file(dir.join("a.txt")).unwrap();
+    let r = build(&dir, &two);
+    assert_eq!((r.routed, r.reused, r.removed), (1, 1, 1), "{r:?}");
+    let fresh = tmp.path().join("fresh.focus-index");
+    build(&dir, &fresh);
+    same(&dump(&fresh), &dump(&two), "updated index = fresh build");
+
+    // Another adapter (the K=4 sample): a new index replaces the old one.
+    let k4_dir = common::root().join("sample_adapters/smollm2-135m-k4");
+    let m = common::default_model();
+    let k4 = Adapter::load(&k4_dir, &m.identity(), m.device()).unwrap();
+    let mut req = request(&dir, &two, &k4_dir, &k4);
+    req.mode = common::topk(K, 4);
+    let mut notes = Vec::new();
+    let r = build_index(&req, &AtomicBool::new(false), |m| notes.push(m.to_string()), |_| {}).unwrap();
+    assert_eq!(r.routed, 2, "{r:?}");
+    assert!(notes.iter().any(|n| n.contains("another model, adapter or settings")), "{notes:?}");
+    let ix = Index::open(&two).unwrap();
+    assert_eq!(ix.identity.groups, 4);
+    assert_eq!(ix.layer(0).unwrap().len(), 4);
+}
+
+/// A damaged index file gives one clear error, whichever way it is damaged.
+#[test]
+fn damaged_index_one_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("corpus");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("t.txt"), "A short text of a few words, of which none is long.").unwrap();
+    let good = tmp.path().join("good.focus-index");
+    build(&dir, &good);
+    let bytes = std::fs::read(&good).unwrap();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("truncated", bytes[..bytes.len() / 2].to_vec()),
+        ("garbage", vec![0x5a; 8192]),
+        ("text", b"layer,group\n0,1\n".to_vec()),
+        ("empty", Vec::new()),
+        ("header only", bytes[..100].to_vec()),
+    ];
+    for (what, b) in cases {
+        let p = tmp.path().join(format!("{what}.focus-index"));
+        std::fs::write(&p, &b).unwrap();
+        let e = match Index::open(&p) {
+            Ok(_) => panic!("{what}: opened"),
+            Err(e) => format!("{e:#}"),
+        };
+        assert!(e.contains(&p.display().to_string()) && (e.contains("not a readable Focus Lens index") || e.contains("unfinished")), "{what}: {e}");
+        assert_eq!(e.lines().count(), 1, "{what}: one line: {e}");
+        // The CLI: exit 1 and that one line.
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_focus-lens")).args(["centroids"]).arg(&p).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{what}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("not a readable Focus Lens index") || err.contains("unfinished"), "{what}: {err}");
+    }
+    // A zeroed page inside the summaries: caught on open or as a clear error on query, never a panic.
+    let mut b = bytes.clone();
+    let page = 4096;
+    for i in (b.len() - 3 * page)..(b.len() - 2 * page) {
+        b[i] = 0xff;
+    }
+    let p = tmp.path().join("scribbled.focus-index");
+    std::fs::write(&p, &b).unwrap();
+    if let Ok(ix) = Index::open(&p) {
+        for l in 0..30 {
+            for g in 0..8 {
+                if let Err(e) = ix.centroid(l, g, 10) {
+                    assert!(format!("{e:#}").lines().count() == 1);
+                }
+            }
+        }
+    }
+}
+
+/// Bad corpus folders are refused with one clear error each.
+#[test]
+fn bad_corpus_folders() {
+    let tmp = tempfile::tempdir().unwrap();
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = tmp.path().join("x.focus-index");
+    let ad = adapter_dir();
+    let run = |dir: &Path| build_index(&request(dir, &out, &ad, adapter()), &AtomicBool::new(false), |_| {}, |_| {}).unwrap_err().to_string();
+    assert!(run(&empty).contains("no text to index"), "{}", run(&empty));
+    let binary = tmp.path().join("binary");
+    std::fs::create_dir_all(&binary).unwrap();
+    std::fs::write(binary.join("a.png"), [0x89u8, b'P', b'N', b'G', 0, 0, 0]).unwrap();
+    let e = run(&binary);
+    assert!(e.contains("no text to index") && e.contains("a.png"), "{e}");
+    let file = tmp.path().join("file.txt");
+    std::fs::write(&file, "text").unwrap();
+    assert!(run(&file).contains("is not a folder"));
+    assert!(run(&tmp.path().join("missing")).contains("cannot read the corpus folder"));
+    // A huge file is skipped with its size, the rest indexed.
+    let big = tmp.path().join("big");
+    std::fs::create_dir_all(&big).unwrap();
+    std::fs::write(big.join("huge.txt"), "word ".repeat(1 << 20)).unwrap();
+    std::fs::write(big.join("small.txt"), "A small text.").unwrap();
+    let r = build_index(&request(&big, &out, &ad, adapter()), &AtomicBool::new(false), |_| {}, |_| {}).unwrap();
+    assert_eq!(r.documents, 1);
+    assert!(r.skipped.iter().any(|(n, w)| n == "huge.txt" && w.contains("split it")), "{:?}", r.skipped);
+    assert!(!out.with_extension("focus-index.partial").exists());
+}
