@@ -84,6 +84,7 @@ CREATE TABLE comembership(la INTEGER NOT NULL, ga INTEGER NOT NULL, lb INTEGER N
 /// Indexes made after the bulk insert (faster than keeping them up to date row by row).
 pub const SUMMARY_INDEXES: &str = "
 CREATE INDEX token_groups_by_group ON token_groups(layer, grp, count DESC);
+CREATE INDEX token_groups_by_token ON token_groups(token, layer);
 CREATE INDEX vocab_by_text ON vocab(text);
 CREATE INDEX vocab_by_trimmed ON vocab(trim(text, ' '||char(9)||char(10)||char(13)));
 ";

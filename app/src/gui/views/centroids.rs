@@ -187,7 +187,8 @@ impl CentroidsView {
             let rows = self.rows.as_ref().filter(|(l, _)| *l == self.layer).map(|(_, r)| r.clone()).unwrap_or_default();
             for g in 0..groups {
                 let label = rows.get(g).map(|r| format!("G{g} {}", r.label)).unwrap_or_else(|| format!("G{g}"));
-                let text = RichText::new(label).color(palette::group(g));
+                // The group's colour, except on the selection's highlight (where it would not read).
+                let text = if self.group == g { RichText::new(label).strong() } else { RichText::new(label).color(palette::group(g)) };
                 if ui.selectable_label(self.group == g, text).clicked() {
                     self.group = g;
                 }
@@ -236,13 +237,19 @@ impl CentroidsView {
     }
 }
 
+/// Characters of context shown before an example's token (the index keeps more; the right side
+/// is cut to the row's width).
+const SHOWN_LEFT: usize = 36;
+
 /// The example's context on one line, the token highlighted.
 fn example_line(ui: &mut egui::Ui, left: &str, token: &str, right: &str) {
     let flat = |s: &str| s.replace(['\n', '\r', '\t'], " ");
+    let n = left.chars().count();
+    let left: String = left.chars().skip(n.saturating_sub(SHOWN_LEFT)).collect();
     let mut job = egui::text::LayoutJob::default();
     let font = egui::FontId::monospace(12.0);
     let plain = egui::TextFormat { font_id: font.clone(), color: ui.visuals().text_color(), ..Default::default() };
-    job.append(&flat(left), 0.0, plain.clone());
+    job.append(&flat(&left), 0.0, plain.clone());
     job.append(&flat(token), 0.0, egui::TextFormat { font_id: font, color: Color32::BLACK, background: HIGHLIGHT, ..Default::default() });
     job.append(&flat(right), 0.0, plain);
     ui.add(egui::Label::new(job).truncate());
