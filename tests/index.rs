@@ -349,3 +349,54 @@ fn bad_corpus_folders() {
     assert!(r.skipped.iter().any(|(n, w)| n == "huge.txt" && w.contains("split it")), "{:?}", r.skipped);
     assert!(!out.with_extension("focus-index.partial").exists());
 }
+
+/// The auto-label's rules, each on a centroid made for it (no model): a dominant token, a pure
+/// category, an over-represented one, a mix, an empty centroid; and the evidence's figures.
+#[test]
+fn auto_label_rules() {
+    use focus_core::analysis::categories::Category;
+    use focus_core::index::{auto_label, CorpusStats};
+    // One layer, five groups, over a corpus of 1000 tokens: 40% nouns, 20% verbs, 20%
+    // prepositions, 20% punctuation; token ids 1-4 (" of" is 2).
+    let mut s = CorpusStats::new(1, 5, 1);
+    s.tokens = 1000;
+    let cat = |c: Category| c.index();
+    s.category_totals[cat(Category::Noun)] = 400;
+    s.category_totals[cat(Category::Verb)] = 200;
+    s.category_totals[cat(Category::Preposition)] = 200;
+    s.category_totals[cat(Category::Punctuation)] = 200;
+    s.token_totals = [(1, 400), (2, 200), (3, 200), (4, 200)].into_iter().collect();
+    let text = |id: u32| [" house", " of", " ran", ","][id as usize - 1].to_string();
+    let mut set = |g: usize, cats: &[(Category, u64)], toks: &[(u32, u64)]| {
+        let c = &mut s.centroids[0][g];
+        for &(k, n) in cats {
+            c.by_category[k.index()] = n;
+        }
+        c.members = cats.iter().map(|x| x.1).sum();
+        c.token_counts = toks.iter().copied().collect();
+    };
+    // G0: " of" is 120 of 200 members (60%): the token rule, though prepositions are only 60% too.
+    set(0, &[(Category::Preposition, 120), (Category::Noun, 80)], &[(2, 120), (1, 80)]);
+    // G1: 300 nouns of 350 (86%) spread over tokens: the category rule.
+    set(1, &[(Category::Noun, 300), (Category::Verb, 50)], &[(1, 150), (3, 50), (4, 150)]);
+    // G2: verbs 32% (base 20%, lift 1.6), nouns 40% (lift 1.0): leaning to verbs.
+    set(2, &[(Category::Noun, 40), (Category::Verb, 32), (Category::Punctuation, 28)], &[(1, 40), (3, 32), (4, 28)]);
+    // G3: the corpus's own mix: no rule but the last.
+    set(3, &[(Category::Noun, 40), (Category::Verb, 20), (Category::Preposition, 20), (Category::Punctuation, 20)], &[(1, 40), (2, 20), (3, 20), (4, 20)]);
+    let label = |g: usize| auto_label(&s, 0, g, text);
+    let l0 = label(0);
+    assert_eq!((l0.label.as_str(), l0.rule.as_str()), ("' of'", "token"));
+    assert!(l0.evidence.iter().any(|e| e.contains("' of' 60% of members vs 20.00% of the corpus (lift 3.0)")), "{:?}", l0.evidence);
+    let l1 = label(1);
+    assert_eq!((l1.label.as_str(), l1.rule.as_str()), ("noun", "category"));
+    assert!(l1.evidence.iter().any(|e| e.starts_with("noun: 86% of members vs 40% of the corpus (lift 2.1)")), "{:?}", l1.evidence);
+    let l2 = label(2);
+    assert_eq!((l2.label.as_str(), l2.rule.as_str()), ("verb-leaning", "leaning"));
+    assert!(l2.evidence.iter().any(|e| e.starts_with("verb: 32% of members vs 20% of the corpus (lift 1.6)")), "{:?}", l2.evidence);
+    let l3 = label(3);
+    assert_eq!((l3.label.as_str(), l3.rule.as_str()), ("mixed: ' house' ' of' ' ran'", "mixed"));
+    let l4 = label(4);
+    assert_eq!((l4.label.as_str(), l4.rule.as_str()), ("empty", "empty"));
+    // Sizes are shares of the layer's members (200 + 350 + 100 + 100 = 750).
+    assert!(l1.evidence[0].contains("350 members, 46.7% of the layer's tokens"), "{:?}", l1.evidence);
+}
