@@ -12,6 +12,7 @@ use focus_lens::index::{build_index, BuildRequest, Index};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 const SEGMENT: usize = 256;
 const K: usize = 2;
@@ -399,4 +400,91 @@ fn auto_label_rules() {
     assert_eq!((l4.label.as_str(), l4.rule.as_str()), ("empty", "empty"));
     // Sizes are shares of the layer's members (200 + 350 + 100 + 100 = 750).
     assert!(l1.evidence[0].contains("350 members, 46.7% of the layer's tokens"), "{:?}", l1.evidence);
+}
+
+fn cli(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_focus-lens")).args(args).env("FOCUS_LENS_MODEL", common::model_path()).output().unwrap()
+}
+
+/// The commands as a user runs them: `index` (its JSON report, "up to date" on a second run, Ctrl-C
+/// keeping the finished documents and a re-run resuming), `centroids` (overview, dashboard,
+/// search; bad arguments), `bench centroids`.
+#[test]
+fn cli_index_centroids_and_ctrl_c() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("corpus");
+    corpus(&dir);
+    // A longer text routed last, so that the build is still running when the signal comes.
+    let persuasion = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
+    std::fs::write(dir.join("z.txt"), persuasion.chars().skip(40_000).take(8000).collect::<String>()).unwrap();
+    let out = tmp.path().join("c.focus-index");
+    let (d, o, a) = (dir.display().to_string(), out.display().to_string(), adapter_dir().display().to_string());
+    let model = common::model_path().display().to_string();
+
+    // Ctrl-C (SIGINT) once the first document is committed: exit 1, one clear line, the partial kept.
+    let partial = focus_lens::index::build::partial_path(&out);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_focus-lens"))
+        .args(["index", "--model", &model, "--adapter", &a, "--segment", "256", "--out", &o, &d])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    loop {
+        let done = partial.exists() && rusqlite::Connection::open_with_flags(&partial, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).ok().and_then(|c| c.query_row("SELECT count(*) FROM documents", [], |r| r.get::<_, i64>(0)).ok()).unwrap_or(0) >= 1;
+        if done {
+            break;
+        }
+        assert!(child.try_wait().unwrap().is_none(), "the build ended before the first document was in");
+        assert!(t0.elapsed() < Duration::from_secs(600));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    let r = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{err}");
+    assert!(err.contains("cancelled") && err.contains("run the same command again to resume"), "{err}");
+    assert!(partial.exists() && !out.exists());
+
+    // The same command resumes and reports as JSON.
+    let r = cli(&["index", "--adapter", &a, "--segment", "256", "--out", &o, "--json", &d]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let rep: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!((rep["documents"].as_u64(), rep["up_to_date"].as_bool()), (Some(4), Some(false)), "{rep}");
+    assert!(rep["reused"].as_u64().unwrap() >= 1, "{rep}");
+    assert_eq!(rep["skipped"][0][0], "image.bin");
+    let r = cli(&["index", "--adapter", &a, "--segment", "256", "--out", &o, &d]);
+    assert!(String::from_utf8_lossy(&r.stderr).contains("is up to date"));
+
+    // centroids: overview, dashboard and search, as text and JSON.
+    let r = cli(&["centroids", &o]);
+    let text = String::from_utf8_lossy(&r.stdout);
+    assert!(r.status.success() && text.lines().count() == 1 + 30 * 8, "{text}");
+    let r = cli(&["centroids", &o, "--layer", "9", "--centroid", "3", "--json"]);
+    let dash: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!((dash["layer"].as_u64(), dash["group"].as_u64()), (Some(9), Some(3)));
+    assert_eq!(dash["histogram"].as_array().unwrap().len(), HIST_BINS);
+    let r = cli(&["centroids", &o, "--layer", "9", "--centroid", "3"]);
+    let text = String::from_utf8_lossy(&r.stdout);
+    for s in ["layer 9 centroid 3:", "evidence:", "top examples", "membership histogram", "categories", "neighbours"] {
+        assert!(text.contains(s), "{s}: {text}");
+    }
+    let r = cli(&["centroids", &o, "--search", " of", "--layer", "9", "--json"]);
+    let hits: Vec<serde_json::Value> = serde_json::from_slice(&r.stdout).unwrap();
+    assert!(!hits.is_empty() && hits.iter().all(|h| h["layer"] == 9 && h["text"] == " of"));
+    // Bad arguments: usage errors exit 2, out-of-range values 1 with one line.
+    assert_eq!(cli(&["centroids", &o, "--centroid", "3"]).status.code(), Some(2));
+    let r = cli(&["centroids", &o, "--layer", "30"]);
+    assert_eq!(r.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("layer 30 is out of range"));
+    let r = cli(&["index", "--adapter", &a, &tmp.path().join("nothing").display().to_string()]);
+    assert_eq!(r.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("cannot read the corpus folder"));
+
+    // bench centroids prints the query times.
+    let scaled = tmp.path().join("scaled.focus-index").display().to_string();
+    let r = cli(&["bench", "centroids", &o, "--scale-to", "10000", "--scratch", &scaled, "--json"]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let b: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert!(b["tokens"].as_u64().unwrap() >= 10000 && b["timings"].as_array().unwrap().len() == 4, "{b}");
 }
