@@ -228,7 +228,7 @@ pub fn build_index(req: &BuildRequest, cancel: &AtomicBool, mut note: impl FnMut
             std::fs::copy(req.out, &partial).with_context(|| format!("cannot copy {} to {}", req.out.display(), partial.display()))?;
             note(&format!("updating {}", req.out.display()));
         } else {
-            note(&format!("{} was built with another model, adapter or settings: starting a new index (it is replaced when the new one is finished)", req.out.display()));
+            note(&format!("{} was built with another model, adapter or settings (or is damaged): starting a new index (it is replaced when the new one is finished)", req.out.display()));
         }
     }
     let mut store = Store::create(&partial)?;
