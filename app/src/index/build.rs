@@ -9,7 +9,7 @@
 use super::store::{Identity, Store};
 use super::summary::write_summaries;
 use anyhow::{bail, Context, Result};
-use focus_core::index::{route_document, IndexSettings};
+use focus_core::index::{route_document, IndexSettings, RouteOptions};
 use focus_core::{Adapter, Mode, Model};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -19,6 +19,9 @@ use std::time::Instant;
 /// Documents larger than this are skipped (their routing would be held in memory at once: about
 /// 10 bytes per token, layer and top-k slot); split them.
 pub const MAX_DOC_BYTES: u64 = 4 << 20;
+
+/// Files left out of an index: (name, why).
+pub type Skipped = Vec<(String, String)>;
 
 /// A text of the corpus folder that will be indexed.
 #[derive(Debug, Clone)]
@@ -31,7 +34,7 @@ pub struct CorpusFile {
 
 /// The texts of `dir` (recursively, hidden entries left out), by name, and the files skipped
 /// with why. Files that are not UTF-8 text or too large are skipped, not fatal; no text at all is.
-pub fn list_corpus(dir: &Path) -> Result<(Vec<CorpusFile>, Vec<(String, String)>)> {
+pub fn list_corpus(dir: &Path) -> Result<(Vec<CorpusFile>, Skipped)> {
     let meta = std::fs::metadata(dir).with_context(|| format!("cannot read the corpus folder {}", dir.display()))?;
     if !meta.is_dir() {
         bail!("{} is not a folder: index takes a folder of text files", dir.display());
@@ -234,7 +237,7 @@ pub fn build_index(req: &BuildRequest, cancel: &AtomicBool, mut note: impl FnMut
     let mut store = Store::create(&partial)?;
     store.set_meta("identity", &serde_json::to_string(&id)?)?;
     let stored: std::collections::HashMap<String, String> = store.documents()?.into_iter().collect();
-    for (name, _) in &stored {
+    for name in stored.keys() {
         if !wanted.iter().any(|(n, _)| n == name) {
             store.remove_document(name)?;
             report.removed += 1;
@@ -250,7 +253,8 @@ pub fn build_index(req: &BuildRequest, cancel: &AtomicBool, mut note: impl FnMut
             progress(&p);
             // Progress within a long document, segment by segment.
             let base = p.clone();
-            let doc = match route_document(req.model, req.adapter, text, req.mode, req.k, id.settings.segment_len, Some(cancel), |d, t| {
+            let opts = RouteOptions { mode: req.mode, k: req.k, segment_len: id.settings.segment_len, cancel: Some(cancel) };
+            let doc = match route_document(req.model, req.adapter, text, &opts, |d, t| {
                 let mut q = base.clone();
                 q.bytes_done += text.len() as u64 * d as u64 / t.max(1) as u64;
                 q.tokens_routed += d as u64;

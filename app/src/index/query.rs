@@ -176,7 +176,7 @@ impl Index {
         };
         let mut categories: Vec<Share> =
             Category::ALL.iter().enumerate().filter(|(i, _)| by_category.get(*i).is_some_and(|&n| n > 0)).map(|(i, cat)| share(cat.name().to_string(), by_category[i], cat_totals.get(i).copied().unwrap_or(0))).collect();
-        categories.sort_by(|a, b| b.count.cmp(&a.count));
+        categories.sort_by_key(|c| std::cmp::Reverse(c.count));
         let mut vocab = c.prepare_cached("SELECT text, count FROM vocab WHERE token = ?1")?;
         let mut token = |id: u32| -> Result<(String, u64)> { Ok(vocab.query_row([id as i64], |r| Ok((r.get(0)?, r.get::<_, i64>(1)? as u64)))?) };
         let top: Vec<(i64, i64)> = c

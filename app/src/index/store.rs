@@ -21,6 +21,7 @@
 //! - `vocab(token, text, count)`: each token's text and corpus count (the base rate);
 //! - `categories(category, name, count)`: the corpus's category counts;
 //! - `comembership(la, ga, lb, gb, count)`: tokens in both centroids (neighbours).
+//!
 //! `meta(key, value)` holds the format, the model, adapter and settings, and whether the
 //! summaries are written (`complete`).
 

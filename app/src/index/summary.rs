@@ -30,6 +30,9 @@ fn floor_char(s: &str, mut i: usize) -> usize {
     i
 }
 
+/// A document as example rows need it: its id in the store, its text and its tokens' byte ranges.
+type ExampleSource = (i64, String, Vec<(u32, u32)>);
+
 /// Reads every document, accumulates the corpus statistics and writes the summary tables;
 /// returns the corpus's token count.
 pub fn write_summaries(store: &mut Store, id: &Identity, cancel: &AtomicBool) -> Result<u64> {
@@ -37,7 +40,7 @@ pub fn write_summaries(store: &mut Store, id: &Identity, cancel: &AtomicBool) ->
     let mut stats = CorpusStats::new(id.n_layers, id.groups, k);
     let mut vocab: HashMap<u32, String> = HashMap::new();
     // Per document the bits an example row needs: its id in the store, text and offsets.
-    let mut docs: Vec<(i64, String, Vec<(u32, u32)>)> = Vec::new();
+    let mut docs: Vec<ExampleSource> = Vec::new();
     let ids: HashMap<String, i64> = {
         let mut st = store.conn.prepare("SELECT path, id FROM documents")?;
         let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<_>>()?;

@@ -97,7 +97,7 @@ impl DocRouting {
     /// little-endian f32) bytes. Any length or value out of place is an error, never a panic.
     pub fn from_bytes(ids: &[u8], offsets: &[u8], categories: &[u8], k: usize, layers: &[(Vec<u8>, Vec<u8>)]) -> Result<DocRouting> {
         let bad = |what: &str| Error::Invalid(format!("document routing: {what}"));
-        if ids.len() % 4 != 0 || offsets.len() % 8 != 0 {
+        if !ids.len().is_multiple_of(4) || !offsets.len().is_multiple_of(8) {
             return Err(bad("token ids or offsets are not whole u32 values"));
         }
         let u32s = |b: &[u8]| b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<_>>();
@@ -111,7 +111,7 @@ impl DocRouting {
         let layers = layers
             .iter()
             .map(|(g, m)| {
-                if m.len() % 4 != 0 {
+                if !m.len().is_multiple_of(4) {
                     return Err(bad("memberships are not whole f32 values"));
                 }
                 let memberships = m.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
@@ -128,18 +128,20 @@ impl LayerTopK {
     }
 }
 
+/// How a document is routed: the attention mode, the groups kept per token, tokens per segment,
+/// and a flag that stops the pass (checked between layers).
+#[derive(Clone, Copy)]
+pub struct RouteOptions<'a> {
+    pub mode: Mode,
+    pub k: usize,
+    pub segment_len: usize,
+    pub cancel: Option<&'a AtomicBool>,
+}
+
 /// Runs `text` through `model` with `adapter` once and keeps its routing. `progress(done,
-/// total)` counts tokens as each segment finishes; `cancel` is checked between layers.
-pub fn route_document(
-    model: &Model,
-    adapter: &Adapter,
-    text: &str,
-    mode: Mode,
-    k: usize,
-    segment_len: usize,
-    cancel: Option<&AtomicBool>,
-    mut progress: impl FnMut(usize, usize),
-) -> Result<DocRouting> {
+/// total)` counts tokens as each segment finishes.
+pub fn route_document(model: &Model, adapter: &Adapter, text: &str, opts: &RouteOptions, mut progress: impl FnMut(usize, usize)) -> Result<DocRouting> {
+    let RouteOptions { mode, k, segment_len, cancel } = *opts;
     let tok = model.tokenizer()?;
     let enc = tok.encode(text, false)?;
     if enc.ids.is_empty() {

@@ -16,6 +16,6 @@ pub mod document;
 pub mod label;
 pub mod stats;
 
-pub use document::{route_document, DocRouting, IndexSettings, LayerTopK};
+pub use document::{route_document, DocRouting, IndexSettings, LayerTopK, RouteOptions};
 pub use label::{auto_label, AutoLabel};
 pub use stats::{CentroidStats, CorpusStats, Example, HIST_BINS, TOP_EXAMPLES};
