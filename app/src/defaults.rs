@@ -29,6 +29,11 @@ pub const SAMPLE_ADAPTER_NAME: &str = "sample_adapters/smollm2-135m-k8";
 const SAMPLE_ADAPTER_CONFIG: &str = include_str!("../../sample_adapters/smollm2-135m-k8/adapter_config.json");
 const SAMPLE_ADAPTER_WEIGHTS: &[u8] = include_bytes!("../../sample_adapters/smollm2-135m-k8/adapter_model.safetensors");
 
+/// The sample adapter's files by name (what `index::build::adapter_sha256` hashes).
+pub fn sample_adapter_files() -> [(&'static str, &'static [u8]); 2] {
+    [("adapter_config.json", SAMPLE_ADAPTER_CONFIG.as_bytes()), ("adapter_model.safetensors", SAMPLE_ADAPTER_WEIGHTS)]
+}
+
 /// The sample adapter, for `model` (which must be the default model).
 pub fn sample_adapter(model: &Model) -> focus_core::Result<Adapter> {
     Adapter::from_bytes(SAMPLE_ADAPTER_CONFIG, SAMPLE_ADAPTER_WEIGHTS, &model.identity(), model.device(), Path::new(SAMPLE_ADAPTER_NAME))

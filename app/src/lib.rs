@@ -4,5 +4,6 @@
 pub mod cli;
 pub mod defaults;
 pub mod gui;
+pub mod index;
 pub mod sampling;
 pub mod training;

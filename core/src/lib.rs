@@ -11,6 +11,8 @@
 //! - `eval`: perplexity and the zero-degradation suites;
 //! - `generate`: token-by-token generation (KV cache, incremental causal routing, sparse
 //!   decode, sampling, chat templates);
+//! - `index`: a corpus's routing per token and layer, reduced to per-centroid statistics and
+//!   labels (the store is the app's);
 //! - `train`: router training, in one room (the trainer, its fused step and ops, their CUDA
 //!   launchers); `bench`: benchmarks; `io`: files in and out.
 
@@ -22,6 +24,7 @@ pub mod error;
 pub mod eval;
 pub mod focus;
 pub mod generate;
+pub mod index;
 pub mod io;
 pub mod model;
 pub mod train;

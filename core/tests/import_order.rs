@@ -1,5 +1,5 @@
 //! The library's folders import one way: io -> focus -> attention -> model -> {analysis, eval,
-//! generate} -> train -> bench (`error` and `device` are the ground floor, open to all). A file
+//! generate} -> {train, index} -> bench (`error` and `device` are the ground floor, open to all). A file
 //! may name items of its own folder and of earlier ones, never of a later folder or of a
 //! sibling on its floor. The scan reads every `crate::FOLDER` path outside comments, in tests
 //! too: a test helper that needs a later folder belongs there.
@@ -18,6 +18,7 @@ const FLOORS: &[(&str, usize)] = &[
     ("eval", 5),
     ("generate", 5),
     ("train", 6),
+    ("index", 6),
     ("bench", 7),
 ];
 

@@ -7,6 +7,7 @@ pub mod common;
 pub mod demo;
 mod eval;
 mod generate;
+mod index;
 mod info;
 mod init;
 mod intervene;
@@ -51,6 +52,12 @@ enum Command {
     /// Edit one layer's routing on a text (ablate a group, force a token into a group, swap two
     /// groups) and print the change in per-token loss and in attention.
     Intervene(intervene::Args),
+    /// Route a folder of texts once and store, per token and layer, the top groups and their
+    /// memberships with per-centroid summaries (an SQLite file; resumes where it stopped).
+    Index(index::Args),
+    /// Read a corpus index: a layer's centroids, one centroid's dashboard (--layer L --centroid
+    /// G), or which centroid holds a token (--search " of").
+    Centroids(index::CentroidsArgs),
     /// Zero-degradation suites (TruthfulQA MC, last-word cloze): base vs Focus.
     Eval(eval::Args),
     /// Train a centroid adapter (routers only; the base model stays frozen).
@@ -85,6 +92,8 @@ enum BenchCommand {
     Decode(bench::DecodeArgs),
     /// How far whole-sequence and causal Sinkhorn route a text apart, per layer.
     Routing(bench::RoutingArgs),
+    /// The Centroids view's queries on a corpus index (optionally scaled up to N tokens first).
+    Centroids(index::BenchArgs),
 }
 
 pub fn run() -> anyhow::Result<()> {
@@ -99,6 +108,8 @@ pub fn run() -> anyhow::Result<()> {
         Command::Ppl(a) => ppl::run(a),
         Command::Analyze(a) => analyze::run(a),
         Command::Intervene(a) => intervene::run(a),
+        Command::Index(a) => index::run(a),
+        Command::Centroids(a) => index::centroids(a),
         Command::Train(a) => train::run(a),
         Command::Eval(a) => eval::run(a),
         Command::Adapter { command: AdapterCommand::Init(a) } => init::run(a),
@@ -107,6 +118,7 @@ pub fn run() -> anyhow::Result<()> {
         Command::Bench { command: BenchCommand::Attention(a) } => bench::attention(a),
         Command::Bench { command: BenchCommand::Decode(a) } => bench::decode(a),
         Command::Bench { command: BenchCommand::Routing(a) } => bench::routing(a),
+        Command::Bench { command: BenchCommand::Centroids(a) } => index::bench(a),
     }
 }
 

@@ -309,6 +309,7 @@ impl FocusLensApp {
             },
             Msg::Dialog(purpose, path) => self.handle_dialog(purpose, path),
             Msg::Png(r) => self.handle_png(r),
+            Msg::Index(r) => self.views.centroids.receive(r),
         }
     }
 
@@ -696,6 +697,10 @@ impl FocusLensApp {
             Command::StartTrain(job) => {
                 // One run at a time: the view offers Start only when none runs.
                 self.worker.spawn_streaming(TaskKind::Train, move |h, interim| Msg::Trained(job.run(h, &|u| interim.send(Msg::TrainStep(u)))));
+            }
+            Command::StartIndex(job) => {
+                // One build at a time: this cancels a running one (its documents stay in the file).
+                self.worker.spawn(TaskKind::Index, move |h| job.run(h));
             }
             Command::AnalyseGenerated { text, params, tokens } => self.analyse_generated(&text, params, tokens),
             Command::BuildMask(res, layer) => {

@@ -139,10 +139,11 @@ pub enum Tab {
     Speed,
     Generate,
     Train,
+    Centroids,
 }
 
 impl Tab {
-    pub const ALL: [Tab; 12] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Attention, Tab::Head, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed, Tab::Generate, Tab::Train];
+    pub const ALL: [Tab; 13] = [Tab::Tokens, Tab::Layers, Tab::Balance, Tab::Mask, Tab::Attention, Tab::Head, Tab::Categories, Tab::Routing, Tab::Compare, Tab::Speed, Tab::Generate, Tab::Train, Tab::Centroids];
     pub fn label(self) -> &'static str {
         match self {
             Tab::Tokens => "Tokens",
@@ -157,6 +158,7 @@ impl Tab {
             Tab::Speed => "Speed",
             Tab::Generate => "Generate",
             Tab::Train => "Train",
+            Tab::Centroids => "Centroids",
         }
     }
 }

@@ -27,6 +27,7 @@ pub enum TaskKind {
     Baseline,
     Generate,
     Train,
+    Index,
 }
 
 impl TaskKind {
@@ -45,6 +46,7 @@ impl TaskKind {
             TaskKind::Baseline => "analysing with the untrained adapter",
             TaskKind::Generate => "generating",
             TaskKind::Train => "training",
+            TaskKind::Index => "indexing a corpus",
         }
     }
 }

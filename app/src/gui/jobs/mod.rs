@@ -10,6 +10,7 @@ pub mod bench;
 pub mod dialogs;
 pub mod disk_cache;
 pub mod intervene;
+pub mod index;
 pub mod streaming;
 pub mod train;
 
@@ -87,6 +88,8 @@ pub enum Msg {
     Dialog(Purpose, Option<PathBuf>),
     /// A PNG export was written to this path, or failed.
     Png(Result<PathBuf, String>),
+    /// A corpus index build ended (`index::IndexJob`).
+    Index(Result<index::Built, JobError>),
 }
 
 impl From<Answer> for Msg {

@@ -9,11 +9,14 @@
 //! (right); windows: `files` (open and export paths, browser, adapter picker) and `glossary`.
 //! The central area (`Views::central`) shows the tab bar and one of `tokens`, `layers`,
 //! `balance`, `mask`, `attention`, `head`, `categories`, `routing`, `compare`, `speed` (which show the
-//! analysis on screen), or `generate` (which needs only the model and the adapter).
+//! analysis on screen), `generate` (which needs only the model and the adapter), `train` (only
+//! the model) or `centroids` (a corpus index, built with the model and adapter or opened from a
+//! file).
 
 pub mod attention;
 pub mod balance;
 pub mod categories;
+pub mod centroids;
 pub mod compare;
 pub mod controls;
 pub mod details;
@@ -150,6 +153,8 @@ pub enum Command {
     /// Load this generated text as the app's text and analyse its first `tokens` tokens with
     /// `params`.
     AnalyseGenerated { text: String, params: super::state::RunParams, tokens: usize },
+    /// Build (or resume) a corpus index (stopped with `Cancel(TaskKind::Index)`).
+    StartIndex(super::jobs::index::IndexJob),
 }
 
 /// Every view's own state.
@@ -174,6 +179,7 @@ pub struct Views {
     pub speed: speed::SpeedView,
     pub generate: generate::GenerateView,
     pub train: train::TrainView,
+    pub centroids: centroids::CentroidsView,
     /// Scroll to this token in the token view (or layers view) shown next.
     pub scroll_to: Option<usize>,
     /// The central area's rectangle, for PNG exports of the current view.
@@ -235,9 +241,9 @@ impl Views {
         ui.separator();
         // Nothing hovered, unless a view that draws tokens says otherwise (applied in order).
         out.push(Command::Hover { token: None, layer: None });
-        // Generation needs only the model and the adapter, training only the model; the other
-        // views, an analysis.
-        let standalone = matches!(tab, Tab::Generate | Tab::Train);
+        // Generation needs only the model and the adapter, training only the model, Centroids an
+        // index; the other views, an analysis.
+        let standalone = matches!(tab, Tab::Generate | Tab::Train | Tab::Centroids);
         if standalone || cx.result().is_some() {
             // Every view of the analysis says when it shows the provisional preview (its groups
             // and figures change when the full result comes), not only the token view.
@@ -274,6 +280,7 @@ impl Views {
             Tab::Speed => &mut self.speed,
             Tab::Generate => &mut self.generate,
             Tab::Train => &mut self.train,
+            Tab::Centroids => &mut self.centroids,
         }
     }
 
@@ -294,6 +301,7 @@ impl Views {
             Tab::Compare => self.compare.svg(settings.setup.head.min(res.model.config().n_heads.saturating_sub(1))),
             Tab::Generate => Err("the Generate view has no SVG: press Analyse this, then export the Tokens view".into()),
             Tab::Train => Err("the Train view has no SVG: export it as PNG".into()),
+            Tab::Centroids => Err("the Centroids view has no SVG: `focus-lens centroids INDEX --layer L --centroid G --json` exports a centroid".into()),
         }
     }
 }

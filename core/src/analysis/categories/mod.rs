@@ -13,7 +13,7 @@ mod profile;
 mod words;
 
 pub use lexicon::{Lexicon, Pos};
-pub use profile::{best_layer, layer_profile, CentroidProfile, LayerProfile, TopToken};
+pub use profile::{best_layer, layer_profile, CentroidProfile, LayerProfile, TopToken, PURE};
 pub use words::{word_category, word_category_after};
 
 use serde::{Deserialize, Serialize};
