@@ -64,8 +64,8 @@ fn same_rgb(a: Color32, b: Color32) -> bool {
     (a.r(), a.g(), a.b()) == (b.r(), b.g(), b.b())
 }
 
-/// The provisional banner shows over every view of the preview, not only the token view (Generate
-/// and Train show no analysis).
+/// The provisional banner shows over every view of the preview, not only the token view (Generate,
+/// Train and Centroids show no analysis).
 #[test]
 fn provisional_banner_in_every_tab() {
     use focus_lens::gui::jobs::PREVIEW_TOKENS;
@@ -79,7 +79,7 @@ fn provisional_banner_in_every_tab() {
     }
     assert_eq!(h.state().session.result.as_ref().unwrap().tokens(), PREVIEW_TOKENS);
     let banner = format!("PROVISIONAL: the first {PREVIEW_TOKENS} of 2048 tokens");
-    for tab in Tab::ALL.into_iter().filter(|&t| !matches!(t, Tab::Generate | Tab::Train)) {
+    for tab in Tab::ALL.into_iter().filter(|&t| !matches!(t, Tab::Generate | Tab::Train | Tab::Centroids)) {
         h.get_by_label(tab.label()).click();
         h.step();
         h.step();
