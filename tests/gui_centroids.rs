@@ -9,22 +9,11 @@ mod common;
 mod gui_harness;
 
 use egui_kittest::kittest::Queryable;
-use egui_kittest::Harness;
 use focus_lens::gui::state::Tab;
 use focus_lens::gui::worker::TaskKind;
-use focus_lens::gui::FocusLensApp;
-use gui_harness::{harness_at, has, no_errors, settings, settle};
+use gui_harness::{harness_at, has, no_errors, settings, settle, type_into};
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn type_into(h: &mut Harness<'static, FocusLensApp>, label: &str, text: &str) {
-    h.get_by_label(label).click();
-    h.step();
-    h.step();
-    h.get_by_label(label).type_text(text);
-    h.step();
-    h.step();
-}
 
 /// Three short texts: the third spans two segments of 1024 tokens, so a build has steps to
 /// cancel between.

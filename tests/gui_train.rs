@@ -38,16 +38,11 @@ fn texts(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     (train, held)
 }
 
-/// Clicks a text field and types `text` into it (emptied first, as select-all would).
+/// Types `text` into a text field emptied first (as select-all would).
 fn type_into(h: &mut H, label: &str, text: &str, clear: impl Fn(&mut FocusLensApp)) {
     clear(h.state_mut());
     h.step();
-    h.get_by_label(label).click();
-    h.step();
-    h.step();
-    h.get_by_label(label).type_text(text);
-    h.step();
-    h.step();
+    gui_harness::type_into(h, label, text);
 }
 
 /// Steps frames until `done` holds (or fails after `secs`).

@@ -117,3 +117,13 @@ pub fn assert_scrolling_fast(h: &mut Harness<'static, FocusLensApp>, n: usize) -
     }
     report
 }
+
+/// Clicks the text field labelled `label` and types `text` into it (appended to what it holds).
+pub fn type_into(h: &mut Harness<'static, FocusLensApp>, label: &str, text: &str) {
+    h.get_by_label(label).click();
+    h.step();
+    h.step();
+    h.get_by_label(label).type_text(text);
+    h.step();
+    h.step();
+}
