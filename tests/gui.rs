@@ -884,19 +884,15 @@ fn groups_line_up_and_purity_heatmap() {
     assert!(pair_reason(&res, 7, 20, 10, false).starts_with("kept: local (i - j = 10"));
     assert!(pair_reason(&res, 7, 10, 20, false).contains("causal"));
     let m = &res.masks[7];
-    let pruned = (w + 1..res.tokens()).find_map(|i| (0..i - w).find(|&j| m[i] & m[j] == 0).map(|j| (i, j))).expect("a pruned pair");
+    // (Keys among the first `sink` tokens are always kept: the sample adapter has one sink.)
+    let pruned = (w + 1..res.tokens()).find_map(|i| (res.sink()..i - w).find(|&j| m[i] & m[j] == 0).map(|j| (i, j))).expect("a pruned pair");
     assert!(pair_reason(&res, 7, pruned.0, pruned.1, false).starts_with("pruned: no shared group"));
-    // The routing space projects what a cosine adapter's scores use: unit-length vectors.
+    // The routing space projects what the scores use: for a dot-product adapter (the sample
+    // adapter's) the raw vectors; for a cosine one, unit-length vectors (at the end, with K=4).
     use focus_lens::gui::views::routing;
-    assert!(routing::cosine(&res), "the sample adapter scores by cosine");
-    let shown = routing::projection(&res, 7).unwrap();
-    let r7 = &res.analysis.routing[7];
-    let unit = |v: &[f32], d: usize| -> Vec<f32> { v.chunks(d).flat_map(|r| { let n = r.iter().map(|x| x * x).sum::<f32>().sqrt(); r.iter().map(move |x| x / n) }).collect() };
-    let cent = res.adapter.layers[7].centroids.to_dtype(candle_core::DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let want = focus_core::analysis::projection::pca_2d(&unit(r7.vectors.as_ref().unwrap(), r7.d_g), r7.t, r7.d_g, &unit(&cent, r7.d_g), res.groups()).unwrap();
-    assert_eq!(shown, want);
-    assert_ne!(shown, res.analysis.projection(&res.adapter, 7).unwrap(), "not the raw vectors");
-    let shared = (w + 1..res.tokens()).find_map(|i| (0..i - w).find(|&j| m[i] & m[j] != 0).map(|j| (i, j))).expect("a shared pair");
+    assert!(!routing::cosine(&res), "the sample adapter scores by dot product");
+    assert_eq!(routing::projection(&res, 7).unwrap(), res.analysis.projection(&res.adapter, 7).unwrap(), "dot: the raw vectors");
+    let shared = (w + 1..res.tokens()).find_map(|i| (res.sink()..i - w).find(|&j| m[i] & m[j] != 0).map(|j| (i, j))).expect("a shared pair");
     let g = (m[shared.0] & m[shared.1]).trailing_zeros() as usize;
     assert!(pair_reason(&res, 7, shared.0, shared.1, false).starts_with(&format!("kept: both in group g{}", res.shown_group(7, g, false))));
     h.get_by_label("raw group indices").click();
@@ -918,6 +914,21 @@ fn groups_line_up_and_purity_heatmap() {
     let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-categories-layer{layer}.svg"))).unwrap();
     assert!(svg.contains("lift over its base rate") && svg.contains("layer 29"));
     assert!(svg.contains("det = determiner") && svg.contains(">100%<") && !svg.contains("othe ") && !svg.contains("dete "));
+
+    // A cosine adapter (the shipped K=4): the routing space shows unit-length vectors and
+    // centroids, not the raw ones.
+    h.state_mut().open(InputKind::Adapter, common::root().join("sample_adapters/smollm2-135m-k4"));
+    settle(&mut h);
+    no_errors(&h);
+    let res = h.state().session.result.clone().unwrap();
+    assert!(routing::cosine(&res), "the K=4 sample adapter scores by cosine");
+    let shown = routing::projection(&res, 7).unwrap();
+    let r7 = &res.analysis.routing[7];
+    let unit = |v: &[f32], d: usize| -> Vec<f32> { v.chunks(d).flat_map(|r| { let n = r.iter().map(|x| x * x).sum::<f32>().sqrt(); r.iter().map(move |x| x / n) }).collect() };
+    let cent = res.adapter.layers[7].centroids.to_dtype(candle_core::DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let want = focus_core::analysis::projection::pca_2d(&unit(r7.vectors.as_ref().unwrap(), r7.d_g), r7.t, r7.d_g, &unit(&cent, r7.d_g), res.groups()).unwrap();
+    assert_eq!(shown, want);
+    assert_ne!(shown, res.analysis.projection(&res.adapter, 7).unwrap(), "not the raw vectors");
 }
 
 /// The categories view's structure: per layer NMI(top group, category) against the untrained
