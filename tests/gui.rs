@@ -13,15 +13,7 @@ use focus_lens::gui::worker::TaskKind;
 use focus_lens::gui::FocusLensApp;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use gui_harness::{harness, has, no_errors, settings, settle};
-
-fn click_menu(h: &mut Harness<'static, FocusLensApp>, menu: &str, item: &str) {
-    h.get_by_label(menu).click();
-    h.step();
-    h.step();
-    h.get_by_label(item).click();
-    h.step();
-}
+use gui_harness::{click_menu, harness, has, no_errors, settings, settle};
 
 #[test]
 fn gui_end_to_end() {
@@ -256,9 +248,6 @@ fn gui_end_to_end() {
 /// what a user does (the field used to sit inside the File menu, which closed on the click).
 fn type_path_and_open(h: &mut Harness<'static, FocusLensApp>, item: &str, path: &Path, button: &str) {
     click_menu(h, "File", item);
-    h.step();
-    h.step();
-    h.step();
     h.get_by_label("Path:").click();
     h.step();
     h.step();
@@ -284,9 +273,6 @@ fn file_window_without_a_system_dialog() {
 
     // The adapter picker.
     click_menu(&mut h, "File", "Open adapter…");
-    h.step();
-    h.step();
-    h.step();
     assert!(h.query_by_label_contains("No system file dialog on this display").is_some(), "the window says why it is there");
     assert!(h.get_by_label("System dialog…").accesskit_node().is_disabled());
     assert!(has(&h, "K = 4, k = 2 · 16.38M training tokens · held-out PPL on ppl_persuasion_60k.txt, ctx 1024: dense 31.66, soft 31.06, top-2 32.44"), "the K = 4 adapter with what its config records");
@@ -299,9 +285,6 @@ fn file_window_without_a_system_dialog() {
 
     // Export through the typed path: the CSV set.
     click_menu(&mut h, "Export", "Statistics as CSV…");
-    h.step();
-    h.step();
-    h.step();
     let out = dir.path().join("typed.csv");
     h.state_mut().views.files.path.clear();
     h.get_by_label("Path:").click();
@@ -319,9 +302,6 @@ fn file_window_without_a_system_dialog() {
     // JSON and SVG through the typed path as well.
     for (item, name) in [("Statistics as JSON…", "typed.json"), ("Current view as SVG…", "typed.svg")] {
         click_menu(&mut h, "Export", item);
-        h.step();
-        h.step();
-        h.step();
         h.state_mut().views.files.path.clear();
         h.get_by_label("Path:").click();
         h.step();
@@ -992,9 +972,6 @@ fn glossary_opens() {
     let mut h = harness(settings(64), dir.path());
     settle(&mut h);
     click_menu(&mut h, "Help", "Glossary…");
-    h.step();
-    h.step();
-    h.step();
     assert!(h.query_by_label("dominance").is_some() && h.query_by_label("pairs retained").is_some());
 }
 
@@ -1407,9 +1384,6 @@ fn sessions_save_and_reopen() {
     h.step();
     let path = dir.path().join("my.session.json");
     click_menu(&mut h, "File", "Save session…");
-    h.step();
-    h.step();
-    h.step();
     h.state_mut().views.files.path.clear();
     h.get_by_label("Path:").click();
     h.step();
@@ -2118,8 +2092,6 @@ fn no_stale_status_text() {
     // An export to a folder that does not exist, through the file window.
     let bad = dir.path().join("missing/stats.json");
     click_menu(&mut h, "Export", "Statistics as JSON…");
-    h.step();
-    h.step();
     h.state_mut().views.files.path.clear();
     h.get_by_label("Path:").click();
     h.step();
@@ -2174,8 +2146,6 @@ fn no_stale_status_text() {
     assert!(!h.state().status.contains("Sinkhorn set to"), "{}", h.state().status);
     // The glossary closes on Escape.
     click_menu(&mut h, "Help", "Glossary…");
-    h.step();
-    h.step();
     assert!(h.query_by_label("dominance").is_some());
     h.key_press(egui::Key::Escape);
     h.step();

@@ -13,19 +13,9 @@ use egui_kittest::kittest::{NodeT, Queryable};
 use egui_kittest::Harness;
 use focus_lens::gui::state::Tab;
 use focus_lens::gui::FocusLensApp;
-use gui_harness::{harness, has, no_errors, settings, settle};
+use gui_harness::{click_menu, harness, has, no_errors, settings, settle};
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn click_menu(h: &mut Harness<'static, FocusLensApp>, menu: &str, item: &str) {
-    h.get_by_label(menu).click();
-    h.step();
-    h.step();
-    h.get_by_label(item).click();
-    h.step();
-    h.step();
-    h.step();
-}
 
 fn type_path_and_open(h: &mut Harness<'static, FocusLensApp>, item: &str, path: &Path, button: &str) {
     click_menu(h, "File", item);
