@@ -864,14 +864,24 @@ fn groups_line_up_and_purity_heatmap() {
     assert!(pair_reason(&res, 7, 20, 10, false).starts_with("kept: local (i - j = 10"));
     assert!(pair_reason(&res, 7, 10, 20, false).contains("causal"));
     let m = &res.masks[7];
-    // (Keys among the first `sink` tokens are always kept: the sample adapter has one sink.)
+    // (Keys among the adapter's first `sink` tokens are always kept.)
     let pruned = (w + 1..res.tokens()).find_map(|i| (res.sink()..i - w).find(|&j| m[i] & m[j] == 0).map(|j| (i, j))).expect("a pruned pair");
     assert!(pair_reason(&res, 7, pruned.0, pruned.1, false).starts_with("pruned: no shared group"));
-    // The routing space projects what the scores use: for a dot-product adapter (the sample
-    // adapter's) the raw vectors; for a cosine one, unit-length vectors (at the end, with K=4).
+    // The routing space projects what the scores use: for a dot-product adapter the raw vectors
+    // and centroids; for a cosine one, the PCA of them normalised to unit length (made here).
+    // The sample adapter is checked with its own score, the cosine path again at the end (K=4).
+    use focus_lens::gui::state::AnalysisResult;
     use focus_lens::gui::views::routing;
-    assert!(!routing::cosine(&res), "the sample adapter scores by dot product");
-    assert_eq!(routing::projection(&res, 7).unwrap(), res.analysis.projection(&res.adapter, 7).unwrap(), "dot: the raw vectors");
+    let unit_pca = |res: &AnalysisResult, l: usize| {
+        let r = &res.analysis.routing[l];
+        let unit = |v: &[f32], d: usize| -> Vec<f32> { v.chunks(d).flat_map(|r| { let n = r.iter().map(|x| x * x).sum::<f32>().sqrt(); r.iter().map(move |x| x / n) }).collect() };
+        let cent = res.adapter.layers[l].centroids.to_dtype(candle_core::DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        focus_core::analysis::projection::pca_2d(&unit(r.vectors.as_ref().unwrap(), r.d_g), r.t, r.d_g, &unit(&cent, r.d_g), res.groups()).unwrap()
+    };
+    let raw = |res: &AnalysisResult, l: usize| res.analysis.projection(&res.adapter, l).unwrap();
+    let cosine = res.adapter.config.score == focus_core::Score::Cosine;
+    assert_eq!(routing::cosine(&res), cosine);
+    assert_eq!(routing::projection(&res, 7).unwrap(), if cosine { unit_pca(&res, 7) } else { raw(&res, 7) });
     let shared = (w + 1..res.tokens()).find_map(|i| (res.sink()..i - w).find(|&j| m[i] & m[j] != 0).map(|j| (i, j))).expect("a shared pair");
     let g = (m[shared.0] & m[shared.1]).trailing_zeros() as usize;
     assert!(pair_reason(&res, 7, shared.0, shared.1, false).starts_with(&format!("kept: both in group g{}", res.shown_group(7, g, false))));
@@ -903,12 +913,8 @@ fn groups_line_up_and_purity_heatmap() {
     let res = h.state().session.result.clone().unwrap();
     assert!(routing::cosine(&res), "the K=4 sample adapter scores by cosine");
     let shown = routing::projection(&res, 7).unwrap();
-    let r7 = &res.analysis.routing[7];
-    let unit = |v: &[f32], d: usize| -> Vec<f32> { v.chunks(d).flat_map(|r| { let n = r.iter().map(|x| x * x).sum::<f32>().sqrt(); r.iter().map(move |x| x / n) }).collect() };
-    let cent = res.adapter.layers[7].centroids.to_dtype(candle_core::DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let want = focus_core::analysis::projection::pca_2d(&unit(r7.vectors.as_ref().unwrap(), r7.d_g), r7.t, r7.d_g, &unit(&cent, r7.d_g), res.groups()).unwrap();
-    assert_eq!(shown, want);
-    assert_ne!(shown, res.analysis.projection(&res.adapter, 7).unwrap(), "not the raw vectors");
+    assert_eq!(shown, unit_pca(&res, 7));
+    assert_ne!(shown, raw(&res, 7), "not the raw vectors");
 }
 
 /// The categories view's structure: per layer NMI(top group, category) against the untrained
