@@ -103,6 +103,7 @@ pub struct Generator<'a> {
     split: bool,
     /// On a GPU: the step record the routing kernels write (f64, one slice per layer), made at
     /// the first step that routes on the device.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     record: Option<candle_core::Tensor>,
 }
 

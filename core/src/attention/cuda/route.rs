@@ -84,10 +84,10 @@ pub fn route_newest(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>) -> Resul
     }
     // Read guards: the kernel writes through the mirror's buffers on candle's one stream, after
     // every earlier use of them there.
-    let guard = |x: &Tensor| {
+    fn guard(x: &Tensor) -> (impl std::ops::Deref<Target = Storage> + '_, usize) {
         let (s, l) = x.storage_and_layout();
         (s, l.start_offset())
-    };
+    }
     let (gh, gp, gc, gr, gm, gk, grec) = (guard(&h), guard(&proj), guard(&cents), guard(t.run), guard(t.memberships), guard(t.masks), guard(t.record));
     let gs = scale.as_ref().map(guard);
     fn view<'s, T: candle_core::cuda_backend::CudaDType, G: std::ops::Deref<Target = Storage>>(
@@ -99,9 +99,9 @@ pub fn route_newest(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>) -> Resul
             _ => Err(Error::Invalid("route_newest: a tensor is not on the CUDA device".into())),
         }
     }
-    let (vh, vp, vc) = (view::<f32>(&gh, 0)?, view::<f32>(&gp, 0)?, view::<f32>(&gc, 0)?);
-    let (vr, vm, vk, vrec) = (view::<f64>(&gr, 0)?, view::<f32>(&gm, 0)?, view::<i64>(&gk, 0)?, view::<f64>(&grec, t.record_at)?);
-    let vs = gs.as_ref().map(|g| view::<f32>(g, 0)).transpose()?;
+    let (vh, vp, vc) = (view::<f32, _>(&gh, 0)?, view::<f32, _>(&gp, 0)?, view::<f32, _>(&gc, 0)?);
+    let (vr, vm, vk, vrec) = (view::<f64, _>(&gr, 0)?, view::<f32, _>(&gm, 0)?, view::<i64, _>(&gk, 0)?, view::<f64, _>(&grec, t.record_at)?);
+    let vs = gs.as_ref().map(|g| view::<f32, _>(g, 0)).transpose()?;
     let null = 0u64;
     let f = dev.get_or_load_custom_func("route_newest", MODULE, PTX)?;
     let mut b = f.builder();
