@@ -127,6 +127,7 @@ def main():
     start = time.time()
     rows = []
     print(f"# torch {torch.__version__}, transformers {transformers.__version__}, {torch.cuda.get_device_name(0)}", file=sys.stderr)
+    models = []
     for spec in a.model:
         path, _, ctxs = spec.rpartition(":")
         if not path or not ctxs:
@@ -135,25 +136,25 @@ def main():
             contexts = [int(c) for c in ctxs.split(",")]
         except ValueError:
             fail(f"bad contexts in {spec!r}")
-        model = load(path, dtype)
-        # Eager at every context first: compiled runs (which compile per context) go last.
-        for compiled in ([False, True] if a.compile else [False]):
+        models.append((path, load(path, dtype), contexts))
+    # Eager everywhere first: compiled runs (each compiles anew) go last, within the budget.
+    for compiled in ([False, True] if a.compile else [False]):
+        for path, model, contexts in models:
             for n in contexts:
+                name = os.path.basename(path)
                 if time.time() - start > a.budget_s:
-                    print(f"# skipped {os.path.basename(path)} ctx {n} {'compiled' if compiled else 'eager'}: past the budget", file=sys.stderr)
+                    print(f"# skipped {name} ctx {n} {'compiled' if compiled else 'eager'}: past the budget", file=sys.stderr)
                     continue
                 try:
                     r = run(model, n, a.steps, dtype, compiled)
                 except Exception as e:  # report and go on: one variant failing is a result too
-                    print(f"# {os.path.basename(path)} ctx {n} {'compiled' if compiled else 'eager'} failed: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
+                    print(f"# {name} ctx {n} {'compiled' if compiled else 'eager'} failed: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr)
                     r = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
-                row = {"model": os.path.basename(path), "context": n, "variant": "compiled" if compiled else "eager", "dtype": a.dtype, **r}
+                row = {"model": name, "context": n, "variant": "compiled" if compiled else "eager", "dtype": a.dtype, **r}
                 rows.append(row)
                 if "tokens_per_s" in r:
-                    print(f"{row['model']:>40} ctx {n:>6} {row['variant']:>8}: {r['tokens_per_s']:8.1f} tok/s ({r['median_step_ms']:.2f} ms/step, warm-up {r['warmup_s']:.1f} s)", flush=True)
+                    print(f"{name:>40} ctx {n:>6} {row['variant']:>8}: {r['tokens_per_s']:8.1f} tok/s ({r['median_step_ms']:.2f} ms/step, warm-up {r['warmup_s']:.1f} s)", flush=True)
                 torch.cuda.empty_cache()
-        del model
-        torch.cuda.empty_cache()
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"torch": torch.__version__, "transformers": transformers.__version__, "rows": rows}, f, indent=1)

@@ -10,7 +10,8 @@
 # inputs and on SmolLM2's steps; GPU generation = the CPU's), (2) `bench decode --device cuda`,
 # dense vs top-k with the per-step split, SmolLM2 at 1024 and 8150, Qwen2.5 at 1024 and 32000,
 # (3) the transformers anchor on the same GGUFs and contexts, then prints one table.
-# Everything goes under $OUT/decode32; about 6 minutes on one H200 (each part has a timeout).
+# Everything goes under $OUT/decode32; at most 8 minutes on one H200 (each part has a timeout:
+# tests 110 s, benches 80 + 120 s, anchor 170 s, which starts no variant after 110 s).
 set -uo pipefail
 S=${1:?usage: decode_device.sh STAGE_DIR}
 S=$(cd "$S" && pwd)
@@ -37,7 +38,7 @@ for m in "$MODEL_SMOL" "$MODEL_QWEN"; do [ -f "$m" ] || stamp "MISSING model $m"
 # (1) Tests: the routing kernel, the real-model generation, and every decode test (GPU and CPU).
 stamp "tests"
 if [ -x "$B/core-tests" ]; then
-  FOCUS_LENS_TEST_GGUF=$MODEL_SMOL timeout 150 "$B/core-tests" --test-threads 1 cuda_route cuda_topk_generation decode > "$O/tests.txt" 2>&1
+  FOCUS_LENS_TEST_GGUF=$MODEL_SMOL timeout 110 "$B/core-tests" --test-threads 1 cuda_route cuda_topk_generation decode > "$O/tests.txt" 2>&1
   echo "rc $?" >> "$O/tests.txt"
 fi
 [ -f "$O/tests.txt" ] && grep -E "^test |test result|SKIPPED|panicked|^rc" "$O/tests.txt" | tail -n 25
@@ -48,8 +49,8 @@ bench() { # NAME MODEL CONTEXTS STEPS TIMEOUT
   timeout "$5" "$B/focus-lens" bench decode --device cuda --model "$2" --contexts "$3" --steps "$4" --json > "$O/bench_$1.json" 2> "$O/bench_$1.err"
   echo "rc $?" >> "$O/bench_$1.err"
 }
-bench smollm2 "$MODEL_SMOL" 1024,8150 32 90
-bench qwen "$MODEL_QWEN" 1024,32000 24 150
+bench smollm2 "$MODEL_SMOL" 1024,8150 32 80
+bench qwen "$MODEL_QWEN" 1024,32000 24 120
 
 # (3) The anchor: transformers on the same GGUFs (gguf from the staged wheels when missing).
 stamp "anchor"
@@ -61,8 +62,8 @@ for mod in gguf requests urllib3 idna certifi charset_normalizer; do
     python3 -m pip install --quiet --no-index --no-deps --target "$PY" "$S"/wheels/${mod}-*.whl || stamp "cannot install the $mod wheel"
   fi
 done
-PYTHONPATH=$PY timeout 230 python3 experiments/gpu/decode_anchor.py --model "$MODEL_SMOL:1024,8150" --model "$MODEL_QWEN:1024,32000" \
-  --steps 32 --compile --budget-s 170 --json "$O/anchor.json" > "$O/anchor.txt" 2> "$O/anchor.err"
+PYTHONPATH=$PY timeout 170 python3 experiments/gpu/decode_anchor.py --model "$MODEL_SMOL:1024,8150" --model "$MODEL_QWEN:1024,32000" \
+  --steps 32 --compile --budget-s 110 --json "$O/anchor.json" > "$O/anchor.txt" 2> "$O/anchor.err"
 echo "rc $?" >> "$O/anchor.err"
 stamp "done"
 
