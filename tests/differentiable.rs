@@ -35,7 +35,7 @@ fn trainable(adapter: &mut Adapter) -> Vec<Var> {
     for r in adapter.layers.iter_mut() {
         let p = Var::from_tensor(&r.proj).unwrap();
         let c = Var::from_tensor(&r.centroids).unwrap();
-        *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone() };
+        *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone(), input_scale: r.input_scale.clone() };
         vars.push(p);
         vars.push(c);
     }

@@ -13,15 +13,7 @@ use focus_lens::gui::worker::TaskKind;
 use focus_lens::gui::FocusLensApp;
 use std::path::Path;
 use std::time::{Duration, Instant};
-use gui_harness::{harness, has, no_errors, settings, settle};
-
-fn click_menu(h: &mut Harness<'static, FocusLensApp>, menu: &str, item: &str) {
-    h.get_by_label(menu).click();
-    h.step();
-    h.step();
-    h.get_by_label(item).click();
-    h.step();
-}
+use gui_harness::{click_menu, harness, has, no_errors, settings, settle};
 
 #[test]
 fn gui_end_to_end() {
@@ -256,9 +248,6 @@ fn gui_end_to_end() {
 /// what a user does (the field used to sit inside the File menu, which closed on the click).
 fn type_path_and_open(h: &mut Harness<'static, FocusLensApp>, item: &str, path: &Path, button: &str) {
     click_menu(h, "File", item);
-    h.step();
-    h.step();
-    h.step();
     h.get_by_label("Path:").click();
     h.step();
     h.step();
@@ -284,9 +273,6 @@ fn file_window_without_a_system_dialog() {
 
     // The adapter picker.
     click_menu(&mut h, "File", "Open adapter…");
-    h.step();
-    h.step();
-    h.step();
     assert!(h.query_by_label_contains("No system file dialog on this display").is_some(), "the window says why it is there");
     assert!(h.get_by_label("System dialog…").accesskit_node().is_disabled());
     assert!(has(&h, "K = 4, k = 2 · 16.38M training tokens · held-out PPL on ppl_persuasion_60k.txt, ctx 1024: dense 31.66, soft 31.06, top-2 32.44"), "the K = 4 adapter with what its config records");
@@ -299,9 +285,6 @@ fn file_window_without_a_system_dialog() {
 
     // Export through the typed path: the CSV set.
     click_menu(&mut h, "Export", "Statistics as CSV…");
-    h.step();
-    h.step();
-    h.step();
     let out = dir.path().join("typed.csv");
     h.state_mut().views.files.path.clear();
     h.get_by_label("Path:").click();
@@ -319,9 +302,6 @@ fn file_window_without_a_system_dialog() {
     // JSON and SVG through the typed path as well.
     for (item, name) in [("Statistics as JSON…", "typed.json"), ("Current view as SVG…", "typed.svg")] {
         click_menu(&mut h, "Export", item);
-        h.step();
-        h.step();
-        h.step();
         h.state_mut().views.files.path.clear();
         h.get_by_label("Path:").click();
         h.step();
@@ -884,19 +864,25 @@ fn groups_line_up_and_purity_heatmap() {
     assert!(pair_reason(&res, 7, 20, 10, false).starts_with("kept: local (i - j = 10"));
     assert!(pair_reason(&res, 7, 10, 20, false).contains("causal"));
     let m = &res.masks[7];
-    let pruned = (w + 1..res.tokens()).find_map(|i| (0..i - w).find(|&j| m[i] & m[j] == 0).map(|j| (i, j))).expect("a pruned pair");
+    // (Keys among the adapter's first `sink` tokens are always kept.)
+    let pruned = (w + 1..res.tokens()).find_map(|i| (res.sink()..i - w).find(|&j| m[i] & m[j] == 0).map(|j| (i, j))).expect("a pruned pair");
     assert!(pair_reason(&res, 7, pruned.0, pruned.1, false).starts_with("pruned: no shared group"));
-    // The routing space projects what a cosine adapter's scores use: unit-length vectors.
+    // The routing space projects what the scores use: for a dot-product adapter the raw vectors
+    // and centroids; for a cosine one, the PCA of them normalised to unit length (made here).
+    // The sample adapter is checked with its own score, the cosine path again at the end (K=4).
+    use focus_lens::gui::state::AnalysisResult;
     use focus_lens::gui::views::routing;
-    assert!(routing::cosine(&res), "the sample adapter scores by cosine");
-    let shown = routing::projection(&res, 7).unwrap();
-    let r7 = &res.analysis.routing[7];
-    let unit = |v: &[f32], d: usize| -> Vec<f32> { v.chunks(d).flat_map(|r| { let n = r.iter().map(|x| x * x).sum::<f32>().sqrt(); r.iter().map(move |x| x / n) }).collect() };
-    let cent = res.adapter.layers[7].centroids.to_dtype(candle_core::DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
-    let want = focus_core::analysis::projection::pca_2d(&unit(r7.vectors.as_ref().unwrap(), r7.d_g), r7.t, r7.d_g, &unit(&cent, r7.d_g), res.groups()).unwrap();
-    assert_eq!(shown, want);
-    assert_ne!(shown, res.analysis.projection(&res.adapter, 7).unwrap(), "not the raw vectors");
-    let shared = (w + 1..res.tokens()).find_map(|i| (0..i - w).find(|&j| m[i] & m[j] != 0).map(|j| (i, j))).expect("a shared pair");
+    let unit_pca = |res: &AnalysisResult, l: usize| {
+        let r = &res.analysis.routing[l];
+        let unit = |v: &[f32], d: usize| -> Vec<f32> { v.chunks(d).flat_map(|r| { let n = r.iter().map(|x| x * x).sum::<f32>().sqrt(); r.iter().map(move |x| x / n) }).collect() };
+        let cent = res.adapter.layers[l].centroids.to_dtype(candle_core::DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        focus_core::analysis::projection::pca_2d(&unit(r.vectors.as_ref().unwrap(), r.d_g), r.t, r.d_g, &unit(&cent, r.d_g), res.groups()).unwrap()
+    };
+    let raw = |res: &AnalysisResult, l: usize| res.analysis.projection(&res.adapter, l).unwrap();
+    let cosine = res.adapter.config.score == focus_core::Score::Cosine;
+    assert_eq!(routing::cosine(&res), cosine);
+    assert_eq!(routing::projection(&res, 7).unwrap(), if cosine { unit_pca(&res, 7) } else { raw(&res, 7) });
+    let shared = (w + 1..res.tokens()).find_map(|i| (res.sink()..i - w).find(|&j| m[i] & m[j] != 0).map(|j| (i, j))).expect("a shared pair");
     let g = (m[shared.0] & m[shared.1]).trailing_zeros() as usize;
     assert!(pair_reason(&res, 7, shared.0, shared.1, false).starts_with(&format!("kept: both in group g{}", res.shown_group(7, g, false))));
     h.get_by_label("raw group indices").click();
@@ -918,6 +904,17 @@ fn groups_line_up_and_purity_heatmap() {
     let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-categories-layer{layer}.svg"))).unwrap();
     assert!(svg.contains("lift over its base rate") && svg.contains("layer 29"));
     assert!(svg.contains("det = determiner") && svg.contains(">100%<") && !svg.contains("othe ") && !svg.contains("dete "));
+
+    // A cosine adapter (the shipped K=4): the routing space shows unit-length vectors and
+    // centroids, not the raw ones.
+    h.state_mut().open(InputKind::Adapter, common::root().join("sample_adapters/smollm2-135m-k4"));
+    settle(&mut h);
+    no_errors(&h);
+    let res = h.state().session.result.clone().unwrap();
+    assert!(routing::cosine(&res), "the K=4 sample adapter scores by cosine");
+    let shown = routing::projection(&res, 7).unwrap();
+    assert_eq!(shown, unit_pca(&res, 7));
+    assert_ne!(shown, raw(&res, 7), "not the raw vectors");
 }
 
 /// The categories view's structure: per layer NMI(top group, category) against the untrained
@@ -981,9 +978,6 @@ fn glossary_opens() {
     let mut h = harness(settings(64), dir.path());
     settle(&mut h);
     click_menu(&mut h, "Help", "Glossary…");
-    h.step();
-    h.step();
-    h.step();
     assert!(h.query_by_label("dominance").is_some() && h.query_by_label("pairs retained").is_some());
 }
 
@@ -1396,9 +1390,6 @@ fn sessions_save_and_reopen() {
     h.step();
     let path = dir.path().join("my.session.json");
     click_menu(&mut h, "File", "Save session…");
-    h.step();
-    h.step();
-    h.step();
     h.state_mut().views.files.path.clear();
     h.get_by_label("Path:").click();
     h.step();
@@ -2107,8 +2098,6 @@ fn no_stale_status_text() {
     // An export to a folder that does not exist, through the file window.
     let bad = dir.path().join("missing/stats.json");
     click_menu(&mut h, "Export", "Statistics as JSON…");
-    h.step();
-    h.step();
     h.state_mut().views.files.path.clear();
     h.get_by_label("Path:").click();
     h.step();
@@ -2163,8 +2152,6 @@ fn no_stale_status_text() {
     assert!(!h.state().status.contains("Sinkhorn set to"), "{}", h.state().status);
     // The glossary closes on Escape.
     click_menu(&mut h, "Help", "Glossary…");
-    h.step();
-    h.step();
     assert!(h.query_by_label("dominance").is_some());
     h.key_press(egui::Key::Escape);
     h.step();

@@ -93,8 +93,10 @@ fn replay(h: &H, r: &Generated) -> (Vec<u32>, Vec<focus_core::attention::kv_cach
 /// over `caches`, and the line above the tokens states their share of the context.
 fn highlight_is_the_masks(h: &mut H, r: &Generated, caches: &[focus_core::attention::kv_cache::LayerCache]) {
     let n = r.tokens();
+    // The adapter's attention sinks (the first tokens, always attendable) as the view ran it.
+    let sink = Session::configured_adapter(&h.state().session.adapter.as_ref().unwrap().adapter, &r.params).config.sink;
     for (l, c) in caches.iter().enumerate() {
-        let (mut keys, _) = selected_keys(c, DecodeAttention::TopK { window: r.window, sink: 0 }).unwrap();
+        let (mut keys, _) = selected_keys(c, DecodeAttention::TopK { window: r.window, sink }).unwrap();
         keys.sort_unstable();
         assert_eq!(r.layers[l].attended, keys, "layer {l}: the highlighted tokens");
     }

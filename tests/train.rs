@@ -356,3 +356,108 @@ fn the_cli_states_the_figures_and_keeps_checkpoints() {
         focus_core::Adapter::load(&focus_core::train::checkpoint_dir(&out, step), &common::default_model().identity(), &Device::Cpu).unwrap();
     }
 }
+
+/// Every layer's router inputs (rows of d_model) over `windows` of `t` tokens, recorded by an
+/// identity router (W_g = I, no input scale): the normalised attention inputs themselves.
+fn router_inputs(model: &Model, ids: &[u32], t: usize, windows: usize) -> Vec<Vec<f32>> {
+    let d = model.config().d_model;
+    let spec = AdapterSpec { groups: 2, d_g: d, tau: 1e4, top_k: 1, ..Default::default() };
+    let mut probe = focus_core::Adapter::random(&model.identity(), &Device::Cpu, &spec, 0).unwrap();
+    for r in probe.layers.iter_mut() {
+        r.proj = candle_core::Tensor::eye(d, candle_core::DType::F32, &Device::Cpu).unwrap();
+    }
+    let mut out = vec![Vec::new(); model.config().n_layers];
+    for w in 0..windows {
+        let mut o = focus_core::model::ForwardOptions::new(focus_core::Mode::Dense, Some(&probe));
+        o.record_routing = true;
+        o.logits_from = t - 1;
+        for (l, r) in model.decoder.forward(&ids[w * t..(w + 1) * t], &o).unwrap().routing.into_iter().enumerate() {
+            out[l].extend(r.vectors.unwrap());
+        }
+    }
+    out
+}
+
+/// The router input scale [ours] on Gemma 3, whose normalised hidden state has channels of RMS
+/// in the hundreds: after `init_input_scale` every channel the router reads has unit RMS over
+/// the windows it was set on (checked on the inputs recorded independently), the scores of a
+/// random W_g come down by an order of magnitude (60 to 6 here; S / tau from 600 to 60), the scaled adapter routes exactly as one with the
+/// scale folded into W_g (diag(s) W_g, no scale) in the sequence and the one-row (decode)
+/// paths, it survives save and load, and training leaves the scale where it was.
+#[test]
+fn input_scale_gives_the_router_unit_channels_on_gemma3() {
+    use candle_core::Tensor;
+    let model = Model::load(&common::gemma3_model_path(), &Device::Cpu).unwrap();
+    let (t, windows) = (160, 2);
+    let ids = common::persuasion_ids(&model, 0, 4 * t);
+    let data = TrainData { train: ids[..2 * t].to_vec(), heldout: ids[2 * t..].to_vec() };
+    let spec = AdapterSpec { groups: 8, window: 32, gate: focus_core::Gate::Paper, lambda: 30.0, ..Default::default() };
+    let o = TrainOptions { seq_len: t, batch: 1, eval_every: 0, eval_seqs: 1, lr: 1e-3, ..opts(1) };
+    let mut t0 = Trainer::new(&model, &spec, o.clone()).unwrap();
+    let mut ts = Trainer::new(&model, &spec, o).unwrap();
+    let spread = ts.init_input_scale(&data, windows).unwrap();
+    assert!(ts.adapter.config.input_scale && ts.adapter.config.router_input.contains("RMS"));
+    let d = model.config().d_model;
+    let inputs = router_inputs(&model, &data.train, t, windows);
+    let mut worst_raw = 0f64;
+    for (l, h) in inputs.iter().enumerate() {
+        let s = ts.adapter.layers[l].input_scale.as_ref().unwrap().to_vec1::<f32>().unwrap();
+        let rms: Vec<f64> = (0..d).map(|c| (h.chunks(d).map(|row| (row[c] as f64).powi(2)).sum::<f64>() / (h.len() / d) as f64).sqrt()).collect();
+        worst_raw = worst_raw.max(rms.iter().cloned().fold(0.0, f64::max));
+        let mut ratio: Vec<f64> = rms.iter().zip(&s).map(|(r, &si)| r * si as f64).collect();
+        ratio.sort_by(f64::total_cmp);
+        // The floor (1% of the median channel) may leave a dead channel below 1; none above.
+        assert!((ratio[d / 2] - 1.0).abs() < 1e-3 && ratio[d - 1] < 1.0 + 1e-3, "layer {l}: scaled channel RMS {:?}", (ratio[0], ratio[d / 2], ratio[d - 1]));
+        assert!((spread[l].1 - rms.iter().cloned().fold(0.0, f64::max)).abs() < 1e-3 * spread[l].1, "layer {l}: reported largest channel RMS");
+    }
+    assert!(worst_raw > 50.0, "Gemma 3's router inputs have channels of RMS {worst_raw} (expected huge ones)");
+    // Scores of the same random W_g, with and without the scale.
+    let peak = |a: &focus_core::Adapter| -> f32 {
+        let mut o = focus_core::model::ForwardOptions::new(focus_core::Mode::Dense, Some(a));
+        o.record_routing = true;
+        let r = model.decoder.forward(&data.heldout[..t], &o).unwrap().routing;
+        r.iter().flat_map(|l| l.scores.iter().map(|x| x.abs())).fold(0.0, f32::max)
+    };
+    let (raw, scaled) = (peak(&t0.adapter), peak(&ts.adapter));
+    assert!(raw > 5.0 * scaled && scaled < 20.0, "largest |score|: {raw} unscaled, {scaled} scaled");
+    // The folded twin: W_g' = diag(s) W_g and no scale.
+    let mut folded = ts.adapter.clone();
+    folded.config.input_scale = false;
+    for r in folded.layers.iter_mut() {
+        let s = r.input_scale.take().unwrap();
+        r.proj = r.proj.broadcast_mul(&s.reshape((d, 1)).unwrap()).unwrap();
+    }
+    let routing = |a: &focus_core::Adapter| {
+        let mut o = focus_core::model::ForwardOptions::new(focus_core::Mode::Soft, Some(a));
+        o.record_routing = true;
+        model.decoder.forward(&data.heldout[..t], &o).unwrap()
+    };
+    let (a, b) = (routing(&ts.adapter), routing(&folded));
+    for (l, (x, y)) in a.routing.iter().zip(&b.routing).enumerate() {
+        let diff = x.memberships.iter().zip(&y.memberships).map(|(p, q)| (p - q).abs()).fold(0.0, f32::max);
+        assert!(diff < 1e-3, "layer {l}: scaled vs folded memberships differ by {diff}");
+    }
+    // One row (a decode step's routing) on the host path.
+    let h = Tensor::randn(0f32, 30.0, (1, d), &Device::Cpu).unwrap();
+    let ((_, s1), (_, s2)) = (ts.adapter.scores(3, &h).unwrap(), folded.scores(3, &h).unwrap());
+    for (p, q) in s1.iter().zip(&s2) {
+        assert!((p - q).abs() < 1e-3 * (1.0 + q.abs()), "one-row scores {p} vs {q}");
+    }
+    // Save and load; a config that drops the flag names the extra tensors.
+    let dir = tempfile::tempdir().unwrap();
+    ts.adapter.save(dir.path()).unwrap();
+    let back = focus_core::Adapter::load(dir.path(), &model.identity(), &Device::Cpu).unwrap();
+    let c = routing(&back);
+    assert_eq!(a.routing[5].memberships, c.routing[5].memberships, "the loaded adapter routes as the saved one");
+    let cfg = std::fs::read_to_string(dir.path().join("adapter_config.json")).unwrap();
+    std::fs::write(dir.path().join("adapter_config.json"), cfg.replace("\"input_scale\": true", "\"input_scale\": false")).unwrap();
+    let err = focus_core::Adapter::load(dir.path(), &model.identity(), &Device::Cpu).unwrap_err().to_string();
+    assert!(err.contains("number of router tensors"), "{err}");
+    // One training step moves W_g, not the scale.
+    let before = ts.adapter.layers[4].input_scale.as_ref().unwrap().to_vec1::<f32>().unwrap();
+    let proj = ts.adapter.layers[4].proj.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    ts.train_step(&data).unwrap();
+    assert_eq!(before, ts.adapter.layers[4].input_scale.as_ref().unwrap().to_vec1::<f32>().unwrap());
+    assert_ne!(proj, ts.adapter.layers[4].proj.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+    t0.train_step(&data).unwrap();
+}

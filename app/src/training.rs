@@ -57,6 +57,9 @@ pub struct Plan {
     pub opts: TrainOptions,
     /// Where the log, the checkpoints and the finished adapter go.
     pub out: PathBuf,
+    /// [ours] A new adapter's routers read their input scaled per channel to unit RMS
+    /// (`Trainer::init_input_scale`), before `Init`. Ignored by `Start::From` / `Resume`.
+    pub input_scale: bool,
     /// Keep every checkpoint's adapter (`focus_core::train::checkpoint_dir`).
     pub keep_checkpoints: bool,
     /// The device as the provenance records it.
@@ -135,6 +138,10 @@ pub fn prepare<'m>(model: &'m Model, plan: &Plan, cancel: &dyn Fn() -> bool, sta
         Start::New(spec, _) => Trainer::new(model, spec, plan.opts.clone())?,
     };
     trainer.keep_checkpoints = plan.keep_checkpoints;
+    if plan.input_scale && matches!(plan.start, Start::New(..)) {
+        status("scaling each router input channel to unit RMS".into());
+        trainer.init_input_scale(&data, 8)?;
+    }
     match plan.start {
         Start::New(_, Init::KMeans) => {
             status("k-means initialisation of the centroids".into());

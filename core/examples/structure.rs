@@ -8,6 +8,7 @@
 //!       [--json OUT.json] ADAPTER_DIR...
 //!   structure --model GGUF --probe BOOK,BOOK --init kmeans,pca,pca-white --data TRAIN_DIR
 //!       [--groups 8] [--score dot|cosine]
+//!   (an init may be `scale+random`, `scale+pca`, ...: the router input scale [ours] first)
 //!
 //! With `--init`, the adapters measured are initialisations before any training (the trainer's
 //! `init_kmeans` / `init_pca` [ours] over 8 windows of the training text's start), each beside
@@ -96,10 +97,19 @@ fn main() -> focus_core::Result<()> {
         let opts = TrainOptions { steps: 0, seq_len: seq, batch: 1, lr: 0.0, weight_decay: 0.0, seed: 0, eval_every: 0, eval_seqs: 0, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: Default::default(), cosine_decay: false, straight_through: None, grad_clip: 0.0, freeze_centroids: false, sharpen: 0.0 };
         for init in inits.split(',') {
             let mut tr = Trainer::new(&model, &spec, opts.clone())?;
-            match init {
+            // "scale+INIT": the router input scale [ours] first (`Trainer::init_input_scale`).
+            let base = match init.strip_prefix("scale+") {
+                Some(base) => {
+                    tr.init_input_scale(&data, 8)?;
+                    base
+                }
+                None => init,
+            };
+            match base {
+                "random" => {}
                 "kmeans" => tr.init_kmeans(&data, 8, 50)?,
-                "pca" | "pca-white" => tr.init_pca(&data, 8, init == "pca-white", 50)?,
-                other => return Err(focus_core::Error::Invalid(format!("--init {other}: kmeans, pca or pca-white"))),
+                "pca" | "pca-white" => tr.init_pca(&data, 8, base == "pca-white", 50)?,
+                other => return Err(focus_core::Error::Invalid(format!("--init {other}: random, kmeans, pca or pca-white, each optionally as scale+INIT"))),
             }
             adapters.push((format!("init {init}"), tr.adapter.clone()));
         }
@@ -107,7 +117,7 @@ fn main() -> focus_core::Result<()> {
     let mut out = Vec::new();
     for (d, adapter) in &adapters {
         let d = d.as_str();
-        let twin = Adapter::random(&model.identity(), model.device(), &adapter.config.spec(), 0)?;
+        let twin = adapter.untrained_twin(0)?;
         let s = measure(&model, adapter, d, &text, seq, k)?;
         let t = measure(&model, &twin, "twin", &text, seq, k)?;
         print(d, &s, &t);

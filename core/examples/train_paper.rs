@@ -96,6 +96,12 @@ fn main() -> focus_core::Result<()> {
         sharpen: arg(&args, "--sharpen", "0").parse().unwrap(),
     };
     let mut trainer = Trainer::new(&model, &spec, opts)?;
+    // --input-scale [ours]: each router input channel scaled to unit RMS, before the init.
+    if args.iter().any(|a| a == "--input-scale") {
+        let spread = trainer.init_input_scale(&data, 8)?;
+        let ratio: Vec<String> = spread.iter().map(|(med, max)| format!("{:.0}", max / med.max(1e-30))).collect();
+        eprintln!("router input channel RMS: median {:?} ... ; largest / median per layer: {}", spread.iter().map(|s| format!("{:.2}", s.0)).collect::<Vec<_>>(), ratio.join(" "));
+    }
     match init.as_str() {
         "kmeans" => trainer.init_kmeans(&data, 8, 50)?,
         // [ours] W_g from the principal directions of the router inputs, then k-means centroids.

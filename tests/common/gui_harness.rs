@@ -127,3 +127,15 @@ pub fn type_into(h: &mut Harness<'static, FocusLensApp>, label: &str, text: &str
     h.step();
     h.step();
 }
+
+/// Opens the menu `menu` and clicks its item `item`, then steps three frames, so that a window
+/// the item opens is laid out and sized before the caller looks for it.
+pub fn click_menu(h: &mut Harness<'static, FocusLensApp>, menu: &str, item: &str) {
+    h.get_by_label(menu).click();
+    h.step();
+    h.step();
+    h.get_by_label(item).click();
+    h.step();
+    h.step();
+    h.step();
+}

@@ -78,8 +78,7 @@ pub fn run(a: Args) -> Result<()> {
         None
     } else {
         const SEED: u64 = 0;
-        let mut twin = focus_core::Adapter::random(&model.identity(), model.device(), &adapter.config.spec(), SEED)?;
-        twin.config.log_eps = adapter.config.log_eps;
+        let twin = adapter.untrained_twin(SEED)?;
         pb.set_message("untrained twin");
         pb.set_position(0);
         let t = analyze(&model, &twin, "untrained twin", &text, &opts, |d, n| {

@@ -84,6 +84,11 @@ pub struct Args {
     /// centroids by k-means.
     #[arg(long, conflicts_with_all = ["resume", "init", "kmeans_init"])]
     pub pca_init: bool,
+    /// [ours] Scale each channel of every router's input to unit RMS over the first 8 training
+    /// windows (a fixed per-channel scale saved with the adapter), before any other
+    /// initialisation: for models whose normalised hidden state has huge channels (Gemma 3).
+    #[arg(long, conflicts_with_all = ["resume", "init"])]
+    pub input_scale: bool,
     /// [ours] Keep the centroids at their initial value (e.g. --kmeans-init): only W_g trains.
     #[arg(long)]
     pub freeze_centroids: bool,
@@ -113,7 +118,7 @@ pub fn run(a: Args) -> Result<()> {
         (None, Some(dir)) => Start::From(dir.clone()),
         (None, None) => Start::New(a.spec.spec(), init),
     };
-    let plan = Plan { data: a.data.clone(), heldout: a.heldout.clone(), start, opts, out: a.out.clone(), keep_checkpoints: a.keep_checkpoints, device: device_name(&a.model.device) };
+    let plan = Plan { data: a.data.clone(), heldout: a.heldout.clone(), start, opts, out: a.out.clone(), input_scale: a.input_scale, keep_checkpoints: a.keep_checkpoints, device: device_name(&a.model.device) };
     let mut prepared = training::prepare(&model, &plan, &|| stop.load(Ordering::Relaxed), &mut |_| {})?;
     eprintln!("{}", prepared.describe());
     let pb = progress(prepared.trainer.opts.steps as u64, "train", false);

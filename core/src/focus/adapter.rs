@@ -124,6 +124,11 @@ pub struct AdapterConfig {
     pub score: Score,
     /// Which hidden state feeds the router [ours]: the normalised input of attention.
     pub router_input: String,
+    /// [ours] Whether each layer's router multiplies its input by a fixed per-channel scale
+    /// (`layers.{l}.input_scale`, (1, d_model); `Router::input_scale`). Adapters written before
+    /// this field existed have none: the paper's h W_g.
+    #[serde(default)]
+    pub input_scale: bool,
     /// Which layers the routers act on (models with sliding-window layers).
     #[serde(default)]
     pub router_layers: RouterLayers,
@@ -222,7 +227,7 @@ impl AdapterConfig {
         if !(1..=4096).contains(&self.d_g) {
             return bad(format!("d_g = {} must be in 1..=4096", self.d_g));
         }
-        let weights = (self.base_model.n_layers as u64) * (self.base_model.d_model as u64 + self.groups as u64) * self.d_g as u64 * 4;
+        let weights = (self.base_model.n_layers as u64) * ((self.base_model.d_model as u64 + self.groups as u64) * self.d_g as u64 + self.input_scale as u64 * self.base_model.d_model as u64) * 4;
         if weights > MAX_WEIGHTS_BYTES {
             return bad(format!("d_g = {} gives {} MiB of router weights for this model; at most {} MiB", self.d_g, weights >> 20, MAX_WEIGHTS_BYTES >> 20));
         }
@@ -274,6 +279,7 @@ impl Adapter {
             causal_sinkhorn: spec.causal_sinkhorn,
             score: spec.score,
             router_input: "attention input after the layer's norm".into(),
+            input_scale: false,
             router_layers: spec.router_layers,
             base_model: base.clone(),
             init: format!("random: W_g ~ N(0, 1/d_model), centroids ~ N(0, 1) rows normalised to 1; seed {seed}"),
@@ -295,9 +301,27 @@ impl Adapter {
             layers.push(Router {
                 proj: Tensor::from_vec(proj, (cfg.d_model, spec.d_g), dev)?,
                 centroids: Tensor::from_vec(cent, (spec.groups, spec.d_g), dev)?,
+                input_scale: None,
             });
         }
         Ok(Adapter { config, layers })
+    }
+
+    /// The untrained twin of this adapter (issue 28's baseline): a random init (`random`) with its
+    /// settings and `seed`, on the same device, carrying what initialisation fixed before any
+    /// training: the router input scale [ours] and the log gate's eps.
+    pub fn untrained_twin(&self, seed: u64) -> Result<Adapter> {
+        let dev = self.layers.first().map_or(Device::Cpu, |r| r.proj.device().clone());
+        let mut twin = Adapter::random(&self.config.base_model, &dev, &self.config.spec(), seed)?;
+        twin.config.log_eps = self.config.log_eps;
+        if self.config.input_scale {
+            twin.config.input_scale = true;
+            twin.config.router_input = self.config.router_input.clone();
+            for (t, r) in twin.layers.iter_mut().zip(&self.layers) {
+                t.input_scale = r.input_scale.clone();
+            }
+        }
+        Ok(twin)
     }
 
     /// Loads an adapter directory onto `dev` and checks it against the model `base`. The config
@@ -361,14 +385,24 @@ impl Adapter {
             Ok(Tensor::from_vec(vals, (shape[0], shape[1]), dev)?)
         };
         let n_tensors = st.names().len();
-        if n_tensors != 2 * want.n_layers {
-            return Err(mismatch("number of router tensors", n_tensors, 2 * want.n_layers));
+        let per_layer = if config.input_scale { 3 } else { 2 };
+        if n_tensors != per_layer * want.n_layers {
+            return Err(mismatch(
+                if config.input_scale { "number of router tensors (W_g, centroids and input scale per layer)" } else { "number of router tensors" },
+                n_tensors,
+                per_layer * want.n_layers,
+            ));
         }
         let layers = (0..want.n_layers)
             .map(|l| {
+                let input_scale = match config.input_scale {
+                    true => Some(tensor(&format!("layers.{l}.input_scale"), [1, want.d_model])?.flatten_all()?),
+                    false => None,
+                };
                 Ok(Router {
                     proj: tensor(&format!("layers.{l}.proj"), [want.d_model, config.d_g])?,
                     centroids: tensor(&format!("layers.{l}.centroids"), [config.groups, config.d_g])?,
+                    input_scale,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -383,6 +417,13 @@ impl Adapter {
         for (l, r) in self.layers.iter().enumerate() {
             tensors.insert(format!("layers.{l}.proj"), r.proj.to_device(&Device::Cpu)?);
             tensors.insert(format!("layers.{l}.centroids"), r.centroids.to_device(&Device::Cpu)?);
+            match (&r.input_scale, self.config.input_scale) {
+                (Some(s), true) => {
+                    tensors.insert(format!("layers.{l}.input_scale"), s.to_device(&Device::Cpu)?.reshape((1, s.elem_count()))?);
+                }
+                (None, false) => {}
+                _ => return Err(Error::Invalid(format!("layer {l}: the config's input_scale = {} does not match the router", self.config.input_scale))),
+            }
         }
         let w_path = dir.join(WEIGHTS_FILE);
         let tmp = crate::io::temp_path(&w_path);

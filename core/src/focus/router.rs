@@ -48,6 +48,22 @@ pub struct Router {
     pub proj: Tensor,
     /// C: (K, d_g)
     pub centroids: Tensor,
+    /// [ours] A fixed per-channel scale s (d_model,) on the router's input: the router reads
+    /// h * s, not h (`AdapterConfig::input_scale`). Set once at initialisation to each channel's
+    /// inverse RMS, so that a model whose normalised hidden state has huge channels (Gemma 3's
+    /// norm gains reach the hundreds) gives scores on the scale of S / tau that Sinkhorn can
+    /// balance; `None`: the paper's router, h W_g.
+    pub input_scale: Option<Tensor>,
+}
+
+impl Router {
+    /// The router's input: `h` (rows of d_model), times the input scale when there is one.
+    pub fn input(&self, h: &Tensor) -> Result<Tensor> {
+        Ok(match &self.input_scale {
+            Some(s) => h.broadcast_mul(&s.to_dtype(h.dtype())?)?,
+            None => h.clone(),
+        })
+    }
 }
 
 impl Adapter {
@@ -59,7 +75,7 @@ impl Adapter {
     pub fn route_tensor(&self, l: usize, h: &Tensor, seqs: usize, grad: SinkhornGrad, balance: SinkhornOp) -> Result<Tensor> {
         let r = &self.layers[l];
         let c = &self.config;
-        let scores = c.score.scores(&h.matmul(&r.proj)?, &r.centroids)?;
+        let scores = c.score.scores(&r.input(h)?.matmul(&r.proj)?, &r.centroids)?;
         // `h` stacks `seqs` sequences (B*T rows): each is balanced on its own.
         let scores = scores.reshape((seqs, scores.dim(0)? / seqs, c.groups))?;
         balance(&scores, c.tau, c.sinkhorn_iters, c.causal_sinkhorn, grad)
@@ -84,7 +100,7 @@ impl Adapter {
             let d_g = vecs.len();
             return Ok((Tensor::from_vec(vecs, (1, d_g), h.device())?, scores));
         }
-        let vecs = h.matmul(&r.proj)?;
+        let vecs = r.input(h)?.matmul(&r.proj)?;
         let scores = self.config.score.scores(&vecs, &r.centroids)?.flatten_all()?.to_vec1::<f32>()?;
         Ok((vecs, scores))
     }
@@ -107,14 +123,17 @@ impl Adapter {
 fn one_row_scores(score: Score, r: &Router, h: &Tensor) -> Result<Option<(Vec<f32>, Vec<f32>)>> {
     use candle_core::{DType, Device, Storage};
     let host = |t: &Tensor| matches!(t.device(), Device::Cpu) && t.dtype() == DType::F32 && !t.track_op() && t.is_contiguous();
-    if h.rank() != 2 || h.dim(0)? != 1 || !host(h) || !host(&r.proj) || !host(&r.centroids) {
+    if h.rank() != 2 || h.dim(0)? != 1 || !host(h) || !host(&r.proj) || !host(&r.centroids) || r.input_scale.as_ref().is_some_and(|s| !host(s)) {
         return Ok(None);
     }
     let ((dm, dg), (_, dg2)) = (r.proj.dims2()?, r.centroids.dims2()?);
     if h.dim(1)? != dm || dg2 != dg {
         return Ok(None);
     }
-    let x = h.flatten_all()?.to_vec1::<f32>()?;
+    let mut x = h.flatten_all()?.to_vec1::<f32>()?;
+    if let Some(s) = &r.input_scale {
+        x.iter_mut().zip(s.flatten_all()?.to_vec1::<f32>()?).for_each(|(a, b)| *a *= b);
+    }
     let (ps, pl) = r.proj.storage_and_layout();
     let Storage::Cpu(p) = &*ps else { return Ok(None) };
     let w = &p.as_slice::<f32>()?[pl.start_offset()..pl.start_offset() + dm * dg];
@@ -150,15 +169,19 @@ mod tests {
     fn one_row_scores_equal_the_matmuls() {
         use candle_core::Device;
         let dev = Device::Cpu;
-        let r = Router { proj: Tensor::randn(0f32, 0.1, (96, 16), &dev).unwrap(), centroids: Tensor::randn(0f32, 1.0, (8, 16), &dev).unwrap() };
+        let mut r = Router { proj: Tensor::randn(0f32, 0.1, (96, 16), &dev).unwrap(), centroids: Tensor::randn(0f32, 1.0, (8, 16), &dev).unwrap(), input_scale: None };
         let h = Tensor::randn(0f32, 1.0, (1, 96), &dev).unwrap();
-        for score in [Score::Dot, Score::Cosine] {
+        let scale = Tensor::rand(0.01f32, 3.0, 96, &dev).unwrap();
+        for (score, scaled) in [(Score::Dot, false), (Score::Cosine, false), (Score::Dot, true), (Score::Cosine, true)] {
+            r.input_scale = scaled.then(|| scale.clone());
             let (v, s) = one_row_scores(score, &r, &h).unwrap().expect("one host row");
-            let vt = h.matmul(&r.proj).unwrap();
+            // The reference scales h itself, then multiplies: (h * s) W_g.
+            let hs = if scaled { h.broadcast_mul(&scale).unwrap() } else { h.clone() };
+            let vt = hs.matmul(&r.proj).unwrap();
             let want_v = vt.flatten_all().unwrap().to_vec1::<f32>().unwrap();
             let want_s = score.scores(&vt, &r.centroids).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
             for (a, b) in v.iter().zip(&want_v).chain(s.iter().zip(&want_s)) {
-                assert!((a - b).abs() < 1e-5, "{score:?}: {a} vs {b}");
+                assert!((a - b).abs() < 1e-4 * (1.0 + b.abs()), "{score:?}, scaled {scaled}: {a} vs {b}");
             }
         }
         // Two rows are left to candle.

@@ -148,7 +148,7 @@ mod tests {
         let mut vars = Vec::new();
         for r in adapter.layers.iter_mut() {
             let (p, c) = (Var::from_tensor(&r.proj).unwrap(), Var::from_tensor(&r.centroids).unwrap());
-            *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone() };
+            *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone(), input_scale: r.input_scale.clone() };
             vars.extend([p, c]);
         }
         let o = ForwardOptions::new(Mode::Soft, Some(&adapter));

@@ -316,7 +316,7 @@ impl<'m> Trainer<'m> {
         for r in adapter.layers.iter_mut() {
             let p = Var::from_tensor(&r.proj)?;
             let c = Var::from_tensor(&r.centroids)?;
-            *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone() };
+            *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone(), input_scale: r.input_scale.clone() };
             vars.push(p);
             vars.push(c);
         }
@@ -403,6 +403,64 @@ impl<'m> Trainer<'m> {
         Ok(())
     }
 
+    /// [ours] Gives every layer's router a fixed input scale: each channel of its input h divided
+    /// by that channel's RMS over `seqs` training windows (floored at 1% of the median channel's,
+    /// so a dead channel is not blown up). A random W_g ~ N(0, 1/d_model) then sees unit-scale
+    /// channels whatever the model's norm gains: Gemma 3's router inputs reach |h| in the
+    /// thousands, its scores S / tau in the 10^4-10^6 (issue 28), where Sinkhorn's 10 iterations
+    /// do not balance and the gradient through the memberships vanishes. Only before the first
+    /// step, and before `init_pca` / `init_kmeans` (they then work on the scaled input).
+    /// Returns each layer's (median, largest) channel RMS, the spread it removes.
+    pub fn init_input_scale(&mut self, data: &TrainData, seqs: usize) -> Result<Vec<(f64, f64)>> {
+        if self.step != 0 {
+            return Err(Error::Invalid("the router input scale is set only for a run that has not started".into()));
+        }
+        let (t, c) = (self.opts.seq_len, self.adapter.config.clone());
+        let n_seq = (data.train.len() / t).min(seqs.max(1));
+        if n_seq == 0 {
+            return Err(Error::Invalid(format!("the input scale needs at least one window of {t} training tokens; the training data has {}", data.train.len())));
+        }
+        let dev = self.model.device();
+        let d = self.model.config().d_model;
+        // An identity router records the router inputs themselves (as in `init_pca`).
+        let spec = AdapterSpec { groups: 2, d_g: d, tau: 1e4, top_k: 1, score: crate::focus::adapter::Score::Dot, ..c.spec() };
+        let mut probe = Adapter::random(&self.model.identity(), dev, &spec, 0)?;
+        for r in probe.layers.iter_mut() {
+            r.proj = Tensor::eye(d, DType::F32, dev)?;
+        }
+        let mut sq = vec![vec![0f64; d]; probe.layers.len()];
+        let mut rows = 0usize;
+        for s in 0..n_seq {
+            let mut o = ForwardOptions::new(Mode::Dense, Some(&probe));
+            o.record_routing = true;
+            o.logits_from = t - 1;
+            let out = self.model.decoder.forward(&data.train[s * t..(s + 1) * t], &o)?;
+            for (l, r) in out.routing.into_iter().enumerate() {
+                for row in r.vectors.unwrap_or_default().chunks(d) {
+                    sq[l].iter_mut().zip(row).for_each(|(a, &x)| *a += (x as f64) * (x as f64));
+                }
+            }
+            rows += t;
+        }
+        let mut spread = Vec::with_capacity(sq.len());
+        for (l, q) in sq.iter().enumerate() {
+            let rms: Vec<f64> = q.iter().map(|v| (v / rows as f64).sqrt()).collect();
+            let mut sorted = rms.clone();
+            sorted.sort_by(f64::total_cmp);
+            let median = sorted[d / 2];
+            let floor = (0.01 * median).max(1e-12);
+            let scale: Vec<f32> = rms.iter().map(|r| (1.0 / r.max(floor)) as f32).collect();
+            self.adapter.layers[l].input_scale = Some(Tensor::from_vec(scale, d, dev)?);
+            spread.push((median, sorted[d - 1]));
+        }
+        self.adapter.config.input_scale = true;
+        self.adapter.config.router_input = format!(
+            "[ours] attention input after the layer's norm, each channel divided by its RMS over the first {} training tokens (layers.{{l}}.input_scale)",
+            n_seq * t
+        );
+        Ok(spread)
+    }
+
     /// [ours] Replaces every layer's W_g by the `d_g` leading principal directions of its
     /// router input h (the normalised attention input) over `seqs` training windows, then the
     /// centroids by k-means of the new h W_g (`init_kmeans`). A random W_g keeps a random
@@ -425,8 +483,10 @@ impl<'m> Trainer<'m> {
         let dev = self.model.device();
         let spec = AdapterSpec { groups: 2, d_g: d, tau: 1e4, top_k: 1, score: crate::focus::adapter::Score::Dot, ..c.spec() };
         let mut probe = Adapter::random(&self.model.identity(), dev, &spec, 0)?;
-        for r in probe.layers.iter_mut() {
+        for (r, own) in probe.layers.iter_mut().zip(&self.adapter.layers) {
             r.proj = Tensor::eye(d, DType::F32, dev)?;
+            // With an input scale, the principal directions are those of what the router reads.
+            r.input_scale = own.input_scale.clone();
         }
         let mut moments = vec![crate::focus::pca::Moments::new(d); probe.layers.len()];
         for s in 0..n_seq {

@@ -703,7 +703,7 @@ fn segment(res: &AnalysisResult, i: usize) -> (usize, usize) {
 /// The untrained twin of an adapter: a random init with its configuration (K, d_g, tau,
 /// Sinkhorn, window, gate, score) and the seed its `init` records (0 when it records none),
 /// i.e. what `adapter init` with those flags writes. Returns it and the seed.
-pub fn untrained_twin(a: &Adapter, model: &Model) -> Result<(Adapter, u64), JobError> {
+pub fn untrained_twin(a: &Adapter) -> Result<(Adapter, u64), JobError> {
     let c = &a.config;
     let seed = c
         .init
@@ -711,10 +711,7 @@ pub fn untrained_twin(a: &Adapter, model: &Model) -> Result<(Adapter, u64), JobE
         .nth(1)
         .and_then(|r| r.trim_start_matches([' ', '=', ':']).split(|ch: char| !ch.is_ascii_digit()).next().and_then(|d| d.parse().ok()))
         .unwrap_or(0);
-    let spec = c.spec();
-    let mut twin = Adapter::random(&model.identity(), model.device(), &spec, seed)?;
-    twin.config.log_eps = c.log_eps;
-    Ok((twin, seed))
+    Ok((a.untrained_twin(seed)?, seed))
 }
 
 /// Per-layer purity of the untrained twin of the analysis' adapter, on the same tokens, mode
@@ -738,7 +735,7 @@ pub struct Baseline {
 pub fn baseline(res: &AnalysisResult, text: &str, h: &Handle) -> Result<Baseline, JobError> {
     let t0 = Instant::now();
     h.set_progress(0, 0, "untrained adapter: initialising");
-    let (twin, seed) = untrained_twin(&res.adapter, &res.model)?;
+    let (twin, seed) = untrained_twin(&res.adapter)?;
     let end = res.analysis.tokens.last().map(|t| t.end).unwrap_or(0);
     let text = text.get(..end).filter(|t| !t.is_empty()).ok_or_else(|| JobError::Failed("the analysed text is not at hand".into()))?;
     let opts = AnalyzeOptions { mode: res.mode, k: res.key.params.k, segment_len: res.analysis.segment_len, keep_tokens: false, cancel: Some(&h.cancel) };

@@ -37,6 +37,8 @@ pub struct TrainForm {
     pub sink: usize,
     pub gate: Gate,
     pub init: Init,
+    /// [ours] `Plan::input_scale`.
+    pub input_scale: bool,
     pub steps: usize,
     pub lr: f64,
     pub seq_len: usize,
@@ -63,6 +65,7 @@ impl Default for TrainForm {
             sink: 0,
             gate: Gate::Log,
             init: Init::Random,
+            input_scale: false,
             steps: 1000,
             lr: 1e-2,
             seq_len: 512,
@@ -248,6 +251,7 @@ impl TrainView {
             start: Start::New(f.spec(), f.init),
             opts: f.options(),
             out,
+            input_scale: f.input_scale,
             keep_checkpoints: true,
             device: f.device.label().to_string(),
         };
@@ -286,6 +290,7 @@ impl TrainView {
                         ui.selectable_value(&mut f.init, i, i.label());
                     }
                 });
+                ui.checkbox(&mut f.input_scale, "scale input").on_hover_text("[ours] each channel of the router's input scaled to unit RMS first (models with huge hidden-state channels, e.g. Gemma 3)");
             });
             ui.horizontal_wrapped(|ui| {
                 ui.add(egui::DragValue::new(&mut f.steps).range(1..=10_000_000).prefix("steps "));
