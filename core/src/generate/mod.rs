@@ -404,7 +404,7 @@ impl OverCache<'_> {
             let params = RouteParams {
                 proj: &router.proj,
                 centroids: &router.centroids,
-                input_scale: None,
+                input_scale: router.input_scale.as_ref(),
                 cosine: c.score == crate::focus::adapter::Score::Cosine,
                 tau: st.tau(),
                 iters: st.iters(),
