@@ -4,7 +4,7 @@
 // positions) an online-softmax partial, `decode_merge` merges a head's partials by log-sum-exp.
 //
 // Layout: q (H, D); k, v (Hkv, cap, D) with the first n rows of each head filled; masks (cap)
-// the cached tokens' top-k sets as bitmasks. Query head h reads KV head h / rep.
+// the cached tokens' top-k sets as bitmasks, the newest (the query's, row n - 1) included. Query head h reads KV head h / rep.
 // The Focus rule (focus::mask::classify): position j is kept by the newest query i = n - 1 when
 // i - j <= window (local), j < sink (an attention sink [ours], kept and ungated like a local
 // key) or when the two top-k sets share a group. A top-k step tests the
@@ -31,12 +31,15 @@ extern "C" __global__ void decode_partial(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned long long* __restrict__ masks, float* __restrict__ part_m, float* __restrict__ part_l,
     float* __restrict__ part_o, int n, int from, int cap, int d, int rep, int chunk, int chunks,
-    int topk, unsigned long long qmask, int window, int sink, float scale, float softcap,
+    int topk, int window, int sink, float scale, float softcap,
     const float* __restrict__ memb, int groups, int gate, float gparam) {
     const int h = blockIdx.y, c = blockIdx.x;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int kvh = h / rep;
     const int i = n - 1;
+    // The query's own top-k set, from the device mirror (the routing kernel wrote it there in
+    // this step, or the host synced it): no routing value is a kernel argument.
+    const unsigned long long qmask = topk ? masks[i] : 0ull;
     int G = 1;
     while (G < 32 && G * MAXPER < d) G <<= 1;
     const int per = (d + G - 1) / G;
@@ -63,8 +66,7 @@ extern "C" __global__ void decode_partial(
         nkept = 0;
         for (int base = lo; base < hi; base += WARPS * 32) {
             const int j = base + threadIdx.x;
-            // Local (and sink keys j < sink [ours]) first: the newest key's set may not be on the
-            // device yet.
+            // Local keys and sink keys j < sink [ours] are kept whatever their set.
             const bool keep = j < hi && (i - j <= window || j < sink || (masks[j] & qmask) != 0ull);
             const unsigned ballot = __ballot_sync(0xffffffffu, keep);
             if (lane == 0) warp_count[warp] = __popc(ballot);

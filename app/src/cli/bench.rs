@@ -321,6 +321,15 @@ pub fn decode(a: DecodeArgs) -> Result<()> {
                 r.context, r.dense_tokens_per_s, r.topk_tokens_per_s, r.topk_over_dense_speed,
                 r.dense_bytes as f64 / 1e6, r.topk_bytes as f64 / 1e6, 100.0 * r.topk_read_fraction
             );
+            // On a GPU: where an (instrumented, synchronised) step's time goes.
+            for (mode, split) in [("dense", r.dense_split), ("top-k", r.topk_split)] {
+                if let Some(s) = split {
+                    eprintln!(
+                        "{:>7}   {mode} step split: routing {:.3} ms, attention {:.3} ms, rest {:.3} ms (instrumented total {:.3} ms)",
+                        "", s.routing_s * 1e3, s.attention_s * 1e3, s.rest_s * 1e3, s.total_s * 1e3
+                    );
+                }
+            }
         }
     })
     .context("decode benchmark")?;

@@ -112,15 +112,12 @@ pub fn selected_keys(cache: &LayerCache, how: DecodeAttention) -> Result<(Vec<u3
     Ok((keys, index))
 }
 
-/// The newest token's attention output (1, H, 1, D) from its queries `q` (any shape of H x D
-/// values, on the cache's device) over a cache on a GPU (`LayerCache::to_device`), and the
-/// bytes read: the kernels of `attention::cuda::decode`, which keep the same pairs as the CPU's.
-/// The kernel finds the kept distant keys by testing each one's top-k set (8 bytes, counted
-/// as index bytes) rather than through the host's index by group, so that it reads no host
-/// data; the kept keys' rows are the only rows it reads.
-fn attend_on_device(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAttention, own: &LayerAttention) -> Result<(Tensor, ReadBytes)> {
-    let kv = cache.device.as_ref().ok_or_else(|| Error::Invalid("attend_on_device: the cache is on the host".into()))?;
-    let (n, d) = (kv.len, cache.head_dim);
+/// The bytes a step of the newest token (position n - 1) over a cache on a GPU reads, from the
+/// host's copy of the routing (which must hold that token's row): the kernel finds the kept
+/// distant keys by testing each one's top-k set (8 bytes, counted as index bytes) rather than
+/// through the host's index by group; the kept keys' rows are the only rows it reads.
+pub fn device_read_bytes(cache: &LayerCache, how: DecodeAttention, own: &LayerAttention) -> Result<ReadBytes> {
+    let n = cache.len();
     if n == 0 {
         return Err(Error::Invalid("decode attention over an empty cache".into()));
     }
@@ -130,30 +127,53 @@ fn attend_on_device(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAtt
     let dense = (n - from) as u64 * tb;
     let (kept, index) = match (how, cache.routing.as_ref()) {
         (DecodeAttention::TopK { window, sink }, Some(r)) => {
-            let mi = r.masks[i];
+            let mi = *r.masks.get(i).ok_or_else(|| Error::Invalid("decode read count: the host's routing lacks the newest token".into()))?;
             let lo = (i.saturating_sub(window)).max(from);
-            let distant = &r.masks[from..lo];
-            // Kept distant keys: those sharing a group, and the sinks [ours].
-            let shared = distant.iter().enumerate().filter(|&(jj, &mj)| from + jj < sink || mask::share_group(mi, mj)).count();
-            (n - from - distant.len() + shared, distant.len() as u64 * 8)
+            // Kept distant keys (from..lo): the sinks [ours], and those sharing a group.
+            let sinks = sink.min(lo).saturating_sub(from);
+            let shared = r.count_sharing(mi, sink.max(from).min(lo)..lo);
+            (n - lo + sinks + shared, (lo - from) as u64 * 8)
         }
         (DecodeAttention::Soft { .. }, Some(r)) => (n - from, ((n - from) * r.groups * 4) as u64),
         (DecodeAttention::Dense, _) => (n - from, 0),
         _ => return Err(Error::Invalid("top-k and soft decode need cached routing".into())),
     };
-    let read = ReadBytes { kv: kept as u64 * tb, index, dense };
+    Ok(ReadBytes { kv: kept as u64 * tb, index, dense })
+}
+
+/// The newest token's attention output (1, H, 1, D) from its queries `q` (any shape of H x D
+/// values, on the cache's device) over a cache on a GPU (`LayerCache::to_device`), and the
+/// bytes read (`device_read_bytes`): the kernels of `attention::cuda::decode`, which keep the
+/// same pairs as the CPU's.
+fn attend_on_device(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAttention, own: &LayerAttention) -> Result<(Tensor, ReadBytes)> {
+    let read = device_read_bytes(cache, how, own)?;
+    Ok((attend_on_device_uncounted(q, heads, cache, how, own)?, read))
+}
+
+/// `attend` over a cache on a GPU whose newest routing row may be on the device only (routed
+/// there in this step, `attention::cuda::route`): the output alone, with no host data read; the
+/// generator counts the bytes (`device_read_bytes`) once the host's copy has the row.
+pub fn attend_on_device_uncounted(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAttention, own: &LayerAttention) -> Result<Tensor> {
+    let kv = cache.device.as_ref().ok_or_else(|| Error::Invalid("attend_on_device: the cache is on the host".into()))?;
+    let (n, d) = (kv.len, cache.head_dim);
+    if n == 0 {
+        return Err(Error::Invalid("decode attention over an empty cache".into()));
+    }
+    let from = own.window.map_or(0, |w| n.saturating_sub(w));
+    if how != DecodeAttention::Dense && cache.routing.is_none() {
+        return Err(Error::Invalid("top-k and soft decode need cached routing".into()));
+    }
     #[cfg(feature = "cuda")]
     {
         use crate::attention::cuda::decode::{decode_attention, DecodeStep, MAX_HEAD_DIM};
         if d > MAX_HEAD_DIM {
             return Err(Error::Invalid(format!("decode on the GPU takes head dims up to {MAX_HEAD_DIM}, not {d}")));
         }
-        let r = cache.routing.as_ref();
         let step = DecodeStep {
             n,
             from,
-            topk: match (how, r, kv.masks.as_ref()) {
-                (DecodeAttention::TopK { .. }, Some(r), Some(m)) => Some((r.masks[i], m)),
+            topk: match (how, kv.masks.as_ref()) {
+                (DecodeAttention::TopK { .. }, Some(m)) => Some(m),
                 _ => None,
             },
             window: match how {
@@ -175,11 +195,11 @@ fn attend_on_device(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAtt
         }
         let q = q.to_dtype(candle_core::DType::F32)?.reshape((heads, d))?.contiguous()?;
         let o = decode_attention(&q, &kv.k, &kv.v, step)?;
-        Ok((o.reshape((1, heads, 1, d))?, read))
+        Ok(o.reshape((1, heads, 1, d))?)
     }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = (q, heads, read, d);
+        let _ = (q, heads, d, from);
         Err(Error::Invalid("a cache on a device needs a build with the cuda feature".into()))
     }
 }

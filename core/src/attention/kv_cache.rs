@@ -4,8 +4,11 @@
 //! any other), and the causal Sinkhorn state that routes the next token in O(iters x K).
 //!
 //! On a GPU (`LayerCache::to_device`) the keys and values live in device memory (`DeviceKv`),
-//! with a mirror of the top-k sets and memberships that the decode kernel reads; the routing
-//! itself (scores, Sinkhorn state, index by group) stays on the host, where it is decided.
+//! with a mirror of the top-k sets and memberships that the decode kernel reads, and of causal
+//! Sinkhorn's running state. A generation step on the GPU routes its token there
+//! (`attention::cuda::route`), ahead of the host's routing; the generator then fills the host's
+//! copy (scores, memberships, sets, index by group, state) from one copy per step. Rows the
+//! host routed (a prefill, or a cache moved to the device) go the other way (`sync_routing`).
 
 use crate::error::{Error, Result};
 use crate::focus::mask;
@@ -55,7 +58,8 @@ pub struct Bucket {
 
 /// A layer's keys and values on a GPU, (Hkv, capacity, D) f32 with the first `len` rows of
 /// each head filled (capacity doubles as it fills), and the routing the kernel reads: top-k
-/// sets (capacity,) as i64 bit patterns and memberships (capacity, K), `routed` rows filled.
+/// sets (capacity,) as i64 bit patterns and memberships (capacity, K), `routed` rows filled,
+/// and causal Sinkhorn's running state (iters x K, f64) after those rows.
 #[derive(Debug, Clone)]
 pub struct DeviceKv {
     pub k: Tensor,
@@ -64,6 +68,7 @@ pub struct DeviceKv {
     pub masks: Option<Tensor>,
     pub memberships: Option<Tensor>,
     pub routed: usize,
+    pub sinkhorn_state: Option<Tensor>,
 }
 
 impl DeviceKv {
@@ -110,13 +115,16 @@ pub struct CachedRouting {
     pub masks: Vec<u64>,
     /// `members[g]`: the cached positions whose top-k set holds g, ascending.
     pub members: Vec<Vec<u32>>,
+    /// The cached positions of each distinct top-k set, ascending: counting the keys a top-k
+    /// step keeps takes one search per set instead of a pass over every position.
+    pub by_set: std::collections::HashMap<u64, Vec<u32>>,
     /// Causal Sinkhorn's running state (absent for whole-sequence Sinkhorn).
     pub sinkhorn: Option<CausalSinkhorn>,
 }
 
 impl CachedRouting {
     pub fn new(groups: usize, k: usize, sinkhorn: Option<CausalSinkhorn>) -> Self {
-        CachedRouting { groups, k, scores: Vec::new(), memberships: Vec::new(), masks: Vec::new(), members: vec![Vec::new(); groups], sinkhorn }
+        CachedRouting { groups, k, scores: Vec::new(), memberships: Vec::new(), masks: Vec::new(), members: vec![Vec::new(); groups], by_set: Default::default(), sinkhorn }
     }
 
     /// Appends one routed token (its raw scores and memberships, K each).
@@ -124,6 +132,7 @@ impl CachedRouting {
         let pos = self.masks.len() as u32;
         let m = mask::topk_mask(memberships, self.k);
         mask::groups(m).for_each(|g| self.members[g].push(pos));
+        self.by_set.entry(m).or_default().push(pos);
         self.masks.push(m);
         self.scores.extend_from_slice(scores);
         self.memberships.extend_from_slice(memberships);
@@ -132,6 +141,33 @@ impl CachedRouting {
     pub fn row(&self, i: usize) -> &[f32] {
         &self.memberships[i * self.groups..(i + 1) * self.groups]
     }
+
+    /// How many positions in `range` have a top-k set that meets `set`.
+    pub fn count_sharing(&self, set: u64, range: std::ops::Range<usize>) -> usize {
+        if range.is_empty() {
+            return 0;
+        }
+        // Many distinct sets (a large K): one pass over the range is cheaper.
+        if self.by_set.len() * 32 > range.len() {
+            return self.masks[range].iter().filter(|&&m| mask::share_group(set, m)).count();
+        }
+        let (a, b) = (range.start as u32, range.end as u32);
+        self.by_set
+            .iter()
+            .filter(|(&m, _)| mask::share_group(set, m))
+            .map(|(_, pos)| pos.partition_point(|&j| j < b) - pos.partition_point(|&j| j < a))
+            .sum()
+    }
+}
+
+/// Causal Sinkhorn's state on `device` (one unused value when it has none: zero iterations).
+fn state_tensor(st: &CausalSinkhorn, device: &Device) -> Result<Tensor> {
+    let mut v = st.state().to_vec();
+    if v.is_empty() {
+        v.push(0.0);
+    }
+    let n = v.len();
+    Ok(Tensor::from_vec(v, n, device)?)
 }
 
 impl LayerCache {
@@ -156,6 +192,10 @@ impl LayerCache {
             masks: groups.map(|_| zeros(&[cap], DType::I64)).transpose()?,
             memberships: groups.map(|g| zeros(&[cap, g], DType::F32)).transpose()?,
             routed: 0,
+            sinkhorn_state: match self.routing.as_ref().and_then(|r| r.sinkhorn.as_ref()) {
+                Some(st) => Some(state_tensor(st, device)?),
+                None => None,
+            },
         };
         if n > 0 {
             let host = |x: &[Vec<f32>]| Tensor::from_vec(x.concat(), (hkv, n, d), device);
@@ -206,7 +246,9 @@ impl LayerCache {
 
     /// Brings the copies of the routing up to date: on the host the buckets (`Buckets`); on a
     /// device, the routing rows the host has decided and the device lacks (the decode kernel
-    /// reads the newest token's row). Runs after routing a token and before attending.
+    /// reads the newest token's row), and with them the host's Sinkhorn state. Runs after
+    /// routing a token on the host and before attending. (Rows the device routed, ahead of the
+    /// host, come back through `CachedRouting::push` and `CausalSinkhorn::set_state`.)
     pub fn sync_routing(&mut self) -> Result<()> {
         self.sync_buckets();
         let (Some(kv), Some(r)) = (self.device.as_mut(), self.routing.as_ref()) else { return Ok(()) };
@@ -222,6 +264,9 @@ impl LayerCache {
         if let Some(m) = &kv.memberships {
             let g = r.groups;
             m.slice_set(&Tensor::from_slice(&r.memberships[from * g..to * g], (to - from, g), &dev)?, 0, from)?;
+        }
+        if let (Some(st), Some(d)) = (r.sinkhorn.as_ref(), kv.sinkhorn_state.as_mut()) {
+            *d = state_tensor(st, &dev)?;
         }
         kv.routed = to;
         Ok(())

@@ -8,6 +8,11 @@
 //! the values. The step itself is real: the new token runs through every block, and its
 //! routing comes from its own hidden state. Dense and top-k steps alternate so that drift hits
 //! both alike; the median step time is reported.
+//!
+//! On a GPU a separate instrumented pass follows the timed one (`SPLIT_STEPS` more steps per
+//! mode, with a device synchronisation around each part, `Generator::set_split`): the median
+//! time of routing, attention and the rest per step (`StepSplit`), so that the timed steps stay
+//! unsynchronised and the split still shows where a step's time goes.
 
 use super::median;
 use crate::attention::Mode;
@@ -16,7 +21,7 @@ use crate::focus::adapter::Adapter;
 use crate::focus::sinkhorn::CausalSinkhorn;
 use crate::attention::decode::ReadBytes;
 use crate::attention::kv_cache::{CachedRouting, LayerCache};
-use crate::generate::Generator;
+use crate::generate::{Generator, StepSplit};
 use crate::model::Model;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -36,6 +41,20 @@ pub struct DecodeRow {
     pub topk_bytes: u64,
     /// topk_bytes / dense_bytes (index bytes included).
     pub topk_read_fraction: f64,
+    /// On a GPU: per-part medians of the instrumented steps (see the module notes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dense_split: Option<StepSplit>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk_split: Option<StepSplit>,
+}
+
+/// Instrumented steps per mode and context on a GPU (after the timed ones).
+pub const SPLIT_STEPS: usize = 8;
+
+/// Per-part medians of instrumented steps.
+fn median_split(v: &[StepSplit]) -> Option<StepSplit> {
+    let part = |f: fn(&StepSplit) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
+    Some(StepSplit { routing_s: part(|s| s.routing_s)?, attention_s: part(|s| s.attention_s)?, rest_s: part(|s| s.rest_s)?, total_s: part(|s| s.total_s)? })
 }
 
 pub struct DecodeBenchOptions {
@@ -81,8 +100,10 @@ pub fn decode_bench(model: &Model, adapter: &Adapter, base: &[u32], opts: &Decod
     }
     let topk = adapter.config.topk(opts.k)?;
     let k = topk.k();
-    if let Some(&bad) = opts.contexts.iter().find(|&&n| n == 0 || n + opts.steps + 1 > ctx) {
-        return Err(Error::Invalid(format!("context {bad} plus {} steps must fit the model's context of {ctx} tokens", opts.steps + 1)));
+    let split_steps = if model.device().is_cpu() { 0 } else { SPLIT_STEPS };
+    let steps = opts.steps + 1 + split_steps;
+    if let Some(&bad) = opts.contexts.iter().find(|&&n| n == 0 || n + steps > ctx) {
+        return Err(Error::Invalid(format!("context {bad} plus {steps} steps must fit the model's context of {ctx} tokens")));
     }
     let mut rng = StdRng::seed_from_u64(opts.seed);
     let mut rows = Vec::new();
@@ -110,6 +131,16 @@ pub fn decode_bench(model: &Model, adapter: &Adapter, base: &[u32], opts: &Decod
                 }
             }
         }
+        // The instrumented pass (GPU only).
+        let (mut sd, mut sk) = (Vec::new(), Vec::new());
+        for (g, splits) in [(&mut dense, &mut sd), (&mut topk, &mut sk)] {
+            g.set_split(true);
+            for s in 0..split_steps {
+                let id = base[(n + opts.steps + 1 + s) % base.len()];
+                splits.extend(g.feed(&[id])?.split);
+            }
+            g.set_split(false);
+        }
         let (d, t) = (median(&td).unwrap_or_default(), median(&tk).unwrap_or_default());
         let mid = |r: &[ReadBytes]| r[r.len() / 2];
         let (bd, bk) = (mid(&rd), mid(&rk));
@@ -124,6 +155,8 @@ pub fn decode_bench(model: &Model, adapter: &Adapter, base: &[u32], opts: &Decod
             dense_bytes: bd.kv + bd.index,
             topk_bytes: bk.kv + bk.index,
             topk_read_fraction: bk.fraction(),
+            dense_split: median_split(&sd),
+            topk_split: median_split(&sk),
         };
         row(&r);
         rows.push(r);

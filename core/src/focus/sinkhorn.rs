@@ -62,6 +62,26 @@ impl CausalSinkhorn {
         CausalSinkhorn { k, tau, iters, run: vec![f64::NEG_INFINITY; iters * k] }
     }
 
+    /// The running log-sum-exps (iters x K, iteration-major): what a device copy of the state
+    /// holds (`attention::cuda::route`).
+    pub fn state(&self) -> &[f64] {
+        &self.run
+    }
+
+    /// Takes over a state that routed the same tokens elsewhere (the GPU's, after a step).
+    pub fn set_state(&mut self, run: &[f64]) {
+        debug_assert_eq!(run.len(), self.run.len());
+        self.run.copy_from_slice(run);
+    }
+
+    pub fn iters(&self) -> usize {
+        self.iters
+    }
+
+    pub fn tau(&self) -> f64 {
+        self.tau
+    }
+
     /// The memberships (K) of the next token from its raw scores (K); the state then holds it.
     pub fn push(&mut self, scores: &[f32]) -> Vec<f32> {
         let k = self.k;

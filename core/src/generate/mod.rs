@@ -20,6 +20,13 @@
 //! the cache is used, and the newest token's reported groups are those whole-sequence Sinkhorn
 //! gives it over the prefix.
 //! `bench routing` measures how far the two Sinkhorn variants route real text apart.
+//!
+//! On a GPU with causal Sinkhorn, a cached step routes its token on the device
+//! (`attention::cuda::route`: scores, Sinkhorn row and top-k set go straight into the cache's
+//! device mirror, where the decode kernel reads the query's set), so that no layer waits on a
+//! copy to the host. Each layer also writes its row into one step record, which the step copies
+//! once, after the logits, to fill the host's copy of the routing (`layers()`, the reported
+//! groups, the bytes read).
 
 pub mod chat;
 pub mod chat_process;
@@ -38,8 +45,10 @@ use crate::model::ForwardOptions;
 use candle_core::Tensor;
 use crate::attention::decode::{self, DecodeAttention, ReadBytes};
 use crate::attention::kv_cache::{CachedRouting, LayerCache};
+use serde::{Deserialize, Serialize};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
 
 /// How the generator advances (see the module notes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +69,23 @@ pub struct Step {
     pub groups: Vec<Vec<usize>>,
     /// Bytes its attention read from the caches (zero for a prefill or a recomputation).
     pub read: ReadBytes,
+    /// Where a cached step's time went, when the generator times its parts (`set_split`).
+    pub split: Option<StepSplit>,
+}
+
+/// A cached step's wall time in parts, each measured between device synchronisations (so an
+/// instrumented step is slower than a plain one; the parts say where the time goes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepSplit {
+    /// Routing the token in every routed layer (on a GPU: the routing kernels, and filling the
+    /// host's copy of the routing after the step; on the CPU: scores and Sinkhorn).
+    pub routing_s: f64,
+    /// The attention over the caches (the decode kernels), every layer.
+    pub attention_s: f64,
+    /// Everything else: the blocks' projections and MLPs, norms, the cache appends, the logits
+    /// and their copy to the host.
+    pub rest_s: f64,
+    pub total_s: f64,
 }
 
 pub struct Generator<'a> {
@@ -73,6 +99,12 @@ pub struct Generator<'a> {
     ids: Vec<u32>,
     /// Checked before each step and between the layers of a pass (`Error::Cancelled`).
     cancel: Option<&'a AtomicBool>,
+    /// Whether cached steps time their parts (`StepSplit`).
+    split: bool,
+    /// On a GPU: the step record the routing kernels write (f64, one slice per layer), made at
+    /// the first step that routes on the device.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    record: Option<candle_core::Tensor>,
 }
 
 impl<'a> Generator<'a> {
@@ -88,7 +120,7 @@ impl<'a> Generator<'a> {
             _ => Strategy::KvCache,
         };
         let layers = empty_layers(decoder, adapter, k)?;
-        let mut g = Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new(), cancel: None };
+        let mut g = Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new(), cancel: None, split: false, record: None };
         g.bucket_for_topk();
         Ok(g)
     }
@@ -116,6 +148,12 @@ impl<'a> Generator<'a> {
         g.ids = ids;
         g.bucket_for_topk();
         Ok(g)
+    }
+
+    /// Makes cached steps time their parts (`Step::split`), with a device synchronisation
+    /// around each part: for measuring, not for generating.
+    pub fn set_split(&mut self, on: bool) {
+        self.split = on;
     }
 
     pub fn strategy(&self) -> Strategy {
@@ -190,18 +228,82 @@ impl<'a> Generator<'a> {
     fn step_in_pool(&mut self, id: u32) -> Result<Step> {
         let dec = self.decoder;
         let p = self.ids.len();
+        let sync = |on: bool| if on { dec.device.synchronize() } else { Ok(()) };
+        sync(self.split)?;
+        let t0 = Instant::now();
+        let record = self.device_record()?;
         // Not cancellable inside: a step stopped between layers would leave the caches of
         // its first layers one token ahead of the rest.
         let opts = ForwardOptions { start: p, ..ForwardOptions::new(self.mode, self.adapter) };
         let how = self.how();
-        let mut over_cache = OverCache { layers: &mut self.layers, adapter: self.adapter, how, heads: dec.config.n_heads, read: ReadBytes::default() };
+        let mut over_cache = OverCache {
+            layers: &mut self.layers,
+            adapter: self.adapter,
+            how,
+            heads: dec.config.n_heads,
+            read: ReadBytes::default(),
+            record: record.as_ref(),
+            k: self.k,
+            on_device: Vec::new(),
+            split: self.split.then(StepSplit::default),
+        };
         let RunEnd::Finished { x, .. } = dec.run(&[&[id]], &opts, &mut over_cache)? else {
             return Err(Error::Invalid("the decode step stopped early".into()));
         };
-        let read = over_cache.read;
+        let (mut read, on_device, mut split) = (over_cache.read, over_cache.on_device, over_cache.split);
         let logits = dec.logits(&x)?.flatten_all()?.to_vec1::<f32>()?;
+        if let (Some(rec), false) = (&record, on_device.is_empty()) {
+            let t1 = Instant::now();
+            read.add(self.fill_host_routing(rec, &on_device)?);
+            if let Some(s) = split.as_mut() {
+                s.routing_s += t1.elapsed().as_secs_f64();
+            }
+        }
+        if let Some(s) = split.as_mut() {
+            s.total_s = t0.elapsed().as_secs_f64();
+            s.rest_s = (s.total_s - s.routing_s - s.attention_s).max(0.0);
+        }
         self.ids.push(id);
-        Ok(Step { logits, groups: self.newest_groups(), read })
+        Ok(Step { logits, groups: self.newest_groups(), read, split })
+    }
+
+    /// The step record for routing on the device: on a GPU with causal Sinkhorn, one slice of
+    /// `record_len` values per layer; `None` where steps route on the host.
+    fn device_record(&mut self) -> Result<Option<candle_core::Tensor>> {
+        #[cfg(feature = "cuda")]
+        if let (Some(a), candle_core::Device::Cuda(_)) = (self.adapter, &self.decoder.device) {
+            if a.config.causal_sinkhorn && self.record.is_none() {
+                let n = self.layers.len() * crate::attention::cuda::route::record_len(a.config.groups, a.config.sinkhorn_iters);
+                self.record = Some(candle_core::Tensor::zeros(n, candle_core::DType::F64, &self.decoder.device)?);
+            }
+            return Ok(self.record.clone());
+        }
+        Ok(None)
+    }
+
+    /// After a step that routed `on_device` layers on the GPU: the host's copy of their routing
+    /// from the step record (one copy for all layers: scores, memberships, top-k set, Sinkhorn
+    /// state), and the bytes their attention read, counted from it.
+    fn fill_host_routing(&mut self, record: &candle_core::Tensor, on_device: &[(usize, DecodeAttention, LayerAttention)]) -> Result<ReadBytes> {
+        let a = self.adapter.ok_or_else(|| Error::Invalid("device routing without an adapter".into()))?;
+        let (kk, iters) = (a.config.groups, a.config.sinkhorn_iters);
+        let len = (2 + iters) * kk;
+        let rec = record.to_vec1::<f64>()?;
+        let mut read = ReadBytes::default();
+        for &(l, how, own) in on_device {
+            let row = &rec[l * len..(l + 1) * len];
+            let scores: Vec<f32> = row[..kk].iter().map(|&x| x as f32).collect();
+            let memb: Vec<f32> = row[kk..2 * kk].iter().map(|&x| x as f32).collect();
+            a.check_memberships(l, &memb)?;
+            let cache = &mut self.layers[l];
+            let r = cache.routing.as_mut().ok_or_else(|| Error::Invalid(format!("layer {l} routed on the device has no routing")))?;
+            r.push(&scores, &memb);
+            if let Some(st) = r.sinkhorn.as_mut() {
+                st.set_state(&row[2 * kk..]);
+            }
+            read.add(decode::device_read_bytes(cache, how, &own)?);
+        }
+        Ok(read)
     }
 
     /// The prompt through one pass of the decoder; its layer hook fills the caches.
@@ -215,7 +317,7 @@ impl<'a> Generator<'a> {
         let RunEnd::Finished { x, .. } = end else { return Err(Error::Invalid("the prefill pass stopped early".into())) };
         let logits = self.decoder.logits(&x.narrow(0, ids.len() - 1, 1)?)?.flatten_all()?.to_vec1::<f32>()?;
         self.ids.extend_from_slice(ids);
-        Ok(Step { logits, groups: self.newest_groups(), read: ReadBytes::default() })
+        Ok(Step { logits, groups: self.newest_groups(), read: ReadBytes::default(), split: None })
     }
 
     /// The whole sequence again (whole-sequence Sinkhorn in soft or top-k mode), `ids` appended:
@@ -249,39 +351,111 @@ fn empty_layers(decoder: &Decoder, adapter: Option<&Adapter>, k: usize) -> Resul
 /// A cached step's hook: each layer's new key and value into its cache, the new token routed
 /// incrementally (causal Sinkhorn's running state, or the newest row of the prefix's
 /// whole-sequence Sinkhorn in dense mode), and its attention over the cache
-/// (`attention::decode`).
+/// (`attention::decode`). With a step record (a GPU, causal Sinkhorn) the routing runs on the
+/// device and the host's copy waits for the step's end (`Generator::fill_host_routing`).
 struct OverCache<'c> {
     layers: &'c mut [LayerCache],
     adapter: Option<&'c Adapter>,
     how: DecodeAttention,
     heads: usize,
-    /// Bytes read from the caches, summed over the layers.
+    /// Bytes read from the caches, summed over the layers counted so far.
     read: ReadBytes,
+    record: Option<&'c Tensor>,
+    /// k of the top-k sets.
+    k: usize,
+    /// The layers routed on the device, with how they attended: counted after the step.
+    on_device: Vec<(usize, DecodeAttention, LayerAttention)>,
+    split: Option<StepSplit>,
+}
+
+impl OverCache<'_> {
+    /// `f`'s time added to one part of the split, between device synchronisations.
+    fn timed<T>(&mut self, part: fn(&mut StepSplit) -> &mut f64, dev: &candle_core::Device, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        if self.split.is_none() {
+            return f(self);
+        }
+        dev.synchronize()?;
+        let t0 = Instant::now();
+        let out = f(self)?;
+        dev.synchronize()?;
+        if let Some(s) = self.split.as_mut() {
+            *part(s) += t0.elapsed().as_secs_f64();
+        }
+        Ok(out)
+    }
+
+    /// Routes layer `l`'s newest token; true when it was routed on the device.
+    fn route(&mut self, l: usize, a: &Adapter, inp: &AttentionInputs) -> Result<bool> {
+        let (record, k) = (self.record, self.k);
+        let cache = &mut self.layers[l];
+        let Some(r) = cache.routing.as_mut() else { return Ok(false) };
+        #[cfg(feature = "cuda")]
+        if let (Some(rec), Some(kv), Some(st)) = (record, cache.device.as_mut(), r.sinkhorn.as_ref()) {
+            use crate::attention::cuda::route::{record_len, route_newest, RouteParams, RouteTarget};
+            let (Some(memb), Some(masks), Some(state)) = (kv.memberships.as_ref(), kv.masks.as_ref(), kv.sinkhorn_state.as_ref()) else {
+                return Err(Error::Invalid(format!("layer {l}: the device cache has no routing mirror")));
+            };
+            let pos = kv.len - 1;
+            if kv.routed != pos {
+                return Err(Error::Invalid(format!("layer {l}: the device routing holds {} rows before token {pos}", kv.routed)));
+            }
+            let c = &a.config;
+            let router = &a.layers[l];
+            let params = RouteParams {
+                proj: &router.proj,
+                centroids: &router.centroids,
+                input_scale: router.input_scale.as_ref(),
+                cosine: c.score == crate::focus::adapter::Score::Cosine,
+                tau: st.tau(),
+                iters: st.iters(),
+                k,
+            };
+            let len = record_len(c.groups, c.sinkhorn_iters);
+            route_newest(&inp.h, params, RouteTarget { run: state, memberships: memb, masks, pos, record: rec, record_at: l * len })?;
+            kv.routed = kv.len;
+            return Ok(true);
+        }
+        let _ = (record, k);
+        let (_, scores) = a.scores(l, &inp.h)?;
+        let m = match r.sinkhorn.as_mut() {
+            Some(state) => state.push(&scores),
+            None => {
+                // Whole-sequence Sinkhorn (dense mode): the newest row of the prefix's.
+                let (n, kk, c) = (r.masks.len() + 1, r.groups, &a.config);
+                let mut all = r.scores.clone();
+                all.extend_from_slice(&scores);
+                sinkhorn(&all, n, kk, c.tau, c.sinkhorn_iters, false)[(n - 1) * kk..].to_vec()
+            }
+        };
+        a.check_memberships(l, &m)?;
+        r.push(&scores, &m);
+        cache.sync_routing()?;
+        Ok(false)
+    }
 }
 
 impl LayerHook for OverCache<'_> {
     fn attend(&mut self, l: usize, inp: &AttentionInputs, own: &LayerAttention) -> Result<Option<Tensor>> {
-        let cache = &mut self.layers[l];
-        cache.push(&inp.k, &inp.v)?;
-        if let (Some(a), Some(r)) = (self.adapter, cache.routing.as_mut()) {
-            let (_, scores) = a.scores(l, &inp.h)?;
-            let m = match r.sinkhorn.as_mut() {
-                Some(state) => state.push(&scores),
-                None => {
-                    // Whole-sequence Sinkhorn (dense mode): the newest row of the prefix's.
-                    let (n, kk, c) = (r.masks.len() + 1, r.groups, &a.config);
-                    let mut all = r.scores.clone();
-                    all.extend_from_slice(&scores);
-                    sinkhorn(&all, n, kk, c.tau, c.sinkhorn_iters, false)[(n - 1) * kk..].to_vec()
-                }
-            };
-            a.check_memberships(l, &m)?;
-            r.push(&scores, &m);
-            cache.sync_routing()?;
-        }
-        let how = if cache.routing.is_some() { self.how } else { DecodeAttention::Dense };
-        let (o, read) = decode::attend(&inp.q, self.heads, cache, how, own)?;
-        self.read.add(read);
+        let dev = inp.q.device().clone();
+        self.layers[l].push(&inp.k, &inp.v)?;
+        let on_device = match self.adapter {
+            Some(a) => self.timed(|s| &mut s.routing_s, &dev, |me| me.route(l, a, inp))?,
+            None => false,
+        };
+        let how = if self.layers[l].routing.is_some() { self.how } else { DecodeAttention::Dense };
+        let heads = self.heads;
+        let o = self.timed(|s| &mut s.attention_s, &dev, |me| {
+            let cache = &me.layers[l];
+            if on_device {
+                // The host's copy lacks this token's routing until the step's end: counted then.
+                me.on_device.push((l, how, *own));
+                decode::attend_on_device_uncounted(&inp.q, heads, cache, how, own)
+            } else {
+                let (o, read) = decode::attend(&inp.q, heads, cache, how, own)?;
+                me.read.add(read);
+                Ok(o)
+            }
+        })?;
         Ok(Some(o))
     }
 }
@@ -356,15 +530,121 @@ mod tests {
                 let full = cpu_m.decoder.forward(&ids, &ForwardOptions::new(mode, routed.then_some(&ac))).unwrap().logits.to_vec2::<f32>().unwrap();
                 let mut g = Generator::new(&gpu_m.decoder, routed.then_some(&ag), mode).unwrap();
                 assert!(g.layers()[0].device.is_some(), "the cache is on the GPU");
+                // The same generation on the CPU: its routing (host Sinkhorn) is the reference
+                // for the GPU's (routed on the device, its host copy filled after each step).
+                let mut c = Generator::new(&cpu_m.decoder, routed.then_some(&ac), mode).unwrap();
                 g.feed(&ids[..30]).unwrap();
+                c.feed(&ids[..30]).unwrap();
                 for (p, &id) in ids.iter().enumerate().skip(30) {
                     let s = g.feed(&[id]).unwrap();
                     let scale = full[p].iter().fold(1f32, |a, x| a.max(x.abs()));
                     let err = s.logits.iter().zip(&full[p]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max) / scale;
                     assert!(err <= 1e-4, "{arch} {mode} sink {sink} position {p}: relative logit difference {err}");
+                    c.feed(&[id]).unwrap();
+                    assert_routing_agrees(&c, &g, &format!("{arch} {mode} sink {sink} position {p}"));
                 }
+                assert_device_mirror_agrees(&g, &format!("{arch} {mode} sink {sink}"));
             }
             }
+        }
+    }
+}
+
+/// The GPU generator's routing (the host copy its steps fill from the device) equals the CPU
+/// generator's for every cached token: memberships to float tolerance, top-k sets exactly unless
+/// two memberships are within rounding of the k-th place.
+#[cfg(all(test, feature = "cuda"))]
+fn assert_routing_agrees(cpu: &Generator, gpu: &Generator, at: &str) {
+    for (l, (a, b)) in cpu.layers().iter().zip(gpu.layers()).enumerate() {
+        let (Some(ra), Some(rb)) = (a.routing.as_ref(), b.routing.as_ref()) else {
+            assert_eq!(a.routing.is_some(), b.routing.is_some(), "{at} layer {l}: routed on one device only");
+            continue;
+        };
+        assert_eq!(ra.masks.len(), rb.masks.len(), "{at} layer {l}: routed tokens");
+        let i = ra.masks.len() - 1;
+        let (ma, mb) = (ra.row(i), rb.row(i));
+        let err = ma.iter().zip(mb).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(err <= 1e-3, "{at} layer {l}: newest memberships differ by {err}: {ma:?} vs {mb:?}");
+        let mut sorted = ma.to_vec();
+        sorted.sort_by(|x, y| y.total_cmp(x));
+        let tie = ra.k < sorted.len() && sorted[ra.k - 1] - sorted[ra.k] < 1e-3;
+        if !tie {
+            assert_eq!(ra.masks[i], rb.masks[i], "{at} layer {l}: newest top-k set");
+        }
+        let sa = ra.sinkhorn.as_ref().map(|s| s.state().to_vec());
+        let sb = rb.sinkhorn.as_ref().map(|s| s.state().to_vec());
+        if let (Some(sa), Some(sb)) = (sa, sb) {
+            let err = sa.iter().zip(&sb).map(|(x, y)| (x - y).abs() / (1.0 + x.abs())).fold(0f64, f64::max);
+            assert!(err <= 1e-3, "{at} layer {l}: Sinkhorn state differs by {err}");
+        }
+    }
+}
+
+/// The GPU generator's device mirror (what the decode kernel reads) equals its host copy.
+#[cfg(all(test, feature = "cuda"))]
+fn assert_device_mirror_agrees(gpu: &Generator, at: &str) {
+    for (l, c) in gpu.layers().iter().enumerate() {
+        let (Some(r), Some(kv)) = (c.routing.as_ref(), c.device.as_ref()) else { continue };
+        assert_eq!(kv.routed, r.masks.len(), "{at} layer {l}: device rows");
+        let n = r.masks.len();
+        let masks = kv.masks.as_ref().unwrap().narrow(0, 0, n).unwrap().to_vec1::<i64>().unwrap();
+        assert_eq!(masks.iter().map(|&m| m as u64).collect::<Vec<_>>(), r.masks, "{at} layer {l}: device top-k sets");
+        let memb = kv.memberships.as_ref().unwrap().narrow(0, 0, n).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(memb, r.memberships, "{at} layer {l}: device memberships");
+        if let (Some(st), Some(d)) = (r.sinkhorn.as_ref(), kv.sinkhorn_state.as_ref()) {
+            let d = d.to_vec1::<f64>().unwrap();
+            assert_eq!(&d[..st.state().len()], st.state(), "{at} layer {l}: device Sinkhorn state");
+        }
+    }
+}
+
+#[cfg(all(test, feature = "cuda"))]
+mod real_model_tests {
+    use super::*;
+    use crate::focus::adapter::AdapterSpec;
+    use crate::focus::mask::TopK;
+    use crate::model::Model;
+    use candle_core::Device;
+
+    /// A real GGUF for the GPU tests: `FOCUS_LENS_TEST_GGUF`, else SmolLM2-135M in
+    /// ~/.cache/focus-lens; `None` (the test says it skipped) when neither exists.
+    fn real_model() -> Option<std::path::PathBuf> {
+        let p = std::env::var_os("FOCUS_LENS_TEST_GGUF").map(std::path::PathBuf::from).or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache/focus-lens/SmolLM2-135M-Instruct.Q4_1.gguf"))
+        })?;
+        if p.exists() {
+            Some(p)
+        } else {
+            eprintln!("SKIPPED: no real model at {} (set FOCUS_LENS_TEST_GGUF)", p.display());
+            None
+        }
+    }
+
+    /// Greedy generation with hard top-k on a real model: on the GPU (routing on the device)
+    /// it gives the CPU's tokens, and each step's routing (memberships, top-k sets, Sinkhorn
+    /// state) agrees with the CPU's; the device mirror equals the host copy at the end.
+    #[test]
+    fn cuda_topk_generation_on_a_real_model_equals_the_cpu() {
+        let Some(path) = real_model() else { return };
+        let gpu = crate::device::cuda(0).expect("a CUDA device");
+        let (cm, gm) = (Model::load(&path, &Device::Cpu).unwrap(), Model::load(&path, &gpu).unwrap());
+        let spec = AdapterSpec { groups: 8, window: 16, causal_sinkhorn: true, ..Default::default() };
+        let (ac, ag) = (Adapter::random(&cm.identity(), &Device::Cpu, &spec, 7).unwrap(), Adapter::random(&gm.identity(), &gpu, &spec, 7).unwrap());
+        let prompt = cm.tokenizer().unwrap().encode("The quick brown fox jumps over the lazy dog. Attention routes each token to a few groups, and", false).unwrap().ids;
+        for k in [1, 2] {
+            let mode = Mode::TopK(TopK::new(k, 8).unwrap());
+            let (mut c, mut g) = (Generator::new(&cm.decoder, Some(&ac), mode).unwrap(), Generator::new(&gm.decoder, Some(&ag), mode).unwrap());
+            let (mut sc, mut sg) = (c.feed(&prompt).unwrap(), g.feed(&prompt).unwrap());
+            let argmax = |l: &[f32]| l.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32;
+            for step in 0..40 {
+                let (tc, tg) = (argmax(&sc.logits), argmax(&sg.logits));
+                assert_eq!(tc, tg, "k {k} step {step}: greedy tokens");
+                sc = c.feed(&[tc]).unwrap();
+                sg = g.feed(&[tg]).unwrap();
+                assert_routing_agrees(&c, &g, &format!("k {k} step {step}"));
+                assert_eq!(sc.groups.len(), sg.groups.len());
+            }
+            assert_device_mirror_agrees(&g, &format!("k {k}"));
         }
     }
 }
@@ -376,6 +656,22 @@ mod cpu_tests {
     use crate::focus::mask::TopK;
     use crate::model::Model;
     use candle_core::Device;
+
+    /// An instrumented step reports its parts, which add up to its time; a plain step none.
+    #[test]
+    fn step_split_parts_add_up() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/hf_tiny");
+        let m = Model::load(&dir.join("llama"), &Device::Cpu).unwrap();
+        let spec = AdapterSpec { groups: 4, window: 4, causal_sinkhorn: true, ..Default::default() };
+        let a = Adapter::random(&m.identity(), &Device::Cpu, &spec, 2).unwrap();
+        let mut g = Generator::new(&m.decoder, Some(&a), Mode::TopK(TopK::new(2, 4).unwrap())).unwrap();
+        g.feed(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]).unwrap();
+        assert!(g.feed(&[11]).unwrap().split.is_none());
+        g.set_split(true);
+        let s = g.feed(&[12]).unwrap().split.expect("an instrumented step");
+        assert!(s.routing_s > 0.0 && s.attention_s > 0.0 && s.total_s > 0.0, "{s:?}");
+        assert!((s.routing_s + s.attention_s + s.rest_s - s.total_s).abs() <= 1e-9 + 1e-6 * s.total_s, "{s:?}");
+    }
 
     /// Attention sinks [ours]: a cached step on the CPU (top-k through the bucketed rows, soft
     /// through the gates) gives the full forward's logits row, for s = 0, 1 and 4 with a window

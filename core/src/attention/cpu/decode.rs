@@ -376,6 +376,44 @@ mod tests {
     use crate::attention::kv_cache::CachedRouting;
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
+    /// The GPU step's byte count (`device_read_bytes`, from the index of positions by top-k
+    /// set) reads as many key and value rows as the CPU step keeps, with a layer's own sliding
+    /// window, sinks [ours], few groups (one pass over the range) and many (the index), and
+    /// equals a plain count over the distant positions.
+    #[test]
+    fn device_read_bytes_count_the_cpu_steps_rows() {
+        use crate::attention::decode::device_read_bytes;
+        let mut rng = StdRng::seed_from_u64(9);
+        for case in 0..40 {
+            let (hkv, d) = (2, 8);
+            let t = rng.gen_range(1..3000);
+            let window = if case % 2 == 0 { rng.gen_range(0..200) } else { rng.gen_range(0..16) };
+            let sink = [0, 1, 4, 300][case % 4];
+            let groups = [4, 8, 16, 64][case % 4];
+            let k = rng.gen_range(1..=3);
+            let own = LayerAttention { window: (case % 3 == 1).then(|| rng.gen_range(1..2000)), ..LayerAttention::default() };
+            let mut r = |n: usize| (0..n).map(|_| rng.gen::<f32>()).collect::<Vec<f32>>();
+            let (kk, v, memb) = (r(hkv * t * d), r(hkv * t * d), r(t * groups));
+            let mut cache = LayerCache::new(hkv, d, Some(CachedRouting::new(groups, k, None)));
+            cache.push_kv(&kk, &v, t);
+            let ro = cache.routing.as_mut().unwrap();
+            (0..t).for_each(|i| ro.push(&memb[i * groups..(i + 1) * groups], &memb[i * groups..(i + 1) * groups]));
+            let q = r(2 * hkv * d);
+            let how = DecodeAttention::TopK { window, sink };
+            let (_, cpu) = attend(&q, 2 * hkv, &cache, how, &own).unwrap();
+            let dev = device_read_bytes(&cache, how, &own).unwrap();
+            assert_eq!(dev.kv, cpu.kv, "case {case} t {t} w {window} s {sink} K {groups} own {own:?}: key and value bytes");
+            // The plain count over the distant positions.
+            let (n, i) = (t, t - 1);
+            let from = own.window.map_or(0, |w| n.saturating_sub(w));
+            let ro = cache.routing.as_ref().unwrap();
+            let lo = i.saturating_sub(window).max(from);
+            let kept = (from..lo).filter(|&j| j < sink || mask::share_group(ro.masks[i], ro.masks[j])).count() + n - lo;
+            assert_eq!(dev.kv, kept as u64 * cache.token_bytes(), "case {case}: kept keys");
+            assert_eq!(dev.index, (lo - from) as u64 * 8, "case {case}: index bytes");
+        }
+    }
+
     /// The newest token's output equals the last row of masked dense attention with the mask
     /// rule, and top-k reads exactly the kept keys' rows.
     #[test]

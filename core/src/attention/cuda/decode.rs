@@ -25,8 +25,9 @@ pub struct DecodeStep<'a> {
     pub n: usize,
     /// First position inside the layer's own sliding window (0 for a global layer).
     pub from: usize,
-    /// Hard top-k: the newest token's top-k set, and the cached sets ((cap,) u32 pairs as i64).
-    pub topk: Option<(u64, &'a Tensor)>,
+    /// Hard top-k: the cached top-k sets ((cap,) bitmasks as i64), the newest token's (the
+    /// query's, row n - 1) included: the kernel reads it there.
+    pub topk: Option<&'a Tensor>,
     /// The adapter's local window (top-k keeps it; soft leaves it ungated).
     pub window: usize,
     /// The adapter's sink [ours]: keys j < sink are kept and ungated, as local ones.
@@ -85,7 +86,7 @@ impl CustomOp3 for DecodeOp<'_> {
         let part_o = unsafe { dev.alloc::<f32>(h * chunks * d)? };
         let out = unsafe { dev.alloc::<f32>(h * d)? };
         let null = 0u64;
-        let masks = st.topk.map(|(_, m)| storage(m)).transpose()?;
+        let masks = st.topk.map(storage).transpose()?;
         let memb = st.soft.map(|(_, m)| storage(m)).transpose()?;
         let f = dev.get_or_load_custom_func("decode_partial", MODULE, PTX)?;
         let mut b = f.builder();
@@ -110,16 +111,13 @@ impl CustomOp3 for DecodeOp<'_> {
         };
         b.arg(&part_m).arg(&part_l).arg(&part_o);
         let (n, from, cap32, d32, rep, chunk, chunks32) = (st.n as i32, st.from as i32, cap as i32, d as i32, (h / hkv) as i32, CHUNK as i32, chunks as i32);
-        let (topk, qmask) = match st.topk {
-            Some((m, _)) => (1i32, m),
-            None => (0i32, 0u64),
-        };
+        let topk = st.topk.is_some() as i32;
         let window = st.window.min(i32::MAX as usize) as i32;
         let sink = st.sink.min(i32::MAX as usize) as i32;
         let scale = 1.0 / (d as f32).sqrt();
         let softcap = st.softcap.unwrap_or(0.0);
         b.arg(&n).arg(&from).arg(&cap32).arg(&d32).arg(&rep).arg(&chunk).arg(&chunks32);
-        b.arg(&topk).arg(&qmask).arg(&window).arg(&sink).arg(&scale).arg(&softcap);
+        b.arg(&topk).arg(&window).arg(&sink).arg(&scale).arg(&softcap);
         match &memb_view {
             Some(m) => b.arg(m),
             None => b.arg(&null),
