@@ -275,7 +275,18 @@ fn file_window_without_a_system_dialog() {
     click_menu(&mut h, "File", "Open adapter…");
     assert!(h.query_by_label_contains("No system file dialog on this display").is_some(), "the window says why it is there");
     assert!(h.get_by_label("System dialog…").accesskit_node().is_disabled());
-    assert!(has(&h, "K = 4, k = 2 · 16.38M training tokens · held-out PPL on ppl_persuasion_60k.txt, ctx 1024: dense 31.66, soft 31.06, top-2 32.44"), "the K = 4 adapter with what its config records");
+    // The K = 4 adapter with what its config records (read from its raw JSON, so that a
+    // retrained adapter needs no change here).
+    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::root().join("sample_adapters/smollm2-135m-k4/adapter_config.json")).unwrap()).unwrap();
+    let ppl = &cfg["results"]["ppl"]["ctx1024"];
+    let line = format!(
+        "K = 4, k = 2 · {:.2}M training tokens · held-out PPL on ppl_persuasion_60k.txt, ctx 1024: dense {:.2}, soft {:.2}, top-2 {:.2}",
+        cfg["training"]["tokens_seen"].as_f64().unwrap() / 1e6,
+        ppl["dense"].as_f64().unwrap(),
+        ppl["soft"].as_f64().unwrap(),
+        ppl["topk2"].as_f64().unwrap()
+    );
+    assert!(has(&h, &line), "the K = 4 adapter with what its config records: {line}");
     assert!(h.query_by_label_contains("K = 8, k = 2 · untrained (random init)").is_some(), "the init adapter");
     h.get_by_label("smollm2-135m-k4").click();
     settle(&mut h);
@@ -869,7 +880,8 @@ fn groups_line_up_and_purity_heatmap() {
     assert!(pair_reason(&res, 7, pruned.0, pruned.1, false).starts_with("pruned: no shared group"));
     // The routing space projects what the scores use: for a dot-product adapter the raw vectors
     // and centroids; for a cosine one, the PCA of them normalised to unit length (made here).
-    // The sample adapter is checked with its own score, the cosine path again at the end (K=4).
+    // The sample adapter is checked with its own score, the cosine path again at the end (an
+    // untrained cosine adapter).
     use focus_lens::gui::state::AnalysisResult;
     use focus_lens::gui::views::routing;
     let unit_pca = |res: &AnalysisResult, l: usize| {
@@ -905,13 +917,17 @@ fn groups_line_up_and_purity_heatmap() {
     assert!(svg.contains("lift over its base rate") && svg.contains("layer 29"));
     assert!(svg.contains("det = determiner") && svg.contains(">100%<") && !svg.contains("othe ") && !svg.contains("dete "));
 
-    // A cosine adapter (the shipped K=4): the routing space shows unit-length vectors and
-    // centroids, not the raw ones.
-    h.state_mut().open(InputKind::Adapter, common::root().join("sample_adapters/smollm2-135m-k4"));
+    // A cosine adapter (an untrained one written here: the shipped adapters score by dot
+    // product): the routing space shows unit-length vectors and centroids, not the raw ones.
+    let model = common::default_model();
+    let spec = focus_core::AdapterSpec { score: focus_core::Score::Cosine, ..Default::default() };
+    let cos_dir = dir.path().join("cosine-adapter");
+    focus_core::Adapter::random(&model.identity(), &candle_core::Device::Cpu, &spec, 0).unwrap().save(&cos_dir).unwrap();
+    h.state_mut().open(InputKind::Adapter, cos_dir);
     settle(&mut h);
     no_errors(&h);
     let res = h.state().session.result.clone().unwrap();
-    assert!(routing::cosine(&res), "the K=4 sample adapter scores by cosine");
+    assert!(routing::cosine(&res), "the cosine adapter is drawn as one");
     let shown = routing::projection(&res, 7).unwrap();
     assert_eq!(shown, unit_pca(&res, 7));
     assert_ne!(shown, raw(&res, 7), "not the raw vectors");
