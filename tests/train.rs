@@ -17,7 +17,7 @@ fn setup() -> (Model, TrainData) {
 }
 
 fn opts(steps: usize) -> TrainOptions {
-    TrainOptions { steps, seq_len: 48, batch: 2, lr: 5e-2, weight_decay: 0.0, seed: 17, eval_every: 2, eval_seqs: 2, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: Default::default(), cosine_decay: false, straight_through: None, grad_clip: 0.0, freeze_centroids: false, sharpen: 0.0 }
+    TrainOptions { steps, seq_len: 48, batch: 2, lr: 5e-2, weight_decay: 0.0, seed: 17, eval_every: 2, eval_seqs: 2, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: Default::default(), cosine_decay: false, straight_through: None, grad_clip: 0.0, freeze_centroids: false, sharpen: 0.0, balance: 0.0 }
 }
 
 fn spec() -> AdapterSpec {
@@ -460,4 +460,50 @@ fn input_scale_gives_the_router_unit_channels_on_gemma3() {
     assert_eq!(before, ts.adapter.layers[4].input_scale.as_ref().unwrap().to_vec1::<f32>().unwrap());
     assert_ne!(proj, ts.adapter.layers[4].proj.flatten_all().unwrap().to_vec1::<f32>().unwrap());
     t0.train_step(&data).unwrap();
+}
+
+/// The top-group balance term [ours] of a layer's memberships.
+fn top_group_balance(model: &Model, adapter: &focus_core::Adapter, ids: &[u32]) -> f64 {
+    let cell = std::sync::Mutex::new(Vec::new());
+    let mut o = focus_core::model::ForwardOptions::new(focus_core::Mode::Soft, Some(adapter));
+    o.differentiable = true;
+    o.memberships = Some(&cell);
+    model.decoder.forward(ids, &o).unwrap();
+    focus_core::train::top_group_balance_term(&cell.into_inner().unwrap()).unwrap().unwrap().to_scalar::<f32>().unwrap() as f64
+}
+
+/// The balance term's value at its two ends: 0 when every group is the top group of as many
+/// tokens, K - 1 when one group is every token's; the mean over layers.
+#[test]
+fn top_group_balance_term_is_zero_when_balanced_and_k_minus_1_when_collapsed() {
+    let dev = candle_core::Device::Cpu;
+    let k = 4;
+    // 8 tokens, two per group, each row one-hot (memberships sum to 1 per row).
+    let balanced: Vec<f32> = (0..8).flat_map(|i| (0..k).map(move |g| if g == i % k { 1.0 } else { 0.0 })).collect();
+    let collapsed: Vec<f32> = (0..8).flat_map(|_| (0..k).map(|g| if g == 2 { 1.0 } else { 0.0 })).collect();
+    let t = |v: Vec<f32>| candle_core::Tensor::from_vec(v, (1, 8, k), &dev).unwrap();
+    let term = |m: &[candle_core::Tensor]| focus_core::train::top_group_balance_term(m).unwrap().unwrap().to_scalar::<f32>().unwrap() as f64;
+    assert!(term(&[t(balanced.clone())]).abs() < 1e-5);
+    assert!((term(&[t(collapsed.clone())]) - (k as f64 - 1.0)).abs() < 1e-5);
+    assert!((term(&[t(balanced), t(collapsed)]) - (k as f64 - 1.0) / 2.0).abs() < 1e-5);
+    assert!(focus_core::train::top_group_balance_term(&[]).unwrap().is_none());
+}
+
+/// The balance term [ours] in training: the same run with it ends with top groups closer to
+/// uniform than without, and its logged loss is still the next-token loss alone.
+#[test]
+fn balance_term_balances_the_top_groups() {
+    let (model, data) = setup();
+    let ids = &data.heldout[..48];
+    let mut plain = Trainer::new(&model, &spec(), TrainOptions { sharpen: 2.0, ..opts(6) }).unwrap();
+    let mut balanced = Trainer::new(&model, &spec(), TrainOptions { sharpen: 2.0, balance: 2.0, ..opts(6) }).unwrap();
+    let start = top_group_balance(&model, &plain.adapter, ids);
+    let (mut lp, mut lb) = (0.0, 0.0);
+    for _ in 0..6 {
+        lp = plain.train_step(&data).unwrap();
+        lb = balanced.train_step(&data).unwrap();
+    }
+    let (bp, bb) = (top_group_balance(&model, &plain.adapter, ids), top_group_balance(&model, &balanced.adapter, ids));
+    assert!(bb < bp - 0.02 && bb < start, "balance term: start {start:.3}, sharpened only {bp:.3}, with the balance term {bb:.3}");
+    assert!(lp.is_finite() && lb.is_finite() && (lb - lp).abs() < 1.0, "losses {lp} / {lb}");
 }

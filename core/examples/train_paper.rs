@@ -94,8 +94,19 @@ fn main() -> focus_core::Result<()> {
         freeze_centroids: args.iter().any(|a| a == "--freeze-centroids"),
         // [ours] the sharpening term's weight (TrainOptions::sharpen).
         sharpen: arg(&args, "--sharpen", "0").parse().unwrap(),
+        // [ours] the top-group balance term's weight (TrainOptions::balance).
+        balance: arg(&args, "--balance", "0").parse().unwrap(),
     };
-    let mut trainer = Trainer::new(&model, &spec, opts)?;
+    // --from DIR: fine-tune a saved adapter (its configuration, weights and input scale; the
+    // routing flags above are then ignored) instead of a new one.
+    let from = arg(&args, "--from", "");
+    let mut trainer = if from.is_empty() {
+        Trainer::new(&model, &spec, opts)?
+    } else {
+        let adapter = focus_core::Adapter::load(Path::new(&from), &model.identity(), model.device())?;
+        eprintln!("starting from {from}: K={} {:?} {:?}", adapter.config.groups, adapter.config.gate, adapter.config.score);
+        Trainer::from_adapter(&model, adapter, opts)?
+    };
     // --input-scale [ours]: each router input channel scaled to unit RMS, before the init.
     if args.iter().any(|a| a == "--input-scale") {
         let spread = trainer.init_input_scale(&data, 8)?;
@@ -128,7 +139,11 @@ fn main() -> focus_core::Result<()> {
     std::fs::create_dir_all(&out).map_err(|e| focus_core::Error::io(&out, e))?;
     let log_path = out.join("train_log.jsonl");
     let mut log = std::fs::File::create(&log_path).map_err(|e| focus_core::Error::io(&log_path, e))?;
-    eprintln!("training K={groups} {gate:?} {score:?} tau {tau} iters {iters} lr {lr} init {init} on {} tokens, held out {}", data.train.len(), data.heldout.len());
+    let c = &trainer.adapter.config;
+    eprintln!(
+        "training K={} {:?} {:?} tau {} iters {} lr {lr} init {} sharpen {} balance {} on {} tokens, held out {}",
+        c.groups, c.gate, c.score, c.tau, c.sinkhorn_iters, if from.is_empty() { &init } else { &from }, trainer.opts.sharpen, trainer.opts.balance, data.train.len(), data.heldout.len()
+    );
     let cfg = model.config();
     eprintln!("{step_form} step: {} (head dim {}, {} x {} tokens a step)", cfg.arch, cfg.head_dim, batch, seq);
     let t0 = std::time::Instant::now();
@@ -186,17 +201,18 @@ fn main() -> focus_core::Result<()> {
         "lr": lr, "weight_decay": trainer.opts.weight_decay, "grad_clip": trainer.opts.grad_clip, "seed": seed, "tokens_seen": trainer.tokens_seen, "seconds_this_run": secs,
         "device": if dev.is_cuda() { "cuda (NVIDIA H200)" } else { "cpu" }, "time_limit_min": minutes, "heldout_ppl": last, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
         "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": cosine_decay, "straight_through": null,
-        "heldout_mode": trainer.eval_mode().to_string(), "init": init, "kmeans_init": kmeans, "trainer": format!("core/examples/train_paper.rs ({step_form} step)"),
+        "heldout_mode": trainer.eval_mode().to_string(), "init": if from.is_empty() { init.clone() } else { format!("from {from}") }, "sharpen": trainer.opts.sharpen, "balance": trainer.opts.balance, "kmeans_init": kmeans, "trainer": format!("core/examples/train_paper.rs ({step_form} step)"),
         "ms_per_step": if timed_steps > 0 { Some(ms_step) } else { None }, "us_per_token": if timed_steps > 0 { Some(us_token) } else { None },
     }));
     trainer.adapter.save(&out)?;
-    eprintln!("TRAINED K={groups} {gate:?}: {} steps, {} tokens, {secs:.0} s, held-out {last:?}", trainer.step, trainer.tokens_seen);
+    eprintln!("TRAINED K={} {:?}: {} steps, {} tokens, {secs:.0} s, held-out {last:?}", trainer.adapter.config.groups, trainer.adapter.config.gate, trainer.step, trainer.tokens_seen);
     // Held-out perplexities of the trained adapter.
     let ppl_file = arg(&args, "--ppl", "");
     if !ppl_file.is_empty() {
         let text = std::fs::read_to_string(&ppl_file).map_err(|e| focus_core::Error::io(Path::new(&ppl_file), e))?;
         let ids = model.tokenizer()?.encode(&text, false)?.ids;
         let mut results = Vec::new();
+        let groups = trainer.adapter.config.groups;
         for ctx in arg(&args, "--ctx", "512,1024").split(',').map(|c| c.parse::<usize>().unwrap()) {
             let mut modes = vec![Mode::Dense, Mode::Soft];
             modes.extend((1..=3).filter(|&k| k < groups).map(|k| trainer.adapter.config.topk(k).map(Mode::TopK)).collect::<focus_core::Result<Vec<_>>>()?);

@@ -96,6 +96,10 @@ pub struct Args {
     /// loss, so that each token's top group carries its group's mass (0 = the paper's loss).
     #[arg(long, default_value_t = 0.0, value_parser = super::common::factor)]
     pub sharpen: f64,
+    /// [ours] Add this weight times a top-group balance term to the loss: per layer K * sum_g
+    /// m_g^2 - 1, m_g the share of tokens whose (soft) top group is g (0 = the paper's loss).
+    #[arg(long, default_value_t = 0.0, value_parser = super::common::factor)]
+    pub balance: f64,
     /// Keep every checkpoint's adapter in OUT/checkpoints/step-NNNNNN (each opens as an
     /// adapter), besides OUT/checkpoint (overwritten, for --resume).
     #[arg(long)]
@@ -111,7 +115,7 @@ pub fn run(a: Args) -> Result<()> {
         let stop = stop.clone();
         ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed)).context("installing the Ctrl-C handler")?;
     }
-    let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through, grad_clip: a.grad_clip, freeze_centroids: a.freeze_centroids, sharpen: a.sharpen };
+    let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through, grad_clip: a.grad_clip, freeze_centroids: a.freeze_centroids, sharpen: a.sharpen, balance: a.balance };
     let init = if a.pca_init { Init::Pca } else if a.kmeans_init { Init::KMeans } else { Init::Random };
     let start = match (&a.resume, &a.init) {
         (Some(dir), _) => Start::Resume(dir.clone()),

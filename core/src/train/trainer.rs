@@ -69,6 +69,36 @@ pub struct TrainOptions {
     /// groups are balanced too and each is a tighter cluster of h W_g. 0 = the paper's loss.
     #[serde(default)]
     pub sharpen: f64,
+    /// [ours] Weight of a top-group balance term added to the loss (`top_group_balance_term`).
+    /// Sinkhorn balances each group's *mass*; the top groups, which top-k keeps and dominance
+    /// counts, can still pile onto one group where rows stay soft. 0 = none.
+    #[serde(default)]
+    pub balance: f64,
+}
+
+/// How sharply `top_group_balance_term` approximates each token's top group: a softmax over
+/// the groups of the memberships divided by this (a gap of 0.1 between the first and second
+/// membership weighs the first e^2 = 7.4 times the second).
+pub const BALANCE_TEMPERATURE: f64 = 0.05;
+
+/// The top-group balance term [ours] (`TrainOptions::balance`): per routed layer, with s the
+/// soft top-group assignment softmax(memberships / BALANCE_TEMPERATURE) of every token and m_g
+/// its mean over tokens, K * sum_g m_g^2 - 1 (0 when the top groups are uniform, K - 1 when one
+/// group takes every token); the mean over routed layers. None when no layer routed.
+pub fn top_group_balance_term(memberships: &[Tensor]) -> Result<Option<Tensor>> {
+    let mut sum: Option<Tensor> = None;
+    for g in memberships {
+        let k = g.dim(candle_core::D::Minus1)?;
+        let rows = g.to_dtype(DType::F32)?.reshape(((), k))?;
+        let s = candle_nn::ops::softmax_last_dim(&(rows / BALANCE_TEMPERATURE)?)?;
+        let m = s.mean(0)?;
+        let term = ((m.sqr()?.sum_all()? * k as f64)? - 1.0)?;
+        sum = Some(match sum {
+            Some(acc) => (acc + term)?,
+            None => term,
+        });
+    }
+    Ok(sum.map(|s| s / memberships.len() as f64).transpose()?)
 }
 
 /// The sharpening term [ours] (`TrainOptions::sharpen`): the mean over routed layers of the mean
@@ -589,18 +619,27 @@ impl<'m> Trainer<'m> {
         o.sinkhorn_grad = self.opts.sinkhorn_grad;
         o.straight_through = self.straight_through;
         let memberships = std::sync::Mutex::new(Vec::new());
-        if self.opts.sharpen > 0.0 {
+        if self.opts.sharpen > 0.0 || self.opts.balance > 0.0 {
             o.memberships = Some(&memberships);
         }
         let path = TrainPath { fused: k.fused, fused_sinkhorn: k.fused_sinkhorn, weights: if k.fused { self.weights.as_ref() } else { None } };
         let logits = step::forward(&self.model.decoder, &inputs, &o, path)?;
         let targets = Tensor::from_vec(targets, b * t, dev)?;
         let loss = if k.fused { cross_entropy_rows(&logits, &targets)?.mean_all()? } else { candle_nn::loss::cross_entropy(&logits, &targets)? };
-        // The logged loss stays the next-token loss; the gradient also carries the sharpening term.
-        let objective = match sharpening_term(&memberships.into_inner().unwrap_or_default())? {
-            Some(h) => (&loss + (h.to_dtype(loss.dtype())? * self.opts.sharpen)?)?,
-            None => loss.clone(),
-        };
+        // The logged loss stays the next-token loss; the gradient also carries the sharpening
+        // and balance terms [ours].
+        let memberships = memberships.into_inner().unwrap_or_default();
+        let mut objective = loss.clone();
+        if self.opts.sharpen > 0.0 {
+            if let Some(h) = sharpening_term(&memberships)? {
+                objective = (&objective + (h.to_dtype(loss.dtype())? * self.opts.sharpen)?)?;
+            }
+        }
+        if self.opts.balance > 0.0 {
+            if let Some(b) = top_group_balance_term(&memberships)? {
+                objective = (&objective + (b.to_dtype(loss.dtype())? * self.opts.balance)?)?;
+            }
+        }
         let store = objective.backward()?;
         // Detached: a gradient that kept its op history would keep this step's whole graph
         // (activations included) alive through the optimizer state.

@@ -101,6 +101,7 @@ impl TrainForm {
             grad_clip: 0.0,
             freeze_centroids: false,
             sharpen: 0.0,
+            balance: 0.0,
         }
     }
 }
