@@ -90,7 +90,8 @@ pub fn top_group_balance_term(memberships: &[Tensor]) -> Result<Option<Tensor>> 
     for g in memberships {
         let k = g.dim(candle_core::D::Minus1)?;
         let rows = g.to_dtype(DType::F32)?.reshape(((), k))?;
-        let s = candle_nn::ops::softmax_last_dim(&(rows / BALANCE_TEMPERATURE)?)?;
+        // candle_nn::ops::softmax (composed ops) has a gradient; the fused softmax_last_dim has none.
+        let s = candle_nn::ops::softmax(&(rows / BALANCE_TEMPERATURE)?, candle_core::D::Minus1)?;
         let m = s.mean(0)?;
         let term = ((m.sqr()?.sum_all()? * k as f64)? - 1.0)?;
         sum = Some(match sum {
