@@ -328,7 +328,7 @@ fn the_cli_states_the_figures_and_keeps_checkpoints() {
         .arg(&text)
         .arg("--heldout")
         .arg(&held)
-        .args(["--steps", "2", "--seq-len", "64", "--batch", "1", "--window", "16", "--groups", "4", "--eval-every", "2", "--eval-seqs", "1", "--checkpoint-every", "1", "--keep-checkpoints", "--out"])
+        .args(["--steps", "2", "--seq-len", "64", "--batch", "1", "--window", "16", "--groups", "4", "--eval-every", "2", "--eval-seqs", "1", "--checkpoint-every", "1", "--keep-checkpoints", "--sharpen", "0.05", "--balance", "0.5", "--out"])
         .arg(&out)
         .output()
         .unwrap();
@@ -352,6 +352,9 @@ fn the_cli_states_the_figures_and_keeps_checkpoints() {
         median(last) / median(&log[0])
     );
     assert!(line.ends_with(&want), "{line}\nwant {want}");
+    // The adapter records the objective it was trained with.
+    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("adapter_config.json")).unwrap()).unwrap();
+    assert_eq!((cfg["training"]["sharpen"].as_f64(), cfg["training"]["balance"].as_f64()), (Some(0.05), Some(0.5)), "{}", cfg["training"]);
     for step in [1, 2] {
         focus_core::Adapter::load(&focus_core::train::checkpoint_dir(&out, step), &common::default_model().identity(), &Device::Cpu).unwrap();
     }

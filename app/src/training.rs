@@ -223,6 +223,7 @@ impl Prepared<'_> {
                 "device": plan.device, "time_limit_min": t.opts.max_seconds / 60.0, "heldout_ppl": figures.heldout_ppl, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
                 "sinkhorn_grad": t.opts.sinkhorn_grad, "cosine_decay": t.opts.cosine_decay,
                 "straight_through": t.opts.straight_through, "heldout_mode": t.eval_mode().to_string(),
+                "sharpen": t.opts.sharpen, "balance": t.opts.balance, "freeze_centroids": t.opts.freeze_centroids,
                 "init": init, "kmeans_init": matches!(plan.start, Start::New(_, Init::KMeans)),
                 "pca_init": matches!(plan.start, Start::New(_, Init::Pca)),
                 "probe": self.probe_file.display().to_string(),

@@ -8,13 +8,15 @@
 //!       [--seq 1024] [--batch 4] [--score dot|cosine] [--iters 10] [--init random|kmeans|pca|pca-white]
 //!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--router-layers all|global] [--cpu]
 //!       [--wd 0] [--clip 0] [--lambda 10] [--probe FILE,FILE] [--composed] [--mem-trace]
-//!       [--sink 0] [--freeze-centroids] [--sharpen 0]
+//!       [--sink 0] [--freeze-centroids] [--sharpen 0] [--balance 0] [--input-scale] [--from ADAPTER]
 //!
 //! Defaults are the paper's setting: dot scores, tau 0.1, Sinkhorn 10 iterations with the full
 //! gradient, log gate, random init; and ours: d_g 16, w 128, 4 x 1024 tokens per step, AdamW lr
 //! 1e-2 with cosine decay to lr/10, seed 0, no attention sinks (`--sink N` [ours]: the first N
-//! tokens stay attendable by every query, ungated, as local pairs are). Category structure is logged at each evaluation on
-//! the start of the first held-out file (train_log.jsonl, `categories`).
+//! tokens stay attendable by every query, ungated, as local pairs are). `--from ADAPTER` fine-tunes
+//! a saved adapter instead (its routing settings win over the flags). Category structure is
+//! logged at each evaluation on the start of the first held-out file, or on `--probe`'s books
+//! (train_log.jsonl, `categories`, `structure`).
 //!
 //! It says which form of the step runs (fused or composed) and prints the time per training
 //! step and per token (`TIMING`, also in the adapter's `training` record): the wall time of the
