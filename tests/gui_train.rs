@@ -95,6 +95,9 @@ fn start_watch_stop_and_open_a_checkpoint() {
 
     // A small run: seq 64, K = 4, w = 16, evaluations and checkpoints every 2 steps.
     h.state_mut().views.train.form.seq_len = 64;
+    // The sharpening and balance terms [ours] reach the trainer (its checkpoint keeps its options).
+    h.state_mut().views.train.form.sharpen = 0.05;
+    h.state_mut().views.train.form.balance = 0.5;
     type_into(&mut h, "output folder", &out.display().to_string(), |a| a.views.train.form.out.clear());
     h.get_by_label("Start training").click();
     h.step();
@@ -124,6 +127,8 @@ fn start_watch_stop_and_open_a_checkpoint() {
     assert!(ended.starts_with("stopped at step"), "{ended}");
     assert!(has(&h, "stopped at step"));
     assert!(out.join("checkpoint/optimizer.safetensors").exists(), "the resumable checkpoint");
+    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint/trainer_state.json")).unwrap()).unwrap();
+    assert_eq!((state["options"]["sharpen"].as_f64(), state["options"]["balance"].as_f64()), (Some(0.05), Some(0.5)), "{}", state["options"]);
     // The plots' points are the log's rows.
     let log: Vec<serde_json::Value> = std::fs::read_to_string(out.join("train_log.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(log.len(), r.loss.len(), "one loss point per log row");

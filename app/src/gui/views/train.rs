@@ -39,6 +39,9 @@ pub struct TrainForm {
     pub init: Init,
     /// [ours] `Plan::input_scale`.
     pub input_scale: bool,
+    /// [ours] `TrainOptions::sharpen` and `TrainOptions::balance` (0 = the paper's loss).
+    pub sharpen: f64,
+    pub balance: f64,
     pub steps: usize,
     pub lr: f64,
     pub seq_len: usize,
@@ -66,6 +69,8 @@ impl Default for TrainForm {
             gate: Gate::Log,
             init: Init::Random,
             input_scale: false,
+            sharpen: 0.0,
+            balance: 0.0,
             steps: 1000,
             lr: 1e-2,
             seq_len: 512,
@@ -100,8 +105,8 @@ impl TrainForm {
             straight_through: None,
             grad_clip: 0.0,
             freeze_centroids: false,
-            sharpen: 0.0,
-            balance: 0.0,
+            sharpen: self.sharpen,
+            balance: self.balance,
         }
     }
 }
@@ -292,6 +297,8 @@ impl TrainView {
                     }
                 });
                 ui.checkbox(&mut f.input_scale, "scale input").on_hover_text("[ours] each channel of the router's input scaled to unit RMS first (models with huge hidden-state channels, e.g. Gemma 3)");
+                ui.add(egui::DragValue::new(&mut f.sharpen).range(0.0..=10.0).speed(1e-3).max_decimals(3).prefix("sharpen ")).on_hover_text("[ours] weight of the memberships' mean row entropy in the loss (the shipped SmolLM2 adapters: 0.05)");
+                ui.add(egui::DragValue::new(&mut f.balance).range(0.0..=100.0).speed(1e-2).max_decimals(3).prefix("balance ")).on_hover_text("[ours] weight of the top-group balance term, K * sum of squared top-group shares - 1, in the loss");
             });
             ui.horizontal_wrapped(|ui| {
                 ui.add(egui::DragValue::new(&mut f.steps).range(1..=10_000_000).prefix("steps "));
