@@ -434,6 +434,29 @@ impl<'m> Trainer<'m> {
         Ok(())
     }
 
+    /// Runs the first `n_seq` training windows through an identity router (d_g = d_model,
+    /// W_g = I; tau large so that its Sinkhorn stays finite) and hands each layer's router
+    /// inputs h (rows of d_model) to `each`; with `scaled`, h times the adapter's input scale.
+    fn each_router_input(&self, data: &TrainData, n_seq: usize, scaled: bool, mut each: impl FnMut(usize, &[f32])) -> Result<()> {
+        let (t, dev, d) = (self.opts.seq_len, self.model.device(), self.model.config().d_model);
+        let spec = AdapterSpec { groups: 2, d_g: d, tau: 1e4, top_k: 1, score: crate::focus::adapter::Score::Dot, ..self.adapter.config.spec() };
+        let mut probe = Adapter::random(&self.model.identity(), dev, &spec, 0)?;
+        for (r, own) in probe.layers.iter_mut().zip(&self.adapter.layers) {
+            r.proj = Tensor::eye(d, DType::F32, dev)?;
+            r.input_scale = if scaled { own.input_scale.clone() } else { None };
+        }
+        for s in 0..n_seq {
+            let mut o = ForwardOptions::new(Mode::Dense, Some(&probe));
+            o.record_routing = true;
+            o.logits_from = t - 1;
+            let out = self.model.decoder.forward(&data.train[s * t..(s + 1) * t], &o)?;
+            for (l, r) in out.routing.into_iter().enumerate() {
+                each(l, &r.vectors.unwrap_or_default());
+            }
+        }
+        Ok(())
+    }
+
     /// [ours] Gives every layer's router a fixed input scale: each channel of its input h divided
     /// by that channel's RMS over `seqs` training windows (floored at 1% of the median channel's,
     /// so a dead channel is not blown up). A random W_g ~ N(0, 1/d_model) then sees unit-scale
@@ -446,33 +469,21 @@ impl<'m> Trainer<'m> {
         if self.step != 0 {
             return Err(Error::Invalid("the router input scale is set only for a run that has not started".into()));
         }
-        let (t, c) = (self.opts.seq_len, self.adapter.config.clone());
+        let t = self.opts.seq_len;
         let n_seq = (data.train.len() / t).min(seqs.max(1));
         if n_seq == 0 {
             return Err(Error::Invalid(format!("the input scale needs at least one window of {t} training tokens; the training data has {}", data.train.len())));
         }
         let dev = self.model.device();
         let d = self.model.config().d_model;
-        // An identity router records the router inputs themselves (as in `init_pca`).
-        let spec = AdapterSpec { groups: 2, d_g: d, tau: 1e4, top_k: 1, score: crate::focus::adapter::Score::Dot, ..c.spec() };
-        let mut probe = Adapter::random(&self.model.identity(), dev, &spec, 0)?;
-        for r in probe.layers.iter_mut() {
-            r.proj = Tensor::eye(d, DType::F32, dev)?;
-        }
-        let mut sq = vec![vec![0f64; d]; probe.layers.len()];
-        let mut rows = 0usize;
-        for s in 0..n_seq {
-            let mut o = ForwardOptions::new(Mode::Dense, Some(&probe));
-            o.record_routing = true;
-            o.logits_from = t - 1;
-            let out = self.model.decoder.forward(&data.train[s * t..(s + 1) * t], &o)?;
-            for (l, r) in out.routing.into_iter().enumerate() {
-                for row in r.vectors.unwrap_or_default().chunks(d) {
-                    sq[l].iter_mut().zip(row).for_each(|(a, &x)| *a += (x as f64) * (x as f64));
-                }
+        // The raw inputs: their spread is what the scale removes.
+        let mut sq = vec![vec![0f64; d]; self.adapter.layers.len()];
+        self.each_router_input(data, n_seq, false, |l, rows| {
+            for row in rows.chunks(d) {
+                sq[l].iter_mut().zip(row).for_each(|(a, &x)| *a += (x as f64) * (x as f64));
             }
-            rows += t;
-        }
+        })?;
+        let rows = n_seq * t;
         let mut spread = Vec::with_capacity(sq.len());
         for (l, q) in sq.iter().enumerate() {
             let rms: Vec<f64> = q.iter().map(|v| (v / rows as f64).sqrt()).collect();
@@ -509,26 +520,10 @@ impl<'m> Trainer<'m> {
         if n_seq == 0 || n_seq * t < d {
             return Err(Error::Invalid(format!("PCA needs at least {d} training tokens in windows of {t}; the training data has {}", data.train.len())));
         }
-        // An identity router (d_g = d_model, W_g = I, one group's worth of routing) records the
-        // router inputs themselves; tau is large so that its Sinkhorn stays finite.
         let dev = self.model.device();
-        let spec = AdapterSpec { groups: 2, d_g: d, tau: 1e4, top_k: 1, score: crate::focus::adapter::Score::Dot, ..c.spec() };
-        let mut probe = Adapter::random(&self.model.identity(), dev, &spec, 0)?;
-        for (r, own) in probe.layers.iter_mut().zip(&self.adapter.layers) {
-            r.proj = Tensor::eye(d, DType::F32, dev)?;
-            // With an input scale, the principal directions are those of what the router reads.
-            r.input_scale = own.input_scale.clone();
-        }
-        let mut moments = vec![crate::focus::pca::Moments::new(d); probe.layers.len()];
-        for s in 0..n_seq {
-            let mut o = ForwardOptions::new(Mode::Dense, Some(&probe));
-            o.record_routing = true;
-            o.logits_from = t - 1;
-            let out = self.model.decoder.forward(&data.train[s * t..(s + 1) * t], &o)?;
-            for (l, r) in out.routing.into_iter().enumerate() {
-                moments[l].add(&r.vectors.unwrap_or_default());
-            }
-        }
+        // With an input scale, the principal directions are those of what the router reads.
+        let mut moments = vec![crate::focus::pca::Moments::new(d); self.adapter.layers.len()];
+        self.each_router_input(data, n_seq, true, |l, rows| moments[l].add(rows))?;
         for (l, m) in moments.iter().enumerate() {
             let (vals, vecs) = crate::focus::pca::top_eigen(&m.covariance(), d, c.d_g, 60, self.opts.seed ^ l as u64);
             let target = m.mean_sq_norm() / d as f64; // a random W_g's E z_i^2 per direction
