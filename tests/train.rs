@@ -511,3 +511,43 @@ fn balance_term_balances_the_top_groups() {
     assert!(bp > start + 0.1 && bb < 0.6 * bp, "balance term: start {start:.3}, sharpened only {bp:.3}, with the balance term {bb:.3}");
     assert!(lp.is_finite() && lb.is_finite() && (lb - lp).abs() < 1.0, "losses {lp} / {lb}");
 }
+
+/// [ours] PCA initialisation: each layer's W_g has orthogonal columns of one length (the
+/// unwhitened form), E ||h W_g||^2 over the windows it was fitted on is a random W_g's
+/// (d_g / d_model E ||h||^2, so S / tau stays in range), and its directions hold more of h's
+/// second moment than the random W_g they replace (checked on inputs recorded independently).
+#[test]
+fn pca_init_keeps_the_leading_directions_at_a_random_routers_scale() {
+    let (model, data) = setup();
+    let t = 48;
+    let mut tr = Trainer::new(&model, &spec(), opts(1)).unwrap();
+    let random: Vec<Vec<f32>> = tr.adapter.layers.iter().map(|r| r.proj.flatten_all().unwrap().to_vec1().unwrap()).collect();
+    tr.init_pca(&data, 6, false, 10).unwrap();
+    let inputs = router_inputs(&model, &data.train, t, 6);
+    let d = model.config().d_model;
+    for (l, h) in inputs.iter().enumerate() {
+        let w: Vec<f32> = tr.adapter.layers[l].proj.flatten_all().unwrap().to_vec1().unwrap();
+        let dg = w.len() / d;
+        let col = |w: &[f32], j: usize| (0..d).map(|a| w[a * dg + j] as f64).collect::<Vec<f64>>();
+        let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+        let cols: Vec<Vec<f64>> = (0..dg).map(|j| col(&w, j)).collect();
+        let n0 = dot(&cols[0], &cols[0]);
+        for i in 0..dg {
+            assert!((dot(&cols[i], &cols[i]) / n0 - 1.0).abs() < 1e-3, "layer {l}: column {i} has another length");
+            for j in 0..i {
+                assert!(dot(&cols[i], &cols[j]).abs() < 1e-3 * n0, "layer {l}: columns {i} and {j} not orthogonal");
+            }
+        }
+        // Second moment of h along a set of directions (each normalised to unit length).
+        let along = |cols: &[Vec<f64>]| {
+            let rows = h.len() / d;
+            h.chunks(d).map(|r| cols.iter().map(|c| (dot(&r.iter().map(|&x| x as f64).collect::<Vec<_>>(), c) / dot(c, c).sqrt()).powi(2)).sum::<f64>()).sum::<f64>() / rows as f64
+        };
+        let rows = (h.len() / d) as f64;
+        let hw = h.chunks(d).map(|r| cols.iter().map(|c| r.iter().zip(c).map(|(&x, y)| x as f64 * y).sum::<f64>().powi(2)).sum::<f64>()).sum::<f64>() / rows;
+        let target = dg as f64 / d as f64 * h.chunks(d).map(|r| r.iter().map(|&x| (x as f64).powi(2)).sum::<f64>()).sum::<f64>() / rows;
+        assert!((hw / target - 1.0).abs() < 0.05, "layer {l}: E||h W_g||^2 {hw} vs a random router's {target}");
+        let rand_cols: Vec<Vec<f64>> = (0..dg).map(|j| col(&random[l], j)).collect();
+        assert!(along(&cols) > along(&rand_cols), "layer {l}: the principal directions hold less than random ones");
+    }
+}
