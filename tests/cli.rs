@@ -400,7 +400,7 @@ fn analyze_labels_prints_the_best_layer_table() {
 
     let other = if best == 3 { 4 } else { 3 };
     let (stdout, v) = run(&["--layer", &other.to_string()]);
-    check_labels_table(&stdout, &v, other, &format!("asked for; the best is layer {best}"));
+    check_labels_table(&stdout, &v, other, &format!("asked for; the best routed layer is {best}"));
 
     let line = fails([OsStr::new("analyze"), OsStr::new("--labels"), OsStr::new("--layer"), OsStr::new("30"), OsStr::new("--adapter"), ad.as_os_str(), f.as_os_str(), OsStr::new("--out"), out.as_os_str()]);
     has(&line, &["--layer 30 is out of range", "30 layers"]);
@@ -563,7 +563,7 @@ fn analyze_reports_structure_beside_the_untrained_twin() {
     // Layer 0's category NMI is the JSON's; the twin's columns are empty.
     let f0: Vec<&str> = rows[0].split(',').collect();
     assert!((f0[1].parse::<f64>().unwrap() - num(l0, "value")).abs() < 1e-5);
-    assert!(f0[13..].iter().all(|x| x.is_empty()), "{}", rows[0]);
+    assert!(f0[13..19].iter().all(|x| x.is_empty()) && f0[19] == "true", "{}", rows[0]);
     let table = std::fs::read_to_string(tmp.path().join("stats.structure_table.csv")).unwrap();
     assert_eq!(table.lines().count(), 9);
     assert!(table.starts_with("layer,group,tokens,share,top_category,purity,pure,top_tokens\n"));

@@ -222,3 +222,36 @@ fn gemma3_sample_adapters_reproduce_the_published_perplexities() {
     }
     assert_eq!(layers, [RouterLayers::All, RouterLayers::Global], "one adapter routes every layer, the other the global layers only");
 }
+
+/// With an adapter that routes only the global layers, the analysis marks the sliding layers
+/// as not routed, and the structure measures leave them out: the best layer, the medians over
+/// layers >= 1 and the worst dominance are the global layers' own. The shipped global
+/// adapter's sliding-layer routers were never trained; counting them would report their
+/// imbalance as the adapter's.
+#[test]
+fn structure_counts_only_the_layers_an_adapter_routes() {
+    use focus_core::analysis::{analyze, categories::best_layer, structure, AnalyzeOptions};
+    let m = model();
+    let adapter = Adapter::load(&common::root().join("sample_adapters/gemma3-270m-k8-global"), &m.identity(), m.device()).unwrap();
+    let text: String = persuasion().chars().skip(20_000).take(4_000).collect();
+    let opts = AnalyzeOptions { mode: common::topk(2, adapter.config.groups), k: 2, segment_len: 512, keep_tokens: false, cancel: None };
+    let a = analyze(m, &adapter, "global", &text, &opts, |_, _| {}).unwrap();
+    let cfg = m.config();
+    let routed: Vec<bool> = (0..cfg.n_layers).map(|l| !cfg.is_sliding(l)).collect();
+    assert_eq!(a.routed_layers(), routed);
+    assert_eq!(routed.iter().filter(|&&r| r).count(), 3, "Gemma 3 270M has three global layers");
+    let s = structure::of_analysis(&a);
+    assert_eq!(s.layers.len(), cfg.n_layers, "every layer is still measured");
+    assert!(s.layers.iter().all(|l| l.routed == routed[l.layer]));
+    let own = |f: fn(&structure::LayerStructure) -> f64| -> Vec<f64> { s.layers.iter().filter(|l| l.routed).map(f).collect() };
+    assert!(routed[s.best_layer().unwrap().layer]);
+    assert_eq!(s.worst_dominance(), own(|l| l.dominance).into_iter().fold(0.0, f64::max));
+    let nmi: Vec<f64> = s.layers.iter().filter(|l| l.routed && l.layer >= 1).map(|l| l.category.value).collect();
+    assert_eq!(s.median_from_layer_1(|l| l.category.value), structure::median(&nmi));
+    // The untrained sliding routers are more lopsided than the trained global ones: the fix
+    // changes the figure.
+    let all = s.layers.iter().map(|l| l.dominance).fold(0.0, f64::max);
+    assert!(all > s.worst_dominance(), "worst dominance over every layer {all} vs over the routed ones {}", s.worst_dominance());
+    let (best, _) = best_layer(a.routed_profiles()).unwrap();
+    assert!(routed[best], "the labels table's best layer {best} is routed");
+}

@@ -288,7 +288,7 @@ impl Figures {
             self.heldout_ppl = Some(p);
         }
         if let Some(d) = &row.dominance {
-            self.worst_dominance = d.iter().copied().fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+            self.worst_dominance = d.iter().flatten().copied().fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
         }
         if let Some(s) = &row.structure {
             let s = structure(s, self.groups);

@@ -40,12 +40,14 @@ fn print(name: &str, s: &Structure, twin: &Structure) {
     println!("layer  nmi(cat) null  twin | nmi(tok) null | nmi(pos) | nmi(rep) | purity twin | pure60 twin | dominance");
     for (l, t) in s.layers.iter().zip(&twin.layers) {
         println!(
-            "{:>5}  {:.3}  {:.3}  {:.3} | {:.3}  {:.3} | {:.3} | {:.3} | {:.3}  {:.3} | {:>2}  {:>2} | {:.3}",
-            l.layer, l.category.value, l.category.null_max, t.category.value, l.token.value, l.token.null_mean, l.position.value, l.repeat.value, l.purity, t.purity, l.pure60, t.pure60, l.dominance
+            "{:>5}  {:.3}  {:.3}  {:.3} | {:.3}  {:.3} | {:.3} | {:.3} | {:.3}  {:.3} | {:>2}  {:>2} | {:.3}{}",
+            l.layer, l.category.value, l.category.null_max, t.category.value, l.token.value, l.token.null_mean, l.position.value, l.repeat.value, l.purity, t.purity, l.pure60, t.pure60, l.dominance,
+            if l.routed { "" } else { "  (not routed: dense)" }
         );
     }
+    // The medians, the best layer and the worst dominance count the routed layers only.
     let c = s.against(twin);
-    let worst = s.layers.iter().map(|l| l.dominance).fold(0.0, f64::max);
+    let worst = s.worst_dominance();
     let best = s.best_layer().expect("a layer");
     println!(
         "median nmi(cat) over layers >= 1: {:.3} (twin {:.3}, ratio {:.2}); best layer {} with {} centroids >= 60% pure (twin there: {}); worst dominance {:.3} (1/K = {:.3})",

@@ -178,7 +178,7 @@ fn main() -> focus_core::Result<()> {
                 let best = cats.iter().map(|c| c.purity).fold(0.0, f64::max);
                 eprintln!(
                     "step {} loss {:.4} held-out {:?} dominance max {:.3} purity mean {purity:.3} best {best:.3} pure60 {} ({:.0} s)",
-                    row.step, row.loss, row.heldout_ppl, row.dominance.as_ref().map_or(0.0, |d| d.iter().cloned().fold(0.0, f64::max)),
+                    row.step, row.loss, row.heldout_ppl, row.dominance.as_ref().map_or(0.0, |d| d.iter().flatten().cloned().fold(0.0, f64::max)),
                     cats.iter().map(|c| c.pure60).sum::<usize>(), row.seconds
                 );
             }

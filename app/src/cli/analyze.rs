@@ -125,12 +125,15 @@ const TABLE_TOKENS: usize = 5;
 /// with counts, e.g. `G4  punctuation  96%  12.5%  , x55  . x24  ; x4`.
 pub fn labels_table(an: &focus_core::analysis::Analysis, layer: Option<usize>) -> String {
     use focus_core::analysis::categories::best_layer;
-    let Some((best, _)) = best_layer(&an.profiles) else { return "no category profiles: nothing to label\n".into() };
+    let Some((best, _)) = best_layer(an.routed_profiles()) else { return "no category profiles: nothing to label\n".into() };
     let l = layer.unwrap_or(best);
     let Some(p) = an.profiles.get(l) else { return format!("no category profile for layer {l}\n") };
     let total: usize = p.centroids.iter().map(|c| c.tokens).sum();
     let stats = &an.layers[l];
-    let why = if layer.is_some() && l != best { format!("layer {l} (asked for; the best is layer {best})") } else { format!("layer {l} (best: highest token-weighted purity)") };
+    let mut why = if layer.is_some() && l != best { format!("layer {l} (asked for; the best routed layer is {best})") } else { format!("layer {l} (best: highest token-weighted purity)") };
+    if !stats.routed {
+        why += ", not routed by this adapter: it attends densely, so these groups shape nothing";
+    }
     let mut s = format!(
         "\n{why}: token-weighted purity {:.1}%, {} tokens, mean confidence {:.2}, dominance {:.1}% (1/K = {:.1}%)\n",
         100.0 * p.purity(),

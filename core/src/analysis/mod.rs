@@ -202,6 +202,7 @@ pub fn analyze_tokens_keeping(
             let mut st = layer_stats(l, r, cfg.tau, opts.k, (cfg.window, cfg.sink), opts.keep_tokens);
             let p = &pairs[l];
             st.pairs = PairStats { retained: (p.local + p.same_group_distant) as f64 / p.causal.max(1) as f64, ..p.clone() };
+            st.routed = cfg.router_layers.routes(model.config().is_sliding(l));
             st
         })
         .collect();
@@ -249,6 +250,17 @@ pub fn analyze_tokens_keeping(
 }
 
 impl Analysis {
+    /// Per layer, whether the adapter routes it (`LayerStats::routed`).
+    pub fn routed_layers(&self) -> Vec<bool> {
+        self.layers.iter().map(|l| l.routed).collect()
+    }
+
+    /// The category profiles of the layers the adapter routes (what `best_layer` picks from: an
+    /// unrouted layer's groups shape nothing).
+    pub fn routed_profiles(&self) -> impl Iterator<Item = &LayerProfile> {
+        self.profiles.iter().filter(|p| self.layers.get(p.layer).is_none_or(|l| l.routed))
+    }
+
     /// One row per (layer, group) with the layer's summary repeated, for spreadsheets.
     pub fn to_csv(&self) -> String {
         let mut s = String::from(

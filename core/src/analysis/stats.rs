@@ -31,11 +31,22 @@ pub struct LayerStats {
     /// Mean membership entropy in nats (ln K is uniform).
     pub mean_entropy: f64,
     pub pairs: PairStats,
+    /// Whether the adapter routes this layer (`RouterLayers`). A layer it does not route
+    /// attends densely: its groups are computed all the same, but shape nothing. (Exports
+    /// written before this field existed read as routed.)
+    #[serde(default = "routed_by_default")]
+    pub routed: bool,
     /// Per token, when requested.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<Vec<TokenRouting>>,
 }
 
+fn routed_by_default() -> bool {
+    true
+}
+
+/// One layer's figures from its routing (`routed` is true: `analyze` clears it for a layer the
+/// adapter does not route).
 pub fn layer_stats(layer: usize, r: &LayerRouting, tau: f64, k: usize, (window, sink): (usize, usize), keep_tokens: bool) -> LayerStats {
     let (t, kk) = (r.t, r.groups);
     let mut size = vec![0usize; kk];
@@ -82,6 +93,7 @@ pub fn layer_stats(layer: usize, r: &LayerRouting, tau: f64, k: usize, (window, 
         mean_confidence: conf / tf,
         mean_entropy: ent / tf,
         pairs: pair_stats(&r.topk_masks(k), window, sink),
+        routed: true,
         tokens,
     }
 }

@@ -65,6 +65,15 @@ pub struct LayerStructure {
     pub pure60: usize,
     /// The share of tokens in the largest group (balance: 1/K is ideal).
     pub dominance: f64,
+    /// Whether the adapter routes the layer (`LayerStats::routed`). A layer it does not route
+    /// attends densely: it is measured, but left out of the medians, the best layer and the
+    /// worst dominance. (Logs written before this field existed read as routed.)
+    #[serde(default = "routed_by_default")]
+    pub routed: bool,
+}
+
+fn routed_by_default() -> bool {
+    true
 }
 
 /// The structure of every layer of one adapter on one text.
@@ -147,6 +156,7 @@ pub fn layer_structure(layer: usize, top: &[usize], k: usize, tokens: &[ProbeTok
         purity: best.iter().sum::<usize>() as f64 / n,
         pure60,
         dominance: *sizes.iter().max().unwrap_or(&0) as f64 / n,
+        routed: true,
     }
 }
 
@@ -186,15 +196,16 @@ pub fn top_groups(a: &Analysis) -> Vec<Vec<usize>> {
 }
 
 /// The structure of every layer from each token's top group per layer (`tops[layer][token]`,
-/// each in 0..groups; a layer may cover a prefix of the tokens).
-pub fn of_tops(tokens: &[TokenInfo], tops: &[Vec<usize>], groups: usize) -> Structure {
+/// each in 0..groups; a layer may cover a prefix of the tokens). `routed[layer]` says whether
+/// the adapter routes the layer (a layer past its end counts as routed).
+pub fn of_tops(tokens: &[TokenInfo], tops: &[Vec<usize>], groups: usize, routed: &[bool]) -> Structure {
     let probe = probe_of(tokens);
     let layers = tops
         .iter()
         .enumerate()
         .map(|(l, top)| {
             let n = top.len().min(probe.len());
-            layer_structure(l, &top[..n], groups, &probe[..n])
+            LayerStructure { routed: routed.get(l).copied().unwrap_or(true), ..layer_structure(l, &top[..n], groups, &probe[..n]) }
         })
         .collect();
     Structure { tokens: probe.len(), groups, layers }
@@ -203,7 +214,7 @@ pub fn of_tops(tokens: &[TokenInfo], tops: &[Vec<usize>], groups: usize) -> Stru
 /// The structure of every layer of an analysis (its tokens, their categories, and the routing
 /// it recorded: `Analysis::routing`). Positions and repeats count within each segment.
 pub fn of_analysis(a: &Analysis) -> Structure {
-    of_tops(&a.tokens, &top_groups(a), a.groups)
+    of_tops(&a.tokens, &top_groups(a), a.groups, &a.routed_layers())
 }
 
 /// Tokens listed per centroid in the paper-form table.
@@ -388,7 +399,7 @@ impl StructureReport {
             median_category_null: adapter.median_from_layer_1(|l| l.category.null_mean),
             twin_median_category_nmi: twin.as_ref().map(|t| t.median_from_layer_1(|l| l.category.value)),
             vs_twin: twin.as_ref().map(|t| adapter.against(t)),
-            worst_dominance: adapter.layers.iter().map(|l| l.dominance).fold(0.0, f64::max),
+            worst_dominance: adapter.worst_dominance(),
             adapter,
             twin,
             twin_seed,
@@ -410,11 +421,11 @@ impl StructureReport {
     }
 
     /// One row per layer: the NMIs with their null means and maxima, purity, pure centroids and
-    /// dominance, and the twin's category NMI, null, purity, pure centroids and dominance (empty
-    /// without a twin).
+    /// dominance, the twin's category NMI, null, purity, pure centroids and dominance (empty
+    /// without a twin), and whether the adapter routes the layer.
     pub fn to_csv(&self) -> String {
         let mut s = String::from(
-            "layer,nmi_category,nmi_category_null_mean,nmi_category_null_max,nmi_token,nmi_token_null_mean,nmi_position,nmi_position_null_mean,nmi_repeat,nmi_repeat_null_mean,purity,pure60,dominance,twin_nmi_category,twin_nmi_category_null_mean,twin_purity,twin_pure60,twin_dominance,ratio_to_twin\n",
+            "layer,nmi_category,nmi_category_null_mean,nmi_category_null_max,nmi_token,nmi_token_null_mean,nmi_position,nmi_position_null_mean,nmi_repeat,nmi_repeat_null_mean,purity,pure60,dominance,twin_nmi_category,twin_nmi_category_null_mean,twin_purity,twin_pure60,twin_dominance,ratio_to_twin,routed\n",
         );
         for (i, l) in self.adapter.layers.iter().enumerate() {
             s += &format!(
@@ -426,9 +437,10 @@ impl StructureReport {
                 None => s += ",,,,,",
             }
             match self.vs_twin.as_ref().and_then(|v| v.per_layer.get(i)) {
-                Some(r) => s += &format!(",{r:.6}\n"),
-                None => s += ",\n",
+                Some(r) => s += &format!(",{r:.6}"),
+                None => s += ",",
             }
+            s += &format!(",{}\n", l.routed);
         }
         s
     }
@@ -438,6 +450,15 @@ impl StructureReport {
     pub fn summary(&self) -> String {
         let k = self.adapter.groups.max(1) as f64;
         let mut s = format!("structure over {} tokens, K = {}:\n", self.adapter.tokens, self.adapter.groups);
+        let dense: Vec<String> = self.adapter.layers.iter().filter(|l| !l.routed).map(|l| l.layer.to_string()).collect();
+        if !dense.is_empty() {
+            s += &format!(
+                "  the adapter routes {} of {} layers; layers {} attend densely and are left out of the medians, the best layer and the worst dominance\n",
+                self.adapter.layers.len() - dense.len(),
+                self.adapter.layers.len(),
+                dense.join(", ")
+            );
+        }
         s += &format!("  median NMI(top group, category) over layers >= 1: {:.3} (null {:.3})", self.median_category_nmi, self.median_category_null);
         match (self.twin_median_category_nmi, &self.vs_twin) {
             (Some(t), Some(v)) => s += &format!("; untrained twin (seed {}) {:.3}; ratio {:.2}x (bar: 2x)\n", self.twin_seed.unwrap_or(0), t, v.median),
@@ -480,14 +501,24 @@ impl StructureReport {
 }
 
 impl Structure {
-    /// Median over layers >= 1 (layer 0 sees token identity only) of `f`.
-    pub fn median_from_layer_1(&self, f: impl Fn(&LayerStructure) -> f64) -> f64 {
-        median(&self.layers.iter().filter(|l| l.layer >= 1).map(f).collect::<Vec<_>>())
+    /// The layers the adapter routes (every layer, for an adapter that routes them all).
+    pub fn routed(&self) -> impl Iterator<Item = &LayerStructure> {
+        self.layers.iter().filter(|l| l.routed)
     }
 
-    /// The layer with the most pure centroids, ties to the higher category NMI.
+    /// Median over the routed layers >= 1 (layer 0 sees token identity only) of `f`.
+    pub fn median_from_layer_1(&self, f: impl Fn(&LayerStructure) -> f64) -> f64 {
+        median(&self.routed().filter(|l| l.layer >= 1).map(f).collect::<Vec<_>>())
+    }
+
+    /// The routed layer with the most pure centroids, ties to the higher category NMI.
     pub fn best_layer(&self) -> Option<&LayerStructure> {
-        self.layers.iter().max_by(|a, b| a.pure60.cmp(&b.pure60).then(a.category.value.total_cmp(&b.category.value)))
+        self.routed().max_by(|a, b| a.pure60.cmp(&b.pure60).then(a.category.value.total_cmp(&b.category.value)))
+    }
+
+    /// The largest dominance over the routed layers (issue 28's bar: <= 1.3 / K).
+    pub fn worst_dominance(&self) -> f64 {
+        self.routed().map(|l| l.dominance).fold(0.0, f64::max)
     }
 
     /// This adapter beside its untrained twin on the same text: per layer the ratio of the
@@ -555,6 +586,39 @@ mod tests {
         assert_eq!(p.iter().map(|t| t.repeat).collect::<Vec<_>>(), vec![false, false, true]);
     }
 
+    /// A layer the adapter does not route (it attends densely) is measured, but counts neither
+    /// as the best layer nor in the medians and the worst dominance; the CSV and the summary
+    /// say which layers they are.
+    #[test]
+    fn unrouted_layers_are_left_out_of_the_summaries() {
+        let cats = [Category::Punctuation, Category::Noun];
+        let tokens: Vec<TokenInfo> = (0..200)
+            .map(|i| TokenInfo { id: (i % 2) as u32, text: [",", " house"][i % 2].into(), start: i, end: i + 1, segment: 0, category: cats[i % 2], piece: Default::default() })
+            .collect();
+        let by_category: Vec<usize> = (0..200).map(|i| i % 2).collect();
+        // Layers 0 and 1 group by category, layer 2 puts every token in group 0, layer 3 mixes
+        // the categories evenly over four groups.
+        let tops = vec![by_category.clone(), by_category, vec![0; 200], (0..200).map(|i| (i / 2) % 4).collect()];
+        let every = of_tops(&tokens, &tops, 4, &[]);
+        assert_eq!((every.best_layer().unwrap().layer, every.worst_dominance()), (1, 1.0));
+        let s = of_tops(&tokens, &tops, 4, &[true, false, false, true]);
+        assert_eq!(s.layers.iter().map(|l| l.routed).collect::<Vec<_>>(), vec![true, false, false, true]);
+        // The unrouted layers are still measured.
+        assert!(s.layers[1].category.value > 0.99 && (s.layers[2].dominance - 1.0).abs() < 1e-12);
+        assert_eq!(s.best_layer().unwrap().layer, 0);
+        assert!((s.worst_dominance() - 0.5).abs() < 1e-12);
+        // The median over routed layers >= 1 is layer 3's alone (no category information).
+        assert!((s.median_from_layer_1(|l| l.category.value) - s.layers[3].category.value).abs() < 1e-12);
+        assert!(s.layers[3].category.value < 0.01);
+        let r = StructureReport::new(s, None, None);
+        assert!((r.worst_dominance - 0.5).abs() < 1e-12);
+        assert!(r.summary().contains("the adapter routes 2 of 4 layers; layers 1, 2 attend densely"), "{}", r.summary());
+        let csv = r.to_csv();
+        let rows: Vec<&str> = csv.lines().collect();
+        assert!(rows[0].ends_with(",ratio_to_twin,routed"));
+        assert!(rows[1].ends_with(",true") && rows[2].ends_with(",false") && rows[3].ends_with(",false") && rows[4].ends_with(",true"), "{csv}");
+    }
+
     /// The paper-form table on a constructed case: a punctuation group (`,` x55, `.` x24,
     /// `;` x4), a group 60% nouns, a small determiner group and an empty one; the table is
     /// drawn for the best layer (the one with pure centroids), not a layer with one group.
@@ -580,7 +644,7 @@ mod tests {
         assert_eq!(n, 213);
         // Layer 0: every token in group 0; layer 1: the groups above.
         let tops = vec![vec![0; n], top1];
-        let s = of_tops(&tokens, &tops, 4);
+        let s = of_tops(&tokens, &tops, 4, &[]);
         assert_eq!((s.layers[0].pure60, s.layers[1].pure60), (0, 2));
         let t = PaperTable::best(&s, &tops, &tokens).unwrap();
         assert_eq!((t.layer, t.tokens, t.pure60, t.rows.len()), (1, 213, 2, 4));
@@ -606,7 +670,7 @@ mod tests {
         assert_eq!(csv.lines().count(), 5);
         assert!(csv.contains("1,0,83,0.389671,punctuation,1.000000,true,\", x55 . x24 ; x4\""), "{csv}");
         // The report: the twin (every token in one group) scores zero, so the ratio is large.
-        let twin = of_tops(&tokens, &[vec![0; n], vec![0; n]], 4);
+        let twin = of_tops(&tokens, &[vec![0; n], vec![0; n]], 4, &[]);
         let r = StructureReport::new(s.clone(), Some((twin, 0)), Some(t));
         assert_eq!(r.twin_median_category_nmi, Some(0.0));
         assert!(r.median_category_nmi > 0.5 && r.vs_twin.as_ref().unwrap().median > 1e6);

@@ -163,8 +163,10 @@ pub struct LogRow {
     pub seconds: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub heldout_ppl: Option<f64>,
+    /// Per layer, the share of the first held-out window's tokens in the largest top group; null
+    /// for a layer the adapter does not route (it attends densely).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub dominance: Option<Vec<f64>>,
+    pub dominance: Option<Vec<Option<f64>>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group_mass: Option<Vec<Vec<f64>>>,
     /// Per layer, category structure on the fixed probe passage (`Trainer::probe`), at each
@@ -659,8 +661,9 @@ impl<'m> Trainer<'m> {
     }
 
     /// Held-out perplexity (`eval_mode`, inference path) over the first `eval_seqs` windows, and
-    /// per-layer dominance and group mass on the first window.
-    pub fn evaluate(&self, data: &TrainData) -> Result<(f64, Vec<f64>, Vec<Vec<f64>>)> {
+    /// per-layer dominance (None where the adapter does not route) and group mass on the first
+    /// window.
+    pub fn evaluate(&self, data: &TrainData) -> Result<(f64, Vec<Option<f64>>, Vec<Vec<f64>>)> {
         let (ppl, dom, mass, _) = self.held_out(data)?;
         Ok((ppl, dom, mass))
     }
@@ -668,7 +671,7 @@ impl<'m> Trainer<'m> {
     /// `evaluate`, and per layer the range of the raw scores on the first window (for
     /// `router_sizes`, so that an evaluation runs the held-out windows once).
     #[allow(clippy::type_complexity)]
-    fn held_out(&self, data: &TrainData) -> Result<(f64, Vec<f64>, Vec<Vec<f64>>, Vec<(f32, f32)>)> {
+    fn held_out(&self, data: &TrainData) -> Result<(f64, Vec<Option<f64>>, Vec<Vec<f64>>, Vec<(f32, f32)>)> {
         let t = self.opts.seq_len;
         let n = (data.heldout.len().saturating_sub(1) / t).min(self.opts.eval_seqs.max(1));
         if n == 0 {
@@ -688,7 +691,7 @@ impl<'m> Trainer<'m> {
                 let c = &self.adapter.config;
                 for (l, r) in out.routing.iter().enumerate() {
                     let st = layer_stats(l, r, c.tau, c.top_k, (c.window, c.sink), false);
-                    dom.push(st.dominance);
+                    dom.push(c.router_layers.routes(self.model.config().is_sliding(l)).then_some(st.dominance));
                     mass.push(st.mass_after);
                     ranges.push(r.scores.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x))));
                 }

@@ -746,7 +746,7 @@ pub fn baseline(res: &AnalysisResult, text: &str, h: &Handle) -> Result<Baseline
     }
     use focus_core::analysis::structure::{of_analysis, of_tops, PaperTable, StructureReport};
     let tops: Vec<Vec<usize>> = res.argmax.iter().map(|l| l.iter().map(|&g| g as usize).collect()).collect();
-    let mine = of_tops(&res.analysis.tokens, &tops, res.groups());
+    let mine = of_tops(&res.analysis.tokens, &tops, res.groups(), &res.analysis.routed_layers());
     let table = PaperTable::best(&mine, &tops, &res.analysis.tokens);
     let structure = StructureReport::new(mine, Some((of_analysis(&an), seed)), table);
     Ok(Baseline {

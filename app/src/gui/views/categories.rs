@@ -195,7 +195,7 @@ impl CategoriesView {
         let trained = purity_curve(res);
         let base = self.baseline_for(res);
         let one = one_group_purity(res);
-        let best = focus_core::analysis::categories::best_layer(&res.analysis.profiles);
+        let best = focus_core::analysis::categories::best_layer(res.analysis.routed_profiles());
         let mut words = format!(
             "Token-weighted purity per layer: the share of tokens whose group's top category is their own (every centroid's purity weighted by its tokens). This adapter: mean {}",
             mean(&trained).map_or("-".into(), |m| format!("{:.1}%", 100.0 * m))

@@ -121,8 +121,9 @@ pub struct RunView {
     pub ppl: Vec<[f64; 2]>,
     /// (step, median NMI over layers >= 1) of every evaluation with structure.
     pub nmi: Vec<[f64; 2]>,
-    /// Per layer, the dominance of the last evaluation, and its step.
-    pub dominance: Vec<f64>,
+    /// Per layer, the dominance of the last evaluation (None: a layer the adapter does not
+    /// route, drawn without a bar), and its step.
+    pub dominance: Vec<Option<f64>>,
     pub dominance_step: usize,
     pub figures: Option<Figures>,
     pub checkpoints: Vec<Checkpoint>,
@@ -348,7 +349,7 @@ impl TrainView {
             });
         });
         ui.columns(2, |cols| {
-            let bars: Vec<Bar> = run.dominance.iter().enumerate().map(|(l, &d)| Bar::new(l as f64, d).width(0.7)).collect();
+            let bars: Vec<Bar> = run.dominance.iter().enumerate().filter_map(|(l, d)| d.map(|d| Bar::new(l as f64, d).width(0.7))).collect();
             let bar = f.map_or(0.0, |f| f.dominance_bar());
             let title = format!("dominance at step {}", run.dominance_step);
             Plot::new("train_dominance").height(h).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(bar * 1.2).show(&mut cols[0], |p| {

@@ -53,8 +53,8 @@ pub struct LayerProfile {
 }
 
 /// The layer of highest token-weighted purity (the first of equals), with that purity.
-pub fn best_layer(profiles: &[LayerProfile]) -> Option<(usize, f64)> {
-    profiles.iter().filter(|p| p.centroids.iter().any(|c| c.tokens > 0)).map(|p| (p.layer, p.purity())).fold(None, |best, (l, u)| match best {
+pub fn best_layer<'a>(profiles: impl IntoIterator<Item = &'a LayerProfile>) -> Option<(usize, f64)> {
+    profiles.into_iter().filter(|p| p.centroids.iter().any(|c| c.tokens > 0)).map(|p| (p.layer, p.purity())).fold(None, |best, (l, u)| match best {
         Some((_, b)) if b >= u => best,
         _ => Some((l, u)),
     })
