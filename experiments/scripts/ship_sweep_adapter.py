@@ -8,8 +8,15 @@ RUN may also be a path to a run's folder (another model's sweep, e.g.
 experiments/results/gemma3_h200/g3all); MODEL (env) names the base model's file in the command,
 SHARED (env) how many other runs shared the GPU (default two), DATE the run's date, PROBE_NOTE
 what the training log's probe was.
+A run that fine-tuned a saved adapter (`train_paper --from`, its config's training.init "from
+/root/stage/X") is recorded as the last stage of a chain: X is either a run of RUN's folder
+(`runs/NAME`, the stage before, recorded the same way) or a shipped adapter, whose training
+record is read from git at FROM_COMMIT (env, default HEAD: the adapter the run replaces).
+training.tokens_seen and steps are then the whole chain's, training.stages lists each stage,
+and training.command is the last stage's train_paper command (started by
+experiments/gpu/launch.sh; SHARED as above, PROBE_FILES the --probe books).
 Usage: ship_sweep_adapter.py RUN WEIGHTS DEST STATS CALL"""
-import json, os, shutil, sys
+import json, os, shutil, subprocess, sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -18,7 +25,7 @@ from provenance import corpus_provenance
 run, weights, dest, stats, call = sys.argv[1:6]
 src = Path(run) if "/" in run else Path("experiments/results/sweep_h200") / run
 model_flag = f"--model {os.environ['MODEL']} " if os.environ.get("MODEL") else ""
-shared = {"0": "alone", "1": "sharing the GPU with one other run"}.get(os.environ.get("SHARED", "2"), "sharing the GPU with two other runs")
+shared = {"0": "alone", "1": "sharing the GPU with one other run", "2": "sharing the GPU with two other runs"}.get(os.environ.get("SHARED", "2"), f"sharing the GPU with {os.environ.get('SHARED')} other runs")
 cfg = json.load(open(src / "adapter_config.json"))
 t = cfg["training"]
 rows = [json.loads(l) for l in open(src / "train_log.jsonl") if l.strip()]
@@ -40,9 +47,56 @@ cfg["training"] = {
                 + (f" --lambda {cfg['lambda']:g}" if cfg["gate"] == "paper" else "")
                 + (f" --sink {cfg['sink']}" if cfg.get("sink", 0) else "")
                 + {"pca": " --pca-init", "kmeans": " --kmeans-init"}.get(t.get("init") or "", "")
+                + (f" --sharpen {t['sharpen']:g}" if t.get("sharpen") else "") + (f" --balance {t['balance']:g}" if t.get("balance") else "")
                 + (f" (its cosine schedule was set for {os.environ['PLANNED_STEPS']} steps; the time budget stopped it)" if os.environ.get("PLANNED_STEPS") else "")),
     "date": os.environ.get("DATE", "2026-12-01"),
 }
+# A fine-tuning run (train_paper --from): the chain of stages back to a shipped adapter.
+def stages_of(run_dir):
+    """The stages that made run_dir's adapter, first to last (the first: the shipped adapter's
+    own training record, read from git), and a line naming that adapter."""
+    c = json.load(open(run_dir / "adapter_config.json"))["training"]
+    parent = c["init"][len("from "):].split("/root/stage/", 1)[-1]
+    if parent.startswith("runs/"):
+        # The output of an earlier stage of the same session: its configs are beside this run's.
+        before, origin = stages_of(run_dir.parent / parent[len("runs/"):])
+    else:
+        at = os.environ.get("FROM_COMMIT", "HEAD")
+        git = lambda *a: subprocess.run(["git", *a], check=True, capture_output=True, text=True).stdout.strip()
+        commit = git("log", "-1", "--format=%h", at, "--", f"{parent}/adapter_config.json")
+        shipped = json.loads(git("show", f"{commit}:{parent}/adapter_config.json"))["training"]
+        run_note = f": {os.environ['FROM_RUN']}" if os.environ.get("FROM_RUN") else ""
+        origin = f"{parent} as shipped by commit {commit} ({shipped['tokens_seen']:,} tokens{run_note})"
+        before = [{"adapter": f"{parent} as shipped by commit {commit}", "run": os.environ.get("FROM_RUN"),
+                   **{k: v for k, v in shipped.items() if k not in ("data", "data_files", "heldout_files", "split")}}]
+    probe = f" --probe {os.environ['PROBE_FILES']}" if os.environ.get("PROBE_FILES") else ""
+    terms = (f" --sharpen {c['sharpen']:g}" if c.get("sharpen") else "") + (f" --balance {c['balance']:g}" if c.get("balance") else "")
+    this = {
+        "run": str(run_dir), "from": parent + (f" (the output of {run_dir.parent / parent[len('runs/'):]})" if parent.startswith("runs/") else ""), "steps": c["steps"], "tokens_seen": c["tokens_seen"], "lr": c["lr"], "cosine_decay": c["cosine_decay"],
+        "sharpen": c.get("sharpen", 0.0), "balance": c.get("balance", 0.0), "seconds": c["seconds_this_run"], "time_limit_min": c.get("time_limit_min"),
+        "heldout_ppl_final": c["heldout_ppl"], "heldout_mode": c["heldout_mode"],
+        "command": (f"train_paper --model {os.environ.get('MODEL', 'SmolLM2-135M-Instruct.Q4_1.gguf')} --data corpus/train --heldout corpus/heldout "
+                    f"--out runs/{run_dir.name} --from {parent} --steps {c['steps']} --minutes {c['time_limit_min']:g} --eval-every {c['steps'] // 4} "
+                    f"--ppl tests/fixtures/ppl_persuasion_60k.txt --ctx 1024{probe} --lr {c['lr']:g}{terms} (started by experiments/gpu/launch.sh)"),
+        "same_as": (f"focus-lens train --device cuda --init {parent} --data corpus/train --heldout corpus/heldout --seq-len {c['seq_len']} "
+                    f"--batch {c['batch']} --lr {c['lr']:g}{' --cosine-decay' if c['cosine_decay'] else ''} --steps {c['steps']} --seed {c['seed']}{terms}"),
+    }
+    return before + [this], origin
+
+if t.get("init", "").startswith("from "):
+    stages, origin = stages_of(src)
+    for k in ("seconds", "command", "same_as", "time_limit_min", "date"):
+        cfg["training"].pop(k)
+    cfg["training"].update({
+        "from": f"{origin}, then " + ", then ".join(f"{s['run']} ({s['tokens_seen']:,} tokens)" for s in stages[1:]),
+        "stages": stages,
+        "steps": sum(s["steps"] for s in stages), "tokens_seen": sum(s["tokens_seen"] for s in stages),
+        "tokens_this_run": t["tokens_seen"], "sharpen": t.get("sharpen", 0.0), "balance": t.get("balance", 0.0),
+        "seconds_this_run": t["seconds_this_run"], "time_limit_min": t.get("time_limit_min"),
+        "trainer": f"core/examples/train_paper.rs (the fused training step); each stage fine-tunes the one before with its own cosine schedule (lr to lr/10); the last stage {shared}",
+        "command": stages[-1]["command"], "same_as": stages[-1]["same_as"],
+        "date": os.environ.get("DATE", "2026-12-01"),
+    })
 ppl = {p["mode"]: p["ppl"] for p in json.load(open(src / "ppl.json"))}
 st = json.load(open(stats))
 dom = [L["dominance"] for L in st["layers"]]
@@ -70,6 +124,8 @@ if last.get("structure"):
     cfg["results"]["probe_structure"] = {"step0": first["structure"], "last": last["structure"], "step": last["step"]}
 if st.get("structure"):
     cfg["results"]["analysis"]["structure"] = st["structure"]
+if "stages" in cfg["training"] and "probe_structure" in cfg["results"]:
+    cfg["results"]["probe_structure"]["of"] = f"the last stage, {src} (step0: the adapter it started from)"
 d = Path("sample_adapters") / dest
 d.mkdir(parents=True, exist_ok=True)
 (d / "adapter_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
