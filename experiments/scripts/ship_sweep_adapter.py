@@ -11,7 +11,8 @@ what the training log's probe was.
 A run that fine-tuned a saved adapter (`train_paper --from`, its config's training.init "from
 /root/stage/X") is recorded as the last stage of a chain: X is either a run of RUN's folder
 (`runs/NAME`, the stage before, recorded the same way) or a shipped adapter, whose training
-record is read from git at FROM_COMMIT (env, default HEAD: the adapter the run replaces).
+record is read from git at FROM_COMMIT (env, default HEAD: the adapter the run replaces; to
+re-run after the shipping commit, FROM_COMMIT=THAT_COMMIT^).
 training.tokens_seen and steps are then the whole chain's, training.stages lists each stage,
 and training.command is the last stage's train_paper command (started by
 experiments/gpu/launch.sh; SHARED as above, PROBE_FILES the --probe books).
