@@ -551,3 +551,14 @@ fn pca_init_keeps_the_leading_directions_at_a_random_routers_scale() {
         assert!(along(&cols) > along(&rand_cols), "layer {l}: the principal directions hold less than random ones");
     }
 }
+
+/// Fine-tuning a saved adapter (`train_paper --from`, the Train view's "continue") drops the
+/// measured results it carried: they describe the weights before training.
+#[test]
+fn a_fine_tuned_adapter_does_not_carry_its_starts_results() {
+    let (model, _) = setup();
+    let mut a = focus_core::Adapter::random(&model.identity(), model.device(), &spec(), 3).unwrap();
+    a.config.results = Some(serde_json::json!({"ppl": {"ctx1024": {"soft": 31.65}}}));
+    let t = Trainer::from_adapter(&model, a, opts(1)).unwrap();
+    assert!(t.adapter.config.results.is_none(), "{:?}", t.adapter.config.results);
+}

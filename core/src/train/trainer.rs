@@ -345,6 +345,9 @@ impl<'m> Trainer<'m> {
             )));
         }
         let straight_through = opts.straight_through.map(|k| adapter.config.topk(k)).transpose()?;
+        // Measured results describe the weights they were measured on, which training changes:
+        // a fine-tuned adapter must not carry its start's figures as its own.
+        adapter.config.results = None;
         let mut vars = Vec::new();
         for r in adapter.layers.iter_mut() {
             let p = Var::from_tensor(&r.proj)?;
