@@ -41,7 +41,8 @@ pub struct LayerStats {
     pub tokens: Option<Vec<TokenRouting>>,
 }
 
-fn routed_by_default() -> bool {
+/// Serde's default for the `routed` flags: files written before them read as routed.
+pub(crate) fn routed_by_default() -> bool {
     true
 }
 

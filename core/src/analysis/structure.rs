@@ -68,12 +68,8 @@ pub struct LayerStructure {
     /// Whether the adapter routes the layer (`LayerStats::routed`). A layer it does not route
     /// attends densely: it is measured, but left out of the medians, the best layer and the
     /// worst dominance. (Logs written before this field existed read as routed.)
-    #[serde(default = "routed_by_default")]
+    #[serde(default = "super::stats::routed_by_default")]
     pub routed: bool,
-}
-
-fn routed_by_default() -> bool {
-    true
 }
 
 /// The structure of every layer of one adapter on one text.
