@@ -552,6 +552,44 @@ fn pca_init_keeps_the_leading_directions_at_a_random_routers_scale() {
     }
 }
 
+/// [ours] `scale_projection`: W_g times the gain, so every routing score scales by it and the
+/// memberships soften (the largest membership falls) while the scores keep their order; a gain
+/// that is not a positive number, or a run that has started, is refused.
+#[test]
+fn a_projection_gain_scales_the_scores_and_softens_the_memberships() {
+    let (model, data) = setup();
+    let mut tr = Trainer::new(&model, &spec(), opts(1)).unwrap();
+    tr.init_pca(&data, 6, false, 10).unwrap();
+    // A deep copy: the trainer's W_g is a Var whose storage the adapter's tensors share.
+    let mut before = tr.adapter.clone();
+    for r in before.layers.iter_mut() {
+        r.proj = r.proj.copy().unwrap();
+    }
+    tr.scale_projection(0.25).unwrap();
+    assert!(tr.adapter.config.init.contains("multiplied by 0.25"), "{}", tr.adapter.config.init);
+    let route = |a: &focus_core::Adapter| {
+        // Dense: every layer's input is the base model's, whatever the routing.
+        let mut o = focus_core::model::ForwardOptions::new(focus_core::Mode::Dense, Some(a));
+        o.record_routing = true;
+        model.decoder.forward(&data.heldout[..48], &o).unwrap().routing
+    };
+    let (r0, r1) = (route(&before), route(&tr.adapter));
+    let k = spec().groups;
+    let mean_top = |m: &[f32]| m.chunks(k).map(|row| row.iter().cloned().fold(0.0, f32::max) as f64).sum::<f64>() / (m.len() / k) as f64;
+    for (l, (x, y)) in r0.iter().zip(&r1).enumerate() {
+        for (s0, s1) in x.scores.iter().zip(&y.scores) {
+            assert!((s1 - 0.25 * s0).abs() <= 1e-4 * (1.0 + s0.abs()), "layer {l}: score {s0} became {s1}");
+        }
+        assert!(mean_top(&y.memberships) < mean_top(&x.memberships), "layer {l}: memberships did not soften");
+    }
+    for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+        let e = tr.scale_projection(bad).unwrap_err().to_string();
+        assert!(e.contains("positive number"), "gain {bad}: {e}");
+    }
+    tr.train_step(&data).unwrap();
+    assert!(tr.scale_projection(0.5).unwrap_err().to_string().contains("not started"));
+}
+
 /// Fine-tuning a saved adapter (`train_paper --from`, the Train view's "continue") drops the
 /// measured results it carried: they describe the weights before training.
 #[test]

@@ -9,6 +9,7 @@
 //!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--router-layers all|global] [--cpu]
 //!       [--wd 0] [--clip 0] [--lambda 10] [--probe FILE,FILE] [--composed] [--mem-trace]
 //!       [--sink 0] [--freeze-centroids] [--sharpen 0] [--balance 0] [--input-scale] [--from ADAPTER]
+//!       [--init-gain 1]
 //!
 //! Defaults are the paper's setting: dot scores, tau 0.1, Sinkhorn 10 iterations with the full
 //! gradient, log gate, random init; and ours: d_g 16, w 128, 4 x 1024 tokens per step, AdamW lr
@@ -121,6 +122,12 @@ fn main() -> focus_core::Result<()> {
         "pca" | "pca-white" => trainer.init_pca(&data, 8, init == "pca-white", 50)?,
         "random" => {}
         other => return Err(focus_core::Error::Invalid(format!("--init {other}: random, kmeans, pca or pca-white"))),
+    }
+    // --init-gain G [ours]: W_g times G after the init (or the --from adapter's): softer
+    // memberships at the same top groups.
+    let gain: f64 = arg(&args, "--init-gain", "1").parse().map_err(|_| focus_core::Error::Invalid("--init-gain takes a number".into()))?;
+    if gain != 1.0 {
+        trainer.scale_projection(gain)?;
     }
     // --composed: the composed ops instead of the fused step (A/B); --mem-trace: the device
     // memory pool after each step (live, reserved, and the step's peak).

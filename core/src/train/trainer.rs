@@ -553,6 +553,27 @@ impl<'m> Trainer<'m> {
         self.init_kmeans(data, seqs, iters)
     }
 
+    /// [ours] Multiplies every routed layer's W_g by `gain` (after `init_*` or `--from`), so every
+    /// score S = h W_g C^T scales by it and the memberships exp(S / tau) soften (gain < 1) with
+    /// the same top group in most tokens. A PCA-initialised Gemma 3 router starts with S / tau
+    /// in the thousands: its memberships are one-hot, the soft gate halves every cross-group
+    /// distant logit, and no gradient reaches the router through Sinkhorn (issue 28). Only
+    /// before the first step.
+    pub fn scale_projection(&mut self, gain: f64) -> Result<()> {
+        if self.step != 0 {
+            return Err(Error::Invalid("the router projection is rescaled only for a run that has not started".into()));
+        }
+        if !(gain.is_finite() && gain > 0.0) {
+            return Err(Error::Invalid(format!("the projection gain must be a positive number, not {gain}")));
+        }
+        for l in 0..self.adapter.layers.len() {
+            let w = (self.vars[2 * l].as_tensor() * gain)?;
+            self.vars[2 * l].set(&w)?;
+        }
+        self.adapter.config.init = format!("{}; then W_g multiplied by {gain} [ours]", self.adapter.config.init);
+        Ok(())
+    }
+
     /// One optimizer step; returns the mean training loss (nats/token).
     pub fn train_step(&mut self, data: &TrainData) -> Result<f64> {
         let (mean, mut grads) = self.loss_and_gradients(data)?;
