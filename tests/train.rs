@@ -17,7 +17,7 @@ fn setup() -> (Model, TrainData) {
 }
 
 fn opts(steps: usize) -> TrainOptions {
-    TrainOptions { steps, seq_len: 48, batch: 2, lr: 5e-2, weight_decay: 0.0, seed: 17, eval_every: 2, eval_seqs: 2, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: Default::default(), cosine_decay: false, straight_through: None, grad_clip: 0.0, freeze_centroids: false, sharpen: 0.0, balance: 0.0 }
+    TrainOptions { steps, seq_len: 48, batch: 2, lr: 5e-2, weight_decay: 0.0, seed: 17, eval_every: 2, eval_seqs: 2, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: Default::default(), cosine_decay: false, straight_through: None, grad_clip: 0.0, freeze_centroids: false, freeze_projection: false, sharpen: 0.0, balance: 0.0 }
 }
 
 fn spec() -> AdapterSpec {
@@ -308,9 +308,10 @@ fn sharpening_term_sharpens_the_memberships() {
     assert!(lp.is_finite() && ls.is_finite() && (ls - lp).abs() < 1.0, "losses {lp} / {ls}");
 }
 
-/// `focus-lens train` on the default model (seq 64): its last line states the figures the
+/// `focus-lens train` on the default model (seq 80): its last line states the figures the
 /// progress bar carries (loss, held-out perplexity, worst-layer dominance against 1.3/K, the
-/// category NMI against the untrained twin), those of the log's last row, and
+/// category NMI against the untrained twin), those of the log's last row, the adapter records
+/// its objective and initialisation (PCA, a projection gain, the projection frozen), and
 /// --keep-checkpoints leaves each checkpoint as an adapter.
 #[test]
 fn the_cli_states_the_figures_and_keeps_checkpoints() {
@@ -328,7 +329,7 @@ fn the_cli_states_the_figures_and_keeps_checkpoints() {
         .arg(&text)
         .arg("--heldout")
         .arg(&held)
-        .args(["--steps", "2", "--seq-len", "64", "--batch", "1", "--window", "16", "--groups", "4", "--eval-every", "2", "--eval-seqs", "1", "--checkpoint-every", "1", "--keep-checkpoints", "--sharpen", "0.05", "--balance", "0.5", "--out"])
+        .args(["--steps", "2", "--seq-len", "80", "--batch", "1", "--window", "16", "--groups", "4", "--eval-every", "2", "--eval-seqs", "1", "--checkpoint-every", "1", "--keep-checkpoints", "--sharpen", "0.05", "--balance", "0.5", "--pca-init", "--init-gain", "0.5", "--freeze-projection", "--out"])
         .arg(&out)
         .output()
         .unwrap();
@@ -355,6 +356,14 @@ fn the_cli_states_the_figures_and_keeps_checkpoints() {
     // The adapter records the objective it was trained with.
     let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("adapter_config.json")).unwrap()).unwrap();
     assert_eq!((cfg["training"]["sharpen"].as_f64(), cfg["training"]["balance"].as_f64()), (Some(0.05), Some(0.5)), "{}", cfg["training"]);
+    assert_eq!((cfg["training"]["init_gain"].as_f64(), cfg["training"]["freeze_projection"].as_bool()), (Some(0.5), Some(true)), "{}", cfg["training"]);
+    assert!(cfg["init"].as_str().unwrap().contains("principal directions") && cfg["init"].as_str().unwrap().ends_with("then W_g multiplied by 0.5 [ours]"), "{}", cfg["init"]);
+    // A gain that is not a positive number is refused before anything loads, naming the flag.
+    for bad in ["0", "-1", "nan", "1e9"] {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_focus-lens")).args(["train", "--data", "x", "--heldout", "y", "--out", "z", &format!("--init-gain={bad}")]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("--init-gain"), "--init-gain {bad}: {err}");
+    }
     for step in [1, 2] {
         focus_core::Adapter::load(&focus_core::train::checkpoint_dir(&out, step), &common::default_model().identity(), &Device::Cpu).unwrap();
     }
@@ -588,6 +597,28 @@ fn a_projection_gain_scales_the_scores_and_softens_the_memberships() {
     }
     tr.train_step(&data).unwrap();
     assert!(tr.scale_projection(0.5).unwrap_err().to_string().contains("not started"));
+}
+
+/// [ours] Freezing one half of every router: with `freeze_projection` each W_g stays bit for bit
+/// where it started and the centroids move; with `freeze_centroids` the other way round.
+#[test]
+fn frozen_projections_or_centroids_stay_where_they_started() {
+    let (model, data) = setup();
+    let flat = |t: &candle_core::Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    for (freeze_projection, freeze_centroids) in [(true, false), (false, true)] {
+        let o = TrainOptions { freeze_projection, freeze_centroids, ..opts(3) };
+        let mut tr = Trainer::new(&model, &spec(), o).unwrap();
+        let start: Vec<(Vec<f32>, Vec<f32>)> = tr.adapter.layers.iter().map(|r| (flat(&r.proj), flat(&r.centroids))).collect();
+        for _ in 0..3 {
+            tr.train_step(&data).unwrap();
+        }
+        let (mut moved_w, mut moved_c) = (false, false);
+        for (r, (w0, c0)) in tr.adapter.layers.iter().zip(&start) {
+            moved_w |= flat(&r.proj) != *w0;
+            moved_c |= flat(&r.centroids) != *c0;
+        }
+        assert_eq!((moved_w, moved_c), (!freeze_projection, !freeze_centroids), "freeze_projection {freeze_projection}, freeze_centroids {freeze_centroids}");
+    }
 }
 
 /// Fine-tuning a saved adapter (`train_paper --from`, the Train view's "continue") drops the

@@ -60,6 +60,8 @@ pub struct Plan {
     /// [ours] A new adapter's routers read their input scaled per channel to unit RMS
     /// (`Trainer::init_input_scale`), before `Init`. Ignored by `Start::From` / `Resume`.
     pub input_scale: bool,
+    /// [ours] A new adapter's W_g times this after `Init` (`Trainer::scale_projection`); 1 = none.
+    pub init_gain: f64,
     /// Keep every checkpoint's adapter (`focus_core::train::checkpoint_dir`).
     pub keep_checkpoints: bool,
     /// The device as the provenance records it.
@@ -153,6 +155,9 @@ pub fn prepare<'m>(model: &'m Model, plan: &Plan, cancel: &dyn Fn() -> bool, sta
         }
         _ => {}
     }
+    if plan.init_gain != 1.0 && matches!(plan.start, Start::New(..)) {
+        trainer.scale_projection(plan.init_gain)?;
+    }
     let probe_file = heldout_files[0].clone();
     trainer.probe = Some(focus_core::train::probe_passage(&focus_core::io::text::read_text(&probe_file)?).to_string());
     Ok(Prepared { trainer, data, train_files, heldout_files, probe_file })
@@ -223,9 +228,9 @@ impl Prepared<'_> {
                 "device": plan.device, "time_limit_min": t.opts.max_seconds / 60.0, "heldout_ppl": figures.heldout_ppl, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
                 "sinkhorn_grad": t.opts.sinkhorn_grad, "cosine_decay": t.opts.cosine_decay,
                 "straight_through": t.opts.straight_through, "heldout_mode": t.eval_mode().to_string(),
-                "sharpen": t.opts.sharpen, "balance": t.opts.balance, "freeze_centroids": t.opts.freeze_centroids,
+                "sharpen": t.opts.sharpen, "balance": t.opts.balance, "freeze_centroids": t.opts.freeze_centroids, "freeze_projection": t.opts.freeze_projection,
                 "init": init, "kmeans_init": matches!(plan.start, Start::New(_, Init::KMeans)),
-                "pca_init": matches!(plan.start, Start::New(_, Init::Pca)),
+                "pca_init": matches!(plan.start, Start::New(_, Init::Pca)), "init_gain": plan.init_gain,
                 "probe": self.probe_file.display().to_string(),
             }));
             t.adapter.save(out)?;

@@ -96,7 +96,7 @@ fn main() -> focus_core::Result<()> {
         let data = TrainData { train, heldout: Vec::new() };
         let score = if arg(&args, "--score", "dot") == "cosine" { Score::Cosine } else { Score::Dot };
         let spec = AdapterSpec { groups: arg(&args, "--groups", "8").parse().unwrap(), score, ..Default::default() };
-        let opts = TrainOptions { steps: 0, seq_len: seq, batch: 1, lr: 0.0, weight_decay: 0.0, seed: 0, eval_every: 0, eval_seqs: 0, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: Default::default(), cosine_decay: false, straight_through: None, grad_clip: 0.0, freeze_centroids: false, sharpen: 0.0, balance: 0.0 };
+        let opts = TrainOptions { steps: 0, seq_len: seq, batch: 1, lr: 0.0, weight_decay: 0.0, seed: 0, eval_every: 0, eval_seqs: 0, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: Default::default(), cosine_decay: false, straight_through: None, grad_clip: 0.0, freeze_centroids: false, freeze_projection: false, sharpen: 0.0, balance: 0.0 };
         for init in inits.split(',') {
             let mut tr = Trainer::new(&model, &spec, opts.clone())?;
             // "scale+INIT": the router input scale [ours] first (`Trainer::init_input_scale`).

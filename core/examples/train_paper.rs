@@ -8,7 +8,7 @@
 //!       [--seq 1024] [--batch 4] [--score dot|cosine] [--iters 10] [--init random|kmeans|pca|pca-white]
 //!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--router-layers all|global] [--cpu]
 //!       [--wd 0] [--clip 0] [--lambda 10] [--probe FILE,FILE] [--composed] [--mem-trace]
-//!       [--sink 0] [--freeze-centroids] [--sharpen 0] [--balance 0] [--input-scale] [--from ADAPTER]
+//!       [--sink 0] [--freeze-centroids] [--freeze-projection] [--sharpen 0] [--balance 0] [--input-scale] [--from ADAPTER]
 //!       [--init-gain 1]
 //!
 //! Defaults are the paper's setting: dot scores, tau 0.1, Sinkhorn 10 iterations with the full
@@ -95,6 +95,7 @@ fn main() -> focus_core::Result<()> {
         straight_through: None,
         grad_clip: arg(&args, "--clip", "0").parse().unwrap(),
         freeze_centroids: args.iter().any(|a| a == "--freeze-centroids"),
+        freeze_projection: args.iter().any(|a| a == "--freeze-projection"),
         // [ours] the sharpening term's weight (TrainOptions::sharpen).
         sharpen: arg(&args, "--sharpen", "0").parse().unwrap(),
         // [ours] the top-group balance term's weight (TrainOptions::balance).

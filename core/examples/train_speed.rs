@@ -98,7 +98,7 @@ fn spec() -> AdapterSpec {
 }
 
 fn opts(batch: usize, seq: usize, steps: usize, grad: SinkhornGrad) -> TrainOptions {
-    TrainOptions { steps, seq_len: seq, batch, lr: 1e-2, weight_decay: 0.0, seed: 0, eval_every: 0, eval_seqs: 1, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: grad, cosine_decay: false, straight_through: None, grad_clip: 0.0, freeze_centroids: false, sharpen: 0.0, balance: 0.0 }
+    TrainOptions { steps, seq_len: seq, batch, lr: 1e-2, weight_decay: 0.0, seed: 0, eval_every: 0, eval_seqs: 1, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: grad, cosine_decay: false, straight_through: None, grad_clip: 0.0, freeze_centroids: false, freeze_projection: false, sharpen: 0.0, balance: 0.0 }
 }
 
 fn data(vocab: usize, n: usize) -> TrainData {

@@ -57,6 +57,10 @@ pub fn slope(s: &str) -> Result<f64, String> {
 pub fn factor_minutes(s: &str) -> Result<f64, String> {
     real_in(s, 0.0, 1e6, false)
 }
+/// A gain on the router projection: (0, 100].
+pub fn gain(s: &str) -> Result<f64, String> {
+    real_in(s, 0.0, 100.0, true)
+}
 /// A duration in minutes or a size in GiB: (0, 1e6].
 pub fn positive(s: &str) -> Result<f64, String> {
     real_in(s, 0.0, 1e6, true)

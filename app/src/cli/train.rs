@@ -89,9 +89,17 @@ pub struct Args {
     /// initialisation: for models whose normalised hidden state has huge channels (Gemma 3).
     #[arg(long, conflicts_with_all = ["resume", "init"])]
     pub input_scale: bool,
+    /// [ours] Multiply every W_g by this after the initialisation (1 = as initialised): scores
+    /// S / tau shrink by it and memberships soften. PCA-initialised Gemma 3 routers start with
+    /// one-hot memberships that no gradient reaches; 0.033 trained them (docs/RESULTS.md).
+    #[arg(long, default_value_t = 1.0, value_parser = super::common::gain, conflicts_with_all = ["resume", "init"])]
+    pub init_gain: f64,
     /// [ours] Keep the centroids at their initial value (e.g. --kmeans-init): only W_g trains.
     #[arg(long)]
     pub freeze_centroids: bool,
+    /// [ours] Keep every W_g at its initial value (e.g. --pca-init): only the centroids train.
+    #[arg(long, conflicts_with = "freeze_centroids")]
+    pub freeze_projection: bool,
     /// [ours] Add this weight times the mean row entropy of the balanced memberships to the
     /// loss, so that each token's top group carries its group's mass (0 = the paper's loss).
     #[arg(long, default_value_t = 0.0, value_parser = super::common::factor)]
@@ -115,14 +123,14 @@ pub fn run(a: Args) -> Result<()> {
         let stop = stop.clone();
         ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed)).context("installing the Ctrl-C handler")?;
     }
-    let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through, grad_clip: a.grad_clip, freeze_centroids: a.freeze_centroids, sharpen: a.sharpen, balance: a.balance };
+    let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through, grad_clip: a.grad_clip, freeze_centroids: a.freeze_centroids, freeze_projection: a.freeze_projection, sharpen: a.sharpen, balance: a.balance };
     let init = if a.pca_init { Init::Pca } else if a.kmeans_init { Init::KMeans } else { Init::Random };
     let start = match (&a.resume, &a.init) {
         (Some(dir), _) => Start::Resume(dir.clone()),
         (None, Some(dir)) => Start::From(dir.clone()),
         (None, None) => Start::New(a.spec.spec(), init),
     };
-    let plan = Plan { data: a.data.clone(), heldout: a.heldout.clone(), start, opts, out: a.out.clone(), input_scale: a.input_scale, keep_checkpoints: a.keep_checkpoints, device: device_name(&a.model.device) };
+    let plan = Plan { data: a.data.clone(), heldout: a.heldout.clone(), start, opts, out: a.out.clone(), input_scale: a.input_scale, init_gain: a.init_gain, keep_checkpoints: a.keep_checkpoints, device: device_name(&a.model.device) };
     let mut prepared = training::prepare(&model, &plan, &|| stop.load(Ordering::Relaxed), &mut |_| {})?;
     eprintln!("{}", prepared.describe());
     let pb = progress(prepared.trainer.opts.steps as u64, "train", false);

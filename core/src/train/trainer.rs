@@ -63,6 +63,11 @@ pub struct TrainOptions {
     /// trains (issue 28, item 4).
     #[serde(default)]
     pub freeze_centroids: bool,
+    /// [ours] Keep every W_g at its initial value (e.g. the principal directions of `init_pca`):
+    /// only the centroids train, so the routing space h W_g, and the categories it separates,
+    /// stay as they were (issue 28, item 4).
+    #[serde(default)]
+    pub freeze_projection: bool,
     /// [ours] Weight of a sharpening term added to the loss: the mean row entropy (nats) of
     /// every routed layer's balanced memberships (issue 28, item 4). Sinkhorn keeps each
     /// group's mass at 1/K; sharper rows make each token's top group carry that mass, so the top
@@ -523,7 +528,11 @@ impl<'m> Trainer<'m> {
         let n_seq = (data.train.len() / t).min(seqs.max(1));
         let d = self.model.config().d_model;
         if n_seq == 0 || n_seq * t < d {
-            return Err(Error::Invalid(format!("PCA needs at least {d} training tokens in windows of {t}; the training data has {}", data.train.len())));
+            // It reads at most `seqs` windows: a short sequence length can leave too few rows.
+            return Err(Error::Invalid(format!(
+                "PCA needs at least {d} router inputs (d_model); the first {n_seq} training windows of {t} tokens give {}: use a longer sequence length or more training text",
+                n_seq * t
+            )));
         }
         let dev = self.model.device();
         // With an input scale, the principal directions are those of what the router reads.
@@ -599,6 +608,9 @@ impl<'m> Trainer<'m> {
         if self.opts.freeze_centroids {
             // Every router's parameters are (W_g, centroids): the odd entries stay as they are.
             grads.iter_mut().skip(1).step_by(2).for_each(|g| *g = None);
+        }
+        if self.opts.freeze_projection {
+            grads.iter_mut().step_by(2).for_each(|g| *g = None);
         }
         self.opt.step(&self.vars, &grads, self.opts.lr_at(self.step), self.opts.weight_decay)?;
         // On CUDA, the step's temporaries go back to the stream-ordered memory pool; without a

@@ -105,6 +105,7 @@ impl TrainForm {
             straight_through: None,
             grad_clip: 0.0,
             freeze_centroids: false,
+            freeze_projection: false,
             sharpen: self.sharpen,
             balance: self.balance,
         }
@@ -259,6 +260,7 @@ impl TrainView {
             opts: f.options(),
             out,
             input_scale: f.input_scale,
+            init_gain: 1.0,
             keep_checkpoints: true,
             device: f.device.label().to_string(),
         };
