@@ -16,6 +16,7 @@ re-run after the shipping commit, FROM_COMMIT=THAT_COMMIT^).
 training.tokens_seen and steps are then the whole chain's, training.stages lists each stage,
 and training.command is the last stage's train_paper command (started by
 experiments/gpu/launch.sh; SHARED as above, PROBE_FILES the --probe books).
+CALL is the sweep.sh call folder that ran it, or the whole command (a launch.sh line).
 Usage: ship_sweep_adapter.py RUN WEIGHTS DEST STATS CALL"""
 import json, os, shutil, subprocess, sys
 from pathlib import Path
@@ -38,16 +39,21 @@ cfg["training"] = {
     "lr": t["lr"], "cosine_decay": t["cosine_decay"], "weight_decay": t["weight_decay"], "seed": t["seed"],
     "optimizer": t["optimizer"], "sinkhorn_grad": t["sinkhorn_grad"], "device": t["device"],
     "seconds": t["seconds_this_run"], "heldout_ppl_final": t["heldout_ppl"], "heldout_mode": t["heldout_mode"],
-    "trainer": f"core/examples/train_paper.rs ({'the composed step: head dim 256' if cfg['base_model']['arch'] == 'gemma3' else 'the fused training step'}), {shared}",
+    # Runs before Gemma 3's fused step (stop 31) name no trainer: Gemma 3 ran the composed step.
+    "trainer": f"{t.get('trainer') or 'core/examples/train_paper.rs (' + ('the composed step: head dim 256' if cfg['base_model']['arch'] == 'gemma3' else 'the fused training step') + ')'}, {shared}",
     "time_limit_min": t.get("time_limit_min"),
-    "command": f"bash experiments/gpu/sweep.sh {call}",
+    # CALL: a sweep.sh call folder, or the whole command that started the run (launch.sh).
+    "command": call if call.startswith("bash ") or "launch.sh" in call else f"bash experiments/gpu/sweep.sh {call}",
     "same_as": (f"focus-lens train --device cuda {model_flag}--data corpus/train --heldout corpus/heldout --groups {K} --gate {cfg['gate']} "
                 f"--score {cfg['score']} --tau {cfg['tau']} --sinkhorn-iters {cfg['sinkhorn_iters']} --seq-len {t['seq_len']} "
                 f"--batch {t['batch']} --lr {t['lr']} --cosine-decay --steps {t['steps']} --seed {t['seed']}"
                 + (f" --router-layers {cfg['router_layers']}" if cfg.get("router_layers", "all") != "all" else "")
                 + (f" --lambda {cfg['lambda']:g}" if cfg["gate"] == "paper" else "")
                 + (f" --sink {cfg['sink']}" if cfg.get("sink", 0) else "")
+                + (" --input-scale" if cfg.get("input_scale") else "")
                 + {"pca": " --pca-init", "kmeans": " --kmeans-init"}.get(t.get("init") or "", "")
+                + (f" --init-gain {cfg['init'].split('multiplied by ')[1].split(' ')[0]}" if "W_g multiplied by" in cfg.get("init", "") else "")
+                + (" --freeze-projection" if t.get("freeze_projection") else "") + (" --freeze-centroids" if t.get("freeze_centroids") else "")
                 + (f" --sharpen {t['sharpen']:g}" if t.get("sharpen") else "") + (f" --balance {t['balance']:g}" if t.get("balance") else "")
                 + (f" (its cosine schedule was set for {os.environ['PLANNED_STEPS']} steps; the time budget stopped it)" if os.environ.get("PLANNED_STEPS") else "")),
     "date": os.environ.get("DATE", "2026-12-01"),
@@ -100,9 +106,14 @@ if t.get("init", "").startswith("from "):
     })
 ppl = {p["mode"]: p["ppl"] for p in json.load(open(src / "ppl.json"))}
 st = json.load(open(stats))
-dom = [L["dominance"] for L in st["layers"]]
+# Only the layers the adapter routes (router_layers: global leaves the others dense).
+routed = [L.get("routed", True) for L in st["layers"]]
+dom = [L["dominance"] for L, r in zip(st["layers"], routed) if r]
 pur = []
-for L in st["profiles"]:
+for L, r in zip(st["profiles"], routed):
+    if not r:
+        pur.append(0.0)
+        continue
     cs = L["centroids"]; tot = sum(c["tokens"] for c in cs)
     pur.append(sum(c["tokens"] * (c["purity"] or 0) for c in cs) / max(tot, 1))
 cfg["results"] = {
@@ -114,8 +125,9 @@ cfg["results"] = {
     "analysis": {
         "command": "focus-lens analyze FIRST_25000_BYTES_OF_THE_FIXTURE --adapter A --mode topk --k 2 --segment 1024 --out stats.json",
         "dominance_mean": sum(dom) / len(dom), "dominance_worst": max(dom), "dominance_target": 1.3 / K,
-        "purity_mean": sum(pur) / len(pur), "purity_best_layer": max(range(len(pur)), key=lambda i: pur[i]), "purity_best": max(pur),
-        "pairs_retained_mean": sum(L["pairs"]["retained"] for L in st["layers"]) / len(st["layers"]),
+        "purity_mean": sum(pur) / len(dom), "purity_best_layer": max(range(len(pur)), key=lambda i: pur[i]), "purity_best": max(pur),
+        "pairs_retained_mean": sum(L["pairs"]["retained"] for L, r in zip(st["layers"], routed) if r) / len(dom),
+        "routed_layers": [L["layer"] for L, r in zip(st["layers"], routed) if r],
     },
 }
 # The structure beside the untrained twin (analysis::structure), where the run logged it and
