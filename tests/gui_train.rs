@@ -98,6 +98,9 @@ fn start_watch_stop_and_open_a_checkpoint() {
     // The sharpening and balance terms [ours] reach the trainer (its checkpoint keeps its options).
     h.state_mut().views.train.form.sharpen = 0.05;
     h.state_mut().views.train.form.balance = 0.5;
+    // So do the projection gain and the frozen projection [ours].
+    h.state_mut().views.train.form.init_gain = 0.5;
+    h.state_mut().views.train.form.freeze_projection = true;
     type_into(&mut h, "output folder", &out.display().to_string(), |a| a.views.train.form.out.clear());
     h.get_by_label("Start training").click();
     h.step();
@@ -129,6 +132,9 @@ fn start_watch_stop_and_open_a_checkpoint() {
     assert!(out.join("checkpoint/optimizer.safetensors").exists(), "the resumable checkpoint");
     let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint/trainer_state.json")).unwrap()).unwrap();
     assert_eq!((state["options"]["sharpen"].as_f64(), state["options"]["balance"].as_f64()), (Some(0.05), Some(0.5)), "{}", state["options"]);
+    assert_eq!(state["options"]["freeze_projection"].as_bool(), Some(true), "{}", state["options"]);
+    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint/adapter_config.json")).unwrap()).unwrap();
+    assert!(cfg["init"].as_str().unwrap().ends_with("then W_g multiplied by 0.5 [ours]"), "{}", cfg["init"]);
     // The plots' points are the log's rows.
     let log: Vec<serde_json::Value> = std::fs::read_to_string(out.join("train_log.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(log.len(), r.loss.len(), "one loss point per log row");

@@ -39,6 +39,9 @@ pub struct TrainForm {
     pub init: Init,
     /// [ours] `Plan::input_scale`.
     pub input_scale: bool,
+    /// [ours] `Plan::init_gain` (1 = as initialised) and `TrainOptions::freeze_projection`.
+    pub init_gain: f64,
+    pub freeze_projection: bool,
     /// [ours] `TrainOptions::sharpen` and `TrainOptions::balance` (0 = the paper's loss).
     pub sharpen: f64,
     pub balance: f64,
@@ -69,6 +72,8 @@ impl Default for TrainForm {
             gate: Gate::Log,
             init: Init::Random,
             input_scale: false,
+            init_gain: 1.0,
+            freeze_projection: false,
             sharpen: 0.0,
             balance: 0.0,
             steps: 1000,
@@ -105,7 +110,7 @@ impl TrainForm {
             straight_through: None,
             grad_clip: 0.0,
             freeze_centroids: false,
-            freeze_projection: false,
+            freeze_projection: self.freeze_projection,
             sharpen: self.sharpen,
             balance: self.balance,
         }
@@ -260,7 +265,7 @@ impl TrainView {
             opts: f.options(),
             out,
             input_scale: f.input_scale,
-            init_gain: 1.0,
+            init_gain: f.init_gain,
             keep_checkpoints: true,
             device: f.device.label().to_string(),
         };
@@ -300,6 +305,9 @@ impl TrainView {
                     }
                 });
                 ui.checkbox(&mut f.input_scale, "scale input").on_hover_text("[ours] each channel of the router's input scaled to unit RMS first (models with huge hidden-state channels, e.g. Gemma 3)");
+                ui.add(egui::DragValue::new(&mut f.init_gain).range(1e-3..=100.0).speed(1e-3).max_decimals(3).prefix("W_g gain "))
+                    .on_hover_text("[ours] W_g times this after the initialisation: softer memberships with the same top groups (Gemma 3's PCA-initialised routers train from 0.033)");
+                ui.checkbox(&mut f.freeze_projection, "freeze W_g").on_hover_text("[ours] train the centroids only: W_g stays at its initial directions");
                 ui.add(egui::DragValue::new(&mut f.sharpen).range(0.0..=10.0).speed(1e-3).max_decimals(3).prefix("sharpen ")).on_hover_text("[ours] weight of the memberships' mean row entropy in the loss (the shipped SmolLM2 adapters: 0.05)");
                 ui.add(egui::DragValue::new(&mut f.balance).range(0.0..=100.0).speed(1e-2).max_decimals(3).prefix("balance ")).on_hover_text("[ours] weight of the top-group balance term, K * sum of squared top-group shares - 1, in the loss");
             });
