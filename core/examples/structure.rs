@@ -7,7 +7,8 @@
 //!   structure --model GGUF --probe BOOK,BOOK[,...] [--bytes 15000] [--k 2] [--seq 1024]
 //!       [--json OUT.json] ADAPTER_DIR...
 //!   structure --model GGUF --probe BOOK,BOOK --init kmeans,pca,pca-white --data TRAIN_DIR
-//!       [--groups 8] [--score dot|cosine]
+//!       [--groups 8] [--score dot|cosine] [--d-g 16] [--router-layers all|global]
+//!       [--gate log|paper] [--lambda 10] [--sink 0] [--init-gain 1]
 //!   (an init may be `scale+random`, `scale+pca`, ...: the router input scale [ours] first)
 //!
 //! With `--init`, the adapters measured are initialisations before any training (the trainer's
@@ -77,7 +78,7 @@ fn main() -> focus_core::Result<()> {
     }
     let text = focus_core::train::probe_from_books(&books.iter().map(|s| s.as_str()).collect::<Vec<_>>(), bytes);
     eprintln!("probe: {} bytes from {} books", text.len(), books.len());
-    let flags = ["--model", "--probe", "--bytes", "--seq", "--k", "--json", "--init", "--data", "--groups", "--score"];
+    let flags = ["--model", "--probe", "--bytes", "--seq", "--k", "--json", "--init", "--data", "--groups", "--score", "--d-g", "--router-layers", "--gate", "--lambda", "--sink", "--init-gain"];
     let dirs: Vec<&String> = args.iter().enumerate().skip(1).filter(|(i, a)| !a.starts_with("--") && !flags.contains(&args[i - 1].as_str())).map(|(_, a)| a).collect();
     let mut adapters: Vec<(String, Adapter)> = Vec::new();
     for d in dirs {
@@ -95,7 +96,19 @@ fn main() -> focus_core::Result<()> {
         }
         let data = TrainData { train, heldout: Vec::new() };
         let score = if arg(&args, "--score", "dot") == "cosine" { Score::Cosine } else { Score::Dot };
-        let spec = AdapterSpec { groups: arg(&args, "--groups", "8").parse().unwrap(), score, ..Default::default() };
+        // The routing settings of a training run (train_paper's flags), so that an init is
+        // measured as that run's step 0.
+        let spec = AdapterSpec {
+            groups: arg(&args, "--groups", "8").parse().unwrap(),
+            score,
+            d_g: arg(&args, "--d-g", "16").parse().unwrap(),
+            router_layers: arg(&args, "--router-layers", "all").parse().map_err(focus_core::Error::Invalid)?,
+            gate: if arg(&args, "--gate", "log") == "paper" { focus_core::Gate::Paper } else { focus_core::Gate::Log },
+            lambda: arg(&args, "--lambda", "10").parse().unwrap(),
+            sink: arg(&args, "--sink", "0").parse().unwrap(),
+            ..Default::default()
+        };
+        let gain: f64 = arg(&args, "--init-gain", "1").parse().unwrap();
         let opts = TrainOptions { steps: 0, seq_len: seq, batch: 1, lr: 0.0, weight_decay: 0.0, seed: 0, eval_every: 0, eval_seqs: 0, checkpoint_every: 0, max_seconds: 0.0, sinkhorn_grad: Default::default(), cosine_decay: false, straight_through: None, grad_clip: 0.0, freeze_centroids: false, freeze_projection: false, sharpen: 0.0, balance: 0.0 };
         for init in inits.split(',') {
             let mut tr = Trainer::new(&model, &spec, opts.clone())?;
@@ -112,6 +125,9 @@ fn main() -> focus_core::Result<()> {
                 "kmeans" => tr.init_kmeans(&data, 8, 50)?,
                 "pca" | "pca-white" => tr.init_pca(&data, 8, base == "pca-white", 50)?,
                 other => return Err(focus_core::Error::Invalid(format!("--init {other}: random, kmeans, pca or pca-white, each optionally as scale+INIT"))),
+            }
+            if gain != 1.0 {
+                tr.scale_projection(gain)?;
             }
             adapters.push((format!("init {init}"), tr.adapter.clone()));
         }
