@@ -211,7 +211,8 @@ fn main() -> focus_core::Result<()> {
         "lr": lr, "weight_decay": trainer.opts.weight_decay, "grad_clip": trainer.opts.grad_clip, "seed": seed, "tokens_seen": trainer.tokens_seen, "seconds_this_run": secs,
         "device": if dev.is_cuda() { "cuda (NVIDIA H200)" } else { "cpu" }, "time_limit_min": minutes, "heldout_ppl": last, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
         "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": cosine_decay, "straight_through": null,
-        "heldout_mode": trainer.eval_mode().to_string(), "init": if from.is_empty() { init.clone() } else { format!("from {from}") }, "sharpen": trainer.opts.sharpen, "balance": trainer.opts.balance, "kmeans_init": kmeans, "trainer": format!("core/examples/train_paper.rs ({step_form} step)"),
+        "heldout_mode": trainer.eval_mode().to_string(), "init": if from.is_empty() { init.clone() } else { format!("from {from}") }, "sharpen": trainer.opts.sharpen, "balance": trainer.opts.balance, "kmeans_init": kmeans,
+        "freeze_centroids": trainer.opts.freeze_centroids, "freeze_projection": trainer.opts.freeze_projection, "init_gain": gain, "trainer": format!("core/examples/train_paper.rs ({step_form} step)"),
         "ms_per_step": if timed_steps > 0 { Some(ms_step) } else { None }, "us_per_token": if timed_steps > 0 { Some(us_token) } else { None },
     }));
     trainer.adapter.save(&out)?;

@@ -562,7 +562,7 @@ impl<'m> Trainer<'m> {
         self.init_kmeans(data, seqs, iters)
     }
 
-    /// [ours] Multiplies every routed layer's W_g by `gain` (after `init_*` or `--from`), so every
+    /// [ours] Multiplies every layer's W_g by `gain` (after `init_*` or `--from`), so every
     /// score S = h W_g C^T scales by it and the memberships exp(S / tau) soften (gain < 1) with
     /// the same top group in most tokens. A PCA-initialised Gemma 3 router starts with S / tau
     /// in the thousands: its memberships are one-hot, the soft gate halves every cross-group
