@@ -329,7 +329,7 @@ fn the_cli_states_the_figures_and_keeps_checkpoints() {
         .arg(&text)
         .arg("--heldout")
         .arg(&held)
-        .args(["--steps", "2", "--seq-len", "80", "--batch", "1", "--window", "16", "--groups", "4", "--eval-every", "2", "--eval-seqs", "1", "--checkpoint-every", "1", "--keep-checkpoints", "--sharpen", "0.05", "--balance", "0.5", "--pca-init", "--init-gain", "0.5", "--freeze-projection", "--out"])
+        .args(["--steps", "2", "--seq-len", "80", "--batch", "1", "--window", "16", "--groups", "4", "--eval-every", "2", "--eval-seqs", "1", "--checkpoint-every", "1", "--keep-checkpoints", "--sharpen", "0.05", "--balance", "0.5", "--pca-init", "--whiten", "--init-gain", "0.5", "--freeze-projection", "--out"])
         .arg(&out)
         .output()
         .unwrap();
@@ -358,6 +358,11 @@ fn the_cli_states_the_figures_and_keeps_checkpoints() {
     assert_eq!((cfg["training"]["sharpen"].as_f64(), cfg["training"]["balance"].as_f64()), (Some(0.05), Some(0.5)), "{}", cfg["training"]);
     assert_eq!((cfg["training"]["init_gain"].as_f64(), cfg["training"]["freeze_projection"].as_bool()), (Some(0.5), Some(true)), "{}", cfg["training"]);
     assert!(cfg["init"].as_str().unwrap().contains("principal directions") && cfg["init"].as_str().unwrap().ends_with("then W_g multiplied by 0.5 [ours]"), "{}", cfg["init"]);
+    assert!(cfg["init"].as_str().unwrap().contains("(whitened)") && cfg["training"]["pca_whiten"].as_bool() == Some(true), "{} / {}", cfg["init"], cfg["training"]);
+    // --whiten qualifies --pca-init: alone it is refused, naming the flag it needs.
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_focus-lens")).args(["train", "--data", "x", "--heldout", "y", "--out", "z", "--whiten"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("--pca-init"), "--whiten alone: {err}");
     // A gain that is not a positive number is refused before anything loads, naming the flag.
     for bad in ["0", "-1", "nan", "1e9"] {
         let o = std::process::Command::new(env!("CARGO_BIN_EXE_focus-lens")).args(["train", "--data", "x", "--heldout", "y", "--out", "z", &format!("--init-gain={bad}")]).output().unwrap();
@@ -558,6 +563,47 @@ fn pca_init_keeps_the_leading_directions_at_a_random_routers_scale() {
         assert!((hw / target - 1.0).abs() < 0.05, "layer {l}: E||h W_g||^2 {hw} vs a random router's {target}");
         let rand_cols: Vec<Vec<f64>> = (0..dg).map(|j| col(&random[l], j)).collect();
         assert!(along(&cols) > along(&rand_cols), "layer {l}: the principal directions hold less than random ones");
+    }
+}
+
+/// [ours] Whitened PCA initialisation: the same principal directions as the unwhitened form
+/// (each column parallel to its counterpart), but every direction scaled on its own so that
+/// E (h w_j)^2 over the fitted windows is a random W_g's share, E ||h||^2 / d_model, for every j
+/// (the unwhitened form gives the leading direction most of it); checked on inputs recorded
+/// independently.
+#[test]
+fn whitened_pca_gives_every_direction_a_random_routers_share() {
+    let (model, data) = setup();
+    let t = 48;
+    let mut plain = Trainer::new(&model, &spec(), opts(1)).unwrap();
+    plain.init_pca(&data, 6, false, 10).unwrap();
+    let mut white = Trainer::new(&model, &spec(), opts(1)).unwrap();
+    white.init_pca(&data, 6, true, 10).unwrap();
+    assert!(white.adapter.config.init.contains("(whitened)"), "{}", white.adapter.config.init);
+    let inputs = router_inputs(&model, &data.train, t, 6);
+    let d = model.config().d_model;
+    let cols = |tr: &Trainer, l: usize| {
+        let w: Vec<f32> = tr.adapter.layers[l].proj.flatten_all().unwrap().to_vec1().unwrap();
+        let dg = w.len() / d;
+        (0..dg).map(|j| (0..d).map(|a| w[a * dg + j] as f64).collect::<Vec<f64>>()).collect::<Vec<_>>()
+    };
+    let dot = |a: &[f64], b: &[f64]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f64>();
+    for (l, h) in inputs.iter().enumerate() {
+        let (p, w) = (cols(&plain, l), cols(&white, l));
+        let rows: Vec<Vec<f64>> = h.chunks(d).map(|r| r.iter().map(|&x| x as f64).collect()).collect();
+        let target = rows.iter().map(|r| dot(r, r)).sum::<f64>() / rows.len() as f64 / d as f64;
+        let second = |c: &[f64]| rows.iter().map(|r| dot(r, c).powi(2)).sum::<f64>() / rows.len() as f64;
+        let (mut lo, mut hi) = (f64::MAX, 0.0f64);
+        for j in 0..w.len() {
+            let cos = dot(&p[j], &w[j]) / (dot(&p[j], &p[j]) * dot(&w[j], &w[j])).sqrt();
+            assert!(cos.abs() > 0.999, "layer {l}: whitened column {j} is not the principal direction (cos {cos})");
+            assert!((second(&w[j]) / target - 1.0).abs() < 0.05, "layer {l}: direction {j} carries {} vs {target}", second(&w[j]));
+            let s = second(&p[j]);
+            (lo, hi) = (lo.min(s), hi.max(s));
+        }
+        // Unwhitened, the directions' shares differ by more than the tolerance above allows
+        // (1.05 / 0.95): else this would not tell the two forms apart (1.5x and 2.3x here).
+        assert!(hi > 1.3 * lo, "layer {l}: unwhitened shares {lo}..{hi}");
     }
 }
 

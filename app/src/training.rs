@@ -33,15 +33,19 @@ pub enum Init {
     KMeans,
     /// [ours] W_g from the principal directions of the router input, then k-means.
     Pca,
+    /// [ours] The same directions, each scaled to a random W_g's variance (whitened): no
+    /// direction dominates the scores (Gemma 3's shipped global adapter starts here).
+    PcaWhite,
 }
 
 impl Init {
-    pub const ALL: [Init; 3] = [Init::Random, Init::KMeans, Init::Pca];
+    pub const ALL: [Init; 4] = [Init::Random, Init::KMeans, Init::Pca, Init::PcaWhite];
     pub fn label(self) -> &'static str {
         match self {
             Init::Random => "random",
             Init::KMeans => "k-means",
             Init::Pca => "PCA + k-means",
+            Init::PcaWhite => "whitened PCA + k-means",
         }
     }
 }
@@ -153,6 +157,10 @@ pub fn prepare<'m>(model: &'m Model, plan: &Plan, cancel: &dyn Fn() -> bool, sta
             status("PCA initialisation of W_g, then k-means".into());
             trainer.init_pca(&data, 8, false, 50)?
         }
+        Start::New(_, Init::PcaWhite) => {
+            status("whitened PCA initialisation of W_g, then k-means".into());
+            trainer.init_pca(&data, 8, true, 50)?
+        }
         _ => {}
     }
     if plan.init_gain != 1.0 && matches!(plan.start, Start::New(..)) {
@@ -230,7 +238,7 @@ impl Prepared<'_> {
                 "straight_through": t.opts.straight_through, "heldout_mode": t.eval_mode().to_string(),
                 "sharpen": t.opts.sharpen, "balance": t.opts.balance, "freeze_centroids": t.opts.freeze_centroids, "freeze_projection": t.opts.freeze_projection,
                 "init": init, "kmeans_init": matches!(plan.start, Start::New(_, Init::KMeans)),
-                "pca_init": matches!(plan.start, Start::New(_, Init::Pca)), "init_gain": plan.init_gain,
+                "pca_init": matches!(plan.start, Start::New(_, Init::Pca | Init::PcaWhite)), "pca_whiten": matches!(plan.start, Start::New(_, Init::PcaWhite)), "init_gain": plan.init_gain,
                 "probe": self.probe_file.display().to_string(),
             }));
             t.adapter.save(out)?;

@@ -51,7 +51,7 @@ cfg["training"] = {
                 + (f" --lambda {cfg['lambda']:g}" if cfg["gate"] == "paper" else "")
                 + (f" --sink {cfg['sink']}" if cfg.get("sink", 0) else "")
                 + (" --input-scale" if cfg.get("input_scale") else "")
-                + {"pca": " --pca-init", "kmeans": " --kmeans-init"}.get(t.get("init") or "", "")
+                + {"pca": " --pca-init", "pca-white": " --pca-init --whiten", "kmeans": " --kmeans-init"}.get(t.get("init") or "", "")
                 + (f" --init-gain {cfg['init'].split('multiplied by ')[1].split(' ')[0]}" if "W_g multiplied by" in cfg.get("init", "") else "")
                 + (" --freeze-projection" if t.get("freeze_projection") else "") + (" --freeze-centroids" if t.get("freeze_centroids") else "")
                 + (f" --sharpen {t['sharpen']:g}" if t.get("sharpen") else "") + (f" --balance {t['balance']:g}" if t.get("balance") else "")

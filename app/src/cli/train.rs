@@ -84,6 +84,10 @@ pub struct Args {
     /// centroids by k-means.
     #[arg(long, conflicts_with_all = ["resume", "init", "kmeans_init"])]
     pub pca_init: bool,
+    /// [ours] With --pca-init: scale each principal direction to a random W_g's variance
+    /// (whitened) instead of all of them together, so no direction dominates the scores.
+    #[arg(long, requires = "pca_init")]
+    pub whiten: bool,
     /// [ours] Scale each channel of every router's input to unit RMS over the first 8 training
     /// windows (a fixed per-channel scale saved with the adapter), before any other
     /// initialisation: for models whose normalised hidden state has huge channels (Gemma 3).
@@ -124,7 +128,7 @@ pub fn run(a: Args) -> Result<()> {
         ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed)).context("installing the Ctrl-C handler")?;
     }
     let opts = TrainOptions { steps: a.steps, seq_len: a.seq_len, batch: a.batch, lr: a.lr, weight_decay: a.weight_decay, seed: a.seed, eval_every: a.eval_every, eval_seqs: a.eval_seqs, checkpoint_every: a.checkpoint_every, max_seconds: a.time_limit_min * 60.0, sinkhorn_grad: if a.sinkhorn_grad == "detached" { SinkhornGrad::Detached } else { SinkhornGrad::Full }, cosine_decay: a.cosine_decay, straight_through: a.straight_through, grad_clip: a.grad_clip, freeze_centroids: a.freeze_centroids, freeze_projection: a.freeze_projection, sharpen: a.sharpen, balance: a.balance };
-    let init = if a.pca_init { Init::Pca } else if a.kmeans_init { Init::KMeans } else { Init::Random };
+    let init = if a.pca_init && a.whiten { Init::PcaWhite } else if a.pca_init { Init::Pca } else if a.kmeans_init { Init::KMeans } else { Init::Random };
     let start = match (&a.resume, &a.init) {
         (Some(dir), _) => Start::Resume(dir.clone()),
         (None, Some(dir)) => Start::From(dir.clone()),
