@@ -234,6 +234,11 @@ fn overflowing_weights_give_an_error_not_nan() {
     let m = Model::load(d.path(), &Device::Cpu).expect("finite weights load");
     let e = err_msg(m.decoder.forward(&[1, 2, 3, 4], &ForwardOptions::new(Mode::Dense, None)));
     assert_has(&e, &["NaN or infinite logits"]);
+    // Generation checks its host copy of the logits: a prefill and a one-token step alike.
+    for ids in [&[1u32, 2, 3, 4][..], &[1u32][..]] {
+        let mut g = focus_core::generate::Generator::new(&m.decoder, None, Mode::Dense).unwrap();
+        assert_has(&err_msg(g.feed(ids)), &["NaN or infinite logits"]);
+    }
     // NaN routing in top-k mode is an error too, not a silently dense pass.
     let d = tiny_copy("llama");
     edit_tensor(d.path(), "model.layers.0.input_layernorm.weight", |v| v.iter_mut().for_each(|x| *x = 3e38));

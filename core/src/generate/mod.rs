@@ -251,7 +251,7 @@ impl<'a> Generator<'a> {
             return Err(Error::Invalid("the decode step stopped early".into()));
         };
         let (mut read, on_device, mut split) = (over_cache.read, over_cache.on_device, over_cache.split);
-        let logits = dec.logits(&x)?.flatten_all()?.to_vec1::<f32>()?;
+        let logits = dec.host_logits(&x)?;
         if let (Some(rec), false) = (&record, on_device.is_empty()) {
             let t1 = Instant::now();
             read.add(self.fill_host_routing(rec, &on_device)?);
@@ -315,7 +315,7 @@ impl<'a> Generator<'a> {
             return Err(e);
         }
         let RunEnd::Finished { x, .. } = end else { return Err(Error::Invalid("the prefill pass stopped early".into())) };
-        let logits = self.decoder.logits(&x.narrow(0, ids.len() - 1, 1)?)?.flatten_all()?.to_vec1::<f32>()?;
+        let logits = self.decoder.host_logits(&x.narrow(0, ids.len() - 1, 1)?)?;
         self.ids.extend_from_slice(ids);
         Ok(Step { logits, groups: self.newest_groups(), read: ReadBytes::default(), split: None })
     }

@@ -138,11 +138,13 @@ pub enum RunEnd {
 fn check_finite_logits(logits: &Tensor) -> Result<()> {
     let max = logits.abs()?.max_all()?.to_dtype(DType::F32)?.to_scalar::<f32>()?;
     if !max.is_finite() {
-        return Err(Error::NonFinite(
-            "the model produced NaN or infinite logits: its weights overflow in f32 or its header's norm epsilon / RoPE base is broken".into(),
-        ));
+        return Err(non_finite_logits());
     }
     Ok(())
+}
+
+fn non_finite_logits() -> Error {
+    Error::NonFinite("the model produced NaN or infinite logits: its weights overflow in f32 or its header's norm epsilon / RoPE base is broken".into())
 }
 
 impl Decoder {
@@ -316,14 +318,28 @@ impl Decoder {
 
     /// Logits ((rows, vocab)) of the last block's output `x` ((rows, d_model)), checked finite.
     pub fn logits(&self, x: &Tensor) -> Result<Tensor> {
+        let logits = self.logits_unchecked(x)?;
+        check_finite_logits(&logits)?;
+        Ok(logits)
+    }
+
+    /// The logits of one row copied to the host, checked finite there: a decode step needs
+    /// them on the host anyway, and a check on the device would wait for the GPU a second time.
+    pub fn host_logits(&self, x: &Tensor) -> Result<Vec<f32>> {
+        let v = self.logits_unchecked(x)?.flatten_all()?.to_vec1::<f32>()?;
+        if !v.iter().all(|l| l.is_finite()) {
+            return Err(non_finite_logits());
+        }
+        Ok(v)
+    }
+
+    fn logits_unchecked(&self, x: &Tensor) -> Result<Tensor> {
         let h = self.final_norm.forward(x, false)?;
         let logits = match super::matvec::row_times(&h, &self.lm_head, self.lm_head_q.as_deref(), None)? {
             Some(l) => l,
             None => h.matmul(&self.lm_head.t()?)?,
         };
-        let logits = self.softcap_logits(logits)?;
-        check_finite_logits(&logits)?;
-        Ok(logits)
+        self.softcap_logits(logits)
     }
 
     /// Mean negative log-likelihood of `targets[i]` under `logits[i]`, per position.
