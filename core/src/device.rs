@@ -85,3 +85,43 @@ fn keep_pool_memory(dev: &candle_core::cuda_backend::CudaDevice) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(all(test, feature = "cuda"))]
+mod tests {
+    use candle_core::cuda_backend::cudarc::driver::sys;
+    use candle_core::{DType, Device, Tensor};
+
+    /// Issue 32 wants a decode step to replay as one CUDA graph. Its premise, checked here:
+    /// candle's ops on the device's own (per-thread) stream capture, their stream-ordered
+    /// allocations included, and the graph replays on new input written in place, its result
+    /// copied into a buffer allocated before the capture.
+    #[test]
+    fn candle_ops_on_the_device_stream_capture_into_a_replayable_graph() {
+        let dev = super::cuda(0).unwrap();
+        let Device::Cuda(cd) = &dev else { unreachable!() };
+        let f = |x: &Tensor| ((x * 2.0).unwrap().exp().unwrap() + x).unwrap().sqrt().unwrap();
+        let want = |v: &[f32]| v.iter().map(|&x| ((2.0 * x).exp() + x).sqrt()).collect::<Vec<f32>>();
+        let x = Tensor::new(&[0.1f32, 0.2, 0.3, 0.4], &dev).unwrap();
+        let out = Tensor::zeros(4, DType::F32, &dev).unwrap();
+        let _ = f(&x); // loads the kernels' modules before the capture
+        let stream = cd.cuda_stream();
+        stream.synchronize().unwrap();
+        stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).unwrap();
+        {
+            let y = f(&x);
+            out.slice_set(&y, 0, 0).unwrap();
+        } // every buffer allocated inside is freed inside: the graph owns no memory after a launch
+        let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0)).unwrap().expect("a captured graph");
+        let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() <= 1e-5 * y.abs().max(1.0));
+        assert_eq!(out.to_vec1::<f32>().unwrap(), vec![0.0; 4], "capturing ran nothing");
+        graph.launch().unwrap();
+        let got = out.to_vec1::<f32>().unwrap();
+        assert!(close(&got, &want(&[0.1, 0.2, 0.3, 0.4])), "{got:?}");
+        for v in [[1.0f32, 2.0, 3.0, 4.0], [-0.2, 0.5, 0.25, 2.5]] {
+            x.slice_set(&Tensor::new(&v, &dev).unwrap(), 0, 0).unwrap();
+            graph.launch().unwrap();
+            let got = out.to_vec1::<f32>().unwrap();
+            assert!(close(&got, &want(&v)), "replay on {v:?}: {got:?}");
+        }
+    }
+}
