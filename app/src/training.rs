@@ -153,13 +153,10 @@ pub fn prepare<'m>(model: &'m Model, plan: &Plan, cancel: &dyn Fn() -> bool, sta
             status("k-means initialisation of the centroids".into());
             trainer.init_kmeans(&data, 8, 50)?
         }
-        Start::New(_, Init::Pca) => {
-            status("PCA initialisation of W_g, then k-means".into());
-            trainer.init_pca(&data, 8, false, 50)?
-        }
-        Start::New(_, Init::PcaWhite) => {
-            status("whitened PCA initialisation of W_g, then k-means".into());
-            trainer.init_pca(&data, 8, true, 50)?
+        Start::New(_, init @ (Init::Pca | Init::PcaWhite)) => {
+            let whiten = init == Init::PcaWhite;
+            status(format!("{}PCA initialisation of W_g, then k-means", if whiten { "whitened " } else { "" }));
+            trainer.init_pca(&data, 8, whiten, 50)?
         }
         _ => {}
     }
