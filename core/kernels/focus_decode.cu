@@ -16,13 +16,23 @@
 // a = memb_i . memb_j with the query (memberships (cap, K), the newest row included), as
 // focus::gate::GateFn does: s + ln(a + eps), or s * sigmoid(lambda a).
 // f32 throughout (the decode cache is f32); head dims up to 256 (at most 8 values per lane).
+// The step's position comes from device memory (`step` = [token id, position], u32, written by
+// the host before the step), never from a kernel argument: a step captured once as a CUDA graph
+// replays at every position. The grid is sized for the cache's capacity; a chunk past the
+// newest token exits at once, and the merge folds only the chunks in use (in the same order as
+// a grid of exactly those chunks, so the result does not depend on the capacity).
 
 #include <stdint.h>
 
 #define WARPS 4
 #define MAXPER 8
-// The most positions a partial takes (attention::cuda::decode's CHUNK).
+// The most positions a partial takes (attention::cuda::decode's MAX_CHUNK).
 #define MAXCHUNK 256
+
+// The first position inside the layer's own sliding window (0 for a global layer, own_window 0).
+__device__ __forceinline__ int first_position(int n, int own_window) {
+    return own_window > 0 && n > own_window ? n - own_window : 0;
+}
 
 // Each key is taken by a group of G lanes (a power of two, at most MAXPER values each), so that
 // a warp has 32 / G keys in flight: with one key per warp (G = 32 for every head dim) a step
@@ -30,10 +40,14 @@
 extern "C" __global__ void decode_partial(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned long long* __restrict__ masks, float* __restrict__ part_m, float* __restrict__ part_l,
-    float* __restrict__ part_o, int n, int from, int cap, int d, int rep, int chunk, int chunks,
-    int topk, int window, int sink, float scale, float softcap,
+    float* __restrict__ part_o, const unsigned* __restrict__ step, int own_window, int cap, int d, int rep,
+    int chunk, int chunks, int topk, int window, int sink, float scale, float softcap,
     const float* __restrict__ memb, int groups, int gate, float gparam) {
     const int h = blockIdx.y, c = blockIdx.x;
+    const int n = (int)step[1] + 1, from = first_position(n, own_window);
+    // Chunks past the newest token (the grid covers the capacity): nothing to do. The whole
+    // block leaves together, before any barrier.
+    if (n > cap || from + c * chunk >= n) return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int kvh = h / rep;
     const int i = n - 1;
@@ -134,16 +148,20 @@ extern "C" __global__ void decode_partial(
     }
 }
 
-// out (H, D): per head, the partials of its chunks merged. One block of 32 x MAXPER threads per
-// head: the chunks' maximum and weights in parallel (in tiles of the block's size), then each
-// thread sums one dimension over the chunks.
+// out (H, D): per head, the partials of its chunks in use merged (`stride`: the partials' row
+// length, the grid's chunks). One block of 32 x MAXPER threads per head: the chunks' maximum
+// and weights in parallel (in tiles of the block's size), then each thread sums one dimension
+// over the chunks.
 extern "C" __global__ void decode_merge(const float* __restrict__ part_m, const float* __restrict__ part_l,
-                                        const float* __restrict__ part_o, float* __restrict__ out, int d, int chunks) {
+                                        const float* __restrict__ part_o, float* __restrict__ out, int d, int stride,
+                                        const unsigned* __restrict__ step, int own_window, int chunk) {
     const int h = blockIdx.x, x = threadIdx.x, T = blockDim.x;
+    const int n = (int)step[1] + 1;
+    const int chunks = min(stride, (n - first_position(n, own_window) + chunk - 1) / chunk);
     __shared__ float red[32 * MAXPER];
     __shared__ float wt[32 * MAXPER];
-    const float* pm = part_m + (size_t)h * chunks;
-    const float* pl = part_l + (size_t)h * chunks;
+    const float* pm = part_m + (size_t)h * stride;
+    const float* pl = part_l + (size_t)h * stride;
     float mm = -INFINITY;
     for (int c = x; c < chunks; c += T) mm = fmaxf(mm, pm[c]);
     red[x] = mm;
@@ -165,10 +183,25 @@ extern "C" __global__ void decode_merge(const float* __restrict__ part_m, const 
         const int tile = min(T, chunks - c0);
         if (x < d) {
 #pragma unroll 8
-            for (int t = 0; t < tile; t++) o += wt[t] * part_o[((size_t)h * chunks + c0 + t) * d + x];
+            for (int t = 0; t < tile; t++) o += wt[t] * part_o[((size_t)h * stride + c0 + t) * d + x];
         }
         for (int t = 0; t < tile; t++) ll += red[t];
         __syncthreads();
     }
     if (x < d) out[h * d + x] = o / ll;
+}
+
+// A step's new key and value rows into the cache at the step's position: k_new, v_new (Hkv, D),
+// k, v (Hkv, cap, D). One block per KV head. A position past the capacity writes nothing (the
+// host reserves room before the step).
+extern "C" __global__ void kv_append(float* __restrict__ k, float* __restrict__ v, const float* __restrict__ k_new,
+                                     const float* __restrict__ v_new, const unsigned* __restrict__ step, int cap, int d) {
+    const int h = blockIdx.x;
+    const unsigned pos = step[1];
+    if (pos >= (unsigned)cap) return;
+    const size_t row = ((size_t)h * cap + pos) * d;
+    for (int x = threadIdx.x; x < d; x += blockDim.x) {
+        k[row + x] = k_new[h * d + x];
+        v[row + x] = v_new[h * d + x];
+    }
 }

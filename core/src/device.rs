@@ -13,6 +13,7 @@ pub fn cuda(ordinal: usize) -> Result<Device> {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(dev) = &device {
         keep_pool_memory(dev)?;
+        fixed_cublas_workspace(dev)?;
     }
     Ok(device)
 }
@@ -62,6 +63,30 @@ pub fn pool_memory(device: &Device) -> Option<String> {
     }
     let _ = device;
     None
+}
+
+/// cuBLAS's workspace, given once for the device's handle: a generation step captured as a CUDA
+/// graph (`generate::graph`) runs its products with the workspace it was captured with, and an
+/// eager step uses the same one, so that both choose the same algorithms.
+#[cfg(feature = "cuda")]
+const CUBLAS_WORKSPACE: usize = 32 << 20;
+
+#[cfg(feature = "cuda")]
+fn fixed_cublas_workspace(dev: &candle_core::cuda_backend::CudaDevice) -> Result<()> {
+    use candle_core::cuda_backend::cudarc::{cublas::sys as blas, driver::DevicePtr};
+    let ws = dev.alloc_zeros::<u8>(CUBLAS_WORKSPACE)?;
+    let stream = dev.cuda_stream();
+    let ptr = ws.device_ptr(&stream).0;
+    let handle = dev.cublas_handle();
+    // SAFETY: a live handle and a device buffer of the size given, which is never freed (below).
+    let status = unsafe { blas::cublasSetWorkspace_v2(*handle.handle(), ptr as *mut std::ffi::c_void, CUBLAS_WORKSPACE) };
+    if status != blas::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        return Err(crate::Error::Invalid(format!("cannot set the cuBLAS workspace: {status:?}")));
+    }
+    // cuBLAS keeps the pointer for the handle's life, which is the process's (candle shares one
+    // handle among a device's clones): 32 MiB per opened device.
+    std::mem::forget(ws);
+    Ok(())
 }
 
 #[cfg(feature = "cuda")]

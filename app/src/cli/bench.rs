@@ -321,6 +321,16 @@ pub fn decode(a: DecodeArgs) -> Result<()> {
                 r.context, r.dense_tokens_per_s, r.topk_tokens_per_s, r.topk_over_dense_speed,
                 r.dense_bytes as f64 / 1e6, r.topk_bytes as f64 / 1e6, 100.0 * r.topk_read_fraction
             );
+            // On a GPU: the same steps without the CUDA graph, and what the graph did.
+            if let (Some(de), Some(te)) = (r.dense_eager_tokens_per_s, r.topk_eager_tokens_per_s) {
+                eprintln!(
+                    "{:>7}   without the CUDA graph: dense {de:.2} tok/s, top-k {te:.2} tok/s (graph gain: dense {:.2}x, top-k {:.2}x; top-k/dense {:.2}x)",
+                    "", r.dense_tokens_per_s / de, r.topk_tokens_per_s / te, te / de
+                );
+            }
+            if let Some(g) = &r.topk_graph {
+                eprintln!("{:>7}   top-k graph: {} captures, {} replays{}", "", g.captures, g.replays, g.fallback.as_ref().map(|f| format!(", turned off: {f}")).unwrap_or_default());
+            }
             // On a GPU: where an (instrumented, synchronised) step's time goes.
             for (mode, split) in [("dense", r.dense_split), ("top-k", r.topk_split)] {
                 if let Some(s) = split {

@@ -142,24 +142,28 @@ pub fn device_read_bytes(cache: &LayerCache, how: DecodeAttention, own: &LayerAt
 }
 
 /// The newest token's attention output (1, H, 1, D) from its queries `q` (any shape of H x D
-/// values, on the cache's device) over a cache on a GPU (`LayerCache::to_device`), and the
-/// bytes read (`device_read_bytes`): the kernels of `attention::cuda::decode`, which keep the
-/// same pairs as the CPU's.
+/// values, on the cache's device) over a cache on a GPU (`LayerCache::to_device`) whose last
+/// row is the newest token, and the bytes read (`device_read_bytes`): the kernels of
+/// `attention::cuda::decode`, which keep the same pairs as the CPU's.
 fn attend_on_device(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAttention, own: &LayerAttention) -> Result<(Tensor, ReadBytes)> {
     let read = device_read_bytes(cache, how, own)?;
-    Ok((attend_on_device_uncounted(q, heads, cache, how, own)?, read))
+    let kv = cache.device.as_ref().ok_or_else(|| Error::Invalid("attend_on_device: the cache is on the host".into()))?;
+    if how != DecodeAttention::Dense && kv.routed < kv.len {
+        return Err(Error::Invalid("decode on the GPU: the cache's routing was not synced to the device".into()));
+    }
+    // The kernels read the newest token's position from the device, as a generation step's.
+    let step = Tensor::new(&[0u32, (kv.len - 1) as u32], q.device())?;
+    Ok((attend_step(q, heads, cache, how, own, &step)?, read))
 }
 
-/// `attend` over a cache on a GPU whose newest routing row may be on the device only (routed
-/// there in this step, `attention::cuda::route`): the output alone, with no host data read; the
-/// generator counts the bytes (`device_read_bytes`) once the host's copy has the row.
-pub fn attend_on_device_uncounted(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAttention, own: &LayerAttention) -> Result<Tensor> {
-    let kv = cache.device.as_ref().ok_or_else(|| Error::Invalid("attend_on_device: the cache is on the host".into()))?;
-    let (n, d) = (kv.len, cache.head_dim);
-    if n == 0 {
-        return Err(Error::Invalid("decode attention over an empty cache".into()));
-    }
-    let from = own.window.map_or(0, |w| n.saturating_sub(w));
+/// `attend` inside a generation step on a GPU: the newest token's key and value rows (and its
+/// routing) sit at the position `step` holds ([token id, position], u32 on the device), written
+/// this step; the host's counts do not include it yet. The output alone, with no host data
+/// read, so that the step can be captured as a CUDA graph; the generator counts the bytes
+/// (`device_read_bytes`) after the step.
+pub fn attend_step(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAttention, own: &LayerAttention, step: &Tensor) -> Result<Tensor> {
+    let kv = cache.device.as_ref().ok_or_else(|| Error::Invalid("attend_step: the cache is on the host".into()))?;
+    let d = cache.head_dim;
     if how != DecodeAttention::Dense && cache.routing.is_none() {
         return Err(Error::Invalid("top-k and soft decode need cached routing".into()));
     }
@@ -170,15 +174,15 @@ pub fn attend_on_device_uncounted(q: &Tensor, heads: usize, cache: &LayerCache, 
             return Err(Error::Invalid(format!("decode on the GPU takes head dims up to {MAX_HEAD_DIM}, not {d}")));
         }
         let step = DecodeStep {
-            n,
-            from,
+            step,
+            own_window: own.window,
             topk: match (how, kv.masks.as_ref()) {
                 (DecodeAttention::TopK { .. }, Some(m)) => Some(m),
                 _ => None,
             },
             window: match how {
                 DecodeAttention::TopK { window, .. } | DecodeAttention::Soft { window, .. } => window,
-                DecodeAttention::Dense => n,
+                DecodeAttention::Dense => 0,
             },
             sink: match how {
                 DecodeAttention::TopK { sink, .. } | DecodeAttention::Soft { sink, .. } => sink,
@@ -190,16 +194,13 @@ pub fn attend_on_device_uncounted(q: &Tensor, heads: usize, cache: &LayerCache, 
             },
             softcap: own.softcap.map(|c| c as f32),
         };
-        if kv.routed < n && step.topk.is_some() | step.soft.is_some() {
-            return Err(Error::Invalid("decode on the GPU: the cache's routing was not synced to the device".into()));
-        }
         let q = q.to_dtype(candle_core::DType::F32)?.reshape((heads, d))?.contiguous()?;
         let o = decode_attention(&q, &kv.k, &kv.v, step)?;
         Ok(o.reshape((1, heads, 1, d))?)
     }
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = (q, heads, d, from);
+        let _ = (q, heads, d, kv, own, step);
         Err(Error::Invalid("a cache on a device needs a build with the cuda feature".into()))
     }
 }

@@ -265,8 +265,9 @@ impl LayerCache {
             let g = r.groups;
             m.slice_set(&Tensor::from_slice(&r.memberships[from * g..to * g], (to - from, g), &dev)?, 0, from)?;
         }
-        if let (Some(st), Some(d)) = (r.sinkhorn.as_ref(), kv.sinkhorn_state.as_mut()) {
-            *d = state_tensor(st, &dev)?;
+        if let (Some(st), Some(d)) = (r.sinkhorn.as_ref(), kv.sinkhorn_state.as_ref()) {
+            // In place: a captured decode step holds the state's address.
+            d.slice_set(&state_tensor(st, &dev)?, 0, 0)?;
         }
         kv.routed = to;
         Ok(())
@@ -302,6 +303,45 @@ impl LayerCache {
             }
             None => self.push_kv(&k.flatten_all()?.to_vec1::<f32>()?, &v.flatten_all()?.to_vec1::<f32>()?, t),
         }
+        Ok(())
+    }
+
+    /// Room on the device for `extra` more tokens (doubling the capacity when full). A GPU
+    /// generation step reserves before it runs: inside, nothing may allocate a cache buffer (a
+    /// captured step holds their addresses). Nothing to do for a host cache.
+    pub fn reserve_device(&mut self, extra: usize) -> Result<()> {
+        match self.device.as_mut() {
+            Some(kv) => kv.reserve(extra),
+            None => Ok(()),
+        }
+    }
+
+    /// The device capacity in tokens (0 for a host cache).
+    pub fn device_capacity(&self) -> usize {
+        self.device.as_ref().map_or(0, DeviceKv::capacity)
+    }
+
+    /// A GPU generation step's key and value rows, each (1, Hkv, 1, D), written at the position
+    /// `step` holds ([token id, position], u32 on the device) by a kernel; the cache's length
+    /// advances when the step ends (`commit_step`). Room must be reserved (`reserve_device`).
+    pub fn append_step(&mut self, k: &Tensor, v: &Tensor, step: &Tensor) -> Result<()> {
+        let kv = self.device.as_ref().ok_or_else(|| Error::Invalid("append_step: the cache is on the host".into()))?;
+        if kv.len >= kv.capacity() {
+            return Err(Error::Invalid(format!("append_step: no room reserved after {} tokens", kv.len)));
+        }
+        #[cfg(feature = "cuda")]
+        return crate::attention::cuda::decode::append_rows(&kv.k, &kv.v, k, v, step);
+        #[cfg(not(feature = "cuda"))]
+        {
+            let _ = (k, v, step);
+            Err(Error::Invalid("a cache on a device needs a build with the cuda feature".into()))
+        }
+    }
+
+    /// After a GPU generation step: its token counts as cached (`append_step` wrote its rows).
+    pub fn commit_step(&mut self) -> Result<()> {
+        let kv = self.device.as_mut().ok_or_else(|| Error::Invalid("commit_step: the cache is on the host".into()))?;
+        kv.len += 1;
         Ok(())
     }
 

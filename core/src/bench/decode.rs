@@ -9,6 +9,10 @@
 //! routing comes from its own hidden state. Dense and top-k steps alternate so that drift hits
 //! both alike; the median step time is reported.
 //!
+//! On a GPU the steps as users get them replay as one CUDA graph each (`generate::graph`); the
+//! same steps launched kernel by kernel ("eager") are timed beside them, alternated with them,
+//! so that the graph's gain is a ratio from one run.
+//!
 //! On a GPU a separate instrumented pass follows the timed one (`SPLIT_STEPS` more steps per
 //! mode, with a device synchronisation around each part, `Generator::set_split`): the median
 //! time of routing, attention and the rest per step (`StepSplit`), so that the timed steps stay
@@ -21,7 +25,7 @@ use crate::focus::adapter::Adapter;
 use crate::focus::sinkhorn::CausalSinkhorn;
 use crate::attention::decode::ReadBytes;
 use crate::attention::kv_cache::{CachedRouting, LayerCache};
-use crate::generate::{Generator, StepSplit};
+use crate::generate::{Generator, GraphStats, StepSplit};
 use crate::model::Model;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -46,6 +50,15 @@ pub struct DecodeRow {
     pub dense_split: Option<StepSplit>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topk_split: Option<StepSplit>,
+    /// On a GPU: the same steps launched kernel by kernel (no CUDA graph), timed beside the
+    /// others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dense_eager_tokens_per_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk_eager_tokens_per_s: Option<f64>,
+    /// On a GPU: what the top-k generator's graph did (captures, replays, a fallback's reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk_graph: Option<GraphStats>,
 }
 
 /// Instrumented steps per mode and context on a GPU (after the timed ones).
@@ -101,7 +114,7 @@ pub fn decode_bench(model: &Model, adapter: &Adapter, base: &[u32], opts: &Decod
     let topk = adapter.config.topk(opts.k)?;
     let k = topk.k();
     let split_steps = if model.device().is_cpu() { 0 } else { SPLIT_STEPS };
-    let steps = opts.steps + 1 + split_steps;
+    let steps = opts.steps + 2 + split_steps;
     if let Some(&bad) = opts.contexts.iter().find(|&&n| n == 0 || n + steps > ctx) {
         return Err(Error::Invalid(format!("context {bad} plus {steps} steps must fit the model's context of {ctx} tokens")));
     }
@@ -116,27 +129,47 @@ pub fn decode_bench(model: &Model, adapter: &Adapter, base: &[u32], opts: &Decod
             dense_layers.push(LayerCache { routing: None, ..c.clone() });
             topk_layers.push(c);
         }
+        let gpu = !model.device().is_cpu();
+        // On a GPU the eager twins (the same caches, a second copy).
+        let mut eager = if gpu {
+            let mut d = Generator::with_cache(&model.decoder, None, Mode::Dense, dense_layers.clone(), ids.clone())?;
+            let mut t = Generator::with_cache(&model.decoder, Some(adapter), Mode::TopK(topk), topk_layers.clone(), ids.clone())?;
+            d.set_graph(false);
+            t.set_graph(false);
+            Some((d, t))
+        } else {
+            None
+        };
         let mut dense = Generator::with_cache(&model.decoder, None, Mode::Dense, dense_layers, ids.clone())?;
         let mut topk = Generator::with_cache(&model.decoder, Some(adapter), Mode::TopK(topk), topk_layers, ids)?;
-        let (mut td, mut tk) = (Vec::new(), Vec::new());
-        let (mut rd, mut rk) = (Vec::new(), Vec::new());
-        for s in 0..=opts.steps {
+        let (mut td, mut tk, mut ted, mut tek) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut rd, mut rk, mut rde, mut rke) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // A graph's first steps warm up and capture (see `generate::graph`): untimed.
+        let warm = if gpu { 2 } else { 1 };
+        for s in 0..opts.steps + warm {
             let id = base[(n + s) % base.len()];
-            for (g, times, reads) in [(&mut dense, &mut td, &mut rd), (&mut topk, &mut tk, &mut rk)] {
+            let mut gens: Vec<(&mut Generator, &mut Vec<f64>, &mut Vec<ReadBytes>)> = vec![(&mut dense, &mut td, &mut rd), (&mut topk, &mut tk, &mut rk)];
+            if let Some((d, t)) = eager.as_mut() {
+                gens.push((d, &mut ted, &mut rde));
+                gens.push((t, &mut tek, &mut rke));
+            }
+            for (g, times, reads) in gens {
                 let t0 = Instant::now();
                 let step = g.feed(&[id])?;
-                if s > 0 {
+                if s >= warm {
                     times.push(t0.elapsed().as_secs_f64());
                     reads.push(step.read);
                 }
             }
         }
+        let topk_graph = gpu.then(|| topk.graph_stats());
+        drop(eager);
         // The instrumented pass (GPU only).
         let (mut sd, mut sk) = (Vec::new(), Vec::new());
         for (g, splits) in [(&mut dense, &mut sd), (&mut topk, &mut sk)] {
             g.set_split(true);
             for s in 0..split_steps {
-                let id = base[(n + opts.steps + 1 + s) % base.len()];
+                let id = base[(n + opts.steps + warm + s) % base.len()];
                 splits.extend(g.feed(&[id])?.split);
             }
             g.set_split(false);
@@ -157,6 +190,9 @@ pub fn decode_bench(model: &Model, adapter: &Adapter, base: &[u32], opts: &Decod
             topk_read_fraction: bk.fraction(),
             dense_split: median_split(&sd),
             topk_split: median_split(&sk),
+            dense_eager_tokens_per_s: median(&ted).map(|t| 1.0 / t),
+            topk_eager_tokens_per_s: median(&tek).map(|t| 1.0 / t),
+            topk_graph,
         };
         row(&r);
         rows.push(r);

@@ -21,7 +21,9 @@
 //! gives it over the prefix.
 //! `bench routing` measures how far the two Sinkhorn variants route real text apart.
 //!
-//! On a GPU with causal Sinkhorn, a cached step routes its token on the device
+//! A cached step on a GPU reads its token and position from the device (`model::step`), so
+//! that it does the same work at every position and replays as one CUDA graph (`graph`).
+//! With causal Sinkhorn it routes its token on the device
 //! (`attention::cuda::route`: scores, Sinkhorn row and top-k set go straight into the cache's
 //! device mirror, where the decode kernel reads the query's set), so that no layer waits on a
 //! copy to the host. Each layer also writes its row into one step record, which the step copies
@@ -30,6 +32,8 @@
 
 pub mod chat;
 pub mod chat_process;
+#[cfg(feature = "cuda")]
+mod graph;
 pub mod sampler;
 
 use crate::focus::gate::GateFn;
@@ -41,6 +45,7 @@ use crate::focus::router::LayerRouting;
 use crate::focus::sinkhorn::{sinkhorn, CausalSinkhorn};
 use crate::model::block::AttentionInputs;
 use crate::model::decoder::{Decoder, LayerHook, RunEnd};
+use crate::model::step::DeviceStep;
 use crate::model::ForwardOptions;
 use candle_core::Tensor;
 use crate::attention::decode::{self, DecodeAttention, ReadBytes};
@@ -88,6 +93,17 @@ pub struct StepSplit {
     pub total_s: f64,
 }
 
+/// What the CUDA graph of a generator's GPU steps did (`generate::graph`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GraphStats {
+    /// Steps captured (each launched once as it was captured).
+    pub captures: usize,
+    /// Steps replayed from a captured graph.
+    pub replays: usize,
+    /// Why graphs were turned off, when a capture failed (the steps then ran eagerly).
+    pub fallback: Option<String>,
+}
+
 pub struct Generator<'a> {
     decoder: &'a Decoder,
     adapter: Option<&'a Adapter>,
@@ -105,6 +121,11 @@ pub struct Generator<'a> {
     /// the first step that routes on the device.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     record: Option<candle_core::Tensor>,
+    /// On a GPU: the step's token and position on the device, made at the first step.
+    device_step: Option<DeviceStep>,
+    /// On a GPU: the step captured as a CUDA graph, and whether to use one (`graph`).
+    #[cfg(feature = "cuda")]
+    graph: graph::StepGraphs,
 }
 
 impl<'a> Generator<'a> {
@@ -120,7 +141,7 @@ impl<'a> Generator<'a> {
             _ => Strategy::KvCache,
         };
         let layers = empty_layers(decoder, adapter, k)?;
-        let mut g = Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new(), cancel: None, split: false, record: None };
+        let mut g = Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new(), cancel: None, split: false, record: None, device_step: None, #[cfg(feature = "cuda")] graph: Default::default() };
         g.bucket_for_topk();
         Ok(g)
     }
@@ -151,9 +172,28 @@ impl<'a> Generator<'a> {
     }
 
     /// Makes cached steps time their parts (`Step::split`), with a device synchronisation
-    /// around each part: for measuring, not for generating.
+    /// around each part: for measuring, not for generating. (Timed steps are never CUDA graphs.)
     pub fn set_split(&mut self, on: bool) {
         self.split = on;
+    }
+
+    /// Whether GPU steps may replay as one CUDA graph (`graph`; on by default). Off, every step
+    /// launches its kernels one by one (`bench decode --graph` compares the two).
+    pub fn set_graph(&mut self, on: bool) {
+        #[cfg(feature = "cuda")]
+        {
+            self.graph.on = on;
+            self.graph.reset();
+        }
+        let _ = on;
+    }
+
+    /// What the CUDA graph of GPU steps did so far (all zero on the CPU).
+    pub fn graph_stats(&self) -> GraphStats {
+        #[cfg(feature = "cuda")]
+        return self.graph.stats.clone();
+        #[cfg(not(feature = "cuda"))]
+        GraphStats::default()
     }
 
     pub fn strategy(&self) -> Strategy {
@@ -219,23 +259,86 @@ impl<'a> Generator<'a> {
     /// `Decoder::run`); a GPU step stays on the calling thread, where its CUDA context is.
     fn step(&mut self, id: u32) -> Result<Step> {
         if self.decoder.device.is_cpu() {
-            rayon::scope(|_| self.step_in_pool(id))
+            rayon::scope(|_| self.step_on_host(id))
         } else {
-            self.step_in_pool(id)
+            self.step_on_device(id)
         }
     }
 
-    fn step_in_pool(&mut self, id: u32) -> Result<Step> {
+    fn step_on_host(&mut self, id: u32) -> Result<Step> {
         let dec = self.decoder;
         let p = self.ids.len();
-        let sync = |on: bool| if on { dec.device.synchronize() } else { Ok(()) };
-        sync(self.split)?;
         let t0 = Instant::now();
-        let record = self.device_record()?;
         // Not cancellable inside: a step stopped between layers would leave the caches of
         // its first layers one token ahead of the rest.
         let opts = ForwardOptions { start: p, ..ForwardOptions::new(self.mode, self.adapter) };
-        let how = self.how();
+        let mut over_cache = OverCache::new(self, None, None);
+        let RunEnd::Finished { x, .. } = dec.run(&[&[id]], &opts, &mut over_cache)? else {
+            return Err(Error::Invalid("the decode step stopped early".into()));
+        };
+        let (read, mut split) = (over_cache.read, over_cache.split);
+        let logits = dec.host_logits(&x)?;
+        if let Some(s) = split.as_mut() {
+            s.total_s = t0.elapsed().as_secs_f64();
+            s.rest_s = (s.total_s - s.routing_s - s.attention_s).max(0.0);
+        }
+        self.ids.push(id);
+        Ok(Step { logits, groups: self.newest_groups(), read, split })
+    }
+
+    /// A step on a GPU. The token and its position go to the device first (`DeviceStep`); the
+    /// step then writes its cache rows and routing there and attends without any host value of
+    /// the position, and the host's counts (cache lengths, its copy of the routing, the bytes
+    /// read) follow after the logits (`commit_device_step`). So the same step replays as one
+    /// CUDA graph (`graph`) where the generator can capture it.
+    fn step_on_device(&mut self, id: u32) -> Result<Step> {
+        let dec = self.decoder;
+        let p = self.ids.len();
+        if self.split {
+            dec.device.synchronize()?;
+        }
+        let t0 = Instant::now();
+        // Room for the token in every cache, before anything of the step runs (a captured
+        // step holds the buffers' addresses: see `graph`).
+        for c in &mut self.layers {
+            c.reserve_device(1)?;
+        }
+        let record = self.device_record()?;
+        if self.device_step.is_none() {
+            self.device_step = Some(DeviceStep::new(&dec.config, &dec.device)?);
+        }
+        self.device_step.as_ref().expect("made above").write(id, p)?;
+        #[cfg(feature = "cuda")]
+        let graphed = self.graphed_step(id)?;
+        #[cfg(not(feature = "cuda"))]
+        let graphed: Option<Vec<f32>> = None;
+        let (logits, mut split) = match graphed {
+            Some(logits) => (logits, None),
+            None => {
+                let (x, split) = self.run_device_step(id)?;
+                (dec.host_logits(&x)?, split)
+            }
+        };
+        let t1 = Instant::now();
+        let read = self.commit_device_step(record.as_ref())?;
+        if let Some(s) = split.as_mut() {
+            s.routing_s += t1.elapsed().as_secs_f64();
+            s.total_s = t0.elapsed().as_secs_f64();
+            s.rest_s = (s.total_s - s.routing_s - s.attention_s).max(0.0);
+        }
+        self.ids.push(id);
+        Ok(Step { logits, groups: self.newest_groups(), read, split })
+    }
+
+    /// The layer loop of a GPU step at the position the device step holds; returns the last
+    /// block's output and, when timing, the split so far. Nothing host-side changes: the
+    /// step can run eagerly or under capture (`graph`).
+    fn run_device_step(&mut self, id: u32) -> Result<(Tensor, Option<StepSplit>)> {
+        let dec = self.decoder;
+        let step = self.device_step.as_ref().ok_or_else(|| Error::Invalid("a GPU step without its device step".into()))?;
+        let opts = ForwardOptions { start: self.ids.len(), device_step: Some(step), ..ForwardOptions::new(self.mode, self.adapter) };
+        let record = self.record.clone();
+        let (how, k, split) = (self.how(), self.k, self.split);
         let mut over_cache = OverCache {
             layers: &mut self.layers,
             adapter: self.adapter,
@@ -243,28 +346,40 @@ impl<'a> Generator<'a> {
             heads: dec.config.n_heads,
             read: ReadBytes::default(),
             record: record.as_ref(),
-            k: self.k,
-            on_device: Vec::new(),
-            split: self.split.then(StepSplit::default),
+            k,
+            step: Some(step),
+            split: split.then(StepSplit::default),
         };
+        // `id` is checked on the host; the pass reads the device step's copy.
         let RunEnd::Finished { x, .. } = dec.run(&[&[id]], &opts, &mut over_cache)? else {
             return Err(Error::Invalid("the decode step stopped early".into()));
         };
-        let (mut read, on_device, mut split) = (over_cache.read, over_cache.on_device, over_cache.split);
-        let logits = dec.host_logits(&x)?;
-        if let (Some(rec), false) = (&record, on_device.is_empty()) {
-            let t1 = Instant::now();
-            read.add(self.fill_host_routing(rec, &on_device)?);
-            if let Some(s) = split.as_mut() {
-                s.routing_s += t1.elapsed().as_secs_f64();
+        Ok((x, over_cache.split))
+    }
+
+    /// After a GPU step (run or replayed): every cache counts the token, the layers routed on
+    /// the device get their rows into the host's copy of the routing from the step record (one
+    /// copy for all layers: scores, memberships, top-k set, Sinkhorn state), and the bytes
+    /// each layer's attention read are counted from the host's copy.
+    fn commit_device_step(&mut self, record: Option<&Tensor>) -> Result<ReadBytes> {
+        for c in &mut self.layers {
+            c.commit_step()?;
+        }
+        let rec = match record {
+            Some(r) if self.layers.iter().any(routes_on_device) => Some(r.to_vec1::<f64>()?),
+            _ => None,
+        };
+        let how = self.how();
+        let mut read = ReadBytes::default();
+        for l in 0..self.layers.len() {
+            if let (Some(rec), true) = (&rec, routes_on_device(&self.layers[l])) {
+                self.fill_host_routing(l, rec)?;
             }
+            let cache = &self.layers[l];
+            let how = if cache.routing.is_some() { how } else { DecodeAttention::Dense };
+            read.add(decode::device_read_bytes(cache, how, &self.decoder.blocks[l].attn)?);
         }
-        if let Some(s) = split.as_mut() {
-            s.total_s = t0.elapsed().as_secs_f64();
-            s.rest_s = (s.total_s - s.routing_s - s.attention_s).max(0.0);
-        }
-        self.ids.push(id);
-        Ok(Step { logits, groups: self.newest_groups(), read, split })
+        Ok(read)
     }
 
     /// The step record for routing on the device: on a GPU with causal Sinkhorn, one slice of
@@ -281,29 +396,26 @@ impl<'a> Generator<'a> {
         Ok(None)
     }
 
-    /// After a step that routed `on_device` layers on the GPU: the host's copy of their routing
-    /// from the step record (one copy for all layers: scores, memberships, top-k set, Sinkhorn
-    /// state), and the bytes their attention read, counted from it.
-    fn fill_host_routing(&mut self, record: &candle_core::Tensor, on_device: &[(usize, DecodeAttention, LayerAttention)]) -> Result<ReadBytes> {
+    /// Layer `l`'s newest row, routed on the device, into the host's copy of its routing, from
+    /// the step record `rec` (the whole record on the host).
+    fn fill_host_routing(&mut self, l: usize, rec: &[f64]) -> Result<()> {
         let a = self.adapter.ok_or_else(|| Error::Invalid("device routing without an adapter".into()))?;
         let (kk, iters) = (a.config.groups, a.config.sinkhorn_iters);
         let len = (2 + iters) * kk;
-        let rec = record.to_vec1::<f64>()?;
-        let mut read = ReadBytes::default();
-        for &(l, how, own) in on_device {
-            let row = &rec[l * len..(l + 1) * len];
-            let scores: Vec<f32> = row[..kk].iter().map(|&x| x as f32).collect();
-            let memb: Vec<f32> = row[kk..2 * kk].iter().map(|&x| x as f32).collect();
-            a.check_memberships(l, &memb)?;
-            let cache = &mut self.layers[l];
-            let r = cache.routing.as_mut().ok_or_else(|| Error::Invalid(format!("layer {l} routed on the device has no routing")))?;
-            r.push(&scores, &memb);
-            if let Some(st) = r.sinkhorn.as_mut() {
-                st.set_state(&row[2 * kk..]);
-            }
-            read.add(decode::device_read_bytes(cache, how, &own)?);
+        let row = &rec[l * len..(l + 1) * len];
+        let scores: Vec<f32> = row[..kk].iter().map(|&x| x as f32).collect();
+        let memb: Vec<f32> = row[kk..2 * kk].iter().map(|&x| x as f32).collect();
+        a.check_memberships(l, &memb)?;
+        let cache = &mut self.layers[l];
+        let r = cache.routing.as_mut().ok_or_else(|| Error::Invalid(format!("layer {l} routed on the device has no routing")))?;
+        r.push(&scores, &memb);
+        if let Some(st) = r.sinkhorn.as_mut() {
+            st.set_state(&row[2 * kk..]);
         }
-        Ok(read)
+        if let Some(kv) = cache.device.as_mut() {
+            kv.routed = kv.len;
+        }
+        Ok(())
     }
 
     /// The prompt through one pass of the decoder; its layer hook fills the caches.
@@ -348,27 +460,41 @@ fn empty_layers(decoder: &Decoder, adapter: Option<&Adapter>, k: usize) -> Resul
         .collect()
 }
 
+/// Whether a cache's newest token is routed on the device in a GPU step: it is on a GPU and
+/// keeps routing with causal Sinkhorn's state (the generator then has a step record).
+fn routes_on_device(c: &LayerCache) -> bool {
+    c.device.is_some() && c.routing.as_ref().is_some_and(|r| r.sinkhorn.is_some())
+}
+
 /// A cached step's hook: each layer's new key and value into its cache, the new token routed
 /// incrementally (causal Sinkhorn's running state, or the newest row of the prefix's
 /// whole-sequence Sinkhorn in dense mode), and its attention over the cache
-/// (`attention::decode`). With a step record (a GPU, causal Sinkhorn) the routing runs on the
-/// device and the host's copy waits for the step's end (`Generator::fill_host_routing`).
+/// (`attention::decode`). In a GPU step (`step`) the rows go in at the device step's position
+/// and the routing runs on the device when it can (causal Sinkhorn, a step record); the host's
+/// counts follow after the step (`Generator::commit_device_step`).
 struct OverCache<'c> {
     layers: &'c mut [LayerCache],
     adapter: Option<&'c Adapter>,
     how: DecodeAttention,
     heads: usize,
-    /// Bytes read from the caches, summed over the layers counted so far.
+    /// Bytes read from the caches, summed over the layers counted so far (host steps).
     read: ReadBytes,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     record: Option<&'c Tensor>,
     /// k of the top-k sets.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     k: usize,
-    /// The layers routed on the device, with how they attended: counted after the step.
-    on_device: Vec<(usize, DecodeAttention, LayerAttention)>,
+    /// A GPU step: the token's id and position on the device.
+    step: Option<&'c DeviceStep>,
     split: Option<StepSplit>,
 }
 
-impl OverCache<'_> {
+impl<'c> OverCache<'c> {
+    fn new(g: &'c mut Generator<'_>, record: Option<&'c Tensor>, step: Option<&'c DeviceStep>) -> Self {
+        let (how, heads, k, split) = (g.how(), g.decoder.config.n_heads, g.k, g.split.then(StepSplit::default));
+        OverCache { layers: &mut g.layers, adapter: g.adapter, how, heads, read: ReadBytes::default(), record, k, step, split }
+    }
+
     /// `f`'s time added to one part of the split, between device synchronisations.
     fn timed<T>(&mut self, part: fn(&mut StepSplit) -> &mut f64, dev: &candle_core::Device, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
         if self.split.is_none() {
@@ -384,20 +510,20 @@ impl OverCache<'_> {
         Ok(out)
     }
 
-    /// Routes layer `l`'s newest token; true when it was routed on the device.
-    fn route(&mut self, l: usize, a: &Adapter, inp: &AttentionInputs) -> Result<bool> {
-        let (record, k) = (self.record, self.k);
-        let cache = &mut self.layers[l];
-        let Some(r) = cache.routing.as_mut() else { return Ok(false) };
+    /// Routes layer `l`'s newest token on the device (a GPU step with causal Sinkhorn): its
+    /// memberships, top-k set and Sinkhorn state into the cache's device mirror, its record
+    /// into the step record. False when the layer does not route there.
+    fn route_on_device(&mut self, l: usize, a: &Adapter, inp: &AttentionInputs) -> Result<bool> {
         #[cfg(feature = "cuda")]
-        if let (Some(rec), Some(kv), Some(st)) = (record, cache.device.as_mut(), r.sinkhorn.as_ref()) {
+        if let (Some(rec), Some(step), true) = (self.record, self.step, routes_on_device(&self.layers[l])) {
             use crate::attention::cuda::route::{record_len, route_newest, RouteParams, RouteTarget};
+            let cache = &self.layers[l];
+            let (Some(kv), Some(st)) = (cache.device.as_ref(), cache.routing.as_ref().and_then(|r| r.sinkhorn.as_ref())) else { return Ok(false) };
             let (Some(memb), Some(masks), Some(state)) = (kv.memberships.as_ref(), kv.masks.as_ref(), kv.sinkhorn_state.as_ref()) else {
                 return Err(Error::Invalid(format!("layer {l}: the device cache has no routing mirror")));
             };
-            let pos = kv.len - 1;
-            if kv.routed != pos {
-                return Err(Error::Invalid(format!("layer {l}: the device routing holds {} rows before token {pos}", kv.routed)));
+            if kv.routed != kv.len {
+                return Err(Error::Invalid(format!("layer {l}: the device routing holds {} rows before token {}", kv.routed, kv.len)));
             }
             let c = &a.config;
             let router = &a.layers[l];
@@ -408,14 +534,21 @@ impl OverCache<'_> {
                 cosine: c.score == crate::focus::adapter::Score::Cosine,
                 tau: st.tau(),
                 iters: st.iters(),
-                k,
+                k: self.k,
             };
             let len = record_len(c.groups, c.sinkhorn_iters);
-            route_newest(&inp.h, params, RouteTarget { run: state, memberships: memb, masks, pos, record: rec, record_at: l * len })?;
-            kv.routed = kv.len;
+            route_newest(&inp.h, params, RouteTarget { run: state, memberships: memb, masks, step: step.buf(), record: rec, record_at: l * len })?;
             return Ok(true);
         }
-        let _ = (record, k);
+        let _ = (l, a, inp);
+        Ok(false)
+    }
+
+    /// Routes layer `l`'s newest token on the host (its scores read back from the device on a
+    /// GPU) and brings the device's copy up to date.
+    fn route(&mut self, l: usize, a: &Adapter, inp: &AttentionInputs) -> Result<()> {
+        let cache = &mut self.layers[l];
+        let Some(r) = cache.routing.as_mut() else { return Ok(()) };
         let (_, scores) = a.scores(l, &inp.h)?;
         let m = match r.sinkhorn.as_mut() {
             Some(state) => state.push(&scores),
@@ -429,31 +562,32 @@ impl OverCache<'_> {
         };
         a.check_memberships(l, &m)?;
         r.push(&scores, &m);
-        cache.sync_routing()?;
-        Ok(false)
+        cache.sync_routing()
     }
 }
 
 impl LayerHook for OverCache<'_> {
     fn attend(&mut self, l: usize, inp: &AttentionInputs, own: &LayerAttention) -> Result<Option<Tensor>> {
         let dev = inp.q.device().clone();
-        self.layers[l].push(&inp.k, &inp.v)?;
-        let on_device = match self.adapter {
-            Some(a) => self.timed(|s| &mut s.routing_s, &dev, |me| me.route(l, a, inp))?,
-            None => false,
-        };
+        match self.step {
+            Some(step) => self.layers[l].append_step(&inp.k, &inp.v, step.buf())?,
+            None => self.layers[l].push(&inp.k, &inp.v)?,
+        }
+        if let Some(a) = self.adapter {
+            self.timed(|s| &mut s.routing_s, &dev, |me| if me.route_on_device(l, a, inp)? { Ok(()) } else { me.route(l, a, inp) })?;
+        }
         let how = if self.layers[l].routing.is_some() { self.how } else { DecodeAttention::Dense };
         let heads = self.heads;
         let o = self.timed(|s| &mut s.attention_s, &dev, |me| {
             let cache = &me.layers[l];
-            if on_device {
-                // The host's copy lacks this token's routing until the step's end: counted then.
-                me.on_device.push((l, how, *own));
-                decode::attend_on_device_uncounted(&inp.q, heads, cache, how, own)
-            } else {
-                let (o, read) = decode::attend(&inp.q, heads, cache, how, own)?;
-                me.read.add(read);
-                Ok(o)
+            match me.step {
+                // The bytes are counted after the step, from the host's copy.
+                Some(step) => decode::attend_step(&inp.q, heads, cache, how, own, step.buf()),
+                None => {
+                    let (o, read) = decode::attend(&inp.q, heads, cache, how, own)?;
+                    me.read.add(read);
+                    Ok(o)
+                }
             }
         })?;
         Ok(Some(o))
@@ -548,6 +682,53 @@ mod tests {
             }
         }
     }
+
+    /// Graph steps equal eager steps (`assert_graph_equals_eager`) for every family (Gemma 2's
+    /// sliding layers of 8 tokens and soft-caps, GPT-2's position embedding) and every mode.
+    #[test]
+    fn gpu_graph_steps_equal_eager_steps() {
+        let gpu = crate::device::cuda(0).expect("a CUDA device");
+        for arch in ["gpt2", "llama", "qwen2", "gemma2", "olmo2"] {
+            let m = Model::load(&fixture(arch), &gpu).unwrap();
+            let ids: Vec<u32> = (0..100u32).map(|i| (i * 37 + 11) % m.config().vocab as u32).collect();
+            let spec = AdapterSpec { groups: 4, window: 8, sink: 1, causal_sinkhorn: true, ..Default::default() };
+            let a = Adapter::random(&m.identity(), &gpu, &spec, 2).unwrap();
+            for (mode, routed) in [(Mode::Dense, false), (Mode::Dense, true), (Mode::TopK(TopK::new(2, 4).unwrap()), true), (Mode::Soft, true)] {
+                assert_graph_equals_eager(&m, routed.then_some(&a), mode, &ids, 30, &format!("{arch} {mode} routed {routed}"));
+            }
+        }
+    }
+}
+
+/// Steps replayed from a CUDA graph equal steps launched one kernel at a time, bitwise (logits,
+/// reported groups, the host's copy of the routing, the bytes read), in every mode and every
+/// family, and across a growth of the caches' capacity (64 to 128 tokens after a 30-token
+/// prefill), which moves the buffers and makes the generator capture again.
+#[cfg(all(test, feature = "cuda"))]
+fn assert_graph_equals_eager(gpu: &crate::model::Model, adapter: Option<&Adapter>, mode: Mode, ids: &[u32], prefill: usize, at: &str) {
+    let mut g = Generator::new(&gpu.decoder, adapter, mode).unwrap();
+    let mut e = Generator::new(&gpu.decoder, adapter, mode).unwrap();
+    e.set_graph(false);
+    g.feed(&ids[..prefill]).unwrap();
+    e.feed(&ids[..prefill]).unwrap();
+    for (p, &id) in ids.iter().enumerate().skip(prefill) {
+        let (sg, se) = (g.feed(&[id]).unwrap(), e.feed(&[id]).unwrap());
+        assert!(sg.logits == se.logits, "{at} position {p}: graph and eager logits differ");
+        assert_eq!(sg.groups, se.groups, "{at} position {p}: groups");
+        assert_eq!(sg.read, se.read, "{at} position {p}: bytes read");
+    }
+    for (l, (a, b)) in g.layers().iter().zip(e.layers()).enumerate() {
+        assert_eq!(a.len(), b.len(), "{at} layer {l}: cached tokens");
+        if let (Some(ra), Some(rb)) = (&a.routing, &b.routing) {
+            assert_eq!((&ra.memberships, &ra.masks), (&rb.memberships, &rb.masks), "{at} layer {l}: routing");
+        }
+    }
+    let (sg, se) = (g.graph_stats(), e.graph_stats());
+    assert_eq!(sg.fallback, None, "{at}: the capture failed");
+    // One capture per capacity (64 and 128), each after a warm-up step; the rest replayed.
+    assert_eq!(sg.captures, 2, "{at}: {sg:?}");
+    assert_eq!(sg.replays, ids.len() - prefill - 4, "{at}: {sg:?}");
+    assert_eq!((se.captures, se.replays), (0, 0), "{at}: graphs off");
 }
 
 /// The GPU generator's routing (the host copy its steps fill from the device) equals the CPU
@@ -645,6 +826,23 @@ mod real_model_tests {
                 assert_eq!(sc.groups.len(), sg.groups.len());
             }
             assert_device_mirror_agrees(&g, &format!("k {k}"));
+        }
+    }
+
+    /// On a real model, graph steps equal eager steps across the decode kernel's chunk
+    /// boundaries and the capacity growth from 256 to 512 tokens, dense and top-k.
+    #[test]
+    fn cuda_graph_steps_equal_eager_steps_on_a_real_model() {
+        let Some(path) = real_model() else { return };
+        let gpu = crate::device::cuda(0).expect("a CUDA device");
+        let m = Model::load(&path, &gpu).unwrap();
+        let spec = AdapterSpec { groups: 8, window: 16, sink: 1, causal_sinkhorn: true, ..Default::default() };
+        let a = Adapter::random(&m.identity(), &gpu, &spec, 7).unwrap();
+        let text = "The quick brown fox jumps over the lazy dog. Attention routes each token to a few groups. ".repeat(20);
+        let ids: Vec<u32> = m.tokenizer().unwrap().encode(&text, false).unwrap().ids.into_iter().take(280).collect();
+        assert_eq!(ids.len(), 280, "the text is long enough");
+        for (mode, routed) in [(Mode::Dense, false), (Mode::TopK(TopK::new(2, 8).unwrap()), true)] {
+            assert_graph_equals_eager(&m, routed.then_some(&a), mode, &ids, 200, &format!("{mode}"));
         }
     }
 }

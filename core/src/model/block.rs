@@ -175,6 +175,13 @@ impl Pass {
         Ok(Pass { b, t, n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, ropes, interleaved, differentiable })
     }
 
+    /// A generation step's pass on a GPU: one token at the position `step` holds on the device,
+    /// its RoPE rows taken by index from the step's tables (no upload: see `model::step`).
+    pub fn at_step(cfg: &ModelConfig, step: &super::step::DeviceStep) -> Result<Pass> {
+        let interleaved = matches!(cfg.positions, Positions::Rope { interleaved: true, .. });
+        Ok(Pass { b: 1, t: 1, n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, ropes: step.rope_rows()?, interleaved, differentiable: false })
+    }
+
     /// The RoPE tables (T, head_dim / 2) of a layer's base and whether adjacent pairs rotate
     /// (interleaved); `None` without RoPE.
     pub fn rope(&self, theta: Option<f64>) -> Option<(Tensor, Tensor, bool)> {

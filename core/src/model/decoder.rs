@@ -12,6 +12,7 @@
 use super::block::{AttentionInputs, Block, Norm, Pass};
 use super::config::ModelConfig;
 use super::qmatvec::QMatrix;
+use super::step::DeviceStep;
 use crate::attention::{self, LayerAttention, LayerPlan, Mode};
 use crate::error::{Error, Result};
 use crate::focus::adapter::Adapter;
@@ -47,6 +48,12 @@ impl PassCount {
     pub fn get(&self) -> usize {
         self.0.load(Ordering::Relaxed)
     }
+
+    /// One pass more: a generation step replayed as a CUDA graph runs no pass of its own.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn add_one(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// What a forward pass should do besides producing logits.
@@ -76,11 +83,15 @@ pub struct ForwardOptions<'a> {
     /// Training only (the differentiable path): every routed layer's memberships, as tensors
     /// in the graph, are pushed here (the trainer's sharpening term [ours]).
     pub memberships: Option<&'a std::sync::Mutex<Vec<Tensor>>>,
+    /// A generation step on a GPU: its one token and its position (`start`) are also on the
+    /// device, and the pass reads them there (embedding, RoPE rows, position embedding), so
+    /// that it uploads nothing and can be captured as a CUDA graph (`model::step`).
+    pub device_step: Option<&'a DeviceStep>,
 }
 
 impl<'a> ForwardOptions<'a> {
     pub fn new(mode: Mode, adapter: Option<&'a Adapter>) -> Self {
-        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, start: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default(), balance: sinkhorn_composed, straight_through: None, memberships: None }
+        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, start: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default(), balance: sinkhorn_composed, straight_through: None, memberships: None, device_step: None }
     }
 }
 
@@ -241,8 +252,11 @@ impl Decoder {
         let (b, t) = (seqs.len(), seqs[0].len());
         let train = opts.differentiable;
         let dev = &self.device;
-        let mut x = self.embed_at(seqs, opts.start)?;
-        let pass = Pass::at(&self.config, b, t, opts.start, train, dev)?;
+        let (mut x, pass) = match opts.device_step {
+            Some(step) if b == 1 && t == 1 && !train => (self.embed_step(step)?, Pass::at_step(&self.config, step)?),
+            Some(_) => return Err(Error::Invalid("a device step runs one token, for inference".into())),
+            None => (self.embed_at(seqs, opts.start)?, Pass::at(&self.config, b, t, opts.start, train, dev)?),
+        };
         // The fast CPU kernels apply the causal mask themselves; other paths add it to the
         // scores (made when a layer first needs it: a hook that attends itself needs none).
         let needs_causal = train || !dev.is_cpu();
@@ -316,6 +330,18 @@ impl Decoder {
         })
     }
 
+    /// `embed_at` for a GPU generation step: the token and its position read on the device.
+    fn embed_step(&self, step: &DeviceStep) -> Result<Tensor> {
+        let mut x = self.embed.index_select(&step.id()?, 0)?;
+        if let Some(s) = self.config.embed_scale {
+            x = (x * s)?;
+        }
+        Ok(match &self.pos_embed {
+            Some(pe) => (x + pe.index_select(&step.pos()?, 0)?)?,
+            None => x,
+        })
+    }
+
     /// Logits ((rows, vocab)) of the last block's output `x` ((rows, d_model)), checked finite.
     pub fn logits(&self, x: &Tensor) -> Result<Tensor> {
         let logits = self.logits_unchecked(x)?;
@@ -326,14 +352,21 @@ impl Decoder {
     /// The logits of one row copied to the host, checked finite there: a decode step needs
     /// them on the host anyway, and a check on the device would wait for the GPU a second time.
     pub fn host_logits(&self, x: &Tensor) -> Result<Vec<f32>> {
-        let v = self.logits_unchecked(x)?.flatten_all()?.to_vec1::<f32>()?;
+        Self::checked_on_host(&self.logits_unchecked(x)?)
+    }
+
+    /// Logits (rows, vocab) copied to the host as one vector, checked finite there.
+    pub fn checked_on_host(logits: &Tensor) -> Result<Vec<f32>> {
+        let v = logits.flatten_all()?.to_vec1::<f32>()?;
         if !v.iter().all(|l| l.is_finite()) {
             return Err(non_finite_logits());
         }
         Ok(v)
     }
 
-    fn logits_unchecked(&self, x: &Tensor) -> Result<Tensor> {
+    /// The logits of `x` ((rows, d_model)), not checked: a captured decode step computes them
+    /// into its output buffer and the host checks its copy (`checked_on_host`).
+    pub fn logits_unchecked(&self, x: &Tensor) -> Result<Tensor> {
         let h = self.final_norm.forward(x, false)?;
         let logits = match super::matvec::row_times(&h, &self.lm_head, self.lm_head_q.as_deref(), None)? {
             Some(l) => l,

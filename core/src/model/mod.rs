@@ -14,6 +14,7 @@ pub mod matvec;
 pub mod qmatvec;
 pub mod olmo2;
 pub mod qwen2;
+pub mod step;
 pub mod tokenizer;
 pub mod weights;
 

@@ -13,18 +13,32 @@ use candle_core::{CpuStorage, CudaStorage, CustomOp3, DType, Layout, Shape, Stor
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_decode.ptx"));
 const MODULE: &str = "focus_decode";
-/// Cached positions per partial (one block of 4 warps each).
-const CHUNK: usize = 256;
+/// Cached positions per partial (one block of 4 warps each), at least and at most: small chunks
+/// give a step many blocks in flight (with 256 at 1K a block's lane groups took 16 keys each in
+/// a row and the kernel waited on their loads, ~36 us a layer on an H200), but the merge folds
+/// each head's partials one after another (64 at 32K made it slower than 256).
+const MIN_CHUNK: usize = 64;
+const MAX_CHUNK: usize = 256;
+/// Partials per head the chunk aims at.
+const TARGET_CHUNKS: usize = 128;
+
+/// The chunk for a cache of `cap` positions: from the capacity alone, so that every step over
+/// one cache (eager or replayed as a CUDA graph) has the same launch shape and sums alike.
+fn chunk_for(cap: usize) -> usize {
+    cap.div_ceil(TARGET_CHUNKS).next_power_of_two().clamp(MIN_CHUNK, MAX_CHUNK)
+}
 /// The kernel keeps a query head in registers, 8 values per lane.
 pub const MAX_HEAD_DIM: usize = 256;
 
 /// What one step keeps and how it scores (see the kernel's notes).
 #[derive(Debug, Clone, Copy)]
 pub struct DecodeStep<'a> {
-    /// Cached tokens, the newest included.
-    pub n: usize,
-    /// First position inside the layer's own sliding window (0 for a global layer).
-    pub from: usize,
+    /// The step's [token id, position] (u32, on the device): the newest token sits at that
+    /// position, and the keys up to it are cached (read on the device, so that a step captured
+    /// as a CUDA graph replays at every position).
+    pub step: &'a Tensor,
+    /// The layer's own sliding window (Gemma): keys before n - own_window are outside it.
+    pub own_window: Option<usize>,
     /// Hard top-k: the cached top-k sets ((cap,) bitmasks as i64), the newest token's (the
     /// query's, row n - 1) included: the kernel reads it there.
     pub topk: Option<&'a Tensor>,
@@ -38,9 +52,42 @@ pub struct DecodeStep<'a> {
 }
 
 /// The newest token's attention output (H, D) from its queries `q` (H, D) and the cache `k`,
-/// `v` (Hkv, cap, D), all f32 on one CUDA device.
+/// `v` (Hkv, cap, D), all f32 on one CUDA device. The grid covers the capacity (see the
+/// kernel's notes); the host keeps the step's position below it.
 pub fn decode_attention(q: &Tensor, k: &Tensor, v: &Tensor, step: DecodeStep<'_>) -> Result<Tensor> {
     Ok(q.apply_op3_no_bwd(k, v, &DecodeOp { step })?)
+}
+
+/// A step's new key and value rows `k_new`, `v_new` (Hkv x D values each, f32) into the cache
+/// `k`, `v` (Hkv, cap, D) at the step's position, read on the device (`step`, as in
+/// `DecodeStep`): one kernel, which a captured step replays at every position. The host keeps
+/// the position below the capacity.
+pub fn append_rows(k: &Tensor, v: &Tensor, k_new: &Tensor, v_new: &Tensor, step: &Tensor) -> crate::error::Result<()> {
+    use crate::error::Error;
+    let candle_core::Device::Cuda(dev) = k.device() else {
+        return Err(Error::Invalid("append_rows: the cache is not on a CUDA device".into()));
+    };
+    let (hkv, cap, d) = k.dims3()?;
+    let rows = |x: &Tensor| -> crate::error::Result<Tensor> { Ok(x.to_dtype(DType::F32)?.flatten_all()?.contiguous()?) };
+    let (kn, vn) = (rows(k_new)?, rows(v_new)?);
+    if v.dims3()? != (hkv, cap, d) || kn.elem_count() != hkv * d || vn.elem_count() != hkv * d || step.dims1()? != 2 || step.dtype() != DType::U32 || k.dtype() != DType::F32 || v.dtype() != DType::F32 {
+        return Err(Error::Invalid(format!("append_rows: cache {:?} and {:?}, new rows {:?} and {:?}, step {:?}", k.dims(), v.dims(), k_new.dims(), v_new.dims(), step.dims())));
+    }
+    let (gk, gv, gkn, gvn, gs) = (storage(k)?, storage(v)?, storage(&kn)?, storage(&vn)?, storage(step)?);
+    fn view<'s, T: candle_core::cuda_backend::CudaDType>(g: &'s (impl std::ops::Deref<Target = Storage>, usize)) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'s, T>> {
+        match &*g.0 {
+            Storage::Cuda(c) => Ok(c.as_cuda_slice::<T>()?.slice(g.1..)),
+            _ => candle_core::bail!("append_rows: a tensor is not on the CUDA device"),
+        }
+    }
+    let (vk, vv, vkn, vvn, vs) = (view::<f32>(&gk)?, view::<f32>(&gv)?, view::<f32>(&gkn)?, view::<f32>(&gvn)?, view::<u32>(&gs)?);
+    let f = dev.get_or_load_custom_func("kv_append", MODULE, PTX)?;
+    let mut b = f.builder();
+    let (cap32, d32) = (cap as i32, d as i32);
+    b.arg(&vk).arg(&vv).arg(&vkn).arg(&vvn).arg(&vs).arg(&cap32).arg(&d32);
+    let cfg = LaunchConfig { grid_dim: (hkv as u32, 1, 1), block_dim: (d.clamp(32, 256) as u32, 1, 1), shared_mem_bytes: 0 };
+    unsafe { b.launch(cfg) }.w()?;
+    Ok(())
 }
 
 struct DecodeOp<'a> {
@@ -73,14 +120,22 @@ impl CustomOp3 for DecodeOp<'_> {
         if s1.dtype() != DType::F32 || s2.dtype() != DType::F32 || s3.dtype() != DType::F32 {
             candle_core::bail!("decode attention on CUDA takes f32");
         }
-        if dk != d || l3.shape().dims3()? != (hkv, cap, d) || hkv == 0 || h % hkv != 0 || d > MAX_HEAD_DIM || st.n == 0 || st.n > cap || st.from >= st.n {
-            candle_core::bail!("decode attention: q ({h}, {d}), cache ({hkv}, {cap}, {dk}), {} tokens from {}", st.n, st.from);
+        if dk != d || l3.shape().dims3()? != (hkv, cap, d) || hkv == 0 || h % hkv != 0 || d > MAX_HEAD_DIM || cap == 0 || st.step.dims1()? != 2 || st.step.dtype() != DType::U32 {
+            candle_core::bail!("decode attention: q ({h}, {d}), cache ({hkv}, {cap}, {dk}), step {:?}", st.step.dims());
         }
         let contiguous = |l: &Layout| l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("decode attention needs contiguous q, k, v".into()));
         let ((qa, qb), (ka, kb), (va, vb)) = (contiguous(l1)?, contiguous(l2)?, contiguous(l3)?);
         let dev = s1.device().clone();
         let (q, k, v) = (s1.as_cuda_slice::<f32>()?.slice(qa..qb), s2.as_cuda_slice::<f32>()?.slice(ka..kb), s3.as_cuda_slice::<f32>()?.slice(va..vb));
-        let chunks = (st.n - st.from).div_ceil(CHUNK);
+        // Positions a step may attend: the capacity, or the layer's own window.
+        let chunk = chunk_for(cap);
+        let chunks = st.own_window.map_or(cap, |w| w.min(cap)).div_ceil(chunk);
+        let own_window = st.own_window.unwrap_or(0).min(i32::MAX as usize) as i32;
+        let step = storage(st.step)?;
+        let step_view = match &*step.0 {
+            Storage::Cuda(c) => c.as_cuda_slice::<u32>()?.slice(step.1..),
+            _ => candle_core::bail!("decode attention: the step is not on the CUDA device"),
+        };
         let part_m = unsafe { dev.alloc::<f32>(h * chunks)? };
         let part_l = unsafe { dev.alloc::<f32>(h * chunks)? };
         let part_o = unsafe { dev.alloc::<f32>(h * chunks * d)? };
@@ -110,13 +165,13 @@ impl CustomOp3 for DecodeOp<'_> {
             None => b.arg(&null),
         };
         b.arg(&part_m).arg(&part_l).arg(&part_o);
-        let (n, from, cap32, d32, rep, chunk, chunks32) = (st.n as i32, st.from as i32, cap as i32, d as i32, (h / hkv) as i32, CHUNK as i32, chunks as i32);
+        let (cap32, d32, rep, chunk, chunks32) = (cap as i32, d as i32, (h / hkv) as i32, chunk as i32, chunks as i32);
         let topk = st.topk.is_some() as i32;
         let window = st.window.min(i32::MAX as usize) as i32;
         let sink = st.sink.min(i32::MAX as usize) as i32;
         let scale = 1.0 / (d as f32).sqrt();
         let softcap = st.softcap.unwrap_or(0.0);
-        b.arg(&n).arg(&from).arg(&cap32).arg(&d32).arg(&rep).arg(&chunk).arg(&chunks32);
+        b.arg(&step_view).arg(&own_window).arg(&cap32).arg(&d32).arg(&rep).arg(&chunk).arg(&chunks32);
         b.arg(&topk).arg(&window).arg(&sink).arg(&scale).arg(&softcap);
         match &memb_view {
             Some(m) => b.arg(m),
@@ -132,7 +187,7 @@ impl CustomOp3 for DecodeOp<'_> {
         unsafe { b.launch(cfg) }.w()?;
         let f = dev.get_or_load_custom_func("decode_merge", MODULE, PTX)?;
         let mut b = f.builder();
-        b.arg(&part_m).arg(&part_l).arg(&part_o).arg(&out).arg(&d32).arg(&chunks32);
+        b.arg(&part_m).arg(&part_l).arg(&part_o).arg(&out).arg(&d32).arg(&chunks32).arg(&step_view).arg(&own_window).arg(&chunk);
         let cfg = LaunchConfig { grid_dim: (h as u32, 1, 1), block_dim: (MAX_HEAD_DIM as u32, 1, 1), shared_mem_bytes: 0 };
         unsafe { b.launch(cfg) }.w()?;
         Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from((h, d))))

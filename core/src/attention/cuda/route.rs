@@ -37,7 +37,8 @@ pub struct RouteTarget<'a> {
     /// Memberships (cap, K) f32 and top-k sets (cap,) i64: row `pos` is written.
     pub memberships: &'a Tensor,
     pub masks: &'a Tensor,
-    pub pos: usize,
+    /// The step's [token id, position] (u32, on the device): row `position` is written.
+    pub step: &'a Tensor,
     /// The step record (any length) f64 and the offset of this layer's (2 K + iters x K) values.
     pub record: &'a Tensor,
     pub record_at: usize,
@@ -49,7 +50,8 @@ pub fn record_len(groups: usize, iters: usize) -> usize {
 }
 
 /// Routes the newest token from its normalised attention input `h` (1, d_model) on the device
-/// (one kernel, no synchronisation).
+/// (one kernel, no synchronisation), at the position the step tensor holds (the host keeps it
+/// below the mirror's capacity; a row past it is not written).
 pub fn route_newest(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>) -> Result<()> {
     let Device::Cuda(dev) = h.device() else {
         return Err(Error::Invalid("route_newest: the input is not on a CUDA device".into()));
@@ -58,12 +60,12 @@ pub fn route_newest(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>) -> Resul
     let (groups, dg2) = p.centroids.dims2()?;
     let h = h.to_dtype(DType::F32)?.flatten_all()?.contiguous()?;
     let (cap, g2) = t.memberships.dims2()?;
-    if h.elem_count() != dm || dg2 != dg || g2 != groups || groups == 0 || groups > 64 || p.k == 0 || p.k > groups || t.pos >= cap || t.masks.dims1()? != cap {
+    if h.elem_count() != dm || dg2 != dg || g2 != groups || groups == 0 || groups > 64 || p.k == 0 || p.k > groups || t.masks.dims1()? != cap || t.step.dims1()? != 2 {
         return Err(Error::Invalid(format!(
-            "route_newest: input {} for W_g ({dm}, {dg}), centroids ({groups}, {dg2}), memberships ({cap}, {g2}), k {}, position {}",
+            "route_newest: input {} for W_g ({dm}, {dg}), centroids ({groups}, {dg2}), memberships ({cap}, {g2}), k {}, step {:?}",
             h.elem_count(),
             p.k,
-            t.pos
+            t.step.dims()
         )));
     }
     if t.run.elem_count() < p.iters * groups || t.record.elem_count() < t.record_at + record_len(groups, p.iters) {
@@ -77,7 +79,7 @@ pub fn route_newest(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>) -> Resul
     let f32s = |x: &Tensor| -> Result<Tensor> { Ok(x.to_dtype(DType::F32)?.contiguous()?) };
     let (proj, cents) = (f32s(p.proj)?, f32s(p.centroids)?);
     let scale = p.input_scale.map(f32s).transpose()?;
-    for (x, dt, what) in [(t.run, DType::F64, "state"), (t.memberships, DType::F32, "memberships"), (t.masks, DType::I64, "masks"), (t.record, DType::F64, "record")] {
+    for (x, dt, what) in [(t.run, DType::F64, "state"), (t.memberships, DType::F32, "memberships"), (t.masks, DType::I64, "masks"), (t.record, DType::F64, "record"), (t.step, DType::U32, "step")] {
         if x.dtype() != dt || !x.is_contiguous() {
             return Err(Error::Invalid(format!("route_newest: the {what} tensor must be contiguous {dt:?}")));
         }
@@ -89,6 +91,7 @@ pub fn route_newest(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>) -> Resul
         (s, l.start_offset())
     }
     let (gh, gp, gc, gr, gm, gk, grec) = (guard(&h), guard(&proj), guard(&cents), guard(t.run), guard(t.memberships), guard(t.masks), guard(t.record));
+    let gstep = guard(t.step);
     let gs = scale.as_ref().map(guard);
     fn view<'s, T: candle_core::cuda_backend::CudaDType, G: std::ops::Deref<Target = Storage>>(
         g: &'s (G, usize),
@@ -101,6 +104,7 @@ pub fn route_newest(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>) -> Resul
     }
     let (vh, vp, vc) = (view::<f32, _>(&gh, 0)?, view::<f32, _>(&gp, 0)?, view::<f32, _>(&gc, 0)?);
     let (vr, vm, vk, vrec) = (view::<f64, _>(&gr, 0)?, view::<f32, _>(&gm, 0)?, view::<i64, _>(&gk, 0)?, view::<f64, _>(&grec, t.record_at)?);
+    let vstep = view::<u32, _>(&gstep, 0)?;
     let vs = gs.as_ref().map(|g| view::<f32, _>(g, 0)).transpose()?;
     let null = 0u64;
     let f = dev.get_or_load_custom_func("route_newest", MODULE, PTX)?;
@@ -110,11 +114,16 @@ pub fn route_newest(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>) -> Resul
         Some(s) => b.arg(s),
         None => b.arg(&null),
     };
-    let (dm32, dg32, g32, cos, it32, k32, pos32) = (dm as i32, dg as i32, groups as i32, p.cosine as i32, p.iters as i32, p.k as i32, t.pos as i32);
+    let (dm32, dg32, g32, cos, it32, k32, cap32) = (dm as i32, dg as i32, groups as i32, p.cosine as i32, p.iters as i32, p.k as i32, cap as i32);
     b.arg(&vp).arg(&vc).arg(&dm32).arg(&dg32).arg(&g32).arg(&cos).arg(&p.tau).arg(&it32).arg(&k32);
-    b.arg(&vr).arg(&vm).arg(&vk).arg(&pos32).arg(&vrec);
-    // v (d_g) and the row slices' partial sums (at most a block's worth).
-    let shared = ((dg + THREADS) * 4) as u32;
+    b.arg(&vr).arg(&vm).arg(&vk).arg(&vstep).arg(&cap32).arg(&vrec);
+    // The Sinkhorn state (f64), v (d_g), the row slices' partial sums (at most a block's
+    // worth) and the scaled input (d_model).
+    let shared = p.iters * groups * 8 + (dg + THREADS + dm) * 4;
+    if shared > 48 << 10 {
+        return Err(Error::Invalid(format!("route_newest: {} Sinkhorn iterations x {groups} groups, d_g {dg} and d_model {dm} need {shared} bytes of shared memory (at most 48 KiB)", p.iters)));
+    }
+    let shared = shared as u32;
     let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: shared };
     unsafe { b.launch(cfg) }.w()?;
     Ok(())
@@ -186,11 +195,13 @@ mod tests {
             let masks = Tensor::zeros(64, DType::I64, &dev).unwrap();
             let len = record_len(groups, iters);
             let record = Tensor::zeros(3 * len, DType::F64, &dev).unwrap();
+            let step = Tensor::zeros(2, DType::U32, &dev).unwrap();
             for i in 0..t {
+                step.slice_set(&Tensor::new(&[0u32, i as u32], &dev).unwrap(), 0, 0).unwrap();
                 let h = &hs[i * dm..(i + 1) * dm];
                 let ht = Tensor::from_slice(h, (1, dm), &dev).unwrap();
                 let p = RouteParams { proj: &proj, centroids: &cents, input_scale: scale_t.as_ref(), cosine, tau, iters, k };
-                route_newest(&ht, p, RouteTarget { run: &run, memberships: &memb, masks: &masks, pos: i, record: &record, record_at: len }).unwrap();
+                route_newest(&ht, p, RouteTarget { run: &run, memberships: &memb, masks: &masks, step: &step, record: &record, record_at: len }).unwrap();
                 let want_s = host_scores(h, scale.as_deref(), &w, &c, dg, cosine);
                 let want_m = host.push(&want_s);
                 let rec = record.to_vec1::<f64>().unwrap()[len..2 * len].to_vec();
@@ -229,9 +240,9 @@ mod tests {
         let dev = crate::device::cuda(0).expect("a CUDA device");
         let z = |s: &[usize], dt| Tensor::zeros(s, dt, &dev).unwrap();
         let (proj, cents, h) = (z(&[8, 4], DType::F32), z(&[3, 4], DType::F32), z(&[1, 9], DType::F32));
-        let (run, memb, masks, rec) = (z(&[3], DType::F64), z(&[4, 3], DType::F32), z(&[4], DType::I64), z(&[9], DType::F64));
+        let (run, memb, masks, rec, step) = (z(&[3], DType::F64), z(&[4, 3], DType::F32), z(&[4], DType::I64), z(&[9], DType::F64), z(&[2], DType::U32));
         let p = RouteParams { proj: &proj, centroids: &cents, input_scale: None, cosine: false, tau: 1.0, iters: 1, k: 1 };
-        let e = route_newest(&h, p, RouteTarget { run: &run, memberships: &memb, masks: &masks, pos: 0, record: &rec, record_at: 0 }).unwrap_err();
+        let e = route_newest(&h, p, RouteTarget { run: &run, memberships: &memb, masks: &masks, step: &step, record: &rec, record_at: 0 }).unwrap_err();
         assert!(e.to_string().contains("route_newest"), "{e}");
     }
 }
