@@ -234,6 +234,41 @@ mod tests {
         assert!(ties * 4 < checked, "{ties} of {checked} tokens near a tie: the inputs decide too few sets");
     }
 
+    /// The routing kernel's time per call at SmolLM2's and Qwen2.5's shapes (d_model 576 / 896,
+    /// d_g 16, K 8, k 2), with 10 Sinkhorn iterations and with none (which isolates the
+    /// Sinkhorn chain): 300 calls between two synchronisations, median of 9 rounds. A benchmark
+    /// (issue 32: a top-k decode step on the H200 spends ~33-40 us a layer routing): the
+    /// `--features cuda` test binary with `attention::cuda::route::tests::route_speed --ignored
+    /// --nocapture`.
+    #[test]
+    #[ignore]
+    fn route_speed() {
+        let dev = crate::device::cuda(0).expect("a CUDA device");
+        let mut rng = StdRng::seed_from_u64(9);
+        for (dm, iters) in [(576, 10), (576, 0), (896, 10), (896, 0)] {
+            let (dg, groups, calls) = (16, 8, 300);
+            let mut r = |n: usize| Tensor::from_vec((0..n).map(|_| rng.gen::<f32>() - 0.5).collect::<Vec<f32>>(), n, &dev).unwrap();
+            let (proj, cents, h) = (r(dm * dg).reshape((dm, dg)).unwrap(), r(groups * dg).reshape((groups, dg)).unwrap(), r(dm).reshape((1, dm)).unwrap());
+            let run = Tensor::from_vec(vec![f64::NEG_INFINITY; iters.max(1) * groups], iters.max(1) * groups, &dev).unwrap();
+            let (memb, masks) = (Tensor::zeros((calls, groups), DType::F32, &dev).unwrap(), Tensor::zeros(calls, DType::I64, &dev).unwrap());
+            let record = Tensor::zeros(record_len(groups, iters), DType::F64, &dev).unwrap();
+            let steps: Vec<Tensor> = (0..calls as u32).map(|i| Tensor::new(&[0u32, i], &dev).unwrap()).collect();
+            let mut times = Vec::new();
+            for _ in 0..9 {
+                dev.synchronize().unwrap();
+                let t0 = std::time::Instant::now();
+                for step in &steps {
+                    let p = RouteParams { proj: &proj, centroids: &cents, input_scale: None, cosine: false, tau: 0.1, iters, k: 2 };
+                    route_newest(&h, p, RouteTarget { run: &run, memberships: &memb, masks: &masks, step, record: &record, record_at: 0 }).unwrap();
+                }
+                dev.synchronize().unwrap();
+                times.push(t0.elapsed().as_secs_f64() / calls as f64);
+            }
+            times.sort_by(f64::total_cmp);
+            eprintln!("route_newest d_model {dm}, d_g {dg}, K {groups}, {iters} Sinkhorn iterations: {:.1} us per call", times[4] * 1e6);
+        }
+    }
+
     /// Bad shapes are one clear error, not a launch.
     #[test]
     fn cuda_route_newest_rejects_mismatched_shapes() {
