@@ -175,11 +175,11 @@ impl Pass {
         Ok(Pass { b, t, n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, ropes, interleaved, differentiable })
     }
 
-    /// A generation step's pass on a GPU: one token at the position `step` holds on the device,
-    /// its RoPE rows taken by index from the step's tables (no upload: see `model::step`).
-    pub fn at_step(cfg: &ModelConfig, step: &super::step::DeviceStep) -> Result<Pass> {
+    /// A generation step's pass on a GPU: one token, whose RoPE rows per base (`ropes`: (theta,
+    /// cos, sin), each (1, head_dim / 2)) the device step took by index (`model::step`).
+    pub fn at_step(cfg: &ModelConfig, ropes: Vec<(f64, Tensor, Tensor)>) -> Pass {
         let interleaved = matches!(cfg.positions, Positions::Rope { interleaved: true, .. });
-        Ok(Pass { b: 1, t: 1, n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, ropes: step.rope_rows()?, interleaved, differentiable: false })
+        Pass { b: 1, t: 1, n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, ropes, interleaved, differentiable: false }
     }
 
     /// The RoPE tables (T, head_dim / 2) of a layer's base and whether adjacent pairs rotate

@@ -253,7 +253,7 @@ impl Decoder {
         let train = opts.differentiable;
         let dev = &self.device;
         let (mut x, pass) = match opts.device_step {
-            Some(step) if b == 1 && t == 1 && !train => (self.embed_step(step)?, Pass::at_step(&self.config, step)?),
+            Some(step) if b == 1 && t == 1 && !train => (self.embed_step(step)?, Pass::at_step(&self.config, step.rope_rows()?)),
             Some(_) => return Err(Error::Invalid("a device step runs one token, for inference".into())),
             None => (self.embed_at(seqs, opts.start)?, Pass::at(&self.config, b, t, opts.start, train, dev)?),
         };
