@@ -331,7 +331,7 @@ impl Decoder {
     }
 
     /// `embed_at` for a GPU generation step: the token and its position read on the device.
-    fn embed_step(&self, step: &DeviceStep) -> Result<Tensor> {
+    pub(crate) fn embed_step(&self, step: &DeviceStep) -> Result<Tensor> {
         let mut x = self.embed.index_select(&step.id()?, 0)?;
         if let Some(s) = self.config.embed_scale {
             x = (x * s)?;
