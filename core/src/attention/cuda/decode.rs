@@ -9,7 +9,8 @@ use crate::error::Result;
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;
-use candle_core::{CpuStorage, CudaStorage, CustomOp3, DType, Layout, Shape, Storage, Tensor};
+use super::{storage, view};
+use candle_core::{CpuStorage, CudaStorage, CustomOp3, DType, Layout, Shape, Tensor};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_decode.ptx"));
 const MODULE: &str = "focus_decode";
@@ -74,13 +75,7 @@ pub fn append_rows(k: &Tensor, v: &Tensor, k_new: &Tensor, v_new: &Tensor, step:
         return Err(Error::Invalid(format!("append_rows: cache {:?} and {:?}, new rows {:?} and {:?}, step {:?}", k.dims(), v.dims(), k_new.dims(), v_new.dims(), step.dims())));
     }
     let (gk, gv, gkn, gvn, gs) = (storage(k)?, storage(v)?, storage(&kn)?, storage(&vn)?, storage(step)?);
-    fn view<'s, T: candle_core::cuda_backend::CudaDType>(g: &'s (impl std::ops::Deref<Target = Storage>, usize)) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'s, T>> {
-        match &*g.0 {
-            Storage::Cuda(c) => Ok(c.as_cuda_slice::<T>()?.slice(g.1..)),
-            _ => candle_core::bail!("append_rows: a tensor is not on the CUDA device"),
-        }
-    }
-    let (vk, vv, vkn, vvn, vs) = (view::<f32>(&gk)?, view::<f32>(&gv)?, view::<f32>(&gkn)?, view::<f32>(&gvn)?, view::<u32>(&gs)?);
+    let (vk, vv, vkn, vvn, vs) = (view::<f32>(&gk, 0)?, view::<f32>(&gv, 0)?, view::<f32>(&gkn, 0)?, view::<f32>(&gvn, 0)?, view::<u32>(&gs, 0)?);
     let f = dev.get_or_load_custom_func("kv_append", MODULE, PTX)?;
     let mut b = f.builder();
     let (cap32, d32) = (cap as i32, d as i32);
@@ -92,16 +87,6 @@ pub fn append_rows(k: &Tensor, v: &Tensor, k_new: &Tensor, v_new: &Tensor, step:
 
 struct DecodeOp<'a> {
     step: DecodeStep<'a>,
-}
-
-/// A contiguous f32 or i64 CUDA tensor's storage guard and start offset.
-fn storage(t: &Tensor) -> candle_core::Result<(impl std::ops::Deref<Target = Storage> + '_, usize)> {
-    let (s, l) = t.storage_and_layout();
-    if !l.is_contiguous() || !matches!(&*s, Storage::Cuda(_)) {
-        candle_core::bail!("decode attention needs contiguous CUDA tensors");
-    }
-    let off = l.start_offset();
-    Ok((s, off))
 }
 
 impl CustomOp3 for DecodeOp<'_> {
@@ -132,10 +117,7 @@ impl CustomOp3 for DecodeOp<'_> {
         let chunks = st.own_window.map_or(cap, |w| w.min(cap)).div_ceil(chunk);
         let own_window = st.own_window.unwrap_or(0).min(i32::MAX as usize) as i32;
         let step = storage(st.step)?;
-        let step_view = match &*step.0 {
-            Storage::Cuda(c) => c.as_cuda_slice::<u32>()?.slice(step.1..),
-            _ => candle_core::bail!("decode attention: the step is not on the CUDA device"),
-        };
+        let step_view = view::<u32>(&step, 0)?;
         let part_m = unsafe { dev.alloc::<f32>(h * chunks)? };
         let part_l = unsafe { dev.alloc::<f32>(h * chunks)? };
         let part_o = unsafe { dev.alloc::<f32>(h * chunks * d)? };
@@ -146,20 +128,8 @@ impl CustomOp3 for DecodeOp<'_> {
         let f = dev.get_or_load_custom_func("decode_partial", MODULE, PTX)?;
         let mut b = f.builder();
         b.arg(&q).arg(&k).arg(&v);
-        let mask_view = match &masks {
-            Some((s, off)) => match &**s {
-                Storage::Cuda(c) => Some(c.as_cuda_slice::<i64>()?.slice(*off..)),
-                _ => None,
-            },
-            None => None,
-        };
-        let memb_view = match &memb {
-            Some((s, off)) => match &**s {
-                Storage::Cuda(c) => Some(c.as_cuda_slice::<f32>()?.slice(*off..)),
-                _ => None,
-            },
-            None => None,
-        };
+        let mask_view = masks.as_ref().map(|g| view::<i64>(g, 0)).transpose()?;
+        let memb_view = memb.as_ref().map(|g| view::<f32>(g, 0)).transpose()?;
         match &mask_view {
             Some(m) => b.arg(m),
             None => b.arg(&null),

@@ -12,3 +12,28 @@ pub mod plan;
 pub mod decode;
 #[cfg(feature = "cuda")]
 pub mod route;
+
+/// A contiguous CUDA tensor's storage, held as a read guard (a kernel launched while it is held
+/// runs on candle's one stream after every earlier use of the buffer), and its start offset.
+#[cfg(feature = "cuda")]
+pub(crate) fn storage(t: &candle_core::Tensor) -> candle_core::Result<(impl std::ops::Deref<Target = candle_core::Storage> + '_, usize)> {
+    let (s, l) = t.storage_and_layout();
+    if !l.is_contiguous() || !matches!(&*s, candle_core::Storage::Cuda(_)) {
+        candle_core::bail!("a Focus kernel needs contiguous CUDA tensors");
+    }
+    let off = l.start_offset();
+    Ok((s, off))
+}
+
+/// The kernel argument of a guarded buffer (`storage`): its elements from the tensor's start,
+/// `extra` further on.
+#[cfg(feature = "cuda")]
+pub(crate) fn view<'s, T: candle_core::cuda_backend::CudaDType>(
+    g: &'s (impl std::ops::Deref<Target = candle_core::Storage>, usize),
+    extra: usize,
+) -> candle_core::Result<candle_core::cuda_backend::cudarc::driver::CudaView<'s, T>> {
+    match &*g.0 {
+        candle_core::Storage::Cuda(c) => Ok(c.as_cuda_slice::<T>()?.slice(g.1 + extra..)),
+        _ => candle_core::bail!("a Focus kernel's tensor is not on the CUDA device"),
+    }
+}

@@ -8,7 +8,8 @@
 use crate::error::{Error, Result};
 use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;
-use candle_core::{DType, Device, Storage, Tensor};
+use super::{storage, view};
+use candle_core::{DType, Device, Tensor};
 
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_route.ptx"));
 const MODULE: &str = "focus_route";
@@ -86,26 +87,12 @@ pub fn route_newest(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>) -> Resul
     }
     // Read guards: the kernel writes through the mirror's buffers on candle's one stream, after
     // every earlier use of them there.
-    fn guard(x: &Tensor) -> (impl std::ops::Deref<Target = Storage> + '_, usize) {
-        let (s, l) = x.storage_and_layout();
-        (s, l.start_offset())
-    }
-    let (gh, gp, gc, gr, gm, gk, grec) = (guard(&h), guard(&proj), guard(&cents), guard(t.run), guard(t.memberships), guard(t.masks), guard(t.record));
-    let gstep = guard(t.step);
-    let gs = scale.as_ref().map(guard);
-    fn view<'s, T: candle_core::cuda_backend::CudaDType, G: std::ops::Deref<Target = Storage>>(
-        g: &'s (G, usize),
-        extra: usize,
-    ) -> Result<candle_core::cuda_backend::cudarc::driver::CudaView<'s, T>> {
-        match &*g.0 {
-            Storage::Cuda(c) => Ok(c.as_cuda_slice::<T>()?.slice(g.1 + extra..)),
-            _ => Err(Error::Invalid("route_newest: a tensor is not on the CUDA device".into())),
-        }
-    }
-    let (vh, vp, vc) = (view::<f32, _>(&gh, 0)?, view::<f32, _>(&gp, 0)?, view::<f32, _>(&gc, 0)?);
-    let (vr, vm, vk, vrec) = (view::<f64, _>(&gr, 0)?, view::<f32, _>(&gm, 0)?, view::<i64, _>(&gk, 0)?, view::<f64, _>(&grec, t.record_at)?);
-    let vstep = view::<u32, _>(&gstep, 0)?;
-    let vs = gs.as_ref().map(|g| view::<f32, _>(g, 0)).transpose()?;
+    let (gh, gp, gc, gr, gm, gk, grec, gstep) = (storage(&h)?, storage(&proj)?, storage(&cents)?, storage(t.run)?, storage(t.memberships)?, storage(t.masks)?, storage(t.record)?, storage(t.step)?);
+    let gs = scale.as_ref().map(storage).transpose()?;
+    let (vh, vp, vc) = (view::<f32>(&gh, 0)?, view::<f32>(&gp, 0)?, view::<f32>(&gc, 0)?);
+    let (vr, vm, vk, vrec) = (view::<f64>(&gr, 0)?, view::<f32>(&gm, 0)?, view::<i64>(&gk, 0)?, view::<f64>(&grec, t.record_at)?);
+    let vstep = view::<u32>(&gstep, 0)?;
+    let vs = gs.as_ref().map(|g| view::<f32>(g, 0)).transpose()?;
     let null = 0u64;
     let f = dev.get_or_load_custom_func("route_newest", MODULE, PTX)?;
     let mut b = f.builder();
