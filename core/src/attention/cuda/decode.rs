@@ -30,6 +30,8 @@ fn chunk_for(cap: usize) -> usize {
 }
 /// The kernel keeps a query head in registers, 8 values per lane.
 pub const MAX_HEAD_DIM: usize = 256;
+/// The merge kernel's block (`MERGE_THREADS`): at least MAX_HEAD_DIM, a multiple of 32.
+const MERGE_THREADS: u32 = 512;
 
 /// What one step keeps and how it scores (see the kernel's notes).
 #[derive(Debug, Clone, Copy)]
@@ -158,7 +160,11 @@ impl CustomOp3 for DecodeOp<'_> {
         let f = dev.get_or_load_custom_func("decode_merge", MODULE, PTX)?;
         let mut b = f.builder();
         b.arg(&part_m).arg(&part_l).arg(&part_o).arg(&out).arg(&d32).arg(&chunks32).arg(&step_view).arg(&own_window).arg(&chunk);
-        let cfg = LaunchConfig { grid_dim: (h as u32, 1, 1), block_dim: (MAX_HEAD_DIM as u32, 1, 1), shared_mem_bytes: 0 };
+        // The merge's block (MERGE_THREADS) and its weights in shared memory, one per chunk.
+        if chunks * 4 > 48 << 10 {
+            candle_core::bail!("decode attention: {chunks} partials a head exceed the merge's shared memory");
+        }
+        let cfg = LaunchConfig { grid_dim: (h as u32, 1, 1), block_dim: (MERGE_THREADS, 1, 1), shared_mem_bytes: (chunks * 4) as u32 };
         unsafe { b.launch(cfg) }.w()?;
         Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from((h, d))))
     }
