@@ -1,14 +1,15 @@
 //! Under the `cuda` feature, compiles core/kernels/*.cu to PTX with nvcc (the toolchain that
 //! ../shared/tools/cuda-env.sh sets up: CUDA_ROOT, CUDA_COMPUTE_CAP): focus_attention.cu (the
 //! inference kernels), focus_train.cu (the training step's), focus_decode.cu (a generation
-//! step's attention over a cache on the GPU) and focus_route.cu (that step's routing). Without it, does nothing, so
+//! step's attention over a cache on the GPU), focus_route.cu (that step's routing) and focus_rows.cu (the
+//! fused row ops of model::fused). Without it, does nothing, so
 //! CPU builds need no CUDA toolchain.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
-    const KERNELS: [&str; 4] = ["focus_attention", "focus_train", "focus_decode", "focus_route"];
+    const KERNELS: [&str; 5] = ["focus_attention", "focus_train", "focus_decode", "focus_route", "focus_rows"];
     for k in KERNELS {
         println!("cargo:rerun-if-changed=kernels/{k}.cu");
     }

@@ -53,7 +53,7 @@ impl Norm {
         let eps = self.eps as f32;
         Ok(match self.kind {
             NormKind::Rms if differentiable => candle_nn::ops::rms_norm_slow(x, &self.weight, eps)?,
-            NormKind::Rms => candle_nn::ops::rms_norm(x, &self.weight, eps)?,
+            NormKind::Rms => super::fused::rms_norm(x, &self.weight, eps)?,
             NormKind::Layer => {
                 let zeros;
                 let bias = match &self.bias {
@@ -83,6 +83,18 @@ impl Norm {
     }
 }
 
+/// (x + y, its norm): one fused kernel for an RMS norm outside training (`fused`).
+fn add_then_norm(x: &Tensor, y: &Tensor, norm: &Option<Norm>, differentiable: bool) -> Result<(Tensor, Tensor)> {
+    match norm {
+        Some(n) if n.kind == NormKind::Rms && !differentiable => super::fused::add_rms_norm(x, y, &n.weight, n.eps as f32),
+        _ => {
+            let r = (x + y)?;
+            let h = maybe(norm, &r, differentiable)?;
+            Ok((r, h))
+        }
+    }
+}
+
 /// A norm that may be absent (identity).
 fn maybe(norm: &Option<Norm>, x: &Tensor, differentiable: bool) -> Result<Tensor> {
     match norm {
@@ -101,11 +113,17 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+    /// `differentiable`: the composed ops (with a backward pass), else fused ones.
+    pub fn forward(&self, x: &Tensor, differentiable: bool) -> Result<Tensor> {
         let h = match self.kind {
             MlpKind::SwiGlu => {
                 let gate = self.gate.as_ref().expect("SwiGLU MLP has a gate").forward(x)?;
-                (candle_nn::ops::silu(&gate)? * self.up_or_fc.forward(x)?)?
+                let up = self.up_or_fc.forward(x)?;
+                if differentiable {
+                    (candle_nn::ops::silu(&gate)? * up)?
+                } else {
+                    super::fused::silu_mul(&gate, &up)?
+                }
             }
             MlpKind::GeluTanh => self.up_or_fc.forward(x)?.gelu()?,
             MlpKind::GeGlu => {
@@ -202,8 +220,17 @@ pub struct AttentionInputs {
 impl Block {
     /// The attention inputs of this block from the residual stream `x` ((B*T, d_model)).
     pub fn attention_inputs(&self, x: &Tensor, pass: &Pass) -> Result<AttentionInputs> {
+        self.attention_heads(self.attention_norm(x, pass)?, pass)
+    }
+
+    /// The normalised state `h` that feeds Q/K/V and the router.
+    pub fn attention_norm(&self, x: &Tensor, pass: &Pass) -> Result<Tensor> {
+        maybe(&self.attn_norm, x, pass.differentiable)
+    }
+
+    /// The attention inputs from the normalised state `h` (`attention_norm`).
+    pub fn attention_heads(&self, h: Tensor, pass: &Pass) -> Result<AttentionInputs> {
         let (b, t, hd) = (pass.b, pass.t, pass.head_dim);
-        let h = maybe(&self.attn_norm, x, pass.differentiable)?;
         let heads = |lin: &Linear, norm: &Option<Norm>, n: usize| -> Result<Tensor> {
             let mut y = lin.forward(&h)?;
             if let Some(nm) = norm {
@@ -236,8 +263,9 @@ impl Block {
     pub fn finish(&self, x: &Tensor, o: &Tensor, pass: &Pass) -> Result<Tensor> {
         let o = o.transpose(1, 2)?.reshape((pass.b * pass.t, pass.n_heads * pass.head_dim))?;
         let dif = pass.differentiable;
-        let x = (x + maybe(&self.post_attn_norm, &self.o.forward(&o)?, dif)?)?;
-        let m = self.mlp.forward(&maybe(&self.mlp_norm, &x, dif)?)?;
+        let y = maybe(&self.post_attn_norm, &self.o.forward(&o)?, dif)?;
+        let (x, h) = add_then_norm(x, &y, &self.mlp_norm, dif)?;
+        let m = self.mlp.forward(&h, dif)?;
         Ok((&x + maybe(&self.post_mlp_norm, &m, dif)?)?)
     }
 }

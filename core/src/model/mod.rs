@@ -3,6 +3,7 @@
 pub mod block;
 pub mod config;
 pub mod decoder;
+pub mod fused;
 pub mod gemma2;
 pub mod gemma3;
 pub mod gguf;
