@@ -25,13 +25,16 @@
 // Groups per lane in the Sinkhorn warp (K <= 64).
 #define GPL 2
 
-__device__ __forceinline__ double warp_max(double x) {
-    for (int o = 16; o > 0; o >>= 1) x = fmax(x, __shfl_xor_sync(0xffffffffu, x, o));
+// Over the lanes of each aligned run of `width` (a power of two, at most 32): Sinkhorn's
+// reductions take only the lanes that hold groups (8 of them for K = 8: 3 shuffle rounds, not 5,
+// in a chain of 10 iterations).
+__device__ __forceinline__ double warp_max(double x, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) x = fmax(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
 
-__device__ __forceinline__ double warp_sum(double x) {
-    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+__device__ __forceinline__ double warp_sum(double x, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
 
@@ -42,14 +45,16 @@ __device__ __forceinline__ float warp_sumf(float x) {
 
 // log(sum exp(l)) over the warp's groups (lane g holds l[g] and l[g + 32]; -inf pads);
 // -inf when every term is -inf, as the host's log_sum_exp.
-__device__ __forceinline__ double warp_lse(const double* l) {
+// Every lane of the warp runs both reductions (the shuffles name the whole warp): lanes past
+// the groups' run hold -inf and must not leave early.
+__device__ __forceinline__ double warp_lse(const double* l, int width) {
     double m = -INFINITY;
     for (int e = 0; e < GPL; e++) m = fmax(m, l[e]);
-    m = warp_max(m);
-    if (m == -INFINITY) return m;
+    m = warp_max(m, width);
     double s = 0.0;
     for (int e = 0; e < GPL; e++) s += l[e] == -INFINITY ? 0.0 : exp(l[e] - m);
-    return m + log(warp_sum(s));
+    s = warp_sum(s, width);
+    return m == -INFINITY ? m : m + log(s);
 }
 
 extern "C" __global__ void route_newest(
@@ -124,6 +129,8 @@ extern "C" __global__ void route_newest(
 
     // Causal Sinkhorn's row, on warp 0: lane g holds groups g and g + 32.
     if (warp == 0) {
+        int width = 1;
+        while (width < groups && width < 32) width <<= 1;
         double l[GPL];
         for (int e = 0; e < GPL; e++) {
             const int g = lane + 32 * e;
@@ -140,11 +147,11 @@ extern "C" __global__ void route_newest(
                     l[e] = x - r[g];
                 }
             }
-            const double z = warp_lse(l);
+            const double z = warp_lse(l, width);
             for (int e = 0; e < GPL; e++) l[e] -= z;
         }
         if (iters == 0) {
-            const double z = warp_lse(l);
+            const double z = warp_lse(l, width);
             for (int e = 0; e < GPL; e++) l[e] -= z;
         }
         for (int e = 0; e < GPL; e++) {

@@ -67,7 +67,7 @@ pub const SPLIT_STEPS: usize = 8;
 /// Per-part medians of instrumented steps.
 fn median_split(v: &[StepSplit]) -> Option<StepSplit> {
     let part = |f: fn(&StepSplit) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
-    Some(StepSplit { routing_s: part(|s| s.routing_s)?, attention_s: part(|s| s.attention_s)?, rest_s: part(|s| s.rest_s)?, total_s: part(|s| s.total_s)? })
+    Some(StepSplit { routing_s: part(|s| s.routing_s)?, attention_s: part(|s| s.attention_s)?, rest_s: part(|s| s.rest_s)?, host_s: part(|s| s.host_s)?, total_s: part(|s| s.total_s)? })
 }
 
 pub struct DecodeBenchOptions {

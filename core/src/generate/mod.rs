@@ -82,14 +82,18 @@ pub struct Step {
 /// instrumented step is slower than a plain one; the parts say where the time goes).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct StepSplit {
-    /// Routing the token in every routed layer (on a GPU: the routing kernels, and filling the
-    /// host's copy of the routing after the step; on the CPU: scores and Sinkhorn).
+    /// Routing the token in every routed layer (on a GPU: the routing kernels; on the CPU:
+    /// scores and Sinkhorn).
     pub routing_s: f64,
     /// The attention over the caches (the decode kernels), every layer.
     pub attention_s: f64,
     /// Everything else: the blocks' projections and MLPs, norms, the cache appends, the logits
     /// and their copy to the host.
     pub rest_s: f64,
+    /// After a GPU step, on the host: the step record's copy, the host's copy of the routing
+    /// filled from it, and the bytes read counted (0 on the CPU, where the parts above hold it).
+    #[serde(default)]
+    pub host_s: f64,
     pub total_s: f64,
 }
 
@@ -126,6 +130,10 @@ pub struct Generator<'a> {
     /// On a GPU: the step captured as a CUDA graph, and whether to use one (`graph`).
     #[cfg(feature = "cuda")]
     graph: graph::StepGraphs,
+    /// On a GPU: the stream the routing kernels run on beside the layers' Q/K/V products,
+    /// made at the first step that routes on the device.
+    #[cfg(feature = "cuda")]
+    side: Option<crate::attention::cuda::route::SideStream>,
 }
 
 impl<'a> Generator<'a> {
@@ -141,7 +149,7 @@ impl<'a> Generator<'a> {
             _ => Strategy::KvCache,
         };
         let layers = empty_layers(decoder, adapter, k)?;
-        let mut g = Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new(), cancel: None, split: false, record: None, device_step: None, #[cfg(feature = "cuda")] graph: Default::default() };
+        let mut g = Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new(), cancel: None, split: false, record: None, device_step: None, #[cfg(feature = "cuda")] graph: Default::default(), #[cfg(feature = "cuda")] side: None };
         g.bucket_for_topk();
         Ok(g)
     }
@@ -304,6 +312,11 @@ impl<'a> Generator<'a> {
             c.reserve_device(1)?;
         }
         let record = self.device_record()?;
+        // Made outside any capture (a graph holds the stream it forked to).
+        #[cfg(feature = "cuda")]
+        if record.is_some() && self.side.is_none() {
+            self.side = Some(crate::attention::cuda::route::SideStream::new(&dec.device)?);
+        }
         if self.device_step.is_none() {
             self.device_step = Some(DeviceStep::new(&dec.config, &dec.device)?);
         }
@@ -322,9 +335,9 @@ impl<'a> Generator<'a> {
         let t1 = Instant::now();
         let read = self.commit_device_step(record.as_ref())?;
         if let Some(s) = split.as_mut() {
-            s.routing_s += t1.elapsed().as_secs_f64();
+            s.host_s = t1.elapsed().as_secs_f64();
             s.total_s = t0.elapsed().as_secs_f64();
-            s.rest_s = (s.total_s - s.routing_s - s.attention_s).max(0.0);
+            s.rest_s = (s.total_s - s.routing_s - s.attention_s - s.host_s).max(0.0);
         }
         self.ids.push(id);
         Ok(Step { logits, groups: self.newest_groups(), read, split })
@@ -349,6 +362,11 @@ impl<'a> Generator<'a> {
             k,
             step: Some(step),
             split: split.then(StepSplit::default),
+            // Timed steps route on candle's stream, so that each part's time is its own.
+            #[cfg(feature = "cuda")]
+            side: if split { None } else { self.side.as_ref() },
+            #[cfg(feature = "cuda")]
+            routing_on_side: None,
         };
         // `id` is checked on the host; the pass reads the device step's copy.
         let RunEnd::Finished { x, .. } = dec.run(&[&[id]], &opts, &mut over_cache)? else {
@@ -487,12 +505,18 @@ struct OverCache<'c> {
     /// A GPU step: the token's id and position on the device.
     step: Option<&'c DeviceStep>,
     split: Option<StepSplit>,
+    /// A GPU step's side stream for the routing kernels (`normed`), and the layer routed there
+    /// whose outputs the attention has yet to wait for, with its input kept alive until then.
+    #[cfg(feature = "cuda")]
+    side: Option<&'c crate::attention::cuda::route::SideStream>,
+    #[cfg(feature = "cuda")]
+    routing_on_side: Option<(usize, Tensor)>,
 }
 
 impl<'c> OverCache<'c> {
     fn new(g: &'c mut Generator<'_>, record: Option<&'c Tensor>, step: Option<&'c DeviceStep>) -> Self {
         let (how, heads, k, split) = (g.how(), g.decoder.config.n_heads, g.k, g.split.then(StepSplit::default));
-        OverCache { layers: &mut g.layers, adapter: g.adapter, how, heads, read: ReadBytes::default(), record, k, step, split }
+        OverCache { layers: &mut g.layers, adapter: g.adapter, how, heads, read: ReadBytes::default(), record, k, step, split, #[cfg(feature = "cuda")] side: None, #[cfg(feature = "cuda")] routing_on_side: None }
     }
 
     /// `f`'s time added to one part of the split, between device synchronisations.
@@ -513,10 +537,11 @@ impl<'c> OverCache<'c> {
     /// Routes layer `l`'s newest token on the device (a GPU step with causal Sinkhorn): its
     /// memberships, top-k set and Sinkhorn state into the cache's device mirror, its record
     /// into the step record. False when the layer does not route there.
-    fn route_on_device(&mut self, l: usize, a: &Adapter, inp: &AttentionInputs) -> Result<bool> {
-        #[cfg(feature = "cuda")]
+    /// `side`: run the kernel on this stream (the caller joins it before the attention).
+    #[cfg(feature = "cuda")]
+    fn route_on_device(&mut self, l: usize, a: &Adapter, h: &Tensor, side: Option<&crate::attention::cuda::route::SideStream>) -> Result<bool> {
         if let (Some(rec), Some(step), true) = (self.record, self.step, routes_on_device(&self.layers[l])) {
-            use crate::attention::cuda::route::{record_len, route_newest, RouteParams, RouteTarget};
+            use crate::attention::cuda::route::{record_len, route_newest_on, RouteParams, RouteTarget};
             let cache = &self.layers[l];
             let (Some(kv), Some(st)) = (cache.device.as_ref(), cache.routing.as_ref().and_then(|r| r.sinkhorn.as_ref())) else { return Ok(false) };
             let (Some(memb), Some(masks), Some(state)) = (kv.memberships.as_ref(), kv.masks.as_ref(), kv.sinkhorn_state.as_ref()) else {
@@ -537,10 +562,14 @@ impl<'c> OverCache<'c> {
                 k: self.k,
             };
             let len = record_len(c.groups, c.sinkhorn_iters);
-            route_newest(&inp.h, params, RouteTarget { run: state, memberships: memb, masks, step: step.buf(), record: rec, record_at: l * len })?;
+            route_newest_on(h, params, RouteTarget { run: state, memberships: memb, masks, step: step.buf(), record: rec, record_at: l * len }, side)?;
             return Ok(true);
         }
-        let _ = (l, a, inp);
+        Ok(false)
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn route_on_device(&mut self, _l: usize, _a: &Adapter, _h: &Tensor, _side: Option<&()>) -> Result<bool> {
         Ok(false)
     }
 
@@ -567,14 +596,38 @@ impl<'c> OverCache<'c> {
 }
 
 impl LayerHook for OverCache<'_> {
+    /// A GPU step with a side stream starts the layer's routing kernel there, beside the Q/K/V
+    /// products; `attend` waits for it before the attention reads the token's set.
+    fn normed(&mut self, l: usize, h: &Tensor) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        if let (Some(a), Some(side)) = (self.adapter, self.side) {
+            if self.route_on_device(l, a, h, Some(side))? {
+                self.routing_on_side = Some((l, h.clone()));
+            }
+        }
+        let _ = (l, h);
+        Ok(())
+    }
+
     fn attend(&mut self, l: usize, inp: &AttentionInputs, own: &LayerAttention) -> Result<Option<Tensor>> {
         let dev = inp.q.device().clone();
         match self.step {
             Some(step) => self.layers[l].append_step(&inp.k, &inp.v, step.buf())?,
             None => self.layers[l].push(&inp.k, &inp.v)?,
         }
-        if let Some(a) = self.adapter {
-            self.timed(|s| &mut s.routing_s, &dev, |me| if me.route_on_device(l, a, inp)? { Ok(()) } else { me.route(l, a, inp) })?;
+        #[cfg(feature = "cuda")]
+        let routed_on_side = match (self.routing_on_side.take(), self.side) {
+            (Some((rl, _h)), Some(side)) if rl == l => {
+                side.join()?;
+                true
+            }
+            (Some((rl, _)), _) => return Err(Error::Invalid(format!("layer {l}: layer {rl}'s routing on the side stream was never waited for"))),
+            _ => false,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let routed_on_side = false;
+        if let (Some(a), false) = (self.adapter, routed_on_side) {
+            self.timed(|s| &mut s.routing_s, &dev, |me| if me.route_on_device(l, a, &inp.h, None)? { Ok(()) } else { me.route(l, a, inp) })?;
         }
         let how = if self.layers[l].routing.is_some() { self.how } else { DecodeAttention::Dense };
         let heads = self.heads;

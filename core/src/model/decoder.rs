@@ -115,6 +115,11 @@ pub trait LayerHook {
     fn inputs(&mut self, _l: usize, _inputs: &AttentionInputs, _routing: Option<&LayerRouting>) -> ControlFlow<()> {
         ControlFlow::Continue(())
     }
+    /// Sees layer `l`'s normalised state (the router's input) before its Q/K/V products are
+    /// made (inference only): a GPU step starts the layer's routing here, beside them.
+    fn normed(&mut self, _l: usize, _h: &Tensor) -> Result<()> {
+        Ok(())
+    }
     /// Attends layer `l` itself in place of the pass's routing and plan, returning the
     /// attention output (1, H, 1, D): generation's step attends over its KV cache this way.
     /// `None` leaves the layer to the pass. Inference only.
@@ -268,7 +273,11 @@ impl Decoder {
             }
             // The adapter, where it routes this layer (`RouterLayers`).
             let routed = opts.adapter.filter(|a| a.config.router_layers.routes(self.config.is_sliding(l)));
-            let inp = blk.attention_inputs(&x, &pass)?;
+            let h = blk.attention_norm(&x, &pass)?;
+            if !train {
+                hook.normed(l, &h)?;
+            }
+            let inp = blk.attention_heads(h, &pass)?;
             // A hook may attend the layer itself (generation's step, over its cache).
             let hooked = if train { None } else { hook.attend(l, &inp, &blk.attn)? };
             if hooked.is_none() && needs_causal && causal.is_none() {

@@ -6,7 +6,7 @@
 //! `mask::topk_mask`; the tests check the two agree.
 
 use crate::error::{Error, Result};
-use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{self, CudaView, DevicePtr, DeviceSlice, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;
 use super::{storage, view};
 use candle_core::{DType, Device, Tensor};
@@ -51,9 +51,17 @@ pub fn record_len(groups: usize, iters: usize) -> usize {
 }
 
 /// Routes the newest token from its normalised attention input `h` (1, d_model) on the device
-/// (one kernel, no synchronisation), at the position the step tensor holds (the host keeps it
-/// below the mirror's capacity; a row past it is not written).
+/// (one kernel on candle's stream, no synchronisation), at the position the step tensor holds
+/// (the host keeps it below the mirror's capacity; a row past it is not written).
 pub fn route_newest(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>) -> Result<()> {
+    route_newest_on(h, p, t, None)
+}
+
+/// `route_newest` on `side` when given: the kernel then runs beside the work candle's stream
+/// does next (the layer's Q/K/V products), and whoever reads its outputs first waits for it
+/// (`SideStream::join`). `h` must stay alive until that join (its memory returns to candle's
+/// stream-ordered pool when dropped).
+pub fn route_newest_on(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>, side: Option<&SideStream>) -> Result<()> {
     let Device::Cuda(dev) = h.device() else {
         return Err(Error::Invalid("route_newest: the input is not on a CUDA device".into()));
     };
@@ -85,35 +93,136 @@ pub fn route_newest(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>) -> Resul
             return Err(Error::Invalid(format!("route_newest: the {what} tensor must be contiguous {dt:?}")));
         }
     }
-    // Read guards: the kernel writes through the mirror's buffers on candle's one stream, after
-    // every earlier use of them there.
-    let (gh, gp, gc, gr, gm, gk, grec, gstep) = (storage(&h)?, storage(&proj)?, storage(&cents)?, storage(t.run)?, storage(t.memberships)?, storage(t.masks)?, storage(t.record)?, storage(t.step)?);
-    let gs = scale.as_ref().map(storage).transpose()?;
-    let (vh, vp, vc) = (view::<f32>(&gh, 0)?, view::<f32>(&gp, 0)?, view::<f32>(&gc, 0)?);
-    let (vr, vm, vk, vrec) = (view::<f64>(&gr, 0)?, view::<f32>(&gm, 0)?, view::<i64>(&gk, 0)?, view::<f64>(&grec, t.record_at)?);
-    let vstep = view::<u32>(&gstep, 0)?;
-    let vs = gs.as_ref().map(|g| view::<f32>(g, 0)).transpose()?;
-    let null = 0u64;
-    let f = dev.get_or_load_custom_func("route_newest", MODULE, PTX)?;
-    let mut b = f.builder();
-    b.arg(&vh);
-    match &vs {
-        Some(s) => b.arg(s),
-        None => b.arg(&null),
-    };
-    let (dm32, dg32, g32, cos, it32, k32, cap32) = (dm as i32, dg as i32, groups as i32, p.cosine as i32, p.iters as i32, p.k as i32, cap as i32);
-    b.arg(&vp).arg(&vc).arg(&dm32).arg(&dg32).arg(&g32).arg(&cos).arg(&p.tau).arg(&it32).arg(&k32);
-    b.arg(&vr).arg(&vm).arg(&vk).arg(&vstep).arg(&cap32).arg(&vrec);
     // The Sinkhorn state (f64), v (d_g), the row slices' partial sums (at most a block's
     // worth) and the scaled input (d_model).
     let shared = p.iters * groups * 8 + (dg + THREADS + dm) * 4;
     if shared > 48 << 10 {
         return Err(Error::Invalid(format!("route_newest: {} Sinkhorn iterations x {groups} groups, d_g {dg} and d_model {dm} need {shared} bytes of shared memory (at most 48 KiB)", p.iters)));
     }
-    let shared = shared as u32;
-    let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: shared };
-    unsafe { b.launch(cfg) }.w()?;
+    // Read guards: on candle's stream the kernel runs after every earlier use of the buffers
+    // there; on the side stream after the fork, which follows them.
+    let (gh, gp, gc, gr, gm, gk, grec, gstep) = (storage(&h)?, storage(&proj)?, storage(&cents)?, storage(t.run)?, storage(t.memberships)?, storage(t.masks)?, storage(t.record)?, storage(t.step)?);
+    let gs = scale.as_ref().map(storage).transpose()?;
+    let (vh, vp, vc) = (view::<f32>(&gh, 0)?, view::<f32>(&gp, 0)?, view::<f32>(&gc, 0)?);
+    let (vr, vm, vk, vrec) = (view::<f64>(&gr, 0)?, view::<f32>(&gm, 0)?, view::<i64>(&gk, 0)?, view::<f64>(&grec, t.record_at)?);
+    let vstep = view::<u32>(&gstep, 0)?;
+    let vs = gs.as_ref().map(|g| view::<f32>(g, 0)).transpose()?;
+    let f = dev.get_or_load_custom_func("route_newest", MODULE, PTX)?;
+    let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: shared as u32 };
+    let (dm32, dg32, g32, cos, it32, k32, cap32) = (dm as i32, dg as i32, groups as i32, p.cosine as i32, p.iters as i32, p.k as i32, cap as i32);
+    let Some(side) = side else {
+        let null = 0u64;
+        let mut b = f.builder();
+        b.arg(&vh);
+        match &vs {
+            Some(s) => b.arg(s),
+            None => b.arg(&null),
+        };
+        b.arg(&vp).arg(&vc).arg(&dm32).arg(&dg32).arg(&g32).arg(&cos).arg(&p.tau).arg(&it32).arg(&k32);
+        b.arg(&vr).arg(&vm).arg(&vk).arg(&vstep).arg(&cap32).arg(&vrec);
+        unsafe { b.launch(cfg) }.w()?;
+        return Ok(());
+    };
+    // The same arguments as raw pointers for a launch on the side stream (cudarc's builder
+    // launches on the stream its views belong to).
+    let (ph, pp, pc, pr, pm, pk, pstep, prec) = (raw(&vh), raw(&vp), raw(&vc), raw(&vr), raw(&vm), raw(&vk), raw(&vstep), raw(&vrec));
+    let ps = vs.as_ref().map_or(0u64, raw);
+    let tau = p.tau;
+    let mut args: [*mut std::ffi::c_void; 17] = [
+        &ph as *const u64 as *mut _,
+        &ps as *const u64 as *mut _,
+        &pp as *const u64 as *mut _,
+        &pc as *const u64 as *mut _,
+        &dm32 as *const i32 as *mut _,
+        &dg32 as *const i32 as *mut _,
+        &g32 as *const i32 as *mut _,
+        &cos as *const i32 as *mut _,
+        &tau as *const f64 as *mut _,
+        &it32 as *const i32 as *mut _,
+        &k32 as *const i32 as *mut _,
+        &pr as *const u64 as *mut _,
+        &pm as *const u64 as *mut _,
+        &pk as *const u64 as *mut _,
+        &pstep as *const u64 as *mut _,
+        &cap32 as *const i32 as *mut _,
+        &prec as *const u64 as *mut _,
+    ];
+    side.fork()?;
+    unsafe { driver::result::launch_kernel(f.cu_function(), cfg.grid_dim, cfg.block_dim, cfg.shared_mem_bytes, side.side, &mut args) }.w()?;
+    side.done()?;
     Ok(())
+}
+
+/// A view's device address (no event is recorded: candle's context runs one stream as cudarc
+/// counts them, so its views track no uses).
+fn raw<T>(v: &CudaView<'_, T>) -> u64 {
+    v.device_ptr(v.stream()).0
+}
+
+/// A second CUDA stream on candle's device for the routing kernels, with the two events that
+/// order it against candle's stream: `fork` (the side waits for candle's stream so far) before
+/// a launch, `done` after it, and `join` (candle's stream waits for the side) before the
+/// kernel's outputs are read. Raw driver objects, not cudarc's `fork`: a cudarc stream would
+/// switch every buffer of the context to event tracking (an event per argument per launch).
+/// Forks and joins are stream operations, so a step captured as a CUDA graph holds them as
+/// edges: the routing kernel is a branch beside the layer's Q/K/V products.
+pub struct SideStream {
+    main: std::sync::Arc<driver::CudaStream>,
+    side: driver::sys::CUstream,
+    forked: driver::sys::CUevent,
+    finished: driver::sys::CUevent,
+}
+
+// The handles are the driver's, usable from any thread once the context is bound (`new` and
+// `drop` bind it; the launches, records and waits go through candle's bound context).
+unsafe impl Send for SideStream {}
+unsafe impl Sync for SideStream {}
+
+impl SideStream {
+    pub fn new(dev: &Device) -> Result<SideStream> {
+        let Device::Cuda(d) = dev else { return Err(Error::Invalid("a side stream needs a CUDA device".into())) };
+        let main = d.cuda_stream();
+        main.context().bind_to_thread().w()?;
+        let flags = driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
+        let side = driver::result::stream::create(driver::result::stream::StreamKind::NonBlocking).w()?;
+        let forked = driver::result::event::create(flags).w()?;
+        let finished = driver::result::event::create(flags).w()?;
+        Ok(SideStream { main, side, forked, finished })
+    }
+
+    /// The side stream waits for everything candle's stream holds so far.
+    fn fork(&self) -> Result<()> {
+        unsafe {
+            driver::result::event::record(self.forked, self.main.cu_stream()).w()?;
+            driver::result::stream::wait_event(self.side, self.forked, driver::sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT).w()?;
+        }
+        Ok(())
+    }
+
+    /// Marks the side stream's work so far (the launch just made).
+    fn done(&self) -> Result<()> {
+        unsafe { driver::result::event::record(self.finished, self.side) }.w()?;
+        Ok(())
+    }
+
+    /// Candle's stream waits for the side's last launch (before its outputs are read).
+    pub fn join(&self) -> Result<()> {
+        unsafe { driver::result::stream::wait_event(self.main.cu_stream(), self.finished, driver::sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }.w()?;
+        Ok(())
+    }
+}
+
+impl Drop for SideStream {
+    fn drop(&mut self) {
+        // Nothing may still run on the side when its stream goes.
+        let _ = self.main.context().bind_to_thread();
+        unsafe {
+            let _ = driver::result::stream::synchronize(self.side);
+            let _ = driver::result::event::destroy(self.forked);
+            let _ = driver::result::event::destroy(self.finished);
+            let _ = driver::result::stream::destroy(self.side);
+        }
+    }
 }
 
 #[cfg(test)]
