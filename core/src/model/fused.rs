@@ -52,7 +52,7 @@ fn on_cuda_f32(_: &[&Tensor]) -> bool {
 #[cfg(feature = "cuda")]
 mod cuda {
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::driver::{LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
     use candle_core::{bail, CpuStorage, CudaStorage, CustomOp2, CustomOp3, Layout, Result, Shape};
 
@@ -68,6 +68,12 @@ mod cuda {
             bail!("a fused row op needs contiguous rows of the weight's length {d}, got {:?}", l.shape());
         }
         Ok(n / d)
+    }
+
+    /// The f32 values a contiguous input holds (`op` names the op in the error).
+    fn values<'a>(s: &'a CudaStorage, l: &Layout, op: &str) -> Result<CudaView<'a, f32>> {
+        let (a, b) = l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg(format!("{op}: an input is not contiguous")))?;
+        Ok(s.as_cuda_slice::<f32>()?.slice(a..b))
     }
 
     fn no_cpu(name: &str) -> Result<(CpuStorage, Shape)> {
@@ -89,9 +95,7 @@ mod cuda {
             let d = lw.shape().elem_count();
             let n = rows(lx, d)?;
             let dev = x.device().clone();
-            let (xa, xb) = lx.contiguous_offsets().expect("checked");
-            let (wa, wb) = lw.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("rms norm: the weight is not contiguous".into()))?;
-            let (xv, wv) = (x.as_cuda_slice::<f32>()?.slice(xa..xb), w.as_cuda_slice::<f32>()?.slice(wa..wb));
+            let (xv, wv) = (values(x, lx, "rms norm")?, values(w, lw, "rms norm")?);
             let y = unsafe { dev.alloc::<f32>(n * d)? };
             let f = dev.get_or_load_custom_func("rms_norm_rows", MODULE, PTX)?;
             let mut b = f.builder();
@@ -122,9 +126,8 @@ mod cuda {
                 bail!("add + rms norm: {:?} and {:?}", la.shape(), lb.shape());
             }
             let dev = a.device().clone();
-            let off = |l: &Layout| l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("add + rms norm: an input is not contiguous".into()));
-            let ((aa, ab), (ba, bb), (wa, wb)) = (off(la)?, off(lb)?, off(lw)?);
-            let (av, bv, wv) = (a.as_cuda_slice::<f32>()?.slice(aa..ab), b.as_cuda_slice::<f32>()?.slice(ba..bb), w.as_cuda_slice::<f32>()?.slice(wa..wb));
+            let op = "add + rms norm";
+            let (av, bv, wv) = (values(a, la, op)?, values(b, lb, op)?, values(w, lw, op)?);
             let out = unsafe { dev.alloc::<f32>(2 * n * d)? };
             let f = dev.get_or_load_custom_func("add_rms_norm_rows", MODULE, PTX)?;
             let mut bld = f.builder();
@@ -149,13 +152,11 @@ mod cuda {
         }
         fn cuda_fwd(&self, g: &CudaStorage, lg: &Layout, u: &CudaStorage, lu: &Layout) -> Result<(CudaStorage, Shape)> {
             let n = lg.shape().elem_count();
-            let off = |l: &Layout| l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("silu * up: an input is not contiguous".into()));
-            let ((ga, gb), (ua, ub)) = (off(lg)?, off(lu)?);
             if lu.shape().elem_count() != n {
                 bail!("silu * up: {:?} and {:?}", lg.shape(), lu.shape());
             }
             let dev = g.device().clone();
-            let (gv, uv) = (g.as_cuda_slice::<f32>()?.slice(ga..gb), u.as_cuda_slice::<f32>()?.slice(ua..ub));
+            let (gv, uv) = (values(g, lg, "silu * up")?, values(u, lu, "silu * up")?);
             let y = unsafe { dev.alloc::<f32>(n)? };
             let f = dev.get_or_load_custom_func("silu_mul", MODULE, PTX)?;
             let mut b = f.builder();

@@ -6,7 +6,7 @@
 //! `mask::topk_mask`; the tests check the two agree.
 
 use crate::error::{Error, Result};
-use candle_core::cuda_backend::cudarc::driver::{self, CudaView, DevicePtr, DeviceSlice, LaunchConfig, PushKernelArg};
+use candle_core::cuda_backend::cudarc::driver::{self, CudaView, DevicePtr, DeviceSlice, LaunchConfig};
 use candle_core::cuda_backend::WrapErr;
 use super::{storage, view};
 use candle_core::{DType, Device, Tensor};
@@ -110,21 +110,8 @@ pub fn route_newest_on(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>, side:
     let f = dev.get_or_load_custom_func("route_newest", MODULE, PTX)?;
     let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: shared as u32 };
     let (dm32, dg32, g32, cos, it32, k32, cap32) = (dm as i32, dg as i32, groups as i32, p.cosine as i32, p.iters as i32, p.k as i32, cap as i32);
-    let Some(side) = side else {
-        let null = 0u64;
-        let mut b = f.builder();
-        b.arg(&vh);
-        match &vs {
-            Some(s) => b.arg(s),
-            None => b.arg(&null),
-        };
-        b.arg(&vp).arg(&vc).arg(&dm32).arg(&dg32).arg(&g32).arg(&cos).arg(&p.tau).arg(&it32).arg(&k32);
-        b.arg(&vr).arg(&vm).arg(&vk).arg(&vstep).arg(&cap32).arg(&vrec);
-        unsafe { b.launch(cfg) }.w()?;
-        return Ok(());
-    };
-    // The same arguments as raw pointers for a launch on the side stream (cudarc's builder
-    // launches on the stream its views belong to).
+    // Raw pointers and one launch for either stream (cudarc's builder launches only on the
+    // stream its views belong to, candle's).
     let (ph, pp, pc, pr, pm, pk, pstep, prec) = (raw(&vh), raw(&vp), raw(&vc), raw(&vr), raw(&vm), raw(&vk), raw(&vstep), raw(&vrec));
     let ps = vs.as_ref().map_or(0u64, raw);
     let tau = p.tau;
@@ -147,9 +134,17 @@ pub fn route_newest_on(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>, side:
         &cap32 as *const i32 as *mut _,
         &prec as *const u64 as *mut _,
     ];
-    side.fork()?;
-    unsafe { driver::result::launch_kernel(f.cu_function(), cfg.grid_dim, cfg.block_dim, cfg.shared_mem_bytes, side.side, &mut args) }.w()?;
-    side.done()?;
+    let stream = match side {
+        Some(side) => {
+            side.fork()?;
+            side.side
+        }
+        None => dev.cuda_stream().cu_stream(),
+    };
+    unsafe { driver::result::launch_kernel(f.cu_function(), cfg.grid_dim, cfg.block_dim, cfg.shared_mem_bytes, stream, &mut args) }.w()?;
+    if let Some(side) = side {
+        side.done()?;
+    }
     Ok(())
 }
 
