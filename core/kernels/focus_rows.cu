@@ -56,3 +56,68 @@ extern "C" __global__ void silu_mul(const float* __restrict__ g, const float* __
         y[i] = v / (1.f + expf(-v)) * u[i];
     }
 }
+
+// A generation step's products: one row x (k) times row-major weights (rows of k). One warp per
+// output, its lanes reading the weight's row (in float4s when `vec4`: k % 4 == 0 and every
+// pointer 16-byte aligned) with their loads unrolled, so that a warp has its whole row in
+// flight; the lanes' sums meet by shuffles. A step's kernels each cost ~3-4 us on an H200
+// whatever they do (cuBLAS's M = 1 product ~4.5 us), so the products that read the same row
+// are one launch: Q, K and V (and their biases) in `rows_times`, SwiGLU's gate, up and
+// silu(gate) * up in `swiglu_row`, and the MLP's residual add in the down product's.
+#define MV_WARPS 8
+
+__device__ __forceinline__ float warp_dot(const float* __restrict__ x, const float* __restrict__ wr, int k, int vec4) {
+    const int lane = threadIdx.x % 32;
+    float acc = 0.f;
+    if (vec4) {
+        const float4* w4 = (const float4*)wr;
+        const float4* x4 = (const float4*)x;
+        const int k4 = k / 4;
+#pragma unroll 8
+        for (int i = lane; i < k4; i += 32) {
+            const float4 a = w4[i], c = x4[i];
+            acc += a.x * c.x + a.y * c.y + a.z * c.z + a.w * c.w;
+        }
+    } else {
+#pragma unroll 8
+        for (int i = lane; i < k; i += 32) acc += wr[i] * x[i];
+    }
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    return acc;
+}
+
+// y = [x W0^T + b0, x W1^T + b1, x W2^T + b2] + res: up to three weights (n0, n1, n2 rows; an
+// absent one has none), each bias and the residual res (n0 + n1 + n2 values) optional (null).
+extern "C" __global__ void rows_times(const float* __restrict__ x, int k,
+                                      const float* __restrict__ w0, const float* __restrict__ b0, int n0,
+                                      const float* __restrict__ w1, const float* __restrict__ b1, int n1,
+                                      const float* __restrict__ w2, const float* __restrict__ b2, int n2,
+                                      const float* __restrict__ res, float* __restrict__ y, int vec4) {
+    const int row = blockIdx.x * MV_WARPS + threadIdx.x / 32;
+    if (row >= n0 + n1 + n2) return;
+    const float* w = w0;
+    const float* b = b0;
+    int r = row;
+    if (r >= n0) {
+        r -= n0;
+        w = w1;
+        b = b1;
+        if (r >= n1) {
+            r -= n1;
+            w = w2;
+            b = b2;
+        }
+    }
+    const float acc = warp_dot(x, w + (size_t)r * k, k, vec4);
+    if (threadIdx.x % 32 == 0) y[row] = acc + (b ? b[r] : 0.f) + (res ? res[row] : 0.f);
+}
+
+// y_j = silu(x . g_j) * (x . u_j): SwiGLU's hidden row from the gate and up weights (n rows each).
+extern "C" __global__ void swiglu_row(const float* __restrict__ x, int k, const float* __restrict__ wg,
+                                      const float* __restrict__ wu, float* __restrict__ y, int n, int vec4) {
+    const int row = blockIdx.x * MV_WARPS + threadIdx.x / 32;
+    if (row >= n) return;
+    const float g = warp_dot(x, wg + (size_t)row * k, k, vec4);
+    const float u = warp_dot(x, wu + (size_t)row * k, k, vec4);
+    if (threadIdx.x % 32 == 0) y[row] = g / (1.f + expf(-g)) * u;
+}

@@ -37,6 +37,15 @@ impl Linear {
             None => y,
         })
     }
+
+    /// x W^T + b + r: a product and the residual added to it (one kernel for a step's row on
+    /// CUDA).
+    pub fn forward_plus(&self, x: &Tensor, r: &Tensor) -> Result<Tensor> {
+        if let Some(y) = super::fused::rows_times(x, &[(&self.w, self.b.as_ref())], Some(r))? {
+            return Ok(y);
+        }
+        Ok((self.forward(x)? + r)?)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -115,9 +124,21 @@ pub struct Mlp {
 impl Mlp {
     /// `differentiable`: the composed ops (with a backward pass), else fused ones.
     pub fn forward(&self, x: &Tensor, differentiable: bool) -> Result<Tensor> {
-        let h = match self.kind {
+        self.down.forward(&self.hidden(x, differentiable)?)
+    }
+
+    /// The row before the down projection.
+    fn hidden(&self, x: &Tensor, differentiable: bool) -> Result<Tensor> {
+        Ok(match self.kind {
             MlpKind::SwiGlu => {
-                let gate = self.gate.as_ref().expect("SwiGLU MLP has a gate").forward(x)?;
+                let gate = self.gate.as_ref().expect("SwiGLU MLP has a gate");
+                // A step's row on CUDA: gate, up and silu(gate) * up as one kernel.
+                if !differentiable && gate.b.is_none() && self.up_or_fc.b.is_none() {
+                    if let Some(h) = super::fused::swiglu_row(x, &gate.w, &self.up_or_fc.w)? {
+                        return Ok(h);
+                    }
+                }
+                let gate = gate.forward(x)?;
                 let up = self.up_or_fc.forward(x)?;
                 if differentiable {
                     (candle_nn::ops::silu(&gate)? * up)?
@@ -130,8 +151,7 @@ impl Mlp {
                 let gate = self.gate.as_ref().expect("GeGLU MLP has a gate").forward(x)?;
                 (gate.gelu()? * self.up_or_fc.forward(x)?)?
             }
-        };
-        self.down.forward(&h)
+        })
     }
 }
 
@@ -231,16 +251,23 @@ impl Block {
     /// The attention inputs from the normalised state `h` (`attention_norm`).
     pub fn attention_heads(&self, h: Tensor, pass: &Pass) -> Result<AttentionInputs> {
         let (b, t, hd) = (pass.b, pass.t, pass.head_dim);
-        let heads = |lin: &Linear, norm: &Option<Norm>, n: usize| -> Result<Tensor> {
-            let mut y = lin.forward(&h)?;
+        let (nq, nkv) = (pass.n_heads * hd, pass.n_kv_heads * hd);
+        // A step's row on CUDA: Q, K and V as one product (one kernel), else one each.
+        let qkv = [(&self.q.w, self.q.b.as_ref()), (&self.k.w, self.k.b.as_ref()), (&self.v.w, self.v.b.as_ref())];
+        let fused = if pass.differentiable { None } else { super::fused::rows_times(&h, &qkv, None)? };
+        let (yq, yk, yv) = match fused {
+            Some(y) => (y.narrow(1, 0, nq)?, y.narrow(1, nq, nkv)?, y.narrow(1, nq + nkv, nkv)?),
+            None => (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?),
+        };
+        let heads = |mut y: Tensor, norm: &Option<Norm>, n: usize| -> Result<Tensor> {
             if let Some(nm) = norm {
                 y = nm.qk_with(&y, hd, |z| nm.forward(z, pass.differentiable))?;
             }
             Ok(y.reshape((b, t, n, hd))?.transpose(1, 2)?.contiguous()?)
         };
-        let mut q = heads(&self.q, &self.q_norm, pass.n_heads)?;
-        let mut k = heads(&self.k, &self.k_norm, pass.n_kv_heads)?;
-        let v = heads(&self.v, &None, pass.n_kv_heads)?;
+        let mut q = heads(yq, &self.q_norm, pass.n_heads)?;
+        let mut k = heads(yk, &self.k_norm, pass.n_kv_heads)?;
+        let v = heads(yv, &None, pass.n_kv_heads)?;
         if let Some((cos, sin, interleaved)) = pass.rope(self.attn.rope_theta) {
             use candle_nn::rotary_emb as re;
             let rot = |x: &Tensor| match (pass.differentiable, interleaved) {
@@ -265,6 +292,10 @@ impl Block {
         let dif = pass.differentiable;
         let y = maybe(&self.post_attn_norm, &self.o.forward(&o)?, dif)?;
         let (x, h) = add_then_norm(x, &y, &self.mlp_norm, dif)?;
+        if self.post_mlp_norm.is_none() {
+            // The residual add in the down product (one kernel for a step's row on CUDA).
+            return self.mlp.down.forward_plus(&self.mlp.hidden(&h, dif)?, &x);
+        }
         let m = self.mlp.forward(&h, dif)?;
         Ok((&x + maybe(&self.post_mlp_norm, &m, dif)?)?)
     }

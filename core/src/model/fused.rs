@@ -38,6 +38,62 @@ pub fn silu_mul(g: &Tensor, u: &Tensor) -> Result<Tensor> {
     Ok((candle_nn::ops::silu(g)? * u)?)
 }
 
+/// `Some(x W^T + b)` for one f32 row `x` (1, k) and `w` (n, k) on CUDA that no gradient tracks
+/// (a generation step's products: one kernel, the bias added); `None` leaves the product to the
+/// caller (candle's matmul, or `matvec::row_times` on the CPU).
+pub fn row_times(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Option<Tensor>> {
+    rows_times(x, &[(w, b)], None)
+}
+
+/// `Some([x W0^T + b0, x W1^T + b1, ..] + residual)` (1, n0 + n1 + ..): one kernel for up to
+/// three weights that take the same row (Q, K and V) and an optional residual added to the
+/// result, on the terms of `row_times`.
+pub fn rows_times(x: &Tensor, parts: &[(&Tensor, Option<&Tensor>)], residual: Option<&Tensor>) -> Result<Option<Tensor>> {
+    #[cfg(feature = "cuda")]
+    if let Some(k) = one_row(x) {
+        let n: usize = parts.iter().map(|(w, _)| w.dims2().map_or(0, |d| d.0)).sum();
+        let fits = !parts.is_empty()
+            && parts.len() <= 3
+            && parts.iter().all(|(w, b)| weight_fits(w, k) && b.map_or(true, |b| on_cuda_f32(&[b]) && !b.track_op() && b.elem_count() == w.dims2().map_or(0, |d| d.0)))
+            && residual.map_or(true, |r| on_cuda_f32(&[r]) && !r.track_op() && r.elem_count() == n);
+        if fits {
+            let op = cuda::RowsTimes {
+                parts: parts.iter().map(|(w, b)| Ok::<_, crate::error::Error>(((*w).clone(), b.map(|b| b.contiguous()).transpose()?))).collect::<Result<_>>()?,
+                residual: residual.map(|r| r.contiguous()).transpose()?,
+            };
+            return Ok(Some(x.contiguous()?.apply_op1_no_bwd(&op)?));
+        }
+    }
+    let _ = (x, parts, residual);
+    Ok(None)
+}
+
+/// `Some(silu(x G^T) * (x U^T))` (1, n): SwiGLU's hidden row from the gate and up weights
+/// (n, k) as one kernel, on the terms of `row_times`.
+pub fn swiglu_row(x: &Tensor, gate: &Tensor, up: &Tensor) -> Result<Option<Tensor>> {
+    #[cfg(feature = "cuda")]
+    if let Some(k) = one_row(x) {
+        if weight_fits(gate, k) && weight_fits(up, k) && gate.dims() == up.dims() {
+            let op = cuda::SwigluRow { gate: gate.clone(), up: up.clone() };
+            return Ok(Some(x.contiguous()?.apply_op1_no_bwd(&op)?));
+        }
+    }
+    let _ = (x, gate, up);
+    Ok(None)
+}
+
+/// The length k of `x` when it is one f32 row (1, k) on CUDA that no gradient tracks.
+#[cfg(feature = "cuda")]
+fn one_row(x: &Tensor) -> Option<usize> {
+    (on_cuda_f32(&[x]) && !x.track_op() && x.rank() == 2 && x.dims()[0] == 1).then(|| x.dims()[1])
+}
+
+/// A contiguous f32 CUDA weight (n, k) that no gradient tracks.
+#[cfg(feature = "cuda")]
+fn weight_fits(w: &Tensor, k: usize) -> bool {
+    on_cuda_f32(&[w]) && !w.track_op() && w.is_contiguous() && w.rank() == 2 && w.dims()[1] == k
+}
+
 #[cfg(feature = "cuda")]
 fn on_cuda_f32(ts: &[&Tensor]) -> bool {
     ts.iter().all(|t| t.device().is_cuda() && t.dtype() == DType::F32)
@@ -52,9 +108,10 @@ fn on_cuda_f32(_: &[&Tensor]) -> bool {
 #[cfg(feature = "cuda")]
 mod cuda {
     use candle_core::backend::BackendStorage;
-    use candle_core::cuda_backend::cudarc::driver::{CudaView, LaunchConfig, PushKernelArg};
+    use candle_core::cuda_backend::cudarc::driver::{CudaView, DevicePtr, DeviceSlice, LaunchConfig, PushKernelArg};
     use candle_core::cuda_backend::WrapErr;
-    use candle_core::{bail, CpuStorage, CudaStorage, CustomOp2, CustomOp3, Layout, Result, Shape};
+    use crate::attention::cuda::{storage, view};
+    use candle_core::{bail, CpuStorage, CudaStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Result, Shape};
 
     const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_rows.ptx"));
     const MODULE: &str = "focus_rows";
@@ -167,6 +224,103 @@ mod cuda {
             Ok((CudaStorage::wrap_cuda_slice(y, dev), lg.shape().clone()))
         }
     }
+
+    /// The weights and biases of `rows_times` (held here: a custom op takes at most three
+    /// inputs), and the residual.
+    pub struct RowsTimes {
+        pub parts: Vec<(candle_core::Tensor, Option<candle_core::Tensor>)>,
+        pub residual: Option<candle_core::Tensor>,
+    }
+
+    pub struct SwigluRow {
+        pub gate: candle_core::Tensor,
+        pub up: candle_core::Tensor,
+    }
+
+    /// A view's device address (the kernels' arguments, and their float4 alignment).
+    fn addr(v: &CudaView<'_, f32>) -> u64 {
+        v.device_ptr(v.stream()).0
+    }
+
+    /// MV_WARPS outputs a block of 256 threads.
+    fn grid(n: usize) -> LaunchConfig {
+        LaunchConfig { grid_dim: (n.div_ceil(8) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+    }
+
+    impl CustomOp1 for RowsTimes {
+        fn name(&self) -> &'static str {
+            "focus-rows-times"
+        }
+        fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+            no_cpu(self.name())
+        }
+        fn cuda_fwd(&self, x: &CudaStorage, lx: &Layout) -> Result<(CudaStorage, Shape)> {
+            let k = lx.shape().elem_count();
+            let dev = x.device().clone();
+            let xv = values(x, lx, "rows times W")?;
+            let gw: Vec<_> = self.parts.iter().map(|(w, _)| storage(w)).collect::<Result<_>>()?;
+            let gb: Vec<_> = self.parts.iter().map(|(_, b)| b.as_ref().map(storage).transpose()).collect::<Result<_>>()?;
+            let gr = self.residual.as_ref().map(storage).transpose()?;
+            let mut ws = [0u64; 3];
+            let mut bs = [0u64; 3];
+            let mut ns = [0i32; 3];
+            let mut aligned = k % 4 == 0 && addr(&xv) % 16 == 0;
+            for (i, (w, _)) in self.parts.iter().enumerate() {
+                let (n, kw) = w.dims2()?;
+                if kw != k {
+                    bail!("rows times W: x has {k} values, W {:?}", w.dims());
+                }
+                let wv = view::<f32>(&gw[i], 0)?;
+                aligned &= addr(&wv) % 16 == 0;
+                ws[i] = addr(&wv);
+                if let Some(g) = &gb[i] {
+                    bs[i] = addr(&view::<f32>(g, 0)?);
+                }
+                ns[i] = n as i32;
+            }
+            let n: usize = ns.iter().map(|&n| n as usize).sum();
+            let res = gr.as_ref().map(|g| view::<f32>(g, 0).map(|v| addr(&v))).transpose()?.unwrap_or(0);
+            let y = unsafe { dev.alloc::<f32>(n)? };
+            let f = dev.get_or_load_custom_func("rows_times", MODULE, PTX)?;
+            let mut b = f.builder();
+            let (k32, vec4) = (k as i32, aligned as i32);
+            b.arg(&xv).arg(&k32);
+            for i in 0..3 {
+                b.arg(&ws[i]).arg(&bs[i]).arg(&ns[i]);
+            }
+            b.arg(&res).arg(&y).arg(&vec4);
+            unsafe { b.launch(grid(n)) }.w()?;
+            Ok((CudaStorage::wrap_cuda_slice(y, dev), Shape::from((1, n))))
+        }
+    }
+
+    impl CustomOp1 for SwigluRow {
+        fn name(&self) -> &'static str {
+            "focus-swiglu-row"
+        }
+        fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> Result<(CpuStorage, Shape)> {
+            no_cpu(self.name())
+        }
+        fn cuda_fwd(&self, x: &CudaStorage, lx: &Layout) -> Result<(CudaStorage, Shape)> {
+            let k = lx.shape().elem_count();
+            let (n, kw) = self.gate.dims2()?;
+            if kw != k || self.up.dims2()? != (n, k) {
+                bail!("swiglu row: x has {k} values, gate {:?}, up {:?}", self.gate.dims(), self.up.dims());
+            }
+            let dev = x.device().clone();
+            let xv = values(x, lx, "swiglu row")?;
+            let (gg, gu) = (storage(&self.gate)?, storage(&self.up)?);
+            let (wg, wu) = (view::<f32>(&gg, 0)?, view::<f32>(&gu, 0)?);
+            let vec4 = (k % 4 == 0 && [addr(&xv), addr(&wg), addr(&wu)].iter().all(|a| a % 16 == 0)) as i32;
+            let y = unsafe { dev.alloc::<f32>(n)? };
+            let f = dev.get_or_load_custom_func("swiglu_row", MODULE, PTX)?;
+            let mut b = f.builder();
+            let (k32, n32) = (k as i32, n as i32);
+            b.arg(&xv).arg(&k32).arg(&wg).arg(&wu).arg(&y).arg(&n32).arg(&vec4);
+            unsafe { b.launch(grid(n)) }.w()?;
+            Ok((CudaStorage::wrap_cuda_slice(y, dev), Shape::from((1, n))))
+        }
+    }
 }
 
 #[cfg(all(test, feature = "cuda"))]
@@ -204,5 +358,45 @@ mod tests {
             let got = silu_mul(&x, &y).unwrap();
             assert!(max_rel(&got, &want) < 1e-6, "silu * up ({rows}, {d}): {}", max_rel(&got, &want));
         }
+    }
+
+    /// One row times W^T (+ b) equals candle's matmul: float4 and scalar loads (k not a
+    /// multiple of 4, or x at an odd offset), with and without a bias, W a row range of a larger
+    /// matrix, outputs not a multiple of the block's, and an LM head's shape; so do the Q/K/V
+    /// product with a residual and SwiGLU's row.
+    #[test]
+    fn cuda_row_times_equals_candles_matmul() {
+        let dev = crate::device::cuda(0).expect("a CUDA device");
+        for (n, k, offset, bias) in [(576, 576, 0, false), (1152, 896, 0, true), (13, 7, 0, true), (100, 576, 1, false), (49152, 576, 0, false), (576, 1536, 3, true)] {
+            let x = Tensor::randn(0f32, 1.0, (1, k + offset), &dev).unwrap().narrow(1, offset, k).unwrap();
+            let w = Tensor::randn(0f32, 0.1, (n + 5, k), &dev).unwrap().narrow(0, 5, n).unwrap();
+            let b = bias.then(|| Tensor::randn(0f32, 1.0, n, &dev).unwrap());
+            let got = row_times(&x, &w, b.as_ref()).unwrap().expect("one f32 row on CUDA");
+            let mut want = x.matmul(&w.t().unwrap()).unwrap();
+            if let Some(b) = &b {
+                want = want.broadcast_add(b).unwrap();
+            }
+            assert_eq!(got.dims(), &[1, n]);
+            assert!(max_rel(&got, &want) < 1e-5, "({n}, {k}) offset {offset}: {}", max_rel(&got, &want));
+        }
+        // Q, K and V with biases as one product, a residual added; SwiGLU's hidden row.
+        for (k, offset) in [(576, 0), (896, 0), (13, 0), (576, 2)] {
+            let x = Tensor::randn(0f32, 1.0, (1, k + offset), &dev).unwrap().narrow(1, offset, k).unwrap();
+            let m = |n: usize| Tensor::randn(0f32, 0.1, (n, k), &dev).unwrap();
+            let v = |n: usize| Tensor::randn(0f32, 1.0, n, &dev).unwrap();
+            let (wq, wk, wv, bq, bk) = (m(k), m(64), m(64), v(k), v(64));
+            let r = Tensor::randn(0f32, 1.0, (1, k + 128), &dev).unwrap();
+            let got = rows_times(&x, &[(&wq, Some(&bq)), (&wk, Some(&bk)), (&wv, None)], Some(&r)).unwrap().expect("one row on CUDA");
+            let p = |w: &Tensor| x.matmul(&w.t().unwrap()).unwrap();
+            let want = (Tensor::cat(&[p(&wq).broadcast_add(&bq).unwrap(), p(&wk).broadcast_add(&bk).unwrap(), p(&wv)], 1).unwrap() + &r).unwrap();
+            assert!(max_rel(&got, &want) < 1e-5, "q, k, v ({k}) offset {offset}: {}", max_rel(&got, &want));
+            let (g, u) = (m(3 * k), m(3 * k));
+            let got = swiglu_row(&x, &g, &u).unwrap().expect("one row on CUDA");
+            let want = (candle_nn::ops::silu(&p(&g)).unwrap() * p(&u)).unwrap();
+            assert!(max_rel(&got, &want) < 1e-5, "swiglu ({k}) offset {offset}: {}", max_rel(&got, &want));
+        }
+        // Two rows are left to the caller.
+        let x = Tensor::zeros((2, 8), DType::F32, &dev).unwrap();
+        assert!(row_times(&x, &Tensor::zeros((4, 8), DType::F32, &dev).unwrap(), None).unwrap().is_none());
     }
 }

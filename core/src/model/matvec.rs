@@ -1,4 +1,4 @@
-//! One row times a weight matrix on the CPU: y = W x + b with W (out, in) row-major, each
+//! One row times a weight matrix on the CPU (on CUDA: `fused::row_times`): y = W x + b with W (out, in) row-major, each
 //! output a contiguous dot product. A generation step multiplies one token's row by every
 //! weight; candle's gemm packs the whole (transposed) weight for that, which costs more than
 //! the product (measured: ~0.5 s of CPU per SmolLM2 step). A weight that also has its GGUF
@@ -18,6 +18,10 @@ const ROWS: usize = 64;
 /// contiguous f32 CPU matrix; `None` leaves the product to candle. `q`: the same weight in
 /// quantized blocks, which are read instead of `w`.
 pub fn row_times(x: &Tensor, w: &Tensor, q: Option<&QMatrix>, b: Option<&Tensor>) -> Result<Option<Tensor>> {
+    // On CUDA: one kernel (`fused::row_times`), where cuBLAS's M = 1 product is launch-bound.
+    if x.device().is_cuda() {
+        return super::fused::row_times(x, w, b);
+    }
     let fits = |t: &Tensor| matches!(t.device(), Device::Cpu) && t.dtype() == DType::F32 && !t.track_op();
     if x.rank() != 2 || x.dim(0)? != 1 || w.rank() != 2 || !fits(x) || !fits(w) || !w.is_contiguous() || b.is_some_and(|b| !fits(b)) {
         return Ok(None);
