@@ -36,7 +36,24 @@ __device__ __forceinline__ int first_position(int n, int own_window) {
 
 // Each key is taken by a group of G lanes (a power of two, at most MAXPER values each), so that
 // a warp has 32 / G keys in flight: with one key per warp (G = 32 for every head dim) a step
-// waited on one row's load after another, and its time hardly depended on the context.
+// waited on one row's load after another, and its time hardly depended on the context. A lane
+// group takes two keys at a time, their K and V rows loaded together before any arithmetic, and
+// every per-lane array is indexed by unrolled constants (registers: with a runtime bound they
+// lived in local memory, and each key re-read the query and the accumulator from there).
+// Top-k's key sets are loaded with the query, before the first wait.
+
+// A key's score after the layer's soft-cap and the soft gate (see the file's notes).
+__device__ __forceinline__ float adjust(float s, int i, int j, float softcap, const float* __restrict__ memb, int groups,
+                                        int gate, float gparam, int window, int sink) {
+    if (softcap > 0.f) s = softcap * tanhf(s / softcap);
+    if (gate != 0 && i - j > window && j >= sink) {
+        float a = 0.f;
+        for (int g = 0; g < groups; g++) a += memb[(size_t)i * groups + g] * memb[(size_t)j * groups + g];
+        s = gate == 1 ? s + logf(a + gparam) : s * (1.f / (1.f + expf(-gparam * a)));
+    }
+    return s;
+}
+
 extern "C" __global__ void decode_partial(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned long long* __restrict__ masks, float* __restrict__ part_m, float* __restrict__ part_l,
@@ -51,24 +68,33 @@ extern "C" __global__ void decode_partial(
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int kvh = h / rep;
     const int i = n - 1;
+    const int lo = from + c * chunk, hi = min(n, lo + chunk);
     // The query's own top-k set, from the device mirror (the routing kernel wrote it there in
-    // this step, or the host synced it): no routing value is a kernel argument.
-    const unsigned long long qmask = topk ? masks[i] : 0ull;
+    // this step, or the host synced it): no routing value is a kernel argument. The chunk's
+    // sets (at most MAXCHUNK = 2 x the block) are loaded at once, beside it and the query.
+    unsigned long long qmask = 0ull, kset[MAXCHUNK / (WARPS * 32)];
+#pragma unroll
+    for (int r = 0; r < MAXCHUNK / (WARPS * 32); r++) {
+        const int j = lo + r * WARPS * 32 + threadIdx.x;
+        kset[r] = topk && j < hi ? masks[j] : 0ull;
+    }
+    if (topk) qmask = masks[i];
     int G = 1;
     while (G < 32 && G * MAXPER < d) G <<= 1;
-    const int per = (d + G - 1) / G;
     const int sub = lane / G, gl = lane % G;
     const unsigned gmask = G == 32 ? 0xffffffffu : ((1u << G) - 1u) << (sub * G);
     // This lane group's slot among the block's NG groups; the groups take keys in turn.
     const int NG = WARPS * (32 / G), slot = warp * (32 / G) + sub;
+    // Lane gl holds dimensions gl, gl + G, ... (at most MAXPER of them).
+    bool in[MAXPER];
     float qr[MAXPER], acc[MAXPER];
+#pragma unroll
     for (int e = 0; e < MAXPER; e++) {
-        int x = gl + G * e;
-        qr[e] = (e < per && x < d) ? q[h * d + x] * scale : 0.f;
+        in[e] = gl + G * e < d;
+        qr[e] = in[e] ? q[h * d + gl + G * e] * scale : 0.f;
         acc[e] = 0.f;
     }
     float m = -INFINITY, l = 0.f;
-    const int lo = from + c * chunk, hi = min(n, lo + chunk);
     const float* kh = k + (size_t)kvh * cap * d;
     const float* vh = v + (size_t)kvh * cap * d;
     // Top-k: the chunk's kept positions first, in order, listed by the whole block (a ballot
@@ -78,10 +104,13 @@ extern "C" __global__ void decode_partial(
     int nkept = hi - lo;
     if (topk) {
         nkept = 0;
-        for (int base = lo; base < hi; base += WARPS * 32) {
+#pragma unroll
+        for (int r = 0; r < MAXCHUNK / (WARPS * 32); r++) {
+            const int base = lo + r * WARPS * 32;
+            if (base >= hi) break;
             const int j = base + threadIdx.x;
             // Local keys and sink keys j < sink [ours] are kept whatever their set.
-            const bool keep = j < hi && (i - j <= window || j < sink || (masks[j] & qmask) != 0ull);
+            const bool keep = j < hi && (i - j <= window || j < sink || (kset[r] & qmask) != 0ull);
             const unsigned ballot = __ballot_sync(0xffffffffu, keep);
             if (lane == 0) warp_count[warp] = __popc(ballot);
             __syncthreads();
@@ -92,53 +121,65 @@ extern "C" __global__ void decode_partial(
             __syncthreads();
         }
     }
-    for (int idx = slot; idx < nkept; idx += NG) {
-        const int j = topk ? kept_pos[idx] : lo + idx;
-        const float* kr = kh + (size_t)j * d;
-        float s = 0.f;
-        for (int e = 0; e < per; e++) {
-            int x = gl + G * e;
-            if (x < d) s += qr[e] * kr[x];
+    for (int idx = slot; idx < nkept; idx += 2 * NG) {
+        const bool two = idx + NG < nkept;
+        const int j0 = topk ? kept_pos[idx] : lo + idx;
+        const int j1 = two ? (topk ? kept_pos[idx + NG] : lo + idx + NG) : j0;
+        const float* k0 = kh + (size_t)j0 * d + gl;
+        const float* k1 = kh + (size_t)j1 * d + gl;
+        const float* v0 = vh + (size_t)j0 * d + gl;
+        const float* v1 = vh + (size_t)j1 * d + gl;
+        float ka[MAXPER], kb[MAXPER], va[MAXPER], vb[MAXPER];
+#pragma unroll
+        for (int e = 0; e < MAXPER; e++) {
+            ka[e] = in[e] ? k0[G * e] : 0.f;
+            kb[e] = in[e] ? k1[G * e] : 0.f;
+            va[e] = in[e] ? v0[G * e] : 0.f;
+            vb[e] = in[e] ? v1[G * e] : 0.f;
+        }
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int e = 0; e < MAXPER; e++) {
+            s0 += qr[e] * ka[e];
+            s1 += qr[e] * kb[e];
         }
         // Within the group only: the other groups of the warp may be at another key.
-        for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(gmask, s, o);
-        if (softcap > 0.f) s = softcap * tanhf(s / softcap);
-        if (gate != 0 && i - j > window && j >= sink) {
-            float a = 0.f;
-            for (int g = 0; g < groups; g++) a += memb[(size_t)i * groups + g] * memb[(size_t)j * groups + g];
-            s = gate == 1 ? s + logf(a + gparam) : s * (1.f / (1.f + expf(-gparam * a)));
+        for (int o = G / 2; o > 0; o >>= 1) {
+            s0 += __shfl_xor_sync(gmask, s0, o);
+            s1 += __shfl_xor_sync(gmask, s1, o);
         }
-        float mn = fmaxf(m, s);
-        float corr = expf(m - mn), p = expf(s - mn);
-        l = l * corr + p;
-        const float* vr = vh + (size_t)j * d;
-        for (int e = 0; e < per; e++) {
-            int x = gl + G * e;
-            acc[e] = acc[e] * corr + (x < d ? p * vr[x] : 0.f);
-        }
+        s0 = adjust(s0, i, j0, softcap, memb, groups, gate, gparam, window, sink);
+        s1 = two ? adjust(s1, i, j1, softcap, memb, groups, gate, gparam, window, sink) : -INFINITY;
+        const float mn = fmaxf(m, fmaxf(s0, s1));
+        const float corr = expf(m - mn), p0 = expf(s0 - mn), p1 = two ? expf(s1 - mn) : 0.f;
+        l = l * corr + p0 + p1;
+#pragma unroll
+        for (int e = 0; e < MAXPER; e++) acc[e] = acc[e] * corr + p0 * va[e] + p1 * vb[e];
         m = mn;
     }
-    // Merge the block's lane groups (NG x d <= WARPS x 32 x MAXPER values).
-    __shared__ float sm[WARPS * 32], sl[WARPS * 32];
-    __shared__ float so[WARPS * 32 * MAXPER];
+    // Merge the block's lane groups (NG x (d + 1) <= WARPS x 32 x (MAXPER + 1) values; a
+    // group's row padded by one so that the groups of a warp write to different banks).
+    __shared__ float sm[WARPS * 32], sl[WARPS * 32], sf[WARPS * 32];
+    __shared__ float so[WARPS * 32 * (MAXPER + 1)];
     if (gl == 0) {
         sm[slot] = m;
         sl[slot] = l;
     }
-    for (int e = 0; e < per; e++) {
-        int x = gl + G * e;
-        if (x < d) so[slot * d + x] = acc[e];
-    }
+#pragma unroll
+    for (int e = 0; e < MAXPER; e++)
+        if (in[e]) so[slot * (d + 1) + gl + G * e] = acc[e];
     __syncthreads();
     float mm = -INFINITY;
     for (int g = 0; g < NG; g++) mm = fmaxf(mm, sm[g]);
+    // Each group's weight once.
+    if (threadIdx.x < NG) sf[threadIdx.x] = sm[threadIdx.x] == -INFINITY ? 0.f : expf(sm[threadIdx.x] - mm);
+    __syncthreads();
     const size_t out = (size_t)h * chunks + c;
     for (int x = threadIdx.x; x < d; x += blockDim.x) {
         float ll = 0.f, oo = 0.f;
         for (int g = 0; g < NG; g++) {
-            float f = sm[g] == -INFINITY ? 0.f : expf(sm[g] - mm);
-            ll += f * sl[g];
-            oo += f * so[g * d + x];
+            ll += sf[g] * sl[g];
+            oo += sf[g] * so[g * (d + 1) + x];
         }
         if (x == 0) {
             part_m[out] = mm;

@@ -169,3 +169,61 @@ impl CustomOp3 for DecodeOp<'_> {
         Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from((h, d))))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    /// The decode kernels' time per call, dense and top-k, at SmolLM2's (9 query heads over 3 KV
+    /// heads, 8150 cached) and Qwen2.5's (14 over 2, 32000 cached) shapes: head dim 64, K = 8,
+    /// each key's top-k set 2 random groups, window 128. Each shape first runs one dense and one
+    /// top-k call (so that a profiler can take the first two `decode_partial` launches), then
+    /// 200 calls a mode between two synchronisations, median of 5 rounds. A benchmark (issue 32):
+    /// the `--features cuda` test binary with `attention::cuda::decode::tests::decode_speed
+    /// --ignored --nocapture`; FOCUS_DECODE_SPEED=smollm2 or qwen runs one shape.
+    #[test]
+    #[ignore]
+    fn decode_speed() {
+        let dev = crate::device::cuda(0).expect("a CUDA device");
+        let only = std::env::var("FOCUS_DECODE_SPEED").ok();
+        let mut rng = StdRng::seed_from_u64(5);
+        for (name, h, hkv, n) in [("smollm2", 9, 3, 8150), ("qwen", 14, 2, 32000)] {
+            if only.as_deref().is_some_and(|o| o != name) {
+                continue;
+            }
+            let (d, cap) = (64, (n + 64usize).next_multiple_of(256));
+            let q = Tensor::randn(0f32, 1.0, (h, d), &dev).unwrap();
+            let k = Tensor::randn(0f32, 1.0, (hkv, cap, d), &dev).unwrap();
+            let v = Tensor::randn(0f32, 1.0, (hkv, cap, d), &dev).unwrap();
+            let sets: Vec<i64> = (0..cap)
+                .map(|_| {
+                    let a = rng.gen_range(0..8);
+                    let b = (a + rng.gen_range(1..8)) % 8;
+                    ((1u64 << a) | (1u64 << b)) as i64
+                })
+                .collect();
+            let masks = Tensor::from_vec(sets, cap, &dev).unwrap();
+            let step = Tensor::new(&[0u32, (n - 1) as u32], &dev).unwrap();
+            let at = |topk: bool| DecodeStep { step: &step, own_window: None, topk: topk.then_some(&masks), window: 128, sink: 0, soft: None, softcap: None };
+            for topk in [false, true] {
+                decode_attention(&q, &k, &v, at(topk)).unwrap();
+            }
+            for topk in [false, true] {
+                let mut times = Vec::new();
+                for _ in 0..5 {
+                    dev.synchronize().unwrap();
+                    let t0 = std::time::Instant::now();
+                    for _ in 0..200 {
+                        decode_attention(&q, &k, &v, at(topk)).unwrap();
+                    }
+                    dev.synchronize().unwrap();
+                    times.push(t0.elapsed().as_secs_f64() / 200.0);
+                }
+                times.sort_by(f64::total_cmp);
+                eprintln!("decode {name} ({h} heads over {hkv}, {n} cached) {}: {:.1} us per call", if topk { "top-k" } else { "dense" }, times[2] * 1e6);
+            }
+        }
+    }
+}
