@@ -8,12 +8,15 @@
 // focus::sinkhorn::CausalSinkhorn::push, focus::mask::topk_mask):
 //   v = (h * scale) W_g            (scale: an optional per-channel router input scale, or null)
 //   s_g = v . C_g                  (cosine: v / |v| . C_g / |C_g|, each norm sqrt(sum x^2 + 1e-12))
-//   l = s / tau (f64); per iteration and group: run_g = logaddexp(run_g, l_g); l_g -= run_g;
+//   l = s / tau; per iteration and group: run_g = logaddexp(run_g, l_g); l_g -= run_g;
 //   then l -= logsumexp(l) (also once when iters == 0); memberships = exp(l) as f32.
 //   top-k set: the k largest f32 memberships, ties to the lower group (a stable descending sort).
 // The running state `run` (iters x K f64, the per-iteration prefix log-sum-exps) is updated in
-// place. The sums run in another order than the host's loops (a tree over lanes), so values
-// agree to rounding (f64 in Sinkhorn: far below f32's resolution).
+// place. Sinkhorn runs in f32 here (the host's in f64): its chain of 10 iterations is the
+// kernel's critical path, and in f64 it took ~6.6 us of a ~14 us call on an H200, longer than
+// the Q/K/V work it runs beside. The sums also run in another order than the host's loops (a
+// tree over lanes), so memberships agree to ~1e-6 and the state to ~1e-6 relative (the tests
+// allow 2e-4 and 1e-3).
 //
 // Outputs: memberships row `pos` (step[1]) of memb (cap, K) f32, masks[pos] (i64 bit pattern), and the
 // step record `rec` (f64): [scores K][memberships K][run iters x K], which the host copies once
@@ -21,19 +24,19 @@
 
 #include <stdint.h>
 
-#define ROUTE_THREADS 256
+#define ROUTE_THREADS 1024
 // Groups per lane in the Sinkhorn warp (K <= 64).
 #define GPL 2
 
 // Over the lanes of each aligned run of `width` (a power of two, at most 32): Sinkhorn's
 // reductions take only the lanes that hold groups (8 of them for K = 8: 3 shuffle rounds, not 5,
 // in a chain of 10 iterations).
-__device__ __forceinline__ double warp_max(double x, int width) {
-    for (int o = width / 2; o > 0; o >>= 1) x = fmax(x, __shfl_xor_sync(0xffffffffu, x, o));
+__device__ __forceinline__ float warp_max(float x, int width) {
+    for (int o = width / 2; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
     return x;
 }
 
-__device__ __forceinline__ double warp_sum(double x, int width) {
+__device__ __forceinline__ float warp_sum(float x, int width) {
     for (int o = width / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
@@ -47,57 +50,73 @@ __device__ __forceinline__ float warp_sumf(float x) {
 // -inf when every term is -inf, as the host's log_sum_exp.
 // Every lane of the warp runs both reductions (the shuffles name the whole warp): lanes past
 // the groups' run hold -inf and must not leave early.
-__device__ __forceinline__ double warp_lse(const double* l, int width) {
-    double m = -INFINITY;
-    for (int e = 0; e < GPL; e++) m = fmax(m, l[e]);
+__device__ __forceinline__ float warp_lse(const float* l, int width) {
+    float m = -INFINITY;
+    for (int e = 0; e < GPL; e++) m = fmaxf(m, l[e]);
     m = warp_max(m, width);
-    double s = 0.0;
-    for (int e = 0; e < GPL; e++) s += l[e] == -INFINITY ? 0.0 : exp(l[e] - m);
+    float s = 0.f;
+    for (int e = 0; e < GPL; e++) s += l[e] == -INFINITY ? 0.f : expf(l[e] - m);
     s = warp_sum(s, width);
-    return m == -INFINITY ? m : m + log(s);
+    return m == -INFINITY ? m : m + logf(s);
 }
+
+// Rows of W_g a thread loads at once (all in flight before the first multiply-add).
+#define ROWS_IN_FLIGHT 16
 
 extern "C" __global__ void route_newest(
     const float* __restrict__ h, const float* __restrict__ scale, const float* __restrict__ proj,
     const float* __restrict__ centroids, int dm, int dg, int groups, int cosine, double tau, int iters,
     int k, double* __restrict__ run, float* __restrict__ memb, long long* __restrict__ masks,
-    const unsigned* __restrict__ step, int cap, double* __restrict__ rec) {
-    // The token's position from device memory (step = [id, position]): a step captured as a
-    // CUDA graph replays at every position. Past the capacity nothing is written (the host
-    // reserves room before the step).
-    const int pos = (int)step[1];
-    if (pos >= cap) return;
-    // Dynamic shared memory: the Sinkhorn state (iters x K f64, worked on here and written back
+    const unsigned* __restrict__ step, int cap, double* __restrict__ rec, int centroids_shared) {
+    // Dynamic shared memory: the Sinkhorn state (iters x K, f32 here, written back as f64
     // once: a global round trip per iteration cost more than the arithmetic), then v (dg), the
-    // per-slice partial sums (at most T) and the scaled input (dm).
-    extern __shared__ double shd[];
-    double* srun = shd;
-    float* v = (float*)(shd + iters * groups);
+    // per-slice partial sums (at most T), the scaled input (dm) and, when they fit, the
+    // centroids (K x dg).
+    extern __shared__ float shd[];
+    float* srun = shd;
+    float* v = srun + iters * groups;
     float* part = v + dg;
     float* hs = part + blockDim.x;
+    float* cs = hs + dm;
     __shared__ float s_scores[64];
     __shared__ float s_memb[64];
     __shared__ unsigned long long s_mask;
     const int t = threadIdx.x, T = blockDim.x;
     const int warp = t / 32, lane = t % 32, warps = T / 32;
 
-    for (int x = t; x < iters * groups; x += T) srun[x] = run[x];
+    // Every load that does not depend on another is issued first (the state, the input, the
+    // centroids, the first rows of W_g): the kernel's time was a chain of load latencies.
+    for (int x = t; x < iters * groups; x += T) srun[x] = (float)run[x];
     for (int r = t; r < dm; r += T) hs[r] = scale ? h[r] * scale[r] : h[r];
-    __syncthreads();
+    if (centroids_shared)
+        for (int x = t; x < groups * dg; x += T) cs[x] = centroids[x];
+    const float* cen = centroids_shared ? cs : centroids;
     // v = (h * scale) W_g: columns in tiles of up to T; each tile's T / cols row slices summed
-    // in shared memory (W_g is row-major, so consecutive threads read consecutive columns). The
-    // row loop is unrolled so that a thread has several loads in flight: with one at a time a
-    // routing call waited on ~dm / slices load latencies in a row (~30 us a layer on an H200).
+    // in shared memory (W_g is row-major, so consecutive threads read consecutive columns).
+    // A thread's rows are loaded ROWS_IN_FLIGHT at a time into registers, then multiplied.
     for (int c0 = 0; c0 < dg; c0 += T) {
         const int cols = min(T, dg - c0);
         const int slices = T / cols;
         const int c = t % cols, sl = t / cols;
+        const bool mine = sl < slices;
         float acc = 0.f;
-        if (sl < slices) {
-#pragma unroll 8
-            for (int r = sl; r < dm; r += slices) acc += hs[r] * proj[(size_t)r * dg + c0 + c];
-            part[sl * cols + c] = acc;
+        // Every thread runs the first batch, whose barrier publishes the staged input.
+        for (int r0 = sl;; r0 += ROWS_IN_FLIGHT * slices) {
+            float w[ROWS_IN_FLIGHT];
+#pragma unroll
+            for (int u = 0; u < ROWS_IN_FLIGHT; u++) {
+                const int r = r0 + u * slices;
+                w[u] = mine && r < dm ? proj[(size_t)r * dg + c0 + c] : 0.f;
+            }
+            if (c0 == 0 && r0 == sl) __syncthreads();
+#pragma unroll
+            for (int u = 0; u < ROWS_IN_FLIGHT; u++) {
+                const int r = r0 + u * slices;
+                if (mine && r < dm) acc += hs[r] * w[u];
+            }
+            if (r0 + ROWS_IN_FLIGHT * slices >= dm) break;
         }
+        if (sl < slices) part[sl * cols + c] = acc;
         __syncthreads();
         if (t < cols) {
             float s = 0.f;
@@ -115,7 +134,7 @@ extern "C" __global__ void route_newest(
         vnorm = sqrtf(warp_sumf(ss) + 1e-12f);
     }
     for (int g = warp; g < groups; g += warps) {
-        const float* cg = centroids + (size_t)g * dg;
+        const float* cg = cen + (size_t)g * dg;
         float dot = 0.f, cc = 0.f;
         for (int c = lane; c < dg; c += 32) {
             dot += v[c] * cg[c];
@@ -127,36 +146,51 @@ extern "C" __global__ void route_newest(
     }
     __syncthreads();
 
+    // The token's position from device memory (step = [id, position]): a step captured as a
+    // CUDA graph replays at every position. Past the capacity nothing is written (the host
+    // reserves room before the step); read here, after the loads above were issued.
+    const int pos = (int)step[1];
+    if (pos >= cap) return;
+
     // Causal Sinkhorn's row, on warp 0: lane g holds groups g and g + 32.
     if (warp == 0) {
         int width = 1;
         while (width < groups && width < 32) width <<= 1;
-        double l[GPL];
+        float l[GPL];
         for (int e = 0; e < GPL; e++) {
             const int g = lane + 32 * e;
-            l[e] = g < groups ? (double)s_scores[g] / tau : -INFINITY;
+            l[e] = g < groups ? s_scores[g] / (float)tau : -INFINITY;
         }
         for (int it = 0; it < iters; it++) {
-            double* r = srun + (size_t)it * groups;
+            float* r = srun + (size_t)it * groups;
+            // exp(l) after the column step is sigmoid(x - r_old), which the log-add-exp's own
+            // exp(-|x - r_old|) gives without another exp; so the row's log-sum-exp is the log
+            // of a plain sum (no maximum), unless that sum underflows (then the shifted one).
+            float p = 0.f;
             for (int e = 0; e < GPL; e++) {
                 const int g = lane + 32 * e;
                 if (g < groups) {
-                    const double x = l[e];
-                    const double a = fmax(r[g], x), b = fmin(r[g], x);
-                    r[g] = b == -INFINITY ? a : a + log1p(exp(b - a));
+                    const float x = l[e], ro = r[g];
+                    const float a = fmaxf(ro, x), b = fminf(ro, x);
+                    const float tt = b == -INFINITY ? 0.f : expf(b - a);
+                    r[g] = a + log1pf(tt);
                     l[e] = x - r[g];
+                    p += (x >= ro ? 1.f : tt) / (1.f + tt);
                 }
             }
-            const double z = warp_lse(l, width);
+            // The same value on every lane of the run (and 0 past it), taken from lane 0, so
+            // that the whole warp takes the same branch into warp_lse's shuffles.
+            const float sum = __shfl_sync(0xffffffffu, warp_sum(p, width), 0);
+            const float z = sum > 1e-30f ? logf(sum) : warp_lse(l, width);
             for (int e = 0; e < GPL; e++) l[e] -= z;
         }
         if (iters == 0) {
-            const double z = warp_lse(l, width);
+            const float z = warp_lse(l, width);
             for (int e = 0; e < GPL; e++) l[e] -= z;
         }
         for (int e = 0; e < GPL; e++) {
             const int g = lane + 32 * e;
-            if (g < groups) s_memb[g] = (float)exp(l[e]);
+            if (g < groups) s_memb[g] = expf(l[e]);
         }
         if (lane == 0) s_mask = 0ull;
         __syncwarp();
@@ -185,7 +219,7 @@ extern "C" __global__ void route_newest(
     __syncthreads();
     // The updated running state back, and into the record.
     for (int x = t; x < iters * groups; x += T) {
-        run[x] = srun[x];
-        rec[2 * groups + x] = srun[x];
+        run[x] = (double)srun[x];
+        rec[2 * groups + x] = (double)srun[x];
     }
 }

@@ -14,7 +14,9 @@ use candle_core::{DType, Device, Tensor};
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_route.ptx"));
 const MODULE: &str = "focus_route";
 /// The kernel's block (`ROUTE_THREADS`).
-const THREADS: usize = 256;
+const THREADS: usize = 1024;
+/// Centroids (K x d_g values) the kernel copies into shared memory; more are read in place.
+const SHARED_CENTROIDS: usize = 4096;
 
 /// What routes one token: the layer's router and the adapter's Sinkhorn settings.
 #[derive(Debug, Clone, Copy)]
@@ -93,9 +95,10 @@ pub fn route_newest_on(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>, side:
             return Err(Error::Invalid(format!("route_newest: the {what} tensor must be contiguous {dt:?}")));
         }
     }
-    // The Sinkhorn state (f64), v (d_g), the row slices' partial sums (at most a block's
-    // worth) and the scaled input (d_model).
-    let shared = p.iters * groups * 8 + (dg + THREADS + dm) * 4;
+    // The Sinkhorn state (worked on in f32), v (d_g), the row slices' partial sums (at most a
+    // block's worth), the scaled input (d_model) and the centroids when they fit.
+    let centroids_shared = groups * dg <= SHARED_CENTROIDS;
+    let shared = (p.iters * groups + dg + THREADS + dm + if centroids_shared { groups * dg } else { 0 }) * 4;
     if shared > 48 << 10 {
         return Err(Error::Invalid(format!("route_newest: {} Sinkhorn iterations x {groups} groups, d_g {dg} and d_model {dm} need {shared} bytes of shared memory (at most 48 KiB)", p.iters)));
     }
@@ -109,13 +112,13 @@ pub fn route_newest_on(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>, side:
     let vs = gs.as_ref().map(|g| view::<f32>(g, 0)).transpose()?;
     let f = dev.get_or_load_custom_func("route_newest", MODULE, PTX)?;
     let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: shared as u32 };
-    let (dm32, dg32, g32, cos, it32, k32, cap32) = (dm as i32, dg as i32, groups as i32, p.cosine as i32, p.iters as i32, p.k as i32, cap as i32);
+    let (dm32, dg32, g32, cos, it32, k32, cap32, cs32) = (dm as i32, dg as i32, groups as i32, p.cosine as i32, p.iters as i32, p.k as i32, cap as i32, centroids_shared as i32);
     // Raw pointers and one launch for either stream (cudarc's builder launches only on the
     // stream its views belong to, candle's).
     let (ph, pp, pc, pr, pm, pk, pstep, prec) = (raw(&vh), raw(&vp), raw(&vc), raw(&vr), raw(&vm), raw(&vk), raw(&vstep), raw(&vrec));
     let ps = vs.as_ref().map_or(0u64, raw);
     let tau = p.tau;
-    let mut args: [*mut std::ffi::c_void; 17] = [
+    let mut args: [*mut std::ffi::c_void; 18] = [
         &ph as *const u64 as *mut _,
         &ps as *const u64 as *mut _,
         &pp as *const u64 as *mut _,
@@ -133,6 +136,7 @@ pub fn route_newest_on(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>, side:
         &pstep as *const u64 as *mut _,
         &cap32 as *const i32 as *mut _,
         &prec as *const u64 as *mut _,
+        &cs32 as *const i32 as *mut _,
     ];
     let stream = match side {
         Some(side) => {
