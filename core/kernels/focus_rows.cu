@@ -1,5 +1,6 @@
 // Row kernels that a pass on CUDA fuses (model::fused): RMS norm, the residual add with the RMS
-// norm that follows it, and SwiGLU's silu(gate) * up. A decode step is bound by launches, not
+// norm that follows it, and SwiGLU's silu(gate) * up; and a decode step's one-row products (at
+// the end of the file). A decode step is bound by launches, not
 // bytes (one token's rows; ~2-3 us a kernel on an H200 whatever it does), so each of these is one
 // launch where candle's ops take one to three, and the norm's row is read by a whole block at
 // once (candle's rmsnorm gives a row of fewer than 1024 values one warp, which then waits on
