@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Per-kernel time of one decode step from Nsight Compute's CSV (`ncu --csv --page raw --metrics
 gpu__time_duration.sum --log-file F focus-lens bench decode ...`, as profile_decode.sh runs it).
-A step ends with the logits' product (cuBLAS gemv2T); a step with route_newest is a top-k step.
+A step ends with the logits' product (rows_times over the vocabulary: the largest grid; or
+cuBLAS's gemv2T in builds before it); a step with route_newest is a top-k step.
 Prints the last dense and last top-k step's kernels grouped by name: count, total, average (us).
 ncu runs each kernel alone, so the sums are larger than a graph replay's step time; they say
 where the time goes, not what a step costs. Usage: ncu_steps.py CSV..."""
@@ -14,8 +15,20 @@ def load(fn):
     r = csv.reader(lines)
     hdr = next(r)
     next(r)  # units
-    ki, ti = hdr.index("Kernel Name"), hdr.index("gpu__time_duration.sum")
-    return [(row[ki], float(row[ti].replace(",", "")) / 1000) for row in r]
+    ki, ti, gi = hdr.index("Kernel Name"), hdr.index("gpu__time_duration.sum"), hdr.index("Grid Size")
+    return [(row[ki], float(row[ti].replace(",", "")) / 1000, row[gi]) for row in r]
+
+
+def blocks(grid):
+    """Blocks in a grid written as "(x, y, z)"."""
+    n = 1
+    for v in grid.strip("()").split(","):
+        n *= int(v)
+    return n
+
+
+def logits(k, grid):
+    return "gemv2T" in k or (k.startswith("rows_times") and blocks(grid) >= 4096)
 
 
 def name(k):
@@ -29,8 +42,8 @@ def name(k):
 for fn in sys.argv[1:]:
     steps, cur = [], []
     for x in load(fn):
-        cur.append(x)
-        if "gemv2T" in x[0]:
+        cur.append(x[:2])
+        if logits(x[0], x[2]):
             steps.append(cur)
             cur = []
     print(f"{fn}: {len(steps)} steps")
