@@ -545,9 +545,12 @@ mod tests {
     }
 
     /// Decode attention alone on a GPU at Qwen2.5-0.5B's shapes (24 layers, 2 KV heads of 64, 14
-    /// query heads) over a 32K cache: microseconds per step (all layers, one synchronisation
-    /// around them), dense vs top-k (K=8, k=2, window 128). A benchmark: the `--features cuda`
-    /// test binary with `attention::cpu::decode::tests::device_speed --ignored --nocapture`.
+    /// query heads) over a 32K cache, or SmolLM2's with DECODE_SHAPE=smollm2 (30 layers, 3 KV
+    /// heads of 64, 9 query heads, 8150 cached): microseconds per step (all layers, one
+    /// synchronisation around them), dense vs top-k (K=8, k=2, window 128), 20 steps a mode,
+    /// dense first (so a profiler's first `decode_partial` launch is dense, launch 20 x layers
+    /// top-k). DECODE_N sets the cached tokens. A benchmark: the `--features cuda` test binary
+    /// with `attention::cpu::decode::tests::device_speed --ignored --nocapture`.
     #[cfg(feature = "cuda")]
     #[test]
     #[ignore]
@@ -555,8 +558,9 @@ mod tests {
         use candle_core::{Device, Tensor};
         let dev = Device::new_cuda(0).expect("a CUDA device");
         let mut rng = StdRng::seed_from_u64(5);
-        let n: usize = std::env::var("DECODE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(32000);
-        let (hkv, heads, d, layers) = (2, 14, 64, 24);
+        let smollm2 = std::env::var("DECODE_SHAPE").is_ok_and(|s| s == "smollm2");
+        let (hkv, heads, d, layers, n0) = if smollm2 { (3, 9, 64, 30, 8150) } else { (2, 14, 64, 24, 32000) };
+        let n: usize = std::env::var("DECODE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(n0);
         let caches: Vec<LayerCache> = (0..layers).map(|_| routed_cache(&mut rng, hkv, d, n).to_device(&dev).unwrap()).collect();
         let q = Tensor::from_vec((0..heads * d).map(|_| rng.gen::<f32>() - 0.5).collect::<Vec<f32>>(), (1, heads, 1, d), &dev).unwrap();
         let own = LayerAttention::default();
