@@ -1,5 +1,5 @@
-//! One row times a weight matrix on the CPU (on CUDA: `fused::row_times`): y = W x + b with W (out, in) row-major, each
-//! output a contiguous dot product. A generation step multiplies one token's row by every
+//! One row times a weight matrix on the CPU (on CUDA: `fused::row_times`): y = W x + b with
+//! W (out, in) row-major, each output a contiguous dot product. A generation step multiplies one token's row by every
 //! weight; candle's gemm packs the whole (transposed) weight for that, which costs more than
 //! the product (measured: ~0.5 s of CPU per SmolLM2 step). A weight that also has its GGUF
 //! blocks (`qmatvec`) is read from those, a fraction of the bytes. Inference only (no backward).

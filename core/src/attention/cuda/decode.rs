@@ -169,4 +169,3 @@ impl CustomOp3 for DecodeOp<'_> {
         Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from((h, d))))
     }
 }
-
