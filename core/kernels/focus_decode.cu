@@ -1,7 +1,9 @@
 // One generation step's attention on CUDA (attention::decode's `attend`, for a cache on the GPU):
 // the newest token's query heads over the cached keys and values, dense or hard top-k Focus,
-// in two passes (flash decoding): `decode_partial` gives each (query head, chunk of cached
-// positions) an online-softmax partial, `decode_merge` merges a head's partials by log-sum-exp.
+// flash decoding in one kernel: `decode_partial` gives each (query head, chunk of cached
+// positions) an online-softmax partial, and the last block of a head to finish merges the
+// head's partials by log-sum-exp (a second kernel cost a launch and a wait a layer: ~5-8 us of
+// a ~60 us SmolLM2 layer on an H200).
 //
 // Layout: q (H, D); k, v (Hkv, cap, D) with the first n rows of each head filled; masks (cap)
 // the cached tokens' top-k sets as bitmasks, the newest (the query's, row n - 1) included. Query head h reads KV head h / rep.
@@ -20,7 +22,8 @@
 // the host before the step), never from a kernel argument: a step captured once as a CUDA graph
 // replays at every position. The grid is sized for the cache's capacity; a chunk past the
 // newest token exits at once, and the merge folds only the chunks in use (in the same order as
-// a grid of exactly those chunks, so the result does not depend on the capacity).
+// a grid of exactly those chunks, so the result does not depend on the capacity, nor on which
+// block comes last).
 
 #include <stdint.h>
 
@@ -54,12 +57,16 @@ __device__ __forceinline__ float adjust(float s, int i, int j, float softcap, co
     return s;
 }
 
+__device__ void merge_head(const float* part_m, const float* part_l, const float* part_o, float* out, int h, int d,
+                           int chunks, int used);
+
 extern "C" __global__ void decode_partial(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned long long* __restrict__ masks, float* __restrict__ part_m, float* __restrict__ part_l,
     float* __restrict__ part_o, const unsigned* __restrict__ step, int own_window, int cap, int d, int rep,
     int chunk, int chunks, int topk, int window, int sink, float scale, float softcap,
-    const float* __restrict__ memb, int groups, int gate, float gparam) {
+    const float* __restrict__ memb, int groups, int gate, float gparam, float* __restrict__ out,
+    unsigned* __restrict__ arrivals) {
     const int h = blockIdx.y, c = blockIdx.x;
     const int n = (int)step[1] + 1, from = first_position(n, own_window);
     // Chunks past the newest token (the grid covers the capacity): nothing to do. The whole
@@ -174,30 +181,44 @@ extern "C" __global__ void decode_partial(
     // Each group's weight once.
     if (threadIdx.x < NG) sf[threadIdx.x] = sm[threadIdx.x] == -INFINITY ? 0.f : expf(sm[threadIdx.x] - mm);
     __syncthreads();
-    const size_t out = (size_t)h * chunks + c;
-    for (int x = threadIdx.x; x < d; x += blockDim.x) {
+    // A partial's row is padded to a multiple of 4 values (zeros), for the merge's float4 loads.
+    const size_t row = (size_t)h * chunks + c;
+    const int dp = (d + 3) & ~3;
+    for (int x = threadIdx.x; x < dp; x += blockDim.x) {
         float ll = 0.f, oo = 0.f;
         for (int g = 0; g < NG; g++) {
             ll += sf[g] * sl[g];
-            oo += sf[g] * so[g * (d + 1) + x];
+            oo += x < d ? sf[g] * so[g * (d + 1) + x] : 0.f;
         }
         if (x == 0) {
-            part_m[out] = mm;
-            part_l[out] = ll;
+            part_m[row] = mm;
+            part_l[row] = ll;
         }
-        part_o[out * d + x] = oo;
+        part_o[row * dp + x] = oo;
     }
+    // The head's blocks in use count their arrival after their partial is visible (fence);
+    // the last one merges them all and clears the count for the next launch.
+    const int used = min(chunks, (n - from + chunk - 1) / chunk);
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&arrivals[h], 1u) == (unsigned)(used - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    merge_head(part_m, part_l, part_o, out, h, d, chunks, used);
+    if (threadIdx.x == 0) arrivals[h] = 0;
 }
 
-// out (H, D): per head, the partials of its chunks in use merged (`stride`: the partials' row
-// length, the grid's chunks). One block of MERGE_THREADS threads per head: the chunks' maximum
-// and weights in parallel (weights into dynamic shared memory, `stride` floats), then the block
-// splits into MERGE_THREADS / D lane sets, set s summing the chunks c = s, s + sets, ... of
-// every dimension, and the sets' sums are added in set order. (One thread per dimension going
-// through every chunk waited on ~chunks / 8 loads in a row: ~17 us a layer at 8K on an H200.)
-// The order of the sums depends on the chunk count alone, not on the capacity.
-#define MERGE_THREADS 512
-
+// out (H, D) row h: head h's partials of its `used` chunks merged (`chunks`: the partials' row
+// length, the grid's chunks), by the block of WARPS x 32 threads that finished last. The
+// partials were written by other blocks: read through L2 (__ldcg), never a stale L1 line. The
+// chunks' maximum and weights in parallel (weights into dynamic shared memory, `chunks`
+// floats), then the block splits into 128 / (D' / 4) sets of float4 columns (D' = D rounded up
+// to a multiple of 4: the partials' row length), set s summing chunks s, s + sets, ...: a
+// thread waits on ~used / sets loads, not ~used (one thread per dimension through every chunk
+// took ~17 us a layer at 8K). The sets' sums are added in set order: the order depends on the
+// chunk count alone.
 __device__ __forceinline__ float block_reduce(float x, float* red, bool is_max) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     for (int o = 16; o > 0; o >>= 1) {
@@ -212,41 +233,55 @@ __device__ __forceinline__ float block_reduce(float x, float* red, bool is_max) 
     return r;
 }
 
-extern "C" __global__ void decode_merge(const float* __restrict__ part_m, const float* __restrict__ part_l,
-                                        const float* __restrict__ part_o, float* __restrict__ out, int d, int stride,
-                                        const unsigned* __restrict__ step, int own_window, int chunk) {
+__device__ void merge_head(const float* part_m, const float* part_l, const float* part_o, float* out, int h, int d,
+                           int chunks, int used) {
     extern __shared__ float wt[];
-    __shared__ float red[MERGE_THREADS / 32];
-    __shared__ float so[MERGE_THREADS];
-    const int h = blockIdx.x, x = threadIdx.x, T = blockDim.x;
-    const int n = (int)step[1] + 1;
-    const int chunks = min(stride, (n - first_position(n, own_window) + chunk - 1) / chunk);
-    const float* pm = part_m + (size_t)h * stride;
-    const float* pl = part_l + (size_t)h * stride;
+    __shared__ float red[WARPS];
+    __shared__ float4 so[WARPS * 32];
+    const int x = threadIdx.x, T = blockDim.x;
+    const float* pm = part_m + (size_t)h * chunks;
+    const float* pl = part_l + (size_t)h * chunks;
     float mm = -INFINITY;
-    for (int c = x; c < chunks; c += T) mm = fmaxf(mm, pm[c]);
+    for (int c = x; c < used; c += T) mm = fmaxf(mm, __ldcg(pm + c));
     mm = block_reduce(mm, red, true);
     float ll = 0.f;
-    for (int c = x; c < chunks; c += T) {
-        const float f = pm[c] == -INFINITY ? 0.f : expf(pm[c] - mm);
+    for (int c = x; c < used; c += T) {
+        const float m = __ldcg(pm + c);
+        const float f = m == -INFINITY ? 0.f : expf(m - mm);
         wt[c] = f;
-        ll += f * pl[c];
+        ll += f * __ldcg(pl + c);
     }
     ll = block_reduce(ll, red, false);
     // wt is complete: block_reduce's barriers follow the writes.
-    const int sets = T / d, set = x / d, dim = x % d;
-    float o = 0.f;
+    const int dp = (d + 3) & ~3, cols = dp / 4, sets = T / cols, set = x / cols, col = x % cols;
+    const float4* po = reinterpret_cast<const float4*>(part_o + (size_t)h * chunks * dp);
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
     if (set < sets) {
-        const float* po = part_o + (size_t)h * stride * d + dim;
 #pragma unroll 4
-        for (int c = set; c < chunks; c += sets) o += wt[c] * po[(size_t)c * d];
-        so[set * d + dim] = o;
+        for (int c = set; c < used; c += sets) {
+            const float4 p = __ldcg(po + (size_t)c * cols + col);
+            const float w = wt[c];
+            o.x += w * p.x;
+            o.y += w * p.y;
+            o.z += w * p.z;
+            o.w += w * p.w;
+        }
+        so[set * cols + col] = o;
     }
     __syncthreads();
-    if (x < d) {
-        float acc = 0.f;
-        for (int s2 = 0; s2 < sets; s2++) acc += so[s2 * d + x];
-        out[h * d + x] = acc / ll;
+    if (x < cols) {
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int s2 = 0; s2 < sets; s2++) {
+            const float4 p = so[s2 * cols + x];
+            acc.x += p.x;
+            acc.y += p.y;
+            acc.z += p.z;
+            acc.w += p.w;
+        }
+        const float r[4] = {acc.x / ll, acc.y / ll, acc.z / ll, acc.w / ll};
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            if (4 * x + e < d) out[(size_t)h * d + 4 * x + e] = r[e];
     }
 }
 

@@ -173,6 +173,9 @@ pub fn attend_step(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAtte
         if d > MAX_HEAD_DIM {
             return Err(Error::Invalid(format!("decode on the GPU takes head dims up to {MAX_HEAD_DIM}, not {d}")));
         }
+        if heads > crate::attention::kv_cache::ARRIVALS {
+            return Err(Error::Invalid(format!("decode on the GPU takes up to {} query heads, not {heads}", crate::attention::kv_cache::ARRIVALS)));
+        }
         let step = DecodeStep {
             step,
             own_window: own.window,
@@ -193,6 +196,7 @@ pub fn attend_step(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAtte
                 _ => None,
             },
             softcap: own.softcap.map(|c| c as f32),
+            arrivals: &kv.arrivals,
         };
         let q = q.to_dtype(candle_core::DType::F32)?.reshape((heads, d))?.contiguous()?;
         let o = decode_attention(&q, &kv.k, &kv.v, step)?;

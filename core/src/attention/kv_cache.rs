@@ -15,6 +15,10 @@ use crate::focus::mask;
 use crate::focus::sinkhorn::CausalSinkhorn;
 use candle_core::{DType, Device, Tensor};
 
+/// Query heads a device cache's decode kernel serves: it keeps one arrival count per head
+/// (`DeviceKv::arrivals`).
+pub const ARRIVALS: usize = 256;
+
 /// One layer's cache.
 #[derive(Debug, Clone)]
 pub struct LayerCache {
@@ -69,6 +73,8 @@ pub struct DeviceKv {
     pub memberships: Option<Tensor>,
     pub routed: usize,
     pub sinkhorn_state: Option<Tensor>,
+    /// The decode kernel's per-head arrival counts (u32, ARRIVALS; zero between launches).
+    pub arrivals: Tensor,
 }
 
 impl DeviceKv {
@@ -220,6 +226,7 @@ impl LayerCache {
                 Some(st) => Some(state_tensor(st, device)?),
                 None => None,
             },
+            arrivals: zeros(&[ARRIVALS], DType::U32)?,
         };
         if n > 0 {
             let host = |x: &[Vec<f32>]| Tensor::from_vec(x.concat(), (hkv, n, d), device);

@@ -564,10 +564,16 @@ mod tests {
         let caches: Vec<LayerCache> = (0..layers).map(|_| routed_cache(&mut rng, hkv, d, n).to_device(&dev).unwrap()).collect();
         let q = Tensor::from_vec((0..heads * d).map(|_| rng.gen::<f32>() - 0.5).collect::<Vec<f32>>(), (1, heads, 1, d), &dev).unwrap();
         let own = LayerAttention::default();
+        // DECODE_CHUNKS=64,128,256: each chunk size in turn (Nsight Compute's per-kernel times
+        // tell them apart: launches in this order, each mode twice).
+        let chunks: Vec<usize> = std::env::var("DECODE_CHUNKS").map_or(vec![0], |v| v.split(',').filter_map(|c| c.parse().ok()).collect());
+        for chunk in chunks {
+        crate::attention::cuda::decode::CHUNK_OVERRIDE.store(chunk, std::sync::atomic::Ordering::Relaxed);
         for how in [DecodeAttention::Dense, DecodeAttention::TopK { window: 128, sink: 0 }, DecodeAttention::Dense, DecodeAttention::TopK { window: 128, sink: 0 }] {
             let mut times = Vec::new();
             let mut read = ReadBytes::default();
-            for _ in 0..20 {
+            let reps: usize = std::env::var("DECODE_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+            for _ in 0..reps {
                 dev.synchronize().unwrap();
                 let t0 = std::time::Instant::now();
                 read = ReadBytes::default();
@@ -581,7 +587,8 @@ mod tests {
             }
             times.sort_by(f64::total_cmp);
             let t = times[times.len() / 2];
-            eprintln!("{how:?} n {n}: {:.1} us per step, {:.0} GB/s of cache rows, read {:.1}% of dense", t * 1e6, read.kv as f64 / t / 1e9, 100.0 * read.fraction());
+            eprintln!("chunk {chunk} {how:?} n {n}: {:.1} us per step, {:.0} GB/s of cache rows, read {:.1}% of dense", t * 1e6, read.kv as f64 / t / 1e9, 100.0 * read.fraction());
+        }
         }
     }
 

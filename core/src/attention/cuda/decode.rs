@@ -1,6 +1,6 @@
-//! A generation step's attention over a KV cache that lives on the GPU: the kernels of
-//! `core/kernels/focus_decode.cu` (flash decoding: per-chunk partials, then a log-sum-exp merge),
-//! launched as a candle custom op. `attention::cpu::decode::attend` is the CPU twin and the reference;
+//! A generation step's attention over a KV cache that lives on the GPU: the kernel of
+//! `core/kernels/focus_decode.cu` (flash decoding: per-chunk partials, merged by log-sum-exp in
+//! the same launch by each head's last block), launched as a candle custom op. `attention::cpu::decode::attend` is the CPU twin and the reference;
 //! both keep exactly `focus::mask::classify`'s pairs (the kernel tests a key's top-k set before
 //! it reads the key's row).
 
@@ -15,23 +15,32 @@ use candle_core::{CpuStorage, CudaStorage, CustomOp3, DType, Layout, Shape, Tens
 const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_decode.ptx"));
 const MODULE: &str = "focus_decode";
 /// Cached positions per partial (one block of 4 warps each), at least and at most: small chunks
-/// give a step many blocks in flight (with 256 at 1K a block's lane groups took 16 keys each in
-/// a row and the kernel waited on their loads, ~36 us a layer on an H200), but the merge folds
-/// each head's partials one after another (64 at 32K made it slower than 256).
+/// give a step many blocks in flight, large ones fewer blocks and partials to merge. Measured on
+/// an H200 (`experiments/gpu/chunk_sweep.sh`, decode kernels per layer, dense / top-k): SmolLM2's
+/// shape at 8150 cached, chunk 64: 23.9 / 20.5 us, 128: 20.7 / 17.0, 256: 25.6 / 20.7;
+/// Qwen2.5's at 32000, 128: 79.4 / 51.6, 256: 71.3 / 46.4, 512: 77.2 / 45.2.
 const MIN_CHUNK: usize = 64;
 const MAX_CHUNK: usize = 256;
-/// Partials per head the chunk aims at.
-const TARGET_CHUNKS: usize = 128;
+/// Partials per head the chunk aims at (128 at 8K, 256 from 16K).
+const TARGET_CHUNKS: usize = 64;
 
 /// The chunk for a cache of `cap` positions: from the capacity alone, so that every step over
 /// one cache (eager or replayed as a CUDA graph) has the same launch shape and sums alike.
 fn chunk_for(cap: usize) -> usize {
+    #[cfg(test)]
+    if let c @ 1.. = CHUNK_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
+        return c;
+    }
     cap.div_ceil(TARGET_CHUNKS).next_power_of_two().clamp(MIN_CHUNK, MAX_CHUNK)
 }
+
+/// A chunk that `attention::cpu::decode::tests::device_speed` sets to compare chunk sizes
+/// (0: `chunk_for`'s own).
+#[cfg(test)]
+pub static CHUNK_OVERRIDE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 /// The kernel keeps a query head in registers, 8 values per lane.
 pub const MAX_HEAD_DIM: usize = 256;
-/// The merge kernel's block (`MERGE_THREADS`): at least MAX_HEAD_DIM, a multiple of 32.
-const MERGE_THREADS: u32 = 512;
+use crate::attention::kv_cache::ARRIVALS as MAX_HEADS;
 
 /// What one step keeps and how it scores (see the kernel's notes).
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +61,9 @@ pub struct DecodeStep<'a> {
     /// Soft gates and the cached memberships ((cap, K) f32, the newest row included).
     pub soft: Option<(GateFn, &'a Tensor)>,
     pub softcap: Option<f32>,
+    /// Per query head, how many of its blocks have finished (u32, `kv_cache::ARRIVALS`, zero
+    /// between launches: the last block clears it); one per cache, kept on the device.
+    pub arrivals: &'a Tensor,
 }
 
 /// The newest token's attention output (H, D) from its queries `q` (H, D) and the cache `k`,
@@ -107,7 +119,7 @@ impl CustomOp3 for DecodeOp<'_> {
         if s1.dtype() != DType::F32 || s2.dtype() != DType::F32 || s3.dtype() != DType::F32 {
             candle_core::bail!("decode attention on CUDA takes f32");
         }
-        if dk != d || l3.shape().dims3()? != (hkv, cap, d) || hkv == 0 || h % hkv != 0 || d > MAX_HEAD_DIM || cap == 0 || st.step.dims1()? != 2 || st.step.dtype() != DType::U32 {
+        if dk != d || l3.shape().dims3()? != (hkv, cap, d) || hkv == 0 || h % hkv != 0 || d > MAX_HEAD_DIM || h > MAX_HEADS || cap == 0 || st.step.dims1()? != 2 || st.step.dtype() != DType::U32 || st.arrivals.dims1()? != MAX_HEADS || st.arrivals.dtype() != DType::U32 {
             candle_core::bail!("decode attention: q ({h}, {d}), cache ({hkv}, {cap}, {dk}), step {:?}", st.step.dims());
         }
         let contiguous = |l: &Layout| l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("decode attention needs contiguous q, k, v".into()));
@@ -122,7 +134,8 @@ impl CustomOp3 for DecodeOp<'_> {
         let step_view = view::<u32>(&step, 0)?;
         let part_m = unsafe { dev.alloc::<f32>(h * chunks)? };
         let part_l = unsafe { dev.alloc::<f32>(h * chunks)? };
-        let part_o = unsafe { dev.alloc::<f32>(h * chunks * d)? };
+        // Each partial's row padded to a multiple of 4 values (the merge reads float4s).
+        let part_o = unsafe { dev.alloc::<f32>(h * chunks * d.next_multiple_of(4))? };
         let out = unsafe { dev.alloc::<f32>(h * d)? };
         let null = 0u64;
         let masks = st.topk.map(storage).transpose()?;
@@ -155,16 +168,14 @@ impl CustomOp3 for DecodeOp<'_> {
             _ => (0i32, 0i32, 0f32),
         };
         b.arg(&groups).arg(&gate).arg(&gparam);
-        let cfg = LaunchConfig { grid_dim: (chunks as u32, h as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
-        unsafe { b.launch(cfg) }.w()?;
-        let f = dev.get_or_load_custom_func("decode_merge", MODULE, PTX)?;
-        let mut b = f.builder();
-        b.arg(&part_m).arg(&part_l).arg(&part_o).arg(&out).arg(&d32).arg(&chunks32).arg(&step_view).arg(&own_window).arg(&chunk);
-        // The merge's block (MERGE_THREADS) and its weights in shared memory, one per chunk.
-        if chunks * 4 > 48 << 10 {
+        let arrivals = storage(st.arrivals)?;
+        let arrivals_view = view::<u32>(&arrivals, 0)?;
+        b.arg(&out).arg(&arrivals_view);
+        // The merge's weights in shared memory, one per chunk.
+        if chunks * 4 > 32 << 10 {
             candle_core::bail!("decode attention: {chunks} partials a head exceed the merge's shared memory");
         }
-        let cfg = LaunchConfig { grid_dim: (h as u32, 1, 1), block_dim: (MERGE_THREADS, 1, 1), shared_mem_bytes: (chunks * 4) as u32 };
+        let cfg = LaunchConfig { grid_dim: (chunks as u32, h as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: (chunks * 4) as u32 };
         unsafe { b.launch(cfg) }.w()?;
         Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from((h, d))))
     }
