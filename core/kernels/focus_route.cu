@@ -14,9 +14,11 @@
 // The running state `run` (iters x K f64, the per-iteration prefix log-sum-exps) is updated in
 // place. Sinkhorn runs in f32 here (the host's in f64): its chain of 10 iterations is the
 // kernel's critical path, and in f64 it took ~6.6 us of a ~14 us call on an H200, longer than
-// the Q/K/V work it runs beside. The sums also run in another order than the host's loops (a
-// tree over lanes), so memberships agree to ~1e-6 and the state to ~1e-6 relative (the tests
-// allow 2e-4 and 1e-3).
+// the Q/K/V work it runs beside (one lane per group; one lane running all groups with the
+// library's log1pf and division took ~14 us); the iteration's exp, log and division are the
+// hardware's. The sums also run in another order than the host's loops (a tree over lanes),
+// so memberships agree to ~1e-6 and the state to ~1e-6 relative (the tests allow 2e-4 and
+// 1e-3).
 //
 // Outputs: memberships row `pos` (step[1]) of memb (cap, K) f32, masks[pos] (i64 bit pattern), and the
 // step record `rec` (f64): [scores K][memberships K][run iters x K], which the host copies once
@@ -67,7 +69,8 @@ extern "C" __global__ void route_newest(
     const float* __restrict__ h, const float* __restrict__ scale, const float* __restrict__ proj,
     const float* __restrict__ centroids, int dm, int dg, int groups, int cosine, double tau, int iters,
     int k, double* __restrict__ run, float* __restrict__ memb, long long* __restrict__ masks,
-    const unsigned* __restrict__ step, int cap, double* __restrict__ rec, int centroids_shared) {
+    const unsigned* __restrict__ step, int cap, double* __restrict__ rec, int centroids_shared,
+    const float* __restrict__ nw, float eps) {
     // Dynamic shared memory: the Sinkhorn state (iters x K, f32 here, written back as f64
     // once: a global round trip per iteration cost more than the arithmetic), then v (dg), the
     // per-slice partial sums (at most T), the scaled input (dm) and, when they fit, the
@@ -86,8 +89,18 @@ extern "C" __global__ void route_newest(
 
     // Every load that does not depend on another is issued first (the state, the input, the
     // centroids, the first rows of W_g): the kernel's time was a chain of load latencies.
+    // With `nw` the input is the residual row and its RMS norm applies here: x * nw staged,
+    // and v scaled by rsqrt(mean(x^2) + eps) once the squares are summed (beside the loads).
+    __shared__ float s_sq[ROUTE_THREADS / 32];
     for (int x = t; x < iters * groups; x += T) srun[x] = (float)run[x];
-    for (int r = t; r < dm; r += T) hs[r] = scale ? h[r] * scale[r] : h[r];
+    float sq = 0.f;
+    for (int r = t; r < dm; r += T) {
+        const float x = h[r];
+        sq += x * x;
+        hs[r] = (scale ? x * scale[r] : x) * (nw ? nw[r] : 1.f);
+    }
+    sq = warp_sumf(sq);
+    if (lane == 0) s_sq[warp] = sq;
     if (centroids_shared)
         for (int x = t; x < groups * dg; x += T) cs[x] = centroids[x];
     const float* cen = centroids_shared ? cs : centroids;
@@ -118,10 +131,13 @@ extern "C" __global__ void route_newest(
         }
         if (sl < slices) part[sl * cols + c] = acc;
         __syncthreads();
+        // The norm's scale, from the warps' sums of squares (published by the barriers above),
+        // summed by every warp (the columns may span several).
+        const float inv = nw ? rsqrtf(warp_sumf(lane < warps ? s_sq[lane] : 0.f) / dm + eps) : 1.f;
         if (t < cols) {
             float s = 0.f;
             for (int q = 0; q < slices; q++) s += part[q * cols + t];
-            v[c0 + t] = s;
+            v[c0 + t] = s * inv;
         }
         __syncthreads();
     }
@@ -172,16 +188,19 @@ extern "C" __global__ void route_newest(
                 if (g < groups) {
                     const float x = l[e], ro = r[g];
                     const float a = fmaxf(ro, x), b = fminf(ro, x);
-                    const float tt = b == -INFINITY ? 0.f : expf(b - a);
-                    r[g] = a + log1pf(tt);
+                    // The hardware's exp, log and division (the library's log1pf and
+                    // division were most of an iteration's chain): 1 + tt is in [1, 2], where
+                    // __logf's absolute error is ~4e-7.
+                    const float tt = b == -INFINITY ? 0.f : __expf(b - a);
+                    r[g] = a + __logf(1.f + tt);
                     l[e] = x - r[g];
-                    p += (x >= ro ? 1.f : tt) / (1.f + tt);
+                    p += __fdividef(x >= ro ? 1.f : tt, 1.f + tt);
                 }
             }
             // The same value on every lane of the run (and 0 past it), taken from lane 0, so
             // that the whole warp takes the same branch into warp_lse's shuffles.
             const float sum = __shfl_sync(0xffffffffu, warp_sum(p, width), 0);
-            const float z = sum > 1e-30f ? logf(sum) : warp_lse(l, width);
+            const float z = sum > 1e-30f ? __logf(sum) : warp_lse(l, width);
             for (int e = 0; e < GPL; e++) l[e] -= z;
         }
         if (iters == 0) {

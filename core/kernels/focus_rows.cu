@@ -64,36 +64,64 @@ extern "C" __global__ void silu_mul(const float* __restrict__ g, const float* __
 // flight; the lanes' sums meet by shuffles. A step's kernels each cost ~3-4 us on an H200
 // whatever they do (cuBLAS's M = 1 product ~4.5 us), so the products that read the same row
 // are one launch: Q, K and V (and their biases) in `rows_times`, SwiGLU's gate, up and
-// silu(gate) * up in `swiglu_row`, and the MLP's residual add in the down product's.
+// silu(gate) * up in `swiglu_row`, and the MLP's residual add in the down product's; the RMS
+// norm before a product runs inside it (`nw`).
 #define MV_WARPS 8
 
-__device__ __forceinline__ float warp_dot(const float* __restrict__ x, const float* __restrict__ wr, int k, int vec4) {
+// x . wr over k values by one warp. With `nw` (an RMS norm's weight: the product of the
+// normalised row, rms_norm(x) * nw), x is taken as x * nw and the warp's lanes also sum x^2
+// into *ss (the norm's scale applies to the result: the same value to rounding, and no kernel
+// or pass over the row before the product).
+__device__ __forceinline__ float warp_dot(const float* __restrict__ x, const float* __restrict__ wr, int k, int vec4,
+                                          const float* __restrict__ nw, float* ss) {
     const int lane = threadIdx.x % 32;
-    float acc = 0.f;
+    float acc = 0.f, sq = 0.f;
     if (vec4) {
         const float4* w4 = (const float4*)wr;
         const float4* x4 = (const float4*)x;
+        const float4* n4 = (const float4*)nw;
         const int k4 = k / 4;
 #pragma unroll 8
         for (int i = lane; i < k4; i += 32) {
-            const float4 a = w4[i], c = x4[i];
+            const float4 a = w4[i];
+            float4 c = x4[i];
+            if (nw) {
+                const float4 m = n4[i];
+                sq += c.x * c.x + c.y * c.y + c.z * c.z + c.w * c.w;
+                c = make_float4(c.x * m.x, c.y * m.y, c.z * m.z, c.w * m.w);
+            }
             acc += a.x * c.x + a.y * c.y + a.z * c.z + a.w * c.w;
         }
     } else {
 #pragma unroll 8
-        for (int i = lane; i < k; i += 32) acc += wr[i] * x[i];
+        for (int i = lane; i < k; i += 32) {
+            const float c = x[i];
+            if (nw) sq += c * c;
+            acc += wr[i] * (nw ? c * nw[i] : c);
+        }
     }
     for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (ss) {
+        for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+        *ss = sq;
+    }
     return acc;
 }
 
+// The RMS norm's scale of a row whose squares sum to ss (1 without a norm).
+__device__ __forceinline__ float norm_scale(const float* nw, float ss, int k, float eps) {
+    return nw ? rsqrtf(ss / k + eps) : 1.f;
+}
+
 // y = [x W0^T + b0, x W1^T + b1, x W2^T + b2] + res: up to three weights (n0, n1, n2 rows; an
-// absent one has none), each bias and the residual res (n0 + n1 + n2 values) optional (null).
+// absent one has none), each bias and the residual res (n0 + n1 + n2 values) optional (null);
+// with `nw`, x is first RMS-normed (weight nw, `eps`).
 extern "C" __global__ void rows_times(const float* __restrict__ x, int k,
                                       const float* __restrict__ w0, const float* __restrict__ b0, int n0,
                                       const float* __restrict__ w1, const float* __restrict__ b1, int n1,
                                       const float* __restrict__ w2, const float* __restrict__ b2, int n2,
-                                      const float* __restrict__ res, float* __restrict__ y, int vec4) {
+                                      const float* __restrict__ res, float* __restrict__ y, int vec4,
+                                      const float* __restrict__ nw, float eps) {
     const int row = blockIdx.x * MV_WARPS + threadIdx.x / 32;
     if (row >= n0 + n1 + n2) return;
     const float* w = w0;
@@ -109,16 +137,20 @@ extern "C" __global__ void rows_times(const float* __restrict__ x, int k,
             b = b2;
         }
     }
-    const float acc = warp_dot(x, w + (size_t)r * k, k, vec4);
+    float ss = 0.f;
+    const float acc = warp_dot(x, w + (size_t)r * k, k, vec4, nw, nw ? &ss : nullptr) * norm_scale(nw, ss, k, eps);
     if (threadIdx.x % 32 == 0) y[row] = acc + (b ? b[r] : 0.f) + (res ? res[row] : 0.f);
 }
 
-// y_j = silu(x . g_j) * (x . u_j): SwiGLU's hidden row from the gate and up weights (n rows each).
+// y_j = silu(x . g_j) * (x . u_j): SwiGLU's hidden row from the gate and up weights (n rows
+// each); with `nw`, of the RMS-normed x (as rows_times).
 extern "C" __global__ void swiglu_row(const float* __restrict__ x, int k, const float* __restrict__ wg,
-                                      const float* __restrict__ wu, float* __restrict__ y, int n, int vec4) {
+                                      const float* __restrict__ wu, float* __restrict__ y, int n, int vec4,
+                                      const float* __restrict__ nw, float eps) {
     const int row = blockIdx.x * MV_WARPS + threadIdx.x / 32;
     if (row >= n) return;
-    const float g = warp_dot(x, wg + (size_t)row * k, k, vec4);
-    const float u = warp_dot(x, wu + (size_t)row * k, k, vec4);
+    float ss = 0.f;
+    const float g = warp_dot(x, wg + (size_t)row * k, k, vec4, nw, nw ? &ss : nullptr) * norm_scale(nw, ss, k, eps);
+    const float u = warp_dot(x, wu + (size_t)row * k, k, vec4, nw, nullptr) * norm_scale(nw, ss, k, eps);
     if (threadIdx.x % 32 == 0) y[row] = g / (1.f + expf(-g)) * u;
 }

@@ -43,7 +43,7 @@ use crate::focus::adapter::Adapter;
 use crate::focus::mask;
 use crate::focus::router::LayerRouting;
 use crate::focus::sinkhorn::{sinkhorn, CausalSinkhorn};
-use crate::model::block::AttentionInputs;
+use crate::model::block::{AttentionInputs, Norm};
 use crate::model::decoder::{Decoder, LayerHook, RunEnd};
 use crate::model::step::DeviceStep;
 use crate::model::ForwardOptions;
@@ -539,7 +539,7 @@ impl<'c> OverCache<'c> {
     /// into the step record. False when the layer does not route there.
     /// `side`: run the kernel on this stream (the caller joins it before the attention).
     #[cfg(feature = "cuda")]
-    fn route_on_device(&mut self, l: usize, a: &Adapter, h: &Tensor, side: Option<&crate::attention::cuda::route::SideStream>) -> Result<bool> {
+    fn route_on_device(&mut self, l: usize, a: &Adapter, h: &Tensor, norm: Option<&Norm>, side: Option<&crate::attention::cuda::route::SideStream>) -> Result<bool> {
         if let (Some(rec), Some(step), true) = (self.record, self.step, routes_on_device(&self.layers[l])) {
             use crate::attention::cuda::route::{record_len, route_newest_on, RouteParams, RouteTarget};
             let cache = &self.layers[l];
@@ -560,6 +560,11 @@ impl<'c> OverCache<'c> {
                 tau: st.tau(),
                 iters: st.iters(),
                 k: self.k,
+                // The kernel applies an RMS norm (`Block::prenorm_in_kernels` passes no other).
+                norm: match norm {
+                    Some(n) if n.kind != crate::model::config::NormKind::Rms => return Err(Error::Invalid(format!("layer {l}: the routing kernel applies RMS norms only"))),
+                    n => n.map(|n| (&n.weight, n.eps as f32)),
+                },
             };
             let len = record_len(c.groups, c.sinkhorn_iters);
             route_newest_on(h, params, RouteTarget { run: state, memberships: memb, masks, step: step.buf(), record: rec, record_at: l * len }, side)?;
@@ -569,7 +574,7 @@ impl<'c> OverCache<'c> {
     }
 
     #[cfg(not(feature = "cuda"))]
-    fn route_on_device(&mut self, _l: usize, _a: &Adapter, _h: &Tensor, _side: Option<&()>) -> Result<bool> {
+    fn route_on_device(&mut self, _l: usize, _a: &Adapter, _h: &Tensor, _norm: Option<&Norm>, _side: Option<&()>) -> Result<bool> {
         Ok(false)
     }
 
@@ -578,7 +583,7 @@ impl<'c> OverCache<'c> {
     fn route(&mut self, l: usize, a: &Adapter, inp: &AttentionInputs) -> Result<()> {
         let cache = &mut self.layers[l];
         let Some(r) = cache.routing.as_mut() else { return Ok(()) };
-        let (_, scores) = a.scores(l, &inp.h)?;
+        let (_, scores) = a.scores(l, &inp.normed()?)?;
         let m = match r.sinkhorn.as_mut() {
             Some(state) => state.push(&scores),
             None => {
@@ -598,15 +603,20 @@ impl<'c> OverCache<'c> {
 impl LayerHook for OverCache<'_> {
     /// A GPU step with a side stream starts the layer's routing kernel there, beside the Q/K/V
     /// products; `attend` waits for it before the attention reads the token's set.
-    fn normed(&mut self, l: usize, h: &Tensor) -> Result<()> {
+    fn normed(&mut self, l: usize, h: &Tensor, norm: Option<&Norm>) -> Result<()> {
         #[cfg(feature = "cuda")]
         if let (Some(a), Some(side)) = (self.adapter, self.side) {
-            if self.route_on_device(l, a, h, Some(side))? {
+            if self.route_on_device(l, a, h, norm, Some(side))? {
                 self.routing_on_side = Some((l, h.clone()));
             }
         }
-        let _ = (l, h);
+        let _ = (l, h, norm);
         Ok(())
+    }
+
+    /// A GPU step's pre-norms run inside the Q/K/V products and the routing kernels.
+    fn prenorm(&self) -> bool {
+        self.step.is_some()
     }
 
     fn attend(&mut self, l: usize, inp: &AttentionInputs, own: &LayerAttention) -> Result<Option<Tensor>> {
@@ -627,7 +637,7 @@ impl LayerHook for OverCache<'_> {
         #[cfg(not(feature = "cuda"))]
         let routed_on_side = false;
         if let (Some(a), false) = (self.adapter, routed_on_side) {
-            self.timed(|s| &mut s.routing_s, &dev, |me| if me.route_on_device(l, a, &inp.h, None)? { Ok(()) } else { me.route(l, a, inp) })?;
+            self.timed(|s| &mut s.routing_s, &dev, |me| if me.route_on_device(l, a, &inp.h, inp.h_norm.as_ref(), None)? { Ok(()) } else { me.route(l, a, inp) })?;
         }
         let how = if self.layers[l].routing.is_some() { self.how } else { DecodeAttention::Dense };
         let heads = self.heads;

@@ -41,7 +41,7 @@ impl Linear {
     /// x W^T + b + r: a product and the residual added to it (one kernel for a step's row on
     /// CUDA).
     pub fn forward_plus(&self, x: &Tensor, r: &Tensor) -> Result<Tensor> {
-        if let Some(y) = super::fused::rows_times(x, &[(&self.w, self.b.as_ref())], Some(r))? {
+        if let Some(y) = super::fused::rows_times(x, &[(&self.w, self.b.as_ref())], Some(r), None)? {
             return Ok(y);
         }
         Ok((self.forward(x)? + r)?)
@@ -134,7 +134,7 @@ impl Mlp {
                 let gate = self.gate.as_ref().expect("SwiGLU MLP has a gate");
                 // A step's row on CUDA: gate, up and silu(gate) * up as one kernel.
                 if !differentiable && gate.b.is_none() && self.up_or_fc.b.is_none() {
-                    if let Some(h) = super::fused::swiglu_row(x, &gate.w, &self.up_or_fc.w)? {
+                    if let Some(h) = super::fused::swiglu_row(x, &gate.w, &self.up_or_fc.w, None)? {
                         return Ok(h);
                     }
                 }
@@ -152,6 +152,17 @@ impl Mlp {
                 (gate.gelu()? * self.up_or_fc.forward(x)?)?
             }
         })
+    }
+
+    /// `Some(hidden(rms_norm(x)))` as one kernel for a step's row on CUDA (SwiGLU without
+    /// biases, an RMS norm): the norm runs in the gate and up product; `None` elsewhere.
+    fn hidden_of_normed(&self, x: &Tensor, norm: &Norm) -> Result<Option<Tensor>> {
+        match (&self.kind, &self.gate, norm.kind) {
+            (MlpKind::SwiGlu, Some(gate), NormKind::Rms) if gate.b.is_none() && self.up_or_fc.b.is_none() => {
+                super::fused::swiglu_row(x, &gate.w, &self.up_or_fc.w, Some((&norm.weight, norm.eps as f32)))
+            }
+            _ => Ok(None),
+        }
     }
 }
 
@@ -229,12 +240,26 @@ impl Pass {
 }
 
 /// A block's attention inputs: the normalised state `h` that feeds Q/K/V and the router
-/// ((B*T, d_model)), and the heads q (B, H, T, D), k and v (B, Hkv, T, D), after RoPE.
+/// ((B*T, d_model)), and the heads q (B, H, T, D), k and v (B, Hkv, T, D), after RoPE. On a
+/// GPU step `h` may be the residual row with its RMS norm in `h_norm`, which the Q/K/V product
+/// and the routing kernel apply themselves (`Block::prenorm_in_kernels`); `normed` gives the
+/// normalised state either way.
 pub struct AttentionInputs {
     pub h: Tensor,
+    pub h_norm: Option<Norm>,
     pub q: Tensor,
     pub k: Tensor,
     pub v: Tensor,
+}
+
+impl AttentionInputs {
+    /// The normalised state (the router's input).
+    pub fn normed(&self) -> Result<Tensor> {
+        match &self.h_norm {
+            Some(n) => n.forward(&self.h, false),
+            None => Ok(self.h.clone()),
+        }
+    }
 }
 
 impl Block {
@@ -250,14 +275,36 @@ impl Block {
 
     /// The attention inputs from the normalised state `h` (`attention_norm`).
     pub fn attention_heads(&self, h: Tensor, pass: &Pass) -> Result<AttentionInputs> {
+        self.attention_heads_with(h, None, pass)
+    }
+
+    /// Whether a step's residual row `x` may skip the pre-norm's own kernel: an RMS pre-norm
+    /// and one f32 row on CUDA, whose Q/K/V product (and routing kernel) apply the norm.
+    pub fn prenorm_in_kernels(&self, x: &Tensor) -> bool {
+        self.attn_norm.as_ref().is_some_and(|n| n.kind == NormKind::Rms) && super::fused::is_cuda_row(x)
+    }
+
+    /// `attention_heads` of `h`, or, with `h_norm`, of `h`'s norm by it (the residual row and
+    /// the pre-norm: `prenorm_in_kernels`), which the one-row product applies itself.
+    pub fn attention_heads_with(&self, h: Tensor, h_norm: Option<Norm>, pass: &Pass) -> Result<AttentionInputs> {
         let (b, t, hd) = (pass.b, pass.t, pass.head_dim);
         let (nq, nkv) = (pass.n_heads * hd, pass.n_kv_heads * hd);
         // A step's row on CUDA: Q, K and V as one product (one kernel), else one each.
         let qkv = [(&self.q.w, self.q.b.as_ref()), (&self.k.w, self.k.b.as_ref()), (&self.v.w, self.v.b.as_ref())];
-        let fused = if pass.differentiable { None } else { super::fused::rows_times(&h, &qkv, None)? };
+        let row_norm = h_norm.as_ref().filter(|n| n.kind == NormKind::Rms).map(|n| (&n.weight, n.eps as f32));
+        let fused = match (pass.differentiable, &h_norm, row_norm) {
+            (true, _, _) | (false, Some(_), None) => None,
+            (false, _, norm) => super::fused::rows_times(&h, &qkv, None, norm)?,
+        };
         let (yq, yk, yv) = match fused {
             Some(y) => (y.narrow(1, 0, nq)?, y.narrow(1, nq, nkv)?, y.narrow(1, nq + nkv, nkv)?),
-            None => (self.q.forward(&h)?, self.k.forward(&h)?, self.v.forward(&h)?),
+            None => {
+                let hn = match &h_norm {
+                    Some(n) => n.forward(&h, pass.differentiable)?,
+                    None => h.clone(),
+                };
+                (self.q.forward(&hn)?, self.k.forward(&hn)?, self.v.forward(&hn)?)
+            }
         };
         let heads = |mut y: Tensor, norm: &Option<Norm>, n: usize| -> Result<Tensor> {
             if let Some(nm) = norm {
@@ -282,7 +329,7 @@ impl Block {
         if let Some(m) = q_mult(&self.attn, hd) {
             q = (q * m)?;
         }
-        Ok(AttentionInputs { h, q, k, v })
+        Ok(AttentionInputs { h, h_norm, q, k, v })
     }
 
     /// The rest of the block, given the attention output `o` (B, H, T, D): the output
@@ -290,6 +337,17 @@ impl Block {
     pub fn finish(&self, x: &Tensor, o: &Tensor, pass: &Pass) -> Result<Tensor> {
         let o = o.transpose(1, 2)?.reshape((pass.b * pass.t, pass.n_heads * pass.head_dim))?;
         let dif = pass.differentiable;
+        // A step's row on CUDA without post-norms: the residual add in the output product and
+        // the MLP's norm inside the gate and up product (no norm kernel between them).
+        if let (false, None, None, Some(n)) = (dif, &self.post_attn_norm, &self.post_mlp_norm, &self.mlp_norm) {
+            if super::fused::is_cuda_row(x) && super::fused::is_cuda_row(&o) {
+                let x = self.o.forward_plus(&o, x)?;
+                if let Some(h) = self.mlp.hidden_of_normed(&x, n)? {
+                    return self.mlp.down.forward_plus(&h, &x);
+                }
+                return self.mlp.down.forward_plus(&self.mlp.hidden(&n.forward(&x, dif)?, dif)?, &x);
+            }
+        }
         let y = maybe(&self.post_attn_norm, &self.o.forward(&o)?, dif)?;
         let (x, h) = add_then_norm(x, &y, &self.mlp_norm, dif)?;
         if self.post_mlp_norm.is_none() {

@@ -116,9 +116,16 @@ pub trait LayerHook {
         ControlFlow::Continue(())
     }
     /// Sees layer `l`'s normalised state (the router's input) before its Q/K/V products are
-    /// made (inference only): a GPU step starts the layer's routing here, beside them.
-    fn normed(&mut self, _l: usize, _h: &Tensor) -> Result<()> {
+    /// made (inference only): a GPU step starts the layer's routing here, beside them. With
+    /// `norm`, `h` is the residual row and `norm` its pre-norm, not yet applied (`prenorm`).
+    fn normed(&mut self, _l: usize, _h: &Tensor, _norm: Option<&Norm>) -> Result<()> {
         Ok(())
+    }
+    /// Whether the pass may leave a step row's pre-norm to the kernels that read it
+    /// (`Block::prenorm_in_kernels`): then `normed` and `AttentionInputs` carry the residual
+    /// row and the norm. Generation's GPU step does; by default the norm runs first.
+    fn prenorm(&self) -> bool {
+        false
     }
     /// Attends layer `l` itself in place of the pass's routing and plan, returning the
     /// attention output (1, H, 1, D): generation's step attends over its KV cache this way.
@@ -273,11 +280,16 @@ impl Decoder {
             }
             // The adapter, where it routes this layer (`RouterLayers`).
             let routed = opts.adapter.filter(|a| a.config.router_layers.routes(self.config.is_sliding(l)));
-            let h = blk.attention_norm(&x, &pass)?;
+            // A GPU step's row: the pre-norm inside the Q/K/V product and the routing kernel.
+            let (h, h_norm) = if !train && hook.prenorm() && blk.prenorm_in_kernels(&x) {
+                (x.clone(), blk.attn_norm.clone())
+            } else {
+                (blk.attention_norm(&x, &pass)?, None)
+            };
             if !train {
-                hook.normed(l, &h)?;
+                hook.normed(l, &h, h_norm.as_ref())?;
             }
-            let inp = blk.attention_heads(h, &pass)?;
+            let inp = blk.attention_heads_with(h, h_norm, &pass)?;
             // A hook may attend the layer itself (generation's step, over its cache).
             let hooked = if train { None } else { hook.attend(l, &inp, &blk.attn)? };
             if hooked.is_none() && needs_causal && causal.is_none() {
@@ -288,7 +300,7 @@ impl Decoder {
             } else if train {
                 let plan = match routed {
                     Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
-                        let g = a.route_tensor(l, &inp.h, b, opts.sinkhorn_grad, opts.balance)?;
+                        let g = a.route_tensor(l, &inp.normed()?, b, opts.sinkhorn_grad, opts.balance)?;
                         if let Some(m) = opts.memberships {
                             m.lock().expect("memberships collector").push(g.clone());
                         }
@@ -302,7 +314,7 @@ impl Decoder {
                 attention::attend_batch(&inp.q, &inp.k, &inp.v, &plan, &blk.attn, causal.as_ref().expect("training has the causal mask"))?
             } else {
                 let layer_routing = match opts.adapter {
-                    Some(a) => Some(a.route(l, &inp.h, opts.record_routing)?),
+                    Some(a) => Some(a.route(l, &inp.normed()?, opts.record_routing)?),
                     None => None,
                 };
                 if hook.inputs(l, &inp, layer_routing.as_ref()).is_break() {

@@ -44,50 +44,74 @@ pub fn silu_mul(g: &Tensor, u: &Tensor) -> Result<Tensor> {
 /// (a generation step's products: one kernel, the bias added); `None` leaves the product to the
 /// caller (candle's matmul, or `matvec::row_times` on the CPU).
 pub fn row_times(x: &Tensor, w: &Tensor, b: Option<&Tensor>) -> Result<Option<Tensor>> {
-    rows_times(x, &[(w, b)], None)
+    rows_times(x, &[(w, b)], None, None)
 }
 
-/// `Some([x W0^T + b0, x W1^T + b1, ..] + residual)` (1, n0 + n1 + ..): one kernel for up to
-/// three weights that take the same row (Q, K and V) and an optional residual added to the
-/// result, on the terms of `row_times`.
-pub fn rows_times(x: &Tensor, parts: &[(&Tensor, Option<&Tensor>)], residual: Option<&Tensor>) -> Result<Option<Tensor>> {
+/// An RMS norm that a one-row product applies to its input first (weight, eps): the kernel
+/// takes x * w and scales its sums by rsqrt(mean(x^2) + eps), with no norm kernel before it.
+pub type RowNorm<'a> = Option<(&'a Tensor, f32)>;
+
+/// `Some([x' W0^T + b0, x' W1^T + b1, ..] + residual)` (1, n0 + n1 + ..) with x' = x, or its
+/// RMS norm (`norm`): one kernel for up to three weights that take the same row (Q, K and V)
+/// and an optional residual added to the result, on the terms of `row_times`.
+pub fn rows_times(x: &Tensor, parts: &[(&Tensor, Option<&Tensor>)], residual: Option<&Tensor>, norm: RowNorm<'_>) -> Result<Option<Tensor>> {
     #[cfg(feature = "cuda")]
     if let Some(k) = one_row(x) {
         let n: usize = parts.iter().map(|(w, _)| w.dims2().map_or(0, |d| d.0)).sum();
         let fits = !parts.is_empty()
             && parts.len() <= 3
             && parts.iter().all(|(w, b)| weight_fits(w, k) && b.map_or(true, |b| on_cuda_f32(&[b]) && !b.track_op() && b.elem_count() == w.dims2().map_or(0, |d| d.0)))
-            && residual.map_or(true, |r| on_cuda_f32(&[r]) && !r.track_op() && r.elem_count() == n);
+            && residual.map_or(true, |r| on_cuda_f32(&[r]) && !r.track_op() && r.elem_count() == n)
+            && norm_fits(norm, k);
         if fits {
             let op = cuda::RowsTimes {
                 parts: parts.iter().map(|(w, b)| Ok::<_, crate::error::Error>(((*w).clone(), b.map(|b| b.contiguous()).transpose()?))).collect::<Result<_>>()?,
                 residual: residual.map(|r| r.contiguous()).transpose()?,
+                norm: norm.map(|(w, eps)| Ok::<_, crate::error::Error>((w.contiguous()?, eps))).transpose()?,
             };
             return Ok(Some(x.contiguous()?.apply_op1_no_bwd(&op)?));
         }
     }
-    let _ = (x, parts, residual);
+    let _ = (x, parts, residual, norm);
     Ok(None)
 }
 
-/// `Some(silu(x G^T) * (x U^T))` (1, n): SwiGLU's hidden row from the gate and up weights
-/// (n, k) as one kernel, on the terms of `row_times`.
-pub fn swiglu_row(x: &Tensor, gate: &Tensor, up: &Tensor) -> Result<Option<Tensor>> {
+/// `Some(silu(x' G^T) * (x' U^T))` (1, n): SwiGLU's hidden row from the gate and up weights
+/// (n, k) as one kernel, x' = x or its RMS norm (`norm`), on the terms of `row_times`.
+pub fn swiglu_row(x: &Tensor, gate: &Tensor, up: &Tensor, norm: RowNorm<'_>) -> Result<Option<Tensor>> {
     #[cfg(feature = "cuda")]
     if let Some(k) = one_row(x) {
-        if weight_fits(gate, k) && weight_fits(up, k) && gate.dims() == up.dims() {
-            let op = cuda::SwigluRow { gate: gate.clone(), up: up.clone() };
+        if weight_fits(gate, k) && weight_fits(up, k) && gate.dims() == up.dims() && norm_fits(norm, k) {
+            let op = cuda::SwigluRow { gate: gate.clone(), up: up.clone(), norm: norm.map(|(w, eps)| Ok::<_, crate::error::Error>((w.contiguous()?, eps))).transpose()? };
             return Ok(Some(x.contiguous()?.apply_op1_no_bwd(&op)?));
         }
     }
-    let _ = (x, gate, up);
+    let _ = (x, gate, up, norm);
     Ok(None)
+}
+
+/// Whether `x` is one f32 row (1, k) on CUDA that no gradient tracks: the rows the one-row
+/// kernels take.
+pub fn is_cuda_row(x: &Tensor) -> bool {
+    #[cfg(feature = "cuda")]
+    return one_row(x).is_some();
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = x;
+        false
+    }
 }
 
 /// The length k of `x` when it is one f32 row (1, k) on CUDA that no gradient tracks.
 #[cfg(feature = "cuda")]
 fn one_row(x: &Tensor) -> Option<usize> {
     (on_cuda_f32(&[x]) && !x.track_op() && x.rank() == 2 && x.dims()[0] == 1).then(|| x.dims()[1])
+}
+
+/// No norm, or an f32 CUDA weight of k values.
+#[cfg(feature = "cuda")]
+fn norm_fits(norm: RowNorm<'_>, k: usize) -> bool {
+    norm.map_or(true, |(w, _)| on_cuda_f32(&[w]) && !w.track_op() && w.elem_count() == k)
 }
 
 /// A contiguous f32 CUDA weight (n, k) that no gradient tracks.
@@ -232,11 +256,24 @@ mod cuda {
     pub struct RowsTimes {
         pub parts: Vec<(candle_core::Tensor, Option<candle_core::Tensor>)>,
         pub residual: Option<candle_core::Tensor>,
+        /// The RMS norm applied to x first (weight, eps).
+        pub norm: Option<(candle_core::Tensor, f32)>,
     }
 
     pub struct SwigluRow {
         pub gate: candle_core::Tensor,
         pub up: candle_core::Tensor,
+        pub norm: Option<(candle_core::Tensor, f32)>,
+    }
+
+    /// The norm weight's address (0: none; `aligned` cleared when it is not 16-byte aligned)
+    /// and eps. The storage guard is returned to live as long as the launch.
+    fn norm_arg<'a>(norm: &'a Option<(candle_core::Tensor, f32)>, aligned: &mut bool) -> Result<(Option<(impl std::ops::Deref<Target = candle_core::Storage> + 'a, usize)>, u64, f32)> {
+        let Some((w, eps)) = norm else { return Ok((None, 0, 0.0)) };
+        let g = storage(w)?;
+        let a = addr(&view::<f32>(&g, 0)?);
+        *aligned &= a % 16 == 0;
+        Ok((Some(g), a, *eps))
     }
 
     /// A view's device address (the kernels' arguments, and their float4 alignment).
@@ -282,6 +319,7 @@ mod cuda {
             }
             let n: usize = ns.iter().map(|&n| n as usize).sum();
             let res = gr.as_ref().map(|g| view::<f32>(g, 0).map(|v| addr(&v))).transpose()?.unwrap_or(0);
+            let (_gn, nw, eps) = norm_arg(&self.norm, &mut aligned)?;
             let y = unsafe { dev.alloc::<f32>(n)? };
             let f = dev.get_or_load_custom_func("rows_times", MODULE, PTX)?;
             let mut b = f.builder();
@@ -290,7 +328,7 @@ mod cuda {
             for i in 0..3 {
                 b.arg(&ws[i]).arg(&bs[i]).arg(&ns[i]);
             }
-            b.arg(&res).arg(&y).arg(&vec4);
+            b.arg(&res).arg(&y).arg(&vec4).arg(&nw).arg(&eps);
             unsafe { b.launch(grid(n)) }.w()?;
             Ok((CudaStorage::wrap_cuda_slice(y, dev), Shape::from((1, n))))
         }
@@ -313,12 +351,14 @@ mod cuda {
             let xv = values(x, lx, "swiglu row")?;
             let (gg, gu) = (storage(&self.gate)?, storage(&self.up)?);
             let (wg, wu) = (view::<f32>(&gg, 0)?, view::<f32>(&gu, 0)?);
-            let vec4 = (k % 4 == 0 && [addr(&xv), addr(&wg), addr(&wu)].iter().all(|a| a % 16 == 0)) as i32;
+            let mut aligned = k % 4 == 0 && [addr(&xv), addr(&wg), addr(&wu)].iter().all(|a| a % 16 == 0);
+            let (_gn, nw, eps) = norm_arg(&self.norm, &mut aligned)?;
+            let vec4 = aligned as i32;
             let y = unsafe { dev.alloc::<f32>(n)? };
             let f = dev.get_or_load_custom_func("swiglu_row", MODULE, PTX)?;
             let mut b = f.builder();
             let (k32, n32) = (k as i32, n as i32);
-            b.arg(&xv).arg(&k32).arg(&wg).arg(&wu).arg(&y).arg(&n32).arg(&vec4);
+            b.arg(&xv).arg(&k32).arg(&wg).arg(&wu).arg(&y).arg(&n32).arg(&vec4).arg(&nw).arg(&eps);
             unsafe { b.launch(grid(n)) }.w()?;
             Ok((CudaStorage::wrap_cuda_slice(y, dev), Shape::from((1, n))))
         }
@@ -388,14 +428,23 @@ mod tests {
             let v = |n: usize| Tensor::randn(0f32, 1.0, n, &dev).unwrap();
             let (wq, wk, wv, bq, bk) = (m(k), m(64), m(64), v(k), v(64));
             let r = Tensor::randn(0f32, 1.0, (1, k + 128), &dev).unwrap();
-            let got = rows_times(&x, &[(&wq, Some(&bq)), (&wk, Some(&bk)), (&wv, None)], Some(&r)).unwrap().expect("one row on CUDA");
-            let p = |w: &Tensor| x.matmul(&w.t().unwrap()).unwrap();
-            let want = (Tensor::cat(&[p(&wq).broadcast_add(&bq).unwrap(), p(&wk).broadcast_add(&bk).unwrap(), p(&wv)], 1).unwrap() + &r).unwrap();
+            let got = rows_times(&x, &[(&wq, Some(&bq)), (&wk, Some(&bk)), (&wv, None)], Some(&r), None).unwrap().expect("one row on CUDA");
+            let p = |x: &Tensor, w: &Tensor| x.matmul(&w.t().unwrap()).unwrap();
+            let want = (Tensor::cat(&[p(&x, &wq).broadcast_add(&bq).unwrap(), p(&x, &wk).broadcast_add(&bk).unwrap(), p(&x, &wv)], 1).unwrap() + &r).unwrap();
             assert!(max_rel(&got, &want) < 1e-5, "q, k, v ({k}) offset {offset}: {}", max_rel(&got, &want));
             let (g, u) = (m(3 * k), m(3 * k));
-            let got = swiglu_row(&x, &g, &u).unwrap().expect("one row on CUDA");
-            let want = (candle_nn::ops::silu(&p(&g)).unwrap() * p(&u)).unwrap();
+            let got = swiglu_row(&x, &g, &u, None).unwrap().expect("one row on CUDA");
+            let want = (candle_nn::ops::silu(&p(&x, &g)).unwrap() * p(&x, &u)).unwrap();
             assert!(max_rel(&got, &want) < 1e-5, "swiglu ({k}) offset {offset}: {}", max_rel(&got, &want));
+            // The same products of the row's RMS norm, the norm in the kernels.
+            let (nw, eps) = (Tensor::randn(1f32, 0.2, k, &dev).unwrap(), 1e-5f32);
+            let xn = candle_nn::ops::rms_norm(&x, &nw, eps).unwrap();
+            let got = rows_times(&x, &[(&wq, Some(&bq)), (&wk, None)], None, Some((&nw, eps))).unwrap().expect("one row on CUDA");
+            let want = Tensor::cat(&[p(&xn, &wq).broadcast_add(&bq).unwrap(), p(&xn, &wk)], 1).unwrap();
+            assert!(max_rel(&got, &want) < 1e-5, "normed q, k ({k}) offset {offset}: {}", max_rel(&got, &want));
+            let got = swiglu_row(&x, &g, &u, Some((&nw, eps))).unwrap().expect("one row on CUDA");
+            let want = (candle_nn::ops::silu(&p(&xn, &g)).unwrap() * p(&xn, &u)).unwrap();
+            assert!(max_rel(&got, &want) < 1e-5, "normed swiglu ({k}) offset {offset}: {}", max_rel(&got, &want));
         }
         // Two rows are left to the caller.
         let x = Tensor::zeros((2, 8), DType::F32, &dev).unwrap();

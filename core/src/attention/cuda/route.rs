@@ -31,6 +31,9 @@ pub struct RouteParams<'a> {
     pub iters: usize,
     /// k of the top-k set.
     pub k: usize,
+    /// The input's RMS norm (weight (d_model), eps) when the input is the residual row (a GPU
+    /// step's `Block::prenorm_in_kernels`): the kernel applies it.
+    pub norm: Option<(&'a Tensor, f32)>,
 }
 
 /// Where one routed token goes: the cache's device mirror and the step record.
@@ -87,9 +90,16 @@ pub fn route_newest_on(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>, side:
             return Err(Error::Invalid(format!("route_newest: the input scale has {} values for d_model {dm}", s.elem_count())));
         }
     }
+    if let Some((w, _)) = p.norm {
+        if w.elem_count() != dm {
+            return Err(Error::Invalid(format!("route_newest: the input norm has {} weights for d_model {dm}", w.elem_count())));
+        }
+    }
     let f32s = |x: &Tensor| -> Result<Tensor> { Ok(x.to_dtype(DType::F32)?.contiguous()?) };
     let (proj, cents) = (f32s(p.proj)?, f32s(p.centroids)?);
     let scale = p.input_scale.map(f32s).transpose()?;
+    let norm_w = p.norm.map(|(w, _)| f32s(w)).transpose()?;
+    let eps = p.norm.map_or(0f32, |(_, e)| e);
     for (x, dt, what) in [(t.run, DType::F64, "state"), (t.memberships, DType::F32, "memberships"), (t.masks, DType::I64, "masks"), (t.record, DType::F64, "record"), (t.step, DType::U32, "step")] {
         if x.dtype() != dt || !x.is_contiguous() {
             return Err(Error::Invalid(format!("route_newest: the {what} tensor must be contiguous {dt:?}")));
@@ -106,10 +116,12 @@ pub fn route_newest_on(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>, side:
     // there; on the side stream after the fork, which follows them.
     let (gh, gp, gc, gr, gm, gk, grec, gstep) = (storage(&h)?, storage(&proj)?, storage(&cents)?, storage(t.run)?, storage(t.memberships)?, storage(t.masks)?, storage(t.record)?, storage(t.step)?);
     let gs = scale.as_ref().map(storage).transpose()?;
+    let gn = norm_w.as_ref().map(storage).transpose()?;
     let (vh, vp, vc) = (view::<f32>(&gh, 0)?, view::<f32>(&gp, 0)?, view::<f32>(&gc, 0)?);
     let (vr, vm, vk, vrec) = (view::<f64>(&gr, 0)?, view::<f32>(&gm, 0)?, view::<i64>(&gk, 0)?, view::<f64>(&grec, t.record_at)?);
     let vstep = view::<u32>(&gstep, 0)?;
     let vs = gs.as_ref().map(|g| view::<f32>(g, 0)).transpose()?;
+    let vn = gn.as_ref().map(|g| view::<f32>(g, 0)).transpose()?;
     let f = dev.get_or_load_custom_func("route_newest", MODULE, PTX)?;
     let cfg = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: shared as u32 };
     let (dm32, dg32, g32, cos, it32, k32, cap32, cs32) = (dm as i32, dg as i32, groups as i32, p.cosine as i32, p.iters as i32, p.k as i32, cap as i32, centroids_shared as i32);
@@ -117,8 +129,9 @@ pub fn route_newest_on(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>, side:
     // stream its views belong to, candle's).
     let (ph, pp, pc, pr, pm, pk, pstep, prec) = (raw(&vh), raw(&vp), raw(&vc), raw(&vr), raw(&vm), raw(&vk), raw(&vstep), raw(&vrec));
     let ps = vs.as_ref().map_or(0u64, raw);
+    let pn = vn.as_ref().map_or(0u64, raw);
     let tau = p.tau;
-    let mut args: [*mut std::ffi::c_void; 18] = [
+    let mut args: [*mut std::ffi::c_void; 20] = [
         &ph as *const u64 as *mut _,
         &ps as *const u64 as *mut _,
         &pp as *const u64 as *mut _,
@@ -137,6 +150,8 @@ pub fn route_newest_on(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>, side:
         &cap32 as *const i32 as *mut _,
         &prec as *const u64 as *mut _,
         &cs32 as *const i32 as *mut _,
+        &pn as *const u64 as *mut _,
+        &eps as *const f32 as *mut _,
     ];
     let stream = match side {
         Some(side) => {
@@ -259,7 +274,8 @@ mod tests {
 
     /// The routing kernel gives the host's causal Sinkhorn rows and top-k sets, token after
     /// token (the state carried on the device), for dot and cosine scores, K up to 64 (two
-    /// groups per lane), zero and several iterations, and with an input scale; the step record
+    /// groups per lane), zero and several iterations, with an input scale and with the input's
+    /// RMS norm left to the kernel; the step record
     /// holds the scores, memberships and state the host then takes over.
     #[test]
     fn cuda_route_newest_equals_the_host_routing() {
@@ -275,6 +291,8 @@ mod tests {
             let tau = [0.1, 1.0][case % 2];
             let cosine = case % 2 == 1;
             let scaled = case % 3 == 2;
+            // The input as a residual row with its RMS norm, applied by the kernel (a GPU step).
+            let normed = case % 4 == 1 || case % 4 == 2;
             let mut r = |n: usize, a: f32| (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * a).collect::<Vec<f32>>();
             let (w, c) = (r(dm * dg, 0.1), r(groups * dg, 1.0));
             let scale = scaled.then(|| r(dm, 1.0).iter().map(|x| 1.0 + x).collect::<Vec<f32>>());
@@ -283,6 +301,8 @@ mod tests {
             let proj = Tensor::from_slice(&w, (dm, dg), &dev).unwrap();
             let cents = Tensor::from_slice(&c, (groups, dg), &dev).unwrap();
             let scale_t = scale.as_ref().map(|s| Tensor::from_slice(s, dm, &dev).unwrap());
+            let (nw, eps) = (r(dm, 0.3).iter().map(|x| 1.0 + x).collect::<Vec<f32>>(), 1e-5f32);
+            let nw_t = Tensor::from_slice(&nw, dm, &dev).unwrap();
             let mut host = CausalSinkhorn::new(groups, tau, iters);
             // The state starts at -inf, as the host's (one unused value without iterations).
             let run = Tensor::from_vec(vec![f64::NEG_INFINITY; iters.max(1) * groups], iters.max(1) * groups, &dev).unwrap();
@@ -295,9 +315,16 @@ mod tests {
                 step.slice_set(&Tensor::new(&[0u32, i as u32], &dev).unwrap(), 0, 0).unwrap();
                 let h = &hs[i * dm..(i + 1) * dm];
                 let ht = Tensor::from_slice(h, (1, dm), &dev).unwrap();
-                let p = RouteParams { proj: &proj, centroids: &cents, input_scale: scale_t.as_ref(), cosine, tau, iters, k };
+                let p = RouteParams { proj: &proj, centroids: &cents, input_scale: scale_t.as_ref(), cosine, tau, iters, k, norm: normed.then_some((&nw_t, eps)) };
                 route_newest(&ht, p, RouteTarget { run: &run, memberships: &memb, masks: &masks, step: &step, record: &record, record_at: len }).unwrap();
-                let want_s = host_scores(h, scale.as_deref(), &w, &c, dg, cosine);
+                let hn: Vec<f32> = if normed {
+                    let ms = h.iter().map(|x| (x * x) as f64).sum::<f64>() / dm as f64;
+                    let inv = 1.0 / (ms + eps as f64).sqrt();
+                    h.iter().zip(&nw).map(|(x, w)| (*x as f64 * inv * *w as f64) as f32).collect()
+                } else {
+                    h.to_vec()
+                };
+                let want_s = host_scores(&hn, scale.as_deref(), &w, &c, dg, cosine);
                 let want_m = host.push(&want_s);
                 let rec = record.to_vec1::<f64>().unwrap()[len..2 * len].to_vec();
                 let got_m = memb.get(i).unwrap().to_vec1::<f32>().unwrap();
@@ -353,7 +380,7 @@ mod tests {
                 dev.synchronize().unwrap();
                 let t0 = std::time::Instant::now();
                 for step in &steps {
-                    let p = RouteParams { proj: &proj, centroids: &cents, input_scale: None, cosine: false, tau: 0.1, iters, k: 2 };
+                    let p = RouteParams { proj: &proj, centroids: &cents, input_scale: None, cosine: false, tau: 0.1, iters, k: 2, norm: None };
                     route_newest(&h, p, RouteTarget { run: &run, memberships: &memb, masks: &masks, step, record: &record, record_at: 0 }).unwrap();
                 }
                 dev.synchronize().unwrap();
@@ -371,7 +398,7 @@ mod tests {
         let z = |s: &[usize], dt| Tensor::zeros(s, dt, &dev).unwrap();
         let (proj, cents, h) = (z(&[8, 4], DType::F32), z(&[3, 4], DType::F32), z(&[1, 9], DType::F32));
         let (run, memb, masks, rec, step) = (z(&[3], DType::F64), z(&[4, 3], DType::F32), z(&[4], DType::I64), z(&[9], DType::F64), z(&[2], DType::U32));
-        let p = RouteParams { proj: &proj, centroids: &cents, input_scale: None, cosine: false, tau: 1.0, iters: 1, k: 1 };
+        let p = RouteParams { proj: &proj, centroids: &cents, input_scale: None, cosine: false, tau: 1.0, iters: 1, k: 1, norm: None };
         let e = route_newest(&h, p, RouteTarget { run: &run, memberships: &memb, masks: &masks, step: &step, record: &rec, record_at: 0 }).unwrap_err();
         assert!(e.to_string().contains("route_newest"), "{e}");
     }
