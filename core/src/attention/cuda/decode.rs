@@ -40,7 +40,6 @@ fn chunk_for(cap: usize) -> usize {
 pub static CHUNK_OVERRIDE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 /// The kernel keeps a query head in registers, 8 values per lane.
 pub const MAX_HEAD_DIM: usize = 256;
-use crate::attention::kv_cache::ARRIVALS as MAX_HEADS;
 
 /// What one step keeps and how it scores (see the kernel's notes).
 #[derive(Debug, Clone, Copy)]
@@ -61,8 +60,8 @@ pub struct DecodeStep<'a> {
     /// Soft gates and the cached memberships ((cap, K) f32, the newest row included).
     pub soft: Option<(GateFn, &'a Tensor)>,
     pub softcap: Option<f32>,
-    /// Per query head, how many of its blocks have finished (u32, `kv_cache::ARRIVALS`, zero
-    /// between launches: the last block clears it); one per cache, kept on the device.
+    /// Per query head, how many of its blocks have finished (u32, at least one a query head,
+    /// zero between launches: the last block clears it); one per cache, kept on the device.
     pub arrivals: &'a Tensor,
 }
 
@@ -119,7 +118,7 @@ impl CustomOp3 for DecodeOp<'_> {
         if s1.dtype() != DType::F32 || s2.dtype() != DType::F32 || s3.dtype() != DType::F32 {
             candle_core::bail!("decode attention on CUDA takes f32");
         }
-        if dk != d || l3.shape().dims3()? != (hkv, cap, d) || hkv == 0 || h % hkv != 0 || d > MAX_HEAD_DIM || h > MAX_HEADS || cap == 0 || st.step.dims1()? != 2 || st.step.dtype() != DType::U32 || st.arrivals.dims1()? != MAX_HEADS || st.arrivals.dtype() != DType::U32 {
+        if dk != d || l3.shape().dims3()? != (hkv, cap, d) || hkv == 0 || h % hkv != 0 || d > MAX_HEAD_DIM || cap == 0 || st.step.dims1()? != 2 || st.step.dtype() != DType::U32 || st.arrivals.dims1()? < h || st.arrivals.dtype() != DType::U32 {
             candle_core::bail!("decode attention: q ({h}, {d}), cache ({hkv}, {cap}, {dk}), step {:?}", st.step.dims());
         }
         let contiguous = |l: &Layout| l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("decode attention needs contiguous q, k, v".into()));
