@@ -1,7 +1,8 @@
 //! Row ops that a pass on CUDA runs as one kernel each (`core/kernels/focus_rows.cu`): RMS norm,
 //! the residual add with the RMS norm after it, and SwiGLU's silu(gate) * up; and a generation
 //! step's one-row products (`row_times`, `rows_times`: Q, K and V in one launch, a residual add
-//! in the product; `swiglu_row`: gate, up and silu * up in one). A generation step
+//! in the product; `swiglu_row`: gate, up and silu * up in one; either with the RMS norm of its
+//! input inside it, `RowNorm`). A generation step
 //! on the GPU is bound by its launches (one token's rows: ~2-3 us a kernel on an H200 whatever
 //! it does), so fewer launches is a faster step. Anywhere else (the CPU, other dtypes) candle's
 //! ops give the same values; none of these has a backward pass (training's differentiable ops
