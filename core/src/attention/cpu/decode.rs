@@ -547,10 +547,12 @@ mod tests {
     /// Decode attention alone on a GPU at Qwen2.5-0.5B's shapes (24 layers, 2 KV heads of 64, 14
     /// query heads) over a 32K cache, or SmolLM2's with DECODE_SHAPE=smollm2 (30 layers, 3 KV
     /// heads of 64, 9 query heads, 8150 cached): microseconds per step (all layers, one
-    /// synchronisation around them), dense vs top-k (K=8, k=2, window 128), 20 steps a mode,
-    /// dense first (so a profiler's first `decode_partial` launch is dense, launch 20 x layers
-    /// top-k). DECODE_N sets the cached tokens. A benchmark: the `--features cuda` test binary
-    /// with `attention::cpu::decode::tests::device_speed --ignored --nocapture`.
+    /// synchronisation around them), dense vs top-k (K=8, k=2, window 128), 20 steps a mode
+    /// (DECODE_REPS), dense first (so a profiler's first `decode_partial` launch is dense,
+    /// launch 20 x layers top-k). DECODE_N sets the cached tokens, DECODE_CHUNKS a list of
+    /// chunk sizes to run in turn (`experiments/gpu/chunk_sweep.sh`). A benchmark: the
+    /// `--features cuda` test binary with `attention::cpu::decode::tests::device_speed
+    /// --ignored --nocapture`.
     #[cfg(feature = "cuda")]
     #[test]
     #[ignore]
@@ -568,27 +570,27 @@ mod tests {
         // tell them apart: launches in this order, each mode twice).
         let chunks: Vec<usize> = std::env::var("DECODE_CHUNKS").map_or(vec![0], |v| v.split(',').filter_map(|c| c.parse().ok()).collect());
         for chunk in chunks {
-        crate::attention::cuda::decode::CHUNK_OVERRIDE.store(chunk, std::sync::atomic::Ordering::Relaxed);
-        for how in [DecodeAttention::Dense, DecodeAttention::TopK { window: 128, sink: 0 }, DecodeAttention::Dense, DecodeAttention::TopK { window: 128, sink: 0 }] {
-            let mut times = Vec::new();
-            let mut read = ReadBytes::default();
-            let reps: usize = std::env::var("DECODE_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
-            for _ in 0..reps {
-                dev.synchronize().unwrap();
-                let t0 = std::time::Instant::now();
-                read = ReadBytes::default();
-                for c in &caches {
-                    let (o, r) = crate::attention::decode::attend(&q, heads, c, how, &own).unwrap();
-                    std::hint::black_box(o);
-                    read.add(r);
+            crate::attention::cuda::decode::CHUNK_OVERRIDE.store(chunk, std::sync::atomic::Ordering::Relaxed);
+            for how in [DecodeAttention::Dense, DecodeAttention::TopK { window: 128, sink: 0 }, DecodeAttention::Dense, DecodeAttention::TopK { window: 128, sink: 0 }] {
+                let mut times = Vec::new();
+                let mut read = ReadBytes::default();
+                let reps: usize = std::env::var("DECODE_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+                for _ in 0..reps {
+                    dev.synchronize().unwrap();
+                    let t0 = std::time::Instant::now();
+                    read = ReadBytes::default();
+                    for c in &caches {
+                        let (o, r) = crate::attention::decode::attend(&q, heads, c, how, &own).unwrap();
+                        std::hint::black_box(o);
+                        read.add(r);
+                    }
+                    dev.synchronize().unwrap();
+                    times.push(t0.elapsed().as_secs_f64());
                 }
-                dev.synchronize().unwrap();
-                times.push(t0.elapsed().as_secs_f64());
+                times.sort_by(f64::total_cmp);
+                let t = times[times.len() / 2];
+                eprintln!("chunk {chunk} {how:?} n {n}: {:.1} us per step, {:.0} GB/s of cache rows, read {:.1}% of dense", t * 1e6, read.kv as f64 / t / 1e9, 100.0 * read.fraction());
             }
-            times.sort_by(f64::total_cmp);
-            let t = times[times.len() / 2];
-            eprintln!("chunk {chunk} {how:?} n {n}: {:.1} us per step, {:.0} GB/s of cache rows, read {:.1}% of dense", t * 1e6, read.kv as f64 / t / 1e9, 100.0 * read.fraction());
-        }
         }
     }
 
