@@ -4,7 +4,7 @@
 # times, (3) Nsight Compute's per-kernel durations of the same bench (one step per generator;
 # ncu serialises kernels, so only the durations mean anything, not the step times it prints;
 # experiments/gpu/ncu_steps.py sums them per kernel for one dense and one top-k step).
-# Usage: profile_decode.sh PRELUDE [CONTEXTS]; writes $OUT/prof.
+# Usage: profile_decode.sh PRELUDE [CONTEXTS]; writes $OUT/prof.tar.xz (the folder prof/).
 set -uo pipefail
 S=/root/stage; O=$OUT/prof; mkdir -p $O
 source $1
@@ -28,3 +28,5 @@ for c in ${CTX//,/ }; do
   echo "ncu ctx $c rc $? rows $(wc -l < $O/ncu_$c.csv)"; tail -3 $O/ncu_$c.err
   xz -T4 $O/ncu_$c.csv
 done
+# The device tool brings back a handful of files from $OUT: one archive of them all.
+tar -C $OUT -cJf $OUT/prof.tar.xz prof && rm -rf $O
