@@ -150,7 +150,9 @@ extern "C" __global__ void swiglu_row(const float* __restrict__ x, int k, const 
     const int row = blockIdx.x * MV_WARPS + threadIdx.x / 32;
     if (row >= n) return;
     float ss = 0.f;
-    const float g = warp_dot(x, wg + (size_t)row * k, k, vec4, nw, nw ? &ss : nullptr) * norm_scale(nw, ss, k, eps);
-    const float u = warp_dot(x, wu + (size_t)row * k, k, vec4, nw, nullptr) * norm_scale(nw, ss, k, eps);
+    const float g0 = warp_dot(x, wg + (size_t)row * k, k, vec4, nw, nw ? &ss : nullptr);
+    const float u0 = warp_dot(x, wu + (size_t)row * k, k, vec4, nw, nullptr);
+    // One scale for both: the squares were summed with the gate's product.
+    const float scale = norm_scale(nw, ss, k, eps), g = g0 * scale, u = u0 * scale;
     if (threadIdx.x % 32 == 0) y[row] = g / (1.f + expf(-g)) * u;
 }

@@ -291,11 +291,9 @@ impl Block {
         let (nq, nkv) = (pass.n_heads * hd, pass.n_kv_heads * hd);
         // A step's row on CUDA: Q, K and V as one product (one kernel), else one each.
         let qkv = [(&self.q.w, self.q.b.as_ref()), (&self.k.w, self.k.b.as_ref()), (&self.v.w, self.v.b.as_ref())];
+        // The kernel applies an RMS norm only; any other pre-norm runs first, below.
         let row_norm = h_norm.as_ref().filter(|n| n.kind == NormKind::Rms).map(|n| (&n.weight, n.eps as f32));
-        let fused = match (pass.differentiable, &h_norm, row_norm) {
-            (true, _, _) | (false, Some(_), None) => None,
-            (false, _, norm) => super::fused::rows_times(&h, &qkv, None, norm)?,
-        };
+        let fused = if pass.differentiable || (h_norm.is_some() && row_norm.is_none()) { None } else { super::fused::rows_times(&h, &qkv, None, row_norm)? };
         let (yq, yk, yv) = match fused {
             Some(y) => (y.narrow(1, 0, nq)?, y.narrow(1, nq, nkv)?, y.narrow(1, nq + nkv, nkv)?),
             None => {
