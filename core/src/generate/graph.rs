@@ -22,7 +22,6 @@
 
 use super::{Generator, GraphStats, Strategy};
 use crate::error::{Error, Result};
-use crate::model::decoder::Decoder;
 use candle_core::cuda_backend::cudarc::driver::{sys, CudaGraph, DevicePtr};
 use candle_core::{DType, Device, Storage, Tensor};
 
@@ -61,6 +60,8 @@ struct StepGraph {
     key: Vec<u64>,
     /// The logits the graph writes (1, vocab).
     logits: Tensor,
+    /// Whether the graph copies the step record to the host (`RecordCopy`).
+    copied: bool,
 }
 
 // SAFETY: a CUDA graph may be launched from any thread in its context (cudarc binds the context
@@ -116,10 +117,11 @@ impl Generator<'_> {
         Ok(key)
     }
 
-    /// A GPU step by way of the graph, where it applies (after `DeviceStep::write`): its logits,
-    /// checked on the host. `None`: run the step eagerly (graphs off or not applicable, or the
-    /// capture failed).
-    pub(super) fn graphed_step(&mut self, id: u32) -> Result<Option<Vec<f32>>> {
+    /// A GPU step by way of the graph, where it applies (after `DeviceStep::write`): its logits
+    /// on the device (read after the record, `Generator::commit_device_step`) and whether the
+    /// step copies its record to the host. `None`: run the step eagerly (graphs off or not
+    /// applicable, or the capture failed).
+    pub(super) fn graphed_step(&mut self, id: u32) -> Result<Option<(Tensor, bool)>> {
         if !self.graph_applies() {
             return Ok(None);
         }
@@ -129,19 +131,19 @@ impl Generator<'_> {
         match std::mem::replace(&mut self.graph.state, State::Cold) {
             State::Ready(g) if g.key == key => {
                 g.exec.launch().map_err(|e| driver("launch", e))?;
-                let logits = Decoder::checked_on_host(&g.logits)?;
+                let out = (g.logits.clone(), g.copied);
                 self.graph.state = State::Ready(g);
                 self.graph.stats.replays += 1;
                 self.decoder.passes.add_one();
-                Ok(Some(logits))
+                Ok(Some(out))
             }
             State::Warm(k) if k == key => match self.capture(&cd, key, id) {
                 Ok(g) => {
                     g.exec.launch().map_err(|e| driver("launch", e))?;
-                    let logits = Decoder::checked_on_host(&g.logits)?;
+                    let out = (g.logits.clone(), g.copied);
                     self.graph.state = State::Ready(g);
                     self.graph.stats.captures += 1;
-                    Ok(Some(logits))
+                    Ok(Some(out))
                 }
                 Err(e) => {
                     self.graph.on = false;
@@ -152,10 +154,10 @@ impl Generator<'_> {
             _ => {
                 // The warm-up: eager, with the upload cache on.
                 let _cache = cd.enable_cuda_graph_htod_cache();
-                let (x, _) = self.run_device_step(id)?;
-                let logits = self.decoder.host_logits(&x)?;
+                let (x, copied, _) = self.run_device_step(id)?;
+                let logits = self.device_logits(&x)?;
                 self.graph.state = State::Warm(key);
-                Ok(Some(logits))
+                Ok(Some((logits, copied)))
             }
         }
     }
@@ -168,14 +170,13 @@ impl Generator<'_> {
         stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(|e| driver("begin capture", e))?;
         // Every temporary of the step is allocated and freed inside the capture (graph memory
         // nodes); only `logits` outlives it.
-        let body = self.run_device_step(id).and_then(|(x, _)| {
-            let l = self.decoder.logits_unchecked(&x)?.to_dtype(DType::F32)?;
-            logits.slice_set(&l, 0, 0)?;
-            Ok(())
+        let body = self.run_device_step(id).and_then(|(x, copied, _)| {
+            logits.slice_set(&self.device_logits(&x)?, 0, 0)?;
+            Ok(copied)
         });
         let end = stream.end_capture(sys::CUgraphInstantiate_flags(0));
-        body?;
+        let copied = body?;
         let exec = end.map_err(|e| driver("end capture", e))?.ok_or_else(|| Error::Invalid("CUDA graph: the capture recorded nothing".into()))?;
-        Ok(StepGraph { exec, key, logits })
+        Ok(StepGraph { exec, key, logits, copied })
     }
 }

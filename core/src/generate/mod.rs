@@ -134,6 +134,10 @@ pub struct Generator<'a> {
     /// made at the first step that routes on the device.
     #[cfg(feature = "cuda")]
     side: Option<crate::attention::cuda::route::SideStream>,
+    /// On a GPU with a side stream: the step record's copy to the host, made there after the
+    /// last layer's routing (`route::RecordCopy`).
+    #[cfg(feature = "cuda")]
+    record_copy: Option<crate::attention::cuda::route::RecordCopy>,
 }
 
 impl<'a> Generator<'a> {
@@ -149,7 +153,7 @@ impl<'a> Generator<'a> {
             _ => Strategy::KvCache,
         };
         let layers = empty_layers(decoder, adapter, k)?;
-        let mut g = Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new(), cancel: None, split: false, record: None, device_step: None, #[cfg(feature = "cuda")] graph: Default::default(), #[cfg(feature = "cuda")] side: None };
+        let mut g = Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new(), cancel: None, split: false, record: None, device_step: None, #[cfg(feature = "cuda")] graph: Default::default(), #[cfg(feature = "cuda")] side: None, #[cfg(feature = "cuda")] record_copy: None };
         g.bucket_for_topk();
         Ok(g)
     }
@@ -317,6 +321,10 @@ impl<'a> Generator<'a> {
         if record.is_some() && self.side.is_none() {
             self.side = Some(crate::attention::cuda::route::SideStream::new(&dec.device)?);
         }
+        #[cfg(feature = "cuda")]
+        if let (Some(r), None) = (record.as_ref(), self.record_copy.as_ref()) {
+            self.record_copy = Some(crate::attention::cuda::route::RecordCopy::new(&dec.device, r.elem_count())?);
+        }
         if self.device_step.is_none() {
             self.device_step = Some(DeviceStep::new(&dec.config, &dec.device)?);
         }
@@ -324,16 +332,19 @@ impl<'a> Generator<'a> {
         #[cfg(feature = "cuda")]
         let graphed = self.graphed_step(id)?;
         #[cfg(not(feature = "cuda"))]
-        let graphed: Option<Vec<f32>> = None;
-        let (logits, mut split) = match graphed {
-            Some(logits) => (logits, None),
+        let graphed: Option<(Tensor, bool)> = None;
+        // The logits stay on the device until the host has taken the step's routing (the
+        // record, copied on the side stream, arrives before them).
+        let ((logits, copied), mut split) = match graphed {
+            Some(l) => (l, None),
             None => {
-                let (x, split) = self.run_device_step(id)?;
-                (dec.host_logits(&x)?, split)
+                let (x, copied, split) = self.run_device_step(id)?;
+                ((self.device_logits(&x)?, copied), split)
             }
         };
         let t1 = Instant::now();
-        let read = self.commit_device_step(record.as_ref())?;
+        let read = self.commit_device_step(record.as_ref(), copied)?;
+        let logits = Decoder::checked_on_host(&logits)?;
         if let Some(s) = split.as_mut() {
             s.host_s = t1.elapsed().as_secs_f64();
             s.total_s = t0.elapsed().as_secs_f64();
@@ -344,9 +355,10 @@ impl<'a> Generator<'a> {
     }
 
     /// The layer loop of a GPU step at the position the device step holds; returns the last
-    /// block's output and, when timing, the split so far. Nothing host-side changes: the
-    /// step can run eagerly or under capture (`graph`).
-    fn run_device_step(&mut self, id: u32) -> Result<(Tensor, Option<StepSplit>)> {
+    /// block's output, whether the step record is on its way to the host (`RecordCopy`, after
+    /// the last layer's routing on the side stream) and, when timing, the split so far.
+    /// Nothing host-side changes: the step can run eagerly or under capture (`graph`).
+    fn run_device_step(&mut self, id: u32) -> Result<(Tensor, bool, Option<StepSplit>)> {
         let dec = self.decoder;
         let step = self.device_step.as_ref().ok_or_else(|| Error::Invalid("a GPU step without its device step".into()))?;
         let opts = ForwardOptions { start: self.ids.len(), device_step: Some(step), ..ForwardOptions::new(self.mode, self.adapter) };
@@ -372,21 +384,47 @@ impl<'a> Generator<'a> {
         let RunEnd::Finished { x, .. } = dec.run(&[&[id]], &opts, &mut over_cache)? else {
             return Err(Error::Invalid("the decode step stopped early".into()));
         };
-        Ok((x, over_cache.split))
+        let split = over_cache.split;
+        #[cfg(feature = "cuda")]
+        if let (false, Some(side), Some(rc), Some(rec)) = (self.split, self.side.as_ref(), self.record_copy.as_ref(), record.as_ref()) {
+            if self.layers.iter().any(routes_on_device) {
+                rc.enqueue(side, rec)?;
+                return Ok((x, true, split));
+            }
+        }
+        Ok((x, false, split))
     }
 
-    /// After a GPU step (run or replayed): every cache counts the token, the layers routed on
-    /// the device get their rows into the host's copy of the routing from the step record (one
-    /// copy for all layers: scores, memberships, top-k set, Sinkhorn state), and the bytes
-    /// each layer's attention read are counted from the host's copy.
-    fn commit_device_step(&mut self, record: Option<&Tensor>) -> Result<ReadBytes> {
+    /// The step's logits (1, vocab) f32 on the device from the last block's output `x`; then
+    /// candle's stream waits for the side stream's work (a capture must join every stream it
+    /// forked; the record's copy is the side's last work).
+    fn device_logits(&self, x: &Tensor) -> Result<Tensor> {
+        let l = self.decoder.logits_unchecked(x)?.to_dtype(candle_core::DType::F32)?;
+        #[cfg(feature = "cuda")]
+        if let Some(side) = &self.side {
+            side.join()?;
+        }
+        Ok(l)
+    }
+
+    /// After a GPU step (run or replayed), before its logits are read: every cache counts the
+    /// token, the layers routed on the device get their rows into the host's copy of the
+    /// routing from the step record (one copy for all layers: scores, memberships, top-k set,
+    /// Sinkhorn state; `copied`: it is coming through `RecordCopy`, while the device still runs
+    /// the last layer and the logits), and the bytes each layer's attention read are counted
+    /// from the host's copy.
+    fn commit_device_step(&mut self, record: Option<&Tensor>, copied: bool) -> Result<ReadBytes> {
         for c in &mut self.layers {
             c.commit_step()?;
         }
         let rec = match record {
+            #[cfg(feature = "cuda")]
+            Some(_) if copied => Some(self.record_copy.as_ref().ok_or_else(|| Error::Invalid("a record copy without its buffer".into()))?.wait()?.to_vec()),
             Some(r) if self.layers.iter().any(routes_on_device) => Some(r.to_vec1::<f64>()?),
             _ => None,
         };
+        #[cfg(not(feature = "cuda"))]
+        let _ = copied;
         let how = self.how();
         let mut read = ReadBytes::default();
         for l in 0..self.layers.len() {

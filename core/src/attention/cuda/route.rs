@@ -185,6 +185,9 @@ pub struct SideStream {
     side: driver::sys::CUstream,
     forked: driver::sys::CUevent,
     finished: driver::sys::CUevent,
+    /// Whether the side holds work candle's stream has not joined (a capture must join every
+    /// stream it forked, and only those).
+    pending: std::sync::atomic::AtomicBool,
 }
 
 // The handles are the driver's, usable from any thread once the context is bound (`new` and
@@ -201,7 +204,7 @@ impl SideStream {
         let side = driver::result::stream::create(driver::result::stream::StreamKind::NonBlocking).w()?;
         let forked = driver::result::event::create(flags).w()?;
         let finished = driver::result::event::create(flags).w()?;
-        Ok(SideStream { main, side, forked, finished })
+        Ok(SideStream { main, side, forked, finished, pending: false.into() })
     }
 
     /// The side stream waits for everything candle's stream holds so far.
@@ -213,15 +216,19 @@ impl SideStream {
         Ok(())
     }
 
-    /// Marks the side stream's work so far (the launch just made).
+    /// Marks the side stream's work so far (the launch just made), for `join`.
     fn done(&self) -> Result<()> {
         unsafe { driver::result::event::record(self.finished, self.side) }.w()?;
+        self.pending.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
-    /// Candle's stream waits for the side's last launch (before its outputs are read).
+    /// Candle's stream waits for the side's last launch (before its outputs are read); nothing
+    /// when the side holds no work since the last join.
     pub fn join(&self) -> Result<()> {
-        unsafe { driver::result::stream::wait_event(self.main.cu_stream(), self.finished, driver::sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }.w()?;
+        if self.pending.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            unsafe { driver::result::stream::wait_event(self.main.cu_stream(), self.finished, driver::sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT) }.w()?;
+        }
         Ok(())
     }
 }
@@ -238,6 +245,71 @@ impl Drop for SideStream {
         }
     }
 }
+
+/// The step record's copy to the host, made on the side stream right after the last layer's
+/// routing: the host fills its copy of the routing from it while the device still runs the last
+/// layer and the logits (`wait`), and the step's only wait on the logits follows. Pinned host
+/// memory, so that a captured step holds the copy as a node, and an event the host waits on
+/// (recorded as an external event node under capture, where a plain record would not signal
+/// the host).
+pub struct RecordCopy {
+    host: *mut f64,
+    len: usize,
+    copied: driver::sys::CUevent,
+    main: std::sync::Arc<driver::CudaStream>,
+}
+
+// The pinned buffer and the event are the driver's; one generator uses them, one step at a time.
+unsafe impl Send for RecordCopy {}
+unsafe impl Sync for RecordCopy {}
+
+impl RecordCopy {
+    /// Room for a record of `len` values.
+    pub fn new(dev: &Device, len: usize) -> Result<RecordCopy> {
+        let Device::Cuda(d) = dev else { return Err(Error::Invalid("a record copy needs a CUDA device".into())) };
+        let main = d.cuda_stream();
+        main.context().bind_to_thread().w()?;
+        let host = unsafe { driver::result::malloc_host(len.max(1) * 8, 0) }.w()? as *mut f64;
+        let copied = driver::result::event::create(driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING).w()?;
+        Ok(RecordCopy { host, len, copied, main })
+    }
+
+    /// Enqueues on `side`, after everything it holds: the copy of `record` (f64, `len` values),
+    /// then the event. The caller joins `side` to candle's stream before a capture ends.
+    pub fn enqueue(&self, side: &SideStream, record: &Tensor) -> Result<()> {
+        if record.dtype() != DType::F64 || record.elem_count() != self.len {
+            return Err(Error::Invalid(format!("record copy: {:?} {:?} for {} values", record.dtype(), record.dims(), self.len)));
+        }
+        let g = storage(record)?;
+        let v = view::<f64>(&g, 0)?;
+        let dst = unsafe { std::slice::from_raw_parts_mut(self.host, self.len) };
+        unsafe {
+            driver::result::memcpy_dtoh_async(dst, raw(&v), side.side).w()?;
+            let capturing = driver::result::stream::is_capturing(side.side).w()? != driver::sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+            let flags = if capturing { driver::sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32 } else { 0 };
+            driver::sys::cuEventRecordWithFlags(self.copied, side.side, flags).result().w()?;
+        }
+        side.done()
+    }
+
+    /// Waits for the copy (not for the rest of the step); the record's values.
+    pub fn wait(&self) -> Result<&[f64]> {
+        unsafe { driver::result::event::synchronize(self.copied) }.w()?;
+        Ok(unsafe { std::slice::from_raw_parts(self.host, self.len) })
+    }
+}
+
+impl Drop for RecordCopy {
+    fn drop(&mut self) {
+        let _ = self.main.context().bind_to_thread();
+        unsafe {
+            let _ = driver::result::event::synchronize(self.copied);
+            let _ = driver::result::event::destroy(self.copied);
+            let _ = driver::result::free_host(self.host as *mut std::ffi::c_void);
+        }
+    }
+}
+
 
 #[cfg(test)]
 mod tests {
