@@ -2,7 +2,7 @@
 # On the GPU machine: `bench decode` of one build under several environment variants,
 # interleaved (variant A, B, ... then again) so that drift between processes falls on all alike.
 # Usage: ab_env.sh PRELUDE MODEL CONTEXTS STEPS K REPS "NAME=ENV ..." ...  (ENV "-" for none)
-# e.g. ab_env.sh prelude.sh m.gguf 8150 32 2 2 "base=-" "side=FOCUS_ROUTE_SIDE=1"
+# e.g. ab_env.sh prelude.sh m.gguf 8150 32 2 2 "base=-" "variant=SOME_SWITCH=1" (switches a build reads)
 # Prints one line per run (dense, top-k, ratio) and writes $OUT/ab.txt.
 set -uo pipefail
 source $1 >/dev/null 2>&1

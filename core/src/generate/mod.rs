@@ -26,9 +26,10 @@
 //! With causal Sinkhorn it routes its token on the device
 //! (`attention::cuda::route`: scores, Sinkhorn row and top-k set go straight into the cache's
 //! device mirror, where the decode kernel reads the query's set), so that no layer waits on a
-//! copy to the host. Each layer also writes its row into one step record, which the step copies
-//! once, after the logits, to fill the host's copy of the routing (`layers()`, the reported
-//! groups, the bytes read).
+//! copy to the host. Each layer also writes its row into one step record, which the side stream
+//! copies to the host right after the last layer's routing (`route::RecordCopy`); the host fills
+//! its copy of the routing (`layers()`, the reported groups, the bytes read) from it while the
+//! device finishes the step, then reads the logits.
 
 pub mod chat;
 pub mod chat_process;
@@ -301,7 +302,7 @@ impl<'a> Generator<'a> {
     /// A step on a GPU. The token and its position go to the device first (`DeviceStep`); the
     /// step then writes its cache rows and routing there and attends without any host value of
     /// the position, and the host's counts (cache lengths, its copy of the routing, the bytes
-    /// read) follow after the logits (`commit_device_step`). So the same step replays as one
+    /// read) follow, before its logits are read (`commit_device_step`). So the same step replays as one
     /// CUDA graph (`graph`) where the generator can capture it.
     fn step_on_device(&mut self, id: u32) -> Result<Step> {
         let dec = self.decoder;
