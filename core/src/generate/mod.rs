@@ -89,10 +89,11 @@ pub struct StepSplit {
     /// The attention over the caches (the decode kernels), every layer.
     pub attention_s: f64,
     /// Everything else: the blocks' projections and MLPs, norms, the cache appends, the logits
-    /// and their copy to the host.
+    /// (on the CPU also their copy to the host).
     pub rest_s: f64,
     /// After a GPU step, on the host: the step record's copy, the host's copy of the routing
-    /// filled from it, and the bytes read counted (0 on the CPU, where the parts above hold it).
+    /// filled from it, the bytes read counted, and the logits' copy to the host (0 on the CPU,
+    /// where the parts above hold it).
     #[serde(default)]
     pub host_s: f64,
     pub total_s: f64,

@@ -310,7 +310,6 @@ impl Drop for RecordCopy {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
