@@ -255,10 +255,7 @@ pub struct AttentionInputs {
 impl AttentionInputs {
     /// The normalised state (the router's input).
     pub fn normed(&self) -> Result<Tensor> {
-        match &self.h_norm {
-            Some(n) => n.forward(&self.h, false),
-            None => Ok(self.h.clone()),
-        }
+        maybe(&self.h_norm, &self.h, false)
     }
 }
 
@@ -297,10 +294,7 @@ impl Block {
         let (yq, yk, yv) = match fused {
             Some(y) => (y.narrow(1, 0, nq)?, y.narrow(1, nq, nkv)?, y.narrow(1, nq + nkv, nkv)?),
             None => {
-                let hn = match &h_norm {
-                    Some(n) => n.forward(&h, pass.differentiable)?,
-                    None => h.clone(),
-                };
+                let hn = maybe(&h_norm, &h, pass.differentiable)?;
                 (self.q.forward(&hn)?, self.k.forward(&hn)?, self.v.forward(&hn)?)
             }
         };
