@@ -1,7 +1,8 @@
 // One generation step's attention on CUDA (attention::decode's `attend`, for a cache on the GPU):
 // the newest token's query heads over the cached keys and values, dense or hard top-k Focus,
 // flash decoding in one kernel: `decode_partial` gives each (query head, chunk of cached
-// positions) an online-softmax partial, and the last block of a head to finish merges the
+// positions) an online-softmax partial (`decode_partial2`: two query heads of one KV head a
+// block, their K and V rows loaded once), and the last block of a head to finish merges the
 // head's partials by log-sum-exp (a second kernel cost a launch and a wait a layer: ~5-8 us of
 // a ~60 us SmolLM2 layer on an H200).
 //
@@ -60,20 +61,30 @@ __device__ __forceinline__ float adjust(float s, int i, int j, float softcap, co
 __device__ void merge_head(const float* part_m, const float* part_l, const float* part_o, float* out, int h, int d,
                            int chunks, int used);
 
-extern "C" __global__ void decode_partial(
+// One block: chunk blockIdx.x of up to RP query heads that share a KV head (GQA): the block
+// loads each kept key's K and V rows once for its heads, and tests the chunk's top-k sets once
+// (the layer's sets are the same for every head). blockIdx.y = KV head * nsub + sub, the block
+// taking the KV head's query heads sub * RP .. sub * RP + RP - 1 (fewer in the last sub). Each
+// head's partial is computed exactly as a block of that head alone would (the same keys per lane
+// group, in the same order), so the result does not depend on RP.
+template <int RP>
+__device__ __forceinline__ void decode_block(
     const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
     const unsigned long long* __restrict__ masks, float* __restrict__ part_m, float* __restrict__ part_l,
     float* __restrict__ part_o, const unsigned* __restrict__ step, int own_window, int cap, int d, int rep,
     int chunk, int chunks, int topk, int window, int sink, float scale, float softcap,
     const float* __restrict__ memb, int groups, int gate, float gparam, float* __restrict__ out,
-    unsigned* __restrict__ arrivals) {
-    const int h = blockIdx.y, c = blockIdx.x;
+    unsigned* __restrict__ arrivals, int nsub) {
+    const int c = blockIdx.x;
+    const int kvh = blockIdx.y / nsub, sub = blockIdx.y % nsub;
+    const int h0 = kvh * rep + sub * RP;
+    // Heads this block takes (a compile-time 1 for RP = 1: the one-head kernel keeps 94 registers).
+    const int nh = RP == 1 ? 1 : min(RP, rep - sub * RP);
     const int n = (int)step[1] + 1, from = first_position(n, own_window);
     // Chunks past the newest token (the grid covers the capacity): nothing to do. The whole
     // block leaves together, before any barrier.
     if (n > cap || from + c * chunk >= n) return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int kvh = h / rep;
     const int i = n - 1;
     const int lo = from + c * chunk, hi = min(n, lo + chunk);
     // The query's own top-k set, from the device mirror (the routing kernel wrote it there in
@@ -88,20 +99,25 @@ extern "C" __global__ void decode_partial(
     if (topk) qmask = masks[i];
     int G = 1;
     while (G < 32 && G * MAXPER < d) G <<= 1;
-    const int sub = lane / G, gl = lane % G;
-    const unsigned gmask = G == 32 ? 0xffffffffu : ((1u << G) - 1u) << (sub * G);
+    const int sub_g = lane / G, gl = lane % G;
+    const unsigned gmask = G == 32 ? 0xffffffffu : ((1u << G) - 1u) << (sub_g * G);
     // This lane group's slot among the block's NG groups; the groups take keys in turn.
-    const int NG = WARPS * (32 / G), slot = warp * (32 / G) + sub;
-    // Lane gl holds dimensions gl, gl + G, ... (at most MAXPER of them).
+    const int NG = WARPS * (32 / G), slot = warp * (32 / G) + sub_g;
+    // Lane gl holds dimensions gl, gl + G, ... (at most MAXPER of them), for each head.
     bool in[MAXPER];
-    float qr[MAXPER], acc[MAXPER];
+    float qr[RP][MAXPER], acc[RP][MAXPER], m[RP], l[RP];
 #pragma unroll
-    for (int e = 0; e < MAXPER; e++) {
-        in[e] = gl + G * e < d;
-        qr[e] = in[e] ? q[h * d + gl + G * e] * scale : 0.f;
-        acc[e] = 0.f;
+    for (int e = 0; e < MAXPER; e++) in[e] = gl + G * e < d;
+#pragma unroll
+    for (int hh = 0; hh < RP; hh++) {
+#pragma unroll
+        for (int e = 0; e < MAXPER; e++) {
+            qr[hh][e] = hh < nh && in[e] ? q[(h0 + hh) * d + gl + G * e] * scale : 0.f;
+            acc[hh][e] = 0.f;
+        }
+        m[hh] = -INFINITY;
+        l[hh] = 0.f;
     }
-    float m = -INFINITY, l = 0.f;
     const float* kh = k + (size_t)kvh * cap * d;
     const float* vh = v + (size_t)kvh * cap * d;
     // Top-k: the chunk's kept positions first, in order, listed by the whole block (a ballot
@@ -144,71 +160,107 @@ extern "C" __global__ void decode_partial(
             va[e] = in[e] ? v0[G * e] : 0.f;
             vb[e] = in[e] ? v1[G * e] : 0.f;
         }
-        float s0 = 0.f, s1 = 0.f;
 #pragma unroll
-        for (int e = 0; e < MAXPER; e++) {
-            s0 += qr[e] * ka[e];
-            s1 += qr[e] * kb[e];
-        }
-        // Within the group only: the other groups of the warp may be at another key.
-        for (int o = G / 2; o > 0; o >>= 1) {
-            s0 += __shfl_xor_sync(gmask, s0, o);
-            s1 += __shfl_xor_sync(gmask, s1, o);
-        }
-        s0 = adjust(s0, i, j0, softcap, memb, groups, gate, gparam, window, sink);
-        s1 = two ? adjust(s1, i, j1, softcap, memb, groups, gate, gparam, window, sink) : -INFINITY;
-        const float mn = fmaxf(m, fmaxf(s0, s1));
-        const float corr = expf(m - mn), p0 = expf(s0 - mn), p1 = two ? expf(s1 - mn) : 0.f;
-        l = l * corr + p0 + p1;
+        for (int hh = 0; hh < RP; hh++) {
+            if (hh >= nh) break;
+            float s0 = 0.f, s1 = 0.f;
 #pragma unroll
-        for (int e = 0; e < MAXPER; e++) acc[e] = acc[e] * corr + p0 * va[e] + p1 * vb[e];
-        m = mn;
+            for (int e = 0; e < MAXPER; e++) {
+                s0 += qr[hh][e] * ka[e];
+                s1 += qr[hh][e] * kb[e];
+            }
+            // Within the group only: the other groups of the warp may be at another key.
+            for (int o = G / 2; o > 0; o >>= 1) {
+                s0 += __shfl_xor_sync(gmask, s0, o);
+                s1 += __shfl_xor_sync(gmask, s1, o);
+            }
+            s0 = adjust(s0, i, j0, softcap, memb, groups, gate, gparam, window, sink);
+            s1 = two ? adjust(s1, i, j1, softcap, memb, groups, gate, gparam, window, sink) : -INFINITY;
+            const float mn = fmaxf(m[hh], fmaxf(s0, s1));
+            const float corr = expf(m[hh] - mn), p0 = expf(s0 - mn), p1 = two ? expf(s1 - mn) : 0.f;
+            l[hh] = l[hh] * corr + p0 + p1;
+#pragma unroll
+            for (int e = 0; e < MAXPER; e++) acc[hh][e] = acc[hh][e] * corr + p0 * va[e] + p1 * vb[e];
+            m[hh] = mn;
+        }
     }
-    // Merge the block's lane groups (NG x (d + 1) <= WARPS x 32 x (MAXPER + 1) values; a
-    // group's row padded by one so that the groups of a warp write to different banks).
+    // Per head: merge the block's lane groups (NG x (d + 1) <= WARPS x 32 x (MAXPER + 1)
+    // values; a group's row padded by one so that the groups of a warp write to different
+    // banks) into the head's partial for this chunk.
     __shared__ float sm[WARPS * 32], sl[WARPS * 32], sf[WARPS * 32];
     __shared__ float so[WARPS * 32 * (MAXPER + 1)];
-    if (gl == 0) {
-        sm[slot] = m;
-        sl[slot] = l;
-    }
-#pragma unroll
-    for (int e = 0; e < MAXPER; e++)
-        if (in[e]) so[slot * (d + 1) + gl + G * e] = acc[e];
-    __syncthreads();
-    float mm = -INFINITY;
-    for (int g = 0; g < NG; g++) mm = fmaxf(mm, sm[g]);
-    // Each group's weight once.
-    if (threadIdx.x < NG) sf[threadIdx.x] = sm[threadIdx.x] == -INFINITY ? 0.f : expf(sm[threadIdx.x] - mm);
-    __syncthreads();
-    // A partial's row is padded to a multiple of 4 values (zeros), for the merge's float4 loads.
-    const size_t row = (size_t)h * chunks + c;
     const int dp = (d + 3) & ~3;
-    for (int x = threadIdx.x; x < dp; x += blockDim.x) {
-        float ll = 0.f, oo = 0.f;
-        for (int g = 0; g < NG; g++) {
-            ll += sf[g] * sl[g];
-            oo += x < d ? sf[g] * so[g * (d + 1) + x] : 0.f;
+#pragma unroll
+    for (int hh = 0; hh < RP; hh++) {
+        if (hh >= nh) break;
+        const int h = h0 + hh;
+        if (gl == 0) {
+            sm[slot] = m[hh];
+            sl[slot] = l[hh];
         }
-        if (x == 0) {
-            part_m[row] = mm;
-            part_l[row] = ll;
+#pragma unroll
+        for (int e = 0; e < MAXPER; e++)
+            if (in[e]) so[slot * (d + 1) + gl + G * e] = acc[hh][e];
+        __syncthreads();
+        float mm = -INFINITY;
+        for (int g = 0; g < NG; g++) mm = fmaxf(mm, sm[g]);
+        // Each group's weight once.
+        if (threadIdx.x < NG) sf[threadIdx.x] = sm[threadIdx.x] == -INFINITY ? 0.f : expf(sm[threadIdx.x] - mm);
+        __syncthreads();
+        // A partial's row is padded to a multiple of 4 values (zeros), for the merge's float4 loads.
+        const size_t row = (size_t)h * chunks + c;
+        for (int x = threadIdx.x; x < dp; x += blockDim.x) {
+            float ll = 0.f, oo = 0.f;
+            for (int g = 0; g < NG; g++) {
+                ll += sf[g] * sl[g];
+                oo += x < d ? sf[g] * so[g * (d + 1) + x] : 0.f;
+            }
+            if (x == 0) {
+                part_m[row] = mm;
+                part_l[row] = ll;
+            }
+            part_o[row * dp + x] = oo;
         }
-        part_o[row * dp + x] = oo;
+        // The shared rows are rewritten by the next head.
+        __syncthreads();
     }
-    // The head's blocks in use count their arrival after their partial is visible (fence);
+    // Each head's blocks in use count their arrival after their partial is visible (fence);
     // the last one merges them all and clears the count for the next launch.
     const int used = min(chunks, (n - from + chunk - 1) / chunk);
-    __shared__ bool last;
+    __shared__ unsigned last_mask;
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&arrivals[h], 1u) == (unsigned)(used - 1);
+    if (threadIdx.x == 0) {
+        unsigned lm = 0u;
+        for (int hh = 0; hh < nh; hh++)
+            if (atomicAdd(&arrivals[h0 + hh], 1u) == (unsigned)(used - 1)) lm |= 1u << hh;
+        last_mask = lm;
+    }
     __syncthreads();
-    if (!last) return;
+    if (last_mask == 0u) return;
     __threadfence();
-    merge_head(part_m, part_l, part_o, out, h, d, chunks, used);
-    if (threadIdx.x == 0) arrivals[h] = 0;
+    for (int hh = 0; hh < nh; hh++) {
+        if (!(last_mask & (1u << hh))) continue;
+        merge_head(part_m, part_l, part_o, out, h0 + hh, d, chunks, used);
+        if (threadIdx.x == 0) arrivals[h0 + hh] = 0;
+        __syncthreads();
+    }
 }
+
+#define DECODE_ARGS                                                                                                     \
+    const float *__restrict__ q, const float *__restrict__ k, const float *__restrict__ v,                             \
+        const unsigned long long *__restrict__ masks, float *__restrict__ part_m, float *__restrict__ part_l,           \
+        float *__restrict__ part_o, const unsigned *__restrict__ step, int own_window, int cap, int d, int rep,          \
+        int chunk, int chunks, int topk, int window, int sink, float scale, float softcap,                              \
+        const float *__restrict__ memb, int groups, int gate, float gparam, float *__restrict__ out,                    \
+        unsigned *__restrict__ arrivals, int nsub
+#define DECODE_PASS                                                                                                     \
+    q, k, v, masks, part_m, part_l, part_o, step, own_window, cap, d, rep, chunk, chunks, topk, window, sink, scale,   \
+        softcap, memb, groups, gate, gparam, out, arrivals, nsub
+
+// One query head a block (every shape), or two of a KV head (decode.rs: heads_per_block).
+extern "C" __global__ void decode_partial(DECODE_ARGS) { decode_block<1>(DECODE_PASS); }
+extern "C" __global__ void decode_partial2(DECODE_ARGS) { decode_block<2>(DECODE_PASS); }
 
 // out (H, D) row h: head h's partials of its `used` chunks merged (`chunks`: the partials' row
 // length, the grid's chunks), by the block of WARPS x 32 threads that finished last. The

@@ -595,8 +595,9 @@ mod tests {
     }
 
     /// On a GPU, the decode kernel gives the CPU's output and reads the same rows: dense, top-k
-    /// and soft, with a sliding window, a soft-cap, head dims that do not fill a warp's lanes
-    /// and contexts over several chunks.
+    /// and soft, with a sliding window, a soft-cap, head dims that do not fill a warp's lanes,
+    /// contexts over several chunks, and blocks of one or two query heads (up to 7 heads a KV
+    /// head: a last block with one head when two does not divide them).
     #[cfg(feature = "cuda")]
     #[test]
     fn device_decode_equals_the_cpu() {
@@ -605,7 +606,7 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(11);
         for case in 0..16 {
             let hkv = rng.gen_range(1..=3);
-            let heads = hkv * rng.gen_range(1..=3);
+            let heads = hkv * rng.gen_range(1..=7);
             let d = [13, 64, 256][case % 3];
             let t = rng.gen_range(1..1500);
             let window = if case % 2 == 0 { rng.gen_range(0..200) } else { rng.gen_range(0..16) };
@@ -624,11 +625,15 @@ mod tests {
             let qt = Tensor::from_slice(&q, (1, heads, 1, d), &dev).unwrap();
             for how in [DecodeAttention::Dense, DecodeAttention::TopK { window, sink }, DecodeAttention::Soft { gate: GateFn::Log { eps: 1e-6 }, window, sink }, DecodeAttention::Soft { gate: GateFn::Paper { lambda: 10.0 }, window, sink }] {
                 let (want, rw) = attend(&q, heads, &cache, how, &own).unwrap();
-                let (got, rg) = crate::attention::decode::attend(&qt, heads, &on_gpu, how, &own).unwrap();
-                let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-                let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                assert!(err < 2e-5, "case {case} {how:?} t {t} d {d} w {window} s {sink} own {own:?}: {err}");
-                assert_eq!((rg.kv, rg.dense), (rw.kv, rw.dense), "case {case} {how:?}: rows read");
+                for per in [1, 2] {
+                    crate::attention::cuda::decode::HEADS_OVERRIDE.store(per, std::sync::atomic::Ordering::Relaxed);
+                    let (got, rg) = crate::attention::decode::attend(&qt, heads, &on_gpu, how, &own).unwrap();
+                    let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                    let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                    assert!(err < 2e-5, "case {case} {how:?} t {t} d {d} w {window} s {sink} own {own:?} heads {heads}/{hkv} per block {per}: {err}");
+                    assert_eq!((rg.kv, rg.dense), (rw.kv, rw.dense), "case {case} {how:?}: rows read");
+                }
+                crate::attention::cuda::decode::HEADS_OVERRIDE.store(0, std::sync::atomic::Ordering::Relaxed);
             }
         }
     }

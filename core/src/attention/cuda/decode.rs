@@ -38,6 +38,26 @@ fn chunk_for(cap: usize) -> usize {
 /// (0: `chunk_for`'s own).
 #[cfg(test)]
 pub static CHUNK_OVERRIDE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Query heads a block serves (`decode_partial2`: two of one KV head, whose K and V rows it
+/// loads once). Measured on an H200 (`bench decode --device cuda`, Qwen2.5-Coder-0.5B, 14
+/// heads over 2, one build alternated: experiments/results/decode_gqa_h200/): two heads a block
+/// gave dense +13% at 16K and +11% at 32K cached (chunk 256), but -2% at 1K and -6 to -10% at
+/// 4K (fewer blocks in flight when chunks are small); on SmolLM2's 3 heads a KV head, three
+/// heads a block cost -15% at 8K. So: two heads when a KV head has at least 6 and the chunk is
+/// the largest (caches over 8K positions); one otherwise.
+fn heads_per_block(rep: usize, chunk: usize) -> usize {
+    #[cfg(test)]
+    if let c @ 1..=2 = HEADS_OVERRIDE.load(std::sync::atomic::Ordering::Relaxed) {
+        return c;
+    }
+    if rep >= 6 && chunk == MAX_CHUNK { 2 } else { 1 }
+}
+
+/// Heads a block that `attention::cpu::decode::tests::device_decode_equals_the_cpu` sets to
+/// test both kernels on small caches (0: `heads_per_block`'s own).
+#[cfg(test)]
+pub static HEADS_OVERRIDE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 /// The kernel keeps a query head in registers, 8 values per lane.
 pub const MAX_HEAD_DIM: usize = 256;
 
@@ -139,7 +159,12 @@ impl CustomOp3 for DecodeOp<'_> {
         let null = 0u64;
         let masks = st.topk.map(storage).transpose()?;
         let memb = st.soft.map(|(_, m)| storage(m)).transpose()?;
-        let f = dev.get_or_load_custom_func("decode_partial", MODULE, PTX)?;
+        // A block takes `per` query heads of one KV head; a KV head's rep heads take `nsub`
+        // blocks (the last one fewer heads when per does not divide rep).
+        let rep_heads = h / hkv;
+        let per = heads_per_block(rep_heads, chunk).min(rep_heads);
+        let nsub = rep_heads.div_ceil(per);
+        let f = dev.get_or_load_custom_func(if per == 2 { "decode_partial2" } else { "decode_partial" }, MODULE, PTX)?;
         let mut b = f.builder();
         b.arg(&q).arg(&k).arg(&v);
         let mask_view = masks.as_ref().map(|g| view::<i64>(g, 0)).transpose()?;
@@ -169,12 +194,13 @@ impl CustomOp3 for DecodeOp<'_> {
         b.arg(&groups).arg(&gate).arg(&gparam);
         let arrivals = storage(st.arrivals)?;
         let arrivals_view = view::<u32>(&arrivals, 0)?;
-        b.arg(&out).arg(&arrivals_view);
+        let nsub32 = nsub as i32;
+        b.arg(&out).arg(&arrivals_view).arg(&nsub32);
         // The merge's weights in shared memory, one per chunk.
         if chunks * 4 > 32 << 10 {
             candle_core::bail!("decode attention: {chunks} partials a head exceed the merge's shared memory");
         }
-        let cfg = LaunchConfig { grid_dim: (chunks as u32, h as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: (chunks * 4) as u32 };
+        let cfg = LaunchConfig { grid_dim: (chunks as u32, (hkv * nsub) as u32, 1), block_dim: (128, 1, 1), shared_mem_bytes: (chunks * 4) as u32 };
         unsafe { b.launch(cfg) }.w()?;
         Ok((CudaStorage::wrap_cuda_slice(out, dev), Shape::from((h, d))))
     }
