@@ -78,7 +78,8 @@ __device__ __forceinline__ void decode_block(
     const int c = blockIdx.x;
     const int kvh = blockIdx.y / nsub, sub = blockIdx.y % nsub;
     const int h0 = kvh * rep + sub * RP;
-    // Heads this block takes (a compile-time 1 for RP = 1: the one-head kernel keeps 94 registers).
+    // Heads this block takes (a compile-time 1 for RP = 1: so the one-head kernel needs 92
+    // registers, 94 before the template, 127 with a runtime count).
     const int nh = RP == 1 ? 1 : min(RP, rep - sub * RP);
     const int n = (int)step[1] + 1, from = first_position(n, own_window);
     // Chunks past the newest token (the grid covers the capacity): nothing to do. The whole
