@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Derive core/data/wordnet-pos.txt from WordNet 3.0 (Debian package wordnet-base).
+"""Derive crates/analysis/data/wordnet-pos.txt from WordNet 3.0 (Debian package wordnet-base).
 
 Usage: scripts/gen-lexicon.py WORDNET_DIR OUT_FILE
   WORDNET_DIR = usr/share/wordnet of the extracted wordnet-base .deb (scripts/gen-lexicon.sh does

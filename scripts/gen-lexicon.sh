@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates core/data/wordnet-pos.txt (the embedded open-class lexicon) from WordNet 3.0 as
+# Regenerates crates/analysis/data/wordnet-pos.txt (the embedded open-class lexicon) from WordNet 3.0 as
 # packaged by Debian (wordnet-base 1:3.0-37): apt-get download (no root needed), sha256 check,
 # dpkg-deb -x into a temporary directory, then scripts/gen-lexicon.py. Not needed to build or
 # test: the derived table is committed. Needs apt-get, dpkg-deb, python3.
@@ -13,4 +13,4 @@ trap 'rm -rf "$tmp"' EXIT
 deb="$(ls "$tmp"/wordnet-base_*.deb)"
 echo "$SHA256  $deb" | sha256sum -c -
 dpkg-deb -x "$deb" "$tmp/x"
-python3 scripts/gen-lexicon.py "$tmp/x/usr/share/wordnet" core/data/wordnet-pos.txt
+python3 scripts/gen-lexicon.py "$tmp/x/usr/share/wordnet" crates/analysis/data/wordnet-pos.txt

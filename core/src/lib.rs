@@ -1,6 +1,10 @@
-//! focus-core: the Focus Lens library. Loads pretrained decoders (GGUF and Hugging Face
-//! safetensors), attaches Focus centroid routers, runs dense, soft and exact hard top-k
-//! attention, and reports per-layer routing statistics. No GUI dependency.
+//! focus-core: the Focus Lens library as one name for the app, the examples and the tests. It
+//! holds no code of its own: it re-exports the crates that do, which the compiler keeps in one
+//! order (each depends only on the ones before it):
+//!
+//! focus-kernels (CUDA sources) -> focus-model (`io`, `focus`, `attention`, `model`)
+//! -> focus-analysis (`analysis`, `eval`, `generate`, `index`) -> {focus-train (`train`),
+//! focus-bench (`bench`)}.
 //!
 //! Where things are:
 //! - `model`: base models (config, decoder and its block, weights, GGUF / HF readers,
@@ -16,20 +20,9 @@
 //! - `train`: router training, in one room (the trainer, its fused step and ops, their CUDA
 //!   launchers); `bench`: benchmarks; `io`: files in and out.
 
-pub mod analysis;
-pub mod attention;
-pub mod bench;
-pub mod device;
-pub mod error;
-pub mod eval;
-pub mod focus;
-pub mod generate;
-pub mod index;
-pub mod io;
-pub mod model;
-pub mod train;
+pub use focus_analysis::{analysis, eval, generate, index};
+pub use focus_bench::bench;
+pub use focus_model::{attention, device, error, focus, io, model};
+pub use focus_train::train;
 
-pub use attention::Mode;
-pub use error::{Error, Result};
-pub use focus::adapter::{Adapter, AdapterConfig, AdapterSpec, Gate, RouterLayers, Score};
-pub use model::{Model, ModelConfig};
+pub use focus_model::{Adapter, AdapterConfig, AdapterSpec, Error, Gate, Mode, Model, ModelConfig, Result, RouterLayers, Score};

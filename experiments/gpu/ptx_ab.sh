@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the kernels.sh folder plus PTX files of kernel variants (nvcc --ptx
-# of core/kernels/focus_attention.cu with different -D flags): times every variant with the same
+# of crates/kernels/cuda/focus_attention.cu with different -D flags): times every variant with the same
 # binary (FOCUS_LENS_PTX) and SDPA flash in one session, for an A/B of a kernel change
 # (ab_table.py beside it prints the table).
 #   ptx_ab.sh LENGTHS NAME=FILE.ptx...      (JSONL per variant: ab_NAME.jsonl, sdpa_ab.jsonl)

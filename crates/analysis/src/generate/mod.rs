@@ -1,0 +1,1004 @@
+//! Generation: a model (and optionally a Focus adapter) fed one token at a time.
+//!
+//! `Generator` keeps a KV cache per layer (`attention::kv_cache`) and runs each new token
+//! through the decoder's one layer loop (`Decoder::run`), at its position; only its attention
+//! differs: a layer hook attends over the cache with `attention::decode` (dense, soft, or hard
+//! top-k that reads only the keys its mask keeps). A prompt of several tokens is prefilled by
+//! one pass of `Decoder::run`, whose layer hook copies each layer's keys, values and routing
+//! into the cache.
+//!
+//! Routing under generation. With causal Sinkhorn (`causal_sinkhorn = true`) a token's routing
+//! never depends on later tokens, so the cache stays exact: each new token is routed from its
+//! scores and the running per-group prefix log-sum-exps (`CausalSinkhorn`, O(iters x K) per
+//! token and layer). With the paper's whole-sequence Sinkhorn every new token changes the
+//! column sums, hence the routing of every earlier token, hence (in soft and top-k modes) which
+//! pairs attended and every later hidden state: no cache can be exact. The generator then
+//! recomputes the whole sequence for every new token (`Strategy::Recompute`: exact, O(T^2) per
+//! token). Each recomputation refills the caches, so that in both strategies `layers()` holds
+//! every token's routing as the last step saw it (the GUI draws it; `decode::selected_keys`
+//! reads the newest token's keys from it). In dense mode routing does not change the output, so
+//! the cache is used, and the newest token's reported groups are those whole-sequence Sinkhorn
+//! gives it over the prefix.
+//! `bench routing` measures how far the two Sinkhorn variants route real text apart.
+//!
+//! A cached step on a GPU reads its token and position from the device (`model::step`), so
+//! that it does the same work at every position and replays as one CUDA graph (`graph`).
+//! With causal Sinkhorn it routes its token on the device
+//! (`attention::cuda::route`: scores, Sinkhorn row and top-k set go straight into the cache's
+//! device mirror, where the decode kernel reads the query's set), so that no layer waits on a
+//! copy to the host. Each layer also writes its row into one step record, which the side stream
+//! copies to the host right after the last layer's routing (`route::RecordCopy`); the host fills
+//! its copy of the routing (`layers()`, the reported groups, the bytes read) from it while the
+//! device finishes the step, then reads the logits.
+
+pub mod chat;
+pub mod chat_process;
+#[cfg(feature = "cuda")]
+mod graph;
+pub mod sampler;
+
+use crate::focus::gate::GateFn;
+use crate::attention::{LayerAttention, Mode};
+use crate::error::{Error, Result};
+use crate::focus::adapter::Adapter;
+use crate::focus::mask;
+use crate::focus::router::LayerRouting;
+use crate::focus::sinkhorn::{sinkhorn, CausalSinkhorn};
+use crate::model::block::{AttentionInputs, Norm};
+use crate::model::decoder::{Decoder, LayerHook, RunEnd};
+use crate::model::step::DeviceStep;
+use crate::model::ForwardOptions;
+use candle_core::Tensor;
+use crate::attention::decode::{self, DecodeAttention, ReadBytes};
+use crate::attention::kv_cache::{CachedRouting, LayerCache};
+use serde::{Deserialize, Serialize};
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// How the generator advances (see the module notes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    /// KV cache: each token costs one step over the cache.
+    KvCache,
+    /// Whole-sequence Sinkhorn in soft or top-k mode: the whole sequence is rerun per token.
+    Recompute,
+}
+
+/// What one fed token gives.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// Next-token logits (vocab).
+    pub logits: Vec<f32>,
+    /// Per layer, the newest token's top-k groups in descending membership (empty without an
+    /// adapter).
+    pub groups: Vec<Vec<usize>>,
+    /// Bytes its attention read from the caches (zero for a prefill or a recomputation).
+    pub read: ReadBytes,
+    /// Where a cached step's time went, when the generator times its parts (`set_split`).
+    pub split: Option<StepSplit>,
+}
+
+/// A cached step's wall time in parts, each measured between device synchronisations (so an
+/// instrumented step is slower than a plain one; the parts say where the time goes).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepSplit {
+    /// Routing the token in every routed layer (on a GPU: the routing kernels; on the CPU:
+    /// scores and Sinkhorn).
+    pub routing_s: f64,
+    /// The attention over the caches (the decode kernels), every layer.
+    pub attention_s: f64,
+    /// Everything else: the blocks' projections and MLPs, norms, the cache appends, the logits
+    /// (on the CPU also their copy to the host).
+    pub rest_s: f64,
+    /// After a GPU step, on the host: the step record's copy, the host's copy of the routing
+    /// filled from it, the bytes read counted, and the logits' copy to the host (0 on the CPU,
+    /// where the parts above hold it).
+    #[serde(default)]
+    pub host_s: f64,
+    pub total_s: f64,
+}
+
+/// What the CUDA graph of a generator's GPU steps did (`generate::graph`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GraphStats {
+    /// Steps captured (each launched once as it was captured).
+    pub captures: usize,
+    /// Steps replayed from a captured graph.
+    pub replays: usize,
+    /// Why graphs were turned off, when a capture failed (the steps then ran eagerly).
+    pub fallback: Option<String>,
+}
+
+pub struct Generator<'a> {
+    decoder: &'a Decoder,
+    adapter: Option<&'a Adapter>,
+    mode: Mode,
+    strategy: Strategy,
+    /// k of the top-k sets kept and reported.
+    k: usize,
+    layers: Vec<LayerCache>,
+    ids: Vec<u32>,
+    /// Checked before each step and between the layers of a pass (`Error::Cancelled`).
+    cancel: Option<&'a AtomicBool>,
+    /// Whether cached steps time their parts (`StepSplit`).
+    split: bool,
+    /// On a GPU: the step record the routing kernels write (f64, one slice per layer), made at
+    /// the first step that routes on the device.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    record: Option<candle_core::Tensor>,
+    /// On a GPU: the step's token and position on the device, made at the first step.
+    device_step: Option<DeviceStep>,
+    /// On a GPU: the step captured as a CUDA graph, and whether to use one (`graph`).
+    #[cfg(feature = "cuda")]
+    graph: graph::StepGraphs,
+    /// On a GPU: the stream the routing kernels run on beside the layers' Q/K/V products,
+    /// made at the first step that routes on the device.
+    #[cfg(feature = "cuda")]
+    side: Option<crate::attention::cuda::route::SideStream>,
+    /// On a GPU with a side stream: the step record's copy to the host, made there after the
+    /// last layer's routing (`route::RecordCopy`).
+    #[cfg(feature = "cuda")]
+    record_copy: Option<crate::attention::cuda::route::RecordCopy>,
+}
+
+impl<'a> Generator<'a> {
+    pub fn new(decoder: &'a Decoder, adapter: Option<&'a Adapter>, mode: Mode) -> Result<Self> {
+        let k = match (mode, adapter) {
+            (Mode::Dense, a) => a.map_or(0, |a| a.config.top_k),
+            (Mode::Soft, Some(a)) => a.config.top_k,
+            (Mode::TopK(k), Some(a)) => k.of(a.config.groups)?,
+            (m, None) => return Err(Error::Invalid(format!("mode {m} needs an adapter"))),
+        };
+        let strategy = match adapter {
+            Some(a) if !a.config.causal_sinkhorn && mode != Mode::Dense => Strategy::Recompute,
+            _ => Strategy::KvCache,
+        };
+        let layers = empty_layers(decoder, adapter, k)?;
+        let mut g = Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new(), cancel: None, split: false, record: None, device_step: None, #[cfg(feature = "cuda")] graph: Default::default(), #[cfg(feature = "cuda")] side: None, #[cfg(feature = "cuda")] record_copy: None };
+        g.bucket_for_topk();
+        Ok(g)
+    }
+
+    /// Cached top-k steps on the CPU read bucketed rows (`kv_cache::Buckets`).
+    fn bucket_for_topk(&mut self) {
+        if self.strategy == Strategy::KvCache && matches!(self.mode, Mode::TopK(_)) {
+            self.layers.iter_mut().for_each(LayerCache::enable_buckets);
+        }
+    }
+
+    /// Stops the generator when `cancel` is set: a step not yet begun, or a prefill or
+    /// recomputation between its layers, returns `Error::Cancelled`.
+    pub fn set_cancel(&mut self, cancel: &'a AtomicBool) {
+        self.cancel = Some(cancel);
+    }
+
+    /// A generator whose caches already hold `ids` (the decode benchmark builds them).
+    pub fn with_cache(decoder: &'a Decoder, adapter: Option<&'a Adapter>, mode: Mode, layers: Vec<LayerCache>, ids: Vec<u32>) -> Result<Self> {
+        let mut g = Self::new(decoder, adapter, mode)?;
+        if g.strategy != Strategy::KvCache || layers.len() != g.layers.len() || layers.iter().any(|l| l.len() != ids.len()) {
+            return Err(Error::Invalid("a prebuilt cache needs one layer cache per layer, each of the sequence's length, and a cached strategy".into()));
+        }
+        g.layers = layers.into_iter().map(|l| l.to_device(&decoder.device)).collect::<Result<_>>()?;
+        g.ids = ids;
+        g.bucket_for_topk();
+        Ok(g)
+    }
+
+    /// Makes cached steps time their parts (`Step::split`), with a device synchronisation
+    /// around each part: for measuring, not for generating. (Timed steps are never CUDA graphs.)
+    pub fn set_split(&mut self, on: bool) {
+        self.split = on;
+    }
+
+    /// Whether GPU steps may replay as one CUDA graph (`graph`; on by default). Off, every step
+    /// launches its kernels one by one (`bench decode --graph` compares the two).
+    pub fn set_graph(&mut self, on: bool) {
+        #[cfg(feature = "cuda")]
+        {
+            self.graph.on = on;
+            self.graph.reset();
+        }
+        let _ = on;
+    }
+
+    /// What the CUDA graph of GPU steps did so far (all zero on the CPU).
+    pub fn graph_stats(&self) -> GraphStats {
+        #[cfg(feature = "cuda")]
+        return self.graph.stats.clone();
+        #[cfg(not(feature = "cuda"))]
+        GraphStats::default()
+    }
+
+    pub fn strategy(&self) -> Strategy {
+        self.strategy
+    }
+
+    /// The tokens fed so far.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    pub fn layers(&self) -> &[LayerCache] {
+        &self.layers
+    }
+
+    /// Feeds tokens (a prompt, or the token just sampled); returns the step of the last one.
+    /// Into an empty cache several tokens are prefilled by one pass; otherwise one step each.
+    pub fn feed(&mut self, ids: &[u32]) -> Result<Step> {
+        let cfg = &self.decoder.config;
+        if ids.is_empty() {
+            return Err(Error::Invalid("nothing to feed: zero tokens".into()));
+        }
+        if self.ids.len() + ids.len() > cfg.context {
+            return Err(Error::Invalid(format!("{} tokens exceed the model's context of {} tokens", self.ids.len() + ids.len(), cfg.context)));
+        }
+        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= cfg.vocab) {
+            return Err(Error::Invalid(format!("token id {bad} is outside the vocabulary ({})", cfg.vocab)));
+        }
+        if self.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+            return Err(Error::Cancelled);
+        }
+        match self.strategy {
+            Strategy::Recompute => self.recompute(ids),
+            Strategy::KvCache if self.ids.is_empty() && ids.len() > 1 => self.prefill(ids),
+            Strategy::KvCache => {
+                let mut last = None;
+                for &id in ids {
+                    last = Some(self.step(id)?);
+                }
+                Ok(last.expect("at least one token"))
+            }
+        }
+    }
+
+    /// How a cached step's routed layers attend.
+    fn how(&self) -> DecodeAttention {
+        let (window, sink) = self.adapter.map_or((0, 0), |a| (a.config.window, a.config.sink));
+        match (self.mode, self.adapter) {
+            (Mode::TopK(_), Some(_)) => DecodeAttention::TopK { window, sink },
+            (Mode::Soft, Some(a)) => DecodeAttention::Soft { gate: GateFn::of(&a.config), window, sink },
+            _ => DecodeAttention::Dense,
+        }
+    }
+
+    /// Per layer, the newest cached token's top-k groups.
+    fn newest_groups(&self) -> Vec<Vec<usize>> {
+        self.layers.iter().filter_map(|l| l.routing.as_ref()).map(|r| mask::top_k_indices(r.row(r.masks.len() - 1), self.k)).collect()
+    }
+
+    /// One token at position `ids.len()` through the decoder's layer loop (`Decoder::run`),
+    /// each layer attending over its cache (`OverCache`). On the CPU the whole step, logits
+    /// included, runs on a worker of the thread pool that runs its products (see
+    /// `Decoder::run`); a GPU step stays on the calling thread, where its CUDA context is.
+    fn step(&mut self, id: u32) -> Result<Step> {
+        if self.decoder.device.is_cpu() {
+            rayon::scope(|_| self.step_on_host(id))
+        } else {
+            self.step_on_device(id)
+        }
+    }
+
+    fn step_on_host(&mut self, id: u32) -> Result<Step> {
+        let dec = self.decoder;
+        let p = self.ids.len();
+        let t0 = Instant::now();
+        // Not cancellable inside: a step stopped between layers would leave the caches of
+        // its first layers one token ahead of the rest.
+        let opts = ForwardOptions { start: p, ..ForwardOptions::new(self.mode, self.adapter) };
+        let mut over_cache = OverCache::new(self, None, None);
+        let RunEnd::Finished { x, .. } = dec.run(&[&[id]], &opts, &mut over_cache)? else {
+            return Err(Error::Invalid("the decode step stopped early".into()));
+        };
+        let (read, mut split) = (over_cache.read, over_cache.split);
+        let logits = dec.host_logits(&x)?;
+        if let Some(s) = split.as_mut() {
+            s.total_s = t0.elapsed().as_secs_f64();
+            s.rest_s = (s.total_s - s.routing_s - s.attention_s).max(0.0);
+        }
+        self.ids.push(id);
+        Ok(Step { logits, groups: self.newest_groups(), read, split })
+    }
+
+    /// A step on a GPU. The token and its position go to the device first (`DeviceStep`); the
+    /// step then writes its cache rows and routing there and attends without any host value of
+    /// the position, and the host's counts (cache lengths, its copy of the routing, the bytes
+    /// read) follow, before its logits are read (`commit_device_step`). So the same step replays as one
+    /// CUDA graph (`graph`) where the generator can capture it.
+    fn step_on_device(&mut self, id: u32) -> Result<Step> {
+        let dec = self.decoder;
+        let p = self.ids.len();
+        if self.split {
+            dec.device.synchronize()?;
+        }
+        let t0 = Instant::now();
+        // Room for the token in every cache, before anything of the step runs (a captured
+        // step holds the buffers' addresses: see `graph`).
+        for c in &mut self.layers {
+            c.reserve_device(1)?;
+        }
+        let record = self.device_record()?;
+        // Made outside any capture (a graph holds the stream it forked to).
+        #[cfg(feature = "cuda")]
+        if record.is_some() && self.side.is_none() {
+            self.side = Some(crate::attention::cuda::route::SideStream::new(&dec.device)?);
+        }
+        #[cfg(feature = "cuda")]
+        if let (Some(r), None) = (record.as_ref(), self.record_copy.as_ref()) {
+            self.record_copy = Some(crate::attention::cuda::route::RecordCopy::new(&dec.device, r.elem_count())?);
+        }
+        if self.device_step.is_none() {
+            self.device_step = Some(DeviceStep::new(&dec.config, &dec.device)?);
+        }
+        self.device_step.as_ref().expect("made above").write(id, p)?;
+        #[cfg(feature = "cuda")]
+        let graphed = self.graphed_step(id)?;
+        #[cfg(not(feature = "cuda"))]
+        let graphed: Option<(Tensor, bool)> = None;
+        // The logits stay on the device until the host has taken the step's routing (the
+        // record, copied on the side stream, arrives before them).
+        let ((logits, copied), mut split) = match graphed {
+            Some(l) => (l, None),
+            None => {
+                let (x, copied, split) = self.run_device_step(id)?;
+                ((self.device_logits(&x)?, copied), split)
+            }
+        };
+        let t1 = Instant::now();
+        let read = self.commit_device_step(record.as_ref(), copied)?;
+        let logits = Decoder::checked_on_host(&logits)?;
+        if let Some(s) = split.as_mut() {
+            s.host_s = t1.elapsed().as_secs_f64();
+            s.total_s = t0.elapsed().as_secs_f64();
+            s.rest_s = (s.total_s - s.routing_s - s.attention_s - s.host_s).max(0.0);
+        }
+        self.ids.push(id);
+        Ok(Step { logits, groups: self.newest_groups(), read, split })
+    }
+
+    /// The layer loop of a GPU step at the position the device step holds; returns the last
+    /// block's output, whether the step record is on its way to the host (`RecordCopy`, after
+    /// the last layer's routing on the side stream) and, when timing, the split so far.
+    /// Nothing host-side changes: the step can run eagerly or under capture (`graph`).
+    fn run_device_step(&mut self, id: u32) -> Result<(Tensor, bool, Option<StepSplit>)> {
+        let dec = self.decoder;
+        let step = self.device_step.as_ref().ok_or_else(|| Error::Invalid("a GPU step without its device step".into()))?;
+        let opts = ForwardOptions { start: self.ids.len(), device_step: Some(step), ..ForwardOptions::new(self.mode, self.adapter) };
+        let record = self.record.clone();
+        let (how, k, split) = (self.how(), self.k, self.split);
+        let mut over_cache = OverCache {
+            layers: &mut self.layers,
+            adapter: self.adapter,
+            how,
+            heads: dec.config.n_heads,
+            read: ReadBytes::default(),
+            record: record.as_ref(),
+            k,
+            step: Some(step),
+            split: split.then(StepSplit::default),
+            // Timed steps route on candle's stream, so that each part's time is its own.
+            #[cfg(feature = "cuda")]
+            side: if split { None } else { self.side.as_ref() },
+            #[cfg(feature = "cuda")]
+            routing_on_side: None,
+        };
+        // `id` is checked on the host; the pass reads the device step's copy.
+        let RunEnd::Finished { x, .. } = dec.run(&[&[id]], &opts, &mut over_cache)? else {
+            return Err(Error::Invalid("the decode step stopped early".into()));
+        };
+        let split = over_cache.split;
+        #[cfg(feature = "cuda")]
+        if let (false, Some(side), Some(rc), Some(rec)) = (self.split, self.side.as_ref(), self.record_copy.as_ref(), record.as_ref()) {
+            if self.layers.iter().any(routes_on_device) {
+                rc.enqueue(side, rec)?;
+                return Ok((x, true, split));
+            }
+        }
+        Ok((x, false, split))
+    }
+
+    /// The step's logits (1, vocab) f32 on the device from the last block's output `x`; then
+    /// candle's stream waits for the side stream's work (a capture must join every stream it
+    /// forked; the record's copy is the side's last work).
+    fn device_logits(&self, x: &Tensor) -> Result<Tensor> {
+        let l = self.decoder.logits_unchecked(x)?.to_dtype(candle_core::DType::F32)?;
+        #[cfg(feature = "cuda")]
+        if let Some(side) = &self.side {
+            side.join()?;
+        }
+        Ok(l)
+    }
+
+    /// After a GPU step (run or replayed), before its logits are read: every cache counts the
+    /// token, the layers routed on the device get their rows into the host's copy of the
+    /// routing from the step record (one copy for all layers: scores, memberships, top-k set,
+    /// Sinkhorn state; `copied`: it is coming through `RecordCopy`, while the device still runs
+    /// the last layer and the logits), and the bytes each layer's attention read are counted
+    /// from the host's copy.
+    fn commit_device_step(&mut self, record: Option<&Tensor>, copied: bool) -> Result<ReadBytes> {
+        for c in &mut self.layers {
+            c.commit_step()?;
+        }
+        let rec = match record {
+            #[cfg(feature = "cuda")]
+            Some(_) if copied => Some(self.record_copy.as_ref().ok_or_else(|| Error::Invalid("a record copy without its buffer".into()))?.wait()?.to_vec()),
+            Some(r) if self.layers.iter().any(routes_on_device) => Some(r.to_vec1::<f64>()?),
+            _ => None,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let _ = copied;
+        let how = self.how();
+        let mut read = ReadBytes::default();
+        for l in 0..self.layers.len() {
+            if let (Some(rec), true) = (&rec, routes_on_device(&self.layers[l])) {
+                self.fill_host_routing(l, rec)?;
+            }
+            let cache = &self.layers[l];
+            let how = if cache.routing.is_some() { how } else { DecodeAttention::Dense };
+            read.add(decode::device_read_bytes(cache, how, &self.decoder.blocks[l].attn)?);
+        }
+        Ok(read)
+    }
+
+    /// The step record for routing on the device: on a GPU with causal Sinkhorn, one slice of
+    /// `record_len` values per layer; `None` where steps route on the host.
+    fn device_record(&mut self) -> Result<Option<candle_core::Tensor>> {
+        #[cfg(feature = "cuda")]
+        if let (Some(a), candle_core::Device::Cuda(_)) = (self.adapter, &self.decoder.device) {
+            if a.config.causal_sinkhorn && self.record.is_none() {
+                let n = self.layers.len() * crate::attention::cuda::route::record_len(a.config.groups, a.config.sinkhorn_iters);
+                self.record = Some(candle_core::Tensor::zeros(n, candle_core::DType::F64, &self.decoder.device)?);
+            }
+            return Ok(self.record.clone());
+        }
+        Ok(None)
+    }
+
+    /// Layer `l`'s newest row, routed on the device, into the host's copy of its routing, from
+    /// the step record `rec` (the whole record on the host).
+    fn fill_host_routing(&mut self, l: usize, rec: &[f64]) -> Result<()> {
+        let a = self.adapter.ok_or_else(|| Error::Invalid("device routing without an adapter".into()))?;
+        let (kk, iters) = (a.config.groups, a.config.sinkhorn_iters);
+        let len = (2 + iters) * kk;
+        let row = &rec[l * len..(l + 1) * len];
+        let scores: Vec<f32> = row[..kk].iter().map(|&x| x as f32).collect();
+        let memb: Vec<f32> = row[kk..2 * kk].iter().map(|&x| x as f32).collect();
+        a.check_memberships(l, &memb)?;
+        let cache = &mut self.layers[l];
+        let r = cache.routing.as_mut().ok_or_else(|| Error::Invalid(format!("layer {l} routed on the device has no routing")))?;
+        r.push(&scores, &memb);
+        if let Some(st) = r.sinkhorn.as_mut() {
+            st.set_state(&row[2 * kk..]);
+        }
+        if let Some(kv) = cache.device.as_mut() {
+            kv.routed = kv.len;
+        }
+        Ok(())
+    }
+
+    /// The prompt through one pass of the decoder; its layer hook fills the caches.
+    fn prefill(&mut self, ids: &[u32]) -> Result<Step> {
+        let opts = ForwardOptions { cancel: self.cancel, ..ForwardOptions::new(self.mode, self.adapter) };
+        let mut fill = Fill { layers: &mut self.layers, err: None };
+        let end = self.decoder.run(&[ids], &opts, &mut fill)?;
+        if let Some(e) = fill.err {
+            return Err(e);
+        }
+        let RunEnd::Finished { x, .. } = end else { return Err(Error::Invalid("the prefill pass stopped early".into())) };
+        let logits = self.decoder.host_logits(&x.narrow(0, ids.len() - 1, 1)?)?;
+        self.ids.extend_from_slice(ids);
+        Ok(Step { logits, groups: self.newest_groups(), read: ReadBytes::default(), split: None })
+    }
+
+    /// The whole sequence again (whole-sequence Sinkhorn in soft or top-k mode), `ids` appended:
+    /// one prefill into fresh caches. A failed pass leaves the generator as it was.
+    fn recompute(&mut self, ids: &[u32]) -> Result<Step> {
+        let all: Vec<u32> = self.ids.iter().chain(ids).copied().collect();
+        let before = std::mem::replace(&mut self.layers, empty_layers(self.decoder, self.adapter, self.k)?);
+        let fed = std::mem::take(&mut self.ids);
+        self.prefill(&all).inspect_err(|_| {
+            self.layers = before;
+            self.ids = fed;
+        })
+    }
+}
+
+/// One empty cache per layer, on the decoder's device; layers the adapter leaves unrouted
+/// (`router_layers`) attend densely and keep no routing.
+fn empty_layers(decoder: &Decoder, adapter: Option<&Adapter>, k: usize) -> Result<Vec<LayerCache>> {
+    let cfg = &decoder.config;
+    (0..cfg.n_layers)
+        .map(|l| {
+            let routing = adapter.filter(|a| a.config.router_layers.routes(cfg.is_sliding(l))).map(|a| {
+                let c = &a.config;
+                CachedRouting::new(c.groups, k, c.causal_sinkhorn.then(|| CausalSinkhorn::new(c.groups, c.tau, c.sinkhorn_iters)))
+            });
+            LayerCache::new(cfg.n_kv_heads, cfg.head_dim, routing).to_device(&decoder.device)
+        })
+        .collect()
+}
+
+/// Whether a cache's newest token is routed on the device in a GPU step: it is on a GPU and
+/// keeps routing with causal Sinkhorn's state (the generator then has a step record).
+fn routes_on_device(c: &LayerCache) -> bool {
+    c.device.is_some() && c.routing.as_ref().is_some_and(|r| r.sinkhorn.is_some())
+}
+
+/// A cached step's hook: each layer's new key and value into its cache, the new token routed
+/// incrementally (causal Sinkhorn's running state, or the newest row of the prefix's
+/// whole-sequence Sinkhorn in dense mode), and its attention over the cache
+/// (`attention::decode`). In a GPU step (`step`) the rows go in at the device step's position
+/// and the routing runs on the device when it can (causal Sinkhorn, a step record); the host's
+/// counts follow after the step (`Generator::commit_device_step`).
+struct OverCache<'c> {
+    layers: &'c mut [LayerCache],
+    adapter: Option<&'c Adapter>,
+    how: DecodeAttention,
+    heads: usize,
+    /// Bytes read from the caches, summed over the layers counted so far (host steps).
+    read: ReadBytes,
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    record: Option<&'c Tensor>,
+    /// k of the top-k sets.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    k: usize,
+    /// A GPU step: the token's id and position on the device.
+    step: Option<&'c DeviceStep>,
+    split: Option<StepSplit>,
+    /// A GPU step's side stream for the routing kernels (`normed`), and the layer routed there
+    /// whose outputs the attention has yet to wait for, with its input kept alive until then.
+    #[cfg(feature = "cuda")]
+    side: Option<&'c crate::attention::cuda::route::SideStream>,
+    #[cfg(feature = "cuda")]
+    routing_on_side: Option<(usize, Tensor)>,
+}
+
+impl<'c> OverCache<'c> {
+    fn new(g: &'c mut Generator<'_>, record: Option<&'c Tensor>, step: Option<&'c DeviceStep>) -> Self {
+        let (how, heads, k, split) = (g.how(), g.decoder.config.n_heads, g.k, g.split.then(StepSplit::default));
+        OverCache { layers: &mut g.layers, adapter: g.adapter, how, heads, read: ReadBytes::default(), record, k, step, split, #[cfg(feature = "cuda")] side: None, #[cfg(feature = "cuda")] routing_on_side: None }
+    }
+
+    /// `f`'s time added to one part of the split, between device synchronisations.
+    fn timed<T>(&mut self, part: fn(&mut StepSplit) -> &mut f64, dev: &candle_core::Device, f: impl FnOnce(&mut Self) -> Result<T>) -> Result<T> {
+        if self.split.is_none() {
+            return f(self);
+        }
+        dev.synchronize()?;
+        let t0 = Instant::now();
+        let out = f(self)?;
+        dev.synchronize()?;
+        if let Some(s) = self.split.as_mut() {
+            *part(s) += t0.elapsed().as_secs_f64();
+        }
+        Ok(out)
+    }
+
+    /// Routes layer `l`'s newest token on the device (a GPU step with causal Sinkhorn): its
+    /// memberships, top-k set and Sinkhorn state into the cache's device mirror, its record
+    /// into the step record. False when the layer does not route there.
+    /// `side`: run the kernel on this stream (the caller joins it before the attention).
+    #[cfg(feature = "cuda")]
+    fn route_on_device(&mut self, l: usize, a: &Adapter, h: &Tensor, norm: Option<&Norm>, side: Option<&crate::attention::cuda::route::SideStream>) -> Result<bool> {
+        if let (Some(rec), Some(step), true) = (self.record, self.step, routes_on_device(&self.layers[l])) {
+            use crate::attention::cuda::route::{record_len, route_newest_on, RouteParams, RouteTarget};
+            let cache = &self.layers[l];
+            let (Some(kv), Some(st)) = (cache.device.as_ref(), cache.routing.as_ref().and_then(|r| r.sinkhorn.as_ref())) else { return Ok(false) };
+            let (Some(memb), Some(masks), Some(state)) = (kv.memberships.as_ref(), kv.masks.as_ref(), kv.sinkhorn_state.as_ref()) else {
+                return Err(Error::Invalid(format!("layer {l}: the device cache has no routing mirror")));
+            };
+            if kv.routed != kv.len {
+                return Err(Error::Invalid(format!("layer {l}: the device routing holds {} rows before token {}", kv.routed, kv.len)));
+            }
+            let c = &a.config;
+            let router = &a.layers[l];
+            let params = RouteParams {
+                proj: &router.proj,
+                centroids: &router.centroids,
+                input_scale: router.input_scale.as_ref(),
+                cosine: c.score == crate::focus::adapter::Score::Cosine,
+                tau: st.tau(),
+                iters: st.iters(),
+                k: self.k,
+                // The kernel applies an RMS norm (`Block::prenorm_in_kernels` passes no other).
+                norm: match norm {
+                    Some(n) if n.kind != crate::model::config::NormKind::Rms => return Err(Error::Invalid(format!("layer {l}: the routing kernel applies RMS norms only"))),
+                    n => n.map(|n| (&n.weight, n.eps as f32)),
+                },
+            };
+            let len = record_len(c.groups, c.sinkhorn_iters);
+            route_newest_on(h, params, RouteTarget { run: state, memberships: memb, masks, step: step.buf(), record: rec, record_at: l * len }, side)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    fn route_on_device(&mut self, _l: usize, _a: &Adapter, _h: &Tensor, _norm: Option<&Norm>, _side: Option<&()>) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Routes layer `l`'s newest token on the host (its scores read back from the device on a
+    /// GPU) and brings the device's copy up to date.
+    fn route(&mut self, l: usize, a: &Adapter, inp: &AttentionInputs) -> Result<()> {
+        let cache = &mut self.layers[l];
+        let Some(r) = cache.routing.as_mut() else { return Ok(()) };
+        let (_, scores) = a.scores(l, &inp.normed()?)?;
+        let m = match r.sinkhorn.as_mut() {
+            Some(state) => state.push(&scores),
+            None => {
+                // Whole-sequence Sinkhorn (dense mode): the newest row of the prefix's.
+                let (n, kk, c) = (r.masks.len() + 1, r.groups, &a.config);
+                let mut all = r.scores.clone();
+                all.extend_from_slice(&scores);
+                sinkhorn(&all, n, kk, c.tau, c.sinkhorn_iters, false)[(n - 1) * kk..].to_vec()
+            }
+        };
+        a.check_memberships(l, &m)?;
+        r.push(&scores, &m);
+        cache.sync_routing()
+    }
+}
+
+impl LayerHook for OverCache<'_> {
+    /// A GPU step with a side stream starts the layer's routing kernel there, beside the Q/K/V
+    /// products; `attend` waits for it before the attention reads the token's set.
+    fn normed(&mut self, l: usize, h: &Tensor, norm: Option<&Norm>) -> Result<()> {
+        #[cfg(feature = "cuda")]
+        if let (Some(a), Some(side)) = (self.adapter, self.side) {
+            if self.route_on_device(l, a, h, norm, Some(side))? {
+                self.routing_on_side = Some((l, h.clone()));
+            }
+        }
+        let _ = (l, h, norm);
+        Ok(())
+    }
+
+    /// A GPU step's pre-norms run inside the Q/K/V products and the routing kernels.
+    fn prenorm(&self) -> bool {
+        self.step.is_some()
+    }
+
+    fn attend(&mut self, l: usize, inp: &AttentionInputs, own: &LayerAttention) -> Result<Option<Tensor>> {
+        let dev = inp.q.device().clone();
+        match self.step {
+            Some(step) => self.layers[l].append_step(&inp.k, &inp.v, step.buf())?,
+            None => self.layers[l].push(&inp.k, &inp.v)?,
+        }
+        #[cfg(feature = "cuda")]
+        let routed_on_side = match (self.routing_on_side.take(), self.side) {
+            (Some((rl, _h)), Some(side)) if rl == l => {
+                side.join()?;
+                true
+            }
+            (Some((rl, _)), _) => return Err(Error::Invalid(format!("layer {l}: layer {rl}'s routing on the side stream was never waited for"))),
+            _ => false,
+        };
+        #[cfg(not(feature = "cuda"))]
+        let routed_on_side = false;
+        if let (Some(a), false) = (self.adapter, routed_on_side) {
+            self.timed(|s| &mut s.routing_s, &dev, |me| if me.route_on_device(l, a, &inp.h, inp.h_norm.as_ref(), None)? { Ok(()) } else { me.route(l, a, inp) })?;
+        }
+        let how = if self.layers[l].routing.is_some() { self.how } else { DecodeAttention::Dense };
+        let heads = self.heads;
+        let o = self.timed(|s| &mut s.attention_s, &dev, |me| {
+            let cache = &me.layers[l];
+            match me.step {
+                // The bytes are counted after the step, from the host's copy.
+                Some(step) => decode::attend_step(&inp.q, heads, cache, how, own, step.buf()),
+                None => {
+                    let (o, read) = decode::attend(&inp.q, heads, cache, how, own)?;
+                    me.read.add(read);
+                    Ok(o)
+                }
+            }
+        })?;
+        Ok(Some(o))
+    }
+}
+
+/// The prefill's hook: each layer's keys, values and routing into its cache.
+struct Fill<'c> {
+    layers: &'c mut [LayerCache],
+    err: Option<Error>,
+}
+
+impl Fill<'_> {
+    fn fill(&mut self, l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> Result<()> {
+        let cache = &mut self.layers[l];
+        let t = inp.k.dim(2)?;
+        cache.push(&inp.k, &inp.v)?;
+        if let (Some(r), Some(lr)) = (cache.routing.as_mut(), routing) {
+            let kk = lr.groups;
+            for i in 0..t {
+                let s = &lr.scores[i * kk..(i + 1) * kk];
+                // Causal: the state must also advance; it gives the pass's memberships exactly.
+                let m = match r.sinkhorn.as_mut() {
+                    Some(state) => state.push(s),
+                    None => lr.row(i).to_vec(),
+                };
+                r.push(s, &m);
+            }
+        }
+        cache.sync_routing()?;
+        Ok(())
+    }
+}
+
+impl LayerHook for Fill<'_> {
+    fn inputs(&mut self, l: usize, inp: &AttentionInputs, routing: Option<&LayerRouting>) -> ControlFlow<()> {
+        match self.fill(l, inp, routing) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                self.err = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    }
+}
+
+#[cfg(all(test, feature = "cuda"))]
+mod tests {
+    use super::*;
+    use crate::focus::mask::TopK;
+    use crate::focus::adapter::AdapterSpec;
+    use crate::model::Model;
+    use candle_core::Device;
+
+    /// The tiny checkpoints of tests/fixtures (run from the repository root or the crate's).
+    fn fixture(arch: &str) -> std::path::PathBuf {
+        let here = std::path::Path::new("tests/fixtures/hf_tiny").join(arch);
+        if here.exists() { here } else { std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/hf_tiny").join(arch) }
+    }
+
+    /// Generation with the cache on the GPU gives the CPU's full-forward logits, for every
+    /// architecture (sliding layers and soft-caps in Gemma 2) and every mode.
+    #[test]
+    fn gpu_decode_equals_the_cpu_forward() {
+        let gpu = Device::new_cuda(0).expect("a CUDA device");
+        for arch in ["gpt2", "llama", "qwen2", "gemma2", "olmo2"] {
+            let (cpu_m, gpu_m) = (Model::load(&fixture(arch), &Device::Cpu).unwrap(), Model::load(&fixture(arch), &gpu).unwrap());
+            let ids: Vec<u32> = (0..100u32).map(|i| (i * 37 + 11) % cpu_m.config().vocab as u32).collect();
+            // Sinks [ours]: none, the first token, the first four.
+            for sink in [0, 1, 4] {
+            let spec = AdapterSpec { groups: 4, window: 8, sink, causal_sinkhorn: true, ..Default::default() };
+            let (ac, ag) = (Adapter::random(&cpu_m.identity(), &Device::Cpu, &spec, 2).unwrap(), Adapter::random(&gpu_m.identity(), &gpu, &spec, 2).unwrap());
+            for (mode, routed) in [(Mode::Dense, false), (Mode::TopK(TopK::new(1, 4).unwrap()), true), (Mode::TopK(TopK::new(2, 4).unwrap()), true), (Mode::Soft, true)] {
+                let full = cpu_m.decoder.forward(&ids, &ForwardOptions::new(mode, routed.then_some(&ac))).unwrap().logits.to_vec2::<f32>().unwrap();
+                let mut g = Generator::new(&gpu_m.decoder, routed.then_some(&ag), mode).unwrap();
+                assert!(g.layers()[0].device.is_some(), "the cache is on the GPU");
+                // The same generation on the CPU: its routing (host Sinkhorn) is the reference
+                // for the GPU's (routed on the device, its host copy filled after each step).
+                let mut c = Generator::new(&cpu_m.decoder, routed.then_some(&ac), mode).unwrap();
+                g.feed(&ids[..30]).unwrap();
+                c.feed(&ids[..30]).unwrap();
+                for (p, &id) in ids.iter().enumerate().skip(30) {
+                    let s = g.feed(&[id]).unwrap();
+                    let scale = full[p].iter().fold(1f32, |a, x| a.max(x.abs()));
+                    let err = s.logits.iter().zip(&full[p]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max) / scale;
+                    assert!(err <= 1e-4, "{arch} {mode} sink {sink} position {p}: relative logit difference {err}");
+                    c.feed(&[id]).unwrap();
+                    assert_routing_agrees(&c, &g, &format!("{arch} {mode} sink {sink} position {p}"));
+                }
+                assert_device_mirror_agrees(&g, &format!("{arch} {mode} sink {sink}"));
+            }
+            }
+        }
+    }
+
+    /// Graph steps equal eager steps (`assert_graph_equals_eager`) for every family (Gemma 2's
+    /// sliding layers of 8 tokens and soft-caps, GPT-2's position embedding) and every mode.
+    #[test]
+    fn gpu_graph_steps_equal_eager_steps() {
+        let gpu = crate::device::cuda(0).expect("a CUDA device");
+        for arch in ["gpt2", "llama", "qwen2", "gemma2", "olmo2"] {
+            let m = Model::load(&fixture(arch), &gpu).unwrap();
+            let ids: Vec<u32> = (0..100u32).map(|i| (i * 37 + 11) % m.config().vocab as u32).collect();
+            let spec = AdapterSpec { groups: 4, window: 8, sink: 1, causal_sinkhorn: true, ..Default::default() };
+            let a = Adapter::random(&m.identity(), &gpu, &spec, 2).unwrap();
+            for (mode, routed) in [(Mode::Dense, false), (Mode::Dense, true), (Mode::TopK(TopK::new(2, 4).unwrap()), true), (Mode::Soft, true)] {
+                assert_graph_equals_eager(&m, routed.then_some(&a), mode, &ids, 30, &format!("{arch} {mode} routed {routed}"));
+            }
+        }
+    }
+}
+
+/// Steps replayed from a CUDA graph equal steps launched one kernel at a time, bitwise (logits,
+/// reported groups, the host's copy of the routing, the bytes read), in every mode and every
+/// family, and across a growth of the caches' capacity (64 to 128 tokens after a 30-token
+/// prefill), which moves the buffers and makes the generator capture again.
+#[cfg(all(test, feature = "cuda"))]
+fn assert_graph_equals_eager(gpu: &crate::model::Model, adapter: Option<&Adapter>, mode: Mode, ids: &[u32], prefill: usize, at: &str) {
+    let mut g = Generator::new(&gpu.decoder, adapter, mode).unwrap();
+    let mut e = Generator::new(&gpu.decoder, adapter, mode).unwrap();
+    e.set_graph(false);
+    g.feed(&ids[..prefill]).unwrap();
+    e.feed(&ids[..prefill]).unwrap();
+    for (p, &id) in ids.iter().enumerate().skip(prefill) {
+        let (sg, se) = (g.feed(&[id]).unwrap(), e.feed(&[id]).unwrap());
+        assert!(sg.logits == se.logits, "{at} position {p}: graph and eager logits differ");
+        assert_eq!(sg.groups, se.groups, "{at} position {p}: groups");
+        assert_eq!(sg.read, se.read, "{at} position {p}: bytes read");
+    }
+    for (l, (a, b)) in g.layers().iter().zip(e.layers()).enumerate() {
+        assert_eq!(a.len(), b.len(), "{at} layer {l}: cached tokens");
+        if let (Some(ra), Some(rb)) = (&a.routing, &b.routing) {
+            assert_eq!((&ra.memberships, &ra.masks), (&rb.memberships, &rb.masks), "{at} layer {l}: routing");
+        }
+    }
+    let (sg, se) = (g.graph_stats(), e.graph_stats());
+    assert_eq!(sg.fallback, None, "{at}: the capture failed");
+    // One capture per capacity (64 and 128), each after a warm-up step; the rest replayed.
+    assert_eq!(sg.captures, 2, "{at}: {sg:?}");
+    assert_eq!(sg.replays, ids.len() - prefill - 4, "{at}: {sg:?}");
+    assert_eq!((se.captures, se.replays), (0, 0), "{at}: graphs off");
+}
+
+/// The GPU generator's routing (the host copy its steps fill from the device) equals the CPU
+/// generator's for every cached token: memberships to float tolerance, top-k sets exactly unless
+/// two memberships are within rounding of the k-th place.
+#[cfg(all(test, feature = "cuda"))]
+fn assert_routing_agrees(cpu: &Generator, gpu: &Generator, at: &str) {
+    for (l, (a, b)) in cpu.layers().iter().zip(gpu.layers()).enumerate() {
+        let (Some(ra), Some(rb)) = (a.routing.as_ref(), b.routing.as_ref()) else {
+            assert_eq!(a.routing.is_some(), b.routing.is_some(), "{at} layer {l}: routed on one device only");
+            continue;
+        };
+        assert_eq!(ra.masks.len(), rb.masks.len(), "{at} layer {l}: routed tokens");
+        let i = ra.masks.len() - 1;
+        let (ma, mb) = (ra.row(i), rb.row(i));
+        let err = ma.iter().zip(mb).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(err <= 1e-3, "{at} layer {l}: newest memberships differ by {err}: {ma:?} vs {mb:?}");
+        let mut sorted = ma.to_vec();
+        sorted.sort_by(|x, y| y.total_cmp(x));
+        let tie = ra.k < sorted.len() && sorted[ra.k - 1] - sorted[ra.k] < 1e-3;
+        if !tie {
+            assert_eq!(ra.masks[i], rb.masks[i], "{at} layer {l}: newest top-k set");
+        }
+        let sa = ra.sinkhorn.as_ref().map(|s| s.state().to_vec());
+        let sb = rb.sinkhorn.as_ref().map(|s| s.state().to_vec());
+        if let (Some(sa), Some(sb)) = (sa, sb) {
+            let err = sa.iter().zip(&sb).map(|(x, y)| (x - y).abs() / (1.0 + x.abs())).fold(0f64, f64::max);
+            assert!(err <= 1e-3, "{at} layer {l}: Sinkhorn state differs by {err}");
+        }
+    }
+}
+
+/// The GPU generator's device mirror (what the decode kernel reads) equals its host copy.
+#[cfg(all(test, feature = "cuda"))]
+fn assert_device_mirror_agrees(gpu: &Generator, at: &str) {
+    for (l, c) in gpu.layers().iter().enumerate() {
+        let (Some(r), Some(kv)) = (c.routing.as_ref(), c.device.as_ref()) else { continue };
+        assert_eq!(kv.routed, r.masks.len(), "{at} layer {l}: device rows");
+        let n = r.masks.len();
+        let masks = kv.masks.as_ref().unwrap().narrow(0, 0, n).unwrap().to_vec1::<i64>().unwrap();
+        assert_eq!(masks.iter().map(|&m| m as u64).collect::<Vec<_>>(), r.masks, "{at} layer {l}: device top-k sets");
+        let memb = kv.memberships.as_ref().unwrap().narrow(0, 0, n).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert_eq!(memb, r.memberships, "{at} layer {l}: device memberships");
+        if let (Some(st), Some(d)) = (r.sinkhorn.as_ref(), kv.sinkhorn_state.as_ref()) {
+            let d = d.to_vec1::<f64>().unwrap();
+            assert_eq!(&d[..st.state().len()], st.state(), "{at} layer {l}: device Sinkhorn state");
+        }
+    }
+}
+
+#[cfg(all(test, feature = "cuda"))]
+mod real_model_tests {
+    use super::*;
+    use crate::focus::adapter::AdapterSpec;
+    use crate::focus::mask::TopK;
+    use crate::model::Model;
+    use candle_core::Device;
+
+    /// A real GGUF for the GPU tests: `FOCUS_LENS_TEST_GGUF`, else SmolLM2-135M in
+    /// ~/.cache/focus-lens; `None` (the test says it skipped) when neither exists.
+    fn real_model() -> Option<std::path::PathBuf> {
+        let p = std::env::var_os("FOCUS_LENS_TEST_GGUF").map(std::path::PathBuf::from).or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache/focus-lens/SmolLM2-135M-Instruct.Q4_1.gguf"))
+        })?;
+        if p.exists() {
+            Some(p)
+        } else {
+            eprintln!("SKIPPED: no real model at {} (set FOCUS_LENS_TEST_GGUF)", p.display());
+            None
+        }
+    }
+
+    /// Greedy generation with hard top-k on a real model: on the GPU (routing on the device)
+    /// it gives the CPU's tokens, and each step's routing (memberships, top-k sets, Sinkhorn
+    /// state) agrees with the CPU's; the device mirror equals the host copy at the end.
+    #[test]
+    fn cuda_topk_generation_on_a_real_model_equals_the_cpu() {
+        let Some(path) = real_model() else { return };
+        let gpu = crate::device::cuda(0).expect("a CUDA device");
+        let (cm, gm) = (Model::load(&path, &Device::Cpu).unwrap(), Model::load(&path, &gpu).unwrap());
+        let spec = AdapterSpec { groups: 8, window: 16, causal_sinkhorn: true, ..Default::default() };
+        let (ac, ag) = (Adapter::random(&cm.identity(), &Device::Cpu, &spec, 7).unwrap(), Adapter::random(&gm.identity(), &gpu, &spec, 7).unwrap());
+        let prompt = cm.tokenizer().unwrap().encode("The quick brown fox jumps over the lazy dog. Attention routes each token to a few groups, and", false).unwrap().ids;
+        for k in [1, 2] {
+            let mode = Mode::TopK(TopK::new(k, 8).unwrap());
+            let (mut c, mut g) = (Generator::new(&cm.decoder, Some(&ac), mode).unwrap(), Generator::new(&gm.decoder, Some(&ag), mode).unwrap());
+            let (mut sc, mut sg) = (c.feed(&prompt).unwrap(), g.feed(&prompt).unwrap());
+            let argmax = |l: &[f32]| l.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32;
+            for step in 0..40 {
+                let (tc, tg) = (argmax(&sc.logits), argmax(&sg.logits));
+                assert_eq!(tc, tg, "k {k} step {step}: greedy tokens");
+                sc = c.feed(&[tc]).unwrap();
+                sg = g.feed(&[tg]).unwrap();
+                assert_routing_agrees(&c, &g, &format!("k {k} step {step}"));
+                assert_eq!(sc.groups.len(), sg.groups.len());
+            }
+            assert_device_mirror_agrees(&g, &format!("k {k}"));
+        }
+    }
+
+    /// On a real model, graph steps equal eager steps across the decode kernel's chunk
+    /// boundaries and the capacity growth from 256 to 512 tokens, dense and top-k.
+    #[test]
+    fn cuda_graph_steps_equal_eager_steps_on_a_real_model() {
+        let Some(path) = real_model() else { return };
+        let gpu = crate::device::cuda(0).expect("a CUDA device");
+        let m = Model::load(&path, &gpu).unwrap();
+        let spec = AdapterSpec { groups: 8, window: 16, sink: 1, causal_sinkhorn: true, ..Default::default() };
+        let a = Adapter::random(&m.identity(), &gpu, &spec, 7).unwrap();
+        let text = "The quick brown fox jumps over the lazy dog. Attention routes each token to a few groups. ".repeat(20);
+        let ids: Vec<u32> = m.tokenizer().unwrap().encode(&text, false).unwrap().ids.into_iter().take(280).collect();
+        assert_eq!(ids.len(), 280, "the text is long enough");
+        for (mode, routed) in [(Mode::Dense, false), (Mode::TopK(TopK::new(2, 8).unwrap()), true)] {
+            assert_graph_equals_eager(&m, routed.then_some(&a), mode, &ids, 200, &format!("{mode}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod cpu_tests {
+    use super::*;
+    use crate::focus::adapter::AdapterSpec;
+    use crate::focus::mask::TopK;
+    use crate::model::Model;
+    use candle_core::Device;
+
+    /// An instrumented step reports its parts, which add up to its time; a plain step none.
+    #[test]
+    fn step_split_parts_add_up() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/hf_tiny");
+        let m = Model::load(&dir.join("llama"), &Device::Cpu).unwrap();
+        let spec = AdapterSpec { groups: 4, window: 4, causal_sinkhorn: true, ..Default::default() };
+        let a = Adapter::random(&m.identity(), &Device::Cpu, &spec, 2).unwrap();
+        let mut g = Generator::new(&m.decoder, Some(&a), Mode::TopK(TopK::new(2, 4).unwrap())).unwrap();
+        g.feed(&[1, 2, 3, 4, 5, 6, 7, 8, 9, 10]).unwrap();
+        assert!(g.feed(&[11]).unwrap().split.is_none());
+        g.set_split(true);
+        let s = g.feed(&[12]).unwrap().split.expect("an instrumented step");
+        assert!(s.routing_s > 0.0 && s.attention_s > 0.0 && s.total_s > 0.0, "{s:?}");
+        assert!((s.routing_s + s.attention_s + s.rest_s - s.total_s).abs() <= 1e-9 + 1e-6 * s.total_s, "{s:?}");
+    }
+
+    /// Attention sinks [ours]: a cached step on the CPU (top-k through the bucketed rows, soft
+    /// through the gates) gives the full forward's logits row, for s = 0, 1 and 4 with a window
+    /// small enough that the first tokens are distant.
+    #[test]
+    fn cpu_decode_with_sinks_equals_the_full_forward() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/hf_tiny");
+        for arch in ["llama", "gpt2"] {
+            let m = Model::load(&dir.join(arch), &Device::Cpu).unwrap();
+            let ids: Vec<u32> = (0..64u32).map(|i| (i * 37 + 11) % m.config().vocab as u32).collect();
+            for sink in [0, 1, 4] {
+                let spec = AdapterSpec { groups: 4, window: 4, sink, causal_sinkhorn: true, ..Default::default() };
+                let a = Adapter::random(&m.identity(), &Device::Cpu, &spec, 2).unwrap();
+                for mode in [Mode::TopK(TopK::new(1, 4).unwrap()), Mode::TopK(TopK::new(2, 4).unwrap()), Mode::Soft] {
+                    let full = m.decoder.forward(&ids, &ForwardOptions::new(mode, Some(&a))).unwrap().logits.to_vec2::<f32>().unwrap();
+                    let mut g = Generator::new(&m.decoder, Some(&a), mode).unwrap();
+                    assert_eq!(g.strategy(), Strategy::KvCache);
+                    g.feed(&ids[..20]).unwrap();
+                    for (p, &id) in ids.iter().enumerate().skip(20) {
+                        let s = g.feed(&[id]).unwrap();
+                        let scale = full[p].iter().fold(1f32, |a, x| a.max(x.abs()));
+                        let err = s.logits.iter().zip(&full[p]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max) / scale;
+                        assert!(err <= 1e-4, "{arch} {mode} sink {sink} position {p}: relative logit difference {err}");
+                    }
+                }
+            }
+        }
+    }
+}

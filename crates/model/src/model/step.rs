@@ -1,0 +1,96 @@
+//! A generation step's token and position as device data, for a step on a GPU. Everything in
+//! a decode step that depends on the position (the token's embedding, its RoPE rows, GPT-2's
+//! position embedding, the cache row it writes, the keys it attends) reads it from one small
+//! device buffer that the host writes before the step, never from a kernel argument or an
+//! upload made inside the step. So the step's work is the same at every position, and a step
+//! captured once as a CUDA graph (`generate::graph`) replays for every later token.
+
+use super::config::ModelConfig;
+use crate::error::Result;
+use candle_core::{DType, Device, Tensor};
+
+pub struct DeviceStep {
+    /// [token id, position] (u32).
+    buf: Tensor,
+    /// Per RoPE base: the cos/sin tables of every position of the context ((context,
+    /// head_dim / 2), `block::rope_tables`), built once; a step takes its row by index. The
+    /// rows are bitwise those `rope_tables_from(position, 1)` gives (the same f32 angle and the
+    /// same cos/sin kernels). Memory: 2 x context x head_dim / 2 x 4 bytes per base (Gemma 3's
+    /// two bases at 32K context and head_dim 256: 64 MiB).
+    ropes: Vec<(f64, Tensor, Tensor)>,
+}
+
+impl DeviceStep {
+    pub fn new(cfg: &ModelConfig, dev: &Device) -> Result<Self> {
+        let mut ropes: Vec<(f64, Tensor, Tensor)> = Vec::new();
+        for l in 0..cfg.n_layers {
+            if let Some(theta) = cfg.layer_attention(l).rope_theta {
+                if !ropes.iter().any(|r| r.0 == theta) {
+                    let (cos, sin) = super::block::rope_tables(cfg.context, cfg.head_dim, theta, dev)?;
+                    ropes.push((theta, cos, sin));
+                }
+            }
+        }
+        Ok(DeviceStep { buf: Tensor::zeros(2, DType::U32, dev)?, ropes })
+    }
+
+    /// Sets the next step's token and position (a copy to the device, in stream order: the
+    /// previous step has read the old values).
+    pub fn write(&self, id: u32, pos: usize) -> Result<()> {
+        let pos = u32::try_from(pos).map_err(|_| crate::Error::Invalid(format!("position {pos} does not fit a u32")))?;
+        self.buf.slice_set(&Tensor::new(&[id, pos], self.buf.device())?, 0, 0)?;
+        Ok(())
+    }
+
+    /// The whole buffer ([id, position]), as the kernels take it.
+    pub fn buf(&self) -> &Tensor {
+        &self.buf
+    }
+
+    /// The token id (1,), an index for `index_select`.
+    pub fn id(&self) -> Result<Tensor> {
+        Ok(self.buf.narrow(0, 0, 1)?)
+    }
+
+    /// The position (1,), an index for `index_select`.
+    pub fn pos(&self) -> Result<Tensor> {
+        Ok(self.buf.narrow(0, 1, 1)?)
+    }
+
+    /// The step's RoPE rows (1, head_dim / 2) for each base.
+    pub fn rope_rows(&self) -> Result<Vec<(f64, Tensor, Tensor)>> {
+        let pos = self.pos()?;
+        self.ropes.iter().map(|(theta, c, s)| Ok((*theta, c.index_select(&pos, 0)?, s.index_select(&pos, 0)?))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Model;
+
+    /// What a device step reads by index equals what a host step computes: the RoPE rows
+    /// bitwise those of `rope_tables_from(position, 1)` (the claim that lets a captured GPU
+    /// step replace the host's rows), and the embedded token (with GPT-2's position embedding)
+    /// bitwise `embed_at`'s. Run on the CPU, where the same tensor ops run.
+    #[test]
+    fn device_step_rows_equal_the_host_step_rows() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/hf_tiny");
+        for arch in ["llama", "gpt2", "gemma2"] {
+            let m = Model::load(&dir.join(arch), &Device::Cpu).unwrap();
+            let cfg = m.config();
+            let step = DeviceStep::new(cfg, &Device::Cpu).unwrap();
+            for (id, pos) in [(7u32, 0usize), (100, 1), (3, 63), (511, cfg.context - 1)] {
+                step.write(id, pos).unwrap();
+                for (theta, cos, sin) in step.rope_rows().unwrap() {
+                    let (c, s) = crate::model::block::rope_tables_from(pos, 1, cfg.head_dim, theta, &Device::Cpu).unwrap();
+                    assert_eq!(cos.to_vec2::<f32>().unwrap(), c.to_vec2::<f32>().unwrap(), "{arch} position {pos}: cos row");
+                    assert_eq!(sin.to_vec2::<f32>().unwrap(), s.to_vec2::<f32>().unwrap(), "{arch} position {pos}: sin row");
+                }
+                let (a, b) = (m.decoder.embed_step(&step).unwrap(), m.decoder.embed_at(&[&[id]], pos).unwrap());
+                assert_eq!(a.to_vec2::<f32>().unwrap(), b.to_vec2::<f32>().unwrap(), "{arch} token {id} at {pos}: embedding");
+            }
+            assert!(step.write(0, u32::MAX as usize + 1).is_err(), "a position past u32 is refused");
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The training forward: the logits of a batch of sequences through the frozen model with
+//! its routers, differentiable with respect to the routers. It runs one of two forms of the
+//! same function (`TrainPath`):
+//! - the fused step (the default): its own layer loop below, per layer one fused norm, one
+//!   Q/K/V matmul, the router, fused Sinkhorn, one fused RoPE + gated attention op
+//!   (`attention::SoftAttention`) and the block's fused rest (`block.rs`), with the frozen
+//!   weights in bf16 on CUDA (`weights.rs`) and no T x T tensor;
+//! - the composed ops: `Decoder::forward_differentiable`, the inference layer loop with
+//!   candle's ops (f32, explicit T x T scores and gates), which the straight-through objective
+//!   and the shapes the fused kernels do not take use.
+//! tests/differentiable.rs checks that both compute what inference computes.
+
+use super::attention::{SoftAttention, CUDA_HEAD_DIMS, CUDA_MAX_GROUPS};
+use super::block;
+use super::sinkhorn::sinkhorn_fused;
+use super::weights::TrainWeights;
+use crate::attention::Mode;
+use crate::error::{Error, Result};
+use crate::focus::gate::GateFn;
+use crate::focus::mask;
+use crate::model::block::Pass;
+use crate::model::decoder::{Decoder, ForwardOptions};
+use candle_core::{Device, Tensor};
+use std::sync::atomic::Ordering;
+
+/// Which form of the training step runs (both compute the same function).
+#[derive(Clone, Copy)]
+pub struct TrainPath<'a> {
+    /// The fused step; else the composed ops. The straight-through objective, models whose
+    /// attention soft-caps, and on CUDA the shapes its kernels do not take (head dims other
+    /// than 64, 128 and 256, more than 16 groups), always run composed.
+    pub fused: bool,
+    /// Sinkhorn as one op each way (`sinkhorn::sinkhorn_fused`), in either form.
+    pub fused_sinkhorn: bool,
+    /// The frozen weights as the fused step reads them (`TrainWeights::new`); built for the
+    /// call, in `TrainWeights::default_dtype`, when absent.
+    pub weights: Option<&'a TrainWeights>,
+}
+
+impl Default for TrainPath<'_> {
+    fn default() -> Self {
+        TrainPath { fused: true, fused_sinkhorn: true, weights: None }
+    }
+}
+
+/// The training forward (dense or soft mode) of several sequences of one length as one
+/// batched graph: one backward pass per step, and B times fewer (larger) kernel launches on a
+/// GPU. Each sequence is routed and balanced on its own, exactly as `Decoder::forward` with
+/// `differentiable` set. Returns the logits (B*T, vocab), sequence after sequence (in the
+/// fused step's compute dtype: bf16 on CUDA).
+pub fn forward(dec: &Decoder, seqs: &[&[u32]], opts: &ForwardOptions, path: TrainPath) -> Result<Tensor> {
+    let mut opts = ForwardOptions { differentiable: true, ..*opts };
+    if path.fused_sinkhorn {
+        opts.balance = sinkhorn_fused;
+    }
+    if !takes_fused(dec, &opts, path) {
+        return dec.forward_differentiable(seqs, &opts);
+    }
+    let owned;
+    let tw = match path.weights {
+        Some(tw) => tw,
+        None => {
+            owned = TrainWeights::new(dec, TrainWeights::default_dtype(&dec.device))?;
+            &owned
+        }
+    };
+    fused(dec, seqs, &opts, tw)
+}
+
+/// Whether the fused step runs. Its attention op applies a layer's sliding window but not
+/// soft-capping, so a model with soft-capped attention (Gemma 2) trains through the composed
+/// ops.
+pub(crate) fn takes_fused(dec: &Decoder, opts: &ForwardOptions, path: TrainPath) -> bool {
+    let cfg = &dec.config;
+    let groups = opts.adapter.map_or(0, |a| a.config.groups);
+    let kernels_take_it = match &dec.device {
+        Device::Cpu => true,
+        _ => CUDA_HEAD_DIMS.contains(&cfg.head_dim) && groups <= CUDA_MAX_GROUPS,
+    };
+    let softcap = dec.blocks.iter().any(|b| b.attn.softcap.is_some());
+    path.fused && opts.straight_through.is_none() && kernels_take_it && !softcap
+}
+
+/// The fused step's layer loop.
+fn fused(dec: &Decoder, seqs: &[&[u32]], opts: &ForwardOptions, tw: &TrainWeights) -> Result<Tensor> {
+    dec.check(seqs, opts)?;
+    let cfg = &dec.config;
+    let (b, t) = (seqs.len(), seqs[0].len());
+    let pass = Pass::new(cfg, b, t, true, &dec.device)?;
+    let mut x = dec.embed_at(seqs, 0)?;
+    for (l, blk) in dec.blocks.iter().enumerate() {
+        if opts.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+            return Err(Error::Cancelled);
+        }
+        let tb = &tw.blocks[l];
+        let (h, qkv) = block::attention_inputs(blk, &x, tb, cfg)?;
+        // The adapter, where it routes this layer (`RouterLayers`).
+        let routed = opts.adapter.filter(|a| a.config.router_layers.routes(cfg.is_sliding(l)));
+        let (gate, g, window, sink) = match routed {
+            Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
+                let g = a.route_tensor(l, &h, b, opts.sinkhorn_grad, opts.balance)?;
+                if let Some(m) = opts.memberships {
+                    m.lock().expect("memberships collector").push(g.clone());
+                }
+                (GateFn::of(&a.config), Some(g), a.config.window, a.config.sink)
+            }
+            _ => (GateFn::None, None, 0, 0),
+        };
+        let span = blk.attn.span(t);
+        let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope(blk.attn.rope_theta), gate, window, sink, span };
+        x = block::finish(blk, &x, &attn.forward(&qkv, g.as_ref())?, tb)?;
+    }
+    let logits = tw.lm_head.forward(&block::final_norm(&dec.final_norm, &x)?, tw.dtype)?;
+    dec.softcap_logits(logits)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Attention sinks [ours] through the whole training forward: the fused step (CPU) computes
+    //! what the composed ops and soft inference compute, with the same router gradients, for
+    //! s = 0, 1 and 4 on a window small enough that the first tokens are distant.
+    use super::*;
+    use crate::focus::adapter::{Adapter, AdapterSpec, Gate};
+    use crate::focus::router::Router;
+    use crate::model::Model;
+    use candle_core::Var;
+
+    fn fixture(arch: &str) -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/hf_tiny").join(arch)
+    }
+
+    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    }
+
+    /// The next-token loss's gradient with respect to each router variable.
+    fn router_grads(logits: &Tensor, ids: &[u32], vars: &[Var]) -> Vec<Tensor> {
+        let targets = Tensor::from_slice(&ids[1..], ids.len() - 1, &Device::Cpu).unwrap();
+        let loss = candle_nn::loss::cross_entropy(&logits.narrow(0, 0, ids.len() - 1).unwrap(), &targets).unwrap();
+        let g = loss.backward().unwrap();
+        vars.iter().map(|v| g.get(v.as_tensor()).expect("every router parameter gets a gradient").clone()).collect()
+    }
+
+    /// The fused step, the composed ops and soft inference on `ids` with a random adapter of
+    /// `spec`: the same logits and the same router gradients. Returns the composed logits.
+    fn paths_agree(model: &Model, ids: &[u32], spec: &AdapterSpec, what: &str) -> Tensor {
+        let mut adapter = Adapter::random(&model.identity(), &Device::Cpu, spec, 3).unwrap();
+        let mut vars = Vec::new();
+        for r in adapter.layers.iter_mut() {
+            let (p, c) = (Var::from_tensor(&r.proj).unwrap(), Var::from_tensor(&r.centroids).unwrap());
+            *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone(), input_scale: r.input_scale.clone() };
+            vars.extend([p, c]);
+        }
+        let o = ForwardOptions::new(Mode::Soft, Some(&adapter));
+        let inference = model.decoder.forward(ids, &o).unwrap().logits;
+        let fused = forward(&model.decoder, &[ids], &o, TrainPath::default()).unwrap();
+        let composed = forward(&model.decoder, &[ids], &o, TrainPath { fused: false, ..TrainPath::default() }).unwrap();
+        assert!(takes_fused(&model.decoder, &ForwardOptions { differentiable: true, ..o }, TrainPath::default()), "{what}: the fused step runs");
+        let (ef, ec) = (max_abs_diff(&fused, &composed), max_abs_diff(&inference, &composed));
+        assert!(ef <= 1e-4 && ec <= 1e-4, "{what}: fused vs composed {ef}, inference vs composed {ec}");
+        let (gf, gc) = (router_grads(&fused, ids, &vars), router_grads(&composed, ids, &vars));
+        for (i, (a, b)) in gf.iter().zip(&gc).enumerate() {
+            let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+            assert!(scale > 0.0, "{what}: parameter {i}: zero gradient");
+            let err = max_abs_diff(a, b) / scale;
+            assert!(err <= 1e-3, "{what}: parameter {i}: gradient differs by {err} (relative)");
+        }
+        composed
+    }
+
+    #[test]
+    fn fused_step_with_sinks_equals_the_composed_ops_and_inference() {
+        for arch in ["llama", "gpt2"] {
+            let model = Model::load(&fixture(arch), &Device::Cpu).unwrap();
+            let ids: Vec<u32> = (0..48).map(|i| (i * 37 % 500) as u32).collect();
+            for gate in [Gate::Log, Gate::Paper] {
+                let mut logits_by_sink = Vec::new();
+                for sink in [0, 1, 4] {
+                    let spec = AdapterSpec { groups: 4, window: 4, sink, gate, lambda: 4.0, ..Default::default() };
+                    logits_by_sink.push(paths_agree(&model, &ids, &spec, &format!("{arch} {gate:?} sink {sink}")));
+                }
+                // The sink changes the function (the checks above would pass with it ignored
+                // on every path).
+                for s in 1..3 {
+                    let d = max_abs_diff(&logits_by_sink[0], &logits_by_sink[s]);
+                    assert!(d > 1e-4, "{arch} {gate:?}: sink {} gives the logits of sink 0 ({d})", [0, 1, 4][s]);
+                }
+            }
+        }
+    }
+
+    /// A sliding window of the model's own (as Gemma 2/3's local layers), shorter than the
+    /// sequence on every other layer, through the fused step: the same function and router
+    /// gradients as the composed ops and inference, with and without sinks.
+    #[test]
+    fn fused_step_with_a_sliding_window_equals_the_composed_ops_and_inference() {
+        let mut model = Model::load(&fixture("llama"), &Device::Cpu).unwrap();
+        let ids: Vec<u32> = (0..48).map(|i| (i * 37 % 500) as u32).collect();
+        let spec = |sink| AdapterSpec { groups: 4, window: 4, sink, gate: Gate::Log, ..Default::default() };
+        let global = paths_agree(&model, &ids, &spec(0), "no sliding window");
+        for (l, b) in model.decoder.blocks.iter_mut().enumerate() {
+            if l % 2 == 0 {
+                b.attn.window = Some(12);
+            }
+        }
+        for sink in [0, 4] {
+            let slid = paths_agree(&model, &ids, &spec(sink), &format!("sliding window 12, sink {sink}"));
+            if sink == 0 {
+                let d = max_abs_diff(&global, &slid);
+                assert!(d > 1e-4, "the sliding window leaves the logits as they were ({d})");
+            }
+        }
+    }
+}
