@@ -79,3 +79,92 @@ fn analysis_keeps_its_passes_within_the_budget() {
     // Whole-sequence Sinkhorn: a prefix of the pass is not the pass of the prefix.
     assert!(!adapter.config.causal_sinkhorn && !all[0].serves(mode, 100) && all[0].serves(mode, 120));
 }
+
+/// Issue 48: `focus-lens analyze --out` and the GUI's statistics export write the same files for
+/// the same input (model, adapter, text, top-k with k = 2, no untrained twin: the GUI computes
+/// none), byte for byte: the CSV set (per group, profiles, tokens, tidy groups, Arrow IPC,
+/// structure and its table) in the shown numbering and in the raw one, and the JSON apart from
+/// its `provenance` (the CLI records its arguments, the GUI its settings and selection: left out
+/// of the comparison on purpose, as the only part that says who wrote the file).
+#[test]
+fn analyze_out_and_the_gui_export_write_the_same_files() {
+    use focus_lens::gui::{export, jobs, state, worker::Handle};
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().unwrap();
+    let text: String = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap().chars().skip(10_000).take(1500).collect();
+    let file = tmp.path().join("p.txt");
+    std::fs::write(&file, &text).unwrap();
+    let ad = common::root().join("sample_adapters/smollm2-135m-k8");
+    // The CLI, once per file set.
+    let cli = |out: &std::path::Path, extra: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_focus-lens"))
+            .args(["analyze", "--model"])
+            .arg(common::model_path())
+            .arg("--adapter")
+            .arg(&ad)
+            .args(["--mode", "topk", "--k", "2", "--no-twin"])
+            .args(extra)
+            .arg(&file)
+            .arg("--out")
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    // The GUI's analysis job on the same inputs (the adapter named as the CLI names it).
+    let model = Arc::new(Model::load(&common::model_path(), &Device::Cpu).unwrap());
+    let adapter = Arc::new(Adapter::load(&ad, &model.identity(), model.device()).unwrap());
+    let params = state::RunParams::default();
+    assert_eq!((params.mode, params.k), (state::ModeChoice::TopK, 2));
+    let job = jobs::AnalysisJob {
+        model: model.clone(),
+        adapter,
+        adapter_label: ad.display().to_string(),
+        text_label: "p.txt".into(),
+        text: Arc::new(text.clone()),
+        key: state::AnalysisKey { model_gen: 1, adapter_gen: 1, text_gen: 1, params },
+        disk: None,
+        adapter_file: String::new(),
+    };
+    let res = jobs::analyze(job, false, &Handle::default(), &|_| {}).unwrap();
+    assert!(res.tokens() < res.key.params.max_tokens, "the GUI analyses the whole text, as the CLI does");
+    // The visible files of a folder (the atomic set's store is hidden), with their bytes.
+    let files = |dir: &std::path::Path| -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.'))
+            .map(|n| (n.clone(), std::fs::read(dir.join(&n)).unwrap()))
+            .collect();
+        v.sort();
+        v
+    };
+    for raw in [false, true] {
+        let (a, b) = (tmp.path().join(format!("cli-{raw}")), tmp.path().join(format!("gui-{raw}")));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        cli(&a.join("s.csv"), if raw { &["--raw-groups"] } else { &[] });
+        export::write_csv_set(&res, &b.join("s.csv"), raw).unwrap();
+        let (fa, fb) = (files(&a), files(&b));
+        let names: Vec<&str> = fa.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["s.csv", "s.groups.arrow", "s.groups.csv", "s.profiles.csv", "s.structure.csv", "s.structure_table.csv", "s.tokens.csv"]);
+        assert_eq!(fa.iter().map(|(n, _)| n).collect::<Vec<_>>(), fb.iter().map(|(n, _)| n).collect::<Vec<_>>(), "the same set");
+        for ((name, x), (_, y)) in fa.iter().zip(&fb) {
+            assert!(x == y, "{name} (raw numbers: {raw}) differs between analyze --out and the GUI's export");
+        }
+        if !raw {
+            // The shown numbering is not the raw one somewhere, so the comparison saw it.
+            assert!((0..res.layers()).any(|l| (0..res.groups()).any(|g| res.shown_group(l, g, false) != g)));
+        }
+    }
+    let json_cli = tmp.path().join("cli.json");
+    cli(&json_cli, &[]);
+    let gui_json = export::stats_json(&res, serde_json::json!({"written_by": "the GUI"}), false).unwrap();
+    let mut a: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_cli).unwrap()).unwrap();
+    let mut b: serde_json::Value = serde_json::from_str(&gui_json).unwrap();
+    for v in [&mut a, &mut b] {
+        assert!(v.as_object_mut().unwrap().remove("provenance").is_some(), "both record a provenance");
+    }
+    assert!(a == b, "the JSON of analyze --out and of the GUI's export differ beyond the provenance");
+    assert!(a["group_numbers"].as_str().unwrap().starts_with("shown"));
+}

@@ -148,9 +148,12 @@ fn sample_analysis_profiles_and_routing_space() {
     let json: serde_json::Value = serde_json::to_value(&an).unwrap();
     assert_eq!(json["profiles"].as_array().unwrap().len(), 30);
     assert!(json["tokens"][0]["category"].is_string() && json["tokens"][0]["piece"].is_string());
-    let pcsv = an.profiles_csv();
+    // The statistics set's profiles (core's one writer), by raw centroid index.
+    let shown = focus_core::analysis::shown::ShownAnalysis::new(an.clone());
+    let structure = focus_core::analysis::structure::StructureReport::of_analysis(&an, None);
+    let pcsv = focus_core::analysis::export::StatsExport::new(&shown, focus_core::analysis::shown::Numbering::Raw, &structure).profiles_csv();
     assert_eq!(pcsv.lines().count(), 1 + 30 * k);
-    assert!(pcsv.lines().next().unwrap().starts_with("layer,group,tokens,label,top_category,purity,n_punctuation"));
+    assert!(pcsv.lines().next().unwrap().starts_with("layer,group,group_raw,tokens,label,top_category,purity,n_punctuation"));
     assert_eq!(csv_records(&an.tokens_csv()), 1 + t);
 
     // Routing space of one layer: as many points as tokens, K centroids, variance shares that

@@ -299,22 +299,24 @@ fn analyze_writes_json_and_csv() {
     let csv = std::fs::read_to_string(&csv_path).unwrap();
     let mut lines = csv.lines();
     let header = lines.next().unwrap();
+    // Group numbers as the GUI shows them (matched across layers), the raw index beside them.
     assert_eq!(
         header,
-        "layer,group,size,size_share,mass_before,mass_after,dominance,mean_confidence,mean_entropy,pairs_retained,pairs_local,pairs_same_group_distant,pairs_causal"
+        "layer,group,group_raw,size,size_share,mass_before,mass_after,dominance,mean_confidence,mean_entropy,pairs_retained,pairs_local,pairs_same_group_distant,pairs_causal"
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 30 * 4);
     for (i, r) in rows.iter().enumerate() {
-        assert_eq!(r.len(), 13, "row {i}: {r:?}");
+        assert_eq!(r.len(), 14, "row {i}: {r:?}");
         let (l, g) = (i / 4, i % 4);
         assert_eq!((r[0].parse::<usize>().unwrap(), r[1].parse::<usize>().unwrap()), (l, g));
         // The CSV holds the same numbers as the JSON.
         let layer = &layers[l];
-        assert_eq!(r[2].parse::<u64>().unwrap(), layer["group_size"][g].as_u64().unwrap());
-        assert!((r[6].parse::<f64>().unwrap() - num(layer, "dominance")).abs() < 1e-5);
-        assert!((r[9].parse::<f64>().unwrap() - num(&layer["pairs"], "retained")).abs() < 1e-5);
-        assert_eq!(r[12].parse::<u64>().unwrap(), causal);
+        assert_eq!(r[2].parse::<u64>().unwrap(), layer["group_raw_of_shown"][g].as_u64().unwrap());
+        assert_eq!(r[3].parse::<u64>().unwrap(), layer["group_size"][g].as_u64().unwrap());
+        assert!((r[7].parse::<f64>().unwrap() - num(layer, "dominance")).abs() < 1e-5);
+        assert!((r[10].parse::<f64>().unwrap() - num(&layer["pairs"], "retained")).abs() < 1e-5);
+        assert_eq!(r[13].parse::<u64>().unwrap(), causal);
     }
     // Any other extension is refused.
     has(

@@ -91,7 +91,7 @@ fn gui_end_to_end() {
     let pv = &json["provenance"];
     assert!(pv["adapter_path"].as_str().unwrap().contains("smollm2-135m-k8"), "{pv}");
     assert_eq!(pv["text_path"].as_str().unwrap(), text.display().to_string());
-    assert_eq!(pv["text_sha256"].as_str().unwrap(), focus_lens::gui::export::sha256::hex(body.as_bytes()));
+    assert_eq!(pv["text_sha256"].as_str().unwrap(), focus_lens::gui::export::sha256_hex(body.as_bytes()));
     assert_eq!(pv["settings"]["mode"], "topk(2)");
     assert_eq!(pv["settings"]["k"], 2);
     assert_eq!(pv["settings"]["layer"], 7);

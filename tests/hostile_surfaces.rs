@@ -441,8 +441,8 @@ fn exports_never_replace_a_device_fifo_or_socket() {
 }
 
 /// The visible content of `names` in `dir` (None: absent).
-fn visible_set(dir: &Path, names: &[&str]) -> Vec<Option<String>> {
-    names.iter().map(|n| std::fs::read_to_string(dir.join(n)).ok()).collect()
+fn visible_set(dir: &Path, names: &[&str]) -> Vec<Option<Vec<u8>>> {
+    names.iter().map(|n| std::fs::read(dir.join(n)).ok()).collect()
 }
 
 /// What a write of a set may leave in its folder once done: the visible names, the set's store
@@ -470,7 +470,7 @@ fn a_set_killed_at_any_step_shows_the_old_or_the_new_set_and_the_next_run_cleans
     let m = d.path().to_str().unwrap().to_string();
     let adapter = d.path().join("adapter");
     assert!(run(&["adapter", "init", "--model", &m, "--groups", "4", "--window", "4", "--out", adapter.to_str().unwrap()]).status.success());
-    let names = ["k.csv", "k.profiles.csv", "k.tokens.csv", "k.structure.csv", "k.structure_table.csv"];
+    let names = ["k.csv", "k.profiles.csv", "k.tokens.csv", "k.groups.csv", "k.groups.arrow", "k.structure.csv", "k.structure_table.csv"];
     let tmp = tempfile::tempdir().unwrap();
     let text = tmp.path().join("text.txt");
     let texts = ["the cat sat on the mat. ".repeat(10), "a dog ran in the park, then slept! ".repeat(12)];

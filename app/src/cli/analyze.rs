@@ -1,10 +1,13 @@
 //! `analyze`: route a text through the model with an adapter and write the per-layer routing
-//! statistics (JSON, or CSV with category profiles and per-token categories beside it).
+//! statistics: core's statistics set (`analysis::export`, the files the GUI's export writes),
+//! group numbers matched across layers as the GUI shows them unless `--raw-groups`.
 
 use super::common::{progress, FocusArgs, ModelArgs};
 use anyhow::{bail, Result};
+use focus_core::analysis::export::StatsExport;
+use focus_core::analysis::shown::{Numbering, ShownAnalysis};
 use focus_core::analysis::structure::{shown_token, StructureReport};
-use focus_core::analysis::{analyze, AnalyzeOptions};
+use focus_core::analysis::{analyze, AnalyzeOptions, DEFAULT_SEGMENT};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -16,18 +19,24 @@ pub struct Args {
     pub focus: FocusArgs,
     /// Texts longer than this are analysed in consecutive segments of this many tokens, each
     /// from position 0 (capped at the model's context).
-    #[arg(long, default_value_t = 2048, value_parser = super::common::count::<1, 1048576>)]
+    #[arg(long, default_value_t = DEFAULT_SEGMENT, value_parser = super::common::count::<1, 1048576>)]
     pub segment: usize,
     /// Leave per-token memberships out of the JSON.
     #[arg(long)]
     pub no_tokens: bool,
     pub file: PathBuf,
-    /// stats.json (everything, with a `structure` object) or stats.csv (one row per layer and
-    /// group; the groups' category profiles go to STEM.profiles.csv, per-token categories to
-    /// STEM.tokens.csv, the structure per layer beside the twin's to STEM.structure.csv and the
-    /// best layer's paper-form table to STEM.structure_table.csv beside it).
+    /// stats.json (everything, with a `structure` object and a `provenance`) or stats.csv (one
+    /// row per layer and group; the groups' category profiles go to STEM.profiles.csv,
+    /// per-token categories to STEM.tokens.csv, each token's group in every layer to
+    /// STEM.groups.csv and, with its memberships, to STEM.groups.arrow (Arrow IPC), the structure
+    /// per layer beside the twin's to STEM.structure.csv and the best layer's paper-form table
+    /// to STEM.structure_table.csv): the same files as the GUI's statistics export.
     #[arg(long)]
     pub out: PathBuf,
+    /// Write the centroids' own group numbers instead of numbers matched across layers (the
+    /// GUI's "raw group numbers"); either way a `group_raw` column gives the centroid.
+    #[arg(long)]
+    pub raw_groups: bool,
     /// Print the best layer's centroid table in the paper's form (group, category, purity, top
     /// tokens with counts); the best layer has the highest token-weighted purity.
     #[arg(long)]
@@ -39,14 +48,6 @@ pub struct Args {
     /// the same text, mode and k), which the structure measures are reported beside.
     #[arg(long)]
     pub no_twin: bool,
-}
-
-/// The JSON output: the analysis and, beside it, its structure (`analysis::structure`).
-#[derive(serde::Serialize)]
-struct Output<'a> {
-    #[serde(flatten)]
-    analysis: &'a focus_core::analysis::Analysis,
-    structure: &'a StructureReport,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -89,17 +90,22 @@ pub fn run(a: Args) -> Result<()> {
     };
     pb.finish_and_clear();
     let structure = StructureReport::of_analysis(&an, twin.as_ref().map(|(t, s)| (t, *s)));
-    let bytes = if ext == "json" { serde_json::to_vec_pretty(&Output { analysis: &an, structure: &structure })? } else { an.to_csv().into_bytes() };
+    let numbering = Numbering::raw_if(a.raw_groups);
+    let shown = ShownAnalysis::new(an);
+    let export = StatsExport::new(&shown, numbering, &structure);
+    let provenance = serde_json::json!({
+        "app": format!("focus-lens {}", env!("CARGO_PKG_VERSION")),
+        "model_path": a.model.model.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| format!("default: {}", crate::defaults::default_model_path().display())),
+        "adapter_path": path,
+        "text_path": a.file.display().to_string(),
+        "text_sha256": crate::gui::export::sha256_hex(text.as_bytes()),
+        "text_bytes": text.len(),
+    });
     // One export: the CSV set is switched as one (`io::export_set`), so at every instant, a kill
     // included, the names show the whole old set or the whole new one.
-    let mut files = vec![(a.out.clone(), bytes)];
-    if ext == "csv" {
-        let table = structure.table.as_ref().map(|t| t.to_csv()).unwrap_or_default();
-        for (suffix, csv) in [("profiles.csv", an.profiles_csv()), ("tokens.csv", an.tokens_csv()), ("structure.csv", structure.to_csv()), ("structure_table.csv", table)] {
-            files.push((a.out.with_extension(suffix), csv.into_bytes()));
-        }
-    }
+    let files = export.files(&a.out, Some(&provenance), &crate::gui::export::arrow::token_groups_arrow)?;
     focus_core::io::write_atomic_set(&files)?;
+    let an = &shown.analysis;
     for (p, _) in &files[1..] {
         eprintln!("wrote {}", p.display());
     }
@@ -110,7 +116,7 @@ pub fn run(a: Args) -> Result<()> {
         crate::outln!("{:>5}  {:>9.3}  {:>10.3}  {:>14.3}  {:>6.3}", l.layer, l.dominance, l.mean_confidence, l.pairs.retained, p.purity())?;
     }
     if a.labels {
-        crate::out!("{}", labels_table(&an, a.layer))?;
+        crate::out!("{}", labels_table(&shown, numbering, a.layer))?;
     }
     eprint!("{}", structure.summary());
     eprintln!("wrote {}", a.out.display());
@@ -121,10 +127,12 @@ pub fn run(a: Args) -> Result<()> {
 const TABLE_TOKENS: usize = 5;
 
 /// The centroid table of one layer (`layer`, else the one of highest token-weighted purity) in
-/// the paper's form: per group its top category, purity, share of the tokens and top tokens
-/// with counts, e.g. `G4  punctuation  96%  12.5%  , x55  . x24  ; x4`.
-pub fn labels_table(an: &focus_core::analysis::Analysis, layer: Option<usize>) -> String {
+/// the paper's form: per group (by its number, in the order of the numbers) its top category,
+/// purity, share of the tokens and top tokens with counts, e.g.
+/// `G4  punctuation  96%  12.5%  , x55  . x24  ; x4`.
+pub fn labels_table(shown: &ShownAnalysis, numbering: Numbering, layer: Option<usize>) -> String {
     use focus_core::analysis::categories::best_layer;
+    let an = &shown.analysis;
     let Some((best, _)) = best_layer(an.routed_profiles()) else { return "no category profiles: nothing to label\n".into() };
     let l = layer.unwrap_or(best);
     let Some(p) = an.profiles.get(l) else { return format!("no category profile for layer {l}\n") };
@@ -143,12 +151,15 @@ pub fn labels_table(an: &focus_core::analysis::Analysis, layer: Option<usize>) -
         100.0 / an.groups.max(1) as f64
     );
     s += &format!("{:<5}  {:<12}  {:>6}  {:>6}  top tokens (count)\n", "group", "category", "purity", "size");
-    for c in &p.centroids {
+    let (number, _) = shown.numbers(l, numbering);
+    let mut rows: Vec<(usize, &focus_core::analysis::categories::CentroidProfile)> = p.centroids.iter().map(|c| (number.get(c.group).copied().unwrap_or(c.group), c)).collect();
+    rows.sort_by_key(|&(n, _)| n);
+    for (n, c) in rows {
         let cat = c.top_category.map(|c| c.name()).unwrap_or("empty");
         let purity = c.purity.map(|u| format!("{:.0}%", 100.0 * u)).unwrap_or_else(|| "-".into());
         let size = format!("{:.1}%", 100.0 * c.tokens as f64 / total.max(1) as f64);
         let tops: Vec<String> = c.top_tokens.iter().take(TABLE_TOKENS).map(|t| format!("{} x{}", shown_token(&t.text), t.count)).collect();
-        s += &format!("{:<5}  {:<12}  {:>6}  {:>6}  {}\n", format!("G{}", c.group), cat, purity, size, tops.join("  "));
+        s += &format!("{:<5}  {:<12}  {:>6}  {:>6}  {}\n", format!("G{n}"), cat, purity, size, tops.join("  "));
     }
     s
 }

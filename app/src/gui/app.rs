@@ -550,7 +550,7 @@ impl FocusLensApp {
         let text = match kind {
             ExportKind::StatsJson => {
                 let text = self.session.text.as_ref().filter(|t| t.gen == res.key.text_gen).map(|t| t.text.clone());
-                export::stats(&res, kind, export::provenance(&res, &self.settings, text.as_deref().map(|s| s.as_str()), &self.selection), self.settings.setup.raw_groups)
+                export::stats_json(&res, export::provenance(&res, &self.settings, text.as_deref().map(|s| s.as_str()), &self.selection), self.settings.setup.raw_groups)
             }
             ExportKind::ViewSvg => self.views.svg(&self.settings, &res, self.selection.selected, self.selection.range),
             ExportKind::CompareJson => self.views.compare.result.as_ref().map(|c| c.json(layer, head)).ok_or_else(|| "no comparison yet: press Run comparison first".to_string()),

@@ -3,7 +3,7 @@
 //! partners, and frame timing. Views read these through their context (`views::ViewCtx`); only
 //! the app changes them.
 
-use focus_core::analysis::Analysis;
+use focus_core::analysis::shown::ShownAnalysis;
 use focus_core::focus::mask::TopK;
 use focus_core::{Adapter, Mode, Model};
 use serde::{Deserialize, Serialize};
@@ -419,11 +419,13 @@ pub struct AnalysisKey {
     pub params: RunParams,
 }
 
+/// An analysis as the GUI holds it: core's `ShownAnalysis` (the analysis, its top groups, masks,
+/// labels and numbering, which it dereferences to) with what the GUI ran it from and keeps of it.
 pub struct AnalysisResult {
     pub key: AnalysisKey,
     /// The mode as run (`key.params.mode`, k checked against the adapter's K).
     pub mode: Mode,
-    pub analysis: Analysis,
+    pub shown: ShownAnalysis,
     /// The adapter as run (window and Sinkhorn overrides applied).
     pub adapter: Arc<Adapter>,
     pub model: Arc<Model>,
@@ -432,17 +434,6 @@ pub struct AnalysisResult {
     pub note: Option<String>,
     /// Tokens in the whole text (the analysis covers the first `max_tokens` of them).
     pub text_tokens: usize,
-    /// `argmax[layer][token]`: the token's top group.
-    pub argmax: Vec<Vec<u8>>,
-    /// `masks[layer][token]`: bitmask of the token's top-k groups.
-    pub masks: Vec<Vec<u64>>,
-    /// `labels[layer][group]`: a short automatic label per group.
-    pub labels: Vec<Vec<String>>,
-    /// `aligned[layer][group]`: the group's number matched across layers (`align::chain`), or,
-    /// after another adapter was shown on the same tokens, to that run's numbers layer by layer
-    /// (`align::to_reference`; `aligned_to` names it).
-    pub aligned: Vec<Vec<usize>>,
-    pub aligned_to: Option<String>,
     /// The analysed text's name (file name or the embedded sample).
     pub text_label: String,
     /// Read from the disk cache (`jobs::disk_cache`) rather than computed; `seconds` is then
@@ -454,31 +445,16 @@ pub struct AnalysisResult {
     pub kept: Vec<Arc<focus_core::analysis::kept::KeptPass>>,
 }
 
+/// The views read core's result through the GUI's (`res.analysis`, `res.argmax`,
+/// `res.shown_group(..)`): one type of what is shown, held, not copied field by field.
+impl std::ops::Deref for AnalysisResult {
+    type Target = ShownAnalysis;
+    fn deref(&self) -> &ShownAnalysis {
+        &self.shown
+    }
+}
+
 impl AnalysisResult {
-    pub fn tokens(&self) -> usize {
-        self.analysis.tokens.len()
-    }
-    pub fn layers(&self) -> usize {
-        self.analysis.layers.len()
-    }
-    pub fn groups(&self) -> usize {
-        self.analysis.groups
-    }
-    pub fn window(&self) -> usize {
-        self.analysis.window
-    }
-    /// The adapter's attention sinks [ours]: the first `sink` tokens of each segment are
-    /// always attendable.
-    pub fn sink(&self) -> usize {
-        self.analysis.sink
-    }
-    /// The number (and colour) group `g` of `layer` is shown by: matched across layers, or raw.
-    pub fn shown_group(&self, layer: usize, g: usize, raw: bool) -> usize {
-        if raw {
-            return g;
-        }
-        self.aligned.get(layer).and_then(|m| m.get(g)).copied().unwrap_or(g)
-    }
     /// The same analysis with its group numbers matched, layer by layer, to `reference`'s (the
     /// same tokens run with another adapter), so that a colour keeps meaning the same tokens
     /// when the adapter changes.
@@ -486,30 +462,16 @@ impl AnalysisResult {
         AnalysisResult {
             key: self.key.clone(),
             mode: self.mode,
-            analysis: self.analysis.clone(),
+            shown: self.shown.aligned_to(&reference.shown),
             adapter: self.adapter.clone(),
             model: self.model.clone(),
             seconds: self.seconds,
             note: self.note.clone(),
             text_tokens: self.text_tokens,
-            argmax: self.argmax.clone(),
-            masks: self.masks.clone(),
-            labels: self.labels.clone(),
-            aligned: focus_core::analysis::align::to_reference(&reference.masks, &reference.aligned, &self.masks, self.groups()),
-            aligned_to: Some(reference.analysis.adapter.clone()),
             text_label: self.text_label.clone(),
             from_disk: self.from_disk,
             kept: self.kept.clone(),
         }
-    }
-    /// The raw groups of `layer` in the order they are shown (by shown number).
-    pub fn groups_in_shown_order(&self, layer: usize, raw: bool) -> Vec<usize> {
-        let mut v: Vec<usize> = (0..self.groups()).collect();
-        v.sort_by_key(|&g| self.shown_group(layer, g, raw));
-        v
-    }
-    pub fn token_routing(&self, layer: usize, i: usize) -> Option<&focus_core::analysis::stats::TokenRouting> {
-        self.analysis.layers.get(layer)?.tokens.as_ref()?.get(i)
     }
 }
 

@@ -2,20 +2,20 @@
 //! beside the tidy STEM.groups.csv): the same rows and numbers, in a columnar file that pandas,
 //! polars, DuckDB or R's arrow read without parsing text, for long texts (32K tokens x 30 layers
 //! is a million rows). Written with the Apache Arrow crates (`arrow-ipc`), one record batch per
-//! layer.
+//! layer. Core's statistics set (`focus_core::analysis::export`) calls it as its `ArrowEncoder`,
+//! for `focus-lens analyze --out` and the GUI's export alike.
 
-use super::group_maps;
-use crate::gui::state::AnalysisResult;
+use focus_core::analysis::shown::{Numbering, ShownAnalysis};
 use arrow_array::builder::{Float32Builder, ListBuilder, StringBuilder, UInt16Builder, UInt32Builder};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema};
 use std::sync::Arc;
 
-/// The schema: one row per (token, layer). `group` is the number shown (`raw`: the "raw group
-/// numbers" setting), `group_raw` the centroid's index; `memberships[s]` is the membership of
-/// the group shown as `s` (null where no group shows as `s`); `confidence` the largest
-/// membership (null when the analysis kept no per-token routing, as memberships then).
-pub fn schema(res: &AnalysisResult, raw: bool) -> Schema {
+/// The schema: one row per (token, layer). `group` is the group's number (`numbering`),
+/// `group_raw` the centroid's index; `memberships[s]` is the membership of the group numbered
+/// `s` (null where no group has number `s`); `confidence` the largest membership (null when the
+/// analysis kept no per-token routing, as memberships then).
+pub fn schema(res: &ShownAnalysis, numbering: Numbering) -> Schema {
     let fields = vec![
         Field::new("token", DataType::UInt32, false),
         Field::new("text", DataType::Utf8, false),
@@ -26,24 +26,24 @@ pub fn schema(res: &AnalysisResult, raw: bool) -> Schema {
         Field::new("category", DataType::Utf8, false),
         Field::new("memberships", DataType::List(Arc::new(Field::new_list_field(DataType::Float32, true))), true),
     ];
-    let numbers = if raw { "raw centroid indices (as shown with raw group numbers ticked)" } else { "shown: matched across layers or to the compared run, as on screen; group_raw gives the centroid index" };
-    let meta = [("group_numbers", numbers.to_string()), ("model", res.analysis.model.clone()), ("adapter", res.analysis.adapter.clone()), ("mode", res.analysis.mode.clone())];
+    let meta = [("group_numbers", numbering.note().to_string()), ("model", res.analysis.model.clone()), ("adapter", res.analysis.adapter.clone()), ("mode", res.analysis.mode.clone())];
     Schema::new_with_metadata(fields, meta.into_iter().map(|(k, v)| (k.to_string(), v)).collect::<std::collections::HashMap<_, _>>())
 }
 
 /// The Arrow IPC file's bytes.
-pub fn token_groups_arrow(res: &AnalysisResult, raw: bool) -> Result<Vec<u8>, String> {
-    let schema = Arc::new(schema(res, raw));
-    let err = |e: arrow_schema::ArrowError| format!("Arrow IPC: {e}");
+pub fn token_groups_arrow(res: &ShownAnalysis, numbering: Numbering) -> focus_core::Result<Vec<u8>> {
+    let schema = Arc::new(schema(res, numbering));
+    let err = |e: arrow_schema::ArrowError| focus_core::Error::Invalid(format!("Arrow IPC: {e}"));
     let mut w = arrow_ipc::writer::FileWriter::try_new(Vec::new(), &schema).map_err(err)?;
     let n = res.tokens();
     for layer in 0..res.layers() {
-        let (shown, raw_of) = group_maps(res, layer, raw);
+        let (shown, raw_of) = res.numbers(layer, numbering);
         let routing = res.analysis.routing.get(layer).filter(|r| r.t == n);
         let (mut token, mut text, mut lay, mut group, mut group_raw) = (UInt32Builder::with_capacity(n), StringBuilder::new(), UInt16Builder::with_capacity(n), UInt16Builder::with_capacity(n), UInt16Builder::with_capacity(n));
         let (mut conf, mut cat, mut mem) = (Float32Builder::with_capacity(n), StringBuilder::new(), ListBuilder::new(Float32Builder::new()));
         for (i, t) in res.analysis.tokens.iter().enumerate() {
-            let g = res.argmax[layer][i] as usize;
+            let Some(&g) = res.argmax.get(layer).and_then(|a| a.get(i)) else { continue };
+            let g = g as usize;
             token.append_value(i as u32);
             text.append_value(&t.text);
             lay.append_value(layer as u16);

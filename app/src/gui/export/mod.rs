@@ -1,15 +1,24 @@
 //! What every export shares: the kinds (statistics as CSV or JSON, the current view as SVG or
-//! PNG) and their default file names, the statistics themselves (the same as `focus-lens
-//! analyze`), the atomic file write, and the PNG path (a screenshot of the central view, cropped
-//! and encoded). `svg` is the SVG writer and its charts. Each view's own SVG is drawn next to the
-//! view, in `views/`.
+//! PNG) and their default file names, the statistics (core's `analysis::export`, the same files
+//! `focus-lens analyze --out` writes, with the GUI's provenance), the atomic file write, and the
+//! PNG path (a screenshot of the central view, cropped and encoded). `svg` is the SVG writer and
+//! its charts; `arrow` the per-token groups as Arrow IPC. Each view's own SVG is drawn next to
+//! the view, in `views/`.
 
 pub mod arrow;
-pub mod sha256;
 pub mod svg;
 
 use super::state::{AnalysisResult, Settings};
+use focus_core::analysis::export::StatsExport;
+use focus_core::analysis::shown::Numbering;
+use focus_core::analysis::structure::StructureReport;
 use std::path::{Path, PathBuf};
+
+/// The SHA-256 of `bytes` in lowercase hex (the provenance's text hashes).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExportKind {
@@ -70,10 +79,10 @@ pub fn provenance(res: &AnalysisResult, settings: &Settings, text: Option<&str>,
         "model_path": path(&settings.inputs.model).unwrap_or_else(|| format!("default: {}", crate::defaults::default_model_path().display())),
         "adapter_path": path(&settings.inputs.adapter).unwrap_or_else(|| format!("embedded default: {}", crate::defaults::SAMPLE_ADAPTER_NAME)),
         "text_path": path(&settings.inputs.text).unwrap_or_else(|| format!("embedded default: {}", crate::defaults::SAMPLE_TEXT_NAME)),
-        "text_sha256": text.map(|t| sha256::hex(t.as_bytes())),
+        "text_sha256": text.map(|t| sha256_hex(t.as_bytes())),
         "text_bytes": text.map(str::len),
         "analysed_bytes": analysed,
-        "analysed_sha256": text.and_then(|t| t.get(..analysed)).map(|t| sha256::hex(t.as_bytes())),
+        "analysed_sha256": text.and_then(|t| t.get(..analysed)).map(|t| sha256_hex(t.as_bytes())),
         "text_tokens": res.text_tokens,
         "analysed_tokens": res.tokens(),
         "settings": {
@@ -96,7 +105,7 @@ pub fn provenance(res: &AnalysisResult, settings: &Settings, text: Option<&str>,
         // How the exported group numbers relate to the adapter's centroids: the numbers the
         // screen shows (matched across layers, or to a compared run), or the raw indices when the
         // user ticked "raw group numbers". Each layer's `group_raw_of_shown` maps them back.
-        "group_numbers": if settings.setup.raw_groups { "raw centroid indices (as shown with raw group numbers ticked)" } else { "shown: matched across layers (align::chain) or to the compared run, as on screen; group_raw columns give the centroid index" },
+        "group_numbers": Numbering::raw_if(settings.setup.raw_groups).note(),
         "groups_aligned_to": res.aligned_to,
         // The selected token and range (token indices, both ends included), and for a range the
         // tokens of each group in the selected layer (by shown number) and its byte span.
@@ -120,161 +129,23 @@ pub fn provenance(res: &AnalysisResult, settings: &Settings, text: Option<&str>,
     })
 }
 
-/// The assignment statistics of `res` as CSV or JSON (the JSON with its `provenance`), group
-/// numbers as shown (`raw`: the "raw group numbers" setting).
-pub fn stats(res: &AnalysisResult, kind: ExportKind, provenance: serde_json::Value, raw: bool) -> Result<String, String> {
-    match kind {
-        ExportKind::StatsJson => {
-            let mut v = serde_json::to_value(&res.analysis).map_err(|e| e.to_string())?;
-            renumber_json(res, raw, &mut v);
-            if let Some(o) = v.as_object_mut() {
-                o.insert("provenance".into(), provenance);
-            }
-            serde_json::to_string_pretty(&v).map_err(|e| e.to_string())
-        }
-        _ => Ok(groups_csv(res, raw)),
-    }
+/// The statistics of `res` as core writes them (`analysis::export`, numbered as shown unless
+/// `raw`: the "raw group numbers" setting), with the structure of its analysis (no untrained twin:
+/// `focus-lens analyze --no-twin`'s).
+pub fn stats_export(res: &AnalysisResult, raw: bool) -> StatsExport<'_> {
+    StatsExport::new(&res.shown, Numbering::raw_if(raw), &StructureReport::of_analysis(&res.analysis, None))
 }
 
-/// `shown[g]` for each raw group of `layer`, and its inverse (`raw_of[s]`, None where no raw
-/// group shows as `s`: a run aligned to one of larger K).
-fn group_maps(res: &AnalysisResult, layer: usize, raw: bool) -> (Vec<usize>, Vec<Option<usize>>) {
-    let shown: Vec<usize> = (0..res.groups()).map(|g| res.shown_group(layer, g, raw)).collect();
-    let n = shown.iter().map(|&s| s + 1).max().unwrap_or(0).max(res.groups());
-    let mut raw_of = vec![None; n];
-    for (g, &s) in shown.iter().enumerate() {
-        raw_of[s] = Some(g);
-    }
-    (shown, raw_of)
+/// The statistics of `res` as JSON, with its `provenance`.
+pub fn stats_json(res: &AnalysisResult, provenance: serde_json::Value, raw: bool) -> Result<String, String> {
+    stats_export(res, raw).json(Some(&provenance)).map_err(|e| e.to_string())
 }
 
-/// Rewrites the rows of a core CSV whose first two fields are `layer,group` (raw): `group`
-/// becomes the shown number, `group_raw` follows it, rows sorted by (layer, shown group).
-fn renumber_csv(res: &AnalysisResult, raw: bool, csv: &str) -> String {
-    let mut lines = csv.lines();
-    let Some(header) = lines.next() else { return String::new() };
-    let (a, rest) = header.split_once(',').unwrap_or((header, ""));
-    let (b, rest) = rest.split_once(',').unwrap_or((rest, ""));
-    let mut out = format!("{a},{b},group_raw,{rest}\n");
-    let mut rows: Vec<(usize, usize, String)> = lines
-        .map(|line| {
-            let mut f = line.splitn(3, ',');
-            let layer: usize = f.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-            let g: usize = f.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-            let rest = f.next().unwrap_or("");
-            let s = res.shown_group(layer, g, raw);
-            (layer, s, format!("{layer},{s},{g},{rest}\n"))
-        })
-        .collect();
-    rows.sort_by_key(|r| (r.0, r.1));
-    rows.into_iter().for_each(|r| out += &r.2);
-    out
-}
-
-/// The per-group CSV with the shown group numbers and a `group_raw` column.
-pub fn groups_csv(res: &AnalysisResult, raw: bool) -> String {
-    renumber_csv(res, raw, &res.analysis.to_csv())
-}
-
-/// The category profiles CSV with the shown group numbers and a `group_raw` column.
-pub fn profiles_csv(res: &AnalysisResult, raw: bool) -> String {
-    renumber_csv(res, raw, &res.analysis.profiles_csv())
-}
-
-/// One row per (token, layer), tidy: the token's index and text, the layer, its top group as
-/// shown and raw, its confidence (largest membership; empty when the analysis kept no
-/// per-token routing) and its word's category.
-pub fn token_groups_csv(res: &AnalysisResult, raw: bool) -> String {
-    let mut s = String::from("token,text,layer,group,group_raw,confidence,category\n");
-    for (i, t) in res.analysis.tokens.iter().enumerate() {
-        let text = csv_field(&t.text);
-        for layer in 0..res.layers() {
-            let g = res.argmax[layer][i] as usize;
-            let conf = res.token_routing(layer, i).map(|r| format!("{:.6}", r.confidence)).unwrap_or_default();
-            s += &format!("{i},{text},{layer},{},{g},{conf},{}\n", res.shown_group(layer, g, raw), t.category);
-        }
-    }
-    s
-}
-
-/// A CSV field, quoted (RFC 4180) when it holds a comma, quote or line break.
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
-}
-
-/// The analysis JSON with group numbers as shown: each layer's per-group arrays indexed by shown
-/// number (null where no group shows as that number), its tokens' `top` and `memberships` the
-/// same way, the profiles' `group` shown with `group_raw` beside it, and each layer's
-/// `group_raw_of_shown` mapping.
-fn renumber_json(res: &AnalysisResult, raw: bool, v: &mut serde_json::Value) {
-    use serde_json::Value;
-    let permute = |arr: &mut Value, raw_of: &[Option<usize>]| {
-        if let Some(a) = arr.as_array() {
-            let new: Vec<Value> = raw_of.iter().map(|r| r.and_then(|g| a.get(g).cloned()).unwrap_or(Value::Null)).collect();
-            *arr = Value::Array(new);
-        }
-    };
-    if let Some(layers) = v.get_mut("layers").and_then(Value::as_array_mut) {
-        for (l, lv) in layers.iter_mut().enumerate() {
-            let (shown, raw_of) = group_maps(res, l, raw);
-            for key in ["group_size", "mass_before", "mass_after"] {
-                if let Some(a) = lv.get_mut(key) {
-                    permute(a, &raw_of);
-                }
-            }
-            if let Some(toks) = lv.get_mut("tokens").and_then(Value::as_array_mut) {
-                for t in toks {
-                    if let Some(m) = t.get_mut("memberships") {
-                        permute(m, &raw_of);
-                    }
-                    if let Some(top) = t.get_mut("top").and_then(Value::as_array_mut) {
-                        for g in top.iter_mut() {
-                            if let Some(x) = g.as_u64() {
-                                *g = Value::from(shown.get(x as usize).copied().unwrap_or(x as usize));
-                            }
-                        }
-                    }
-                }
-            }
-            if let Some(o) = lv.as_object_mut() {
-                o.insert("group_raw_of_shown".into(), serde_json::json!(raw_of));
-            }
-        }
-    }
-    if let Some(profiles) = v.get_mut("profiles").and_then(Value::as_array_mut) {
-        for (l, pv) in profiles.iter_mut().enumerate() {
-            let layer = pv.get("layer").and_then(Value::as_u64).map(|x| x as usize).unwrap_or(l);
-            if let Some(cs) = pv.get_mut("centroids").and_then(Value::as_array_mut) {
-                for c in cs.iter_mut() {
-                    let g = c.get("group").and_then(Value::as_u64).unwrap_or(0) as usize;
-                    if let Some(o) = c.as_object_mut() {
-                        o.insert("group".into(), Value::from(res.shown_group(layer, g, raw)));
-                        o.insert("group_raw".into(), Value::from(g));
-                    }
-                }
-                cs.sort_by_key(|c| c.get("group").and_then(Value::as_u64).unwrap_or(0));
-            }
-        }
-    }
-}
-
-/// The CSV set `focus-lens analyze --out STEM.csv` writes, with group numbers as shown (and
-/// `group_raw` beside them): the per-group file at `path`, the category profiles at
-/// STEM.profiles.csv, the tokens at STEM.tokens.csv, and each token's group in every layer at
-/// STEM.groups.csv and, with its memberships, as Arrow IPC at STEM.groups.arrow (`arrow`), all
-/// as one set (`write_all`). Returns the paths written.
+/// The CSV set `focus-lens analyze --out STEM.csv` writes (`analysis::export::StatsExport::files`:
+/// per group at `path`, category profiles, tokens, each token's group per layer as CSV and Arrow
+/// IPC, the structure and its table), all as one set (`write_all`). Returns the paths written.
 pub fn write_csv_set(res: &AnalysisResult, path: &Path, raw: bool) -> Result<Vec<PathBuf>, String> {
-    write_all(vec![
-        (path.to_path_buf(), groups_csv(res, raw).into_bytes()),
-        (path.with_extension("profiles.csv"), profiles_csv(res, raw).into_bytes()),
-        (path.with_extension("tokens.csv"), res.analysis.tokens_csv().into_bytes()),
-        (path.with_extension("groups.csv"), token_groups_csv(res, raw).into_bytes()),
-        (path.with_extension("groups.arrow"), arrow::token_groups_arrow(res, raw)?),
-    ])
+    write_all(stats_export(res, raw).files(path, None, &arrow::token_groups_arrow).map_err(|e| e.to_string())?)
 }
 
 /// The compare view's CSV set: the per-token table at `path` and the per-layer figures at

@@ -7,7 +7,7 @@
 //! cannot be read or does not fit its analysis is removed and ignored, never an error; the
 //! folder is kept under a size bound by dropping the least recently used entries.
 
-use crate::gui::export::sha256;
+use crate::gui::export::sha256_hex;
 use crate::gui::state::RunParams;
 use focus_core::analysis::Analysis;
 use serde::{Deserialize, Serialize};
@@ -160,10 +160,10 @@ pub fn key(model: &focus_core::Model, adapter_file: &str, adapter: &focus_core::
         serde_json::to_string(&model.identity()).unwrap_or_default(),
         adapter_file.to_string(),
         serde_json::to_string(&adapter.config).unwrap_or_default(),
-        sha256::hex(text.as_bytes()),
+        sha256_hex(text.as_bytes()),
         serde_json::to_string(params).unwrap_or_default(),
     ];
-    sha256::hex(parts.join("\n").as_bytes())
+    sha256_hex(parts.join("\n").as_bytes())
 }
 
 #[cfg(test)]

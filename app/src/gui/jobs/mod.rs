@@ -18,12 +18,12 @@ use dialogs::{Answer, Purpose};
 use super::state::*;
 use super::worker::Handle;
 use focus_core::analysis::compare::{self, Comparison};
-use focus_core::analysis::{analyze as core_analyze, analyze_tokens_keeping, AnalyzeOptions, Tokens};
+use focus_core::analysis::shown::ShownAnalysis;
+use focus_core::analysis::{analyze as core_analyze, analyze_tokens_keeping, AnalyzeOptions, Tokens, DEFAULT_SEGMENT};
 use focus_core::bench::{AttentionRow, BenchRow};
 use focus_core::focus::mask::{classify, PairClass};
 use focus_core::Mode;
 use focus_core::{Adapter, Error, Model};
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
@@ -233,23 +233,17 @@ pub fn analyze(job: AnalysisJob, preview: bool, h: &Handle, interim: &dyn Fn(Ana
 
 /// An analysis read from the disk cache, as the job would have made it.
 fn from_cache(job: &AnalysisJob, mode: Mode, c: disk_cache::Cached, seconds: f64) -> AnalysisResult {
-    let aligned = focus_core::analysis::align::chain(&c.masks, job.adapter.config.groups);
     let mut analysis = c.analysis;
     analysis.routing = c.routing;
     AnalysisResult {
         key: job.key.clone(),
         mode,
-        analysis,
+        shown: ShownAnalysis::from_parts(analysis, c.argmax, c.masks, c.labels),
         adapter: job.adapter.clone(),
         model: job.model.clone(),
         seconds,
         note: c.note,
         text_tokens: c.text_tokens,
-        argmax: c.argmax,
-        masks: c.masks,
-        labels: c.labels,
-        aligned,
-        aligned_to: None,
         text_label: job.text_label.clone(),
         from_disk: true,
         kept: Vec::new(),
@@ -298,14 +292,13 @@ fn analyze_prefix(
 ) -> Result<AnalysisResult, JobError> {
     let t0 = Instant::now();
     let params = &key.params;
-    let groups = job.adapter.config.groups;
     let n = offsets.len();
     let note = (take < n).then(|| format!("the text has {n} tokens: the first {take} are analysed (raise \"tokens\" to see more)"));
     let text = if take < offsets.len() { &job.text[..offsets[take - 1].1] } else { job.text.as_str() };
     if h.cancelled() {
         return Err(JobError::Cancelled);
     }
-    let seg = 2048.min(job.model.config().context);
+    let seg = DEFAULT_SEGMENT.min(job.model.config().context);
     let label = if what.is_empty() { format!("{take} tokens") } else { format!("{take} tokens ({what})") };
     h.set_progress(0, 0, label.clone());
     let opts = AnalyzeOptions { mode, k: params.k, segment_len: seg, keep_tokens: true, cancel: Some(&h.cancel) };
@@ -319,66 +312,19 @@ fn analyze_prefix(
         let layer = if d < t { format!("layer {} of {layers}{at}", d % layers + 1) } else { "statistics".into() };
         h.set_progress(d, t, format!("{label}: {layer}"))
     })?;
-    let argmax: Vec<Vec<u8>> = analysis
-        .layers
-        .iter()
-        .map(|l| l.tokens.as_ref().map(|t| t.iter().map(|r| r.top[0] as u8).collect()).unwrap_or_default())
-        .collect();
-    let masks: Vec<Vec<u64>> = analysis
-        .layers
-        .iter()
-        .map(|l| l.tokens.as_ref().map(|t| t.iter().map(|r| r.top.iter().fold(0u64, |m, &g| m | 1 << g)).collect()).unwrap_or_default())
-        .collect();
-    // Labels by linguistic category ("punctuation 96%") from the analysis' centroid profiles;
-    // the most frequent token where a layer has no profile.
-    let labels = argmax
-        .iter()
-        .enumerate()
-        .map(|(l, a)| match analysis.profiles.get(l) {
-            Some(p) if p.centroids.len() == groups => p.centroids.iter().map(|c| c.label.clone()).collect(),
-            _ => group_labels(&analysis.tokens, a, groups),
-        })
-        .collect();
-    let aligned = focus_core::analysis::align::chain(&masks, groups);
     Ok(AnalysisResult {
         key,
         mode,
-        analysis,
+        shown: ShownAnalysis::new(analysis),
         adapter: job.adapter.clone(),
         model: job.model.clone(),
         seconds: t0.elapsed().as_secs_f64(),
         note,
         text_tokens: n,
-        argmax,
-        masks,
-        labels,
-        aligned,
-        aligned_to: None,
         text_label: job.text_label.clone(),
         from_disk: false,
         kept: kept_before.iter().cloned().chain(kept.into_iter().map(Arc::new)).collect(),
     })
-}
-
-/// A short label per group: its most frequent token and that token's share of the group.
-pub fn group_labels(tokens: &[focus_core::analysis::TokenInfo], argmax: &[u8], groups: usize) -> Vec<String> {
-    let mut counts: Vec<HashMap<&str, usize>> = vec![HashMap::new(); groups];
-    let mut size = vec![0usize; groups];
-    for (t, &g) in tokens.iter().zip(argmax) {
-        *counts[g as usize].entry(t.text.as_str()).or_default() += 1;
-        size[g as usize] += 1;
-    }
-    counts
-        .iter()
-        .zip(&size)
-        .map(|(c, &n)| {
-            let best = c.iter().max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)));
-            match best {
-                Some((t, &k)) if n > 0 => format!("{:?} {:.0}%", t.trim_end_matches('\n'), 100.0 * k as f64 / n as f64),
-                _ => "empty".into(),
-            }
-        })
-        .collect()
 }
 
 /// The attention row of token `i` in `layer`/`head` and its same-group partners beyond the

@@ -2,16 +2,19 @@
 //! to `LayerStats`. Texts longer than one segment are cut into consecutive, non-overlapping
 //! segments of `segment_len` tokens (the last may be shorter); each runs from position 0 as its
 //! own sequence, so pairs never cross a segment boundary. Per-token results are concatenated and
-//! pair counts summed over segments.
+//! pair counts summed over segments. What the app shows of an analysis (top groups, masks,
+//! labels, the numbering across layers) is `shown`; the statistics files, `export`.
 
 pub mod align;
 pub mod categories;
 pub mod compare;
+pub mod export;
 pub mod head_pattern;
 pub mod intervene;
 pub mod kept;
 pub mod partners;
 pub mod projection;
+pub mod shown;
 pub mod stats;
 pub mod structure;
 
@@ -24,6 +27,7 @@ use crate::analysis::projection::{layer_projection, Projection};
 use crate::focus::router::LayerRouting;
 use crate::analysis::stats::{layer_stats, LayerStats};
 use crate::focus::mask::{pair_stats_within, PairStats};
+use crate::io::csv::csv_field;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicBool;
 
@@ -69,6 +73,9 @@ pub struct Analysis {
     #[serde(skip)]
     pub routing: Vec<LayerRouting>,
 }
+
+/// The segment length an analysis runs in unless told otherwise (capped at the model's context).
+pub const DEFAULT_SEGMENT: usize = 2048;
 
 pub struct AnalyzeOptions<'a> {
     pub mode: Mode,
@@ -261,66 +268,6 @@ impl Analysis {
         self.profiles.iter().filter(|p| self.layers.get(p.layer).is_none_or(|l| l.routed))
     }
 
-    /// One row per (layer, group) with the layer's summary repeated, for spreadsheets.
-    pub fn to_csv(&self) -> String {
-        let mut s = String::from(
-            "layer,group,size,size_share,mass_before,mass_after,dominance,mean_confidence,mean_entropy,pairs_retained,pairs_local,pairs_same_group_distant,pairs_causal\n",
-        );
-        let t = self.tokens.len().max(1) as f64;
-        for l in &self.layers {
-            for g in 0..self.groups {
-                s += &format!(
-                    "{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{},{},{}\n",
-                    l.layer,
-                    g,
-                    l.group_size[g],
-                    l.group_size[g] as f64 / t,
-                    l.mass_before[g],
-                    l.mass_after[g],
-                    l.dominance,
-                    l.mean_confidence,
-                    l.mean_entropy,
-                    l.pairs.retained,
-                    l.pairs.local,
-                    l.pairs.same_group_distant,
-                    l.pairs.causal
-                );
-            }
-        }
-        s
-    }
-
-    /// One row per (layer, centroid) with its category profile (by largest membership): token
-    /// count, label, top category, purity (empty for an empty group), the token count of every
-    /// category (`n_<category>`) and its membership mass (`mass_<category>`).
-    pub fn profiles_csv(&self) -> String {
-        let mut s = String::from("layer,group,tokens,label,top_category,purity");
-        for c in Category::ALL {
-            s += &format!(",n_{c}");
-        }
-        for c in Category::ALL {
-            s += &format!(",mass_{c}");
-        }
-        s.push('\n');
-        for p in &self.profiles {
-            for c in &p.centroids {
-                s += &format!(
-                    "{},{},{},{},{},{}",
-                    p.layer,
-                    c.group,
-                    c.tokens,
-                    csv_field(&c.label),
-                    c.top_category.map(|c| c.name()).unwrap_or(""),
-                    c.purity.map(|p| format!("{p:.6}")).unwrap_or_default()
-                );
-                c.by_category.iter().for_each(|n| s += &format!(",{n}"));
-                c.mass_by_category.iter().for_each(|m| s += &format!(",{m:.6}"));
-                s.push('\n');
-            }
-        }
-        s
-    }
-
     /// One row per token: index, id, byte range, segment, category, piece and the token's text.
     pub fn tokens_csv(&self) -> String {
         let mut s = String::from("index,id,start,end,segment,category,piece,text\n");
@@ -342,14 +289,5 @@ impl Analysis {
             .get(layer)
             .ok_or_else(|| Error::Invalid(format!("layer {layer} out of range (the analysis has {})", self.routing.len())))?;
         layer_projection(r, adapter, layer)
-    }
-}
-
-/// A CSV field, quoted (RFC 4180) when it holds a comma, quote or line break.
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
     }
 }

@@ -12,6 +12,7 @@
 use super::categories::Category;
 use super::{Analysis, TokenInfo};
 use crate::focus::mask::top_k_indices;
+use crate::io::csv::csv_field;
 use rand::{rngs::StdRng, seq::SliceRandom, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -351,15 +352,6 @@ impl PaperTable {
             );
         }
         s
-    }
-}
-
-/// A CSV field, quoted (RFC 4180) when it holds a comma, quote or line break.
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
     }
 }
 

@@ -2,9 +2,10 @@
 //! refuse what is not a regular file (a FIFO would block forever, `/dev/zero` never ends) and
 //! cap the bytes read. Writing: `write_atomic` and `write_atomic_set` (a set of files switched as one,
 //! `export_set`). Reading a user's text:
-//! `text`. Bounding untrusted computations' memory: `budget`.
+//! `text`. Bounding untrusted computations' memory: `budget`. The one CSV field writer: `csv`.
 
 pub mod budget;
+pub mod csv;
 pub mod export_set;
 pub mod text;
 
