@@ -9,11 +9,11 @@
 //! - `worker`: background work on threads, and the one channel its results come back on;
 //! - `session/`: what is loaded and analysed, and the reconcile step that starts what the
 //!   settings ask for (`mod.rs`); session files (`file.rs`);
-//! - `jobs/`: the slow functions the worker runs (the figures themselves are core's:
-//!   `focus_core::analysis`; `bench` the speed view's benchmarks, `streaming` the Generate
-//!   view's job over the CLI's loop, `crate::sampling`), and the native file dialogs
-//!   (`dialogs`); `jobs::Msg` is the one message type that comes back, over the worker's one
-//!   channel (file dialogs and PNG screenshots post to it too);
+//! - `jobs/`: the slow functions the worker runs, one file per job (the figures themselves are
+//!   core's: `focus_core::analysis`; `streaming` the Generate view's job over the CLI's loop,
+//!   `crate::sampling`), and the native file dialogs (`dialogs`); `jobs::Msg` (in `mod.rs`) is
+//!   the one message type that comes back, over the worker's one channel (file dialogs and PNG
+//!   screenshots post to it too);
 //! - `views/`: one module per view, each with its own state and its SVG export; every view
 //!   implements `views::View`: it reads a `ViewCtx` and returns `Command`s;
 //! - `export/`: shared export helpers and the SVG writer;
