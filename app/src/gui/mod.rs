@@ -1,8 +1,9 @@
 //! The Focus Lens desktop app (egui/eframe). The root holds the app, its state and the worker;
 //! everything else is in a folder named for what it holds:
 //!
-//! - `app`: `FocusLensApp`, the per-frame loop: receive messages, reconcile, let the views draw,
-//!   apply the commands they return;
+//! - `app`: `FocusLensApp`, the per-frame loop: receive messages (`app/messages.rs`),
+//!   reconcile, let the views draw, apply the commands they return (`app/commands.rs`, the
+//!   exports in `app/exporting.rs`);
 //! - `state`: what is remembered (settings, persisted: the input set `Inputs` and its `Setup`,
 //!   which a session file stores too, and the app's `Prefs`) and the shapes of loaded inputs,
 //!   results, selection and timing;
