@@ -7,6 +7,8 @@
 //! - `state`: what is remembered (settings, persisted: the input set `Inputs` and its `Setup`,
 //!   which a session file stores too, and the app's `Prefs`) and the shapes of loaded inputs,
 //!   results, selection and timing;
+//! - `compared`: a comparison of two runs as the views show and export it (below `export` and
+//!   `jobs`, which both use it);
 //! - `worker`: background work on threads, and the one channel its results come back on;
 //! - `session/`: what is loaded and analysed, and the reconcile step that starts what the
 //!   settings ask for (`mod.rs`); session files (`file.rs`);
@@ -21,6 +23,7 @@
 //! - `paint/`: the group colours (`palette`) and the busy indicator (`busy`).
 
 pub mod app;
+pub mod compared;
 pub mod export;
 pub mod jobs;
 pub mod paint;

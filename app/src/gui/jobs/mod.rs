@@ -40,13 +40,14 @@ pub mod train;
 
 pub use analysis::{analyze, group_labels, preview_key, AnalysisJob, KEEP_BYTES, PREVIEW_TOKENS};
 pub use baseline::{baseline, untrained_twin, Baseline};
-pub use compare::{drop_last_fields, CompareJob, CompareRun, Compared};
+pub use compare::{CompareJob, CompareRun};
 pub use grid::{attention_grid, AttnGrid};
 pub use head_pattern::{head_pattern, HeadPattern};
 pub use load::{load_adapter, load_model, load_text, read_text, read_text_as};
 pub use mask::{mask_image, MaskImage};
 pub use partners::{partners, range_partners, HeadsCache};
 
+use crate::gui::compared::Compared;
 use crate::gui::state::*;
 use dialogs::{Answer, Purpose};
 use focus_core::bench::{AttentionRow, BenchRow};
