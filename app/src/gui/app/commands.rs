@@ -79,7 +79,7 @@ impl FocusLensApp {
             }
             Command::StartIndex(job) => {
                 // One build at a time: this cancels a running one (its documents stay in the file).
-                self.worker.spawn(TaskKind::Index, move |h| job.run(h));
+                self.worker.spawn(TaskKind::Index, move |h| Msg::Index(job.run(h)));
             }
         }
     }

@@ -3,7 +3,8 @@
 //! views; a recent analysis of the same inputs is read back from the disk cache instead. The
 //! result is the `AnalysisResult` the views draw (groups, masks, labels, the alignment chain).
 
-use super::{disk_cache, JobError};
+use super::disk_cache;
+use super::error::JobError;
 use crate::gui::state::*;
 use crate::gui::worker::Handle;
 use focus_core::analysis::{analyze_tokens_keeping, AnalyzeOptions, Tokens};

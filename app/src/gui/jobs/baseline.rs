@@ -1,7 +1,7 @@
 //! The categories view's baseline job: the same tokens analysed with the untrained twin of the
 //! adapter (its purity per layer, and the structure report beside the trained one's).
 
-use super::JobError;
+use super::error::JobError;
 use crate::gui::state::*;
 use crate::gui::worker::Handle;
 use focus_core::analysis::{analyze as core_analyze, AnalyzeOptions};

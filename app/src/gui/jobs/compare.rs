@@ -1,7 +1,7 @@
 //! The Compare view's job: the analysis on screen (run A) beside run B (another mode, k or
 //! adapter) over the start of the text (`focus_core::analysis::compare`).
 
-use super::JobError;
+use super::error::JobError;
 use crate::gui::compared::Compared;
 use crate::gui::state::*;
 use crate::gui::worker::Handle;

@@ -2,7 +2,7 @@
 //! shared-group and pruned shares (from the segment's captured layers, `HeadsCache`).
 
 use super::partners::{segment, HeadsCache};
-use super::JobError;
+use super::error::JobError;
 use crate::gui::state::*;
 use crate::gui::worker::Handle;
 

@@ -2,7 +2,7 @@
 //! Focus (`focus_core::analysis::head_pattern`), from the segment's captured layers.
 
 use super::partners::{segment, HeadsCache};
-use super::JobError;
+use super::error::JobError;
 use crate::gui::state::*;
 use crate::gui::worker::Handle;
 

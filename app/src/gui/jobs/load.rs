@@ -1,7 +1,8 @@
 //! Loading the inputs: the model, the adapter (or the embedded sample) and the text (or the
 //! embedded sample), each a job of its own that reports back as a `Msg`.
 
-use super::{JobError, Msg};
+use super::error::JobError;
+use super::msg::Msg;
 use crate::gui::state::{DeviceChoice, MAX_TEXT_BYTES};
 use crate::gui::worker::Handle;
 use focus_core::{Adapter, Model};

@@ -1,7 +1,7 @@
 //! The mask view's job: one layer's hard mask as an image of blocks, each counting its local,
 //! same-group and pruned pairs exactly.
 
-use super::JobError;
+use super::error::JobError;
 use crate::gui::state::*;
 use crate::gui::worker::Handle;
 use focus_core::focus::mask::{classify, PairClass};

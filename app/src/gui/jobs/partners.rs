@@ -3,7 +3,7 @@
 //! segment last looked into, which the partners, grid and head-pattern jobs share (one model
 //! pass per segment).
 
-use super::JobError;
+use super::error::JobError;
 use crate::gui::state::*;
 use crate::gui::worker::Handle;
 use std::sync::Arc;
