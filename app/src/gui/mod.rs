@@ -1,25 +1,29 @@
 //! The Focus Lens desktop app (egui/eframe). The root holds the app, its state and the worker;
 //! everything else is in a folder named for what it holds:
 //!
-//! - `app`: `FocusLensApp`, the per-frame loop: receive messages, reconcile, let the views draw,
-//!   apply the commands they return;
+//! - `app`: `FocusLensApp`, the per-frame loop: receive messages (`app/messages.rs`),
+//!   reconcile, let the views draw, apply the commands they return (`app/commands.rs`, the
+//!   exports in `app/exporting.rs`);
 //! - `state`: what is remembered (settings, persisted: the input set `Inputs` and its `Setup`,
 //!   which a session file stores too, and the app's `Prefs`) and the shapes of loaded inputs,
 //!   results, selection and timing;
+//! - `compared`: a comparison of two runs as the views show and export it (below `export` and
+//!   `jobs`, which both use it);
 //! - `worker`: background work on threads, and the one channel its results come back on;
 //! - `session/`: what is loaded and analysed, and the reconcile step that starts what the
 //!   settings ask for (`mod.rs`); session files (`file.rs`);
-//! - `jobs/`: the slow functions the worker runs (the figures themselves are core's:
-//!   `focus_core::analysis`; `bench` the speed view's benchmarks, `streaming` the Generate
-//!   view's job over the CLI's loop, `crate::sampling`), and the native file dialogs
-//!   (`dialogs`); `jobs::Msg` is the one message type that comes back, over the worker's one
-//!   channel (file dialogs and PNG screenshots post to it too);
+//! - `jobs/`: the slow functions the worker runs, one file per job (the figures themselves are
+//!   core's: `focus_core::analysis`; `streaming` the Generate view's job over the CLI's loop,
+//!   `crate::sampling`), and the native file dialogs (`dialogs`); `jobs::Msg` (in `mod.rs`) is
+//!   the one message type that comes back, over the worker's one channel (file dialogs and PNG
+//!   screenshots post to it too);
 //! - `views/`: one module per view, each with its own state and its SVG export; every view
 //!   implements `views::View`: it reads a `ViewCtx` and returns `Command`s;
 //! - `export/`: shared export helpers and the SVG writer;
 //! - `paint/`: the group colours (`palette`) and the busy indicator (`busy`).
 
 pub mod app;
+pub mod compared;
 pub mod export;
 pub mod jobs;
 pub mod paint;

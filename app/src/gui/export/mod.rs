@@ -150,7 +150,7 @@ pub fn write_csv_set(res: &AnalysisResult, path: &Path, raw: bool) -> Result<Vec
 
 /// The compare view's CSV set: the per-token table at `path` and the per-layer figures at
 /// STEM.layers.csv (as one set). Returns the paths written.
-pub fn write_compare_csv(c: &crate::gui::jobs::Compared, path: &Path, layer: usize, head: usize) -> Result<Vec<PathBuf>, String> {
+pub fn write_compare_csv(c: &crate::gui::compared::Compared, path: &Path, layer: usize, head: usize) -> Result<Vec<PathBuf>, String> {
     write_all(vec![(path.to_path_buf(), c.csv(layer, head).into_bytes()), (path.with_extension("layers.csv"), c.layers_csv(head).into_bytes())])
 }
 

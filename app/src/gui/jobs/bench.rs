@@ -1,7 +1,8 @@
 //! The speed view's benchmarks on the worker: whole-model prefill and the attention kernels
 //! alone, one length (and repeat) at a time so that they report progress and can stop.
 
-use super::{JobError, Msg};
+use super::error::JobError;
+use super::msg::Msg;
 use crate::gui::state::*;
 use crate::gui::worker::Handle;
 use focus_core::bench::{forward_bench, AttentionBench, AttentionRow, BenchOptions, BenchRow};

@@ -3,7 +3,7 @@
 //! the adapter's k, segments of `INDEX_SEGMENT` tokens), so that the CLI and the app share
 //! index files and resume each other's builds.
 
-use super::{JobError, Msg};
+use super::error::JobError;
 use crate::gui::worker::Handle;
 use crate::index::{build_index, BuildReport, BuildRequest};
 use focus_core::{Adapter, Mode, Model};
@@ -26,11 +26,8 @@ pub struct IndexJob {
 pub type Built = (BuildReport, Vec<String>);
 
 impl IndexJob {
-    pub fn run(self, h: &Handle) -> Msg {
-        Msg::Index(self.build(h))
-    }
-
-    fn build(&self, h: &Handle) -> Result<Built, JobError> {
+    /// The build; the app sends its outcome as `Msg::Index`.
+    pub fn run(&self, h: &Handle) -> Result<Built, JobError> {
         let k = self.adapter.config.top_k;
         let mode = Mode::TopK(self.adapter.config.topk(k).map_err(|e| JobError::Failed(e.to_string()))?);
         let req = BuildRequest {

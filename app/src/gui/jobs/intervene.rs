@@ -4,7 +4,8 @@
 //! per-token Δ loss, per-layer curves and exports; it runs as the Compare task (progress, and
 //! the Compare view's Cancel).
 
-use super::{Compared, JobError};
+use super::error::JobError;
+use crate::gui::compared::Compared;
 use crate::gui::state::{AnalysisResult, CompareSpec};
 use crate::gui::worker::Handle;
 use focus_core::analysis::intervene::{intervene, Intervention};

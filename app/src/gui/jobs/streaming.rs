@@ -5,7 +5,7 @@
 //! them), and the keys the newest token may attend under the top-k mask
 //! (`decode::selected_keys`, the mask rule's own keys).
 
-use super::JobError;
+use super::error::JobError;
 use crate::gui::state::RunParams;
 use crate::gui::worker::Handle;
 use crate::sampling::{self, Run, Sampling, Stop};

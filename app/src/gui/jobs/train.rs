@@ -4,7 +4,7 @@
 //! its last step and the job ends normally, so the view hears of it; the worker's cancel (the
 //! window closing) raises the same flag.
 
-use super::JobError;
+use super::error::JobError;
 use crate::gui::state::DeviceChoice;
 use crate::gui::worker::Handle;
 use crate::training::{self, Figures, Outcome, Plan};

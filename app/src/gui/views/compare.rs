@@ -7,7 +7,7 @@
 //! computation is core's `analysis::compare`, run by `gui::jobs::CompareJob`.
 
 use super::{Command, View, ViewCtx};
-use crate::gui::jobs::Compared;
+use crate::gui::compared::Compared;
 use focus_core::analysis::compare::{Comparison, LayerRow, Scope};
 use crate::gui::export::svg::{line_chart, stack, Series};
 use crate::gui::export::ExportKind;
