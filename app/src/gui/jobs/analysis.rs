@@ -1,7 +1,8 @@
 //! The analysis job: tokenise once, a quick preview of the first `PREVIEW_TOKENS` tokens of a
 //! long text, then core's analysis (`focus_core::analysis`) with the passes it keeps for the
 //! views; a recent analysis of the same inputs is read back from the disk cache instead. The
-//! result is the `AnalysisResult` the views draw: core's `ShownAnalysis` (groups, masks, labels, the numbering).
+//! result is the `AnalysisResult` the views draw: core's `ShownAnalysis` (groups, masks, labels,
+//! the numbering), made there.
 
 use super::disk_cache;
 use super::error::JobError;

@@ -44,7 +44,7 @@ mod partners;
 pub mod streaming;
 pub mod train;
 
-pub use analysis::{analyze, group_labels, preview_key, AnalysisJob, KEEP_BYTES, PREVIEW_TOKENS};
+pub use analysis::{analyze, preview_key, AnalysisJob, KEEP_BYTES, PREVIEW_TOKENS};
 pub use baseline::{baseline, untrained_twin, Baseline};
 pub use compare::{CompareJob, CompareRun};
 pub use error::JobError;
