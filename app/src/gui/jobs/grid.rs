@@ -1,8 +1,8 @@
 //! The attention view's job: one token's attention in every layer and head, split into local,
 //! shared-group and pruned shares (from the segment's captured layers, `HeadsCache`).
 
-use super::partners::{segment, HeadsCache};
 use super::error::JobError;
+use super::partners::{segment, HeadsCache};
 use crate::gui::state::*;
 use crate::gui::worker::Handle;
 

@@ -1,8 +1,8 @@
 //! The head view's job: one head's full attention pattern over a range of tokens, dense and
 //! Focus (`focus_core::analysis::head_pattern`), from the segment's captured layers.
 
-use super::partners::{segment, HeadsCache};
 use super::error::JobError;
+use super::partners::{segment, HeadsCache};
 use crate::gui::state::*;
 use crate::gui::worker::Handle;
 
