@@ -1,5 +1,5 @@
 // Exact causal attention kernels for the GPU: dense, and hard top-k Focus attention built from
-// the same tile code (compiled to PTX by core/build.rs under the `cuda` feature).
+// the same tile code (compiled to PTX by crates/kernels/build.rs under the `cuda` feature).
 //
 // Layout: q (H, T, 64), k and v (Hkv, T, 64), row-major; head h reads kv head h / rep.
 //

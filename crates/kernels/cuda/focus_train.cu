@@ -1,4 +1,4 @@
-// Training kernels (compiled to PTX by core/build.rs under the `cuda` feature, module
+// Training kernels (compiled to PTX by crates/kernels/build.rs under the `cuda` feature, module
 // `focus_train`): the soft-gated causal attention of the training step, forward and backward,
 // with RoPE applied on the way in; fused Sinkhorn forward and backward; and the small fused ops
 // of the step (RMSNorm, SwiGLU, cross-entropy). The host side is crates/train/src/train/attention.rs,
