@@ -1,6 +1,6 @@
 # Source this file (bash) before building the `cuda` feature:
 #   source scripts/cuda/cuda-env.sh && cargo build --release --features cuda
-# It sets what candle's build scripts and core's build.rs read (CUDA_ROOT, CUDA_PATH,
+# It sets what candle's build scripts and crates/kernels/build.rs read (CUDA_ROOT, CUDA_PATH,
 # CUDA_COMPUTE_CAP) and CARGO_TARGET_DIR=target/cuda (so CPU and CUDA builds do not rebuild each other).
 #
 # With a CUDA toolkit already installed (CUDA_ROOT, CUDA_PATH or CUDA_TOOLKIT_ROOT_DIR set, or nvcc on
