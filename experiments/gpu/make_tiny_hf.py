@@ -1,5 +1,5 @@
 """Tiny random-weight Gemma 2 and OLMo-2 checkpoints made by Hugging Face transformers (issue 18),
-the same recipe as the gpt2/llama/qwen2 fixtures in ../shared/fixtures/hf_tiny: a fixed seed,
+the same recipe as the gpt2/llama/qwen2 fixtures in tests/fixtures/hf_tiny: a fixed seed,
 save_pretrained (config.json + model.safetensors, float32) and reference.safetensors holding
 input_ids (int64, 1 x 40, ids < 512) and the logits transformers computed for them (1 x 40 x 512).
 vocab 512, hidden 64, 4 layers (two sliding/global pairs for Gemma 2), 4 heads / 2 KV heads, head

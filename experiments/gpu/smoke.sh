@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (see ../shared/tools/README.md): the CUDA build of focus-lens on the
+# Runs on the GPU machine (docs/development.md#gpu-sessions): the CUDA build of focus-lens on the
 # default model, compared with the CPU figures in docs/RESULTS.md. Run from the repository root:
 #   experiments/gpu/smoke.sh BINARY MODEL OUTDIR
 set -uo pipefail

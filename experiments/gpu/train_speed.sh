@@ -5,7 +5,7 @@
 #           reference on the device);
 #   step    the step profile and A/B of core/examples/train_speed.rs (SmolLM2-135M shapes, random
 #           weights, 4 x 1024 tokens, K=8, full Sinkhorn gradient, 10 iterations, log gate, w 128);
-#   anchor  train_anchor.py (../shared/tools) in the same call: eager f32 and bf16, compiled bf16
+#   anchor  experiments/gpu/train_anchor.py in the same call: eager f32 and bf16, compiled bf16
 #           (compiled f32 skipped: minutes of compilation for a number the comparison does not
 #           use); then our default step again, right after it;
 #   long    steps at 8192 tokens (1 x 8192, 4 x 8192) with the device memory they took;

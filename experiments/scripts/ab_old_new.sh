@@ -8,7 +8,7 @@ freeze() { for p in $(pgrep -f 'cargo|rustc|/target/|cc1|collect2|/ld|nvcc|Xvfb'
 ( while [ ! -e /tmp/ab/thaw ]; do freeze; sleep 1; done ) &
 fl=$!
 sleep 2
-cd /work/main
+cd "$(dirname "$0")/../.."  # the repository root: the benches read its sample text and adapters
 for r in 1 2 3; do for b in old new; do
   /tmp/focus-lens-$b bench forward --lengths 1024 --repeats 3 --json 2>/dev/null | python3 -c "import sys,json; d=json.load(sys.stdin); r=d['rows'][0]; print('$r $b forward dense_tps',round(r['dense_tokens_per_s'],1),'topk_tps',round(r['topk_tokens_per_s'],1))"
   /tmp/focus-lens-$b bench attention --groups 8 --k 1,2 --lengths 4096 --repeats 3 --json 2>/dev/null | python3 -c "

@@ -1,11 +1,13 @@
 //! `eval`: the zero-degradation suites (TruthfulQA multiple choice, last-word cloze), base
-//! model vs Focus in one run, with paired per-item agreement.
+//! model vs Focus in one run, with paired per-item agreement. The suites' data are built into the
+//! binary (`defaults`); `--truthfulqa` and `--cloze` read other files.
 
 use super::common::{print_json, progress, FocusArgs, ModelArgs};
 use anyhow::{Context, Result};
 use focus_core::eval::suites::{self as eval, SuiteResult};
 use focus_core::Mode;
-use std::path::PathBuf;
+use crate::defaults;
+use std::path::{Path, PathBuf};
 
 #[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
 pub enum Suite {
@@ -22,12 +24,14 @@ pub struct Args {
     pub focus: FocusArgs,
     #[arg(long, value_enum, default_value = "all")]
     pub suite: Suite,
-    /// BIG-bench TruthfulQA task_mc.json.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/eval/truthfulqa/task_mc.json"))]
-    pub truthfulqa: PathBuf,
-    /// Cloze items (JSONL of context/target), built by scripts/make_cloze.py.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../assets/eval/cloze_persuasion.jsonl"))]
-    pub cloze: PathBuf,
+    /// BIG-bench TruthfulQA task_mc.json [default: assets/eval/truthfulqa/task_mc.json, built
+    /// into the binary].
+    #[arg(long)]
+    pub truthfulqa: Option<PathBuf>,
+    /// Cloze items (JSONL of context/target), built by scripts/make_cloze.py [default:
+    /// assets/eval/cloze_persuasion.jsonl, built into the binary].
+    #[arg(long)]
+    pub cloze: Option<PathBuf>,
     /// Prepend the task's six-shot prefix to every TruthfulQA question (longer inputs, beyond
     /// the local window: Focus can change these scores).
     #[arg(long)]
@@ -54,7 +58,11 @@ pub fn run(a: Args) -> Result<()> {
     }
     let mut results: Vec<SuiteResult> = Vec::new();
     if matches!(a.suite, Suite::TruthfulqaMc | Suite::All) {
-        let (qs, task_prefix) = eval::load_truthfulqa(&a.truthfulqa).context("TruthfulQA")?;
+        let (qs, task_prefix) = match &a.truthfulqa {
+            Some(p) => eval::load_truthfulqa(p),
+            None => eval::parse_truthfulqa(defaults::TRUTHFULQA_MC, Path::new(defaults::TRUTHFULQA_MC_NAME)),
+        }
+        .context("TruthfulQA")?;
         let qs = &qs[..limit(qs.len())];
         let prefix = if a.few_shot { task_prefix.as_str() } else { "" };
         for &m in &modes {
@@ -64,7 +72,11 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     if matches!(a.suite, Suite::Cloze | Suite::All) {
-        let items = eval::load_cloze(&a.cloze).context("cloze")?;
+        let items = match &a.cloze {
+            Some(p) => eval::load_cloze(p),
+            None => eval::parse_cloze(defaults::CLOZE, Path::new(defaults::CLOZE_NAME)),
+        }
+        .context("cloze")?;
         let items = &items[..limit(items.len())];
         for &m in &modes {
             let pb = progress(items.len() as u64, &format!("cloze {m}"), a.json);

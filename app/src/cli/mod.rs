@@ -1,5 +1,10 @@
 //! Command-line interface: argument definitions and dispatch. Each subcommand lives in its own
 //! module and prints either a human-readable summary or, with `--json`, one JSON object.
+//!
+//! Files: `info`, `tokenize`, `generate`, `ppl`, `analyze`, `intervene`, `index` (`index` and
+//! `centroids`, and `bench centroids`), `eval`, `train`, `init` (`adapter init`), `demo`, `bench`
+//! (the other `bench` subcommands); `common` (the flags they share and the range checks), `out`
+//! (the one writer of stdout). `gui` takes the GUI's `StartArgs` (`crate::gui`).
 
 mod analyze;
 pub mod bench;

@@ -1,5 +1,5 @@
 // Exact causal attention kernels for the GPU: dense, and hard top-k Focus attention built from
-// the same tile code (compiled to PTX by core/build.rs under the `cuda` feature).
+// the same tile code (compiled to PTX by crates/kernels/build.rs under the `cuda` feature).
 //
 // Layout: q (H, T, 64), k and v (Hkv, T, 64), row-major; head h reads kv head h / rep.
 //
@@ -25,8 +25,7 @@
 // the output accumulator in registers (fp32), K/V tiles double-buffered in shared memory with
 // cp.async. The f32 kernel uses plain FMAs so that it is exact to ~1e-6 (tf32 would not be).
 
-#include <cuda_bf16.h>
-#include <stdint.h>
+#include "focus_common.cuh"  // cp.async, mma, ldmatrix, ex2, pack_bf16, quad reductions
 
 #define HD 64           // head dim
 #define BC 64           // keys per tile
@@ -140,58 +139,6 @@ __device__ __forceinline__ void merge_weights(float band_lse, float l, float m2,
 
 // ---------------------------------------------------------------------------------------------
 // bf16 tensor-core kernel.
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    int n = valid ? 16 : 0;  // 0: zero-fill without reading
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* smem) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-
-// 2^x with the hardware approximation (2 ulp; ex2(-inf) = 0).
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* smem) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-
-__device__ __forceinline__ float quad_max(float x) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
-    return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffff, x, 1);
-    return x + __shfl_xor_sync(0xffffffff, x, 2);
-}
 
 // A row's 16 score entries held by this thread (columns 2t, 2t+1 of 8 n8 tiles; `half` picks
 // the row) reduced pairwise as a tree: depth 4 instead of a serial chain of 16.

@@ -1,4 +1,4 @@
-// Training kernels (compiled to PTX by core/build.rs under the `cuda` feature, module
+// Training kernels (compiled to PTX by crates/kernels/build.rs under the `cuda` feature, module
 // `focus_train`): the soft-gated causal attention of the training step, forward and backward,
 // with RoPE applied on the way in; fused Sinkhorn forward and backward; and the small fused ops
 // of the step (RMSNorm, SwiGLU, cross-entropy). The host side is crates/train/src/train/attention.rs,
@@ -34,7 +34,7 @@
 //
 // Tiles: 64 queries (or keys) per block, 4 warps of 16 rows, mma.sync m16n8k16 bf16 with f32
 // accumulators, the streamed tiles (BN rows) double-buffered in dynamic shared memory with
-// cp.async (the same fragment code as the inference kernels in focus_attention.cu). Per head
+// cp.async (the fragment helpers of focus_common.cuh, shared with focus_attention.cu). Per head
 // dim (`Cfg`), so that registers hold at d = 256 what they hold at d = 64:
 //   D = 64:  BN 64; the 16-row A operands (q, dO; k, v) in registers; dK and dV in one block.
 //            smem 45 KB (as before the other head dims existed).
@@ -43,8 +43,7 @@
 //            work, as both accumulators would need 2 x D/2 registers). smem 55-72 KB.
 //   D = 256: as 128; smem 103-137 KB (the output accumulator alone is D/2 = 128 registers).
 
-#include <cuda_bf16.h>
-#include <stdint.h>
+#include "focus_common.cuh"  // cp.async, mma, ldmatrix, ex2, pack_bf16, quad reductions
 
 #define BT 64  // rows (queries or keys) per block
 #define GATE_NONE 0
@@ -76,60 +75,6 @@ template <int HD>
 __host__ __device__ constexpr int lds() { return HD + 8; }
 
 extern __shared__ __align__(16) unsigned char dyn_smem[];
-
-// ---------------------------------------------------------------------------------------------
-// Fragment helpers (the same as focus_attention.cu's).
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    int n = valid ? 16 : 0;  // 0: zero-fill without reading
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ void mma_bf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const void* smem) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const void* smem) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(s));
-}
-
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-}
-
-__device__ __forceinline__ float quad_max(float x) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
-    return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffff, x, 1);
-    return x + __shfl_xor_sync(0xffffffff, x, 2);
-}
 
 __device__ __forceinline__ float to_f(float x) { return x; }
 __device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }

@@ -1,7 +1,8 @@
 //! What is loaded and analysed, and what is on its way: the three inputs (model, adapter, text),
 //! the analysis on screen, recent analyses (so that toggling a control back is instant), and the
 //! bookkeeping that `reconcile` uses to start the loads and the analysis the settings ask for,
-//! once each (a failed or cancelled one is not retried until something changes).
+//! once each (a failed or cancelled one is not retried until something changes). `file` reads
+//! and writes session files.
 
 pub mod file;
 

@@ -123,19 +123,27 @@ fn opt(x: Option<usize>) -> String {
     x.map_or("?".into(), |v| v.to_string())
 }
 
-/// Folders that may hold the shipped adapters: `sample_adapters/` in the working directory, beside
-/// the executable (or above it, in a build tree) and in the source tree it was built from.
+/// Folders that may hold the shipped adapters, in this order: the folders listed in
+/// `FOCUS_LENS_ADAPTERS` (separated as in `PATH`), then `sample_adapters/` in the working
+/// directory or up to three folders above it (anywhere inside a checkout), then beside the
+/// executable or up to three folders above it (a build tree, or an install that puts the folder
+/// beside the binary). Found at run time, never a path compiled in: a binary copied elsewhere
+/// looks where it is. (Without any, the embedded default adapter still loads.)
 pub fn sample_adapter_dirs() -> Vec<PathBuf> {
-    let mut c = Vec::new();
-    if let Ok(d) = std::env::current_dir() {
-        c.push(d.join("sample_adapters"));
+    let (cwd, exe) = (std::env::current_dir().ok(), std::env::current_exe().ok());
+    adapter_dirs_in(std::env::var_os("FOCUS_LENS_ADAPTERS").as_deref(), cwd.as_deref(), exe.as_deref())
+}
+
+/// `sample_adapter_dirs` for a given `FOCUS_LENS_ADAPTERS` value, working directory and
+/// executable: the folders among its candidates that exist, canonical, each once.
+pub fn adapter_dirs_in(listed: Option<&std::ffi::OsStr>, cwd: Option<&Path>, exe: Option<&Path>) -> Vec<PathBuf> {
+    let mut c: Vec<PathBuf> = listed.map(|v| std::env::split_paths(v).collect()).unwrap_or_default();
+    if let Some(d) = cwd {
+        c.extend(d.ancestors().take(4).map(|a| a.join("sample_adapters")));
     }
-    if let Ok(exe) = std::env::current_exe() {
-        for a in exe.ancestors().skip(1).take(4) {
-            c.push(a.join("sample_adapters"));
-        }
+    if let Some(exe) = exe {
+        c.extend(exe.ancestors().skip(1).take(4).map(|a| a.join("sample_adapters")));
     }
-    c.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample_adapters"));
     let mut out: Vec<PathBuf> = Vec::new();
     for d in c {
         if let Ok(d) = d.canonicalize() {

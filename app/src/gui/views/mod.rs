@@ -6,7 +6,8 @@
 //! drawing code.
 //!
 //! Panels around the window: `menu` (top), `status` (bottom), `controls` (left), `details`
-//! (right); windows: `files` (open and export paths, browser, adapter picker) and `glossary`.
+//! (right); windows: `files` (open and export paths, browser, adapter picker), `glossary` and
+//! `intervene` (edit one layer's routing, shown in the Compare view).
 //! The central area (`Views::central`) shows the tab bar and one of `tokens`, `layers`,
 //! `balance`, `mask`, `attention`, `head`, `categories`, `routing`, `compare`, `speed` (which show the
 //! analysis on screen), `generate` (which needs only the model and the adapter), `train` (only

@@ -23,6 +23,11 @@ pub struct McQuestion {
 /// (choice -> 1 for a true answer, 0 for a false one).
 /// Also returns the task's few-shot prefix (six solved questions), used with `few_shot`.
 pub fn load_truthfulqa(path: &Path) -> Result<(Vec<McQuestion>, String)> {
+    parse_truthfulqa(&std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?, path)
+}
+
+/// `load_truthfulqa` of a file's text (e.g. one embedded in a binary); `path` names it in errors.
+pub fn parse_truthfulqa(text: &str, path: &Path) -> Result<(Vec<McQuestion>, String)> {
     #[derive(Deserialize)]
     struct Task {
         examples: Vec<Example>,
@@ -34,8 +39,7 @@ pub fn load_truthfulqa(path: &Path) -> Result<(Vec<McQuestion>, String)> {
         input: String,
         target_scores: serde_json::Map<String, serde_json::Value>,
     }
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    let task: Task = serde_json::from_str(&text).map_err(|e| Error::bad_file(path, format!("not a BIG-bench task_mc.json: {e}")))?;
+    let task: Task = serde_json::from_str(text).map_err(|e| Error::bad_file(path, format!("not a BIG-bench task_mc.json: {e}")))?;
     let mut out = Vec::with_capacity(task.examples.len());
     for (i, ex) in task.examples.into_iter().enumerate() {
         let mut choices = Vec::new();
@@ -64,7 +68,11 @@ pub struct ClozeItem {
 
 /// Reads a JSONL file of `ClozeItem`s.
 pub fn load_cloze(path: &Path) -> Result<Vec<ClozeItem>> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    parse_cloze(&std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?, path)
+}
+
+/// `load_cloze` of a file's text (e.g. one embedded in a binary); `path` names it in errors.
+pub fn parse_cloze(text: &str, path: &Path) -> Result<Vec<ClozeItem>> {
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let item: ClozeItem = serde_json::from_str(line).map_err(|e| Error::bad_file(path, format!("line {}: {e}", n + 1)))?;

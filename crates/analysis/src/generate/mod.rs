@@ -1,5 +1,9 @@
 //! Generation: a model (and optionally a Focus adapter) fed one token at a time.
 //!
+//! Files: this one (`Generator`), `sampler` (the next token from the logits), `chat` (chat
+//! templates and end-of-turn ids), `chat_process` (a template rendered in a child process, killed
+//! past its time limit), `graph` (a GPU step captured as one CUDA graph).
+//!
 //! `Generator` keeps a KV cache per layer (`attention::kv_cache`) and runs each new token
 //! through the decoder's one layer loop (`Decoder::run`), at its position; only its attention
 //! differs: a layer hook attends over the cache with `attention::decode` (dense, soft, or hard

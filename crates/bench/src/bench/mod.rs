@@ -2,7 +2,8 @@
 //! model's prefill, dense vs hard top-k (`forward`), and one attention call, our dense kernel vs
 //! exact top-k Focus vs candle's matmul + softmax (`attention`), one generation step over a
 //! cached context, dense vs top-k (`decode`), and how far whole-sequence and causal Sinkhorn
-//! route a text apart (`routing`). Figures are printed, never asserted in tests.
+//! route a text apart (`routing`). `attention_cuda` is the attention benchmark's CUDA side.
+//! Figures are printed, never asserted in tests.
 
 mod attention;
 #[cfg(feature = "cuda")]

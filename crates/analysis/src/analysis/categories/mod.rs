@@ -6,6 +6,8 @@
 //! word its first non-space byte falls in, marked as the word's first piece or a continuation.
 //! Tokens that are only whitespace, and special tokens, are `other`; tokens of punctuation or
 //! symbols are `punctuation`. Capitalised words inside a sentence are names, hence nouns.
+//! `profile` counts, per layer and centroid, the categories and tokens of its group; `tests`
+//! holds this folder's unit tests.
 
 mod closed;
 mod lexicon;
