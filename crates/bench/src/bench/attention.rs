@@ -212,18 +212,6 @@ pub fn candle_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: &Tensor) -> 
     Ok(p.reshape((hkv, rep * t, t))?.matmul(v)?.reshape((h, t, d))?)
 }
 
-/// Runs the benchmark on `device`: our CPU kernels on the CPU, our CUDA kernels on a CUDA device
-/// (with the `cuda` feature), candle's attention on either. `on_row` sees each row as soon as
-/// it is measured.
-pub fn run_attention_bench(cfg: &AttentionBench, device: &Device, on_row: impl FnMut(&AttentionRow)) -> Result<Vec<AttentionRow>> {
-    cfg.validate()?;
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(dev) = device {
-        return super::attention_cuda::run(cfg, dev, on_row);
-    }
-    run_cpu(cfg, device, on_row)
-}
-
 /// The (K, k) variants of a configuration, each with its balanced memberships for length n.
 pub(super) fn variants(cfg: &AttentionBench, n: usize) -> Result<Vec<(usize, usize, Vec<u64>)>> {
     cfg.groups
@@ -233,7 +221,8 @@ pub(super) fn variants(cfg: &AttentionBench, n: usize) -> Result<Vec<(usize, usi
         .collect()
 }
 
-fn run_cpu(cfg: &AttentionBench, device: &Device, mut on_row: impl FnMut(&AttentionRow)) -> Result<Vec<AttentionRow>> {
+/// The benchmark on the CPU (or candle's attention alone on a GPU without our kernels).
+pub(super) fn run_cpu(cfg: &AttentionBench, device: &Device, mut on_row: impl FnMut(&AttentionRow)) -> Result<Vec<AttentionRow>> {
     let cpu = device.is_cpu();
     let dev_name = if cpu { "cpu" } else { "cuda" };
     let threads = rayon::current_num_threads();

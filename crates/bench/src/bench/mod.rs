@@ -5,6 +5,7 @@
 //! route a text apart (`routing`). Figures are printed, never asserted in tests.
 
 mod attention;
+mod attention_run;
 #[cfg(feature = "cuda")]
 mod attention_cuda;
 mod decode;
@@ -12,6 +13,7 @@ mod forward;
 mod routing;
 
 pub use attention::*;
+pub use attention_run::*;
 pub use decode::*;
 pub use forward::*;
 pub use routing::*;
