@@ -282,6 +282,11 @@ const fn llama_style_gguf(arch: &'static str, interleaved_rope: bool, qkv_bias: 
     }
 }
 
+/// A Llama-style family: RMSNorm, SwiGLU, pre-norms only.
+const fn llama_style(arch: Arch, title: &'static str, hf: HfFamily, gguf: Option<GgufFamily>) -> Family {
+    Family { arch, title, norm: NormKind::Rms, mlp: MlpKind::SwiGlu, qk_norm: None, pre_norms: true, post_norms: false, embed_scale_sqrt_d: false, hf: Some(hf), gguf }
+}
+
 /// The families, in the order error messages list them.
 pub const FAMILIES: &[Family] = &[
     // GPT-2: LayerNorm, learned absolute positions, GELU (tanh) MLP, multi-head attention, tied
@@ -335,31 +340,9 @@ pub const FAMILIES: &[Family] = &[
         gguf: None,
     },
     // Llama-style decoders (Llama, Mistral, SmolLM2): RMSNorm, RoPE, GQA, SwiGLU.
-    Family {
-        arch: Arch::Llama,
-        title: "Llama",
-        norm: NormKind::Rms,
-        mlp: MlpKind::SwiGlu,
-        qk_norm: None,
-        pre_norms: true,
-        post_norms: false,
-        embed_scale_sqrt_d: false,
-        hf: Some(llama_style_hf(&["llama", "mistral"], Flag::Key("attention_bias", false))),
-        gguf: Some(llama_style_gguf("llama", true, false)),
-    },
+    llama_style(Arch::Llama, "Llama", llama_style_hf(&["llama", "mistral"], Flag::Key("attention_bias", false)), Some(llama_style_gguf("llama", true, false))),
     // Qwen2: Llama's blocks with biases on Q, K and V.
-    Family {
-        arch: Arch::Qwen2,
-        title: "Qwen2",
-        norm: NormKind::Rms,
-        mlp: MlpKind::SwiGlu,
-        qk_norm: None,
-        pre_norms: true,
-        post_norms: false,
-        embed_scale_sqrt_d: false,
-        hf: Some(llama_style_hf(&["qwen2"], Flag::Always)),
-        gguf: Some(llama_style_gguf("qwen2", false, true)),
-    },
+    llama_style(Arch::Qwen2, "Qwen2", llama_style_hf(&["qwen2"], Flag::Always), Some(llama_style_gguf("qwen2", false, true))),
     // Gemma 2: post-attention and post-MLP norms, GeGLU, embeddings scaled by sqrt(d_model),
     // attention scaled by query_pre_attn_scalar^-0.5, tanh soft-capping of the attention and
     // final logits, alternating sliding-window (even layers) / global layers. Its RMSNorm
@@ -425,20 +408,19 @@ pub const FAMILIES: &[Family] = &[
     // transformers does), and norms after attention and after the MLP instead of before:
     // x + norm(attn(x)), then h + norm(mlp(h)). The router reads the block's input x.
     Family {
-        arch: Arch::Olmo2,
-        title: "OLMo-2",
-        norm: NormKind::Rms,
-        mlp: MlpKind::SwiGlu,
         qk_norm: Some(QkNorm::Full),
         pre_norms: false,
         post_norms: true,
-        embed_scale_sqrt_d: false,
-        hf: Some(HfFamily {
-            window: HfWindow::None,
-            names: hf_names(&[&[("post_attn_norm", "post_attention_layernorm")], HF_PARTS], 0.0),
-            ..llama_style_hf(&["olmo2"], Flag::Key("attention_bias", false))
-        }),
-        gguf: None,
+        ..llama_style(
+            Arch::Olmo2,
+            "OLMo-2",
+            HfFamily {
+                window: HfWindow::None,
+                names: hf_names(&[&[("post_attn_norm", "post_attention_layernorm")], HF_PARTS], 0.0),
+                ..llama_style_hf(&["olmo2"], Flag::Key("attention_bias", false))
+            },
+            None,
+        )
     },
 ];
 
