@@ -11,7 +11,7 @@ source $1
 export LD_PRELOAD="libcuda.so.1 libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libnvrtc.so.13 libcudart.so.13"
 chmod +x $S/core-tests
 T="$S/core-tests --ignored --nocapture"
-D=attention::cpu::decode::tests::device_speed
+D=attention::decode::tests::device_speed
 for shape in qwen smollm2; do
   DECODE_SHAPE=$shape timeout 120 $T $D 2>&1 | grep "us per step" | sed "s/^/$shape /" | tee -a $O/decode_speed.txt
 done

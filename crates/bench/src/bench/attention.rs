@@ -212,18 +212,6 @@ pub fn candle_attention(q: &Tensor, k: &Tensor, v: &Tensor, causal: &Tensor) -> 
     Ok(p.reshape((hkv, rep * t, t))?.matmul(v)?.reshape((h, t, d))?)
 }
 
-/// Runs the benchmark on `device`: our CPU kernels on the CPU, our CUDA kernels on a CUDA device
-/// (with the `cuda` feature), candle's attention on either. `on_row` sees each row as soon as
-/// it is measured.
-pub fn run_attention_bench(cfg: &AttentionBench, device: &Device, on_row: impl FnMut(&AttentionRow)) -> Result<Vec<AttentionRow>> {
-    cfg.validate()?;
-    #[cfg(feature = "cuda")]
-    if let Device::Cuda(dev) = device {
-        return super::attention_cuda::run(cfg, dev, on_row);
-    }
-    run_cpu(cfg, device, on_row)
-}
-
 /// The (K, k) variants of a configuration, each with its balanced memberships for length n.
 pub(super) fn variants(cfg: &AttentionBench, n: usize) -> Result<Vec<(usize, usize, Vec<u64>)>> {
     cfg.groups
@@ -233,7 +221,8 @@ pub(super) fn variants(cfg: &AttentionBench, n: usize) -> Result<Vec<(usize, usi
         .collect()
 }
 
-fn run_cpu(cfg: &AttentionBench, device: &Device, mut on_row: impl FnMut(&AttentionRow)) -> Result<Vec<AttentionRow>> {
+/// The benchmark on the CPU (or candle's attention alone on a GPU without our kernels).
+pub(super) fn run_cpu(cfg: &AttentionBench, device: &Device, mut on_row: impl FnMut(&AttentionRow)) -> Result<Vec<AttentionRow>> {
     let cpu = device.is_cpu();
     let dev_name = if cpu { "cpu" } else { "cuda" };
     let threads = rayon::current_num_threads();
@@ -343,22 +332,6 @@ mod tests {
             let (a, b) = crate::attention::reference::ab_pair_counts(&masks, w, s);
             assert_eq!(a + b, direct);
         }
-    }
-
-    #[test]
-    fn small_bench_runs_and_reports_every_variant() {
-        let cfg = AttentionBench { lengths: vec![200, 300], groups: vec![2, 4], ks: vec![1, 3], heads: 2, kv_heads: 1, head_dim: 16, repeats: 1, ..Default::default() };
-        let rows = run_attention_bench(&cfg, &Device::Cpu, |_| {}).unwrap();
-        // (K, k) pairs with k <= K: (2,1), (4,1), (4,3).
-        assert_eq!(rows.len(), 6);
-        for r in &rows {
-            assert!(r.dense_ms.unwrap() > 0.0 && r.focus_ms.unwrap() > 0.0 && r.candle_ms.unwrap() > 0.0);
-            assert!(r.pairs_fraction > 0.0 && r.pairs_fraction <= 1.0);
-        }
-        let bad = AttentionBench { heads: 3, kv_heads: 2, ..cfg.clone() };
-        assert!(run_attention_bench(&bad, &Device::Cpu, |_| {}).is_err());
-        let bad = AttentionBench { ks: vec![5], ..cfg };
-        assert!(run_attention_bench(&bad, &Device::Cpu, |_| {}).is_err());
     }
 
     /// The candle path computes the same attention as our dense kernel.

@@ -6,6 +6,7 @@
 //! Figures are printed, never asserted in tests.
 
 mod attention;
+mod attention_run;
 #[cfg(feature = "cuda")]
 mod attention_cuda;
 mod decode;
@@ -13,6 +14,7 @@ mod forward;
 mod routing;
 
 pub use attention::*;
+pub use attention_run::*;
 pub use decode::*;
 pub use forward::*;
 pub use routing::*;

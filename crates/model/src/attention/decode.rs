@@ -9,10 +9,9 @@
 use super::kv_cache::LayerCache;
 use super::LayerAttention;
 use crate::error::{Error, Result};
-use crate::focus::gate::GateFn;
-use crate::focus::mask;
 use candle_core::Tensor;
-use serde::{Deserialize, Serialize};
+// What the dispatcher and the kernels share sits below both (`decode_keys`).
+pub use super::decode_keys::{device_read_bytes, selected_keys, DecodeAttention, ReadBytes};
 
 /// The newest token's attention output (1, H, 1, D) from its queries `q` ((1, H, 1, D), after
 /// RoPE and the layer's score scale) over `cache`, and the bytes read. `own` is the layer's own
@@ -24,121 +23,6 @@ pub fn attend(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAttention
     }
     let (o, read) = super::cpu::decode::attend(&q.flatten_all()?.to_vec1::<f32>()?, heads, cache, how, own)?;
     Ok((Tensor::from_vec(o, (1, heads, 1, cache.head_dim), q.device())?, read))
-}
-
-/// How the newest token attends.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum DecodeAttention {
-    Dense,
-    /// Hard top-k with local window w and the first `sink` tokens always kept [ours] (the
-    /// cache's top-k sets decide the other distant keys).
-    TopK { window: usize, sink: usize },
-    /// Soft gates on distant keys (sink keys [ours] are not gated, as local ones).
-    Soft { gate: GateFn, window: usize, sink: usize },
-}
-
-/// Bytes one decode step reads from the caches (summed over the layers it covers).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReadBytes {
-    /// Key and value rows read (f32).
-    pub kv: u64,
-    /// Routing data read to choose or gate keys: index entries and top-k sets (top-k),
-    /// memberships (soft).
-    pub index: u64,
-    /// What dense attention reads: every cached key and value row.
-    pub dense: u64,
-}
-
-impl ReadBytes {
-    pub fn add(&mut self, o: ReadBytes) {
-        self.kv += o.kv;
-        self.index += o.index;
-        self.dense += o.dense;
-    }
-    /// (kv + index) / dense.
-    pub fn fraction(&self) -> f64 {
-        if self.dense == 0 { 1.0 } else { (self.kv + self.index) as f64 / self.dense as f64 }
-    }
-}
-
-/// The cached positions the newest token (position n - 1) attends, and the routing bytes read
-/// to find them.
-pub fn selected_keys(cache: &LayerCache, how: DecodeAttention) -> Result<(Vec<u32>, u64)> {
-    let n = cache.len();
-    if n == 0 {
-        return Err(Error::Invalid("decode attention over an empty cache".into()));
-    }
-    let i = n - 1;
-    let (window, sink) = match how {
-        DecodeAttention::TopK { window, sink } if !mask::all_local(n, window) => (window, sink),
-        DecodeAttention::Soft { .. } => {
-            let r = cache.routing.as_ref().ok_or_else(|| Error::Invalid("soft decode needs cached routing".into()))?;
-            return Ok(((0..n as u32).collect(), (n * r.groups * 4) as u64));
-        }
-        _ => return Ok(((0..n as u32).collect(), 0)),
-    };
-    let r = cache.routing.as_ref().ok_or_else(|| Error::Invalid("top-k decode needs cached routing".into()))?;
-    let mi = r.masks[i];
-    // A distant key is kept when its top-k set meets the query's: the union of the query's
-    // groups' member lists, marked in a bitmap over the distant positions and read back in
-    // position order. A key in several of the groups is taken once (the mask's row is a set),
-    // and in ascending order the rows stream as dense's do, instead of jumping back for every
-    // group (an in-order union without sorting, which cost 3-4 ms of an 8K step).
-    let distant = i - window;
-    let mut bits = vec![0u64; distant.div_ceil(64)];
-    let mut index = 0u64;
-    for g in mask::groups(mi) {
-        let list = &r.members[g];
-        let end = list.partition_point(|&j| (j as usize) < distant);
-        // One position read per index entry used.
-        index += 4 * end as u64;
-        for &j in &list[..end] {
-            bits[j as usize / 64] |= 1 << (j % 64);
-        }
-    }
-    // Sink keys [ours]: always kept, found by position (no index read).
-    for j in mask::sink_keys(i, window, sink) {
-        bits[j / 64] |= 1 << (j % 64);
-    }
-    let mut keys = Vec::with_capacity(bits.iter().map(|w| w.count_ones() as usize).sum::<usize>() + window + 1);
-    for (w, &word) in bits.iter().enumerate() {
-        let mut m = word;
-        while m != 0 {
-            keys.push((w * 64) as u32 + m.trailing_zeros());
-            m &= m - 1;
-        }
-    }
-    keys.extend(distant as u32..=i as u32);
-    Ok((keys, index))
-}
-
-/// The bytes a step of the newest token (position n - 1) over a cache on a GPU reads, from the
-/// host's copy of the routing (which must hold that token's row): the kernel finds the kept
-/// distant keys by testing each one's top-k set (8 bytes, counted as index bytes) rather than
-/// through the host's index by group; the kept keys' rows are the only rows it reads.
-pub fn device_read_bytes(cache: &LayerCache, how: DecodeAttention, own: &LayerAttention) -> Result<ReadBytes> {
-    let n = cache.len();
-    if n == 0 {
-        return Err(Error::Invalid("decode attention over an empty cache".into()));
-    }
-    let i = n - 1;
-    let from = own.window.map_or(0, |w| n.saturating_sub(w));
-    let tb = cache.token_bytes();
-    let dense = (n - from) as u64 * tb;
-    let (kept, index) = match (how, cache.routing.as_ref()) {
-        (DecodeAttention::TopK { window, sink }, Some(r)) => {
-            let mi = *r.masks.get(i).ok_or_else(|| Error::Invalid("decode read count: the host's routing lacks the newest token".into()))?;
-            let lo = (i.saturating_sub(window)).max(from);
-            // Kept distant keys (from..lo): the sinks [ours], and those sharing a group.
-            let sinks = sink.min(lo).saturating_sub(from);
-            let shared = r.count_sharing(mi, sink.max(from).min(lo)..lo);
-            (n - lo + sinks + shared, (lo - from) as u64 * 8)
-        }
-        (DecodeAttention::Soft { .. }, Some(r)) => (n - from, ((n - from) * r.groups * 4) as u64),
-        (DecodeAttention::Dense, _) => (n - from, 0),
-        _ => return Err(Error::Invalid("top-k and soft decode need cached routing".into())),
-    };
-    Ok(ReadBytes { kv: kept as u64 * tb, index, dense })
 }
 
 /// The newest token's attention output (1, H, 1, D) from its queries `q` (any shape of H x D
@@ -206,5 +90,108 @@ pub fn attend_step(q: &Tensor, heads: usize, cache: &LayerCache, how: DecodeAtte
     {
         let _ = (q, heads, d, kv, own, step);
         Err(Error::Invalid("a cache on a device needs a build with the cuda feature".into()))
+    }
+}
+
+/// The GPU's decode step against the CPU's (`cpu::decode`, the reference), and its speed.
+#[cfg(all(test, feature = "cuda"))]
+mod tests {
+    use super::*;
+    use crate::attention::cpu::decode::attend as cpu_attend;
+    use crate::attention::cpu::decode::tests::routed_cache;
+    use crate::attention::kv_cache::CachedRouting;
+    use crate::focus::gate::GateFn;
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    /// Decode attention alone on a GPU at Qwen2.5-0.5B's shapes (24 layers, 2 KV heads of 64, 14
+    /// query heads) over a 32K cache, or SmolLM2's with DECODE_SHAPE=smollm2 (30 layers, 3 KV
+    /// heads of 64, 9 query heads, 8150 cached): microseconds per step (all layers, one
+    /// synchronisation around them), dense vs top-k (K=8, k=2, window 128), 20 steps a mode
+    /// (DECODE_REPS), dense first (so a profiler's first `decode_partial` launch is dense,
+    /// launch 20 x layers top-k). DECODE_N sets the cached tokens, DECODE_CHUNKS a list of
+    /// chunk sizes to run in turn (`experiments/gpu/chunk_sweep.sh`). A benchmark: the
+    /// `--features cuda` test binary with `attention::decode::tests::device_speed
+    /// --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn device_speed() {
+        use candle_core::{Device, Tensor};
+        let dev = Device::new_cuda(0).expect("a CUDA device");
+        let mut rng = StdRng::seed_from_u64(5);
+        let smollm2 = std::env::var("DECODE_SHAPE").is_ok_and(|s| s == "smollm2");
+        let (hkv, heads, d, layers, n0) = if smollm2 { (3, 9, 64, 30, 8150) } else { (2, 14, 64, 24, 32000) };
+        let n: usize = std::env::var("DECODE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(n0);
+        let caches: Vec<LayerCache> = (0..layers).map(|_| routed_cache(&mut rng, hkv, d, n).to_device(&dev).unwrap()).collect();
+        let q = Tensor::from_vec((0..heads * d).map(|_| rng.gen::<f32>() - 0.5).collect::<Vec<f32>>(), (1, heads, 1, d), &dev).unwrap();
+        let own = LayerAttention::default();
+        // DECODE_CHUNKS=64,128,256: each chunk size in turn (Nsight Compute's per-kernel times
+        // tell them apart: launches in this order, each mode twice).
+        let chunks: Vec<usize> = std::env::var("DECODE_CHUNKS").map_or(vec![0], |v| v.split(',').filter_map(|c| c.parse().ok()).collect());
+        for chunk in chunks {
+            crate::attention::cuda::decode::CHUNK_OVERRIDE.store(chunk, std::sync::atomic::Ordering::Relaxed);
+            for how in [DecodeAttention::Dense, DecodeAttention::TopK { window: 128, sink: 0 }, DecodeAttention::Dense, DecodeAttention::TopK { window: 128, sink: 0 }] {
+                let mut times = Vec::new();
+                let mut read = ReadBytes::default();
+                let reps: usize = std::env::var("DECODE_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+                for _ in 0..reps {
+                    dev.synchronize().unwrap();
+                    let t0 = std::time::Instant::now();
+                    read = ReadBytes::default();
+                    for c in &caches {
+                        let (o, r) = attend(&q, heads, c, how, &own).unwrap();
+                        std::hint::black_box(o);
+                        read.add(r);
+                    }
+                    dev.synchronize().unwrap();
+                    times.push(t0.elapsed().as_secs_f64());
+                }
+                times.sort_by(f64::total_cmp);
+                let t = times[times.len() / 2];
+                eprintln!("chunk {chunk} {how:?} n {n}: {:.1} us per step, {:.0} GB/s of cache rows, read {:.1}% of dense", t * 1e6, read.kv as f64 / t / 1e9, 100.0 * read.fraction());
+            }
+        }
+    }
+
+    /// On a GPU, the decode kernel gives the CPU's output and reads the same rows: dense, top-k
+    /// and soft, with a sliding window, a soft-cap, head dims that do not fill a warp's lanes,
+    /// contexts over several chunks, and blocks of one or two query heads (up to 7 heads a KV
+    /// head: a last block with one head when two does not divide them).
+    #[test]
+    fn device_decode_equals_the_cpu() {
+        use candle_core::{Device, Tensor};
+        let dev = Device::new_cuda(0).expect("a CUDA device");
+        let mut rng = StdRng::seed_from_u64(11);
+        for case in 0..16 {
+            let hkv = rng.gen_range(1..=3);
+            let heads = hkv * rng.gen_range(1..=7);
+            let d = [13, 64, 256][case % 3];
+            let t = rng.gen_range(1..1500);
+            let window = if case % 2 == 0 { rng.gen_range(0..200) } else { rng.gen_range(0..16) };
+            // Sinks [ours]: 0, 1 and 4.
+            let sink = [0, 1, 4][case % 3];
+            let (groups, k) = (8, rng.gen_range(1..=3));
+            let own = LayerAttention { window: (case % 4 == 1).then(|| rng.gen_range(1..600)), softcap: (case % 5 == 2).then_some(3.0), ..LayerAttention::default() };
+            let mut r = |n: usize, a: f32| (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * a).collect::<Vec<f32>>();
+            let (q, kk, v) = (r(heads * d, 2.0), r(hkv * t * d, 2.0), r(hkv * t * d, 1.0));
+            let memb: Vec<f32> = r(t * groups, 1.0).iter().map(|x| x.abs()).collect();
+            let mut cache = LayerCache::new(hkv, d, Some(CachedRouting::new(groups, k, None)));
+            cache.push_kv(&kk, &v, t);
+            let ro = cache.routing.as_mut().unwrap();
+            (0..t).for_each(|i| ro.push(&memb[i * groups..(i + 1) * groups], &memb[i * groups..(i + 1) * groups]));
+            let on_gpu = cache.clone().to_device(&dev).unwrap();
+            let qt = Tensor::from_slice(&q, (1, heads, 1, d), &dev).unwrap();
+            for how in [DecodeAttention::Dense, DecodeAttention::TopK { window, sink }, DecodeAttention::Soft { gate: GateFn::Log { eps: 1e-6 }, window, sink }, DecodeAttention::Soft { gate: GateFn::Paper { lambda: 10.0 }, window, sink }] {
+                let (want, rw) = cpu_attend(&q, heads, &cache, how, &own).unwrap();
+                for per in [1, 2] {
+                    crate::attention::cuda::decode::HEADS_OVERRIDE.store(per, std::sync::atomic::Ordering::Relaxed);
+                    let (got, rg) = attend(&qt, heads, &on_gpu, how, &own).unwrap();
+                    let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                    let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                    assert!(err < 2e-5, "case {case} {how:?} t {t} d {d} w {window} s {sink} own {own:?} heads {heads}/{hkv} per block {per}: {err}");
+                    assert_eq!((rg.kv, rg.dense), (rw.kv, rw.dense), "case {case} {how:?}: rows read");
+                }
+                crate::attention::cuda::decode::HEADS_OVERRIDE.store(0, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
     }
 }

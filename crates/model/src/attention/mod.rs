@@ -21,11 +21,12 @@
 //! `soft` builds the soft-gate plans, `reference` holds the independent references the kernels
 //! are tested against; the mask rule itself is `focus::mask`. `decode` is the attention of one
 //! new token over a layer's KV cache (`kv_cache`), with its CPU and CUDA kernels beside the
-//! prefill ones. Training's fused attention op is `train::attention`.
+//! prefill ones; `decode_keys` what such a step is (mode, kept keys, bytes read), below both. Training's fused attention op is `train::attention`.
 
 pub mod cpu;
 pub mod cuda;
 pub mod decode;
+pub mod decode_keys;
 pub mod kv_cache;
 pub mod reference;
 pub mod soft;

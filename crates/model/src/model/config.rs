@@ -1,5 +1,5 @@
-//! The shape of a decoder, whatever file it came from. Each family file (llama.rs, qwen2.rs,
-//! gpt2.rs, gemma3.rs, gemma2.rs, olmo2.rs) fills one of these from its own metadata. The parts
+//! The shape of a decoder, whatever file it came from. The loader (`load.rs`) fills one of these
+//! from a family's table (`family.rs`) and the file's metadata. The parts
 //! only some families have (QK-norm, soft-capping, sliding-window layers with their own RoPE
 //! base, an embedding scale) are data here, read by the one forward in block.rs / decoder.rs.
 

@@ -1,20 +1,21 @@
-//! Loading a base model: a GGUF file or a Hugging Face directory, one family per file.
+//! Loading a base model: a GGUF file or a Hugging Face directory. Files: `config` (the decoder's
+//! shape), `family` (every family as data), `load` (the one loader that reads them), `hf` and
+//! `gguf` (the two file formats), `weights` (tensors from either), `hub` (repo ids in the local
+//! cache), `tokenizer`, `decoder` (the layer loop of every pass), `block` (one transformer
+//! block), `step` and `fused` (a generation step's forward, and its fused form on a GPU),
+//! `matvec` / `qmatvec` (one-row products, plain and over GGUF blocks).
 
 pub mod block;
 pub mod config;
 pub mod decoder;
+pub mod family;
 pub mod fused;
-pub mod gemma2;
-pub mod gemma3;
 pub mod gguf;
-pub mod gpt2;
 pub mod hf;
 pub mod hub;
-pub mod llama;
+pub mod load;
 pub mod matvec;
 pub mod qmatvec;
-pub mod olmo2;
-pub mod qwen2;
 pub mod step;
 pub mod tokenizer;
 pub mod weights;
@@ -51,10 +52,10 @@ impl Model {
             return Self::load_hf(path, device);
         }
         let g = GgufFile::open(path)?;
-        let (cfg, names) = match g.get("general.architecture").and_then(|v| v.as_str()) {
-            Some("gemma3") => (gemma3::config_from_gguf(&g)?, &gemma3::GGUF_NAMES),
-            _ => (llama::config_from_gguf(&g)?, &llama::GGUF_NAMES),
-        };
+        let arch = g.str("general.architecture")?;
+        let (fam, gf) = family::by_gguf_arch(arch)
+            .ok_or_else(|| Error::Unsupported(format!("GGUF architecture {arch:?} (supported: {})", family::supported(true))))?;
+        let cfg = load::config_from_gguf(&g, fam, gf)?;
         // Compare the header's counts before building anything from them.
         if let Some(n) = g.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()).map(<[_]>::len) {
             if n > cfg.vocab {
@@ -66,26 +67,17 @@ impl Model {
             return Err(Error::bad_file(path, format!("tokenizer has {} tokens but the embedding only {}", tokenizer.vocab_size(), cfg.vocab)));
         }
         let src = WeightSource::Gguf(g);
-        let decoder = llama::load_weights(cfg, &src, names, device)?;
+        let decoder = load::load_weights(cfg, &src, &gf.names, fam.pre_norms, device)?;
         Ok(Model { path: path.to_path_buf(), decoder, tokenizer: Some(tokenizer), fingerprint: src.fingerprint(), format: "gguf" })
     }
 
     fn load_hf(dir: &Path, device: &Device) -> Result<Model> {
         let c = hf::HfConfig::open(&dir.join("config.json"))?;
         let src = WeightSource::SafeTensors(SafeTensorsDir::open(dir)?);
-        let decoder = match c.model_type().as_str() {
-            "gpt2" => gpt2::load_weights(gpt2::config_from_hf(&c)?, &src, device)?,
-            "llama" | "mistral" => llama::load_weights(llama::config_from_hf(&c)?, &src, &llama::HF_NAMES, device)?,
-            "qwen2" => llama::load_weights(qwen2::config_from_hf(&c)?, &src, &llama::HF_NAMES, device)?,
-            "gemma2" => llama::load_weights(gemma2::config_from_hf(&c)?, &src, &gemma2::HF_NAMES, device)?,
-            "olmo2" => llama::load_weights(olmo2::config_from_hf(&c)?, &src, &olmo2::HF_NAMES, device)?,
-            other => {
-                return Err(Error::Unsupported(format!(
-                    "{}: model_type {other:?} (supported: gpt2, llama, mistral, qwen2, gemma2, olmo2)",
-                    c.path.display()
-                )))
-            }
-        };
+        let ty = c.model_type();
+        let (fam, h) = family::by_model_type(&ty)
+            .ok_or_else(|| Error::Unsupported(format!("{}: model_type {ty:?} (supported: {})", c.path.display(), family::supported(false))))?;
+        let decoder = load::load_weights(load::config_from_hf(&c, fam, h)?, &src, &h.names, fam.pre_norms, device)?;
         let tok_path = dir.join("tokenizer.json");
         let tokenizer = if tok_path.exists() { Some(Tokenizer::from_file(&tok_path)?) } else { None };
         if let Some(t) = &tokenizer {

@@ -7,7 +7,7 @@
 //! log-sum-exp (flash decoding); every query head of a KV head reads each key row once.
 
 use super::simd::{dot, exp};
-use crate::attention::decode::{selected_keys, DecodeAttention, ReadBytes};
+use crate::attention::decode_keys::{selected_keys, DecodeAttention, ReadBytes};
 use crate::attention::kv_cache::{Bucket, LayerCache};
 use crate::attention::LayerAttention;
 use crate::error::{Error, Result};
@@ -369,7 +369,7 @@ mod avx512 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::attention::cpu::Shape;
     use crate::attention::reference::masked_dense_reference;
@@ -382,7 +382,7 @@ mod tests {
     /// equals a plain count over the distant positions.
     #[test]
     fn device_read_bytes_count_the_cpu_steps_rows() {
-        use crate::attention::decode::device_read_bytes;
+        use crate::attention::decode_keys::device_read_bytes;
         let mut rng = StdRng::seed_from_u64(9);
         for case in 0..40 {
             let (hkv, d) = (2, 8);
@@ -467,7 +467,7 @@ mod tests {
     }
 
     /// A benchmark's host cache of `n` random tokens, routed by causal Sinkhorn (K=8, k=2).
-    fn routed_cache(rng: &mut StdRng, hkv: usize, d: usize, n: usize) -> LayerCache {
+    pub(crate) fn routed_cache(rng: &mut StdRng, hkv: usize, d: usize, n: usize) -> LayerCache {
         use crate::focus::sinkhorn::CausalSinkhorn;
         let mut c = LayerCache::new(hkv, d, Some(CachedRouting::new(8, 2, Some(CausalSinkhorn::new(8, 1.0, 10)))));
         let kv: Vec<f32> = (0..hkv * n * d).map(|_| rng.gen::<f32>() - 0.5).collect();
@@ -541,100 +541,6 @@ mod tests {
             eprintln!("  selected_keys: {:.2} ms", t0.elapsed().as_secs_f64() * 1e3);
             let (_, read) = attend(&q, heads, &caches[0], how, &own).unwrap();
             eprintln!("{how:?} n {n}: {:.2} ms per step ({:.1} GB/s of cache rows)", best * 1e3, read.kv as f64 * layers as f64 / best / 1e9);
-        }
-    }
-
-    /// Decode attention alone on a GPU at Qwen2.5-0.5B's shapes (24 layers, 2 KV heads of 64, 14
-    /// query heads) over a 32K cache, or SmolLM2's with DECODE_SHAPE=smollm2 (30 layers, 3 KV
-    /// heads of 64, 9 query heads, 8150 cached): microseconds per step (all layers, one
-    /// synchronisation around them), dense vs top-k (K=8, k=2, window 128), 20 steps a mode
-    /// (DECODE_REPS), dense first (so a profiler's first `decode_partial` launch is dense,
-    /// launch 20 x layers top-k). DECODE_N sets the cached tokens, DECODE_CHUNKS a list of
-    /// chunk sizes to run in turn (`experiments/gpu/chunk_sweep.sh`). A benchmark: the
-    /// `--features cuda` test binary with `attention::cpu::decode::tests::device_speed
-    /// --ignored --nocapture`.
-    #[cfg(feature = "cuda")]
-    #[test]
-    #[ignore]
-    fn device_speed() {
-        use candle_core::{Device, Tensor};
-        let dev = Device::new_cuda(0).expect("a CUDA device");
-        let mut rng = StdRng::seed_from_u64(5);
-        let smollm2 = std::env::var("DECODE_SHAPE").is_ok_and(|s| s == "smollm2");
-        let (hkv, heads, d, layers, n0) = if smollm2 { (3, 9, 64, 30, 8150) } else { (2, 14, 64, 24, 32000) };
-        let n: usize = std::env::var("DECODE_N").ok().and_then(|v| v.parse().ok()).unwrap_or(n0);
-        let caches: Vec<LayerCache> = (0..layers).map(|_| routed_cache(&mut rng, hkv, d, n).to_device(&dev).unwrap()).collect();
-        let q = Tensor::from_vec((0..heads * d).map(|_| rng.gen::<f32>() - 0.5).collect::<Vec<f32>>(), (1, heads, 1, d), &dev).unwrap();
-        let own = LayerAttention::default();
-        // DECODE_CHUNKS=64,128,256: each chunk size in turn (Nsight Compute's per-kernel times
-        // tell them apart: launches in this order, each mode twice).
-        let chunks: Vec<usize> = std::env::var("DECODE_CHUNKS").map_or(vec![0], |v| v.split(',').filter_map(|c| c.parse().ok()).collect());
-        for chunk in chunks {
-            crate::attention::cuda::decode::CHUNK_OVERRIDE.store(chunk, std::sync::atomic::Ordering::Relaxed);
-            for how in [DecodeAttention::Dense, DecodeAttention::TopK { window: 128, sink: 0 }, DecodeAttention::Dense, DecodeAttention::TopK { window: 128, sink: 0 }] {
-                let mut times = Vec::new();
-                let mut read = ReadBytes::default();
-                let reps: usize = std::env::var("DECODE_REPS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
-                for _ in 0..reps {
-                    dev.synchronize().unwrap();
-                    let t0 = std::time::Instant::now();
-                    read = ReadBytes::default();
-                    for c in &caches {
-                        let (o, r) = crate::attention::decode::attend(&q, heads, c, how, &own).unwrap();
-                        std::hint::black_box(o);
-                        read.add(r);
-                    }
-                    dev.synchronize().unwrap();
-                    times.push(t0.elapsed().as_secs_f64());
-                }
-                times.sort_by(f64::total_cmp);
-                let t = times[times.len() / 2];
-                eprintln!("chunk {chunk} {how:?} n {n}: {:.1} us per step, {:.0} GB/s of cache rows, read {:.1}% of dense", t * 1e6, read.kv as f64 / t / 1e9, 100.0 * read.fraction());
-            }
-        }
-    }
-
-    /// On a GPU, the decode kernel gives the CPU's output and reads the same rows: dense, top-k
-    /// and soft, with a sliding window, a soft-cap, head dims that do not fill a warp's lanes,
-    /// contexts over several chunks, and blocks of one or two query heads (up to 7 heads a KV
-    /// head: a last block with one head when two does not divide them).
-    #[cfg(feature = "cuda")]
-    #[test]
-    fn device_decode_equals_the_cpu() {
-        use candle_core::{Device, Tensor};
-        let dev = Device::new_cuda(0).expect("a CUDA device");
-        let mut rng = StdRng::seed_from_u64(11);
-        for case in 0..16 {
-            let hkv = rng.gen_range(1..=3);
-            let heads = hkv * rng.gen_range(1..=7);
-            let d = [13, 64, 256][case % 3];
-            let t = rng.gen_range(1..1500);
-            let window = if case % 2 == 0 { rng.gen_range(0..200) } else { rng.gen_range(0..16) };
-            // Sinks [ours]: 0, 1 and 4.
-            let sink = [0, 1, 4][case % 3];
-            let (groups, k) = (8, rng.gen_range(1..=3));
-            let own = LayerAttention { window: (case % 4 == 1).then(|| rng.gen_range(1..600)), softcap: (case % 5 == 2).then_some(3.0), ..LayerAttention::default() };
-            let mut r = |n: usize, a: f32| (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * a).collect::<Vec<f32>>();
-            let (q, kk, v) = (r(heads * d, 2.0), r(hkv * t * d, 2.0), r(hkv * t * d, 1.0));
-            let memb: Vec<f32> = r(t * groups, 1.0).iter().map(|x| x.abs()).collect();
-            let mut cache = LayerCache::new(hkv, d, Some(CachedRouting::new(groups, k, None)));
-            cache.push_kv(&kk, &v, t);
-            let ro = cache.routing.as_mut().unwrap();
-            (0..t).for_each(|i| ro.push(&memb[i * groups..(i + 1) * groups], &memb[i * groups..(i + 1) * groups]));
-            let on_gpu = cache.clone().to_device(&dev).unwrap();
-            let qt = Tensor::from_slice(&q, (1, heads, 1, d), &dev).unwrap();
-            for how in [DecodeAttention::Dense, DecodeAttention::TopK { window, sink }, DecodeAttention::Soft { gate: GateFn::Log { eps: 1e-6 }, window, sink }, DecodeAttention::Soft { gate: GateFn::Paper { lambda: 10.0 }, window, sink }] {
-                let (want, rw) = attend(&q, heads, &cache, how, &own).unwrap();
-                for per in [1, 2] {
-                    crate::attention::cuda::decode::HEADS_OVERRIDE.store(per, std::sync::atomic::Ordering::Relaxed);
-                    let (got, rg) = crate::attention::decode::attend(&qt, heads, &on_gpu, how, &own).unwrap();
-                    let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-                    let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                    assert!(err < 2e-5, "case {case} {how:?} t {t} d {d} w {window} s {sink} own {own:?} heads {heads}/{hkv} per block {per}: {err}");
-                    assert_eq!((rg.kv, rg.dense), (rw.kv, rw.dense), "case {case} {how:?}: rows read");
-                }
-                crate::attention::cuda::decode::HEADS_OVERRIDE.store(0, std::sync::atomic::Ordering::Relaxed);
-            }
         }
     }
 }

@@ -1,0 +1,305 @@
+//! The one loader of every family (`family::FAMILIES`): a `ModelConfig` from a Hugging Face
+//! `config.json` or a GGUF header, then the decoder's weights by the family's tensor names.
+
+use super::block::{Block, Linear, Mlp, Norm};
+use super::config::{MlpKind, ModelConfig, NormKind, Positions, QkNorm, Sliding};
+use super::decoder::Decoder;
+use super::family::{AttnScale, Family, Flag, GgufFamily, HfFamily, HfWindow, Names};
+use super::gguf::{GgufFile, Value};
+use super::hf::HfConfig;
+use super::weights::WeightSource;
+use crate::error::{Error, Result};
+use candle_core::Device;
+use std::sync::Arc;
+
+impl Flag {
+    fn read(self, c: &HfConfig) -> bool {
+        match self {
+            Flag::Never => false,
+            Flag::Always => true,
+            Flag::Key(k, default) => c.bool_or(k, default),
+        }
+    }
+}
+
+/// The score scale of a model of `n_layers` layers, `d_model` wide with `n_heads` heads;
+/// `key`: reads a config key (Hugging Face).
+fn attn_scale(rule: AttnScale, n_layers: usize, d_model: usize, n_heads: usize, head_dim: usize, key: impl Fn(&str, f64) -> Result<f64>) -> Result<Option<f64>> {
+    Ok(match rule {
+        AttnScale::HeadDim => None,
+        AttnScale::Key(k) => Some(1.0 / key(k, head_dim as f64)?.sqrt()),
+        AttnScale::DModelOverHeadsAt(layers) => (n_layers == layers).then(|| (n_heads as f64 / d_model as f64).sqrt()),
+    })
+}
+
+/// A Hugging Face `config.json` read as `fam` says.
+pub fn config_from_hf(c: &HfConfig, fam: &Family, h: &HfFamily) -> Result<ModelConfig> {
+    let a = &h.activation;
+    let (key, act) = a.keys.iter().find_map(|k| c.json.get(*k).and_then(|v| v.as_str()).map(|v| (*k, v.to_string()))).unwrap_or((a.keys[0], a.default.to_string()));
+    if !a.accepted.contains(&act.as_str()) {
+        return Err(Error::Unsupported(format!(
+            "{}: {} activation {act:?} in {key} (supported: {})",
+            c.path.display(),
+            fam.title,
+            a.accepted.join(", ")
+        )));
+    }
+    for &(flag, implemented) in h.fixed_flags {
+        if c.bool_or(flag, implemented) != implemented {
+            return Err(Error::Unsupported(format!("{}: {} attention scaling ({flag} = {})", c.path.display(), fam.title, !implemented)));
+        }
+    }
+    let k = h.keys;
+    let d_model = c.usize(k.d_model)?;
+    let n_heads = c.usize(k.n_heads)?;
+    let n_layers = c.usize(k.n_layers)?;
+    let head_dim = match k.head_dim {
+        Some(key) => c.opt_usize(key)?.unwrap_or(d_model / n_heads.max(1)),
+        None => d_model / n_heads.max(1),
+    };
+    let positions = if h.learned_positions { Positions::Learned } else { Positions::Rope { theta: c.rope_theta(10000.0)?, interleaved: false } };
+    let mut cfg = ModelConfig {
+        arch: fam.arch,
+        name: c.name(),
+        n_layers,
+        d_model,
+        n_heads,
+        n_kv_heads: match k.n_kv_heads {
+            Some(key) => c.opt_usize(key)?.unwrap_or(n_heads),
+            None => n_heads,
+        },
+        head_dim,
+        ffn_dim: match k.ffn_default_times_d {
+            Some(times) => c.opt_usize(k.ffn)?.unwrap_or(times * d_model),
+            None => c.usize(k.ffn)?,
+        },
+        vocab: c.usize(k.vocab)?,
+        context: c.usize(k.context)?,
+        norm: fam.norm,
+        norm_eps: c.f64_or(k.eps.0, k.eps.1)?,
+        mlp: fam.mlp,
+        positions,
+        qkv_bias: h.qkv_bias.read(c),
+        tied_embeddings: h.tied_embeddings.read(c),
+        embed_scale: fam.embed_scale_sqrt_d.then(|| (d_model as f64).sqrt()),
+        qk_norm: fam.qk_norm,
+        post_norms: fam.post_norms,
+        attn_scale: attn_scale(h.attn_scale, n_layers, d_model, n_heads, head_dim, |key, d| c.f64_or(key, d))?,
+        attn_softcap: h.attn_softcap.map(|key| softcap(c, key)).transpose()?.flatten(),
+        final_softcap: h.final_softcap.map(|key| softcap(c, key)).transpose()?.flatten(),
+        sliding: None,
+    };
+    if h.names.conv1d_fused_qkv && d_model % n_heads.max(1) != 0 {
+        return Err(Error::bad_file(&c.path, format!("{} {d_model} is not a multiple of {} {n_heads}", k.d_model, k.n_heads)));
+    }
+    match h.window {
+        HfWindow::None => {}
+        HfWindow::CapsContext => {
+            if c.bool_or("use_sliding_window", true) {
+                if let Some(w) = c.opt_usize("sliding_window")? {
+                    if w == 0 {
+                        return Err(Error::bad_file(&c.path, "sliding_window = 0: a window must hold at least 1 token (null, or use_sliding_window false, turns it off)"));
+                    }
+                    cfg.context = cfg.context.min(w);
+                }
+            }
+        }
+        HfWindow::EvenLayers => {
+            if let Some(w) = c.opt_usize("sliding_window")? {
+                if w == 0 {
+                    return Err(Error::bad_file(&c.path, "sliding_window = 0: a window must hold at least 1 token"));
+                }
+                let layers = sliding_layers(c, n_layers, |l| l % 2 == 0)?;
+                cfg.sliding = Some(Sliding { window: w, layers, rope_theta: None });
+            }
+        }
+    }
+    cfg.validate().map_err(|e| Error::bad_file(&c.path, format!("invalid config: {e}")))?;
+    Ok(cfg)
+}
+
+/// Per-layer attention kinds: `layer_types` ("sliding_attention" / "full_attention",
+/// transformers >= 4.53) when present, else `default(l)` (true = sliding).
+fn sliding_layers(c: &HfConfig, n_layers: usize, default: impl Fn(usize) -> bool) -> Result<Vec<bool>> {
+    match c.json.get("layer_types").filter(|v| !v.is_null()) {
+        None => Ok((0..n_layers).map(default).collect()),
+        Some(v) => {
+            let a = v.as_array().ok_or_else(|| c.err("layer_types", "not a list"))?;
+            if a.len() != n_layers {
+                return Err(c.err("layer_types", &format!("{} entries for {n_layers} layers", a.len())));
+            }
+            a.iter()
+                .map(|t| match t.as_str() {
+                    Some("sliding_attention") => Ok(true),
+                    Some("full_attention") => Ok(false),
+                    _ => Err(c.err("layer_types", &format!("{t} is not sliding_attention or full_attention"))),
+                })
+                .collect()
+        }
+    }
+}
+
+/// A soft-cap value: absent, null or 0 means none.
+fn softcap(c: &HfConfig, key: &str) -> Result<Option<f64>> {
+    Ok(Some(c.f64_or(key, 0.0)?).filter(|&x| x != 0.0))
+}
+
+/// A GGUF header read as `fam` says (every key under `<arch>.`).
+pub fn config_from_gguf(g: &GgufFile, fam: &Family, gf: &GgufFamily) -> Result<ModelConfig> {
+    let key = |k: &str| format!("{}.{k}", gf.arch);
+    let n = |k: &str| -> Result<usize> { Ok(g.u64(&key(k))? as usize) };
+    let opt_n = |k: &str| g.get(&key(k)).and_then(Value::as_u64).map(|v| v as usize);
+    let opt_f = |k: &str| -> Result<Option<f64>> { if g.get(&key(k)).is_some() { Ok(Some(g.f64(&key(k))?)) } else { Ok(None) } };
+    let d_model = n("embedding_length")?;
+    let n_heads = n("attention.head_count")?;
+    let n_layers = n("block_count")?;
+    let head_dim = opt_n(gf.head_dim_key).unwrap_or(d_model / n_heads.max(1));
+    if let Some(v) = opt_n("attention.value_length") {
+        if v != head_dim {
+            return Err(Error::Unsupported(format!("{}: key length {head_dim} != value length {v}", g.path.display())));
+        }
+    }
+    // A window of 0 (or none) means every layer is global, as in llama.cpp.
+    let sliding = match (&gf.sliding, opt_n("attention.sliding_window")) {
+        (Some(s), Some(w)) if w > 0 => {
+            let layers = match g.get(&key("attention.sliding_window_pattern")) {
+                // Per layer: true = sliding.
+                Some(Value::Array(a)) => a.iter().map(|v| v.as_bool().unwrap_or(false)).collect::<Vec<bool>>(),
+                other => {
+                    let p = other.and_then(Value::as_u64).map_or(s.default_pattern, |p| p as usize);
+                    // llama.cpp's set_swa_pattern: layer l slides unless it is the last of each p.
+                    (0..n_layers).map(|l| p == 0 || l % p < p - 1).collect()
+                }
+            };
+            Some(Sliding { window: w, layers, rope_theta: Some(opt_f("rope.freq_base_swa")?.unwrap_or(s.default_rope_base)) })
+        }
+        _ => None,
+    };
+    let names = &gf.names;
+    let vocab = g.info(&format!("{}.weight", names.embed))?.shape.first().copied().unwrap_or(0);
+    let cfg = ModelConfig {
+        arch: fam.arch,
+        name: g.get("general.name").and_then(Value::as_str).unwrap_or(gf.arch).to_string(),
+        n_layers,
+        d_model,
+        n_heads,
+        n_kv_heads: opt_n("attention.head_count_kv").unwrap_or(n_heads),
+        head_dim,
+        ffn_dim: n("feed_forward_length")?,
+        vocab,
+        context: n("context_length")?,
+        norm: fam.norm,
+        norm_eps: g.f64(&key("attention.layer_norm_rms_epsilon"))?,
+        mlp: fam.mlp,
+        positions: Positions::Rope { theta: opt_f("rope.freq_base")?.unwrap_or(10000.0), interleaved: gf.interleaved_rope },
+        qkv_bias: gf.qkv_bias,
+        tied_embeddings: !g.tensors.contains_key(&format!("{}.weight", names.lm_head)),
+        embed_scale: fam.embed_scale_sqrt_d.then(|| (d_model as f64).sqrt()),
+        qk_norm: fam.qk_norm,
+        post_norms: fam.post_norms,
+        attn_scale: attn_scale(gf.attn_scale, n_layers, d_model, n_heads, head_dim, |_, d| Ok(d))?,
+        attn_softcap: None,
+        final_softcap: match gf.final_softcap {
+            Some(k) => opt_f(k)?.filter(|&c| c > 0.0),
+            None => None,
+        },
+        sliding,
+    };
+    cfg.validate().map_err(|e| Error::bad_file(&g.path, format!("invalid model header: {e}")))?;
+    Ok(cfg)
+}
+
+/// Builds the decoder of `cfg` from `src` by `names` (`pre_norms`: the family's blocks
+/// normalise their inputs).
+pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, pre_norms: bool, dev: &Device) -> Result<Decoder> {
+    let (d, hd) = (cfg.d_model, cfg.head_dim);
+    let prefix = names.optional_prefix.filter(|p| src.has(&format!("{p}{}.weight", names.embed))).unwrap_or("");
+    let get = |name: &str, shape: &[usize]| src.tensor(&format!("{prefix}{name}"), shape, dev);
+    // The GGUF blocks too, for one-row products on the CPU (`qmatvec`); call after `get`,
+    // which checks the shape and the values.
+    let quantized = |name: &str, rows: usize, cols: usize| if dev.is_cpu() { src.quantized(&format!("{prefix}{name}"), rows, cols).map(Arc::new) } else { None };
+    let norm_of = |stem: &str, n: usize| -> Result<Norm> {
+        let w = get(&format!("{stem}.weight"), &[n])?;
+        let weight = if names.norm_offset != 0.0 { (w + names.norm_offset)? } else { w };
+        let bias = match cfg.norm {
+            NormKind::Layer => Some(get(&format!("{stem}.bias"), &[n])?),
+            NormKind::Rms => None,
+        };
+        Ok(Norm { kind: cfg.norm, weight, bias, eps: cfg.norm_eps })
+    };
+    let block_norm = |l: usize, part: &str, n: usize| norm_of(&names.block(l, part), n);
+    // `bias`: the bias is required. Other projections use one when the checkpoint has it.
+    let lin = |l: usize, part: &str, out: usize, inp: usize, bias: bool| -> Result<Linear> {
+        let base = names.block(l, part);
+        let bias_name = format!("{base}.bias");
+        let b = if bias || names.all_biases || src.has(&format!("{prefix}{bias_name}")) { Some(get(&bias_name, &[out])?) } else { None };
+        let name = format!("{base}.weight");
+        if names.conv1d_fused_qkv {
+            // Conv1D weight (in, out) -> Linear (out, in).
+            return Ok(Linear { w: get(&name, &[inp, out])?.t()?.contiguous()?, b, q: None });
+        }
+        Ok(Linear { w: get(&name, &[out, inp])?, b, q: quantized(&name, out, inp) })
+    };
+    let (nq, nkv) = (cfg.n_heads * hd, cfg.n_kv_heads * hd);
+    // QK-norm weights: one head's width (shared by the heads) or the whole projection's.
+    let qk = |l: usize, part: &str, full: usize| -> Result<Option<Norm>> {
+        Ok(match cfg.qk_norm {
+            None => None,
+            Some(QkNorm::PerHead) => Some(block_norm(l, part, hd)?),
+            Some(QkNorm::Full) => Some(block_norm(l, part, full)?),
+        })
+    };
+    let opt = |present: bool, l: usize, part: &str| -> Result<Option<Norm>> { if present { Ok(Some(block_norm(l, part, d)?)) } else { Ok(None) } };
+    let mut blocks = Vec::with_capacity(cfg.n_layers);
+    for l in 0..cfg.n_layers {
+        let (q, k, v) = if names.conv1d_fused_qkv {
+            // One (d, q + 2 kv) projection, split by rows once transposed.
+            let qkv = lin(l, "qkv", nq + 2 * nkv, d, true)?;
+            let part = |at: usize, n: usize| -> Result<Linear> {
+                let b = match &qkv.b {
+                    Some(b) => Some(b.narrow(0, at, n)?.contiguous()?),
+                    None => None,
+                };
+                Ok(Linear { w: qkv.w.narrow(0, at, n)?.contiguous()?, b, q: None })
+            };
+            (part(0, nq)?, part(nq, nkv)?, part(nq + nkv, nkv)?)
+        } else {
+            (lin(l, "q", nq, d, cfg.qkv_bias)?, lin(l, "k", nkv, d, cfg.qkv_bias)?, lin(l, "v", nkv, d, cfg.qkv_bias)?)
+        };
+        let gated = !matches!(cfg.mlp, MlpKind::GeluTanh);
+        blocks.push(Block {
+            attn_norm: opt(pre_norms, l, "attn_norm")?,
+            q,
+            k,
+            v,
+            q_norm: qk(l, "q_norm", nq)?,
+            k_norm: qk(l, "k_norm", nkv)?,
+            o: lin(l, "o", d, nq, false)?,
+            post_attn_norm: opt(cfg.post_norms, l, "post_attn_norm")?,
+            mlp_norm: opt(pre_norms, l, "mlp_norm")?,
+            mlp: Mlp {
+                kind: cfg.mlp,
+                gate: if gated { Some(lin(l, "gate", cfg.ffn_dim, d, false)?) } else { None },
+                up_or_fc: lin(l, "up", cfg.ffn_dim, d, false)?,
+                down: lin(l, "down", d, cfg.ffn_dim, false)?,
+            },
+            post_mlp_norm: opt(cfg.post_norms, l, "post_mlp_norm")?,
+            attn: cfg.layer_attention(l),
+        });
+    }
+    // As llama.cpp: a checkpoint with blocks beyond its layer count is refused, not truncated.
+    let extra = format!("{prefix}{}", names.block(cfg.n_layers, ""));
+    if let Some(name) = src.names().into_iter().find(|n| n.starts_with(&extra)) {
+        return Err(Error::Unsupported(format!("the model says it has {} layers but holds tensor {name}: the layer count disagrees with the weights", cfg.n_layers)));
+    }
+    let embed_name = format!("{}.weight", names.embed);
+    let lm_name = format!("{}.weight", names.lm_head);
+    let embed = get(&embed_name, &[cfg.vocab, d])?;
+    let lm_head = if cfg.tied_embeddings { embed.clone() } else { get(&lm_name, &[cfg.vocab, d])? };
+    let lm_head_q = quantized(if cfg.tied_embeddings { &embed_name } else { &lm_name }, cfg.vocab, d);
+    let pos_embed = match names.pos_embed {
+        Some(p) => Some(get(&format!("{p}.weight"), &[cfg.context, d])?),
+        None => None,
+    };
+    Ok(Decoder { final_norm: norm_of(names.final_norm, d)?, embed, pos_embed, blocks, lm_head, lm_head_q, device: dev.clone(), config: cfg, passes: Default::default() })
+}
