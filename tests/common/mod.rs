@@ -6,7 +6,8 @@ pub mod inputs;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// The repository root.
+/// The repository root (the packages that include this, `app/` and `core/`, sit one folder
+/// below it).
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }

@@ -1,7 +1,7 @@
 //! End-to-end numerics on the real default model (SmolLM2-135M-Instruct, Q4_1 GGUF), against
 //! independent references: llama.cpp's perplexity and masked dense attention.
 
-#[path = "common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use candle_core::{Device, Tensor};

@@ -1,7 +1,7 @@
 //! The differentiable path (the foundation of router training): it computes the same function as
 //! the inference path, and a loss on its logits gives gradients to the router parameters only.
 
-#[path = "common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use candle_core::{backprop::GradStore, Device, Tensor, Var};

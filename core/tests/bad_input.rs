@@ -1,9 +1,9 @@
 //! Inputs that are wrong in every way we could think of: each must give an `Err` whose message
 //! says what is wrong, never a panic and never a huge allocation.
 
-#[path = "common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
-#[path = "common/gguf_builder.rs"]
+#[path = "../../tests/common/gguf_builder.rs"]
 mod gguf_builder;
 
 use common::inputs::{assert_has, edit_config, edit_tensor, err_msg, tiny_copy};

@@ -2,7 +2,7 @@
 //! by scripts/fetch-qwen.sh) against llama.cpp's token ids and perplexity on the Persuasion text
 //! (tests/fixtures/qwen2_persuasion_reference.json).
 
-#[path = "common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use candle_core::Device;

@@ -5,7 +5,7 @@
 //! in `tests/real_model_gemma3.rs`. The fixture says how each figure was
 //! measured; `scripts/gen-adapter-nll-fixture.py` rewrites an adapter's entry after a retrain.
 
-#[path = "common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use candle_core::Device;

@@ -1,7 +1,7 @@
 //! The zero-degradation suites: where every input fits in the local window, Focus (soft and
 //! hard top-k) must score exactly as the base model; beyond it, scores may move.
 
-#[path = "common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use candle_core::Device;
