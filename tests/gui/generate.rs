@@ -4,10 +4,6 @@
 //! the run, "Analyse this" loads prompt and generation as the text (and its analysis routes them
 //! as the view showed), errors show in the window, and frames stay short while the model runs.
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "common/gui_harness.rs"]
-mod gui_harness;
 
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
@@ -20,7 +16,7 @@ use focus_lens::gui::state::Tab;
 use focus_lens::gui::views::generate::tail;
 use focus_lens::gui::worker::TaskKind;
 use focus_lens::gui::FocusLensApp;
-use gui_harness::{harness, has, no_errors, settings, settle};
+use crate::harness::{harness, has, no_errors, settings, settle};
 use std::time::{Duration, Instant};
 
 type H = Harness<'static, FocusLensApp>;

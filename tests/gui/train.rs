@@ -5,17 +5,15 @@
 //! and "Open step N" loads that checkpoint as the app's adapter, which the Tokens view then
 //! shows (its K, its routing).
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "common/gui_harness.rs"]
-mod gui_harness;
+use crate::common;
+use crate::harness;
 
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use focus_lens::gui::state::Tab;
 use focus_lens::gui::worker::TaskKind;
 use focus_lens::gui::FocusLensApp;
-use gui_harness::{harness, has, no_errors, settings, settle};
+use crate::harness::{harness, has, no_errors, settings, settle};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -42,7 +40,7 @@ fn texts(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
 fn type_into(h: &mut H, label: &str, text: &str, clear: impl Fn(&mut FocusLensApp)) {
     clear(h.state_mut());
     h.step();
-    gui_harness::type_into(h, label, text);
+    harness::type_into(h, label, text);
 }
 
 /// Steps frames until `done` holds (or fails after `secs`).

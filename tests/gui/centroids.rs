@@ -3,15 +3,12 @@
 //! Build again resumes), read a centroid's dashboard and search, and open an index file (a damaged
 //! one gives one clear error in the view).
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "common/gui_harness.rs"]
-mod gui_harness;
+use crate::common;
 
 use egui_kittest::kittest::Queryable;
 use focus_lens::gui::state::Tab;
 use focus_lens::gui::worker::TaskKind;
-use gui_harness::{harness_at, has, no_errors, settings, settle, type_into};
+use crate::harness::{harness_at, has, no_errors, settings, settle, type_into};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
