@@ -6,6 +6,10 @@ pub mod inputs;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+/// What a test returns where `?` says more briefly than `.unwrap()` (an error fails the test
+/// with its message).
+pub type TestResult = Result<(), Box<dyn std::error::Error>>;
+
 /// The repository root (the packages that include this, `app/` and `core/`, sit one folder
 /// below it).
 pub fn root() -> PathBuf {

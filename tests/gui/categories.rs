@@ -1,7 +1,7 @@
 //! The Categories view: groups lined up across layers, the purity heatmap and curve, the structure
 //! against the untrained twin (run once per result), and its fit in the window.
 
-use crate::common;
+use crate::common::{self, TestResult};
 use crate::harness::{click_menu, no_errors, settle, started};
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
@@ -13,7 +13,7 @@ use focus_lens::gui::FocusLensApp;
 /// the previous layer's group g show as g; the raw toggle shows the centroids' numbers; the
 /// categories view has a layer x group purity heatmap with lift.
 #[test]
-fn groups_line_up_and_purity_heatmap() {
+fn groups_line_up_and_purity_heatmap() -> TestResult {
     let (dir, mut h) = started(300);
     let res = h.state().session.result.clone().unwrap();
     for l in 1..res.layers() {
@@ -53,7 +53,7 @@ fn groups_line_up_and_purity_heatmap() {
     let raw = |res: &AnalysisResult, l: usize| res.analysis.projection(&res.adapter, l).unwrap();
     let cosine = res.adapter.config.score == focus_core::Score::Cosine;
     assert_eq!(routing::cosine(&res), cosine);
-    assert_eq!(routing::projection(&res, 7).unwrap(), if cosine { unit_pca(&res, 7) } else { raw(&res, 7) });
+    assert_eq!(routing::projection(&res, 7)?, if cosine { unit_pca(&res, 7) } else { raw(&res, 7) });
     let shared = (w + 1..res.tokens()).find_map(|i| (res.sink()..i - w).find(|&j| m[i] & m[j] != 0).map(|j| (i, j))).expect("a shared pair");
     let g = (m[shared.0] & m[shared.1]).trailing_zeros() as usize;
     assert!(pair_reason(&res, 7, shared.0, shared.1, false).starts_with(&format!("kept: both in group g{}", res.shown_group(7, g, false))));
@@ -73,7 +73,7 @@ fn groups_line_up_and_purity_heatmap() {
     click_menu(&mut h, "Export", "Current view as SVG…");
     no_errors(&h);
     let layer = h.state().settings.setup.layer;
-    let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-categories-layer{layer}.svg"))).unwrap();
+    let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-categories-layer{layer}.svg")))?;
     assert!(svg.contains("lift over its base rate") && svg.contains("layer 29"));
     assert!(svg.contains("det = determiner") && svg.contains(">100%<") && !svg.contains("othe ") && !svg.contains("dete "));
 
@@ -82,15 +82,16 @@ fn groups_line_up_and_purity_heatmap() {
     let model = common::default_model();
     let spec = focus_core::AdapterSpec { score: focus_core::Score::Cosine, ..Default::default() };
     let cos_dir = dir.path().join("cosine-adapter");
-    focus_core::Adapter::random(&model.identity(), &candle_core::Device::Cpu, &spec, 0).unwrap().save(&cos_dir).unwrap();
+    focus_core::Adapter::random(&model.identity(), &candle_core::Device::Cpu, &spec, 0)?.save(&cos_dir)?;
     h.state_mut().open(InputKind::Adapter, cos_dir);
     settle(&mut h);
     no_errors(&h);
     let res = h.state().session.result.clone().unwrap();
     assert!(routing::cosine(&res), "the cosine adapter is drawn as one");
-    let shown = routing::projection(&res, 7).unwrap();
+    let shown = routing::projection(&res, 7)?;
     assert_eq!(shown, unit_pca(&res, 7));
     assert_ne!(shown, raw(&res, 7), "not the raw vectors");
+    Ok(())
 }
 
 /// Opens the Categories view's chart `label` (one drawn against the untrained twin) and steps
@@ -155,7 +156,7 @@ fn structure_against_the_untrained_twin() {
 /// screen against its untrained twin (a random init with the same config and seed), computed in
 /// the background; the twin's figures equal an analysis with `Adapter::random` made here.
 #[test]
-fn purity_curve_against_the_untrained_adapter() {
+fn purity_curve_against_the_untrained_adapter() -> TestResult {
     use focus_lens::gui::views::categories::purity_curve;
     let (dir, mut h) = started(200);
     no_errors(&h);
@@ -172,10 +173,10 @@ fn purity_curve_against_the_untrained_adapter() {
     // The same figures from an independent run: the untrained adapter built by hand.
     let c = &res.adapter.config;
     let spec = c.spec();
-    let twin = focus_core::Adapter::random(&res.model.identity(), res.model.device(), &spec, 0).unwrap();
+    let twin = focus_core::Adapter::random(&res.model.identity(), res.model.device(), &spec, 0)?;
     let text: String = res.analysis.tokens.iter().map(|t| t.text.as_str()).collect();
     let opts = focus_core::analysis::AnalyzeOptions { mode: res.mode, k: res.key.params.k, segment_len: res.analysis.segment_len, keep_tokens: false, cancel: None };
-    let want = focus_core::analysis::analyze(&res.model, &twin, "twin", &text, &opts, |_, _| {}).unwrap();
+    let want = focus_core::analysis::analyze(&res.model, &twin, "twin", &text, &opts, |_, _| {})?;
     for (l, p) in want.profiles.iter().enumerate() {
         let got = b.purity[l].unwrap();
         assert!((got - p.purity()).abs() < 1e-12, "layer {l}: {got} vs {}", p.purity());
@@ -191,8 +192,9 @@ fn purity_curve_against_the_untrained_adapter() {
     click_menu(&mut h, "Export", "Current view as SVG…");
     no_errors(&h);
     let layer = h.state().settings.setup.layer;
-    let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-categories-layer{layer}.svg"))).unwrap();
+    let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-categories-layer{layer}.svg")))?;
     assert!(svg.contains("token-weighted purity per layer") && svg.contains("untrained (seed 0)"), "the curve is exported");
+    Ok(())
 }
 
 /// The categories matrix and its per-group lines fit the central view at 1400 x 900 (they used

@@ -1,7 +1,7 @@
 //! The Compare view: dense against top-k and adapter against adapter, per token, head and layer,
 //! its exports, and run A read from the analysis' own pass.
 
-use crate::common;
+use crate::common::{self, TestResult};
 use crate::harness::{click_menu, harness, has, no_errors, settings, settle, started};
 use egui_kittest::kittest::{NodeT, Queryable};
 use egui_kittest::Harness;
@@ -29,7 +29,7 @@ fn compare_rows(h: &Harness<'static, FocusLensApp>) -> Vec<usize> {
 /// (top-k run) and group changes; a row click jumps to the token with its partners; the table
 /// and the curves export.
 #[test]
-fn compare_dense_with_topk() {
+fn compare_dense_with_topk() -> TestResult {
     let (dir, mut h) = started(200);
     h.get_by_label("Compare").click();
     h.step();
@@ -99,12 +99,13 @@ fn compare_dense_with_topk() {
     h.step();
     h.get_by_label("Export table (CSV)…").click();
     h.step();
-    let csv = std::fs::read_to_string(dir.path().join("focus-lens-compare.csv")).unwrap();
+    let csv = std::fs::read_to_string(dir.path().join("focus-lens-compare.csv"))?;
     assert!(csv.contains("index,token,loss_a,loss_b,delta_loss"));
     assert!((0..200).all(|i| csv.contains(&format!("\n{i},\""))), "one row per token");
     click_menu(&mut h, "Export", "Current view as SVG…");
     no_errors(&h);
-    assert!(std::fs::read_to_string(dir.path().join(format!("focus-lens-compare-layer{layer}.svg"))).unwrap().contains("pruned mass A"));
+    assert!(std::fs::read_to_string(dir.path().join(format!("focus-lens-compare-layer{layer}.svg")))?.contains("pruned mass A"));
+    Ok(())
 }
 
 /// Compare mode's pruned mass per head and its per-layer curves, driven by clicks: the table
@@ -113,10 +114,10 @@ fn compare_dense_with_topk() {
 /// curves are drawn over every layer and exported (CSV, JSON, SVG); the 20 tokens that lost most
 /// are one header click away, and a click on one jumps to it with its partners.
 #[test]
-fn compare_per_head_and_per_layer() {
+fn compare_per_head_and_per_layer() -> TestResult {
     use focus_core::analysis::compare::Scope;
     use focus_lens::gui::views::compare::{DELTA_PLOT, SHARES_PLOT};
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir()?;
     let mut s = settings(300);
     (s.setup.layer, s.setup.head) = (20, 4);
     s.setup.tab = Tab::Compare;
@@ -202,22 +203,22 @@ fn compare_per_head_and_per_layer() {
     h.step();
     click_menu(&mut h, "Export", "Current view as SVG…");
     no_errors(&h);
-    let csv = std::fs::read_to_string(dir.path().join("focus-lens-compare.csv")).unwrap();
+    let csv = std::fs::read_to_string(dir.path().join("focus-lens-compare.csv"))?;
     let header = csv.lines().find(|l| l.starts_with("index,")).unwrap();
     let col = header.split(',').position(|c| c == "pruned_mass_a_layer20_head4").expect("the per-head column");
     let row = csv.lines().find(|r| r.starts_with(&format!("{},", top[0]))).unwrap();
     // The fields after the (quoted) token are numbers: split them off from the right.
     let mut cells: Vec<&str> = row.rsplitn(header.split(',').count() - 1, ',').collect();
     cells.reverse();
-    assert!((cells[col - 1].parse::<f32>().unwrap() - mass[top[0]]).abs() < 1e-5, "{row}");
-    let layers = std::fs::read_to_string(dir.path().join("focus-lens-compare.layers.csv")).unwrap();
+    assert!((cells[col - 1].parse::<f32>()? - mass[top[0]]).abs() < 1e-5, "{row}");
+    let layers = std::fs::read_to_string(dir.path().join("focus-lens-compare.layers.csv"))?;
     let lh = layers.lines().find(|l| l.starts_with("layer,")).unwrap();
     assert!(lh.contains("pruned_mass_a_head4") && lh.contains("delta_loss_changed"), "{lh}");
     assert_eq!(layers.lines().filter(|l| l.chars().next().is_some_and(|c| c.is_ascii_digit())).count(), 30, "one row per layer");
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-compare.json")).unwrap()).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-compare.json"))?)?;
     assert_eq!(json["per_layer"].as_array().unwrap().len(), 30);
     assert!((json["pruned_mass_a_layer_head_token"][l][hd][top[0]].as_f64().unwrap() - mass[top[0]] as f64).abs() < 1e-6);
-    let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-compare-layer{l}.svg"))).unwrap();
+    let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-compare-layer{l}.svg")))?;
     assert!(svg.contains("pruned mass A, head 4") && svg.contains("Δ loss, groups stay"), "the head's curve and the Δ loss curves");
 
     // The 20 tokens that lost most: one click on the Δ loss header.
@@ -241,6 +242,7 @@ fn compare_per_head_and_per_layer() {
     assert_eq!((h.state().settings.setup.tab, h.state().selection.selected), (Tab::Tokens, Some(i)));
     assert!(h.state().selection.partners.as_ref().is_some_and(|p| p.token == i && p.layer == l && p.head == hd));
     assert!(h.state().views.tokens.token_center(i).is_some_and(|p| p.y > 0.0 && p.y < 900.0), "scrolled to the token");
+    Ok(())
 }
 
 /// In the Compare view: B = dense, Run comparison, run to the end without an error.
@@ -289,7 +291,7 @@ fn compare_of_different_k_warns() {
 /// Comparing adapters of different K: the CSV and JSON exports say that the groups do not
 /// correspond, as the screen does, and carry no "layers changed" figures.
 #[test]
-fn compare_exports_of_different_k_carry_no_group_changes() {
+fn compare_exports_of_different_k_carry_no_group_changes() -> TestResult {
     let (dir, mut h) = compare_with_k4(48);
     h.step();
     h.get_by_label("Export table (CSV)…").click();
@@ -297,9 +299,9 @@ fn compare_exports_of_different_k_carry_no_group_changes() {
     h.get_by_label("Export as JSON…").click();
     h.step();
     no_errors(&h);
-    let csv = std::fs::read_to_string(dir.path().join("focus-lens-compare.csv")).unwrap();
-    let layers = std::fs::read_to_string(dir.path().join("focus-lens-compare.layers.csv")).unwrap();
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-compare.json")).unwrap()).unwrap();
+    let csv = std::fs::read_to_string(dir.path().join("focus-lens-compare.csv"))?;
+    let layers = std::fs::read_to_string(dir.path().join("focus-lens-compare.layers.csv"))?;
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-compare.json"))?)?;
     for text in [&csv, &layers] {
         assert!(text.starts_with("# Run A has K = 8 groups and run B K = 4: their group numbers do not correspond"), "{}", &text[..200]);
         assert!(!text.contains("groups_changed") && !text.contains("tokens_changed") && !text.contains("delta_loss_changed"));
@@ -315,6 +317,7 @@ fn compare_exports_of_different_k_carry_no_group_changes() {
     assert!(json["groups"]["warning"].as_str().unwrap().contains("do not correspond"));
     assert!(json["per_token"][0].get("groups_changed_layers").is_none() && json["per_layer"][0].get("tokens_changed").is_none());
     assert!(json["per_token"][0].get("loss_a").is_some() && json["per_layer"][0].get("pruned_mass_a").is_some());
+    Ok(())
 }
 
 /// A compare after an analysis reads run A from the analysis' own pass (issue 29, item 8): it

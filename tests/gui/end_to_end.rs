@@ -1,6 +1,6 @@
 //! The whole app once, as a user meets it: start-up on the sample text, every tab, the exports.
 
-use crate::common;
+use crate::common::{self, TestResult};
 use crate::harness::{click_menu, harness, no_errors, settings, settle, type_path_and_open};
 use egui_kittest::kittest::Queryable;
 use focus_lens::gui::state::{BenchKind, InputKind, ModeChoice, Tab};
@@ -8,8 +8,8 @@ use focus_lens::gui::worker::TaskKind;
 use std::time::{Duration, Instant};
 
 #[test]
-fn gui_end_to_end() {
-    let dir = tempfile::tempdir().unwrap();
+fn gui_end_to_end() -> TestResult {
+    let dir = tempfile::tempdir()?;
     let mut h = harness(settings(300), dir.path());
 
     // Start-up: a finished analysis of the sample text without any click.
@@ -23,7 +23,7 @@ fn gui_end_to_end() {
     // Open a text file as a user does: File → Open text…, click the path field, type, open.
     let text = dir.path().join("text.txt");
     let body = "The cat sat on the mat. ".repeat(40);
-    std::fs::write(&text, &body).unwrap();
+    std::fs::write(&text, &body)?;
     type_path_and_open(&mut h, "Open text…", &text, "Open as text");
     settle(&mut h);
     no_errors(&h);
@@ -68,7 +68,7 @@ fn gui_end_to_end() {
         click_menu(&mut h, "Export", item);
     }
     no_errors(&h);
-    let csv = std::fs::read_to_string(dir.path().join("focus-lens-stats.csv")).unwrap();
+    let csv = std::fs::read_to_string(dir.path().join("focus-lens-stats.csv"))?;
     assert!(csv.starts_with("layer,group,group_raw,size"));
     assert_eq!(csv.lines().count(), 1 + 30 * 8);
     // The CSV set of `focus-lens analyze`: category profiles and tokens beside it.
@@ -77,7 +77,7 @@ fn gui_end_to_end() {
     assert_eq!(profiles.lines().count(), 1 + 30 * 8);
     let tokens_csv = std::fs::read_to_string(dir.path().join("focus-lens-stats.tokens.csv")).expect("tokens CSV");
     assert_eq!(tokens_csv.lines().count(), 1 + r.tokens());
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-stats.json")).unwrap()).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-stats.json"))?)?;
     assert_eq!(json["tokens"].as_array().unwrap().len(), r.tokens());
     // The JSON says where everything came from and how it ran.
     let pv = &json["provenance"];
@@ -88,7 +88,7 @@ fn gui_end_to_end() {
     assert_eq!(pv["settings"]["k"], 2);
     assert_eq!(pv["settings"]["layer"], 7);
     assert!(pv["settings"]["window"].as_u64().is_some() && pv["settings"]["causal_sinkhorn"].is_boolean() && pv["settings"]["max_tokens"].as_u64() == Some(300));
-    let svg = std::fs::read_to_string(dir.path().join("focus-lens-balance-layer7.svg")).unwrap();
+    let svg = std::fs::read_to_string(dir.path().join("focus-lens-balance-layer7.svg"))?;
     assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>") && svg.contains("dominance per layer"));
     assert!(svg.contains("rotate(-90"), "axis titles turned along the y axis");
     for tab in [Tab::Tokens, Tab::Mask] {
@@ -97,9 +97,9 @@ fn gui_end_to_end() {
         click_menu(&mut h, "Export", "Current view as SVG…");
         no_errors(&h);
     }
-    let tok_svg = std::fs::read_to_string(dir.path().join("focus-lens-tokens-layer7.svg")).unwrap();
+    let tok_svg = std::fs::read_to_string(dir.path().join("focus-lens-tokens-layer7.svg"))?;
     assert!(tok_svg.contains("cat") && tok_svg.contains("layer 7"));
-    assert!(std::fs::read_to_string(dir.path().join("focus-lens-mask-layer7.svg")).unwrap().contains("retained"));
+    assert!(std::fs::read_to_string(dir.path().join("focus-lens-mask-layer7.svg"))?.contains("retained"));
 
     // The speed panel's benchmark runs in the background and exports its plots.
     h.get_by_label("Speed").click();
@@ -134,7 +134,7 @@ fn gui_end_to_end() {
     assert!(h.query_by_label_contains("% of causal pairs (mean over layers)").is_some());
     click_menu(&mut h, "Export", "Current view as SVG…");
     no_errors(&h);
-    assert!(std::fs::read_to_string(dir.path().join("focus-lens-speed-layer7.svg")).unwrap().contains("theoretical K/k"));
+    assert!(std::fs::read_to_string(dir.path().join("focus-lens-speed-layer7.svg"))?.contains("theoretical K/k"));
 
     // A token hovered in a layer column is described in that column's layer, not the selected one.
     h.get_by_label("Layers").click();
@@ -169,7 +169,7 @@ fn gui_end_to_end() {
     // loaded, an analysis of the previous text with the new token count may run: wait until the
     // running analysis is the one the long text asks for.)
     let long = dir.path().join("long.txt");
-    std::fs::write(&long, "A rather long text about attention and groups. ".repeat(600)).unwrap();
+    std::fs::write(&long, "A rather long text about attention and groups. ".repeat(600))?;
     h.state_mut().open(InputKind::Text, long.clone());
     // A fast machine can finish the analysis between the check that it runs and the click (the
     // click then cancels nothing): try again with another token count (another analysis), up
@@ -209,7 +209,7 @@ fn gui_end_to_end() {
 
     // Corrupt inputs: a clear error in the window, and the app keeps its working state.
     let bad_model = dir.path().join("bad.gguf");
-    std::fs::write(&bad_model, b"GGUF this is not a model").unwrap();
+    std::fs::write(&bad_model, b"GGUF this is not a model")?;
     h.state_mut().open(InputKind::Model, bad_model.clone());
     settle(&mut h);
     let errs = h.state().errors.join("\n");
@@ -219,7 +219,7 @@ fn gui_end_to_end() {
     h.state_mut().errors.clear();
 
     let bad_text = dir.path().join("binary.txt");
-    std::fs::write(&bad_text, b"abc\0def").unwrap();
+    std::fs::write(&bad_text, b"abc\0def")?;
     h.state_mut().open(InputKind::Text, bad_text);
     settle(&mut h);
     let errs = h.state().errors.join("\n");
@@ -227,9 +227,9 @@ fn gui_end_to_end() {
     h.state_mut().errors.clear();
 
     let bad_adapter = dir.path().join("bad_adapter");
-    std::fs::create_dir(&bad_adapter).unwrap();
-    std::fs::write(bad_adapter.join("adapter_config.json"), b"{ not json").unwrap();
-    std::fs::write(bad_adapter.join("adapter_model.safetensors"), b"junk").unwrap();
+    std::fs::create_dir(&bad_adapter)?;
+    std::fs::write(bad_adapter.join("adapter_config.json"), b"{ not json")?;
+    std::fs::write(bad_adapter.join("adapter_model.safetensors"), b"junk")?;
     h.state_mut().open(InputKind::Adapter, bad_adapter);
     settle(&mut h);
     let errs = h.state().errors.join("\n");
@@ -239,4 +239,5 @@ fn gui_end_to_end() {
     h.get_by_label("dismiss").click();
     h.step();
     assert!(h.state().errors.is_empty());
+    Ok(())
 }

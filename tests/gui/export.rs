@@ -1,32 +1,33 @@
 //! Exports: PNG crops, the shown group numbers with their raw indices, the tidy CSV and Arrow IPC,
 //! and where the export window starts.
 
-use crate::common;
+use crate::common::{self, TestResult};
 use crate::harness::{click_menu, harness, has, no_errors, settings, settle, started};
 use egui_kittest::kittest::Queryable;
 
 /// PNG export crops the screenshot to the view (points to pixels) and writes a valid PNG.
 #[test]
-fn png_export_crops_the_view() {
-    let dir = tempfile::tempdir().unwrap();
+fn png_export_crops_the_view() -> TestResult {
+    let dir = tempfile::tempdir()?;
     let (w, h) = (40usize, 30usize);
     let pixels = (0..w * h).map(|n| if n % w >= 10 { egui::Color32::RED } else { egui::Color32::BLUE }).collect();
     let img = egui::ColorImage::new([w, h], pixels);
     let path = dir.path().join("view.png");
     // Points (5, 0)-(20, 10) at 2 pixels per point: pixels (10, 0)-(40, 20).
     let rect = egui::Rect::from_min_max(egui::pos2(5.0, 0.0), egui::pos2(20.0, 10.0));
-    focus_lens::gui::export::save_png(&img, rect, 2.0, &path).unwrap();
-    let bytes = std::fs::read(&path).unwrap();
+    focus_lens::gui::export::save_png(&img, rect, 2.0, &path)?;
+    let bytes = std::fs::read(&path)?;
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
-    let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
-    let height = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+    let width = u32::from_be_bytes(bytes[16..20].try_into()?);
+    let height = u32::from_be_bytes(bytes[20..24].try_into()?);
     assert_eq!((width, height), (30, 20));
+    Ok(())
 }
 
 /// Issue 29, item 1: the exported group numbers are the ones on screen (matched across layers),
 /// each with its raw centroid index; a tidy per-token per-layer CSV; a truthful provenance.
 #[test]
-fn exports_use_the_shown_group_numbers() {
+fn exports_use_the_shown_group_numbers() -> TestResult {
     let (dir, mut h) = started(120);
     no_errors(&h);
     let r = h.state().session.result.clone().unwrap();
@@ -38,9 +39,9 @@ fn exports_use_the_shown_group_numbers() {
         click_menu(&mut h, "Export", item);
     }
     no_errors(&h);
-    let csv = std::fs::read_to_string(dir.path().join("focus-lens-stats.csv")).unwrap();
+    let csv = std::fs::read_to_string(dir.path().join("focus-lens-stats.csv"))?;
     assert!(csv.starts_with("layer,group,group_raw,size,"), "{}", csv.lines().next().unwrap());
-    let profiles = std::fs::read_to_string(dir.path().join("focus-lens-stats.profiles.csv")).unwrap();
+    let profiles = std::fs::read_to_string(dir.path().join("focus-lens-stats.profiles.csv"))?;
     for g in 0..r.groups() {
         let shown = r.shown_group(layer, g, false);
         let size = r.argmax[layer].iter().filter(|&&a| a as usize == g).count();
@@ -72,7 +73,7 @@ fn exports_use_the_shown_group_numbers() {
     let row5 = tidy.lines().find(|l| l.starts_with(&format!("5,{t5},{layer},"))).unwrap().to_string();
     assert!(row5.contains(&format!(",{layer},{},{g5},", r.shown_group(layer, g5, false))), "{row5}");
     // JSON: arrays by shown number, the mapping, and a provenance that says so.
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-stats.json")).unwrap()).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-stats.json"))?)?;
     let lj = &json["layers"][layer];
     for g in 0..r.groups() {
         let shown = r.shown_group(layer, g, false);
@@ -85,13 +86,14 @@ fn exports_use_the_shown_group_numbers() {
     let c0 = &json["profiles"][layer]["centroids"][0];
     assert_eq!(c0["group"].as_u64(), Some(0));
     assert_eq!(r.shown_group(layer, c0["group_raw"].as_u64().unwrap() as usize, false), 0);
+    Ok(())
 }
 
 /// Issue 29, exports: Statistics as CSV also writes each token's group and memberships in every
 /// layer as Arrow IPC (STEM.groups.arrow, for long texts): the tidy CSV's rows and numbers (the
 /// group as shown, the raw index beside it), with the memberships by shown number.
 #[test]
-fn exports_write_the_tidy_groups_as_arrow_ipc() {
+fn exports_write_the_tidy_groups_as_arrow_ipc() -> TestResult {
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Float32Type, UInt16Type, UInt32Type};
     let (dir, mut h) = started(120);
@@ -99,11 +101,11 @@ fn exports_write_the_tidy_groups_as_arrow_ipc() {
     click_menu(&mut h, "Export", "Statistics as CSV…");
     no_errors(&h);
     let f = std::fs::File::open(dir.path().join("focus-lens-stats.groups.arrow")).expect("the Arrow IPC file");
-    let reader = arrow_ipc::reader::FileReader::try_new(f, None).unwrap();
+    let reader = arrow_ipc::reader::FileReader::try_new(f, None)?;
     assert!(reader.schema().metadata()["group_numbers"].starts_with("shown"));
-    let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
+    let batches: Vec<_> = reader.collect::<Result<_, _>>()?;
     assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), r.tokens() * r.layers());
-    let tidy = std::fs::read_to_string(dir.path().join("focus-lens-stats.groups.csv")).unwrap();
+    let tidy = std::fs::read_to_string(dir.path().join("focus-lens-stats.groups.csv"))?;
     // A layer whose shown numbers differ from the raw ones.
     let layer = (0..r.layers()).find(|&l| (0..r.groups()).any(|g| r.shown_group(l, g, false) != g)).expect("some layer renumbered");
     let b = batches.iter().find(|b| b.column_by_name("layer").unwrap().as_primitive::<UInt16Type>().value(0) as usize == layer).unwrap();
@@ -126,19 +128,20 @@ fn exports_write_the_tidy_groups_as_arrow_ipc() {
         let row = tidy.lines().filter(|l| l.starts_with(&format!("{i},"))).find(|l| l.contains(&format!(",{layer},{},{g},", r.shown_group(layer, g, false))));
         assert!(row.is_some_and(|l| l.ends_with(&format!("{c:.6},{}", r.analysis.tokens[i].category))), "token {i}: {row:?}");
     }
+    Ok(())
 }
 
 /// The export window starts outside the source tree (~/Documents/focus-lens or the cache
 /// folder), then in the folder of the last export.
 #[test]
-fn exports_default_outside_the_repository() {
+fn exports_default_outside_the_repository() -> TestResult {
     use focus_lens::gui::views::files::default_export_dir;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir()?;
     let mut h = harness(settings(64), dir.path());
     h.state_mut().export_dir = None;
     h.state_mut().views.files.native = false;
     settle(&mut h);
-    let root = common::root().canonicalize().unwrap();
+    let root = common::root().canonicalize()?;
     let default = default_export_dir();
     assert!(!default.starts_with(&root));
     click_menu(&mut h, "Export", "Statistics as JSON…");
@@ -159,5 +162,6 @@ fn exports_default_outside_the_repository() {
     h.get_by_label("Cancel").click();
     h.step();
     click_menu(&mut h, "File", "Open text…");
-    assert!(has(&h, &format!("Folder: {}", std::env::current_dir().unwrap().display())));
+    assert!(has(&h, &format!("Folder: {}", std::env::current_dir()?.display())));
+    Ok(())
 }

@@ -1,7 +1,7 @@
 //! The File window and the system file dialogs: typed paths, dropped files, sessions, and hostile or
 //! odd files (a FIFO, a corrupt GGUF, a binary text, a huge or a Latin-1 one).
 
-use crate::common;
+use crate::common::{self, TestResult};
 use crate::harness::{click_menu, harness, has, no_errors, settings, settle, started, type_path_and_open, type_path_and_save};
 use egui_kittest::kittest::{NodeT, Queryable};
 use egui_kittest::Harness;
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 /// typed path opens and exports, and the adapter picker lists the shipped adapters with what
 /// their configs record.
 #[test]
-fn file_window_without_a_system_dialog() {
+fn file_window_without_a_system_dialog() -> TestResult {
     let (dir, mut h) = started(120);
     no_errors(&h);
     h.state_mut().views.files.native = false;
@@ -26,7 +26,7 @@ fn file_window_without_a_system_dialog() {
     assert!(h.get_by_label("System dialog…").accesskit_node().is_disabled());
     // The K = 4 adapter with what its config records (read from its raw JSON, so that a
     // retrained adapter needs no change here).
-    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::root().join("sample_adapters/smollm2-135m-k4/adapter_config.json")).unwrap()).unwrap();
+    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::root().join("sample_adapters/smollm2-135m-k4/adapter_config.json"))?)?;
     let ppl = &cfg["results"]["ppl"]["ctx1024"];
     let line = format!(
         "K = 4, k = 2 · {:.2}M training tokens · held-out PPL on ppl_persuasion_60k.txt, ctx 1024: dense {:.2}, soft {:.2}, top-2 {:.2}",
@@ -58,11 +58,11 @@ fn file_window_without_a_system_dialog() {
         no_errors(&h);
         assert!(dir.path().join(name).exists(), "{name}");
     }
-    assert!(std::fs::read_to_string(dir.path().join("typed.json")).unwrap().contains("text_sha256"));
+    assert!(std::fs::read_to_string(dir.path().join("typed.json"))?.contains("text_sha256"));
 
     // A model through the typed path (another name for the same file, so that it loads again).
     let link = dir.path().join("linked-model.gguf");
-    std::os::unix::fs::symlink(common::model_path(), &link).unwrap();
+    std::os::unix::fs::symlink(common::model_path(), &link)?;
     type_path_and_open(&mut h, "Open model…", &link, "Open as model");
     settle(&mut h);
     no_errors(&h);
@@ -75,6 +75,7 @@ fn file_window_without_a_system_dialog() {
     h.step();
     assert!(h.query_by_label_contains("The system file dialog did not open").is_some());
     assert!(h.state().views.files.task.is_some());
+    Ok(())
 }
 
 /// Steps frames until the open dialog's answer has been taken (at most ~1 s).
@@ -91,13 +92,13 @@ fn wait_for_dialog(h: &mut Harness<'static, FocusLensApp>) {
 /// File dialogs answer in a later frame: the UI keeps running while one is open, its menu items
 /// are disabled, and the chosen path opens the file or receives the export.
 #[test]
-fn file_dialog_answers_arrive_asynchronously() {
+fn file_dialog_answers_arrive_asynchronously() -> TestResult {
     use focus_lens::gui::jobs::dialogs::Purpose;
     use focus_lens::gui::export::ExportKind;
     let (dir, mut h) = started(200);
     h.state_mut().export_dir = None; // exports go through the dialog path
     let text = dir.path().join("picked.txt");
-    std::fs::write(&text, "Words chosen in a dialog. ".repeat(10)).unwrap();
+    std::fs::write(&text, "Words chosen in a dialog. ".repeat(10))?;
     // A stand-in for the native dialog that stays open until we answer it.
     let (answer, wait) = std::sync::mpsc::channel::<Option<std::path::PathBuf>>();
     h.state_mut().dialogs.start(Purpose::Open(InputKind::Text), move || wait.recv().unwrap(), None);
@@ -114,7 +115,7 @@ fn file_dialog_answers_arrive_asynchronously() {
         h.step();
     }
     assert!(t0.elapsed() < Duration::from_secs(5), "frames run while the dialog is open");
-    answer.send(Some(text.clone())).unwrap();
+    answer.send(Some(text.clone()))?;
     let t0 = Instant::now();
     while h.state().dialogs.open().is_some() {
         h.step();
@@ -141,21 +142,22 @@ fn file_dialog_answers_arrive_asynchronously() {
         std::thread::sleep(Duration::from_millis(10));
     }
     no_errors(&h);
-    assert!(std::fs::read_to_string(&out).unwrap().starts_with("layer,group,group_raw,size"));
+    assert!(std::fs::read_to_string(&out)?.starts_with("layer,group,group_raw,size"));
 
     // The model-folder dialog (Hugging Face directories) answers with a folder, opened as the model.
     let folder = dir.path().join("hf_model");
-    std::fs::create_dir(&folder).unwrap();
+    std::fs::create_dir(&folder)?;
     let folder2 = folder.clone();
     h.state_mut().dialogs.start(Purpose::OpenModelFolder, move || Some(folder2), None);
     wait_for_dialog(&mut h);
     assert_eq!(h.state().settings.inputs.model, Some(folder));
+    Ok(())
 }
 
 /// Huge text files are truncated with a visible note.
 #[test]
-fn huge_text_is_truncated_with_a_note() {
-    let dir = tempfile::tempdir().unwrap();
+fn huge_text_is_truncated_with_a_note() -> TestResult {
+    let dir = tempfile::tempdir()?;
     let p = dir.path().join("huge.txt");
     let line = "ab cd ef gh\n".repeat(1000);
     let mut f = String::new();
@@ -163,22 +165,23 @@ fn huge_text_is_truncated_with_a_note() {
         f += &line;
     }
     f += "é";
-    std::fs::write(&p, &f).unwrap();
+    std::fs::write(&p, &f)?;
     let (text, note) = focus_lens::gui::jobs::read_text(&Some(p)).unwrap();
     assert!(text.len() <= focus_lens::gui::state::MAX_TEXT_BYTES);
     assert!(note.unwrap().contains("only its first 4 MiB"));
+    Ok(())
 }
 
 /// Dropped paths are opened as what they look like.
 #[test]
-fn dropped_files_are_classified() {
-    let dir = tempfile::tempdir().unwrap();
+fn dropped_files_are_classified() -> TestResult {
+    let dir = tempfile::tempdir()?;
     let adapter = dir.path().join("ad");
-    std::fs::create_dir(&adapter).unwrap();
-    std::fs::write(adapter.join("adapter_config.json"), "{}").unwrap();
+    std::fs::create_dir(&adapter)?;
+    std::fs::write(adapter.join("adapter_config.json"), "{}")?;
     let hf = dir.path().join("hf");
-    std::fs::create_dir(&hf).unwrap();
-    std::fs::write(hf.join("config.json"), "{}").unwrap();
+    std::fs::create_dir(&hf)?;
+    std::fs::write(hf.join("config.json"), "{}")?;
     assert_eq!(FocusLensApp::classify(&adapter), InputKind::Adapter);
     assert_eq!(FocusLensApp::classify(&adapter.join("adapter_config.json")), InputKind::Adapter);
     assert_eq!(FocusLensApp::classify(&hf), InputKind::Model);
@@ -187,6 +190,7 @@ fn dropped_files_are_classified() {
     let mut app = FocusLensApp::new(Settings::default());
     app.open_dropped(adapter.join("adapter_config.json"));
     assert_eq!(app.settings.inputs.adapter, Some(adapter));
+    Ok(())
 }
 
 /// A session saved from the menu reopens, from the menu, what was on screen: inputs, settings,
@@ -227,7 +231,7 @@ fn sessions_save_and_reopen() {
 /// file. Each gives one clear error in the window within seconds (nothing hangs on the FIFO),
 /// the app keeps its working inputs and result, and keeps running.
 #[test]
-fn hostile_inputs_through_the_file_window() {
+fn hostile_inputs_through_the_file_window() -> TestResult {
     let (dir, mut h) = started(120);
     no_errors(&h);
     h.state_mut().views.files.native = false;
@@ -236,23 +240,23 @@ fn hostile_inputs_through_the_file_window() {
     let fifo = d.join("pipe.txt");
     let fifo_model = d.join("pipe.gguf");
     for f in [&fifo, &fifo_model] {
-        assert!(std::process::Command::new("mkfifo").arg(f).status().unwrap().success());
+        assert!(std::process::Command::new("mkfifo").arg(f).status()?.success());
     }
     let corrupt = d.join("corrupt.gguf");
-    std::fs::write(&corrupt, b"GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7f junk").unwrap();
+    std::fs::write(&corrupt, b"GGUF\x03\x00\x00\x00\xff\xff\xff\xff\xff\xff\xff\x7f junk")?;
     let misfit = d.join("misfit-adapter");
-    std::fs::create_dir(&misfit).unwrap();
+    std::fs::create_dir(&misfit)?;
     let init = common::root().join("sample_adapters/smollm2-135m-k8-init");
-    let cfg = std::fs::read_to_string(init.join("adapter_config.json")).unwrap();
+    let cfg = std::fs::read_to_string(init.join("adapter_config.json"))?;
     assert!(cfg.contains("\"n_layers\": 30"));
-    std::fs::write(misfit.join("adapter_config.json"), cfg.replace("\"n_layers\": 30", "\"n_layers\": 2")).unwrap();
-    std::fs::copy(init.join("adapter_model.safetensors"), misfit.join("adapter_model.safetensors")).unwrap();
+    std::fs::write(misfit.join("adapter_config.json"), cfg.replace("\"n_layers\": 30", "\"n_layers\": 2"))?;
+    std::fs::copy(init.join("adapter_model.safetensors"), misfit.join("adapter_model.safetensors"))?;
     let binary = d.join("binary.txt");
-    std::fs::write(&binary, b"text\0\x01\x02 with a NUL").unwrap();
+    std::fs::write(&binary, b"text\0\x01\x02 with a NUL")?;
     let empty = d.join("empty.txt");
-    std::fs::write(&empty, b"").unwrap();
+    std::fs::write(&empty, b"")?;
     let fifo_session = d.join("pipe.session.json");
-    assert!(std::process::Command::new("mkfifo").arg(&fifo_session).status().unwrap().success());
+    assert!(std::process::Command::new("mkfifo").arg(&fifo_session).status()?.success());
     let cases: [(&str, &Path, &str, &[&str]); 7] = [
         ("Open session…", &fifo_session, "Open this session", &["cannot open session", "pipe.session.json", "not a regular file"]),
         ("Open text…", &fifo, "Open as text", &["cannot open text", "pipe.txt", "not a regular file"]),
@@ -293,6 +297,7 @@ fn hostile_inputs_through_the_file_window() {
     settle(&mut h);
     no_errors(&h);
     assert_eq!(h.state().session.result.as_ref().unwrap().analysis.mode, "dense");
+    Ok(())
 }
 
 /// A Latin-1 text is not refused outright: the window offers to read it as Latin-1, and says

@@ -1,7 +1,7 @@
 //! Models, adapters and settings: which model an adapter opens, an adapter that does not fit, k
 //! re-fitted to K, the adapter pickers, and the settings that persist.
 
-use crate::common;
+use crate::common::{self, TestResult};
 use crate::harness::{click_menu, harness, has, no_errors, settings, settle, started, type_path_and_open};
 use egui_kittest::kittest::Queryable;
 use focus_lens::gui::state::{InputKind, ModeChoice, Settings, Tab};
@@ -53,20 +53,21 @@ fn layer_and_head_are_restored() {
 
 /// Settings survive a round trip through eframe's storage format (RON via serde).
 #[test]
-fn settings_persist() {
+fn settings_persist() -> TestResult {
     let mut s = Settings::default();
     s.inputs.text = Some("/tmp/x.txt".into());
     s.remember(InputKind::Text, "/tmp/x.txt".into());
     s.setup.params.mode = ModeChoice::Soft;
     s.setup.layer = 12;
     s.setup.tab = Tab::Mask;
-    let json = serde_json::to_string(&s).unwrap();
-    let back: Settings = serde_json::from_str(&json).unwrap();
+    let json = serde_json::to_string(&s)?;
+    let back: Settings = serde_json::from_str(&json)?;
     assert_eq!((back.inputs.text, back.setup.params, back.setup.layer, back.setup.tab), (s.inputs.text.clone(), s.setup.params.clone(), 12, Tab::Mask));
     assert_eq!(back.prefs.recent, s.prefs.recent);
     // Older or partial stored settings fall back to defaults field by field.
-    let partial: Settings = serde_json::from_str(r#"{"layer": 3}"#).unwrap();
+    let partial: Settings = serde_json::from_str(r#"{"layer": 3}"#)?;
     assert_eq!((partial.setup.layer, partial.setup.params.max_tokens), (3, Settings::default().setup.params.max_tokens));
+    Ok(())
 }
 
 /// Issue 29, item 2: `focus-lens gui --adapter A` after the app was last used on another model
@@ -93,11 +94,11 @@ fn adapter_alone_opens_its_base_model() {
 /// Issue 29, item 2: `--adapter A` alone, when no local model is A's base model, opens the
 /// default model (not the remembered one): the adapter is refused with one error naming it.
 #[test]
-fn adapter_alone_without_its_base_model_opens_the_default() {
-    let dir = tempfile::tempdir().unwrap();
-    let tiny = focus_core::Model::load(&common::fixture("hf_tiny/llama"), &candle_core::Device::Cpu).unwrap();
+fn adapter_alone_without_its_base_model_opens_the_default() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let tiny = focus_core::Model::load(&common::fixture("hf_tiny/llama"), &candle_core::Device::Cpu)?;
     let ad = dir.path().join("tiny-adapter");
-    focus_core::Adapter::random(&tiny.identity(), tiny.device(), &focus_core::AdapterSpec { groups: 4, ..Default::default() }, 1).unwrap().save(&ad).unwrap();
+    focus_core::Adapter::random(&tiny.identity(), tiny.device(), &focus_core::AdapterSpec { groups: 4, ..Default::default() }, 1)?.save(&ad)?;
     let mut stored = settings(120);
     stored.inputs.model = Some(common::gemma3_model_path());
     let args = focus_lens::gui::StartArgs { inputs: focus_lens::gui::Inputs { adapter: Some(ad.clone()), ..Default::default() }, ..Default::default() };
@@ -108,6 +109,7 @@ fn adapter_alone_without_its_base_model_opens_the_default() {
     let app = h.state();
     assert_eq!(app.session.model.as_ref().unwrap().model.config().n_layers, 30, "the default SmolLM2");
     assert!(app.errors.iter().any(|e| e.contains("tiny-adapter")), "{:?}", app.errors);
+    Ok(())
 }
 
 /// Issue 29, item 3: opening a model that the loaded adapter does not fit stops the running
@@ -179,7 +181,7 @@ fn a_refused_adapter_changes_nothing() {
 /// hidden, and show perplexities measured alike (one held-out text, one context, dense / soft /
 /// top-k side by side; not the training log's soft figure beside a held-out top-k one).
 #[test]
-fn adapter_pickers_fit_the_model_and_compare_like_with_like() {
+fn adapter_pickers_fit_the_model_and_compare_like_with_like() -> TestResult {
     let (_dir, mut h) = started(64);
     h.state_mut().views.files.native = false;
     click_menu(&mut h, "File", "Open adapter…");
@@ -188,7 +190,7 @@ fn adapter_pickers_fit_the_model_and_compare_like_with_like() {
     assert!(has(&h, "2 adapters made for other models are hidden (gemma3-270m-k8, gemma3-270m-k8-global)"));
     // The figures the default adapter's config records (read here from its raw JSON, so that
     // a retrained adapter with new recorded figures needs no change here).
-    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::root().join("sample_adapters/smollm2-135m-k8/adapter_config.json")).unwrap()).unwrap();
+    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::root().join("sample_adapters/smollm2-135m-k8/adapter_config.json"))?)?;
     let ppl = &cfg["results"]["ppl"]["ctx1024"];
     let line = format!("held-out PPL on ppl_persuasion_60k.txt, ctx 1024: dense {:.2}, soft {:.2}, top-2 {:.2}", ppl["dense"].as_f64().unwrap(), ppl["soft"].as_f64().unwrap(), ppl["topk2"].as_f64().unwrap());
     assert!(has(&h, &line), "the sample adapter's figures, alike: {line}");
@@ -204,4 +206,5 @@ fn adapter_pickers_fit_the_model_and_compare_like_with_like() {
     assert!(h.query_by_label_contains("smollm2-135m-k4  (").is_some());
     assert!(h.query_by_label_contains("gemma3-270m-k8  (").is_none(), "a Gemma adapter offered as run B");
     assert!(has(&h, "2 adapters made for other models are hidden"));
+    Ok(())
 }

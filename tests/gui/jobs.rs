@@ -1,6 +1,7 @@
 //! Long background jobs: the estimate of time left, the analyses kept on disk, and the timings of
 //! the heavy views (ignored by default: run in release).
 
+use crate::common::TestResult;
 use crate::harness::{harness, no_errors, settings, settle, started};
 use egui_kittest::kittest::{NodeT, Queryable};
 use egui_kittest::Harness;
@@ -39,8 +40,8 @@ fn long_jobs_estimate_the_time_left() {
 /// -- --ignored --nocapture`).
 #[test]
 #[ignore]
-fn time_left_of_a_32k_analysis() {
-    let dir = tempfile::tempdir().unwrap();
+fn time_left_of_a_32k_analysis() -> TestResult {
+    let dir = tempfile::tempdir()?;
     let mut s = settings(32_768);
     s.inputs.text = Some(focus_lens::defaults::cache_dir().join("corpus/heldout/austen__persuasion.txt"));
     let mut h = harness(s, dir.path());
@@ -59,7 +60,7 @@ fn time_left_of_a_32k_analysis() {
             let label = h.query_all_by_label_contains(" left").filter_map(|n| n.accesskit_node().label().map(|l| l.to_string())).find(|l| l.contains(" · ~"));
             if let Some(l) = label {
                 let (n, unit) = l.split_once(" · ~").unwrap().1.split_once(' ').unwrap();
-                let secs = n.parse::<f64>().unwrap() * if unit.starts_with("min") { 60.0 } else { 1.0 };
+                let secs = n.parse::<f64>()? * if unit.starts_with("min") { 60.0 } else { 1.0 };
                 samples.push((t, secs, l.chars().take(90).collect()));
             }
         }
@@ -73,15 +74,16 @@ fn time_left_of_a_32k_analysis() {
     for (t, est, l) in &samples {
         eprintln!("at {t:6.1} s ({:3.0}%): estimate {est:6.0} s, really {:6.1} s left ({:+.0}%)  [{l}]", 100.0 * t / total, total - t, 100.0 * (est - (total - t)) / (total - t));
     }
+    Ok(())
 }
 
 /// A finished analysis is kept on disk: the same text, adapter and settings opened again in a new
 /// window are read back (no model run) with the same groups; a corrupt entry is ignored (the
 /// analysis runs, no error) and replaced.
 #[test]
-fn reopening_a_text_reads_its_analysis_from_disk() {
+fn reopening_a_text_reads_its_analysis_from_disk() -> TestResult {
     use focus_lens::gui::jobs::disk_cache::DiskCache;
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir()?;
     let cache = DiskCache { dir: dir.path().join("analyses"), max_bytes: 1 << 30 };
     let open = || {
         let mut h = harness(settings(300), dir.path());
@@ -116,10 +118,11 @@ fn reopening_a_text_reads_its_analysis_from_disk() {
     assert_eq!(again.analysis.routing[7].memberships, first.analysis.routing[7].memberships);
     drop(h);
     // A corrupt entry: the analysis runs, and its entry is written anew.
-    std::fs::write(&p, b"{\"format\": \"focus-lens analysis cache 1\", \"analysis\": {\"tok").unwrap();
+    std::fs::write(&p, b"{\"format\": \"focus-lens analysis cache 1\", \"analysis\": {\"tok")?;
     let h = open();
     assert!(!h.state().session.result.as_ref().unwrap().from_disk);
     assert_eq!(entry(), p);
+    Ok(())
 }
 
 /// Issue 29, item 8's timings, measured through the window's own jobs (run it in release:

@@ -1,6 +1,7 @@
 //! A token's partners and its attention grid: recomputed after a re-analysis, consistent with each
 //! other, singled out when jumped to, and read from the analysis' kept layers (no model pass).
 
+use crate::common::TestResult;
 use crate::harness::{filled, harness, no_errors, settings, settle, shapes, started};
 use egui::epaint::Shape;
 use egui::Rect;
@@ -110,7 +111,7 @@ fn a_partner_jumped_to_is_singled_out() {
 /// into a segment reads every layer once; another layer, head, token or the grid then runs no
 /// model pass. The rows are those of a pass up to the layer (the way they were computed before).
 #[test]
-fn partners_and_grid_reuse_the_segments_layers() {
+fn partners_and_grid_reuse_the_segments_layers() -> TestResult {
     use focus_lens::gui::jobs::{self, HeadsCache};
     let (_dir, mut h) = started(400);
     // As a user: click a token, then move the layer with the arrow key.
@@ -131,7 +132,7 @@ fn partners_and_grid_reuse_the_segments_layers() {
     let ids: Vec<u32> = res.analysis.tokens.iter().map(|t| t.id).collect();
     for (i, layer, head) in [(350, 12, 3), (200, 29, 8), (399, 0, 0)] {
         let got = jobs::partners(&res, i, layer, head, &cache, &handle).unwrap();
-        let want = focus_core::analysis::partners::partners(&res.model, &res.adapter, &ids, res.mode, &res.masks[layer], layer, head, (i, i), true, None).unwrap();
+        let want = focus_core::analysis::partners::partners(&res.model, &res.adapter, &ids, res.mode, &res.masks[layer], layer, head, (i, i), true, None)?;
         assert_eq!(got.partners.len(), want.partners.len(), "#{i} layer {layer}");
         for ((a, wa), (b, wb)) in got.partners.iter().zip(&want.partners) {
             assert!(a == b && (wa - wb).abs() < 1e-4, "#{i} layer {layer}: {a} {wa} vs {b} {wb}");
@@ -141,19 +142,20 @@ fn partners_and_grid_reuse_the_segments_layers() {
     let t0 = Instant::now();
     let grid = jobs::attention_grid(&res, 300, &cache, &handle).unwrap();
     assert!(t0.elapsed() < Duration::from_secs(1), "the grid ran the model");
-    let want = focus_core::analysis::compare::attention_grid(&res.model, &res.adapter, &ids, res.mode, res.key.params.k, 300, None).unwrap();
+    let want = focus_core::analysis::compare::attention_grid(&res.model, &res.adapter, &ids, res.mode, res.key.params.k, 300, None)?;
     for (l, (a, b)) in grid.cells.iter().zip(&want).enumerate() {
         for (hd, (x, y)) in a.iter().zip(b).enumerate() {
             assert!(x.iter().zip(y).all(|(p, q)| (p - q).abs() < 1e-3), "layer {l} head {hd}: {x:?} vs {y:?}");
         }
     }
+    Ok(())
 }
 
 /// The first look into a segment needs no model pass (issue 29, item 8): the analysis keeps its
 /// own pass (every layer's queries, keys and routing), so a token's partners and its attention
 /// grid, right after the analysis, run the model zero times; they equal those of a fresh pass.
 #[test]
-fn first_look_into_a_segment_runs_no_model_pass() {
+fn first_look_into_a_segment_runs_no_model_pass() -> TestResult {
     use focus_core::analysis::partners::sequence_heads;
     let (_dir, mut h) = started(400);
     no_errors(&h);
@@ -184,14 +186,15 @@ fn first_look_into_a_segment_runs_no_model_pass() {
     assert_eq!(passes(), before, "the partners or the grid ran the model");
     // A fresh pass gives the same partners and grid.
     let ids: Vec<u32> = res.analysis.tokens.iter().map(|t| t.id).collect();
-    let fresh = sequence_heads(&res.model, Some(&res.adapter), &ids, res.mode, None, &|_| {}).unwrap();
+    let fresh = sequence_heads(&res.model, Some(&res.adapter), &ids, res.mode, None, &|_| {})?;
     assert_eq!(passes(), before + 1);
     for (_, layer, head, partners, partner_mass, local_mass) in [got, got1] {
-        let want = fresh.partners(&res.adapter.config, res.mode, &res.masks[layer], layer, head, (350, 350), None).unwrap();
+        let want = fresh.partners(&res.adapter.config, res.mode, &res.masks[layer], layer, head, (350, 350), None)?;
         assert!(!partners.is_empty(), "layer {layer}: no partners to compare");
         assert_eq!(partners, want.partners, "layer {layer}");
         assert_eq!((partner_mass, local_mass), (want.partner_mass, want.local_mass));
     }
-    let want = fresh.grid(res.key.params.k, res.adapter.config.window, res.adapter.config.sink, 350).unwrap();
+    let want = fresh.grid(res.key.params.k, res.adapter.config.window, res.adapter.config.sink, 350)?;
     assert_eq!(grid, want);
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! The token view and the token x layer strip: headers, scrolling speed, search, keys, palettes,
 //! group labels and range selection.
 
+use crate::common::TestResult;
 use crate::harness::{self, click_menu, filled, harness, has, no_errors, settings, settle, started};
 use egui_kittest::kittest::{NodeT, Queryable};
 use egui_kittest::Harness;
@@ -65,10 +66,10 @@ fn strip_header_numbers_its_columns() {
 /// The strip's header gives the rows' real range: the analysed tokens by number, and the text's
 /// length when only part of it was analysed (it said "tokens 0..N" whatever N was).
 #[test]
-fn strip_header_gives_the_real_range() {
-    let dir = tempfile::tempdir().unwrap();
+fn strip_header_gives_the_real_range() -> TestResult {
+    let dir = tempfile::tempdir()?;
     let short = dir.path().join("short.txt");
-    std::fs::write(&short, "A short text, far shorter than the analysis allows.\n").unwrap();
+    std::fs::write(&short, "A short text, far shorter than the analysis allows.\n")?;
     let mut s = settings(2048);
     s.inputs.text = Some(short);
     let mut h = harness(s, dir.path());
@@ -90,6 +91,7 @@ fn strip_header_gives_the_real_range() {
     h.step();
     let all = h.state().session.result.as_ref().unwrap().text_tokens;
     assert!(has(&h, &format!("rows: tokens #0-#299 (300 tokens of the text's {all};")));
+    Ok(())
 }
 
 /// Views stay interactive on long texts: a 10K-token result (the start-up analysis tiled) is
@@ -224,7 +226,7 @@ fn legend_shows_centroid_labels() {
 /// selects the range; the details panel shows its group and category make-up; its partners are
 /// the mean over its queries of each query's own partners; the token view's SVG covers it.
 #[test]
-fn range_selection_by_drag_and_shift_click() {
+fn range_selection_by_drag_and_shift_click() -> TestResult {
     let (dir, mut h) = started(300);
     no_errors(&h);
     h.step();
@@ -317,12 +319,12 @@ fn range_selection_by_drag_and_shift_click() {
     // The token view's SVG covers the range.
     click_menu(&mut h, "Export", "Current view as SVG…");
     no_errors(&h);
-    let svg = std::fs::read_to_string(dir.path().join("focus-lens-tokens-layer0.svg")).unwrap();
+    let svg = std::fs::read_to_string(dir.path().join("focus-lens-tokens-layer0.svg"))?;
     assert!(svg.contains("tokens #200-#215 (16 of 300)"), "the SVG shows the range");
     // The JSON export records the selection: the range, its byte span and its group make-up.
     click_menu(&mut h, "Export", "Statistics as JSON…");
     no_errors(&h);
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-stats.json")).unwrap()).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.path().join("focus-lens-stats.json"))?)?;
     let sel = &json["provenance"]["selection"];
     assert_eq!((sel["token"].as_u64(), sel["range"].clone()), (Some(200), serde_json::json!([200, 215])), "{sel}");
     let n: Vec<u64> = sel["range_group_tokens"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
@@ -335,4 +337,5 @@ fn range_selection_by_drag_and_shift_click() {
     h.get_by_label("clear the range").click();
     h.step();
     assert_eq!(h.state().selection.range, None);
+    Ok(())
 }

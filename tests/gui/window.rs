@@ -1,6 +1,7 @@
 //! The window as a whole: the legend and status line, errors, the glossary, tabs at small sizes,
 //! the preview of a long text and its provisional banner, no stale text.
 
+use crate::common::TestResult;
 use crate::harness::{self, click_menu, harness, has, no_errors, settings, settle, started, type_path_and_open, type_path_and_save};
 use egui_kittest::kittest::Queryable;
 use focus_lens::gui::state::{InputKind, Tab};
@@ -102,8 +103,8 @@ fn every_tab_is_reachable_from_1024x640_up() {
 /// window keeps the typed path after the error; "analysis cancelled" goes with the next result;
 /// "Sinkhorn set to …" goes when another input opens; the glossary closes on Escape.
 #[test]
-fn no_stale_status_text() {
-    let dir = tempfile::tempdir().unwrap();
+fn no_stale_status_text() -> TestResult {
+    let dir = tempfile::tempdir()?;
     let mut h = harness(settings(64), dir.path());
     h.state_mut().export_dir = None;
     settle(&mut h);
@@ -175,7 +176,7 @@ fn no_stale_status_text() {
     // A status about the generated text's Sinkhorn goes when another text opens.
     h.state_mut().status = "analysing the generated text, saved as g.txt; Sinkhorn set to causal as generated".into();
     let text = dir.path().join("t.txt");
-    std::fs::write(&text, "A short text to open. ".repeat(10)).unwrap();
+    std::fs::write(&text, "A short text to open. ".repeat(10))?;
     type_path_and_open(&mut h, "Open text…", &text, "Open as text");
     settle(&mut h);
     assert!(!h.state().status.contains("Sinkhorn set to"), "{}", h.state().status);
@@ -186,6 +187,7 @@ fn no_stale_status_text() {
     h.step();
     h.step();
     assert!(!h.state().views.glossary.open && h.query_by_label("dominance").is_none());
+    Ok(())
 }
 
 /// The provisional banner shows over every view of the preview, not only the token view (Generate,
