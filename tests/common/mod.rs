@@ -6,7 +6,12 @@ pub mod inputs;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// The repository root.
+/// What a test returns where `?` says more briefly than `.unwrap()` (an error fails the test
+/// with its message).
+pub type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// The repository root (the packages that include this, `app/` and `core/`, sit one folder
+/// below it).
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }

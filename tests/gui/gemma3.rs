@@ -1,21 +1,19 @@
 //! The GUI on Gemma 3 270M with its shipped adapter (262,144-token vocabulary, 18 interleaved
 //! layers): it loads and analyses without an error, the layer list marks sliding and global
 //! layers, and a 10K-token result scrolls within the frame-time bound of the SmolLM2 test
-//! (`gui.rs`, `scrolling_10k_tokens_stays_fast`).
+//! (`tokens.rs`, `scrolling_10k_tokens_stays_fast`).
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "common/gui_harness.rs"]
-mod gui_harness;
+use crate::common;
+use crate::harness;
 
 use focus_lens::gui::state::Tab;
 use egui_kittest::kittest::Queryable;
-use gui_harness::{harness, has, no_errors, settle};
+use crate::harness::{harness, has, no_errors, settle};
 
 #[test]
 fn gemma3_loads_marks_its_layers_and_scrolls_10k_tokens_fast() {
     let dir = tempfile::tempdir().unwrap();
-    let mut s = gui_harness::settings(300);
+    let mut s = harness::settings(300);
     s.inputs.model = Some(common::gemma3_model_path());
     s.inputs.adapter = Some(common::root().join("sample_adapters/gemma3-270m-k8"));
     let mut h = harness(s, dir.path());
@@ -49,8 +47,8 @@ fn gemma3_loads_marks_its_layers_and_scrolls_10k_tokens_fast() {
     // The start-up result tiled to 10K tokens and scrolled through in the token, layers and
     // strip views (the same bound as for SmolLM2).
     let n = 10_000;
-    gui_harness::tile_result(&mut h, n);
-    let report = gui_harness::assert_scrolling_fast(&mut h, n);
+    harness::tile_result(&mut h, n);
+    let report = harness::assert_scrolling_fast(&mut h, n);
     eprintln!("Gemma 3, frame times while scrolling {n} tokens:\n{}", report.join("\n"));
     no_errors(&h);
 }

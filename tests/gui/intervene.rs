@@ -6,10 +6,6 @@
 //! chosen by their numbers on screen reach core as the router's indices; a bad choice is one
 //! error and runs nothing.
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "common/gui_harness.rs"]
-mod gui_harness;
 
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
@@ -17,7 +13,7 @@ use focus_core::analysis::intervene::{intervene, Intervention};
 use focus_lens::gui::state::Tab;
 use focus_lens::gui::views::intervene::{raw_group, Kind};
 use focus_lens::gui::FocusLensApp;
-use gui_harness::{harness, has, no_errors, settings, settle};
+use crate::harness::{harness, has, no_errors, settings, settle};
 
 type H = Harness<'static, FocusLensApp>;
 

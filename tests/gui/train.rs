@@ -5,17 +5,15 @@
 //! and "Open step N" loads that checkpoint as the app's adapter, which the Tokens view then
 //! shows (its K, its routing).
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "common/gui_harness.rs"]
-mod gui_harness;
+use crate::common::{self, TestResult};
+use crate::harness;
 
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use focus_lens::gui::state::Tab;
 use focus_lens::gui::worker::TaskKind;
 use focus_lens::gui::FocusLensApp;
-use gui_harness::{harness, has, no_errors, settings, settle};
+use crate::harness::{harness, has, no_errors, settings, settle};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -42,7 +40,7 @@ fn texts(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
 fn type_into(h: &mut H, label: &str, text: &str, clear: impl Fn(&mut FocusLensApp)) {
     clear(h.state_mut());
     h.step();
-    gui_harness::type_into(h, label, text);
+    harness::type_into(h, label, text);
 }
 
 /// Steps frames until `done` holds (or fails after `secs`).
@@ -57,8 +55,8 @@ fn until(h: &mut H, secs: u64, what: &str, done: impl Fn(&FocusLensApp) -> bool)
 }
 
 #[test]
-fn start_watch_stop_and_open_a_checkpoint() {
-    let tmp = tempfile::tempdir().unwrap();
+fn start_watch_stop_and_open_a_checkpoint() -> TestResult {
+    let tmp = tempfile::tempdir()?;
     let (train, held) = texts(tmp.path());
     let out = tmp.path().join("run");
     let mut h = harness(settings(120), tmp.path());
@@ -130,10 +128,10 @@ fn start_watch_stop_and_open_a_checkpoint() {
     assert!(ended.starts_with("stopped at step"), "{ended}");
     assert!(has(&h, "stopped at step"));
     assert!(out.join("checkpoint/optimizer.safetensors").exists(), "the resumable checkpoint");
-    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint/trainer_state.json")).unwrap()).unwrap();
+    let state: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint/trainer_state.json"))?)?;
     assert_eq!((state["options"]["sharpen"].as_f64(), state["options"]["balance"].as_f64()), (Some(0.05), Some(0.5)), "{}", state["options"]);
     assert_eq!(state["options"]["freeze_projection"].as_bool(), Some(true), "{}", state["options"]);
-    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint/adapter_config.json")).unwrap()).unwrap();
+    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint/adapter_config.json"))?)?;
     assert!(cfg["init"].as_str().unwrap().ends_with("then W_g multiplied by 0.5 [ours]"), "{}", cfg["init"]);
     // The plots' points are the log's rows.
     let log: Vec<serde_json::Value> = std::fs::read_to_string(out.join("train_log.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -163,11 +161,12 @@ fn start_watch_stop_and_open_a_checkpoint() {
     assert_eq!(app.session.adapter.as_ref().unwrap().path.as_ref(), Some(&step2));
     let res = app.session.result.as_ref().expect("an analysis with the checkpoint");
     assert_eq!(res.groups(), 4, "the checkpoint's K (the sample adapter has {sample_groups})");
-    let on_disk = focus_core::Adapter::load(&step2, &res.model.identity(), &candle_core::Device::Cpu).unwrap();
+    let on_disk = focus_core::Adapter::load(&step2, &res.model.identity(), &candle_core::Device::Cpu)?;
     assert_eq!(
-        res.adapter.layers[5].proj.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
-        on_disk.layers[5].proj.flatten_all().unwrap().to_vec1::<f32>().unwrap(),
+        res.adapter.layers[5].proj.flatten_all()?.to_vec1::<f32>()?,
+        on_disk.layers[5].proj.flatten_all()?.to_vec1::<f32>()?,
         "the analysis routes with the checkpoint's weights"
     );
     assert!(has(&h, "step-000002"), "the menu bar names the checkpoint");
+    Ok(())
 }

@@ -1,7 +1,9 @@
-//! The GUI tests' harness: the app on the real default model (its state driven through
-//! egui_kittest at the window's size), stepped until its background work ends.
-#![allow(dead_code)]
+//! The GUI tests' one harness: the app on the real default model (its state driven through
+//! egui_kittest at the window's size), stepped until its background work ends; the clicking and
+//! typing every view's tests share, and the shapes a frame painted.
 
+use egui::epaint::Shape;
+use egui::{Color32, Rect};
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use focus_lens::gui::state::Settings;
@@ -22,6 +24,16 @@ pub fn harness(s: Settings, export_dir: &Path) -> Harness<'static, FocusLensApp>
     let mut app = FocusLensApp::new(s);
     app.export_dir = Some(export_dir.to_path_buf());
     Harness::builder().with_size(egui::vec2(1400.0, 900.0)).build_ui_state(|ui, app: &mut FocusLensApp| app.show(ui), app)
+}
+
+/// The app on the default model with at most `max_tokens` tokens, writing into a fresh
+/// temporary folder (kept as long as the returned `TempDir`), settled after its start-up
+/// analysis: how most tests begin.
+pub fn started(max_tokens: usize) -> (tempfile::TempDir, Harness<'static, FocusLensApp>) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(max_tokens), dir.path());
+    settle(&mut h);
+    (dir, h)
 }
 
 /// The app with `s` in a window of `size` points.
@@ -139,5 +151,58 @@ pub fn click_menu(h: &mut Harness<'static, FocusLensApp>, menu: &str, item: &str
     h.get_by_label(item).click();
     h.step();
     h.step();
+    h.step();
+}
+
+/// File → Open KIND…, then the path field is clicked and typed into, and the button pressed:
+/// what a user does (the field used to sit inside the File menu, which closed on the click).
+pub fn type_path_and_open(h: &mut Harness<'static, FocusLensApp>, item: &str, path: &Path, button: &str) {
+    click_menu(h, "File", item);
+    h.get_by_label("Path:").click();
+    h.step();
+    h.state_mut().views.files.path.clear();
+    h.step();
+    h.get_by_label("Path:").type_text(&path.display().to_string());
+    h.step();
+    h.step();
+    assert_eq!(h.state().views.files.path, path.display().to_string(), "typed text reaches the path field");
+    h.get_by_label(button).click();
+    h.step();
+}
+
+/// Every shape the last frame painted, nested ones included.
+pub fn shapes(h: &Harness<'static, FocusLensApp>) -> Vec<Shape> {
+    fn flat(s: &Shape, out: &mut Vec<Shape>) {
+        match s {
+            Shape::Vec(v) => v.iter().for_each(|s| flat(s, out)),
+            s => out.push(s.clone()),
+        }
+    }
+    let mut out = Vec::new();
+    for c in &h.output().shapes {
+        flat(&c.shape, &mut out);
+    }
+    out
+}
+
+/// Filled rectangles of colour `c`.
+pub fn filled(h: &Harness<'static, FocusLensApp>, c: Color32) -> Vec<Rect> {
+    shapes(h).into_iter().filter_map(|s| if let Shape::Rect(r) = s { (r.fill == c).then_some(r.rect) } else { None }).collect()
+}
+
+pub fn same_rgb(a: Color32, b: Color32) -> bool {
+    (a.r(), a.g(), a.b()) == (b.r(), b.g(), b.b())
+}
+
+/// `menu` → `item` (a save or an export), then `path` typed into the File window's cleared path
+/// field and Save pressed.
+pub fn type_path_and_save(h: &mut Harness<'static, FocusLensApp>, menu: &str, item: &str, path: &Path) {
+    click_menu(h, menu, item);
+    h.state_mut().views.files.path.clear();
+    h.get_by_label("Path:").click();
+    h.step();
+    h.get_by_label("Path:").type_text(&path.display().to_string());
+    h.step();
+    h.get_by_label("Save").click();
     h.step();
 }

@@ -1,9 +1,10 @@
 //! The zero-degradation suites: where every input fits in the local window, Focus (soft and
 //! hard top-k) must score exactly as the base model; beyond it, scores may move.
 
-#[path = "common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
+use common::TestResult;
 use candle_core::Device;
 use focus_core::eval::suites as eval;
 use focus_core::{Adapter, Mode, Model};
@@ -15,29 +16,30 @@ fn setup() -> (Model, Adapter) {
 }
 
 #[test]
-fn truthfulqa_scores_are_identical_within_the_window() {
+fn truthfulqa_scores_are_identical_within_the_window() -> TestResult {
     let (model, adapter) = setup();
-    let (qs, prefix) = eval::load_truthfulqa(&common::root().join("assets/eval/truthfulqa/task_mc.json")).unwrap();
+    let (qs, prefix) = eval::load_truthfulqa(&common::root().join("assets/eval/truthfulqa/task_mc.json"))?;
     assert_eq!(qs.len(), 299);
     assert!(prefix.contains("Q: "), "the six-shot prefix is read");
     let qs = &qs[..8];
     let w = adapter.config.window;
-    let base = eval::truthfulqa(&model, qs, "", Mode::Dense, None, w, None, |_, _| {}).unwrap();
+    let base = eval::truthfulqa(&model, qs, "", Mode::Dense, None, w, None, |_, _| {})?;
     assert_eq!(base.items_within_window, qs.len(), "zero-shot TruthfulQA inputs fit in the window");
     for mode in [Mode::Soft, common::topk(1, adapter.config.groups)] {
-        let r = eval::truthfulqa(&model, qs, "", mode, Some(&adapter), w, None, |_, _| {}).unwrap();
+        let r = eval::truthfulqa(&model, qs, "", mode, Some(&adapter), w, None, |_, _| {})?;
         assert_eq!(r.per_item, base.per_item, "{mode}: scores differ inside the window");
         assert_eq!((r.accuracy, r.score), (base.accuracy, base.score));
     }
     // Sanity of the scoring itself: MC2 is a probability, and log-likelihoods are negative.
     assert!(base.per_item.iter().all(|p| (0.0..=1.0).contains(&p["mc2"].as_f64().unwrap())));
     assert!(base.per_item.iter().all(|p| p["logprobs"].as_array().unwrap().iter().all(|l| l.as_f64().unwrap() < 0.0)));
+    Ok(())
 }
 
 #[test]
-fn long_inputs_can_differ_and_the_cloze_file_is_sound() {
+fn long_inputs_can_differ_and_the_cloze_file_is_sound() -> TestResult {
     let (model, adapter) = setup();
-    let items = eval::load_cloze(&common::root().join("assets/eval/cloze_persuasion.jsonl")).unwrap();
+    let items = eval::load_cloze(&common::root().join("assets/eval/cloze_persuasion.jsonl"))?;
     assert!(items.len() >= 150, "{} cloze items", items.len());
     // Every target occurs in its context beyond the last 100 words (the construction's promise).
     for it in &items {
@@ -46,24 +48,26 @@ fn long_inputs_can_differ_and_the_cloze_file_is_sound() {
         assert!(far.iter().any(|w| w.trim_matches(|c: char| !c.is_alphanumeric()) == it.target), "{}", it.target);
     }
     let w = adapter.config.window;
-    let base = eval::cloze(&model, &items[..2], Mode::Dense, None, w, None, |_, _| {}).unwrap();
-    let topk = eval::cloze(&model, &items[..2], common::topk(1, adapter.config.groups), Some(&adapter), w, None, |_, _| {}).unwrap();
+    let base = eval::cloze(&model, &items[..2], Mode::Dense, None, w, None, |_, _| {})?;
+    let topk = eval::cloze(&model, &items[..2], common::topk(1, adapter.config.groups), Some(&adapter), w, None, |_, _| {})?;
     assert_eq!(base.items_within_window, 0);
     assert!(base.max_tokens > 4 * w);
     // The untrained sample adapter prunes pairs, so long-input log-likelihoods move.
     assert_ne!(base.per_item, topk.per_item);
+    Ok(())
 }
 
 #[test]
-fn bad_eval_files_are_named() {
-    let dir = tempfile::tempdir().unwrap();
+fn bad_eval_files_are_named() -> TestResult {
+    let dir = tempfile::tempdir()?;
     let p = dir.path().join("bad.jsonl");
-    std::fs::write(&p, "{\"context\": \"a b\", \"target\": \"two words\"}\n").unwrap();
+    std::fs::write(&p, "{\"context\": \"a b\", \"target\": \"two words\"}\n")?;
     let e = eval::load_cloze(&p).unwrap_err().to_string();
     assert!(e.contains("bad.jsonl") && e.contains("one word"), "{e}");
-    std::fs::write(&p, "not json").unwrap();
+    std::fs::write(&p, "not json")?;
     assert!(eval::load_cloze(&p).unwrap_err().to_string().contains("line 1"));
     let q = dir.path().join("task_mc.json");
-    std::fs::write(&q, r#"{"examples": [{"input": "Q?", "target_scores": {"a": 0, "b": 0}}]}"#).unwrap();
+    std::fs::write(&q, r#"{"examples": [{"input": "Q?", "target_scores": {"a": 0, "b": 0}}]}"#)?;
     assert!(eval::load_truthfulqa(&q).unwrap_err().to_string().contains("one true answer"));
+    Ok(())
 }

@@ -1,9 +1,10 @@
 //! The differentiable path (the foundation of router training): it computes the same function as
 //! the inference path, and a loss on its logits gives gradients to the router parameters only.
 
-#[path = "common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
+use common::TestResult;
 use candle_core::{backprop::GradStore, Device, Tensor, Var};
 use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
 use focus_core::focus::router::Router;
@@ -108,11 +109,12 @@ fn tiny_models() {
 }
 
 #[test]
-fn real_model() {
-    let model = Model::load(&common::model_path(), &Device::Cpu).unwrap();
-    let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
-    let ids = model.tokenizer().unwrap().encode(&text, false).unwrap().ids[..160].to_vec();
+fn real_model() -> TestResult {
+    let model = Model::load(&common::model_path(), &Device::Cpu)?;
+    let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt"))?;
+    let ids = model.tokenizer()?.encode(&text, false)?.ids[..160].to_vec();
     check(&model, &ids, 16, 2e-3);
+    Ok(())
 }
 
 /// The batched training forward computes, sequence by sequence, what the single-sequence
@@ -170,32 +172,33 @@ fn batched_training_forward_tiny_models() {
 }
 
 #[test]
-fn batched_training_forward_real_model() {
-    let model = Model::load(&common::model_path(), &Device::Cpu).unwrap();
-    let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
-    let ids = model.tokenizer().unwrap().encode(&text, false).unwrap().ids[..192].to_vec();
+fn batched_training_forward_real_model() -> TestResult {
+    let model = Model::load(&common::model_path(), &Device::Cpu)?;
+    let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt"))?;
+    let ids = model.tokenizer()?.encode(&text, false)?.ids[..192].to_vec();
     check_batched(&model, &[&ids[..96], &ids[96..]], 16, 2e-3);
+    Ok(())
 }
 
 /// Straight-through training (`--straight-through k`): the training forward computes exactly what
 /// hard top-k inference computes, and the routers still get (finite, non-zero) gradients while
 /// the base gets none; for either gate.
 #[test]
-fn straight_through_forward_is_hard_topk_inference() {
+fn straight_through_forward_is_hard_topk_inference() -> TestResult {
     // gemma2: soft-capping and sliding windows (composed path); olmo2: QK-norm over the whole
     // projection and post-norms only (fused path). Gemma 2's sliding layers keep 8 keys, so a
     // Focus window below 7 leaves them distant pairs to gate.
     for name in ["llama", "gpt2", "qwen2", "gemma2", "olmo2"] {
         let w = if name == "gemma2" { 3 } else { 8 };
-        let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu).unwrap();
+        let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu)?;
         let ids: Vec<u32> = (0..60).map(|i| (i * 37 % 500) as u32).collect();
-        let mut adapter = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window: w, ..Default::default() }, 11).unwrap();
+        let mut adapter = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window: w, ..Default::default() }, 11)?;
         let vars = trainable(&mut adapter);
         for k in [1, 2] {
             let mut o = ForwardOptions::new(Mode::Soft, Some(&adapter));
             o.differentiable = true;
-            o.straight_through = Some(adapter.config.topk(k).unwrap());
-            let st = train_forward(&model.decoder, &[&ids], &o).unwrap();
+            o.straight_through = Some(adapter.config.topk(k)?);
+            let st = train_forward(&model.decoder, &[&ids], &o)?;
             let hard = run(&model, &ids, common::topk(k, 4), Some(&adapter), false);
             let soft = run(&model, &ids, Mode::Soft, Some(&adapter), false);
             let err = max_abs_diff(&st, &hard);
@@ -204,13 +207,14 @@ fn straight_through_forward_is_hard_topk_inference() {
             router_only_gradients(&model, &ids, &st, &vars, &format!("{name} k={k}"));
         }
         // The forward uses no gate: a paper-gate adapter trains through the same hard mask.
-        let paper = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window: w, gate: Gate::Paper, ..Default::default() }, 11).unwrap();
+        let paper = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window: w, gate: Gate::Paper, ..Default::default() }, 11)?;
         let mut o = ForwardOptions::new(Mode::Soft, Some(&paper));
         o.differentiable = true;
-        o.straight_through = Some(paper.config.topk(2).unwrap());
-        let st = train_forward(&model.decoder, &[&ids], &o).unwrap();
+        o.straight_through = Some(paper.config.topk(2)?);
+        let st = train_forward(&model.decoder, &[&ids], &o)?;
         let err = max_abs_diff(&st, &run(&model, &ids, common::topk(2, 4), Some(&paper), false));
         assert!(err <= 1e-4, "{name} paper gate: straight-through forward differs from top-k inference by {err}");
         assert!(paper.config.topk(5).is_err(), "k > K");
     }
+    Ok(())
 }

@@ -1,9 +1,10 @@
 //! End-to-end numerics on the real default model (SmolLM2-135M-Instruct, Q4_1 GGUF), against
 //! independent references: llama.cpp's perplexity and masked dense attention.
 
-#[path = "common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
+use common::TestResult;
 use candle_core::{Device, Tensor};
 use focus_core::attention::LayerPlan;
 use focus_core::focus::mask::topk_mask_bias;
@@ -24,14 +25,14 @@ fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
 
 /// llama.cpp's reference perplexity at ctx 512 (fixture README: within 0.5% is a match).
 #[test]
-fn perplexity_matches_llama_cpp() {
+fn perplexity_matches_llama_cpp() -> TestResult {
     let reference: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(common::fixture("ppl_persuasion_60k.reference.json")).unwrap()).unwrap();
-    let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
-    let ids = model().tokenizer().unwrap().encode(&text, false).unwrap().ids;
+        serde_json::from_str(&std::fs::read_to_string(common::fixture("ppl_persuasion_60k.reference.json"))?)?;
+    let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt"))?;
+    let ids = model().tokenizer()?.encode(&text, false)?.ids;
     let ref_ids: Vec<u32> = reference["token_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
     assert_eq!(ids, ref_ids, "tokenization of the perplexity text differs from llama.cpp");
-    let r = focus_core::eval::ppl::perplexity(model(), &ids, 512, Mode::Dense, None, None, |_, _| {}).unwrap();
+    let r = focus_core::eval::ppl::perplexity(model(), &ids, 512, Mode::Dense, None, None, |_, _| {})?;
     let want = reference["ctx_512"]["ppl"].as_f64().unwrap();
     assert_eq!(r.chunks, 28);
     assert_eq!(r.scored_tokens, 7140);
@@ -43,6 +44,7 @@ fn perplexity_matches_llama_cpp() {
     for (c, (a, b)) in r.per_chunk_nll.iter().zip(&per).enumerate() {
         assert!((a - b).abs() / b < 0.01, "chunk {c}: nll {a} vs {b}");
     }
+    Ok(())
 }
 
 fn adapter(spec: AdapterSpec, seed: u64) -> Adapter {
@@ -52,20 +54,20 @@ fn adapter(spec: AdapterSpec, seed: u64) -> Adapter {
 /// Hard top-k through the whole model equals the same model run with dense attention and the
 /// top-k mask applied explicitly, for k = 1..K, both Sinkhorn variants.
 #[test]
-fn topk_forward_equals_masked_dense_model() {
+fn topk_forward_equals_masked_dense_model() -> TestResult {
     let ids = ids(300);
     for (causal, groups) in [(false, 4), (true, 8)] {
         let ad = adapter(AdapterSpec { groups, window: 32, causal_sinkhorn: causal, ..Default::default() }, 5);
         for k in [1, 2, groups - 1, groups] {
             let opts = ForwardOptions::new(common::topk(k, groups), Some(&ad));
-            let fast = model().decoder.forward(&ids, &opts).unwrap();
+            let fast = model().decoder.forward(&ids, &opts)?;
             let reference = model()
                 .decoder
                 .forward_with(&ids, &opts, |_, r| {
                     let masks = r.unwrap().topk_masks(k);
                     Ok(Some(LayerPlan::Masked(topk_mask_bias(&masks, 32, 0, &Device::Cpu)?)))
                 })
-                .unwrap();
+                ?;
             let err = max_abs_diff(&fast.logits, &reference.logits);
             eprintln!("K={groups} k={k} causal={causal}: max |logit diff| {err:.2e}");
             // Each attention call matches its reference to ~1e-6 (property tests); through 30
@@ -74,47 +76,49 @@ fn topk_forward_equals_masked_dense_model() {
             assert!(err <= 5e-3, "K={groups} k={k}: logits differ by {err}");
             // k = K keeps every pair: the base model's logits.
             if k == groups {
-                let dense = model().decoder.forward(&ids, &ForwardOptions::new(Mode::Dense, None)).unwrap();
+                let dense = model().decoder.forward(&ids, &ForwardOptions::new(Mode::Dense, None))?;
                 assert!(max_abs_diff(&fast.logits, &dense.logits) <= 5e-3);
             }
         }
     }
+    Ok(())
 }
 
 /// When every pair is local (T <= w + 1) Focus changes nothing: soft and top-k logits are the
 /// dense logits exactly.
 #[test]
-fn short_inputs_are_exactly_dense() {
+fn short_inputs_are_exactly_dense() -> TestResult {
     let ids = ids(129);
-    let dense = model().decoder.forward(&ids, &ForwardOptions::new(Mode::Dense, None)).unwrap();
-    let dense_v = dense.logits.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+    let dense = model().decoder.forward(&ids, &ForwardOptions::new(Mode::Dense, None))?;
+    let dense_v = dense.logits.flatten_all()?.to_vec1::<f32>()?;
     for gate in [Gate::Paper, Gate::Log] {
         let ad = adapter(AdapterSpec { gate, window: 128, ..Default::default() }, 9);
         for mode in [Mode::Soft, common::topk(1, ad.config.groups), common::topk(2, ad.config.groups)] {
-            let out = model().decoder.forward(&ids, &ForwardOptions::new(mode, Some(&ad))).unwrap();
-            let v = out.logits.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let out = model().decoder.forward(&ids, &ForwardOptions::new(mode, Some(&ad)))?;
+            let v = out.logits.flatten_all()?.to_vec1::<f32>()?;
             assert!(v == dense_v, "{mode} with {gate:?} gate differs from dense on an all-local input");
         }
     }
     // One token more and the mask prunes pairs: top-k 1 must differ from dense.
     let ids = self::ids(400);
     let ad = adapter(AdapterSpec { window: 16, ..Default::default() }, 9);
-    let d = model().decoder.forward(&ids, &ForwardOptions::new(Mode::Dense, None)).unwrap();
-    let t = model().decoder.forward(&ids, &ForwardOptions::new(common::topk(1, ad.config.groups), Some(&ad))).unwrap();
+    let d = model().decoder.forward(&ids, &ForwardOptions::new(Mode::Dense, None))?;
+    let t = model().decoder.forward(&ids, &ForwardOptions::new(common::topk(1, ad.config.groups), Some(&ad)))?;
     assert!(max_abs_diff(&d.logits, &t.logits) > 1e-2);
+    Ok(())
 }
 
 /// Soft mode with both gates gives finite logits that differ from dense on long inputs, and
 /// routing statistics are consistent with the kernel's pair sets.
 #[test]
-fn soft_modes_and_statistics() {
+fn soft_modes_and_statistics() -> TestResult {
     let ids = ids(256);
     for gate in [Gate::Paper, Gate::Log] {
         let ad = adapter(AdapterSpec { gate, window: 32, ..Default::default() }, 2);
         let mut opts = ForwardOptions::new(Mode::Soft, Some(&ad));
         opts.record_routing = true;
-        let out = model().decoder.forward(&ids, &opts).unwrap();
-        let v = out.logits.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        let out = model().decoder.forward(&ids, &opts)?;
+        let v = out.logits.flatten_all()?.to_vec1::<f32>()?;
         assert!(v.iter().all(|x| x.is_finite()));
         assert_eq!(out.routing.len(), 30);
         for (l, r) in out.routing.iter().enumerate() {
@@ -132,4 +136,5 @@ fn soft_modes_and_statistics() {
             }
         }
     }
+    Ok(())
 }

@@ -3,15 +3,12 @@
 //! Build again resumes), read a centroid's dashboard and search, and open an index file (a damaged
 //! one gives one clear error in the view).
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "common/gui_harness.rs"]
-mod gui_harness;
+use crate::common::{self, TestResult};
 
 use egui_kittest::kittest::Queryable;
 use focus_lens::gui::state::Tab;
 use focus_lens::gui::worker::TaskKind;
-use gui_harness::{harness_at, has, no_errors, settings, settle, type_into};
+use crate::harness::{harness_at, has, no_errors, settings, settle, type_into};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -27,8 +24,8 @@ fn corpus(dir: &Path) {
 }
 
 #[test]
-fn centroids_view_builds_reads_and_searches_an_index() {
-    let tmp = tempfile::tempdir().unwrap();
+fn centroids_view_builds_reads_and_searches_an_index() -> TestResult {
+    let tmp = tempfile::tempdir()?;
     // Tall enough that the whole dashboard (neighbours at the bottom) is on screen to click.
     let mut h = harness_at(settings(120), tmp.path(), egui::vec2(1600.0, 1600.0));
     settle(&mut h);
@@ -126,7 +123,7 @@ fn centroids_view_builds_reads_and_searches_an_index() {
 
     // Opening a damaged file: one clear line in the view, the open index stays.
     let bad = tmp.path().join("bad.focus-index");
-    std::fs::write(&bad, b"not an index at all").unwrap();
+    std::fs::write(&bad, b"not an index at all")?;
     h.state_mut().views.centroids.index_path.clear();
     type_into(&mut h, "Index file:", &bad.display().to_string());
     h.get_by_label("Open index").click();
@@ -144,4 +141,5 @@ fn centroids_view_builds_reads_and_searches_an_index() {
     h.step();
     assert!(h.state().views.centroids.error.is_none());
     assert_eq!(h.state().views.centroids.index.as_ref().unwrap().tokens, tokens);
+    Ok(())
 }

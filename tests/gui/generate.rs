@@ -4,11 +4,8 @@
 //! the run, "Analyse this" loads prompt and generation as the text (and its analysis routes them
 //! as the view showed), errors show in the window, and frames stay short while the model runs.
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "common/gui_harness.rs"]
-mod gui_harness;
 
+use crate::common::TestResult;
 use egui_kittest::kittest::Queryable;
 use egui_kittest::Harness;
 use focus_core::attention::decode::{selected_keys, DecodeAttention};
@@ -20,7 +17,7 @@ use focus_lens::gui::state::Tab;
 use focus_lens::gui::views::generate::tail;
 use focus_lens::gui::worker::TaskKind;
 use focus_lens::gui::FocusLensApp;
-use gui_harness::{harness, has, no_errors, settings, settle};
+use crate::harness::{harness, has, no_errors, settings, settle};
 use std::time::{Duration, Instant};
 
 type H = Harness<'static, FocusLensApp>;
@@ -207,8 +204,8 @@ fn stop_ends_the_run_within_a_step() {
 /// view says every token reruns the whole sequence, and the highlights come from the caches the
 /// last pass refilled.
 #[test]
-fn whole_sequence_sinkhorn_recomputes_each_token() {
-    let dir = tempfile::tempdir().unwrap();
+fn whole_sequence_sinkhorn_recomputes_each_token() -> TestResult {
+    let dir = tempfile::tempdir()?;
     let mut h = generate_tab(dir.path());
     h.get_by_label("the analysis' (whole-sequence)").click();
     h.step();
@@ -227,10 +224,11 @@ fn whole_sequence_sinkhorn_recomputes_each_token() {
     let app = h.state();
     let model = app.session.model.as_ref().unwrap().model.clone();
     let adapter = Session::configured_adapter(&app.session.adapter.as_ref().unwrap().adapter, &r.params);
-    let mut g = Generator::new(&model.decoder, Some(adapter.as_ref()), r.params.mode(adapter.config.groups).unwrap()).unwrap();
-    g.feed(&r.ids).unwrap();
+    let mut g = Generator::new(&model.decoder, Some(adapter.as_ref()), r.params.mode(adapter.config.groups)?)?;
+    g.feed(&r.ids)?;
     let caches = g.layers().to_vec();
     highlight_is_the_masks(&mut h, &r, &caches);
+    Ok(())
 }
 
 #[test]

@@ -2,23 +2,24 @@
 //! by scripts/fetch-qwen.sh) against llama.cpp's token ids and perplexity on the Persuasion text
 //! (tests/fixtures/qwen2_persuasion_reference.json).
 
-#[path = "common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
+use common::TestResult;
 use candle_core::Device;
 use focus_core::{Mode, Model};
 
 #[test]
-fn qwen2_gguf_matches_llama_cpp() {
+fn qwen2_gguf_matches_llama_cpp() -> TestResult {
     let reference: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(common::fixture("qwen2_persuasion_reference.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(common::fixture("qwen2_persuasion_reference.json"))?)?;
     let model = Model::load(&common::qwen2_model_path(), &Device::Cpu).expect("load Qwen2.5-Coder-0.5B");
     let c = model.config();
     assert_eq!((c.arch.to_string().as_str(), c.n_layers, c.d_model, c.n_heads, c.n_kv_heads), ("qwen2", 24, 896, 14, 2));
 
     // The whole text's token ids, exactly.
-    let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
-    let ids = model.tokenizer().unwrap().encode(&text, false).unwrap().ids;
+    let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt"))?;
+    let ids = model.tokenizer()?.encode(&text, false)?.ids;
     let ref_ids: Vec<u32> = reference["token_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
     assert_eq!(ids.len(), 14135);
     assert_eq!(ids, ref_ids, "tokenization differs from llama.cpp");
@@ -27,7 +28,7 @@ fn qwen2_gguf_matches_llama_cpp() {
     // 85 s; RESULTS.md has it): each chunk's mean NLL within 1% of llama.cpp's (Q4_K weights
     // dequantized to f32 here, 8-bit activations there), and their PPL within 0.5%.
     let n = 4;
-    let r = focus_core::eval::ppl::perplexity(&model, &ids[..n * 512], 512, Mode::Dense, None, None, |_, _| {}).unwrap();
+    let r = focus_core::eval::ppl::perplexity(&model, &ids[..n * 512], 512, Mode::Dense, None, None, |_, _| {})?;
     let per: Vec<f64> = reference["ctx_512"]["per_chunk_mean_nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
     assert_eq!(r.per_chunk_nll.len(), n);
     for (k, (a, b)) in r.per_chunk_nll.iter().zip(&per).enumerate() {
@@ -37,4 +38,5 @@ fn qwen2_gguf_matches_llama_cpp() {
     let rel = (r.ppl - want).abs() / want;
     eprintln!("first {n} chunks: ppl {:.4} vs llama.cpp {want:.4} ({:.3}%)", r.ppl, rel * 100.0);
     assert!(rel < 0.005, "ppl {} vs llama.cpp {want}", r.ppl);
+    Ok(())
 }

@@ -2,10 +2,6 @@
 //! the real default model): one head's full attention pattern over a range, dense and Focus side
 //! by side with the mask's classes and the mass each holds, from the analysis' kept layers.
 
-#[path = "common/mod.rs"]
-mod common;
-#[path = "common/gui_harness.rs"]
-mod gui_harness;
 
 use egui::epaint::Shape;
 use egui_kittest::kittest::Queryable;
@@ -13,7 +9,7 @@ use focus_core::analysis::head_pattern::head_pattern;
 use focus_core::analysis::partners::sequence_heads;
 use focus_lens::gui::state::AnalysisResult;
 use focus_lens::gui::views::head::masses;
-use gui_harness::{harness, has, no_errors, settings, settle};
+use crate::harness::{has, no_errors, settle, started};
 
 /// The view's pattern against `head_pattern` on a fresh pass of the text.
 fn assert_fresh(res: &AnalysisResult, layer: usize, head: usize, (a, b): (usize, usize), got: &focus_core::analysis::head_pattern::HeadPattern) {
@@ -29,9 +25,7 @@ fn assert_fresh(res: &AnalysisResult, layer: usize, head: usize, (a, b): (usize,
 /// kept layers); the numbers those of a fresh pass. The arrow key moves the head.
 #[test]
 fn head_view_shows_dense_and_focus_with_the_mask() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut h = harness(settings(400), dir.path());
-    settle(&mut h);
+    let (_dir, mut h) = started(400);
     no_errors(&h);
     let res = h.state().session.result.clone().unwrap();
     let before = res.model.decoder.passes.get();
@@ -77,9 +71,7 @@ fn head_view_shows_dense_and_focus_with_the_mask() {
 /// A selected range is the view's range; one longer than 512 tokens is cut to 512 and says so.
 #[test]
 fn head_view_follows_the_range_and_caps_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut h = harness(settings(700), dir.path());
-    settle(&mut h);
+    let (_dir, mut h) = started(700);
     no_errors(&h);
     let res = h.state().session.result.clone().unwrap();
     h.get_by_label("Head view").click();

@@ -1,11 +1,12 @@
 //! Inputs that are wrong in every way we could think of: each must give an `Err` whose message
 //! says what is wrong, never a panic and never a huge allocation.
 
-#[path = "common/mod.rs"]
+#[path = "../../tests/common/mod.rs"]
 mod common;
-#[path = "common/gguf_builder.rs"]
+#[path = "../../tests/common/gguf_builder.rs"]
 mod gguf_builder;
 
+use common::TestResult;
 use common::inputs::{assert_has, edit_config, edit_tensor, err_msg, tiny_copy};
 use gguf_builder::{put_str, GgufBuilder};
 
@@ -43,17 +44,18 @@ fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
 }
 
 #[test]
-fn the_handmade_gguf_is_valid() {
+fn the_handmade_gguf_is_valid() -> TestResult {
     // The baseline the corrupt variants below are made from parses.
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir()?;
     let p = write_file(tmp.path(), "ok.gguf", &small_gguf().bytes());
-    let g = GgufFile::open(&p).unwrap();
-    assert_eq!(g.str("general.architecture").unwrap(), "llama");
+    let g = GgufFile::open(&p)?;
+    assert_eq!(g.str("general.architecture")?, "llama");
     assert_eq!(g.tensors["token_embd.weight"].shape, vec![4, 8]);
     assert_eq!(g.get("some.array").unwrap().as_array().unwrap().len(), 3);
     // As a model it is refused for what it lacks, not for its bytes.
     let e = load_err(&p);
     assert_has(&e, &["missing metadata key llama."]);
+    Ok(())
 }
 
 #[test]
@@ -274,50 +276,53 @@ fn tiny(name: &str) -> PathBuf {
 }
 
 #[test]
-fn hf_copy_loads() {
+fn hf_copy_loads() -> TestResult {
     // The baseline of the cases below.
     let d = tiny_copy("llama");
-    Model::load(d.path(), &Device::Cpu).unwrap();
+    Model::load(d.path(), &Device::Cpu)?;
     // A rewrite that keeps every value keeps the model loadable.
     edit_tensor(d.path(), "model.norm.weight", |_| {});
-    Model::load(d.path(), &Device::Cpu).unwrap();
+    Model::load(d.path(), &Device::Cpu)?;
+    Ok(())
 }
 
 #[test]
-fn hf_truncated_safetensors() {
+fn hf_truncated_safetensors() -> TestResult {
     let d = tiny_copy("llama");
     let p = d.path().join("model.safetensors");
-    let full = std::fs::read(&p).unwrap();
+    let full = std::fs::read(&p)?;
     for n in [0, 5, 8, 100, full.len() / 2, full.len() - 1] {
-        std::fs::write(&p, &full[..n]).unwrap();
+        std::fs::write(&p, &full[..n])?;
         let e = load_err(d.path());
         assert_has(&e, &["model.safetensors", "invalid safetensors file"]);
     }
+    Ok(())
 }
 
 #[test]
-fn hf_corrupt_safetensors() {
+fn hf_corrupt_safetensors() -> TestResult {
     let d = tiny_copy("llama");
     let p = d.path().join("model.safetensors");
-    let full = std::fs::read(&p).unwrap();
+    let full = std::fs::read(&p)?;
     // A header length of 2^63.
     let mut b = full.clone();
     b[..8].copy_from_slice(&(1u64 << 63).to_le_bytes());
-    std::fs::write(&p, &b).unwrap();
+    std::fs::write(&p, &b)?;
     assert_has(&load_err(d.path()), &["model.safetensors", "invalid safetensors file"]);
     // A header that is not JSON.
     let mut b = full.clone();
     b[8..40].copy_from_slice(&[0xAB; 32]);
-    std::fs::write(&p, &b).unwrap();
+    std::fs::write(&p, &b)?;
     assert_has(&load_err(d.path()), &["model.safetensors", "invalid safetensors file"]);
     // Random bytes.
     let mut rng = StdRng::seed_from_u64(3);
     let junk: Vec<u8> = (0..4096).map(|_| rng.gen()).collect();
-    std::fs::write(&p, &junk).unwrap();
+    std::fs::write(&p, &junk)?;
     assert_has(&load_err(d.path()), &["model.safetensors", "invalid safetensors file"]);
     // No weights at all.
-    std::fs::remove_file(&p).unwrap();
+    std::fs::remove_file(&p)?;
     assert_has(&load_err(d.path()), &["no *.safetensors file"]);
+    Ok(())
 }
 
 #[test]
@@ -332,12 +337,12 @@ fn hf_nan_weight() {
 }
 
 #[test]
-fn hf_missing_or_misshapen_tensor() {
+fn hf_missing_or_misshapen_tensor() -> TestResult {
     let d = tiny_copy("llama");
     let p = d.path().join("model.safetensors");
-    let mut ts = candle_core::safetensors::load(&p, &Device::Cpu).unwrap();
+    let mut ts = candle_core::safetensors::load(&p, &Device::Cpu)?;
     ts.remove("model.layers.1.self_attn.v_proj.weight").unwrap();
-    candle_core::safetensors::save(&ts, &p).unwrap();
+    candle_core::safetensors::save(&ts, &p)?;
     assert_has(&load_err(d.path()), &["missing tensor model.layers.1.self_attn.v_proj.weight"]);
     // A config that disagrees with the tensors.
     let d = tiny_copy("qwen2");
@@ -345,6 +350,7 @@ fn hf_missing_or_misshapen_tensor() {
         c.insert("intermediate_size".into(), 96.into());
     });
     assert_has(&load_err(d.path()), &["model.layers.0.mlp.gate_proj.weight has shape [160, 64]", "[96, 64]"]);
+    Ok(())
 }
 
 #[test]
@@ -378,33 +384,34 @@ fn hf_gpt2_attention_variants() {
 }
 
 #[test]
-fn hf_tensor_in_two_files() {
+fn hf_tensor_in_two_files() -> TestResult {
     // A stray second checkpoint in the directory: refuse rather than mix the two.
     let d = tiny_copy("llama");
-    let src = candle_core::safetensors::load(d.path().join("model.safetensors"), &Device::Cpu).unwrap();
+    let src = candle_core::safetensors::load(d.path().join("model.safetensors"), &Device::Cpu)?;
     let one: HashMap<String, Tensor> = src.into_iter().filter(|(n, _)| n == "model.norm.weight").collect();
-    candle_core::safetensors::save(&one, d.path().join("extra.safetensors")).unwrap();
+    candle_core::safetensors::save(&one, d.path().join("extra.safetensors"))?;
     assert_has(&load_err(d.path()), &["tensor model.norm.weight is in both", "extra.safetensors", "model.safetensors"]);
     // Shards with distinct tensors are one checkpoint.
     let d = tiny_copy("llama");
     let p = d.path().join("model.safetensors");
-    let all = candle_core::safetensors::load(&p, &Device::Cpu).unwrap();
+    let all = candle_core::safetensors::load(&p, &Device::Cpu)?;
     let (a, b): (Vec<_>, Vec<_>) = all.into_iter().partition(|(n, _)| n.contains("layers.0."));
-    std::fs::remove_file(&p).unwrap();
-    candle_core::safetensors::save(&a.into_iter().collect::<HashMap<_, _>>(), d.path().join("model-00001-of-00002.safetensors")).unwrap();
-    candle_core::safetensors::save(&b.into_iter().collect::<HashMap<_, _>>(), d.path().join("model-00002-of-00002.safetensors")).unwrap();
-    Model::load(d.path(), &Device::Cpu).unwrap();
+    std::fs::remove_file(&p)?;
+    candle_core::safetensors::save(&a.into_iter().collect::<HashMap<_, _>>(), d.path().join("model-00001-of-00002.safetensors"))?;
+    candle_core::safetensors::save(&b.into_iter().collect::<HashMap<_, _>>(), d.path().join("model-00002-of-00002.safetensors"))?;
+    Model::load(d.path(), &Device::Cpu)?;
+    Ok(())
 }
 
 #[test]
-fn hf_bad_config() {
+fn hf_bad_config() -> TestResult {
     let d = tiny_copy("llama");
     let cfg = d.path().join("config.json");
-    std::fs::write(&cfg, b"{ \"model_type\": \"llama\", ").unwrap();
+    std::fs::write(&cfg, b"{ \"model_type\": \"llama\", ")?;
     assert_has(&load_err(d.path()), &["config.json", "invalid JSON"]);
-    std::fs::write(&cfg, b"[1, 2]").unwrap();
+    std::fs::write(&cfg, b"[1, 2]")?;
     assert_has(&load_err(d.path()), &["config.json", "not a JSON object"]);
-    std::fs::remove_file(&cfg).unwrap();
+    std::fs::remove_file(&cfg)?;
     assert_has(&load_err(d.path()), &["cannot read", "config.json"]);
     // Absurd or missing sizes.
     let d = tiny_copy("llama");
@@ -430,6 +437,7 @@ fn hf_bad_config() {
     assert_has(&load_err(d.path()), &["unsupported model", "RoPE type \"yarn\""]);
     // A path that does not exist.
     assert_has(&load_err(&d.path().join("nope")), &["cannot read", "nope"]);
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -458,7 +466,7 @@ fn adapter_err(dir: &Path, model: &Model) -> String {
 }
 
 #[test]
-fn adapter_for_another_model() {
+fn adapter_for_another_model() -> TestResult {
     let (_, d) = saved_llama_adapter();
     let qwen = tiny_model("qwen2");
     let e = adapter_err(d.path(), &qwen);
@@ -466,15 +474,16 @@ fn adapter_for_another_model() {
     // Same architecture and shapes, other weights: the fingerprint tells them apart.
     let other = tiny_copy("llama");
     edit_tensor(other.path(), "model.norm.weight", |v| v.iter_mut().for_each(|x| *x *= 2.0));
-    let m2 = Model::load(other.path(), &Device::Cpu).unwrap();
+    let m2 = Model::load(other.path(), &Device::Cpu)?;
     let e = adapter_err(d.path(), &m2);
     assert_has(&e, &["adapter does not fit the model", "base_model.fingerprint"]);
     // Same architecture, other depth.
     let cfg_path = d.path().join("adapter_config.json");
-    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path).unwrap()).unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&cfg_path)?)?;
     cfg["base_model"]["n_layers"] = 3.into();
-    std::fs::write(&cfg_path, cfg.to_string()).unwrap();
+    std::fs::write(&cfg_path, cfg.to_string())?;
     assert_has(&adapter_err(d.path(), &tiny_model("llama")), &["base_model.n_layers", "adapter has 3, model has 2"]);
+    Ok(())
 }
 
 fn edit_adapter_config(dir: &Path, edit: impl FnOnce(&mut serde_json::Value)) {
@@ -513,21 +522,22 @@ fn adapter_config_disagrees_with_tensors() {
 }
 
 #[test]
-fn adapter_missing_files() {
+fn adapter_missing_files() -> TestResult {
     let (m, d) = saved_llama_adapter();
-    std::fs::remove_file(d.path().join("adapter_model.safetensors")).unwrap();
+    std::fs::remove_file(d.path().join("adapter_model.safetensors"))?;
     assert_has(&adapter_err(d.path(), &m), &["cannot read", "adapter_model.safetensors"]);
     let (m, d) = saved_llama_adapter();
-    std::fs::remove_file(d.path().join("adapter_config.json")).unwrap();
+    std::fs::remove_file(d.path().join("adapter_config.json"))?;
     assert_has(&adapter_err(d.path(), &m), &["cannot read", "adapter_config.json"]);
     // A directory that does not exist.
     assert_has(&adapter_err(&d.path().join("missing"), &m), &["cannot read"]);
     // Truncated weights.
     let (m, d) = saved_llama_adapter();
     let p = d.path().join("adapter_model.safetensors");
-    let b = std::fs::read(&p).unwrap();
-    std::fs::write(&p, &b[..b.len() / 2]).unwrap();
+    let b = std::fs::read(&p)?;
+    std::fs::write(&p, &b[..b.len() / 2])?;
     assert_has(&adapter_err(d.path(), &m), &["adapter_model.safetensors", "invalid safetensors file"]);
+    Ok(())
 }
 
 fn edit_adapter_tensor(dir: &Path, edit: impl FnOnce(&mut HashMap<String, Tensor>)) {
@@ -575,8 +585,8 @@ fn text_err(p: &Path) -> String {
 }
 
 #[test]
-fn text_files_that_are_not_text() {
-    let tmp = tempfile::tempdir().unwrap();
+fn text_files_that_are_not_text() -> TestResult {
+    let tmp = tempfile::tempdir()?;
     let d = tmp.path();
     assert_has(&text_err(&write_file(d, "empty.txt", b"")), &["empty.txt", "is empty"]);
     assert_has(&text_err(&write_file(d, "ws.txt", b" \n\t\r\n  \n")), &["ws.txt", "only whitespace"]);
@@ -586,10 +596,11 @@ fn text_files_that_are_not_text() {
     assert_has(&text_err(&d.join("missing.txt")), &["cannot read", "missing.txt"]);
     // One byte over the limit, as a sparse file (instant, and no disk used).
     let big = d.join("big.txt");
-    std::fs::File::create(&big).unwrap().set_len(focus_core::io::text::MAX_TEXT_BYTES + 1).unwrap();
+    std::fs::File::create(&big)?.set_len(focus_core::io::text::MAX_TEXT_BYTES + 1)?;
     assert_has(&text_err(&big), &["big.txt", "refused"]);
     // The baseline: real text is read as it is.
-    assert_eq!(focus_core::io::text::read_text(&write_file(d, "ok.txt", "héllo\n".as_bytes())).unwrap(), "héllo\n");
+    assert_eq!(focus_core::io::text::read_text(&write_file(d, "ok.txt", "héllo\n".as_bytes()))?, "héllo\n");
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
