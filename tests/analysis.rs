@@ -44,7 +44,7 @@ fn analysis_keeps_its_passes_within_the_budget() {
     assert_eq!(n, 300, "the text is long enough");
     let tokens = Tokens { ids: &enc.ids[..n], offsets: &enc.offsets[..n] };
     let mode = common::topk(2, adapter.config.groups);
-    let opts = AnalyzeOptions { mode, k: 2, segment_len: 120, keep_tokens: false, cancel: None };
+    let opts = AnalyzeOptions { mode: mode.kind(), k: adapter.config.topk(2).unwrap(), segment_len: 120, keep_tokens: false, cancel: None };
     let one = pass_bytes(model.config(), adapter.config.groups, 120);
     let end = &text[..enc.offsets[n - 1].1];
     // Segments of 120, 120 and 60 tokens: a budget of one and a half segments keeps the first.
@@ -115,7 +115,7 @@ fn analyze_out_and_the_gui_export_write_the_same_files() {
     let model = Arc::new(Model::load(&common::model_path(), &Device::Cpu).unwrap());
     let adapter = Arc::new(Adapter::load(&ad, &model.identity(), model.device()).unwrap());
     let params = state::RunParams::default();
-    assert_eq!((params.mode, params.k), (state::ModeChoice::TopK, 2));
+    assert_eq!((params.mode, params.k), (focus_core::ModeKind::TopK, 2));
     let job = jobs::AnalysisJob {
         model: model.clone(),
         adapter,

@@ -107,7 +107,7 @@ fn sample_analysis_profiles_and_routing_space() {
     let adapter_dir = common::root().join("sample_adapters/smollm2-135m-k8-init");
     let adapter = Adapter::load(&adapter_dir, &model().identity(), model().device()).unwrap();
     let text = sample();
-    let opts = AnalyzeOptions { mode: common::topk(2, adapter.config.groups), k: 2, segment_len: 1024, keep_tokens: false, cancel: None };
+    let opts = AnalyzeOptions { mode: focus_core::ModeKind::TopK, k: adapter.config.topk(2).unwrap(), segment_len: 1024, keep_tokens: false, cancel: None };
     let an = analyze(model(), &adapter, "sample", &text, &opts, |_, _| {}).unwrap();
     let (t, k, c) = (an.tokens.len(), an.groups, Category::COUNT);
     assert_eq!(an.profiles.len(), 30);

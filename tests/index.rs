@@ -72,7 +72,7 @@ fn index_statistics_equal_the_analysis() {
     assert!(report.skipped[0].0 == "image.bin", "{:?}", report.skipped);
 
     let model = common::default_model();
-    let opts = AnalyzeOptions { mode: common::topk(K, 8), k: K, segment_len: SEGMENT, keep_tokens: false, cancel: None };
+    let opts = AnalyzeOptions { mode: focus_core::ModeKind::TopK, k: focus_core::focus::mask::TopK::new(K, 8).unwrap(), segment_len: SEGMENT, keep_tokens: false, cancel: None };
     // By name, as the index orders its documents.
     let mut analyses: Vec<(String, focus_core::analysis::Analysis)> =
         texts.iter().map(|(n, t)| (n.clone(), analyze(model, adapter(), "a", t, &opts, |_, _| {}).unwrap())).collect();

@@ -234,7 +234,7 @@ fn structure_counts_only_the_layers_an_adapter_routes() {
     let m = model();
     let adapter = Adapter::load(&common::root().join("sample_adapters/gemma3-270m-k8-global"), &m.identity(), m.device()).unwrap();
     let text: String = persuasion().chars().skip(20_000).take(4_000).collect();
-    let opts = AnalyzeOptions { mode: common::topk(2, adapter.config.groups), k: 2, segment_len: 512, keep_tokens: false, cancel: None };
+    let opts = AnalyzeOptions { mode: focus_core::ModeKind::TopK, k: adapter.config.topk(2).unwrap(), segment_len: 512, keep_tokens: false, cancel: None };
     let a = analyze(m, &adapter, "global", &text, &opts, |_, _| {}).unwrap();
     let cfg = m.config();
     let routed: Vec<bool> = (0..cfg.n_layers).map(|l| !cfg.is_sliding(l)).collect();

@@ -23,7 +23,7 @@
 use focus_core::analysis::structure::{self, Structure};
 use focus_core::analysis::{analyze, AnalyzeOptions};
 use focus_core::train::{TrainData, TrainOptions, Trainer};
-use focus_core::{Adapter, AdapterSpec, Mode, Model, Score};
+use focus_core::{Adapter, AdapterSpec, ModeKind, Model, Score};
 use std::path::Path;
 
 fn arg(args: &[String], name: &str, default: &str) -> String {
@@ -31,7 +31,7 @@ fn arg(args: &[String], name: &str, default: &str) -> String {
 }
 
 fn measure(model: &Model, adapter: &Adapter, name: &str, text: &str, seq: usize, k: usize) -> focus_core::Result<Structure> {
-    let opts = AnalyzeOptions { mode: Mode::Soft, k: k.min(adapter.config.groups), segment_len: seq, keep_tokens: false, cancel: None };
+    let opts = AnalyzeOptions { mode: ModeKind::Soft, k: adapter.config.topk(k.min(adapter.config.groups))?, segment_len: seq, keep_tokens: false, cancel: None };
     let a = analyze(model, adapter, name, text, &opts, |_, _| {})?;
     Ok(structure::of_analysis(&a))
 }

@@ -25,4 +25,4 @@ pub use focus_bench::bench;
 pub use focus_model::{attention, device, error, focus, io, model};
 pub use focus_train::train;
 
-pub use focus_model::{Adapter, AdapterConfig, AdapterSpec, Error, Gate, Mode, Model, ModelConfig, Result, RouterLayers, Score};
+pub use focus_model::{Adapter, AdapterConfig, AdapterSpec, Error, Gate, Mode, ModeKind, Model, ModelConfig, Result, RouterLayers, Score};

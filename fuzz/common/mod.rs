@@ -12,9 +12,19 @@ pub fn scratch() -> PathBuf {
     d
 }
 
-/// The tiny Llama fixture used by the tests (2 layers, d_model 64, vocab 512).
+/// The tiny Llama fixture used by the tests (2 layers, d_model 64, vocab 512), compiled into
+/// the binary and written to this process's scratch directory once, so that a fuzz binary
+/// runs from any directory on any machine.
 pub fn tiny_llama() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/hf_tiny/llama")
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = scratch().join("tiny_llama");
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("config.json"), include_bytes!("../../tests/fixtures/hf_tiny/llama/config.json")).unwrap();
+        std::fs::write(d.join("model.safetensors"), include_bytes!("../../tests/fixtures/hf_tiny/llama/model.safetensors")).unwrap();
+        d
+    })
+    .clone()
 }
 
 /// The tests' GGUF writer (v3, little endian), shared with the fuzz targets.

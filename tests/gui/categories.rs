@@ -175,7 +175,7 @@ fn purity_curve_against_the_untrained_adapter() -> TestResult {
     let spec = c.spec();
     let twin = focus_core::Adapter::random(&res.model.identity(), res.model.device(), &spec, 0)?;
     let text: String = res.analysis.tokens.iter().map(|t| t.text.as_str()).collect();
-    let opts = focus_core::analysis::AnalyzeOptions { mode: res.mode, k: res.key.params.k, segment_len: res.analysis.segment_len, keep_tokens: false, cancel: None };
+    let opts = focus_core::analysis::AnalyzeOptions { mode: res.mode.kind(), k: res.key.params.topk(res.adapter.config.groups).unwrap(), segment_len: res.analysis.segment_len, keep_tokens: false, cancel: None };
     let want = focus_core::analysis::analyze(&res.model, &twin, "twin", &text, &opts, |_, _| {})?;
     for (l, p) in want.profiles.iter().enumerate() {
         let got = b.purity[l].unwrap();

@@ -3,7 +3,8 @@
 use crate::common::{self, TestResult};
 use crate::harness::{click_menu, harness, no_errors, settings, settle, type_path_and_open};
 use egui_kittest::kittest::Queryable;
-use focus_lens::gui::state::{BenchKind, InputKind, ModeChoice, Tab};
+use focus_lens::gui::state::{BenchKind, InputKind, Tab};
+use focus_core::ModeKind;
 use focus_lens::gui::worker::TaskKind;
 use std::time::{Duration, Instant};
 
@@ -36,7 +37,7 @@ fn gui_end_to_end() -> TestResult {
     h.get_by_label("dense").click();
     settle(&mut h);
     let r = h.state().session.result.clone().unwrap();
-    assert_eq!(r.key.params.mode, ModeChoice::Dense);
+    assert_eq!(r.key.params.mode, ModeKind::Dense);
     assert_eq!(r.analysis.mode, "dense");
     h.get_by_label("top-k").click();
     settle(&mut h);

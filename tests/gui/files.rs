@@ -5,7 +5,8 @@ use crate::common::{self, TestResult};
 use crate::harness::{click_menu, harness, has, no_errors, settings, settle, started, type_path_and_open, type_path_and_save};
 use egui_kittest::kittest::{NodeT, Queryable};
 use egui_kittest::Harness;
-use focus_lens::gui::state::{InputKind, ModeChoice, Settings, Tab};
+use focus_lens::gui::state::{InputKind, Settings, Tab};
+use focus_core::ModeKind;
 use focus_lens::gui::FocusLensApp;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -200,7 +201,7 @@ fn sessions_save_and_reopen() {
     let (dir, mut h) = started(150);
     h.state_mut().export_dir = None;
     h.state_mut().settings.setup.layer = 9;
-    h.state_mut().settings.setup.params.mode = ModeChoice::Soft;
+    h.state_mut().settings.setup.params.mode = ModeKind::Soft;
     settle(&mut h);
     h.state_mut().select_range(Some((140, 145)));
     settle(&mut h);
@@ -220,7 +221,7 @@ fn sessions_save_and_reopen() {
     settle(&mut h);
     no_errors(&h);
     let app = h.state();
-    assert_eq!((app.settings.setup.layer, app.settings.setup.tab, app.settings.setup.params.mode, app.settings.setup.params.max_tokens), (9, Tab::Balance, ModeChoice::Soft, 150));
+    assert_eq!((app.settings.setup.layer, app.settings.setup.tab, app.settings.setup.params.mode, app.settings.setup.params.max_tokens), (9, Tab::Balance, ModeKind::Soft, 150));
     assert_eq!(app.session.result.as_ref().unwrap().analysis.mode, "soft");
     assert_eq!((app.selection.selected, app.selection.range), (Some(140), Some((140, 145))), "the token and its range");
     assert!(app.selection.partners.as_ref().is_some_and(|p| p.token == 140 && p.range == Some((140, 145)) && p.layer == 9));

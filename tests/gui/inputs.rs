@@ -4,7 +4,8 @@
 use crate::common::{self, TestResult};
 use crate::harness::{click_menu, harness, has, no_errors, settings, settle, started, type_path_and_open};
 use egui_kittest::kittest::Queryable;
-use focus_lens::gui::state::{InputKind, ModeChoice, Settings, Tab};
+use focus_lens::gui::state::{InputKind, Settings, Tab};
+use focus_core::ModeKind;
 use std::time::{Duration, Instant};
 
 /// k is re-fitted and said when another adapter comes (K = 8, k = 3 -> K = 4 used to keep k = 3:
@@ -57,7 +58,7 @@ fn settings_persist() -> TestResult {
     let mut s = Settings::default();
     s.inputs.text = Some("/tmp/x.txt".into());
     s.remember(InputKind::Text, "/tmp/x.txt".into());
-    s.setup.params.mode = ModeChoice::Soft;
+    s.setup.params.mode = ModeKind::Soft;
     s.setup.layer = 12;
     s.setup.tab = Tab::Mask;
     let json = serde_json::to_string(&s)?;

@@ -7,7 +7,7 @@ use egui::epaint::Shape;
 use egui::Rect;
 use egui_kittest::kittest::{NodeT, Queryable};
 use egui_kittest::Harness;
-use focus_lens::gui::state::ModeChoice;
+use focus_core::ModeKind;
 use focus_lens::gui::FocusLensApp;
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ fn partners_follow_a_reanalysis() {
 fn attention_grid_of_a_token() {
     let dir = tempfile::tempdir().unwrap();
     let mut s = settings(300);
-    s.setup.params.mode = ModeChoice::Dense;
+    s.setup.params.mode = ModeKind::Dense;
     s.setup.layer = 7;
     s.setup.head = 2;
     let mut h = harness(s, dir.path());

@@ -66,8 +66,7 @@ pub fn run(a: Args) -> Result<()> {
     let path = a.focus.adapter.as_deref().expect("clap requires --adapter").display().to_string();
     let (adapter, mode) = a.focus.load(&model)?;
     let adapter = adapter.expect("an adapter path is given");
-    let k = mode.k().unwrap_or(a.focus.k.unwrap_or(adapter.config.top_k));
-    let opts = AnalyzeOptions { mode, k, segment_len: a.segment, keep_tokens: !a.no_tokens, cancel: None };
+    let opts = AnalyzeOptions { mode: mode.kind(), k: a.focus.topk(&adapter)?, segment_len: a.segment, keep_tokens: !a.no_tokens, cancel: None };
     let pb = progress(1, "analyze", false);
     let an = analyze(&model, &adapter, &path, &text, &opts, |d, n| {
         pb.set_length(n as u64);

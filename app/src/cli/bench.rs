@@ -367,7 +367,7 @@ pub struct RoutingArgs {
     #[arg(long, value_parser = super::common::count::<1, 64>)]
     pub k: Option<usize>,
     /// The text is routed in consecutive segments of this many tokens, each from position 0.
-    #[arg(long, default_value_t = 2048, value_parser = super::common::count::<1, 1048576>)]
+    #[arg(long, default_value_t = focus_core::analysis::DEFAULT_SEGMENT, value_parser = super::common::count::<1, 1048576>)]
     pub segment: usize,
     #[arg(long)]
     pub json: bool,

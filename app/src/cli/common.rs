@@ -2,8 +2,9 @@
 
 use anyhow::{bail, Context, Result};
 use candle_core::Device;
-use clap::{Args as ClapArgs, ValueEnum};
-use focus_core::{Adapter, Mode, Model};
+use clap::Args as ClapArgs;
+use focus_core::focus::mask::TopK;
+use focus_core::{Adapter, Mode, ModeKind, Model};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 
@@ -100,11 +101,9 @@ impl ModelArgs {
     }
 }
 
-#[derive(ValueEnum, Clone, Copy, PartialEq, Eq, Debug)]
-pub enum ModeArg {
-    Dense,
-    Soft,
-    Topk,
+/// `--mode`: one of core's `ModeKind` names.
+fn mode_kind(s: &str) -> Result<ModeKind, String> {
+    s.parse().map_err(|e: focus_core::Error| e.to_string())
 }
 
 /// The Focus options of `generate`, `ppl`, `eval` and `analyze`: the adapter and the attention
@@ -115,8 +114,8 @@ pub struct FocusArgs {
     #[arg(long)]
     pub adapter: Option<PathBuf>,
     /// Attention: dense (the base model), soft (Focus soft gates) or topk (exact hard top-k).
-    #[arg(long, value_enum, default_value = "dense")]
-    pub mode: ModeArg,
+    #[arg(long, value_parser = mode_kind, default_value = "dense")]
+    pub mode: ModeKind,
     /// k for topk (default: the adapter's top_k); 1..=K.
     #[arg(long, value_parser = count::<1, 64>)]
     pub k: Option<usize>,
@@ -132,13 +131,15 @@ impl FocusArgs {
 
     pub fn resolve(&self, adapter: Option<&Adapter>) -> Result<Mode> {
         Ok(match self.mode {
-            ModeArg::Dense => Mode::Dense,
-            ModeArg::Soft => Mode::Soft,
-            ModeArg::Topk => {
-                let a = adapter.context("--mode topk needs --adapter")?;
-                Mode::TopK(a.config.topk(self.k.unwrap_or(a.config.top_k))?)
-            }
+            ModeKind::Dense => Mode::Dense,
+            ModeKind::Soft => Mode::Soft,
+            ModeKind::TopK => Mode::TopK(self.topk(adapter.context("--mode topk needs --adapter")?)?),
         })
+    }
+
+    /// `--k` (default: the adapter's top_k), checked against the adapter's K.
+    pub fn topk(&self, adapter: &Adapter) -> Result<TopK> {
+        Ok(adapter.config.topk(self.k.unwrap_or(adapter.config.top_k))?)
     }
 }
 

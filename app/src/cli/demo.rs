@@ -6,13 +6,13 @@ use super::common::{progress, ModelArgs};
 use crate::defaults::{sample_adapter, SAMPLE_ADAPTER_NAME, SAMPLE_TEXT};
 use anyhow::Result;
 use focus_core::analysis::{analyze, AnalyzeOptions, DEFAULT_SEGMENT};
-use focus_core::Mode;
+use focus_core::ModeKind;
 
 pub fn run() -> Result<()> {
     let model = ModelArgs { model: None, device: "cpu".into() }.load()?;
     let adapter = sample_adapter(&model)?;
     let k = adapter.config.default_topk();
-    let opts = AnalyzeOptions { mode: Mode::TopK(k), k: k.k(), segment_len: DEFAULT_SEGMENT, keep_tokens: true, cancel: None };
+    let opts = AnalyzeOptions { mode: ModeKind::TopK, k, segment_len: DEFAULT_SEGMENT, keep_tokens: true, cancel: None };
     let pb = progress(1, "analysing the sample text", false);
     let t0 = std::time::Instant::now();
     let an = analyze(&model, &adapter, SAMPLE_ADAPTER_NAME, SAMPLE_TEXT, &opts, |d, n| {

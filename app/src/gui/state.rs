@@ -5,7 +5,7 @@
 
 use focus_core::analysis::shown::ShownAnalysis;
 use focus_core::focus::mask::TopK;
-use focus_core::{Adapter, Mode, Model};
+use focus_core::{Adapter, Mode, ModeKind, Model};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -49,21 +49,12 @@ impl DeviceChoice {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum ModeChoice {
-    Dense,
-    Soft,
-    TopK,
-}
-
-impl ModeChoice {
-    pub const ALL: [ModeChoice; 3] = [ModeChoice::Dense, ModeChoice::Soft, ModeChoice::TopK];
-    pub fn label(self) -> &'static str {
-        match self {
-            ModeChoice::Dense => "dense",
-            ModeChoice::Soft => "soft",
-            ModeChoice::TopK => "top-k",
-        }
+/// A mode's name on the GUI's buttons.
+pub fn mode_label(m: ModeKind) -> &'static str {
+    match m {
+        ModeKind::Dense => "dense",
+        ModeKind::Soft => "soft",
+        ModeKind::TopK => "top-k",
     }
 }
 
@@ -71,7 +62,7 @@ impl ModeChoice {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RunParams {
     pub device: DeviceChoice,
-    pub mode: ModeChoice,
+    pub mode: ModeKind,
     /// k of hard top-k (and of the top-k groups reported in every mode).
     pub k: usize,
     /// Local window w; `None` keeps the adapter's.
@@ -83,7 +74,7 @@ pub struct RunParams {
 
 impl Default for RunParams {
     fn default() -> Self {
-        RunParams { device: DeviceChoice::Cpu, mode: ModeChoice::TopK, k: 2, window: None, causal: None, max_tokens: 2048 }
+        RunParams { device: DeviceChoice::Cpu, mode: ModeKind::TopK, k: 2, window: None, causal: None, max_tokens: 2048 }
     }
 }
 
@@ -92,17 +83,22 @@ impl RunParams {
     /// a job starts (the result keeps it: `AnalysisResult::mode`).
     pub fn mode(&self, groups: usize) -> focus_core::Result<Mode> {
         Ok(match self.mode {
-            ModeChoice::Dense => Mode::Dense,
-            ModeChoice::Soft => Mode::Soft,
-            ModeChoice::TopK => Mode::TopK(TopK::new(self.k, groups)?),
+            ModeKind::Dense => Mode::Dense,
+            ModeKind::Soft => Mode::Soft,
+            ModeKind::TopK => Mode::TopK(self.topk(groups)?),
         })
+    }
+
+    /// `k` checked against an adapter of `groups` groups.
+    pub fn topk(&self, groups: usize) -> focus_core::Result<TopK> {
+        TopK::new(self.k, groups)
     }
 
     /// The mode as the controls name it ("topk(2)").
     pub fn mode_label(&self) -> String {
         match self.mode {
-            ModeChoice::TopK => format!("topk({})", self.k),
-            m => m.label().to_string(),
+            ModeKind::TopK => format!("topk({})", self.k),
+            m => mode_label(m).to_string(),
         }
     }
 }
@@ -288,7 +284,7 @@ impl Default for GenSettings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CompareSpec {
-    pub mode: ModeChoice,
+    pub mode: ModeKind,
     pub k: usize,
     /// `None`: run A's Sinkhorn variant.
     pub causal: Option<bool>,
@@ -300,7 +296,7 @@ pub struct CompareSpec {
 
 impl Default for CompareSpec {
     fn default() -> Self {
-        CompareSpec { mode: ModeChoice::Dense, k: 2, causal: None, adapter: None, max_tokens: 512 }
+        CompareSpec { mode: ModeKind::Dense, k: 2, causal: None, adapter: None, max_tokens: 512 }
     }
 }
 

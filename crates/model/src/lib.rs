@@ -20,7 +20,7 @@ pub mod focus;
 pub mod io;
 pub mod model;
 
-pub use attention::Mode;
+pub use attention::{Mode, ModeKind};
 pub use error::{Error, Result};
 pub use focus::adapter::{Adapter, AdapterConfig, AdapterSpec, Gate, RouterLayers, Score};
 pub use model::{Model, ModelConfig};

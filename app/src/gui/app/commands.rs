@@ -8,6 +8,7 @@ use crate::gui::export;
 use crate::gui::jobs::dialogs::Purpose;
 use crate::gui::jobs::{self, Msg};
 use crate::gui::state::*;
+use focus_core::ModeKind;
 use crate::gui::views::files::FileTask;
 use crate::gui::views::{mask, Command};
 use crate::gui::worker::TaskKind;
@@ -189,13 +190,13 @@ impl FocusLensApp {
         b_adapter.config.window = a_adapter.config.window;
         b_adapter.config.causal_sinkhorn = spec.causal.unwrap_or(a_adapter.config.causal_sinkhorn);
         // Dense and soft B have no k of their own: their groups are compared at A's k.
-        let k_b = if spec.mode == ModeChoice::TopK { spec.k.max(1) } else { res.key.params.k };
+        let k_b = if spec.mode == ModeKind::TopK { spec.k.max(1) } else { res.key.params.k };
         // Top-k B with its own adapter: k is checked against B's K when B has loaded.
         let mode_b = match spec.mode {
-            ModeChoice::Dense => Some(focus_core::Mode::Dense),
-            ModeChoice::Soft => Some(focus_core::Mode::Soft),
-            ModeChoice::TopK if spec.adapter.is_some() => None,
-            ModeChoice::TopK => match focus_core::focus::mask::TopK::new(k_b, groups) {
+            ModeKind::Dense => Some(focus_core::Mode::Dense),
+            ModeKind::Soft => Some(focus_core::Mode::Soft),
+            ModeKind::TopK if spec.adapter.is_some() => None,
+            ModeKind::TopK => match focus_core::focus::mask::TopK::new(k_b, groups) {
                 Ok(k) => Some(focus_core::Mode::TopK(k)),
                 Err(e) => {
                     self.errors.push(format!("run B: {e}"));

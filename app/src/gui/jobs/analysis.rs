@@ -134,7 +134,8 @@ fn analyze_prefix(
     let seg = DEFAULT_SEGMENT.min(job.model.config().context);
     let label = if what.is_empty() { format!("{take} tokens") } else { format!("{take} tokens ({what})") };
     h.set_progress(0, 0, label.clone());
-    let opts = AnalyzeOptions { mode, k: params.k, segment_len: seg, keep_tokens: true, cancel: Some(&h.cancel) };
+    let k = params.topk(job.adapter.config.groups).map_err(|e| JobError::Failed(e.to_string()))?;
+    let opts = AnalyzeOptions { mode: mode.kind(), k, segment_len: seg, keep_tokens: true, cancel: Some(&h.cancel) };
     let layers = job.model.config().n_layers;
     let tokens = Tokens { ids: &ids[..take], offsets: &offsets[..take] };
     let budget = KEEP_BYTES.saturating_sub(kept_before.iter().map(|k| k.bytes()).sum());

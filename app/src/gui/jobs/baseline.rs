@@ -46,7 +46,8 @@ pub fn baseline(res: &AnalysisResult, text: &str, h: &Handle) -> Result<Baseline
     let (twin, seed) = untrained_twin(&res.adapter)?;
     let end = res.analysis.tokens.last().map(|t| t.end).unwrap_or(0);
     let text = text.get(..end).filter(|t| !t.is_empty()).ok_or_else(|| JobError::Failed("the analysed text is not at hand".into()))?;
-    let opts = AnalyzeOptions { mode: res.mode, k: res.key.params.k, segment_len: res.analysis.segment_len, keep_tokens: false, cancel: Some(&h.cancel) };
+    let k = res.key.params.topk(res.adapter.config.groups).map_err(|e| JobError::Failed(e.to_string()))?;
+    let opts = AnalyzeOptions { mode: res.mode.kind(), k, segment_len: res.analysis.segment_len, keep_tokens: false, cancel: Some(&h.cancel) };
     let layers = res.layers();
     let an = core_analyze(&res.model, &twin, "untrained", text, &opts, |d, t| h.set_progress(d, t, format!("untrained adapter: layer {} of {layers}", (d % layers.max(1)) + 1)))?;
     if an.tokens.len() != res.tokens() {

@@ -11,7 +11,8 @@ use crate::gui::compared::Compared;
 use focus_core::analysis::compare::{Comparison, LayerRow, Scope};
 use crate::gui::export::svg::{line_chart, stack, Series};
 use crate::gui::export::ExportKind;
-use crate::gui::state::{CompareSpec, ModeChoice, Setting};
+use crate::gui::state::{CompareSpec, Setting, mode_label};
+use focus_core::ModeKind;
 use crate::gui::worker::TaskKind;
 use egui_plot::{Legend, Line, Plot, PlotPoints, VLine};
 
@@ -169,14 +170,14 @@ impl View for CompareView {
         ui.horizontal_wrapped(|ui| {
             ui.label("presets:");
             if ui.button("B = dense").clicked() {
-                spec = CompareSpec { mode: ModeChoice::Dense, causal: None, adapter: None, ..spec.clone() };
+                spec = CompareSpec { mode: ModeKind::Dense, causal: None, adapter: None, ..spec.clone() };
             }
             if ui.button("B = soft").clicked() {
-                spec = CompareSpec { mode: ModeChoice::Soft, causal: None, adapter: None, ..spec.clone() };
+                spec = CompareSpec { mode: ModeKind::Soft, causal: None, adapter: None, ..spec.clone() };
             }
             let k1 = (res.key.params.k + 1).min(groups);
             if ui.button(format!("B = top-k, k = {k1}")).clicked() {
-                spec = CompareSpec { mode: ModeChoice::TopK, k: k1, causal: None, adapter: None, ..spec.clone() };
+                spec = CompareSpec { mode: ModeKind::TopK, k: k1, causal: None, adapter: None, ..spec.clone() };
             }
             let other = if a_causal { "whole-sequence" } else { "causal" };
             if ui.button(format!("B = {other} Sinkhorn")).clicked() {
@@ -185,8 +186,8 @@ impl View for CompareView {
         });
         ui.horizontal_wrapped(|ui| {
             ui.label("Run B:");
-            for m in ModeChoice::ALL {
-                ui.radio_value(&mut spec.mode, m, m.label());
+            for m in ModeKind::ALL {
+                ui.radio_value(&mut spec.mode, m, mode_label(m));
             }
             ui.add(egui::DragValue::new(&mut spec.k).range(1..=64).prefix("k = "));
             egui::ComboBox::from_id_salt("compare_causal")
@@ -224,7 +225,7 @@ impl View for CompareView {
             });
             spec.adapter = (!self.adapter_field.trim().is_empty()).then(|| self.adapter_field.trim().into());
         });
-        if spec.mode == ModeChoice::TopK && spec.adapter.is_none() && spec.k > groups {
+        if spec.mode == ModeKind::TopK && spec.adapter.is_none() && spec.k > groups {
             spec.k = groups;
         }
         if spec != cx.settings.setup.compare {

@@ -3,7 +3,8 @@
 //! analysis in the background (the app's reconcile step sees the new settings).
 
 use super::{Command, View, ViewCtx};
-use crate::gui::state::{DeviceChoice, ModeChoice, Setting, MAX_TOKENS_LIMIT};
+use crate::gui::state::{DeviceChoice, MAX_TOKENS_LIMIT, Setting, mode_label};
+use focus_core::ModeKind;
 use crate::gui::worker::TaskKind;
 
 /// The left panel.
@@ -30,12 +31,12 @@ impl View for ControlsView {
             });
             ui.label("attention");
             ui.horizontal(|ui| {
-                for m in ModeChoice::ALL {
-                    ui.radio_value(&mut p.mode, m, m.label());
+                for m in ModeKind::ALL {
+                    ui.radio_value(&mut p.mode, m, mode_label(m));
                 }
             });
             ui.add(egui::Slider::new(&mut p.k, 1..=groups.max(1)).text("k (top-k groups)"));
-            if session.adapter.is_some() && p.mode == ModeChoice::TopK && 2 * p.k > groups {
+            if session.adapter.is_some() && p.mode == ModeKind::TopK && 2 * p.k > groups {
                 // Two k-sets of K groups always intersect when 2k > K: nothing is pruned.
                 ui.colored_label(egui::Color32::from_rgb(170, 90, 0), format!("k = {} of K = {groups}: every pair shares a group (2k > K), so top-k is dense attention", p.k));
             }

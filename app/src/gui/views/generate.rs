@@ -14,7 +14,8 @@ use crate::sampling::Stop;
 use crate::gui::jobs::streaming::{GenJob, Generated};
 use crate::gui::paint::palette;
 use crate::gui::session::Session;
-use crate::gui::state::{GenSettings, ModeChoice, RunParams, Setting};
+use crate::gui::state::{GenSettings, RunParams, Setting, mode_label};
+use focus_core::ModeKind;
 use crate::gui::worker::TaskKind;
 use egui::{pos2, vec2, Color32, FontId, Rect, Sense, Stroke};
 use focus_core::generate::{Generator, Strategy};
@@ -116,7 +117,7 @@ impl GenerateView {
                     format!("Whole-sequence Sinkhorn in {} mode: every new token changes every earlier token's routing, so no KV cache is exact and every token reruns the whole sequence (exact, O(T²) per token: slow).", p.mode_label()),
                 );
             }
-            Some(Ok(Strategy::KvCache)) if gs.causal && adapter.is_some_and(|c| !c.causal_sinkhorn) && p.mode != ModeChoice::Dense => {
+            Some(Ok(Strategy::KvCache)) if gs.causal && adapter.is_some_and(|c| !c.causal_sinkhorn) && p.mode != ModeKind::Dense => {
                 ui.weak("KV cache, one step per token. The adapter was trained with whole-sequence Sinkhorn: causally it routes many tokens differently (focus-lens bench routing measures how many).");
             }
             Some(Ok(Strategy::KvCache)) => {
@@ -142,7 +143,7 @@ impl GenerateView {
             Strategy::KvCache => "KV cache",
             Strategy::Recompute => "recomputing",
         };
-        let reads = if r.read.dense > 0 && r.params.mode != ModeChoice::Dense { format!("; attention read {:.1}% of dense's bytes", 100.0 * r.read.fraction()) } else { String::new() };
+        let reads = if r.read.dense > 0 && r.params.mode != ModeKind::Dense { format!("; attention read {:.1}% of dense's bytes", 100.0 * r.read.fraction()) } else { String::new() };
         let speed = format!("{:.1} tok/s, {how}", r.tokens_per_second());
         if running {
             crate::gui::paint::busy::busy(ui);
@@ -310,8 +311,8 @@ fn newest_line(run: &Generated, layer: usize, ui: &mut egui::Ui) {
     let local = l.attended.iter().filter(|&&j| newest - j as usize <= run.window).count();
     let share = 100.0 * k as f64 / n as f64;
     let dense = match run.params.mode {
-        ModeChoice::TopK => String::new(),
-        m => format!(" ({} attention reads all {n}; this is what the top-k mask keeps)", m.label()),
+        ModeKind::TopK => String::new(),
+        m => format!(" ({} attention reads all {n}; this is what the top-k mask keeps)", mode_label(m)),
     };
     ui.label(format!(
         "newest token #{newest} {text:?}, layer {layer}: may attend to {k} of {n} tokens ({share:.1}%): {local} in its window, {} beyond it sharing a group{dense}",

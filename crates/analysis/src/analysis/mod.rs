@@ -19,14 +19,14 @@ pub mod stats;
 pub mod structure;
 
 use crate::focus::adapter::Adapter;
-use crate::attention::Mode;
+use crate::attention::ModeKind;
 use crate::analysis::categories::{categorize_tokens, layer_profile, Category, LayerProfile, Piece};
 use crate::error::{Error, Result};
 use crate::model::{ForwardOptions, Model};
 use crate::analysis::projection::{layer_projection, Projection};
 use crate::focus::router::LayerRouting;
 use crate::analysis::stats::{layer_stats, LayerStats};
-use crate::focus::mask::{pair_stats_within, PairStats};
+use crate::focus::mask::{pair_stats_within, PairStats, TopK};
 use crate::io::csv::csv_field;
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicBool;
@@ -78,8 +78,11 @@ pub struct Analysis {
 pub const DEFAULT_SEGMENT: usize = 2048;
 
 pub struct AnalyzeOptions<'a> {
-    pub mode: Mode,
-    pub k: usize,
+    /// Dense, soft or hard top-k; top-k runs at `k`.
+    pub mode: ModeKind,
+    /// k of hard top-k, and of the top-k groups and pair statistics reported in every mode
+    /// (checked against the adapter's K when it was made).
+    pub k: TopK,
     pub segment_len: usize,
     pub keep_tokens: bool,
     pub cancel: Option<&'a AtomicBool>,
@@ -146,9 +149,8 @@ pub fn analyze_tokens_keeping(
         return Err(Error::Invalid("segment length must be positive".into()));
     }
     let cfg = &adapter.config;
-    if opts.k == 0 || opts.k > cfg.groups {
-        return Err(Error::Invalid(format!("k = {} must be in 1..={}", opts.k, cfg.groups)));
-    }
+    let k = opts.k.of(cfg.groups)?;
+    let mode = opts.mode.with(opts.k);
     let n_layers = model.config().n_layers;
     let mut merged: Vec<Option<LayerRouting>> = vec![None; n_layers];
     let mut pairs = vec![PairStats::default(); n_layers];
@@ -156,7 +158,7 @@ pub fn analyze_tokens_keeping(
     let mut kept_passes = Vec::new();
     let mut kept_bytes = 0usize;
     for (s, ids) in segments.iter().enumerate() {
-        let mut fo = ForwardOptions::new(opts.mode, Some(adapter));
+        let mut fo = ForwardOptions::new(mode, Some(adapter));
         fo.record_routing = true;
         fo.cancel = opts.cancel;
         let base = s * n_layers;
@@ -172,7 +174,7 @@ pub fn analyze_tokens_keeping(
         };
         // The last position's logits, as a forward pass checks them (broken weights are an error).
         model.decoder.logits(&x.narrow(0, ids.len() - 1, 1)?)?;
-        if let Some(k) = hook.finish(s * seg, opts.mode, cfg.causal_sinkhorn, x)? {
+        if let Some(k) = hook.finish(s * seg, mode, cfg.causal_sinkhorn, x)? {
             kept_bytes += bytes;
             kept_passes.push(k);
         }
@@ -181,7 +183,7 @@ pub fn analyze_tokens_keeping(
             // adapter routes only the global layers).
             let own = model.config().layer_attention(l).span(ids.len());
             let routed = cfg.router_layers.routes(model.config().is_sliding(l));
-            let p = pair_stats_within(&r.topk_masks(opts.k), cfg.window, cfg.sink, own, routed);
+            let p = pair_stats_within(&r.topk_masks(k), cfg.window, cfg.sink, own, routed);
             let acc = &mut pairs[l];
             acc.causal += p.causal;
             acc.local += p.local;
@@ -206,7 +208,7 @@ pub fn analyze_tokens_keeping(
         .iter()
         .enumerate()
         .map(|(l, r)| {
-            let mut st = layer_stats(l, r, cfg.tau, opts.k, (cfg.window, cfg.sink), opts.keep_tokens);
+            let mut st = layer_stats(l, r, cfg.tau, k, (cfg.window, cfg.sink), opts.keep_tokens);
             let p = &pairs[l];
             st.pairs = PairStats { retained: (p.local + p.same_group_distant) as f64 / p.causal.max(1) as f64, ..p.clone() };
             st.routed = cfg.router_layers.routes(model.config().is_sliding(l));
@@ -245,8 +247,8 @@ pub fn analyze_tokens_keeping(
         groups: cfg.groups,
         window: cfg.window,
         sink: cfg.sink,
-        mode: opts.mode.to_string(),
-        k: opts.k,
+        mode: mode.to_string(),
+        k,
         segment_len: seg,
         tokens,
         layers,

@@ -78,12 +78,54 @@ impl std::fmt::Display for Mode {
     }
 }
 
+/// The attention mode as a user picks it, without top-k's k: the CLI's `--mode`, the GUI's
+/// mode buttons and its sessions all hold this one type, and `with` makes the `Mode` once k is
+/// checked against an adapter's K.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum ModeKind {
+    Dense,
+    Soft,
+    TopK,
+}
+
+impl ModeKind {
+    pub const ALL: [ModeKind; 3] = [ModeKind::Dense, ModeKind::Soft, ModeKind::TopK];
+
+    /// The name on the command line and in exports ("dense", "soft", "topk").
+    pub fn name(self) -> &'static str {
+        match self {
+            ModeKind::Dense => "dense",
+            ModeKind::Soft => "soft",
+            ModeKind::TopK => "topk",
+        }
+    }
+
+    /// The mode, with `k` for top-k (ignored by the others).
+    pub fn with(self, k: TopK) -> Mode {
+        match self {
+            ModeKind::Dense => Mode::Dense,
+            ModeKind::Soft => Mode::Soft,
+            ModeKind::TopK => Mode::TopK(k),
+        }
+    }
+}
+
+impl std::str::FromStr for ModeKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<ModeKind> {
+        ModeKind::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| Error::Invalid(format!("mode {s:?}: expected dense, soft or topk")))
+    }
+}
+
 impl Mode {
     pub fn name(&self) -> &'static str {
+        self.kind().name()
+    }
+    pub fn kind(&self) -> ModeKind {
         match self {
-            Mode::Dense => "dense",
-            Mode::Soft => "soft",
-            Mode::TopK(_) => "topk",
+            Mode::Dense => ModeKind::Dense,
+            Mode::Soft => ModeKind::Soft,
+            Mode::TopK(_) => ModeKind::TopK,
         }
     }
     pub fn k(&self) -> Option<usize> {

@@ -764,7 +764,8 @@ impl<'m> Trainer<'m> {
     pub fn probe_categories(&self) -> Result<Option<(Vec<LayerCategories>, Vec<LayerStructure>)>> {
         let Some(text) = &self.probe else { return Ok(None) };
         let c = &self.adapter.config;
-        let opts = crate::analysis::AnalyzeOptions { mode: self.eval_mode(), k: c.top_k, segment_len: self.opts.seq_len, keep_tokens: false, cancel: None };
+        // Reported at the k it routes with: straight-through's, else the adapter's top_k.
+        let opts = crate::analysis::AnalyzeOptions { mode: self.eval_mode().kind(), k: self.straight_through.unwrap_or(c.default_topk()), segment_len: self.opts.seq_len, keep_tokens: false, cancel: None };
         let a = crate::analysis::analyze(self.model, &self.adapter, "training", text, &opts, |_, _| {})?;
         let measured = structure::of_analysis(&a).layers;
         Ok(Some((
