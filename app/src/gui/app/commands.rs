@@ -9,7 +9,7 @@ use crate::gui::jobs::dialogs::Purpose;
 use crate::gui::jobs::{self, Msg};
 use crate::gui::state::*;
 use focus_core::ModeKind;
-use crate::gui::views::files::FileTask;
+use crate::gui::views::FileTask;
 use crate::gui::views::{mask, Command};
 use crate::gui::worker::TaskKind;
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 use super::FocusLensApp;
 use crate::gui::export::{self, ExportKind};
 use crate::gui::jobs::Msg;
-use crate::gui::views::files::FileTask;
+use crate::gui::views::FileTask;
 use std::path::{Path, PathBuf};
 
 impl FocusLensApp {

@@ -7,7 +7,7 @@ use crate::gui::export::{self, ExportKind};
 use crate::gui::jobs::dialogs::{Purpose, FAILED_WITHIN};
 use crate::gui::jobs::{self, JobError, MaskImage, Msg};
 use crate::gui::state::*;
-use crate::gui::views::files::FileTask;
+use crate::gui::views::FileTask;
 use crate::gui::worker::TaskKind;
 use focus_core::Adapter;
 use std::path::PathBuf;

@@ -5,7 +5,7 @@
 //! Click a cell to select that layer and head. Computed in the background
 //! (`compare::attention_grid`: one pass over the token's segment).
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::gui::jobs::AttnGrid;
 use crate::gui::export::svg::Svg;
 use crate::gui::paint::palette;

@@ -2,7 +2,7 @@
 //! the dominance against the ideal 1/K, mean confidence and membership entropy against ln K; and
 //! the same four charts as SVG.
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::gui::export::svg::{bar_chart, line_chart, stack, Series};
 use crate::gui::paint::palette;
 use crate::gui::state::AnalysisResult;

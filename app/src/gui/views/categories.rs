@@ -4,7 +4,7 @@
 //! category and its lift over that category's base rate in the text (and its SVG); also each
 //! token's category and its colour, for the other views.
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::gui::export::svg::Svg;
 use crate::gui::paint::palette;
 use crate::gui::state::AnalysisResult;

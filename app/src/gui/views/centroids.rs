@@ -9,7 +9,7 @@
 //! bench centroids`), so they run on the UI thread when the selection changes; each result is
 //! kept until the selection changes again.
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::gui::jobs::index::{Built, IndexJob};
 use crate::gui::jobs::JobError;
 use crate::gui::paint::palette;

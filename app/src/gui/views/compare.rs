@@ -6,7 +6,7 @@
 //! table and the per-layer figures as CSV, everything as JSON, the curves as SVG). The
 //! computation is core's `analysis::compare`, run by `gui::jobs::CompareJob`.
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::gui::compared::Compared;
 use focus_core::analysis::compare::{Comparison, LayerRow, Scope};
 use crate::gui::export::svg::{line_chart, stack, Series};

@@ -2,7 +2,7 @@
 //! look at (layer, head), with the selected layer's figures. Changing a run control re-runs the
 //! analysis in the background (the app's reconcile step sees the new settings).
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::gui::state::{DeviceChoice, MAX_TOKENS_LIMIT, Setting, mode_label};
 use focus_core::ModeKind;
 use crate::gui::worker::TaskKind;

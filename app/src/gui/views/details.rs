@@ -1,7 +1,7 @@
 //! The right panel: the hovered (or selected) token's routing — membership bars, top-k groups,
 //! confidence, category — and the selected token's long-range partners by attention weight.
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::gui::paint::palette;
 
 /// The right panel.

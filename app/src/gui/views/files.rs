@@ -5,41 +5,9 @@
 //! display: the system dialog (XDG portal or zenity) is one button in it, and when that cannot
 //! open the window says so and stays.
 
-use super::{Command, View, ViewCtx};
-use crate::gui::jobs::dialogs::Purpose;
-use crate::gui::export::ExportKind;
+use super::view::{Command, FileTask, View, ViewCtx};
 use crate::gui::state::InputKind;
 use std::path::{Path, PathBuf};
-
-/// What the window is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileTask {
-    Open(InputKind),
-    /// A Hugging Face model folder.
-    OpenModelFolder,
-    /// A session file.
-    OpenSession,
-    Export(ExportKind),
-}
-
-impl FileTask {
-    pub fn title(self) -> String {
-        match self {
-            FileTask::Open(k) => format!("Open {}", k.label()),
-            FileTask::OpenModelFolder => "Open a Hugging Face model folder".into(),
-            FileTask::OpenSession => "Open session".into(),
-            FileTask::Export(k) => format!("Export: {}", k.label().trim_end_matches('…')),
-        }
-    }
-    pub fn purpose(self) -> Purpose {
-        match self {
-            FileTask::Open(k) => Purpose::Open(k),
-            FileTask::OpenModelFolder => Purpose::OpenModelFolder,
-            FileTask::OpenSession => Purpose::OpenSession,
-            FileTask::Export(k) => Purpose::Export(k),
-        }
-    }
-}
 
 /// One adapter the picker offers, with what its config records.
 #[derive(Debug, Clone)]

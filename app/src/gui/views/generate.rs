@@ -9,7 +9,7 @@
 //! choice, causal by default (see `GenSettings::causal`).
 
 use super::tokens::{display_text, TokenLayout, FONT, PAD, PARTNER_OUTLINE, ROW_H};
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::sampling::Stop;
 use crate::gui::jobs::streaming::{GenJob, Generated};
 use crate::gui::paint::palette;

@@ -1,6 +1,6 @@
 //! The glossary (Help → Glossary): what the app's words mean, in a window of its own.
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 
 pub const ENTRIES: &[(&str, &str)] = &[
     ("group (centroid)", "Each Focus layer has K learned centroids. A token's routing vector (h W_g, d_g = 16 numbers) is scored against each centroid; Sinkhorn turns the scores into memberships. A token's group in the views is its largest membership."),

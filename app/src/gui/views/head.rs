@@ -8,7 +8,7 @@
 //! Computed in the background from the analysis' kept layers (`jobs::head_pattern`,
 //! `focus_core::analysis::head_pattern`).
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::gui::jobs::{HeadPattern, JobError};
 use crate::gui::paint::palette;
 use crate::gui::state::{AnalysisKey, AnalysisResult};

@@ -8,7 +8,7 @@
 //! Groups are chosen by the numbers on screen (matched across layers unless "raw group indices"
 //! is ticked) and handed to core as the router's own indices.
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::gui::jobs::intervene::InterveneJob;
 use crate::gui::state::{AnalysisResult, Setting, Tab};
 use crate::gui::worker::TaskKind;

@@ -3,7 +3,7 @@
 //! strip (rows tokens, columns layers, colour = group); and the SVG export of the columns.
 
 use super::tokens::{paint_line, partner_map, tokens_svg, Colouring, Marks, TokenLayout, ROW_H};
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use std::cell::Cell;
 use crate::gui::paint::palette;
 use crate::gui::state::{AnalysisResult, Setting};

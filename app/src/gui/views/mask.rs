@@ -4,7 +4,7 @@
 //! exact. The image is built in the background (`jobs::mask_image`, classes from
 //! `focus_core::focus::mask`); the view asks for it and keeps it with its texture.
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::gui::export::svg::Svg;
 use crate::gui::jobs::MaskImage;
 use crate::gui::paint::palette;

@@ -2,8 +2,8 @@
 //! field, browser and system-dialog button), defaults, recent files, exports, the
 //! glossary, and what is loaded.
 
-use super::files::FileTask;
-use super::{Command, View, ViewCtx};
+use super::view::FileTask;
+use super::view::{Command, View, ViewCtx};
 use crate::gui::export::ExportKind;
 use crate::gui::state::InputKind;
 

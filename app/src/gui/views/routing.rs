@@ -3,7 +3,7 @@
 //! its SVG. Points are coloured by group or by category; hovering names the nearest token. The
 //! view keeps the last projection.
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::gui::export::svg::Svg;
 use crate::gui::paint::palette;
 use crate::gui::state::{AnalysisKey, AnalysisResult};

@@ -4,7 +4,7 @@
 //! and both benchmarks' charts as SVG. The view owns its benchmarks' state: it prepares a run
 //! (`jobs::bench::BenchJob`) for the app to start, and receives its rows.
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::gui::export::svg::{line_chart, stack, Series};
 use crate::gui::jobs::bench::{self as jobs, BenchJob};
 use crate::gui::jobs::JobError;

@@ -2,7 +2,7 @@
 //! button), messages and timing figures. Its items wrap onto a second line rather than run past
 //! the window's edge, and long messages are cut to the width (in full on hover).
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::gui::worker::TaskKind;
 
 /// What the status bar says about a running task: its kind, then what it reports, without

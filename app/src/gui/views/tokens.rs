@@ -3,7 +3,7 @@
 //! analysis and lines are laid out once per width, so scrolling 10K+ tokens costs only the rows
 //! on screen. The layout, line painting and partner marks are shared with the layers view.
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use std::cell::Cell;
 use crate::gui::export::svg::Svg;
 use crate::gui::paint::palette;

@@ -8,7 +8,7 @@
 //! loaded model's context. Start checks them as the trainer does (`Trainer::new` on the loaded
 //! model), so that a bad setting is one error under the button rather than a failed run.
 
-use super::{Command, View, ViewCtx};
+use super::view::{Command, View, ViewCtx};
 use crate::gui::jobs::train::{duration, Checkpoint, TrainEnd, TrainJob, TrainUpdate};
 use crate::gui::state::{DeviceChoice, InputKind, Setting, Tab};
 use crate::gui::worker::TaskKind;

@@ -18,7 +18,7 @@
 //! soft-capping (Gemma 2) runs the candle path, capping the scaled logits before any gate or
 //! mask.
 //!
-//! `soft` builds the soft-gate plans, `reference` holds the independent references the kernels
+//! `layer_plan` holds what a layer will do (`LayerPlan`), `soft` builds the soft-gate plans, `reference` holds the independent references the kernels
 //! are tested against; the mask rule itself is `focus::mask`. `decode` is the attention of one
 //! new token over a layer's KV cache (`kv_cache`), with its CPU and CUDA kernels beside the
 //! prefill ones; `decode_keys` what such a step is (mode, kept keys, bytes read), below both. Training's fused attention op is `train::attention`.
@@ -28,6 +28,7 @@ pub mod cuda;
 pub mod decode;
 pub mod decode_keys;
 pub mod kv_cache;
+pub mod layer_plan;
 pub mod reference;
 pub mod soft;
 
@@ -37,6 +38,7 @@ use crate::focus::mask::{self, all_local, TopK};
 use crate::focus::router::LayerRouting;
 use cpu::simd::CausalSoftmax;
 use cpu::Shape;
+pub use layer_plan::LayerPlan;
 use candle_core::{Device, Tensor};
 
 /// What one layer's own attention does before any Focus mask, as the block runs it.
@@ -134,18 +136,6 @@ impl Mode {
             _ => None,
         }
     }
-}
-
-/// How one layer attends, resolved from the mode, the adapter and the routing.
-pub enum LayerPlan {
-    Dense,
-    /// Scores are multiplied by `factor` (T x T; paper gate) or `bias` is added (log gate).
-    SoftFactor(Tensor),
-    SoftBias(Tensor),
-    /// Exact hard top-k: per-token group bitmasks, the local window and the sink [ours].
-    TopK { masks: Vec<u64>, window: usize, sink: usize },
-    /// Dense attention with an explicit additive mask (0 kept, -inf pruned), T x T.
-    Masked(Tensor),
 }
 
 pub fn plan(
@@ -309,4 +299,138 @@ pub fn attend_batch(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &
     };
     let p = candle_nn::ops::softmax(&x.broadcast_add(&mask)?, candle_core::D::Minus1)?;
     Ok(p.reshape((b, hkv, rep * t, t))?.matmul(v)?.reshape((b, h, t, d))?)
+}
+
+#[cfg(all(test, feature = "cuda"))]
+mod cuda_tests {
+    //! `attend`'s dispatch on a GPU (the test binary of a `--features cuda` build).
+    use super::*;
+    use crate::focus::mask::{balanced_masks, causal_bias};
+    use candle_core::cuda_backend::CudaDevice;
+    use candle_core::DType;
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    fn gpu() -> CudaDevice {
+        match crate::device::cuda(0).expect("these tests need a CUDA GPU") {
+            Device::Cuda(d) => d,
+            _ => unreachable!(),
+        }
+    }
+
+    fn rand_vec(n: usize, rng: &mut StdRng) -> Vec<f32> {
+        (0..n).map(|_| rng.gen::<f32>() * 2.0 - 1.0).collect()
+    }
+
+    /// The model's attention entry point takes the device kernels on CUDA (top-k and dense) and
+    /// computes what the CPU kernels compute (SmolLM2's GQA shape: 3 query heads per KV head).
+    #[test]
+    fn cuda_attend_runs_on_the_device_and_matches_the_cpu() {
+        let (h, hkv, t) = (6, 2, 900);
+        let mut rng = StdRng::seed_from_u64(11);
+        let q = rand_vec(h * t * 64, &mut rng);
+        let kx = rand_vec(hkv * t * 64, &mut rng);
+        let v = rand_vec(hkv * t * 64, &mut rng);
+        let topk = |sink: usize| LayerPlan::TopK { masks: balanced_masks(t, 8, 2, 3).unwrap(), window: 128, sink };
+        for plan in [topk(0), topk(1), topk(4), LayerPlan::Dense] {
+            let run = |dev: &Device| {
+                let ten = |x: &[f32], hh: usize| Tensor::from_slice(x, (hh, t, 64), dev).unwrap();
+                let causal = causal_bias(t, dev).unwrap();
+                let out = attend(&ten(&q, h), &ten(&kx, hkv), &ten(&v, hkv), &plan, &Default::default(), Some(&causal)).unwrap();
+                out.to_device(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+            };
+            let cpu = run(&Device::Cpu);
+            let on_gpu = run(&Device::Cuda(gpu()));
+            let err = cpu.iter().zip(&on_gpu).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(err <= 1e-5, "{}: {err:e}", if matches!(plan, LayerPlan::Dense) { "dense" } else { "top-k" });
+        }
+        // Shapes the kernel does not take fall back (head dim 32).
+        let z = Tensor::zeros((2, 10, 32), DType::F32, &Device::Cuda(gpu())).unwrap();
+        assert!(cuda::host::focus_attention_if_supported(&z, &z, &z, &[1; 10], 4, 0, &gpu()).unwrap().is_none());
+    }
+}
+
+#[cfg(test)]
+/// Soft mode through `attend` against a gated reference (here, above `soft`, which builds the plan).
+mod soft_tests {
+    //! Soft mode against a plain f64 reference that gates each pair through `GateFn::score`:
+    //! local pairs and sink pairs [ours] ungated, the others gated by their affinity.
+    use super::soft::*;
+    use super::*;
+    use crate::focus::adapter::Gate;
+    use crate::focus::gate::GateFn;
+    use crate::focus::mask;
+    use candle_core::Device;
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    fn adapter_cfg(k: usize, window: usize, sink: usize, gate: Gate) -> AdapterConfig {
+        use crate::focus::adapter::{Adapter, AdapterSpec};
+        let id = crate::focus::identity::BaseModel { arch: "llama".into(), name: "t".into(), n_layers: 1, d_model: 8, n_heads: 1, n_kv_heads: 1, vocab: 8, fingerprint: String::new() };
+        Adapter::random(&id, &Device::Cpu, &AdapterSpec { groups: k, window, sink, gate, lambda: 4.0, ..Default::default() }, 1).unwrap().config
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reference(q: &[f32], k: &[f32], v: &[f32], s: Shape, g: &[f32], kk: usize, gate: GateFn, window: usize, sink: usize) -> Vec<f32> {
+        let Shape { heads, kv_heads, t, d } = s;
+        let rep = heads / kv_heads;
+        let mut out = vec![0f32; heads * t * d];
+        for h in 0..heads {
+            let kh = h / rep;
+            for i in 0..t {
+                let qi = &q[(h * t + i) * d..(h * t + i + 1) * d];
+                let sc: Vec<f64> = (0..=i)
+                    .map(|j| {
+                        let kj = &k[(kh * t + j) * d..(kh * t + j + 1) * d];
+                        let u = qi.iter().zip(kj).map(|(&x, &y)| x as f64 * y as f64).sum::<f64>() / (d as f64).sqrt();
+                        let a: f32 = (0..kk).map(|c| g[i * kk + c] * g[j * kk + c]).sum();
+                        gate.score(u as f32, a, !mask::always(i, j, window, sink)).0 as f64
+                    })
+                    .collect();
+                let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let w: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
+                let z: f64 = w.iter().sum();
+                for c in 0..d {
+                    let acc: f64 = (0..=i).map(|j| w[j] * v[(kh * t + j) * d + c] as f64).sum();
+                    out[(h * t + i) * d + c] = (acc / z) as f32;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn soft_mode_with_sinks_equals_the_gated_reference() {
+        let mut rng = StdRng::seed_from_u64(17);
+        let dev = Device::Cpu;
+        for case in 0..12 {
+            let (heads, kv_heads, t, d, kk) = (4, 2, rng.gen_range(10..70), [8, 16][case % 2], 4);
+            let window = [0, 2, 4, 9][case % 4];
+            let gate = if case % 3 == 0 { Gate::Paper } else { Gate::Log };
+            let mut r = |n: usize, a: f32| (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * a).collect::<Vec<f32>>();
+            let (q, k, v) = (r(heads * t * d, 2.0), r(kv_heads * t * d, 2.0), r(kv_heads * t * d, 1.0));
+            // Memberships: rows of positive values summing to 1.
+            let g: Vec<f32> = r(t * kk, 3.0).chunks(kk).flat_map(|row| {
+                let e: Vec<f32> = row.iter().map(|x| x.exp()).collect();
+                let z: f32 = e.iter().sum();
+                e.into_iter().map(move |x| x / z)
+            }).collect();
+            let s = Shape { heads, kv_heads, t, d };
+            let mut outs = Vec::new();
+            for sink in [0, 1, 4] {
+                let cfg = adapter_cfg(kk, window, sink, gate);
+                let plan = soft_plan(&Tensor::from_slice(&g, (t, kk), &dev).unwrap(), &cfg).unwrap();
+                let ten = |x: &[f32], h: usize| Tensor::from_slice(x, (h, t, d), &dev).unwrap();
+                let got = attend(&ten(&q, heads), &ten(&k, kv_heads), &ten(&v, kv_heads), &plan, &Default::default(), None).unwrap();
+                let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let want = reference(&q, &k, &v, s, &g, kk, GateFn::of(&cfg), window, sink);
+                let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(err <= 1e-5, "case {case} t {t} w {window} s {sink} {gate:?}: {err}");
+                outs.push(got);
+            }
+            // With distant pairs, sinks change the output.
+            if t > window + 2 {
+                let diff = outs[0].iter().zip(&outs[2]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(diff > 1e-4, "case {case}: sink 4 gives the output of sink 0");
+            }
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! to the memberships when they come from trainable routers: the paper's multiplicative gate,
 //! our additive log gate, and the straight-through plan that trains through the hard mask.
 
-use super::LayerPlan;
+use super::layer_plan::LayerPlan;
 use crate::error::Result;
 use crate::focus::adapter::{AdapterConfig, Gate};
 use crate::focus::mask::{local_mask, topk_mask, TopK};
@@ -69,88 +69,4 @@ pub fn straight_through_plan(g: &Tensor, cfg: &AdapterConfig, k: TopK) -> Result
     let keep = shared.maximum(&local.broadcast_as(shared.shape())?)?;
     let hard = keep.where_cond(&soft.zeros_like()?, &Tensor::full(f32::NEG_INFINITY, soft.shape(), dev)?.to_dtype(soft.dtype())?)?;
     Ok(LayerPlan::SoftBias((hard + (&soft - soft.detach())?)?))
-}
-
-#[cfg(test)]
-mod tests {
-    //! Soft mode against a plain f64 reference that gates each pair through `GateFn::score`:
-    //! local pairs and sink pairs [ours] ungated, the others gated by their affinity.
-    use super::*;
-    use crate::attention::{attend, cpu::Shape};
-    use crate::focus::gate::GateFn;
-    use crate::focus::mask;
-    use candle_core::Device;
-    use rand::{rngs::StdRng, Rng, SeedableRng};
-
-    fn adapter_cfg(k: usize, window: usize, sink: usize, gate: Gate) -> AdapterConfig {
-        use crate::focus::adapter::{Adapter, AdapterSpec};
-        let id = crate::focus::identity::BaseModel { arch: "llama".into(), name: "t".into(), n_layers: 1, d_model: 8, n_heads: 1, n_kv_heads: 1, vocab: 8, fingerprint: String::new() };
-        Adapter::random(&id, &Device::Cpu, &AdapterSpec { groups: k, window, sink, gate, lambda: 4.0, ..Default::default() }, 1).unwrap().config
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn reference(q: &[f32], k: &[f32], v: &[f32], s: Shape, g: &[f32], kk: usize, gate: GateFn, window: usize, sink: usize) -> Vec<f32> {
-        let Shape { heads, kv_heads, t, d } = s;
-        let rep = heads / kv_heads;
-        let mut out = vec![0f32; heads * t * d];
-        for h in 0..heads {
-            let kh = h / rep;
-            for i in 0..t {
-                let qi = &q[(h * t + i) * d..(h * t + i + 1) * d];
-                let sc: Vec<f64> = (0..=i)
-                    .map(|j| {
-                        let kj = &k[(kh * t + j) * d..(kh * t + j + 1) * d];
-                        let u = qi.iter().zip(kj).map(|(&x, &y)| x as f64 * y as f64).sum::<f64>() / (d as f64).sqrt();
-                        let a: f32 = (0..kk).map(|c| g[i * kk + c] * g[j * kk + c]).sum();
-                        gate.score(u as f32, a, !mask::always(i, j, window, sink)).0 as f64
-                    })
-                    .collect();
-                let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let w: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
-                let z: f64 = w.iter().sum();
-                for c in 0..d {
-                    let acc: f64 = (0..=i).map(|j| w[j] * v[(kh * t + j) * d + c] as f64).sum();
-                    out[(h * t + i) * d + c] = (acc / z) as f32;
-                }
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn soft_mode_with_sinks_equals_the_gated_reference() {
-        let mut rng = StdRng::seed_from_u64(17);
-        let dev = Device::Cpu;
-        for case in 0..12 {
-            let (heads, kv_heads, t, d, kk) = (4, 2, rng.gen_range(10..70), [8, 16][case % 2], 4);
-            let window = [0, 2, 4, 9][case % 4];
-            let gate = if case % 3 == 0 { Gate::Paper } else { Gate::Log };
-            let mut r = |n: usize, a: f32| (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * a).collect::<Vec<f32>>();
-            let (q, k, v) = (r(heads * t * d, 2.0), r(kv_heads * t * d, 2.0), r(kv_heads * t * d, 1.0));
-            // Memberships: rows of positive values summing to 1.
-            let g: Vec<f32> = r(t * kk, 3.0).chunks(kk).flat_map(|row| {
-                let e: Vec<f32> = row.iter().map(|x| x.exp()).collect();
-                let z: f32 = e.iter().sum();
-                e.into_iter().map(move |x| x / z)
-            }).collect();
-            let s = Shape { heads, kv_heads, t, d };
-            let mut outs = Vec::new();
-            for sink in [0, 1, 4] {
-                let cfg = adapter_cfg(kk, window, sink, gate);
-                let plan = soft_plan(&Tensor::from_slice(&g, (t, kk), &dev).unwrap(), &cfg).unwrap();
-                let ten = |x: &[f32], h: usize| Tensor::from_slice(x, (h, t, d), &dev).unwrap();
-                let got = attend(&ten(&q, heads), &ten(&k, kv_heads), &ten(&v, kv_heads), &plan, &Default::default(), None).unwrap();
-                let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-                let want = reference(&q, &k, &v, s, &g, kk, GateFn::of(&cfg), window, sink);
-                let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                assert!(err <= 1e-5, "case {case} t {t} w {window} s {sink} {gate:?}: {err}");
-                outs.push(got);
-            }
-            // With distant pairs, sinks change the output.
-            if t > window + 2 {
-                let diff = outs[0].iter().zip(&outs[2]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                assert!(diff > 1e-4, "case {case}: sink 4 gives the output of sink 0");
-            }
-        }
-    }
 }

@@ -23,10 +23,22 @@
 //! Test hook: with `FOCUS_LENS_ABORT_SET_AT=N` in the environment the process kills itself
 //! (SIGKILL) at the Nth step of the commit (`tests/hostile_surfaces.rs` runs every N).
 
-use super::{check_target, write_temp};
+use super::atomic::{check_target, temp_path, write_atomic, write_temp};
 use crate::error::{Error, Result};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+
+/// Writes several files as one export: at every instant the visible names show the whole old
+/// set or the whole new one, and what a killed write left is removed by the next one
+/// (`export_set`, which documents the layout: the files live in generation directories, the
+/// visible names are links, and one rename switches the set). One file is `write_atomic`.
+pub fn write_atomic_set(files: &[(PathBuf, Vec<u8>)]) -> Result<()> {
+    match files {
+        [] => Ok(()),
+        [(path, bytes)] => write_atomic(path, bytes),
+        _ => write_set(files),
+    }
+}
 
 /// The name of the link that names the live generation.
 const CURRENT: &str = "current";
@@ -117,7 +129,7 @@ fn clean(store: &Path, dir: &Path, names: &[OsString]) -> Result<()> {
         }
     }
     for n in names {
-        let _ = std::fs::remove_file(super::temp_path(&dir.join(n)));
+        let _ = std::fs::remove_file(temp_path(&dir.join(n)));
     }
     Ok(())
 }
@@ -130,7 +142,7 @@ fn is_our_link(path: &Path, target: &Path) -> bool {
 /// Replaces `path` by a link to `target` in one rename (the content shown stays the same when
 /// `current` holds it).
 fn place_link(path: &Path, target: &Path) -> std::io::Result<()> {
-    let tmp = super::temp_path(path);
+    let tmp = temp_path(path);
     let _ = std::fs::remove_file(&tmp);
     std::os::unix::fs::symlink(target, &tmp)?;
     std::fs::rename(&tmp, path)

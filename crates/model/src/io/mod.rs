@@ -1,17 +1,21 @@
 //! Files in and out. Reading: every input goes through `open_input` / `read_capped`, which
 //! refuse what is not a regular file (a FIFO would block forever, `/dev/zero` never ends) and
-//! cap the bytes read. Writing: `write_atomic` and `write_atomic_set` (a set of files switched as one,
-//! `export_set`). Reading a user's text:
+//! cap the bytes read. Writing: `write_atomic` (`atomic`) and `write_atomic_set` (a set of files
+//! switched as one, `export_set`). Reading a user's text:
 //! `text`. Bounding untrusted computations' memory: `budget`. The one CSV field writer: `csv`.
 
+pub mod atomic;
 pub mod budget;
 pub mod csv;
 pub mod export_set;
 pub mod text;
 
+pub use atomic::{temp_path, write_atomic};
+pub use export_set::write_atomic_set;
+
 use crate::error::{Error, Result};
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::path::Path;
 
 /// The largest JSON file read (`config.json`, `tokenizer.json`, `adapter_config.json`): the
 /// biggest real tokenizer.json files are ~20 MiB.
@@ -94,57 +98,6 @@ fn human(bytes: u64) -> String {
         format!("{} MiB", bytes >> 20)
     } else {
         format!("{bytes} bytes")
-    }
-}
-
-/// The temporary name `write_atomic` uses for `path`: fixed (no PID), so a file left by a killed
-/// run is overwritten and removed by the next one instead of piling up.
-pub fn temp_path(path: &Path) -> PathBuf {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    dir.join(format!(".{name}.focus-tmp"))
-}
-
-fn write_temp(tmp: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f = std::fs::File::create(tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same directory, flushed to
-/// disk, then renamed over the target. A crash leaves either the old file or the new one (and
-/// at most one temporary file, which the next write to `path` replaces). The target must be
-/// absent or a regular file (or a link to one).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    check_target(path)?;
-    let tmp = temp_path(path);
-    if let Err(e) = write_temp(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::write(path, e));
-    }
-    Ok(())
-}
-
-/// An export target must be absent, or a regular file (or a link to one): a rename would
-/// replace a device node, FIFO or socket with a regular file.
-fn check_target(path: &Path) -> Result<()> {
-    let refuse = |why: &str| Err(Error::write(path, std::io::Error::other(why.to_string())));
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => refuse("it is a directory"),
-        Ok(m) if !m.is_file() => refuse("it is not a regular file (a device, FIFO or socket?); exports are written to regular files only"),
-        _ => Ok(()),
-    }
-}
-
-/// Writes several files as one export: at every instant the visible names show the whole old
-/// set or the whole new one, and what a killed write left is removed by the next one
-/// (`export_set`, which documents the layout: the files live in generation directories, the
-/// visible names are links, and one rename switches the set). One file is `write_atomic`.
-pub fn write_atomic_set(files: &[(PathBuf, Vec<u8>)]) -> Result<()> {
-    match files {
-        [] => Ok(()),
-        [(path, bytes)] => write_atomic(path, bytes),
-        _ => export_set::write_set(files),
     }
 }
 

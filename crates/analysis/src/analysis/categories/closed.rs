@@ -17,7 +17,7 @@
 //!   included); this matters because WordNet alone reads `will`, `can`, `might` as nouns;
 //! * cardinal number words are numbers; ordinals (first, second) are adjectives, as in UD.
 
-use super::Category;
+use super::category::Category;
 
 pub const DETERMINERS: &[&str] = &[
     "a", "an", "the", "this", "these", "those", "each", "every", "either", "neither", "some", "any", "no", "all", "both",

@@ -6,87 +6,21 @@
 //! word its first non-space byte falls in, marked as the word's first piece or a continuation.
 //! Tokens that are only whitespace, and special tokens, are `other`; tokens of punctuation or
 //! symbols are `punctuation`. Capitalised words inside a sentence are names, hence nouns.
-//! `profile` counts, per layer and centroid, the categories and tokens of its group; `tests`
+//! `category` holds the categories themselves. `profile` counts, per layer and centroid, the categories and tokens of its group; `tests`
 //! holds this folder's unit tests.
 
+mod category;
 mod closed;
 mod lexicon;
 mod profile;
 mod words;
 
+pub use category::Category;
 pub use lexicon::{Lexicon, Pos};
 pub use profile::{best_layer, layer_profile, CentroidProfile, LayerProfile, TopToken, PURE};
 pub use words::{word_category, word_category_after};
 
 use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Category {
-    Punctuation,
-    Determiner,
-    Preposition,
-    Pronoun,
-    /// Conjunctions and discourse connectives (however, therefore).
-    Conjunction,
-    /// Verbs, auxiliaries and modals included.
-    Verb,
-    Noun,
-    Adjective,
-    Adverb,
-    Number,
-    /// Whitespace, special tokens, interjections.
-    #[default]
-    Other,
-}
-
-impl Category {
-    pub const ALL: [Category; 11] = [
-        Category::Punctuation,
-        Category::Determiner,
-        Category::Preposition,
-        Category::Pronoun,
-        Category::Conjunction,
-        Category::Verb,
-        Category::Noun,
-        Category::Adjective,
-        Category::Adverb,
-        Category::Number,
-        Category::Other,
-    ];
-    pub const COUNT: usize = 11;
-
-    /// Position in `ALL` (the column order of every per-category table).
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Category::Punctuation => "punctuation",
-            Category::Determiner => "determiner",
-            Category::Preposition => "preposition",
-            Category::Pronoun => "pronoun",
-            Category::Conjunction => "conjunction",
-            Category::Verb => "verb",
-            Category::Noun => "noun",
-            Category::Adjective => "adjective",
-            Category::Adverb => "adverb",
-            Category::Number => "number",
-            Category::Other => "other",
-        }
-    }
-
-    pub fn from_name(s: &str) -> Option<Category> {
-        Category::ALL.into_iter().find(|c| c.name() == s)
-    }
-}
-
-impl std::fmt::Display for Category {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// Where a token sits in its word.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

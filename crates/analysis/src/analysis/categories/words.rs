@@ -7,7 +7,7 @@
 
 use super::closed::closed_class;
 use super::lexicon::{Lexicon, Pos};
-use super::Category;
+use super::category::Category;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SegKind {

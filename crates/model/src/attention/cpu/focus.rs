@@ -631,3 +631,125 @@ mod tests {
         assert_eq!(got, vec![(3, vec![0, 2]), (1, vec![1, 4]), (2, vec![5])]);
     }
 }
+
+#[cfg(test)]
+/// The kernel against the independent references of `attention::reference` (moved here from
+/// there, so that the reference never imports the kernel it checks).
+mod against_reference {
+    use super::focus_attention;
+    use crate::attention::cpu::Shape;
+    use crate::focus::mask;
+    use crate::attention::reference::*;
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    /// The A/B split holds exactly the mask's kept pairs (`mask::pair_stats`), counted by brute
+    /// force over the pair classes.
+    #[test]
+    fn ab_pair_counts_sum_to_the_kept_pairs() {
+        let mut rng = StdRng::seed_from_u64(5);
+        for _ in 0..30 {
+            let t = rng.gen_range(1..300);
+            let w = rng.gen_range(0..50);
+            let sink = [0, 1, 4, 60][rng.gen_range(0..4)];
+            let masks: Vec<u64> = (0..t).map(|_| 1u64 << rng.gen_range(0..4) | 1u64 << rng.gen_range(0..4)).collect();
+            let (mut local, mut distant) = (0u64, 0u64);
+            for i in 0..t {
+                for j in 0..=i {
+                    match mask::classify(i, j, masks[i], masks[j], w, sink) {
+                        mask::PairClass::Local => local += 1,
+                        mask::PairClass::SharedGroup(_) => distant += 1,
+                        _ => {}
+                    }
+                }
+            }
+            let (a, b) = ab_pair_counts(&masks, w, sink);
+            assert_eq!(a + b, local + distant);
+            let p = mask::pair_stats(&masks, w, sink);
+            assert_eq!((p.local, p.same_group_distant), (local, distant));
+        }
+    }
+
+    fn random_masks(rng: &mut StdRng, t: usize, groups: usize, k: usize) -> Vec<u64> {
+        (0..t)
+            .map(|_| {
+                let mut m = 0u64;
+                while (m.count_ones() as usize) < k {
+                    m |= 1 << rng.gen_range(0..groups);
+                }
+                m
+            })
+            .collect()
+    }
+
+    fn randn(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * scale).collect()
+    }
+
+    /// Property: for random shapes, every k in 1..=K, several windows, and memberships with
+    /// many ties (few distinct group sets), the kernel equals masked dense attention.
+    #[test]
+    fn topk_equals_masked_dense_reference() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut cases = 0;
+        for _ in 0..40 {
+            let kv_heads = rng.gen_range(1..=3);
+            let heads = kv_heads * rng.gen_range(1..=3);
+            let t = rng.gen_range(1..=96);
+            let d = [4, 8, 13, 16, 64][rng.gen_range(0..5)];
+            let groups = rng.gen_range(1..=8);
+            let s = Shape { heads, kv_heads, t, d };
+            let q = randn(&mut rng, heads * t * d, 3.0);
+            let kk = randn(&mut rng, kv_heads * t * d, 3.0);
+            let v = randn(&mut rng, kv_heads * t * d, 1.0);
+            for k in 1..=groups {
+                for (window, sink) in [(0, 0), (1, 0), (5, 0), (17, 0), (200, 0), (0, 1), (4, 1), (4, 4), (16, 4), (5, 30)] {
+                    let masks = random_masks(&mut rng, t, groups, k);
+                    let want =
+                        masked_dense_reference(&q, &kk, &v, s, |i, j| mask::kept(&masks, window, sink, i, j));
+                    for fast in [focus_attention(&q, &kk, &v, s, &masks, window, sink), focus_attention_rowwise(&q, &kk, &v, s, &masks, window, sink)] {
+                        let err = fast.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                        assert!(err <= 1e-5, "max abs error {err} (t={t} d={d} K={groups} k={k} w={window} s={sink})");
+                    }
+                    cases += 1;
+                }
+            }
+        }
+        assert!(cases > 1000);
+    }
+
+    /// Pairs are counted once: |A| + |B| equals the number of pairs the mask keeps.
+    #[test]
+    fn sets_are_disjoint_and_cover_the_mask() {
+        let mut rng = StdRng::seed_from_u64(11);
+        for _ in 0..50 {
+            let t = rng.gen_range(1..200);
+            let groups = rng.gen_range(1..=8);
+            let k = rng.gen_range(1..=groups);
+            let w = rng.gen_range(0..40);
+            let sink = [0, 1, 4, 50][rng.gen_range(0..4)];
+            let masks = random_masks(&mut rng, t, groups, k);
+            let (a, b) = ab_pair_counts(&masks, w, sink);
+            let mut kept = 0u64;
+            for i in 0..t {
+                for j in 0..=i {
+                    kept += mask::kept(&masks, w, sink, i, j) as u64;
+                }
+            }
+            assert_eq!(a + b, kept);
+        }
+    }
+
+    /// All tokens in one group: the mask is the full causal mask.
+    #[test]
+    fn single_group_is_dense() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let s = Shape { heads: 2, kv_heads: 1, t: 50, d: 16 };
+        let q = randn(&mut rng, 2 * 50 * 16, 2.0);
+        let k = randn(&mut rng, 50 * 16, 2.0);
+        let v = randn(&mut rng, 50 * 16, 1.0);
+        let fast = focus_attention(&q, &k, &v, s, &vec![1u64; 50], 3, 2);
+        let want = masked_dense_reference(&q, &k, &v, s, |_, _| true);
+        let err = fast.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(err <= 1e-5, "{err}");
+    }
+}
