@@ -56,7 +56,7 @@ fn smollm2_config(layers: usize) -> ModelConfig {
         positions: Positions::Rope { theta: 100000.0, interleaved: true },
         qkv_bias: false,
         tied_embeddings: true,
-        embed_scale: None, qk_norm: None, post_norms: false, attn_scale: None, attn_softcap: None, final_softcap: None, sliding: None,
+        embed_scale: None, qk_norm: None, post_norms: false, attn_scale: None, attn_softcap: None, final_softcap: None, sliding: None, rope_scaling: None,
     }
 }
 

@@ -432,9 +432,9 @@ fn hf_bad_config() -> TestResult {
     // A RoPE scaling we do not implement.
     let d = tiny_copy("llama");
     edit_config(d.path(), |c| {
-        c.insert("rope_parameters".into(), serde_json::json!({"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}));
+        c.insert("rope_parameters".into(), serde_json::json!({"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0}));
     });
-    assert_has(&load_err(d.path()), &["unsupported model", "RoPE type \"yarn\""]);
+    assert_has(&load_err(d.path()), &["unsupported model", "RoPE type \"dynamic\""]);
     // A path that does not exist.
     assert_has(&load_err(&d.path().join("nope")), &["cannot read", "nope"]);
     Ok(())

@@ -46,6 +46,8 @@ use candle_core::{Device, Tensor};
 pub struct LayerAttention {
     /// The RoPE base of this layer (`None`: learned positions, no rotation).
     pub rope_theta: Option<f64>,
+    /// Its frequencies are stretched by the model's RoPE scaling (`ModelConfig::rope_scaling`).
+    pub rope_scaled: bool,
     /// Sliding window W (keys i - j < W); `None` for a global layer.
     pub window: Option<usize>,
     /// Logits become cap * tanh(logit / cap) before the softmax (Gemma 2).
@@ -55,6 +57,12 @@ pub struct LayerAttention {
 }
 
 impl LayerAttention {
+    /// What tells this layer's RoPE tables apart from another layer's: the base and whether
+    /// the model's scaling stretches it (`None`: no rotation).
+    pub fn rope_key(&self) -> Option<(f64, bool)> {
+        self.rope_theta.map(|t| (t, self.rope_scaled))
+    }
+
     /// The sliding window when it removes pairs from a sequence of `t` tokens (W < t).
     pub fn span(&self, t: usize) -> Option<usize> {
         self.window.filter(|&w| w < t)

@@ -9,7 +9,7 @@
 //! goes through `attention_inputs` and `finish`, except the fused training step, which goes
 //! through its own entry points over the same block (`train::block`).
 
-use super::config::{MlpKind, ModelConfig, NormKind, Positions};
+use super::config::{MlpKind, ModelConfig, NormKind, Positions, RopeScaling};
 use crate::attention::LayerAttention;
 use super::qmatvec::QMatrix;
 use crate::error::Result;
@@ -196,13 +196,16 @@ pub struct Pass {
     n_heads: usize,
     n_kv_heads: usize,
     head_dim: usize,
-    /// cos/sin tables per RoPE base (Gemma's sliding layers have their own) and the rotation
-    /// layout, for RoPE models.
-    ropes: Vec<(f64, Tensor, Tensor)>,
+    /// cos/sin tables per RoPE key (base and scaling: Gemma's sliding layers have their own
+    /// base, its global layers may be scaled) and the rotation layout, for RoPE models.
+    ropes: Vec<RopeTables>,
     interleaved: bool,
     /// Use the composed ops (they have a backward pass; the fused ones have none).
     pub differentiable: bool,
 }
+
+/// The cos/sin tables (T, head_dim / 2) of the layers whose `LayerAttention::rope_key` is `key`.
+pub type RopeTables = ((f64, bool), Tensor, Tensor);
 
 impl Pass {
     pub fn new(cfg: &ModelConfig, b: usize, t: usize, differentiable: bool, dev: &Device) -> Result<Pass> {
@@ -212,30 +215,31 @@ impl Pass {
     /// A pass over positions `start..start + t` (generation's step runs one token at `start`).
     pub fn at(cfg: &ModelConfig, b: usize, t: usize, start: usize, differentiable: bool, dev: &Device) -> Result<Pass> {
         let interleaved = matches!(cfg.positions, Positions::Rope { interleaved: true, .. });
-        let mut ropes: Vec<(f64, Tensor, Tensor)> = Vec::new();
+        let mut ropes: Vec<RopeTables> = Vec::new();
         for l in 0..cfg.n_layers {
-            if let Some(theta) = cfg.layer_attention(l).rope_theta {
-                if !ropes.iter().any(|r| r.0 == theta) {
-                    let (cos, sin) = rope_tables_from(start, t, cfg.head_dim, theta, dev)?;
-                    ropes.push((theta, cos, sin));
+            let la = cfg.layer_attention(l);
+            if let Some(key) = la.rope_key() {
+                if !ropes.iter().any(|r| r.0 == key) {
+                    let (cos, sin) = rope_tables_scaled(start, t, cfg.head_dim, key.0, cfg.rope_scaling_of(&la), dev)?;
+                    ropes.push((key, cos, sin));
                 }
             }
         }
         Ok(Pass { b, t, n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, ropes, interleaved, differentiable })
     }
 
-    /// A generation step's pass on a GPU: one token, whose RoPE rows per base (`ropes`: (theta,
-    /// cos, sin), each (1, head_dim / 2)) the device step took by index (`model::step`).
-    pub fn at_step(cfg: &ModelConfig, ropes: Vec<(f64, Tensor, Tensor)>) -> Pass {
+    /// A generation step's pass on a GPU: one token, whose RoPE rows per key (`ropes`, each
+    /// (1, head_dim / 2)) the device step took by index (`model::step`).
+    pub fn at_step(cfg: &ModelConfig, ropes: Vec<RopeTables>) -> Pass {
         let interleaved = matches!(cfg.positions, Positions::Rope { interleaved: true, .. });
         Pass { b: 1, t: 1, n_heads: cfg.n_heads, n_kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, ropes, interleaved, differentiable: false }
     }
 
-    /// The RoPE tables (T, head_dim / 2) of a layer's base and whether adjacent pairs rotate
+    /// The RoPE tables (T, head_dim / 2) of a layer and whether adjacent pairs rotate
     /// (interleaved); `None` without RoPE.
-    pub fn rope(&self, theta: Option<f64>) -> Option<(Tensor, Tensor, bool)> {
-        let theta = theta?;
-        self.ropes.iter().find(|r| r.0 == theta).map(|(_, c, s)| (c.clone(), s.clone(), self.interleaved))
+    pub fn rope(&self, attn: &LayerAttention) -> Option<(Tensor, Tensor, bool)> {
+        let key = attn.rope_key()?;
+        self.ropes.iter().find(|r| r.0 == key).map(|(_, c, s)| (c.clone(), s.clone(), self.interleaved))
     }
 }
 
@@ -307,7 +311,7 @@ impl Block {
         let mut q = heads(yq, &self.q_norm, pass.n_heads)?;
         let mut k = heads(yk, &self.k_norm, pass.n_kv_heads)?;
         let v = heads(yv, &None, pass.n_kv_heads)?;
-        if let Some((cos, sin, interleaved)) = pass.rope(self.attn.rope_theta) {
+        if let Some((cos, sin, interleaved)) = pass.rope(&self.attn) {
             use candle_nn::rotary_emb as re;
             let rot = |x: &Tensor| match (pass.differentiable, interleaved) {
                 (false, false) => re::rope(x, &cos, &sin),
@@ -364,8 +368,14 @@ pub fn rope_tables(t: usize, head_dim: usize, theta: f64, dev: &Device) -> Resul
 
 /// The rows `start..start + t` of the RoPE tables.
 pub fn rope_tables_from(start: usize, t: usize, head_dim: usize, theta: f64, dev: &Device) -> Result<(Tensor, Tensor)> {
+    rope_tables_scaled(start, t, head_dim, theta, None, dev)
+}
+
+/// The rows `start..start + t` of the RoPE tables of base `theta`, the frequencies stretched by
+/// `scaling` (YaRN also scales cos and sin, as transformers and llama.cpp do).
+pub fn rope_tables_scaled(start: usize, t: usize, head_dim: usize, theta: f64, scaling: Option<&RopeScaling>, dev: &Device) -> Result<(Tensor, Tensor)> {
     let half = head_dim / 2;
-    let inv: Vec<f32> = (0..half).map(|i| (1.0 / theta.powf(2.0 * i as f64 / head_dim as f64)) as f32).collect();
+    let (inv, mag) = RopeScaling::inv_freq(scaling, theta, head_dim);
     let mut ang = Vec::with_capacity(t * half);
     for p in start..start + t {
         for f in &inv {
@@ -373,5 +383,8 @@ pub fn rope_tables_from(start: usize, t: usize, head_dim: usize, theta: f64, dev
         }
     }
     let ang = Tensor::from_vec(ang, (t, half), dev)?;
-    Ok((ang.cos()?, ang.sin()?))
+    if mag == 1.0 {
+        return Ok((ang.cos()?, ang.sin()?));
+    }
+    Ok(((ang.cos()? * mag as f64)?, (ang.sin()? * mag as f64)?))
 }

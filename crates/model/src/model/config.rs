@@ -15,6 +15,8 @@ pub enum Arch {
     Gemma3,
     Gemma2,
     Olmo2,
+    Qwen3,
+    Phi3,
 }
 
 impl std::fmt::Display for Arch {
@@ -26,6 +28,8 @@ impl std::fmt::Display for Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Gemma2 => "gemma2",
             Arch::Olmo2 => "olmo2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Phi3 => "phi3",
         })
     }
 }
@@ -63,6 +67,107 @@ pub enum QkNorm {
     PerHead,
     /// The whole projection (n_heads * head_dim) before the heads are split (OLMo-2).
     Full,
+}
+
+/// How a RoPE's frequencies are stretched for a context longer than the one the model was
+/// first trained on. It applies to the global layers (Gemma 3's sliding layers keep their
+/// own base unscaled, as transformers and llama.cpp do).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum RopeScaling {
+    /// Every frequency divided by `factor` (position interpolation; transformers `linear`).
+    Linear { factor: f64 },
+    /// Llama 3.1's: wavelengths above original / low_freq_factor divided by `factor`, those
+    /// below original / high_freq_factor kept, a smooth blend between (transformers `llama3`).
+    Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_context: usize },
+    /// YaRN: a ramp between interpolated and kept frequencies over the dimensions whose
+    /// rotations over the original context lie between beta_slow and beta_fast, and cos/sin
+    /// scaled by `attention_factor`.
+    Yarn { factor: f64, original_context: usize, beta_fast: f64, beta_slow: f64, attention_factor: f64 },
+    /// Per-frequency divisors, as a file stores them (the GGUF `rope_freqs.weight` that
+    /// llama.cpp's converter writes for `llama3`).
+    Divisors(Vec<f32>),
+}
+
+impl RopeScaling {
+    /// The inverse frequencies (head_dim / 2) of base `theta`, and the factor on cos and sin.
+    pub fn inv_freq(scaling: Option<&RopeScaling>, theta: f64, head_dim: usize) -> (Vec<f32>, f32) {
+        let half = head_dim / 2;
+        let plain: Vec<f64> = (0..half).map(|i| 1.0 / theta.powf(2.0 * i as f64 / head_dim as f64)).collect();
+        let (inv, mag): (Vec<f64>, f64) = match scaling {
+            None => (plain, 1.0),
+            Some(RopeScaling::Linear { factor }) => (plain.iter().map(|f| f / factor).collect(), 1.0),
+            Some(RopeScaling::Llama3 { factor, low_freq_factor: lo, high_freq_factor: hi, original_context }) => {
+                let orig = *original_context as f64;
+                let (low_wavelen, high_wavelen) = (orig / lo, orig / hi);
+                let inv = plain
+                    .iter()
+                    .map(|&f| {
+                        let wavelen = 2.0 * std::f64::consts::PI / f;
+                        if wavelen < high_wavelen {
+                            f
+                        } else if wavelen > low_wavelen {
+                            f / factor
+                        } else {
+                            let smooth = (orig / wavelen - lo) / (hi - lo);
+                            (1.0 - smooth) * f / factor + smooth * f
+                        }
+                    })
+                    .collect();
+                (inv, 1.0)
+            }
+            Some(RopeScaling::Yarn { factor, original_context, beta_fast, beta_slow, attention_factor }) => {
+                // transformers' _compute_yarn_parameters (truncate: true), llama.cpp's
+                // ggml_rope_yarn_corr_dims and rope_yarn_ramp.
+                let d = head_dim as f64;
+                let corr = |rot: f64| d * (*original_context as f64 / (rot * 2.0 * std::f64::consts::PI)).ln() / (2.0 * theta.ln());
+                let low = corr(*beta_fast).floor().max(0.0);
+                let high = corr(*beta_slow).ceil().min(d - 1.0);
+                let span = if high == low { 0.001 } else { high - low };
+                let inv = plain
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &f)| {
+                        let keep = 1.0 - ((i as f64 - low) / span).clamp(0.0, 1.0);
+                        f / factor * (1.0 - keep) + f * keep
+                    })
+                    .collect();
+                (inv, *attention_factor)
+            }
+            Some(RopeScaling::Divisors(d)) => (plain.iter().zip(d).map(|(f, &x)| f / x as f64).collect(), 1.0),
+        };
+        (inv.into_iter().map(|f| f as f32).collect(), mag as f32)
+    }
+
+    /// Values that would give NaN or absurd tables are refused.
+    fn validate(&self, head_dim: usize) -> Result<(), String> {
+        let pos = |name: &str, x: f64| if x.is_finite() && x > 0.0 && x <= 1e6 { Ok(()) } else { Err(format!("RoPE scaling {name} = {x} must be in (0, 1e6]")) };
+        match self {
+            RopeScaling::Linear { factor } => pos("factor", *factor),
+            RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_context } => {
+                pos("factor", *factor)?;
+                pos("low_freq_factor", *low_freq_factor)?;
+                pos("high_freq_factor", *high_freq_factor)?;
+                if high_freq_factor <= low_freq_factor {
+                    return Err(format!("RoPE scaling high_freq_factor {high_freq_factor} must exceed low_freq_factor {low_freq_factor}"));
+                }
+                pos("original_max_position_embeddings", *original_context as f64)
+            }
+            RopeScaling::Yarn { factor, original_context, beta_fast, beta_slow, attention_factor } => {
+                pos("factor", *factor)?;
+                pos("original_max_position_embeddings", *original_context as f64)?;
+                pos("beta_fast", *beta_fast)?;
+                pos("beta_slow", *beta_slow)?;
+                pos("attention_factor", *attention_factor)
+            }
+            RopeScaling::Divisors(d) => {
+                if d.len() != head_dim / 2 {
+                    return Err(format!("{} RoPE frequency divisors for head_dim {head_dim} (expected {})", d.len(), head_dim / 2));
+                }
+                d.iter().try_for_each(|&x| pos("divisor", x as f64))
+            }
+        }
+    }
 }
 
 /// Interleaved sliding-window and global layers (Gemma 2 and 3).
@@ -115,6 +220,9 @@ pub struct ModelConfig {
     /// Interleaved sliding-window / global layers; `None`: every layer is global.
     #[serde(default)]
     pub sliding: Option<Sliding>,
+    /// The global layers' RoPE frequencies stretched (Llama 3.1, YaRN, linear); `None`: plain.
+    #[serde(default)]
+    pub rope_scaling: Option<RopeScaling>,
 }
 
 impl ModelConfig {
@@ -133,7 +241,13 @@ impl ModelConfig {
             Some(s) if self.is_sliding(l) => (Some(s.window), s.rope_theta.or(global_theta)),
             _ => (None, global_theta),
         };
-        LayerAttention { rope_theta, window, softcap: self.attn_softcap, scale: self.attn_scale }
+        let rope_scaled = window.is_none() && rope_theta.is_some() && self.rope_scaling.is_some();
+        LayerAttention { rope_theta, rope_scaled, window, softcap: self.attn_softcap, scale: self.attn_scale }
+    }
+
+    /// The scaling of a layer's RoPE (`None`: plain frequencies).
+    pub fn rope_scaling_of(&self, attn: &LayerAttention) -> Option<&RopeScaling> {
+        self.rope_scaling.as_ref().filter(|_| attn.rope_scaled)
     }
 
     /// Sanity limits that keep a corrupt header from driving huge allocations.
@@ -178,6 +292,9 @@ impl ModelConfig {
         positive("attn_scale", self.attn_scale)?;
         positive("attn_softcap", self.attn_softcap)?;
         positive("final_softcap", self.final_softcap)?;
+        if let Some(r) = &self.rope_scaling {
+            r.validate(self.head_dim)?;
+        }
         if let Some(s) = &self.sliding {
             if s.window == 0 || s.layers.len() != self.n_layers {
                 return Err(format!("sliding window {} over {} layer flags for {} layers", s.window, s.layers.len(), self.n_layers));

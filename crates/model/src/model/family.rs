@@ -46,18 +46,31 @@ pub enum AttnScale {
     DModelOverHeadsAt(usize),
 }
 
-/// How a Hugging Face config's `sliding_window` applies.
+/// How a Hugging Face config's `sliding_window` (absent or null: none) applies. The layers
+/// `layer_types` names slide, else the family's default ones (`WindowLayers`).
 #[derive(Clone, Copy)]
 pub enum HfWindow {
     /// The family has none.
     None,
-    /// The window is on every layer (Mistral; Qwen2 with `use_sliding_window`): up to W
-    /// tokens that is exactly full attention, so rather than run it the context is capped at
-    /// W (longer inputs refused). `use_sliding_window: false` turns it off.
-    CapsContext,
-    /// Sliding layers alternate with global ones: `layer_types` says which, else the even
-    /// layers slide (Gemma 2).
-    EvenLayers,
+    /// The window is on when `use_sliding_window` (default the bool) is (Mistral, Phi-3: no
+    /// such key, on; Qwen2 and Qwen3: off unless set).
+    Gated(bool, WindowLayers),
+    /// Always on when `sliding_window` is given (Gemma 2 and 3).
+    Always(WindowLayers),
+}
+
+/// Which layers slide when `layer_types` does not say (transformers' defaults).
+#[derive(Clone, Copy)]
+pub enum WindowLayers {
+    /// Every layer (Mistral, Phi-3).
+    All,
+    /// Layers from the key's value on (default the number): Qwen2's `max_window_layers`.
+    From(&'static str, usize),
+    /// The even layers (Gemma 2).
+    Even,
+    /// All but the last of every p (the key's value, default the number): Gemma 3's
+    /// `sliding_window_pattern`.
+    AllButEvery(&'static str, usize),
 }
 
 /// The keys of a Hugging Face `config.json` that give the decoder's shape.
@@ -118,9 +131,12 @@ pub struct HfFamily {
     pub attn_softcap: Option<&'static str>,
     pub final_softcap: Option<&'static str>,
     pub window: HfWindow,
+    /// The sliding layers have their own RoPE base (`HfConfig::rope`'s `local_theta`, default
+    /// the number: Gemma 3's `rope_local_base_freq`).
+    pub local_rope_base: Option<f64>,
     /// Flags the decoder implements only at one value: (key, the value it implements, which
-    /// is also the default when absent).
-    pub fixed_flags: &'static [(&'static str, bool)],
+    /// is also the default when absent, what the flag changes: for the message).
+    pub fixed_flags: &'static [(&'static str, bool, &'static str)],
     pub names: Names,
 }
 
@@ -130,11 +146,16 @@ pub struct GgufFamily {
     pub arch: &'static str,
     /// The key of the head width (absent: d_model / heads).
     pub head_dim_key: &'static str,
+    /// The norm epsilon's key (under `<arch>.`).
+    pub eps_key: &'static str,
+    /// Learned absolute positions (`position_embd`) instead of RoPE (GPT-2).
+    pub learned_positions: bool,
     /// Rotate adjacent pairs: llama.cpp's converter permutes llama's Q/K rows so that ggml's
     /// rope rotates them; other families keep the Hugging Face layout (NEOX: the two halves).
     pub interleaved_rope: bool,
     pub qkv_bias: bool,
     pub attn_scale: AttnScale,
+    pub attn_softcap: Option<&'static str>,
     pub final_softcap: Option<&'static str>,
     /// Interleaved sliding and global layers, when the family has them.
     pub sliding: Option<GgufSliding>,
@@ -147,8 +168,8 @@ pub struct GgufFamily {
 pub struct GgufSliding {
     /// The period when the file does not say.
     pub default_pattern: usize,
-    /// The sliding layers' RoPE base when the file does not say.
-    pub default_rope_base: f64,
+    /// The sliding layers' RoPE base when the file does not say (None: the global one).
+    pub default_rope_base: Option<f64>,
 }
 
 /// Where a checkpoint's tensors are, by the block part they hold.
@@ -162,7 +183,8 @@ pub struct Names {
     pub layer: &'static str,
     /// Block part -> name under the layer, the first table that has the part wins (a family
     /// lists what differs from the common table before it). Parts: attn_norm, q, k, v (or qkv,
-    /// fused), q_norm, k_norm, o, post_attn_norm, mlp_norm, gate, up, down, post_mlp_norm.
+    /// fused), q_norm, k_norm, o, post_attn_norm, mlp_norm, gate, up (or gate_up, fused),
+    /// down, post_mlp_norm.
     pub parts: &'static [&'static [(&'static str, &'static str)]],
     /// A prefix some checkpoints put before every name (GPT-2's `save_pretrained` of the LM
     /// head model: "transformer.").
@@ -173,9 +195,14 @@ pub struct Names {
     /// Every projection has a bias (GPT-2); else only Q/K/V's when `qkv_bias`, the others'
     /// when the checkpoint holds one (Llama's `attention_bias` also puts one on o_proj).
     pub all_biases: bool,
-    /// Q, K and V are one fused tensor (`qkv`) stored as Conv1D, (in, out) (GPT-2): the loader
-    /// transposes every projection to (out, in) and splits the fused one.
-    pub conv1d_fused_qkv: bool,
+    /// Every projection is stored as Conv1D, (in, out) (GPT-2's Hugging Face checkpoints): the
+    /// loader transposes them to (out, in).
+    pub conv1d: bool,
+    /// Q, K and V are one tensor (`qkv`), split by rows at load (GPT-2, Phi-3).
+    pub fused_qkv: bool,
+    /// The gate and up projections are one tensor (`gate_up`, the gate's rows first), split
+    /// by rows at load (Phi-3).
+    pub fused_gate_up: bool,
 }
 
 impl Names {
@@ -206,6 +233,7 @@ const HF_PARTS: &[(&str, &str)] = &[
 const GGUF_PARTS: &[(&str, &str)] = &[
     ("attn_norm", "attn_norm"),
     ("q", "attn_q"),
+    ("qkv", "attn_qkv"),
     ("k", "attn_k"),
     ("v", "attn_v"),
     ("q_norm", "attn_q_norm"),
@@ -231,7 +259,9 @@ const fn hf_names(own: &'static [&'static [(&'static str, &'static str)]], norm_
         optional_prefix: None,
         norm_offset,
         all_biases: false,
-        conv1d_fused_qkv: false,
+        conv1d: false,
+        fused_qkv: false,
+        fused_gate_up: false,
     }
 }
 
@@ -247,7 +277,9 @@ const GGUF_NAMES: Names = Names {
     optional_prefix: None,
     norm_offset: 0.0,
     all_biases: false,
-    conv1d_fused_qkv: false,
+    conv1d: false,
+    fused_qkv: false,
+    fused_gate_up: false,
 };
 
 /// A Llama-style family's Hugging Face side.
@@ -262,7 +294,8 @@ const fn llama_style_hf(model_types: &'static [&'static str], qkv_bias: Flag) ->
         attn_scale: AttnScale::HeadDim,
         attn_softcap: None,
         final_softcap: None,
-        window: HfWindow::CapsContext,
+        window: HfWindow::Gated(true, WindowLayers::All),
+        local_rope_base: None,
         fixed_flags: &[],
         names: HF_LLAMA_NAMES,
     }
@@ -273,9 +306,12 @@ const fn llama_style_gguf(arch: &'static str, interleaved_rope: bool, qkv_bias: 
     GgufFamily {
         arch,
         head_dim_key: "rope.dimension_count",
+        eps_key: "attention.layer_norm_rms_epsilon",
+        learned_positions: false,
         interleaved_rope,
         qkv_bias,
         attn_scale: AttnScale::HeadDim,
+        attn_softcap: None,
         final_softcap: None,
         sliding: None,
         names: GGUF_NAMES,
@@ -287,10 +323,18 @@ const fn llama_style(arch: Arch, title: &'static str, hf: HfFamily, gguf: Option
     Family { arch, title, norm: NormKind::Rms, mlp: MlpKind::SwiGlu, qk_norm: None, pre_norms: true, post_norms: false, embed_scale_sqrt_d: false, hf: Some(hf), gguf }
 }
 
+/// The Gemma 2 and 3 blocks' Hugging Face names: Gemma's post_attention_layernorm normalises
+/// the attention output (Llama's is the pre-MLP norm); the checkpoint stores w of 1 + w.
+const HF_GEMMA_NAMES: Names = hf_names(&[&[("post_attn_norm", "post_attention_layernorm"), ("mlp_norm", "pre_feedforward_layernorm")], HF_PARTS], 1.0);
+
+/// Gemma's activation keys.
+const GEMMA_ACT: Activation = Activation { keys: &["hidden_activation", "hidden_act"], default: "gelu_pytorch_tanh", accepted: &["gelu_pytorch_tanh", "gelu_new"] };
+
 /// The families, in the order error messages list them.
 pub const FAMILIES: &[Family] = &[
     // GPT-2: LayerNorm, learned absolute positions, GELU (tanh) MLP, multi-head attention, tied
-    // embeddings, projections stored as Conv1D with Q, K and V fused.
+    // embeddings; Q, K and V fused. Hugging Face stores the projections as Conv1D, (in, out);
+    // llama.cpp's converter transposes them.
     Family {
         arch: Arch::Gpt2,
         title: "GPT-2",
@@ -322,8 +366,9 @@ pub const FAMILIES: &[Family] = &[
             attn_softcap: None,
             final_softcap: None,
             window: HfWindow::None,
+            local_rope_base: None,
             // Variants of the attention scaling the decoder does not implement.
-            fixed_flags: &[("scale_attn_by_inverse_layer_idx", false), ("scale_attn_weights", true)],
+            fixed_flags: &[("scale_attn_by_inverse_layer_idx", false, "attention scaling"), ("scale_attn_weights", true, "attention scaling")],
             names: Names {
                 embed: "wte",
                 pos_embed: Some("wpe"),
@@ -334,19 +379,61 @@ pub const FAMILIES: &[Family] = &[
                 optional_prefix: Some("transformer."),
                 norm_offset: 0.0,
                 all_biases: true,
-                conv1d_fused_qkv: true,
+                conv1d: true,
+                fused_qkv: true,
+                fused_gate_up: false,
             },
         }),
-        gguf: None,
+        gguf: Some(GgufFamily {
+            arch: "gpt2",
+            head_dim_key: "attention.key_length",
+            eps_key: "attention.layer_norm_epsilon",
+            learned_positions: true,
+            interleaved_rope: false,
+            qkv_bias: true,
+            attn_scale: AttnScale::HeadDim,
+            attn_softcap: None,
+            final_softcap: None,
+            sliding: None,
+            names: Names { pos_embed: Some("position_embd"), all_biases: true, fused_qkv: true, ..GGUF_NAMES },
+        }),
     },
-    // Llama-style decoders (Llama, Mistral, SmolLM2): RMSNorm, RoPE, GQA, SwiGLU.
+    // Llama-style decoders (Llama, Mistral, SmolLM2): RMSNorm, RoPE, GQA, SwiGLU. Mistral's
+    // `sliding_window` is on every layer.
     llama_style(Arch::Llama, "Llama", llama_style_hf(&["llama", "mistral"], Flag::Key("attention_bias", false)), Some(llama_style_gguf("llama", true, false))),
     // Qwen2: Llama's blocks with biases on Q, K and V.
-    llama_style(Arch::Qwen2, "Qwen2", llama_style_hf(&["qwen2"], Flag::Always), Some(llama_style_gguf("qwen2", false, true))),
+    llama_style(
+        Arch::Qwen2,
+        "Qwen2",
+        HfFamily { window: HfWindow::Gated(false, WindowLayers::From("max_window_layers", 28)), ..llama_style_hf(&["qwen2"], Flag::Always) },
+        Some(llama_style_gguf("qwen2", false, true)),
+    ),
+    // Qwen3: Llama's blocks with per-head QK-norm (before RoPE), no Q/K/V biases.
+    Family {
+        qk_norm: Some(QkNorm::PerHead),
+        ..llama_style(
+            Arch::Qwen3,
+            "Qwen3",
+            HfFamily { window: HfWindow::Gated(false, WindowLayers::From("max_window_layers", 28)), ..llama_style_hf(&["qwen3"], Flag::Key("attention_bias", false)) },
+            Some(GgufFamily { head_dim_key: "attention.key_length", ..llama_style_gguf("qwen3", false, false) }),
+        )
+    },
+    // Phi-3: Llama's blocks with Q, K and V fused (`qkv_proj`) and the gate and up projections
+    // fused (`gate_up_proj`), split at load. transformers runs `sliding_window` on every
+    // layer; llama.cpp ignores it (src/models/phi3.cpp), so a GGUF has none.
+    llama_style(
+        Arch::Phi3,
+        "Phi-3",
+        HfFamily {
+            names: Names { fused_qkv: true, fused_gate_up: true, ..hf_names(&[&[("qkv", "self_attn.qkv_proj"), ("gate_up", "mlp.gate_up_proj")], HF_PARTS], 0.0) },
+            ..llama_style_hf(&["phi3"], Flag::Never)
+        },
+        Some(GgufFamily { names: Names { fused_qkv: true, fused_gate_up: true, parts: &[&[("gate_up", "ffn_up")], GGUF_PARTS], ..GGUF_NAMES }, ..llama_style_gguf("phi3", false, false) }),
+    ),
     // Gemma 2: post-attention and post-MLP norms, GeGLU, embeddings scaled by sqrt(d_model),
     // attention scaled by query_pre_attn_scalar^-0.5, tanh soft-capping of the attention and
     // final logits, alternating sliding-window (even layers) / global layers. Its RMSNorm
-    // scales by 1 + w and the checkpoint stores w.
+    // scales by 1 + w: Hugging Face stores w, llama.cpp's converter 1 + w.
     Family {
         arch: Arch::Gemma2,
         title: "Gemma 2",
@@ -359,28 +446,37 @@ pub const FAMILIES: &[Family] = &[
         hf: Some(HfFamily {
             model_types: &["gemma2"],
             keys: &LLAMA_KEYS,
-            activation: Activation {
-                keys: &["hidden_activation", "hidden_act"],
-                default: "gelu_pytorch_tanh",
-                accepted: &["gelu_pytorch_tanh", "gelu_new"],
-            },
+            activation: GEMMA_ACT,
             learned_positions: false,
             qkv_bias: Flag::Key("attention_bias", false),
             tied_embeddings: Flag::Key("tie_word_embeddings", true),
             attn_scale: AttnScale::Key("query_pre_attn_scalar"),
             attn_softcap: Some("attn_logit_softcapping"),
             final_softcap: Some("final_logit_softcapping"),
-            window: HfWindow::EvenLayers,
+            window: HfWindow::Always(WindowLayers::Even),
+            local_rope_base: None,
             fixed_flags: &[],
-            // Gemma's post_attention_layernorm normalises the attention output (Llama's is the
-            // pre-MLP norm).
-            names: hf_names(&[&[("post_attn_norm", "post_attention_layernorm"), ("mlp_norm", "pre_feedforward_layernorm")], HF_PARTS], 1.0),
+            names: HF_GEMMA_NAMES,
         }),
-        gguf: None,
+        // llama.cpp (src/models/gemma2.cpp): the score scale is 1/sqrt(head_dim) except for
+        // the 27B (46 layers); every other layer slides, from the first.
+        gguf: Some(GgufFamily {
+            arch: "gemma2",
+            head_dim_key: "attention.key_length",
+            eps_key: "attention.layer_norm_rms_epsilon",
+            learned_positions: false,
+            interleaved_rope: false,
+            qkv_bias: false,
+            attn_scale: AttnScale::DModelOverHeadsAt(46),
+            attn_softcap: Some("attn_logit_softcapping"),
+            final_softcap: Some("final_logit_softcapping"),
+            sliding: Some(GgufSliding { default_pattern: 2, default_rope_base: None }),
+            names: GGUF_NAMES,
+        }),
     },
-    // Gemma 3 (llama.cpp's layout): four RMSNorms per block, per-head QK-norm, GeGLU,
-    // interleaved sliding-window and global layers with their own RoPE bases, NEOX rotation.
-    // llama.cpp's converter stores the norm weights as 1 + w: plain RMSNorm weights here.
+    // Gemma 3: Gemma 2's blocks with per-head QK-norm (1 + w too) and no soft-capping of the
+    // attention, interleaved sliding-window and global layers (five of six slide) with their
+    // own RoPE bases (the global layers' may be scaled), NEOX rotation.
     Family {
         arch: Arch::Gemma3,
         title: "Gemma 3",
@@ -390,17 +486,35 @@ pub const FAMILIES: &[Family] = &[
         pre_norms: true,
         post_norms: true,
         embed_scale_sqrt_d: true,
-        hf: None,
+        hf: Some(HfFamily {
+            model_types: &["gemma3_text"],
+            keys: &LLAMA_KEYS,
+            activation: GEMMA_ACT,
+            learned_positions: false,
+            qkv_bias: Flag::Key("attention_bias", false),
+            tied_embeddings: Flag::Key("tie_word_embeddings", true),
+            attn_scale: AttnScale::Key("query_pre_attn_scalar"),
+            attn_softcap: Some("attn_logit_softcapping"),
+            final_softcap: Some("final_logit_softcapping"),
+            window: HfWindow::Always(WindowLayers::AllButEvery("sliding_window_pattern", 6)),
+            local_rope_base: Some(10000.0),
+            // EmbeddingGemma's bidirectional attention is not a causal decoder's.
+            fixed_flags: &[("use_bidirectional_attention", false, "bidirectional attention")],
+            names: HF_GEMMA_NAMES,
+        }),
         gguf: Some(GgufFamily {
             arch: "gemma3",
             head_dim_key: "attention.key_length",
+            eps_key: "attention.layer_norm_rms_epsilon",
+            learned_positions: false,
             interleaved_rope: false,
             qkv_bias: false,
             attn_scale: AttnScale::DModelOverHeadsAt(62),
+            attn_softcap: None,
             final_softcap: Some("final_logit_softcapping"),
             // llama_model_gemma3::load_arch_hparams: every 6th layer is global, the sliding
             // layers' base 10000.
-            sliding: Some(GgufSliding { default_pattern: 6, default_rope_base: 10000.0 }),
+            sliding: Some(GgufSliding { default_pattern: 6, default_rope_base: Some(10000.0) }),
             names: GGUF_NAMES,
         }),
     },
@@ -419,7 +533,8 @@ pub const FAMILIES: &[Family] = &[
                 names: hf_names(&[&[("post_attn_norm", "post_attention_layernorm")], HF_PARTS], 0.0),
                 ..llama_style_hf(&["olmo2"], Flag::Key("attention_bias", false))
             },
-            None,
+            // llama.cpp reads a window when the file has one (OLMo-3: three of four layers).
+            Some(GgufFamily { sliding: Some(GgufSliding { default_pattern: 4, default_rope_base: None }), ..llama_style_gguf("olmo2", false, false) }),
         )
     },
 ];
@@ -458,8 +573,8 @@ mod tests {
             assert_eq!(set.len(), names.len(), "a name in two families: {names:?}");
         }
         assert!(FAMILIES.iter().all(|f| f.hf.is_some() || f.gguf.is_some()));
-        assert_eq!(supported(false), "gpt2, llama, mistral, qwen2, gemma2, olmo2");
-        assert_eq!(supported(true), "llama, qwen2, gemma3");
+        assert_eq!(supported(false), "gpt2, llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text, olmo2");
+        assert_eq!(supported(true), "gpt2, llama, qwen2, qwen3, phi3, gemma2, gemma3, olmo2");
     }
 
     /// The parts a family lists first win over the common table's.

@@ -2,9 +2,9 @@
 //! `config.json` or a GGUF header, then the decoder's weights by the family's tensor names.
 
 use super::block::{Block, Linear, Mlp, Norm};
-use super::config::{MlpKind, ModelConfig, NormKind, Positions, QkNorm, Sliding};
+use super::config::{MlpKind, ModelConfig, NormKind, Positions, QkNorm, RopeScaling, Sliding};
 use super::decoder::Decoder;
-use super::family::{AttnScale, Family, Flag, GgufFamily, HfFamily, HfWindow, Names};
+use super::family::{AttnScale, Family, Flag, GgufFamily, HfFamily, HfWindow, Names, WindowLayers};
 use super::gguf::{GgufFile, Value};
 use super::hf::HfConfig;
 use super::weights::WeightSource;
@@ -44,9 +44,9 @@ pub fn config_from_hf(c: &HfConfig, fam: &Family, h: &HfFamily) -> Result<ModelC
             a.accepted.join(", ")
         )));
     }
-    for &(flag, implemented) in h.fixed_flags {
+    for &(flag, implemented, what) in h.fixed_flags {
         if c.bool_or(flag, implemented) != implemented {
-            return Err(Error::Unsupported(format!("{}: {} attention scaling ({flag} = {})", c.path.display(), fam.title, !implemented)));
+            return Err(Error::Unsupported(format!("{}: {} {what} ({flag} = {})", c.path.display(), fam.title, !implemented)));
         }
     }
     let k = h.keys;
@@ -57,7 +57,11 @@ pub fn config_from_hf(c: &HfConfig, fam: &Family, h: &HfFamily) -> Result<ModelC
         Some(key) => c.opt_usize(key)?.unwrap_or(d_model / n_heads.max(1)),
         None => d_model / n_heads.max(1),
     };
-    let positions = if h.learned_positions { Positions::Learned } else { Positions::Rope { theta: c.rope_theta(10000.0)?, interleaved: false } };
+    let rope = if h.learned_positions { None } else { Some(c.rope(10000.0)?) };
+    let positions = match &rope {
+        None => Positions::Learned,
+        Some(r) => Positions::Rope { theta: r.theta, interleaved: false },
+    };
     let mut cfg = ModelConfig {
         arch: fam.arch,
         name: c.name(),
@@ -88,30 +92,36 @@ pub fn config_from_hf(c: &HfConfig, fam: &Family, h: &HfFamily) -> Result<ModelC
         attn_softcap: h.attn_softcap.map(|key| softcap(c, key)).transpose()?.flatten(),
         final_softcap: h.final_softcap.map(|key| softcap(c, key)).transpose()?.flatten(),
         sliding: None,
+        rope_scaling: rope.as_ref().and_then(|r| r.scaling.clone()),
     };
-    if h.names.conv1d_fused_qkv && d_model % n_heads.max(1) != 0 {
+    if h.names.fused_qkv && d_model % n_heads.max(1) != 0 {
         return Err(Error::bad_file(&c.path, format!("{} {d_model} is not a multiple of {} {n_heads}", k.d_model, k.n_heads)));
     }
-    match h.window {
-        HfWindow::None => {}
-        HfWindow::CapsContext => {
-            if c.bool_or("use_sliding_window", true) {
-                if let Some(w) = c.opt_usize("sliding_window")? {
-                    if w == 0 {
-                        return Err(Error::bad_file(&c.path, "sliding_window = 0: a window must hold at least 1 token (null, or use_sliding_window false, turns it off)"));
-                    }
-                    cfg.context = cfg.context.min(w);
-                }
-            }
+    let (on, rule) = match h.window {
+        HfWindow::None => (false, WindowLayers::All),
+        HfWindow::Gated(default, rule) => (c.bool_or("use_sliding_window", default), rule),
+        HfWindow::Always(rule) => (true, rule),
+    };
+    if let Some(w) = c.opt_usize("sliding_window")?.filter(|_| on) {
+        if w == 0 {
+            return Err(Error::bad_file(&c.path, "sliding_window = 0: a window must hold at least 1 token (null turns it off)"));
         }
-        HfWindow::EvenLayers => {
-            if let Some(w) = c.opt_usize("sliding_window")? {
-                if w == 0 {
-                    return Err(Error::bad_file(&c.path, "sliding_window = 0: a window must hold at least 1 token"));
-                }
-                let layers = sliding_layers(c, n_layers, |l| l % 2 == 0)?;
-                cfg.sliding = Some(Sliding { window: w, layers, rope_theta: None });
+        let layers = match rule {
+            WindowLayers::All => sliding_layers(c, n_layers, |_| true)?,
+            WindowLayers::From(key, default) => {
+                let from = c.opt_usize(key)?.unwrap_or(default);
+                sliding_layers(c, n_layers, |l| l >= from)?
             }
+            WindowLayers::Even => sliding_layers(c, n_layers, |l| l % 2 == 0)?,
+            WindowLayers::AllButEvery(key, default) => {
+                let p = c.opt_usize(key)?.unwrap_or(default).max(1);
+                sliding_layers(c, n_layers, |l| (l + 1) % p != 0)?
+            }
+        };
+        // The sliding layers' own RoPE base, when the family has one (Gemma 3).
+        let rope_theta = h.local_rope_base.map(|d| rope.as_ref().and_then(|r| r.local_theta).unwrap_or(d));
+        if layers.iter().any(|&x| x) {
+            cfg.sliding = Some(Sliding { window: w, layers, rope_theta });
         }
     }
     cfg.validate().map_err(|e| Error::bad_file(&c.path, format!("invalid config: {e}")))?;
@@ -160,6 +170,7 @@ pub fn config_from_gguf(g: &GgufFile, fam: &Family, gf: &GgufFamily) -> Result<M
         }
     }
     // A window of 0 (or none) means every layer is global, as in llama.cpp.
+    let rope_theta = opt_f("rope.freq_base")?.unwrap_or(10000.0);
     let sliding = match (&gf.sliding, opt_n("attention.sliding_window")) {
         (Some(s), Some(w)) if w > 0 => {
             let layers = match g.get(&key("attention.sliding_window_pattern")) {
@@ -171,7 +182,7 @@ pub fn config_from_gguf(g: &GgufFile, fam: &Family, gf: &GgufFamily) -> Result<M
                     (0..n_layers).map(|l| p == 0 || l % p < p - 1).collect()
                 }
             };
-            Some(Sliding { window: w, layers, rope_theta: Some(opt_f("rope.freq_base_swa")?.unwrap_or(s.default_rope_base)) })
+            Some(Sliding { window: w, layers, rope_theta: opt_f("rope.freq_base_swa")?.or(s.default_rope_base) })
         }
         _ => None,
     };
@@ -189,24 +200,77 @@ pub fn config_from_gguf(g: &GgufFile, fam: &Family, gf: &GgufFamily) -> Result<M
         vocab,
         context: n("context_length")?,
         norm: fam.norm,
-        norm_eps: g.f64(&key("attention.layer_norm_rms_epsilon"))?,
+        norm_eps: g.f64(&key(gf.eps_key))?,
         mlp: fam.mlp,
-        positions: Positions::Rope { theta: opt_f("rope.freq_base")?.unwrap_or(10000.0), interleaved: gf.interleaved_rope },
+        positions: if gf.learned_positions { Positions::Learned } else { Positions::Rope { theta: rope_theta, interleaved: gf.interleaved_rope } },
         qkv_bias: gf.qkv_bias,
         tied_embeddings: !g.tensors.contains_key(&format!("{}.weight", names.lm_head)),
         embed_scale: fam.embed_scale_sqrt_d.then(|| (d_model as f64).sqrt()),
         qk_norm: fam.qk_norm,
         post_norms: fam.post_norms,
         attn_scale: attn_scale(gf.attn_scale, n_layers, d_model, n_heads, head_dim, |_, d| Ok(d))?,
-        attn_softcap: None,
+        attn_softcap: match gf.attn_softcap {
+            Some(k) => opt_f(k)?.filter(|&c| c > 0.0),
+            None => None,
+        },
         final_softcap: match gf.final_softcap {
             Some(k) => opt_f(k)?.filter(|&c| c > 0.0),
             None => None,
         },
         sliding,
+        rope_scaling: if gf.learned_positions { None } else { gguf_rope_scaling(g, gf.arch, n("context_length")?)? },
     };
     cfg.validate().map_err(|e| Error::bad_file(&g.path, format!("invalid model header: {e}")))?;
     Ok(cfg)
+}
+
+/// A GGUF's RoPE scaling as llama.cpp reads it: `rope_freqs.weight` (per-frequency divisors,
+/// which llama.cpp's converter writes for Llama 3.1's `llama3`), else `rope.scaling.type`
+/// (`none`, `linear`, `yarn`) with `rope.scaling.factor` and, for YaRN,
+/// `rope.scaling.original_context_length` (default the context), `yarn_beta_fast` / `_slow`
+/// (32, 1) and `rope.scaling.attn_factor`. llama.cpp's YaRN scales cos and sin by
+/// 0.1 ln(factor) + 1 times that attn_factor (src/llama-context.cpp).
+fn gguf_rope_scaling(g: &GgufFile, arch: &str, context: usize) -> Result<Option<RopeScaling>> {
+    let key = |k: &str| format!("{arch}.rope.scaling.{k}");
+    let opt_f = |k: &str| -> Result<Option<f64>> { if g.get(&key(k)).is_some() { Ok(Some(g.f64(&key(k))?)) } else { Ok(None) } };
+    if g.tensors.contains_key("rope_freqs.weight") {
+        let t = g.qtensor("rope_freqs.weight", &Device::Cpu)?.dequantize(&Device::Cpu)?;
+        return Ok(Some(RopeScaling::Divisors(t.flatten_all()?.to_vec1::<f32>()?)));
+    }
+    let factor = opt_f("factor")?.filter(|&f| f != 0.0 && f != 1.0);
+    let ty = g.get(&key("type")).and_then(Value::as_str).unwrap_or(if factor.is_some() { "linear" } else { "none" });
+    Ok(match (ty, factor) {
+        ("none", _) | (_, None) => None,
+        ("linear", Some(factor)) => Some(RopeScaling::Linear { factor }),
+        ("yarn", Some(factor)) => {
+            let original_context = g.get(&key("original_context_length")).and_then(Value::as_u64).map_or(context, |v| v as usize);
+            let mscale = if factor <= 1.0 { 1.0 } else { 0.1 * factor.ln() + 1.0 };
+            Some(RopeScaling::Yarn {
+                factor,
+                original_context,
+                beta_fast: opt_f("yarn_beta_fast")?.unwrap_or(32.0),
+                beta_slow: opt_f("yarn_beta_slow")?.unwrap_or(1.0),
+                attention_factor: mscale * opt_f("attn_factor")?.unwrap_or(1.0),
+            })
+        }
+        (other, _) => return Err(Error::Unsupported(format!("{}: RoPE scaling type {other:?} in {} (supported: none, linear, yarn, and rope_freqs)", g.path.display(), key("type")))),
+    })
+}
+
+/// The fused projection `fused` split by rows into parts of `sizes` rows (Phi-3's qkv_proj and
+/// gate_up_proj, GPT-2's c_attn): each part is the fused weight's rows (and bias) as a Linear.
+fn split_rows<const N: usize>(fused: Linear, sizes: [usize; N]) -> Result<[Linear; N]> {
+    let mut at = 0;
+    let mut parts = Vec::with_capacity(N);
+    for n in sizes {
+        let b = match &fused.b {
+            Some(b) => Some(b.narrow(0, at, n)?.contiguous()?),
+            None => None,
+        };
+        parts.push(Linear { w: fused.w.narrow(0, at, n)?.contiguous()?, b, q: None });
+        at += n;
+    }
+    parts.try_into().map_err(|_| Error::Invalid(format!("a fused projection split into {N} parts")))
 }
 
 /// Builds the decoder of `cfg` from `src` by `names` (`pre_norms`: the family's blocks
@@ -234,7 +298,7 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, pre_nor
         let bias_name = format!("{base}.bias");
         let b = if bias || names.all_biases || src.has(&format!("{prefix}{bias_name}")) { Some(get(&bias_name, &[out])?) } else { None };
         let name = format!("{base}.weight");
-        if names.conv1d_fused_qkv {
+        if names.conv1d {
             // Conv1D weight (in, out) -> Linear (out, in).
             return Ok(Linear { w: get(&name, &[inp, out])?.t()?.contiguous()?, b, q: None });
         }
@@ -252,21 +316,20 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, pre_nor
     let opt = |present: bool, l: usize, part: &str| -> Result<Option<Norm>> { if present { Ok(Some(block_norm(l, part, d)?)) } else { Ok(None) } };
     let mut blocks = Vec::with_capacity(cfg.n_layers);
     for l in 0..cfg.n_layers {
-        let (q, k, v) = if names.conv1d_fused_qkv {
-            // One (d, q + 2 kv) projection, split by rows once transposed.
-            let qkv = lin(l, "qkv", nq + 2 * nkv, d, true)?;
-            let part = |at: usize, n: usize| -> Result<Linear> {
-                let b = match &qkv.b {
-                    Some(b) => Some(b.narrow(0, at, n)?.contiguous()?),
-                    None => None,
-                };
-                Ok(Linear { w: qkv.w.narrow(0, at, n)?.contiguous()?, b, q: None })
-            };
-            (part(0, nq)?, part(nq, nkv)?, part(nq + nkv, nkv)?)
+        let (q, k, v) = if names.fused_qkv {
+            // One (q + 2 kv, d) projection, split by rows.
+            let [q, k, v] = split_rows(lin(l, "qkv", nq + 2 * nkv, d, cfg.qkv_bias)?, [nq, nkv, nkv])?;
+            (q, k, v)
         } else {
             (lin(l, "q", nq, d, cfg.qkv_bias)?, lin(l, "k", nkv, d, cfg.qkv_bias)?, lin(l, "v", nkv, d, cfg.qkv_bias)?)
         };
         let gated = !matches!(cfg.mlp, MlpKind::GeluTanh);
+        let (gate, up) = if gated && names.fused_gate_up {
+            let [gate, up] = split_rows(lin(l, "gate_up", 2 * cfg.ffn_dim, d, false)?, [cfg.ffn_dim, cfg.ffn_dim])?;
+            (Some(gate), up)
+        } else {
+            (if gated { Some(lin(l, "gate", cfg.ffn_dim, d, false)?) } else { None }, lin(l, "up", cfg.ffn_dim, d, false)?)
+        };
         blocks.push(Block {
             attn_norm: opt(pre_norms, l, "attn_norm")?,
             q,
@@ -279,8 +342,8 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, pre_nor
             mlp_norm: opt(pre_norms, l, "mlp_norm")?,
             mlp: Mlp {
                 kind: cfg.mlp,
-                gate: if gated { Some(lin(l, "gate", cfg.ffn_dim, d, false)?) } else { None },
-                up_or_fc: lin(l, "up", cfg.ffn_dim, d, false)?,
+                gate,
+                up_or_fc: up,
                 down: lin(l, "down", d, cfg.ffn_dim, false)?,
             },
             post_mlp_norm: opt(cfg.post_norms, l, "post_mlp_norm")?,

@@ -5,6 +5,7 @@
 //! upload made inside the step. So the step's work is the same at every position, and a step
 //! captured once as a CUDA graph (`generate::graph`) replays for every later token.
 
+use super::block::RopeTables;
 use super::config::ModelConfig;
 use crate::error::Result;
 use candle_core::{DType, Device, Tensor};
@@ -12,22 +13,23 @@ use candle_core::{DType, Device, Tensor};
 pub struct DeviceStep {
     /// [token id, position] (u32).
     buf: Tensor,
-    /// Per RoPE base: the cos/sin tables of every position of the context ((context,
+    /// Per RoPE key (base and scaling): the cos/sin tables of every position of the context ((context,
     /// head_dim / 2), `block::rope_tables`), built once; a step takes its row by index. The
     /// rows are bitwise those `rope_tables_from(position, 1)` gives (the same f32 angle and the
     /// same cos/sin kernels). Memory: 2 x context x head_dim / 2 x 4 bytes per base (Gemma 3's
     /// two bases at 32K context and head_dim 256: 64 MiB).
-    ropes: Vec<(f64, Tensor, Tensor)>,
+    ropes: Vec<RopeTables>,
 }
 
 impl DeviceStep {
     pub fn new(cfg: &ModelConfig, dev: &Device) -> Result<Self> {
-        let mut ropes: Vec<(f64, Tensor, Tensor)> = Vec::new();
+        let mut ropes: Vec<RopeTables> = Vec::new();
         for l in 0..cfg.n_layers {
-            if let Some(theta) = cfg.layer_attention(l).rope_theta {
-                if !ropes.iter().any(|r| r.0 == theta) {
-                    let (cos, sin) = super::block::rope_tables(cfg.context, cfg.head_dim, theta, dev)?;
-                    ropes.push((theta, cos, sin));
+            let la = cfg.layer_attention(l);
+            if let Some(key) = la.rope_key() {
+                if !ropes.iter().any(|r| r.0 == key) {
+                    let (cos, sin) = super::block::rope_tables_scaled(0, cfg.context, cfg.head_dim, key.0, cfg.rope_scaling_of(&la), dev)?;
+                    ropes.push((key, cos, sin));
                 }
             }
         }
@@ -57,10 +59,10 @@ impl DeviceStep {
         Ok(self.buf.narrow(0, 1, 1)?)
     }
 
-    /// The step's RoPE rows (1, head_dim / 2) for each base.
-    pub fn rope_rows(&self) -> Result<Vec<(f64, Tensor, Tensor)>> {
+    /// The step's RoPE rows (1, head_dim / 2) for each key.
+    pub fn rope_rows(&self) -> Result<Vec<RopeTables>> {
         let pos = self.pos()?;
-        self.ropes.iter().map(|(theta, c, s)| Ok((*theta, c.index_select(&pos, 0)?, s.index_select(&pos, 0)?))).collect()
+        self.ropes.iter().map(|(key, c, s)| Ok((*key, c.index_select(&pos, 0)?, s.index_select(&pos, 0)?))).collect()
     }
 }
 
@@ -82,7 +84,7 @@ mod tests {
             let step = DeviceStep::new(cfg, &Device::Cpu).unwrap();
             for (id, pos) in [(7u32, 0usize), (100, 1), (3, 63), (511, cfg.context - 1)] {
                 step.write(id, pos).unwrap();
-                for (theta, cos, sin) in step.rope_rows().unwrap() {
+                for ((theta, _), cos, sin) in step.rope_rows().unwrap() {
                     let (c, s) = crate::model::block::rope_tables_from(pos, 1, cfg.head_dim, theta, &Device::Cpu).unwrap();
                     assert_eq!(cos.to_vec2::<f32>().unwrap(), c.to_vec2::<f32>().unwrap(), "{arch} position {pos}: cos row");
                     assert_eq!(sin.to_vec2::<f32>().unwrap(), s.to_vec2::<f32>().unwrap(), "{arch} position {pos}: sin row");

@@ -107,7 +107,7 @@ fn fused(dec: &Decoder, seqs: &[&[u32]], opts: &ForwardOptions, tw: &TrainWeight
             _ => (GateFn::None, None, 0, 0),
         };
         let span = blk.attn.span(t);
-        let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope(blk.attn.rope_theta), gate, window, sink, span };
+        let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope(&blk.attn), gate, window, sink, span };
         x = block::finish(blk, &x, &attn.forward(&qkv, g.as_ref())?, tb)?;
     }
     let logits = tw.lm_head.forward(&block::final_norm(&dec.final_norm, &x)?, tw.dtype)?;

@@ -1,0 +1,174 @@
+//! The families of 2025-26 against independent references (issue 49): tiny random-weight
+//! checkpoints made by transformers (tests/fixtures/hf_tiny: Llama 3.1's `llama3` RoPE scaling,
+//! YaRN, linear scaling, Mistral's sliding window, Qwen3, Gemma 3 text, Phi-3) matched to the
+//! logits transformers computed, and the GGUFs llama.cpp's own converter made from every tiny
+//! checkpoint (tests/fixtures/gguf_tiny) matched to the same logits: that checks each family's
+//! GGUF metadata keys and tensor names independently of our reading of them.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use candle_core::{DType, Device, Tensor};
+use focus_core::model::config::{Arch, RopeScaling};
+use focus_core::model::ForwardOptions;
+use focus_core::{Mode, Model};
+use std::path::{Path, PathBuf};
+
+const TOL: f32 = 1e-4;
+
+fn tiny(name: &str) -> PathBuf {
+    common::fixture("hf_tiny").join(name)
+}
+
+/// `input_ids` and `logits` (T x vocab) of a checkpoint's reference.safetensors.
+fn reference(name: &str) -> (Vec<u32>, Tensor) {
+    let r = candle_core::safetensors::load(tiny(name).join("reference.safetensors"), &Device::Cpu).unwrap();
+    let ids = r["input_ids"].to_dtype(DType::I64).unwrap().flatten_all().unwrap().to_vec1::<i64>().unwrap();
+    let ids: Vec<u32> = ids.into_iter().map(|i| u32::try_from(i).unwrap()).collect();
+    (ids, r["logits"].squeeze(0).unwrap())
+}
+
+fn logits(m: &Model, ids: &[u32]) -> Tensor {
+    m.decoder.forward(ids, &ForwardOptions::new(Mode::Dense, None)).unwrap().logits
+}
+
+fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+    assert_eq!(a.dims(), b.dims(), "shapes differ");
+    (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+}
+
+fn load(path: &Path) -> Model {
+    Model::load(path, &Device::Cpu).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// A copy of a tiny checkpoint with its config.json edited.
+fn with_config(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(tiny(name).join("model.safetensors"), tmp.path().join("model.safetensors")).unwrap();
+    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(tiny(name).join("config.json")).unwrap()).unwrap();
+    edit(&mut cfg);
+    std::fs::write(tmp.path().join("config.json"), serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    tmp
+}
+
+const NEW: [(&str, Arch); 7] = [
+    ("llama3", Arch::Llama),
+    ("yarn", Arch::Llama),
+    ("linear", Arch::Llama),
+    ("mistral", Arch::Llama),
+    ("qwen3", Arch::Qwen3),
+    ("gemma3", Arch::Gemma3),
+    ("phi3", Arch::Phi3),
+];
+
+#[test]
+fn each_family_matches_transformers() {
+    for (name, arch) in NEW {
+        let m = load(&tiny(name));
+        assert_eq!(m.config().arch, arch, "{name}");
+        let (ids, want) = reference(name);
+        let d = max_abs_diff(&logits(&m, &ids), &want);
+        eprintln!("{name}: max |ours - transformers| = {d:.2e}");
+        assert!(d <= TOL, "{name}: logits differ from transformers' by {d}");
+    }
+}
+
+/// What each checkpoint was read as: the scaling, the window on every layer (Mistral), Gemma 3's
+/// layer kinds with their bases.
+#[test]
+fn the_configs_read_as_transformers_reads_them() {
+    let c = load(&tiny("llama3")).config().clone();
+    assert_eq!(c.rope_scaling, Some(RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_context: 32 }));
+    assert_eq!(c.context, 128);
+    let c = load(&tiny("yarn")).config().clone();
+    // transformers: attention_factor = 0.1 ln(4) + 1, beta_fast 32, beta_slow 1.
+    let want = 0.1 * 4f64.ln() + 1.0;
+    assert!(matches!(c.rope_scaling, Some(RopeScaling::Yarn { factor, original_context: 32, beta_fast, beta_slow, attention_factor })
+        if factor == 4.0 && beta_fast == 32.0 && beta_slow == 1.0 && (attention_factor - want).abs() < 1e-12), "{:?}", c.rope_scaling);
+    assert_eq!(load(&tiny("linear")).config().rope_scaling, Some(RopeScaling::Linear { factor: 2.0 }));
+    // Mistral: the window on every layer, the context the model's own.
+    let c = load(&tiny("mistral")).config().clone();
+    assert_eq!(c.context, 128);
+    assert!((0..c.n_layers).all(|l| c.layer_attention(l).window == Some(8)));
+    // Gemma 3: five sliding layers on base 10000 unscaled, the sixth global on 1e6, scaled.
+    let c = load(&tiny("gemma3")).config().clone();
+    for l in 0..6 {
+        let a = c.layer_attention(l);
+        if l == 5 {
+            assert_eq!((a.window, a.rope_theta, a.rope_scaled), (None, Some(1e6), true));
+        } else {
+            assert_eq!((a.window, a.rope_theta, a.rope_scaled), (Some(8), Some(10000.0), false));
+        }
+    }
+    assert_eq!(c.rope_scaling, Some(RopeScaling::Linear { factor: 8.0 }));
+}
+
+/// The fixtures are sharp enough that what each one adds moves the logits far beyond TOL: the
+/// same weights read without the scaling, without the window, without QK-norm's weights (Qwen3
+/// as Llama) differ from transformers'.
+#[test]
+fn what_each_family_adds_matters() {
+    let plain = |c: &mut serde_json::Value| c["rope_parameters"] = serde_json::json!({"rope_type": "default", "rope_theta": 10000.0});
+    for name in ["llama3", "yarn", "linear"] {
+        let (ids, want) = reference(name);
+        let d = max_abs_diff(&logits(&load(with_config(name, plain).path()), &ids), &want);
+        assert!(d > 100.0 * TOL, "{name}: the scaling moves the logits by only {d}");
+    }
+    let (ids, want) = reference("mistral");
+    let m = load(with_config("mistral", |c| c["sliding_window"] = serde_json::Value::Null).path());
+    assert!(max_abs_diff(&logits(&m, &ids), &want) > 100.0 * TOL, "the window changes nothing");
+    // Up to the window the window is full attention: the first 8 positions agree.
+    assert!(max_abs_diff(&logits(&m, &ids).narrow(0, 0, 8).unwrap(), &want.narrow(0, 0, 8).unwrap()) <= TOL);
+    let (ids, want) = reference("gemma3");
+    let m = load(with_config("gemma3", |c| c["rope_parameters"]["full_attention"] = serde_json::json!({"rope_type": "default", "rope_theta": 1e6})).path());
+    assert!(max_abs_diff(&logits(&m, &ids), &want) > 100.0 * TOL, "Gemma 3's global scaling changes nothing");
+}
+
+/// The GGUFs llama.cpp's converter made from the tiny checkpoints (f32) give transformers'
+/// logits: every family's keys and tensor names as llama.cpp writes them.
+#[test]
+fn the_converters_ggufs_match_transformers() {
+    let dir = common::fixture("gguf_tiny");
+    let families = [
+        ("gpt2", Arch::Gpt2),
+        ("llama", Arch::Llama),
+        ("llama3", Arch::Llama),
+        ("yarn", Arch::Llama),
+        ("linear", Arch::Llama),
+        ("qwen2", Arch::Qwen2),
+        ("qwen3", Arch::Qwen3),
+        ("phi3", Arch::Phi3),
+        ("gemma2", Arch::Gemma2),
+        ("gemma3", Arch::Gemma3),
+        ("olmo2", Arch::Olmo2),
+    ];
+    for (name, arch) in families {
+        let m = load(&dir.join(format!("{name}.gguf")));
+        assert_eq!((m.format, m.config().arch), ("gguf", arch), "{name}");
+        let (ids, want) = reference(name);
+        let d = max_abs_diff(&logits(&m, &ids), &want);
+        eprintln!("{name}.gguf: max |ours - transformers| = {d:.2e}");
+        assert!(d <= TOL, "{name}.gguf: logits differ from transformers' by {d}");
+    }
+    // llama3's scaling comes as the rope_freqs tensor, the others as keys.
+    assert!(matches!(load(&dir.join("llama3.gguf")).config().rope_scaling, Some(RopeScaling::Divisors(ref d)) if d.len() == 8));
+    assert!(matches!(load(&dir.join("yarn.gguf")).config().rope_scaling, Some(RopeScaling::Yarn { original_context: 32, .. })));
+}
+
+/// RoPE types not implemented are refused with a message that names them and what is.
+#[test]
+fn unimplemented_rope_types_are_named() {
+    for ty in ["dynamic", "longrope"] {
+        let d = with_config("llama", |c| c["rope_parameters"] = serde_json::json!({"rope_type": ty, "rope_theta": 10000.0, "factor": 2.0}));
+        let e = Model::load(d.path(), &Device::Cpu).err().expect("refused").to_string();
+        assert!(e.contains(&format!("RoPE type \"{ty}\"")) && e.contains("supported: default, linear, llama3, yarn"), "{e}");
+    }
+    // A llama3 entry without its keys names the missing one.
+    let d = with_config("llama", |c| c["rope_parameters"] = serde_json::json!({"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0}));
+    let e = Model::load(d.path(), &Device::Cpu).err().expect("refused").to_string();
+    assert!(e.contains("low_freq_factor") && e.contains("missing"), "{e}");
+    // Scaling values that would give NaN tables are refused.
+    let d = with_config("llama", |c| c["rope_parameters"] = serde_json::json!({"rope_type": "linear", "rope_theta": 10000.0, "factor": 0.0}));
+    let e = Model::load(d.path(), &Device::Cpu).err().expect("refused").to_string();
+    assert!(e.contains("factor = 0"), "{e}");
+}
