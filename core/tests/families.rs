@@ -90,6 +90,11 @@ fn the_configs_read_as_transformers_reads_them() {
     let c = load(&tiny("mistral")).config().clone();
     assert_eq!(c.context, 128);
     assert!((0..c.n_layers).all(|l| c.layer_attention(l).window == Some(8)));
+    // A window and a scaling together: every layer's RoPE is scaled (only a sliding layer with
+    // its own base, Gemma 3's, is not).
+    let d = with_config("mistral", |c| c["rope_parameters"] = serde_json::json!({"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}));
+    let c = load(d.path()).config().clone();
+    assert!((0..c.n_layers).all(|l| c.layer_attention(l).rope_scaled && c.layer_attention(l).window == Some(8)));
     // Gemma 3: five sliding layers on base 10000 unscaled, the sixth global on 1e6, scaled.
     let c = load(&tiny("gemma3")).config().clone();
     for l in 0..6 {

@@ -241,7 +241,10 @@ impl ModelConfig {
             Some(s) if self.is_sliding(l) => (Some(s.window), s.rope_theta.or(global_theta)),
             _ => (None, global_theta),
         };
-        let rope_scaled = window.is_none() && rope_theta.is_some() && self.rope_scaling.is_some();
+        // The scaling stretches every layer's RoPE but a sliding layer's own base (Gemma 3's
+        // local layers, as transformers and llama.cpp do); a window alone (Mistral) keeps it.
+        let own_base = self.is_sliding(l) && self.sliding.as_ref().is_some_and(|s| s.rope_theta.is_some());
+        let rope_scaled = !own_base && rope_theta.is_some() && self.rope_scaling.is_some();
         LayerAttention { rope_theta, rope_scaled, window, softcap: self.attn_softcap, scale: self.attn_scale }
     }
 
