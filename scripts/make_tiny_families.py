@@ -19,6 +19,8 @@ hidden 64, 4 heads / 2 KV heads, head dim 16, max positions 128, 2 to 4 layers.
            their own RoPE base, a global one with linear scaling (factor 8), QK-norm;
            query_pre_attn_scalar = head_dim, as in every Gemma 3 but the 27B (llama.cpp takes the
            scale from the layer count, not from the file: src/models/gemma3.cpp)
+  gemma3_mm  the multimodal Gemma 3 (model_type gemma3): 2 text layers nested in text_config,
+           under language_model., beside a tiny vision tower
   phi3     Phi-3 (fused qkv_proj and gate_up_proj)
 
 GGUFs (--gguf): each checkpoint of OUT_DIR/hf_tiny (the new ones and the existing gpt2, llama,
@@ -57,7 +59,7 @@ def make(out, name, cfg, cls):
             # With QK-norm the projections' scale is normalised away: the norms' weights carry
             # it (Gemma stores w of 1 + w).
             if n.endswith(("q_norm.weight", "k_norm.weight")):
-                if cfg.model_type == "gemma3_text":
+                if cfg.model_type.startswith("gemma3"):
                     p.add_(3.0)
                 else:
                     p.mul_(4.0)
@@ -98,6 +100,17 @@ def checkpoints(out):
                                       hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True)
     c._attn_implementation = "eager"
     make(out, "gemma3", c, transformers.Gemma3ForCausalLM)
+    # The multimodal Gemma 3 (model_type gemma3): the decoder's config nested in text_config,
+    # its weights under language_model., a tiny SigLIP tower beside them that text-only input
+    # does not use (the image token id lies outside the vocabulary, as Gemma 3's does).
+    tc = dict(common, num_hidden_layers=2, intermediate_size=96, sliding_window=8, query_pre_attn_scalar=16,
+              layer_types=["sliding_attention", "full_attention"], hidden_activation="gelu_pytorch_tanh")
+    vc = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14)
+    c = transformers.Gemma3Config(text_config=tc, vision_config=vc, mm_tokens_per_image=4, image_token_index=600,
+                                  boi_token_index=509, eoi_token_index=510, tie_word_embeddings=True)
+    c._attn_implementation = "eager"
+    c.text_config._attn_implementation = "eager"
+    make(out, "gemma3_mm", c, transformers.Gemma3ForConditionalGeneration)
     p3 = {k: v for k, v in common.items() if k != "head_dim"}
     c = transformers.Phi3Config(**p3, rms_norm_eps=1e-5, tie_word_embeddings=False, sliding_window=None,
                                 pad_token_id=0, bos_token_id=1, eos_token_id=2, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})

@@ -1,8 +1,8 @@
 //! The families of 2025-26 against independent references (issue 49): tiny random-weight
 //! checkpoints made by transformers (tests/fixtures/hf_tiny: Llama 3.1's `llama3` RoPE scaling,
-//! YaRN, linear scaling, Mistral's sliding window, Qwen3, Gemma 3 text, Phi-3) matched to the
-//! logits transformers computed, and the GGUFs llama.cpp's own converter made from every tiny
-//! checkpoint (tests/fixtures/gguf_tiny) matched to the same logits: that checks each family's
+//! YaRN, linear scaling, Mistral's sliding window, Qwen3, Gemma 3 text and multimodal, Phi-3)
+//! matched to the logits transformers computed, and the GGUFs llama.cpp's own converter made
+//! from every tiny checkpoint (tests/fixtures/gguf_tiny) matched to the same logits: that checks each family's
 //! GGUF metadata keys and tensor names independently of our reading of them.
 
 #[path = "../../tests/common/mod.rs"]
@@ -51,13 +51,14 @@ fn with_config(name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> tempfil
     tmp
 }
 
-const NEW: [(&str, Arch); 7] = [
+const NEW: [(&str, Arch); 8] = [
     ("llama3", Arch::Llama),
     ("yarn", Arch::Llama),
     ("linear", Arch::Llama),
     ("mistral", Arch::Llama),
     ("qwen3", Arch::Qwen3),
     ("gemma3", Arch::Gemma3),
+    ("gemma3_mm", Arch::Gemma3),
     ("phi3", Arch::Phi3),
 ];
 

@@ -500,7 +500,9 @@ pub const FAMILIES: &[Family] = &[
             local_rope_base: Some(10000.0),
             // EmbeddingGemma's bidirectional attention is not a causal decoder's.
             fixed_flags: &[("use_bidirectional_attention", false, "bidirectional attention")],
-            names: HF_GEMMA_NAMES,
+            // The multimodal `gemma3` checkpoint's decoder is under `language_model.`
+            // (`HfConfig::open` reads its `text_config`).
+            names: Names { optional_prefix: Some("language_model."), ..HF_GEMMA_NAMES },
         }),
         gguf: Some(GgufFamily {
             arch: "gemma3",

@@ -17,8 +17,26 @@ impl HfConfig {
         if !json.is_object() {
             return Err(Error::bad_file(path, "config.json is not a JSON object"));
         }
-        Ok(HfConfig { path: path.to_path_buf(), json })
+        Ok(HfConfig { path: path.to_path_buf(), json: Self::language_model(json) })
     }
+    /// A multimodal checkpoint's language model: Gemma 3's `gemma3` config nests the decoder's
+    /// in `text_config` (model_type `gemma3_text`), and its weights sit under `language_model.`
+    /// (the family's optional prefix); the vision tower is not read.
+    fn language_model(json: Value) -> Value {
+        let nested = json.get("model_type").and_then(Value::as_str) == Some("gemma3") && json.get("text_config").is_some_and(Value::is_object);
+        if !nested {
+            return json;
+        }
+        let mut text = json["text_config"].clone();
+        if let Some(t) = text.as_object_mut() {
+            t.entry("model_type").or_insert_with(|| Value::from("gemma3_text"));
+            if let Some(tie) = json.get("tie_word_embeddings") {
+                t.entry("tie_word_embeddings").or_insert_with(|| tie.clone());
+            }
+        }
+        text
+    }
+
     pub fn err(&self, key: &str, what: &str) -> Error {
         Error::bad_file(&self.path, format!("key {key:?}: {what}"))
     }
