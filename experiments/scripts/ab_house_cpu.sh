@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 27's CPU A/B: the release binaries before the house's second step (59b4e85, built in a
-# worktree at that commit) and after it, alternated ROUNDS times on this machine: bench forward
+# The house's CPU A/B (issue 27: 59b4e85 vs its successor; issue 48: 13d0139 vs the crate split):
+# two release binaries, old and new, alternated ROUNDS times on this machine: bench forward
 # (prefill tokens/s, dense and top-k), bench attention (K=8, k=1 and 2, 4096 tokens), bench decode
 # (context 1024 and 4096, dense and top-k tokens/s) and a CPU training step (focus-lens train, 4
 # steps of 1 x 512 tokens; the seconds a step from its own log). Other builds on the machine are
@@ -14,6 +14,9 @@ freeze() { for p in $(pgrep -f 'cargo|rustc|/target/|cc1|collect2|/ld|nvcc|Xvfb'
 sleep 2
 cd "$(dirname "$0")/../.."
 C=~/.cache/focus-lens/corpus
+# The training text: the corpus (scripts/fetch_corpus.py), else the Persuasion fixture for both.
+TRAIN=$C/train/austen__emma.txt; HELD=$C/heldout/austen__persuasion.txt
+[ -e $TRAIN ] || { TRAIN=tests/fixtures/ppl_persuasion_60k.txt; HELD=$TRAIN; }
 for r in $(seq 1 $ROUNDS); do for b in old new; do
   bin=$OLD; [ $b = new ] && bin=$NEW
   if [ "${ONLY:-}" != decode ]; then
@@ -31,7 +34,7 @@ for r in (d['rows'] if isinstance(d,dict) else d):
   [ "${ONLY:-}" = decode ] && continue
   rm -rf /tmp/ab/train_$b
   t0=$(date +%s.%N)
-  $bin train --data $C/train/austen__emma.txt --heldout $C/heldout/austen__persuasion.txt --out /tmp/ab/train_$b --steps 4 --seq-len 512 --batch 1 --eval-every 4 --eval-seqs 1 >/dev/null 2>&1
+  $bin train --data $TRAIN --heldout $HELD --out /tmp/ab/train_$b --steps 4 --seq-len 512 --batch 1 --eval-every 4 --eval-seqs 1 >/dev/null 2>&1
   echo "$r $b train 4 steps x 512 tokens (whole command: load, 4 steps, one evaluation of 1 window) s $(python3 -c "print(round($(date +%s.%N)-$t0,2))")"
 done; done
 touch /tmp/ab/thaw; wait $fl
