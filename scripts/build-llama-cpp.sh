@@ -11,7 +11,7 @@
 # Usage: scripts/build-llama-cpp.sh [DEST]
 #   DEST (or $LLAMA_CPP_DIR) defaults to ~/.cache/focus-lens/llama.cpp. Afterwards:
 #   DEST/src       the llama.cpp source (convert_hf_to_gguf.py, gguf-py/)
-#   DEST/bin       llama-quantize, llama-bench, llama-perplexity, llama-tokenize, llama-cli ...
+#   DEST/bin       llama-quantize, llama-bench, llama-perplexity, llama-tokenize
 #   DEST/lib       libllama and libggml*
 #   DEST/READY     written last: the version built and the time
 # Environment: LLAMA_CPP_PYTHON_VERSION (default below), JOBS (default 2).
@@ -47,11 +47,11 @@ cmake -S "$DEST/src" -B "$DEST/build" -DCMAKE_BUILD_TYPE=Release \
   -DBUILD_SHARED_LIBS=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF \
   -DCMAKE_INSTALL_PREFIX="$DEST" -DCMAKE_INSTALL_RPATH="$DEST/lib" >/dev/null
 cmake --build "$DEST/build" -j "$JOBS" --target \
-  llama-quantize llama-bench llama-perplexity llama-tokenize llama-cli llama
+  llama-quantize llama-bench llama-perplexity llama-tokenize llama
 cmake --install "$DEST/build" >/dev/null 2>&1 || true
 # `install` skips targets that were not built; copy the ones asked for by hand as well.
 mkdir -p "$DEST/bin" "$DEST/lib"
-for t in llama-quantize llama-bench llama-perplexity llama-tokenize llama-cli; do
+for t in llama-quantize llama-bench llama-perplexity llama-tokenize; do
   cp -f "$DEST/build/bin/$t" "$DEST/bin/" 2>/dev/null || true
 done
 find "$DEST/build" -name 'lib*.so*' -exec cp -Pf {} "$DEST/lib/" \;
