@@ -14,6 +14,9 @@
 #   DEST/bin       llama-quantize, llama-bench, llama-perplexity, llama-tokenize
 #   DEST/lib       libllama and libggml*
 #   DEST/READY     written last: the version built and the time
+# In this project's container (Xeon with AVX-512, AMX advertised) the tools built so crash
+# (SIGILL / SIGSEGV) in ggml's weight-repacking CPU path: run llama-bench with `--repack 0`
+# (other tools: `--no-repack`). Dense products are unaffected.
 # Environment: LLAMA_CPP_PYTHON_VERSION (default below), JOBS (default 2).
 # Needs: python3 with pip, a C/C++ compiler, cmake (installed with apt-get if missing).
 set -euo pipefail
