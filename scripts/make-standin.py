@@ -167,12 +167,12 @@ def read_tokenizer(path: Path, vocab: int) -> list[tuple[str, object, object]]:
     return padded
 
 
-def write_gguf(s: dict, qname: str, tok_from: Path, out: Path, seed: int) -> None:
+def write_gguf(s: dict, qname: str, tok_from: Path, out: Path, seed: int, final_type: str | None = None) -> None:
     qt, ftype = NUMPY_TYPES[qname]
     rng = np.random.default_rng(seed)
     t0 = time.time()
     w = gguf.GGUFWriter(str(out), "llama")
-    w.add_name(f"standin-{s['name']} (random weights, {qname})")
+    w.add_name(f"standin-{s['name']} (random weights, {final_type or qname})")
     w.add_file_type(ftype)
     w.add_context_length(s["context"])
     w.add_embedding_length(s["d_model"])
@@ -210,7 +210,7 @@ def write_gguf(s: dict, qname: str, tok_from: Path, out: Path, seed: int) -> Non
 def write_q4_k_m(s: dict, tok_from: Path, out: Path, seed: int, quantize_bin: str, threads: int) -> None:
     tmp = out.with_name(out.name + ".q8_0.tmp.gguf")
     try:
-        write_gguf(s, "Q8_0", tok_from, tmp, seed)
+        write_gguf(s, "Q8_0", tok_from, tmp, seed, final_type="Q4_K_M")
         t0 = time.time()
         cmd = [quantize_bin, "--allow-requantize", str(tmp), str(out), "Q4_K_M", str(threads)]
         env = dict(os.environ)
