@@ -56,6 +56,16 @@ pub fn run(a: Args) -> Result<()> {
         bail!("--out must end in .json or .csv, got {}", a.out.display());
     }
     let text = focus_core::io::text::read_text(&a.file)?;
+    // Refused before anything is loaded when it will not fit (the header's tokenizer counts the text).
+    a.model.check_memory("analyze", |h| {
+        let n = match &h.tokenizer {
+            Some(t) => t.encode(&text, false)?.ids.len(),
+            None => text.len(),
+        };
+        let copies = if a.no_twin { 1 } else { 2 };
+        let seg = a.segment.min(h.config.context);
+        Ok(super::common::analysis_workload(a.focus.adapter.as_deref(), n, seg, copies, a.focus.mode == focus_core::ModeKind::Soft, 0)?.0)
+    })?;
     let model = a.model.load()?;
     if let Some(l) = a.layer {
         let n = model.config().n_layers;

@@ -4,6 +4,7 @@ use anyhow::{bail, Context, Result};
 use candle_core::Device;
 use clap::Args as ClapArgs;
 use focus_core::focus::mask::TopK;
+use focus_core::model::memory::{self, Available, Estimate, ModelHeader, RoutingKept, Workload};
 use focus_core::{Adapter, Mode, ModeKind, Model};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -86,8 +87,9 @@ impl ModelArgs {
             other => bail!("unknown device {other:?} (cpu or cuda)"),
         }
     }
-    pub fn load(&self) -> Result<Model> {
-        let path = match &self.model {
+    /// The model's path: `--model`, or the default model when it has been fetched.
+    pub fn path(&self) -> Result<PathBuf> {
+        Ok(match &self.model {
             Some(p) => p.clone(),
             None => {
                 let p = crate::defaults::default_model_path();
@@ -96,9 +98,52 @@ impl ModelArgs {
                 }
                 p
             }
-        };
-        Ok(Model::load(&path, &self.device()?)?)
+        })
     }
+
+    pub fn load(&self) -> Result<Model> {
+        Ok(Model::load(&self.path()?, &self.device()?)?)
+    }
+
+    /// Refuses, before anything is loaded, a CPU run whose memory estimate (`memory`) exceeds
+    /// what is available, naming both figures; `workload` gets the model's header (its
+    /// tokenizer counts a text's tokens). Runs on a GPU are not checked here: their weights
+    /// and activations live in device memory.
+    pub fn check_memory(&self, what: &str, workload: impl FnOnce(&ModelHeader) -> Result<Workload>) -> Result<()> {
+        if self.device != "cpu" {
+            return Ok(());
+        }
+        let h = ModelHeader::open(&self.path()?)?;
+        let w = workload(&h)?;
+        memory::check_fits(what, &h.estimate(&w), memory::available().as_ref())?;
+        Ok(())
+    }
+}
+
+/// The workload of an analysis of `tokens` tokens in segments of `segment`, keeping
+/// `kept_pass_bytes` of passes: the routing of `adapter` (its groups and d_g), else of the
+/// shipped adapters' shape (8 groups, d_g 16), in `copies` analyses (the CLI's `analyze` also
+/// analyses the untrained twin). Also says what it is, for a table's title.
+pub fn analysis_workload(adapter: Option<&Path>, tokens: usize, segment: usize, copies: usize, soft: bool, kept_pass_bytes: u64) -> Result<(Workload, String)> {
+    let routing = match adapter {
+        Some(p) => RoutingKept::of_adapter(p, tokens, copies).with_context(|| format!("adapter {}", p.display()))?,
+        None => RoutingKept::shipped(tokens, copies),
+    };
+    let what = format!("analyze over {tokens} tokens ({} groups, d_g {}, segments of {segment})", routing.groups, routing.d_g);
+    Ok((Workload::analysis(tokens, segment, soft, routing, kept_pass_bytes), what))
+}
+
+/// The estimate as a table, with the memory available.
+pub fn memory_table(e: &Estimate, avail: Option<&Available>) -> Result<()> {
+    for (name, bytes, note) in e.rows() {
+        crate::outln!("  {name:<12} {:>10}  {note}", memory::human(bytes))?;
+    }
+    crate::outln!("  {:<12} {:>10}", "total", memory::human(e.total()))?;
+    match avail {
+        Some(a) => crate::outln!("  {:<12} {:>10}  {}{}", "available", memory::human(a.bytes), a.source, if e.total() > a.bytes { ": does not fit" } else { "" })?,
+        None => crate::outln!("  available    unknown")?,
+    }
+    Ok(())
 }
 
 /// `--mode`: one of core's `ModeKind` names.

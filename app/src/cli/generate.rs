@@ -51,6 +51,10 @@ pub fn run(a: Args) -> Result<()> {
         (None, Some(f)) => focus_core::io::text::read_text(f)?,
         (None, None) => unreachable!("clap requires --prompt or --file"),
     };
+    // The prompt's tokens are at most its bytes, plus a chat template's few.
+    let soft = a.focus.mode == focus_core::ModeKind::Soft;
+    let prompt_bound = text.len() + if a.chat { 256 } else { 1 };
+    a.model.check_memory(&format!("generate {} tokens", a.max_tokens), |_| Ok(focus_core::model::memory::Workload::generation(prompt_bound, a.max_tokens, soft)))?;
     let model = a.model.load()?;
     let (adapter, mode) = a.focus.load(&model)?;
     if mode != focus_core::Mode::Dense && adapter.is_none() {

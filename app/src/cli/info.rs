@@ -1,19 +1,32 @@
-//! `info`: what a model file holds (architecture, shape, tokenizer, fingerprint), as text or JSON.
+//! `info`: what a model file holds (architecture, shape, tokenizer, fingerprint) and what an
+//! analysis of N tokens will need in memory beside what is available, as text or JSON. Reads
+//! the header only (no weight), so it answers for models too large to open.
 
-use super::common::{print_json, ModelArgs};
+use super::common::{memory_table, print_json, ModelArgs};
 use anyhow::Result;
+use focus_core::model::memory::{self, ModelHeader};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// The model (.gguf file or Hugging Face directory); default: SmolLM2-135M.
     pub model: Option<std::path::PathBuf>,
+    /// The memory estimate is for `analyze` over this many tokens.
+    #[arg(long, default_value_t = focus_core::analysis::DEFAULT_SEGMENT, value_parser = super::common::count::<1, 16777216>)]
+    pub tokens: usize,
+    /// The adapter whose routing the analysis keeps (its groups and d_g); default: the shipped
+    /// adapters' shape (8 groups, d_g 16).
+    #[arg(long)]
+    pub adapter: Option<std::path::PathBuf>,
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let m = ModelArgs { model: a.model, device: "cpu".into() }.load()?;
-    let c = m.config();
+    let m = ModelHeader::open(&ModelArgs { model: a.model, device: "cpu".into() }.path()?)?;
+    let c = &m.config;
+    let (workload, what) = super::common::analysis_workload(a.adapter.as_deref(), a.tokens, a.tokens.min(focus_core::analysis::DEFAULT_SEGMENT), 2, false, 0)?;
+    let est = m.estimate(&workload);
+    let avail = memory::available();
     if a.json {
         let tok = m.tokenizer.as_ref();
         let layers: Vec<serde_json::Value> = (0..c.n_layers)
@@ -26,6 +39,8 @@ pub fn run(a: Args) -> Result<()> {
             "path": m.path, "format": m.format, "config": c, "fingerprint": m.fingerprint,
             "tokenizer_vocab": tok.map(|t| t.vocab_size()), "add_bos": tok.map(|t| t.add_bos()),
             "layers": layers,
+            "file_bytes": m.file_bytes,
+            "memory": {"tokens": a.tokens, "workload": what, "estimate": est, "total": est.total(), "available": avail.as_ref().map(|x| x.bytes), "available_source": avail.as_ref().map(|x| x.source.clone())},
         }));
     }
     crate::outln!("path        {}", m.path.display())?;
@@ -76,5 +91,8 @@ pub fn run(a: Args) -> Result<()> {
         Some(t) => crate::outln!("tokenizer   {} tokens, add_bos {}", t.vocab_size(), t.add_bos())?,
         None => crate::outln!("tokenizer   none")?,
     }
+    crate::outln!("file        {}", memory::human(m.file_bytes))?;
+    crate::outln!("memory      {what}:")?;
+    memory_table(&est, avail.as_ref())?;
     Ok(())
 }

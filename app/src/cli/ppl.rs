@@ -26,6 +26,8 @@ pub fn run(a: Args) -> Result<()> {
     if text.ends_with('\n') {
         text.pop();
     }
+    let soft = a.focus.mode == focus_core::ModeKind::Soft;
+    a.model.check_memory(&format!("ppl in chunks of {} tokens", a.ctx), |_| Ok(focus_core::model::memory::Workload::perplexity(a.ctx, soft)))?;
     let model = a.model.load()?;
     let (adapter, mode) = a.focus.load(&model)?;
     let ids = model.tokenizer()?.encode(&text, false)?.ids;

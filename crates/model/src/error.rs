@@ -42,6 +42,11 @@ pub enum Error {
     #[error("cancelled")]
     Cancelled,
 
+    /// A run refused before it starts because its memory estimate exceeds what is available
+    /// (`model::memory::check_fits`); the text names both figures.
+    #[error("not enough memory: {0}")]
+    OutOfMemory(String),
+
     #[error("tokenizer: {0}")]
     Tokenizer(String),
 

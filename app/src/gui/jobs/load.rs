@@ -5,6 +5,8 @@ use super::error::JobError;
 use super::msg::Msg;
 use crate::gui::state::{DeviceChoice, MAX_TEXT_BYTES};
 use crate::gui::worker::Handle;
+use focus_core::analysis::DEFAULT_SEGMENT;
+use focus_core::model::memory::{self, ModelHeader, RoutingKept, Workload};
 use focus_core::{Adapter, Model};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,6 +25,15 @@ pub fn load_model(path: Option<PathBuf>, device: DeviceChoice, h: &Handle) -> Ms
             }
         };
         let dev = device.device()?;
+        // Refused before any weight is read when an analysis would not fit in memory (CPU
+        // only: on a GPU the weights live in device memory).
+        if dev.is_cpu() {
+            let h = ModelHeader::open(&p)?;
+            let routing = RoutingKept::shipped(DEFAULT_SEGMENT, 1);
+            let w = Workload::analysis(DEFAULT_SEGMENT, DEFAULT_SEGMENT, false, routing, super::KEEP_BYTES as u64);
+            let what = format!("{} with an analysis of {DEFAULT_SEGMENT} tokens", p.display());
+            memory::check_fits(&what, &h.estimate(&w), memory::available().as_ref())?;
+        }
         Ok(Arc::new(Model::load(&p, &dev)?))
     })();
     Msg::Model(r, path, device)

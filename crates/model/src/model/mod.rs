@@ -3,7 +3,8 @@
 //! `gguf` (the two file formats), `weights` (tensors from either), `hub` (repo ids in the local
 //! cache), `tokenizer`, `decoder` (the layer loop of every pass), `block` (one transformer
 //! block), `step` and `fused` (a generation step's forward, and its fused form on a GPU),
-//! `matvec` / `qmatvec` (one-row products, plain and over GGUF blocks).
+//! `matvec` / `qmatvec` (one-row products, plain and over GGUF blocks), `memory` (what a run
+//! will need, from the header alone, and what is available).
 
 pub mod block;
 pub mod config;
@@ -15,6 +16,7 @@ pub mod hf;
 pub mod hub;
 pub mod load;
 pub mod matvec;
+pub mod memory;
 pub mod qmatvec;
 pub mod step;
 pub mod tokenizer;
