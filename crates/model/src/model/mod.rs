@@ -3,8 +3,10 @@
 //! `gguf` (the two file formats), `weights` (tensors from either), `hub` (repo ids in the local
 //! cache), `tokenizer`, `decoder` (the layer loop of every pass), `block` (one transformer
 //! block), `step` and `fused` (a generation step's forward, and its fused form on a GPU),
-//! `matvec` / `qmatvec` (one-row products, plain and over GGUF blocks), `memory` (what a run
-//! will need, from the header alone, and what is available).
+//! `matvec` / `qmatvec` (one-row products, plain and over GGUF blocks of every storage type,
+//! which `qmatvec` dequantizes), `qmatmul` (many rows times GGUF blocks: the prefill's product;
+//! `qmatmul_int8` the integer route it was measured against), `memory` (what a run will need,
+//! from the header alone, and what is available).
 
 pub mod block;
 pub mod config;
@@ -17,6 +19,8 @@ pub mod hub;
 pub mod load;
 pub mod matvec;
 pub mod memory;
+pub mod qmatmul;
+pub mod qmatmul_int8;
 pub mod qmatvec;
 pub mod step;
 pub mod tokenizer;

@@ -13,38 +13,68 @@ use half::f16;
 use multiversion::multiversion;
 use rayon::prelude::*;
 
-/// The quantized types the kernel reads (those of our GGUF models: SmolLM2 Q4_1 + Q8_0;
-/// Qwen2.5 / Gemma 3 Q4_K_M: Q4_K, Q6_K, Q5_0, Q8_0).
+/// The GGUF storage types a weight may keep (every one `qmatmul` multiplies; the one-row
+/// kernels below read those of our GGUF models: SmolLM2 Q4_1 + Q8_0; Qwen2.5 / Gemma 3
+/// Q4_K_M: Q4_K, Q6_K, Q5_0, Q8_0, and the rest go through `qmatmul`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QType {
+    Q4_0,
     Q4_1,
     Q5_0,
+    Q5_1,
     Q8_0,
+    Q2K,
+    Q3K,
     Q4K,
+    Q5K,
     Q6K,
+    F16,
+    BF16,
+    F32,
 }
 
 impl QType {
+    /// `None` for a type no weight is stored in (Q8_1, Q8_K are activation formats).
     pub fn of(dtype: GgmlDType) -> Option<QType> {
         Some(match dtype {
+            GgmlDType::Q4_0 => QType::Q4_0,
             GgmlDType::Q4_1 => QType::Q4_1,
             GgmlDType::Q5_0 => QType::Q5_0,
+            GgmlDType::Q5_1 => QType::Q5_1,
             GgmlDType::Q8_0 => QType::Q8_0,
+            GgmlDType::Q2K => QType::Q2K,
+            GgmlDType::Q3K => QType::Q3K,
             GgmlDType::Q4K => QType::Q4K,
+            GgmlDType::Q5K => QType::Q5K,
             GgmlDType::Q6K => QType::Q6K,
-            _ => return None,
+            GgmlDType::F16 => QType::F16,
+            GgmlDType::BF16 => QType::BF16,
+            GgmlDType::F32 => QType::F32,
+            GgmlDType::Q8_1 | GgmlDType::Q8K => return None,
         })
     }
 
     /// (elements, bytes) of one block.
     pub fn block(self) -> (usize, usize) {
         match self {
+            QType::Q4_0 => (32, 18),
             QType::Q4_1 => (32, 20),
             QType::Q5_0 => (32, 22),
+            QType::Q5_1 => (32, 24),
             QType::Q8_0 => (32, 34),
+            QType::Q2K => (256, 84),
+            QType::Q3K => (256, 110),
             QType::Q4K => (256, 144),
+            QType::Q5K => (256, 176),
             QType::Q6K => (256, 210),
+            QType::F16 | QType::BF16 => (1, 2),
+            QType::F32 => (1, 4),
         }
+    }
+
+    /// Whether the one-row kernels below read this type (else `times` goes through `qmatmul`).
+    fn has_row_kernel(self) -> bool {
+        matches!(self, QType::Q4_1 | QType::Q5_0 | QType::Q8_0 | QType::Q4K | QType::Q6K)
     }
 }
 
@@ -64,7 +94,7 @@ impl std::fmt::Debug for QMatrix {
 }
 
 impl QMatrix {
-    /// `None` when the type has no kernel or the bytes do not make (rows, cols).
+    /// `None` when the type is not a storage type or the bytes do not make (rows, cols).
     pub fn new(dtype: GgmlDType, raw: &[u8], rows: usize, cols: usize) -> Option<QMatrix> {
         let ty = QType::of(dtype)?;
         let (be, bb) = ty.block();
@@ -75,9 +105,22 @@ impl QMatrix {
         self.data.len()
     }
 
+    /// The blocks, row after row.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.cols / self.ty.block().0 * self.ty.block().1
+    }
+
     /// y = W x (x: cols, y: rows), over row chunks in parallel.
     pub fn times(&self, x: &[f32], y: &mut [f32]) {
         assert!(x.len() == self.cols && y.len() == self.rows, "QMatrix {self:?} times {} into {}", x.len(), y.len());
+        if !self.ty.has_row_kernel() {
+            return super::qmatmul::matmul(self, x, 1, y);
+        }
         let rb = self.cols / self.ty.block().0 * self.ty.block().1;
         // About 64 KiB of weights per task: enough tasks to balance, few enough to cost little.
         let per = (65536 / rb).clamp(1, self.rows);
@@ -120,6 +163,7 @@ fn rows_dot_with<const F16C: bool>(ty: QType, data: &[u8], rb: usize, x: &[f32],
             QType::Q8_0 => dot_blocks::<32, 34>(w, x, q8_0::<F16C>),
             QType::Q4K => dot_blocks::<256, 144>(w, x, q4k::<F16C>),
             QType::Q6K => dot_blocks::<256, 210>(w, x, q6k::<F16C>),
+            _ => unreachable!("{ty:?} has no one-row kernel (QMatrix::times sends it to qmatmul)"),
         };
     }
 }
@@ -172,7 +216,7 @@ fn fma_into<const E: usize>(acc: &mut [[f32; 32]; 4], first: usize, w: &[f32; E]
 /// The f16 at byte `at`. half's own conversion checks the CPU on every call, which costs more
 /// than the rest of a block's dequantization; with `F16C` it is one instruction.
 #[inline(always)]
-fn f16_at<const F16C: bool>(b: &[u8], at: usize) -> f32 {
+pub(super) fn f16_at<const F16C: bool>(b: &[u8], at: usize) -> f32 {
     let bits = u16::from_le_bytes([b[at], b[at + 1]]);
     #[cfg(target_arch = "x86_64")]
     if F16C {
@@ -186,7 +230,7 @@ fn f16_at<const F16C: bool>(b: &[u8], at: usize) -> f32 {
 
 /// d, m, 16 bytes of nibbles: low nibbles are elements 0..16, high 16..32; w = q * d + m.
 #[inline(always)]
-fn q4_1<const F16C: bool>(b: &[u8; 20], w: &mut [f32; 32]) {
+pub(super) fn q4_1<const F16C: bool>(b: &[u8; 20], w: &mut [f32; 32]) {
     let (d, m) = (f16_at::<F16C>(b, 0), f16_at::<F16C>(b, 2));
     for j in 0..16 {
         w[j] = ((b[4 + j] & 15) as f32).mul_add(d, m);
@@ -196,7 +240,7 @@ fn q4_1<const F16C: bool>(b: &[u8; 20], w: &mut [f32; 32]) {
 
 /// d, 32 high bits, 16 bytes of nibbles; w = (q - 16) * d.
 #[inline(always)]
-fn q5_0<const F16C: bool>(b: &[u8; 22], w: &mut [f32; 32]) {
+pub(super) fn q5_0<const F16C: bool>(b: &[u8; 22], w: &mut [f32; 32]) {
     let d = f16_at::<F16C>(b, 0);
     let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
     for j in 0..16 {
@@ -209,7 +253,7 @@ fn q5_0<const F16C: bool>(b: &[u8; 22], w: &mut [f32; 32]) {
 
 /// d, 32 signed bytes; w = q * d.
 #[inline(always)]
-fn q8_0<const F16C: bool>(b: &[u8; 34], w: &mut [f32; 32]) {
+pub(super) fn q8_0<const F16C: bool>(b: &[u8; 34], w: &mut [f32; 32]) {
     let d = f16_at::<F16C>(b, 0);
     for j in 0..32 {
         w[j] = (b[2 + j] as i8) as f32 * d;
@@ -219,7 +263,7 @@ fn q8_0<const F16C: bool>(b: &[u8; 34], w: &mut [f32; 32]) {
 /// d, dmin, 12 bytes of eight 6-bit (scale, min) pairs, 128 bytes of nibbles: 64-element
 /// chunks whose first 32 are the low nibbles; w = d * scale * q - dmin * min.
 #[inline(always)]
-fn q4k<const F16C: bool>(b: &[u8; 144], w: &mut [f32; 256]) {
+pub(super) fn q4k<const F16C: bool>(b: &[u8; 144], w: &mut [f32; 256]) {
     let (d, dmin) = (f16_at::<F16C>(b, 0), f16_at::<F16C>(b, 2));
     for c in 0..4 {
         let q = &b[16 + 32 * c..16 + 32 * c + 32];
@@ -246,7 +290,7 @@ fn scale_min_k4(j: usize, sc: &[u8]) -> (u8, u8) {
 /// 128 bytes of low nibbles, 64 of 2-bit highs, 16 signed scales, d: two 128-element halves;
 /// w = d * scale * (q - 32), as candle rounds it: (d * scale) * q.
 #[inline(always)]
-fn q6k<const F16C: bool>(b: &[u8; 210], w: &mut [f32; 256]) {
+pub(super) fn q6k<const F16C: bool>(b: &[u8; 210], w: &mut [f32; 256]) {
     let d = f16_at::<F16C>(b, 208);
     for n in 0..2 {
         let (ql, qh) = (&b[64 * n..64 * n + 64], &b[128 + 32 * n..128 + 32 * n + 32]);
@@ -297,6 +341,7 @@ mod avx512 {
                 QType::Q8_0 => q8_0(w, nb, x),
                 QType::Q4K => q4k(w, nb, x),
                 QType::Q6K => q6k(w, nb, x),
+                _ => unreachable!("{ty:?} has no one-row kernel (QMatrix::times sends it to qmatmul)"),
             };
         }
     }
@@ -429,31 +474,13 @@ mod avx512 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::quantized::ggml_file::qtensor_from_ggml;
-    use candle_core::Device;
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
     const TYPES: [GgmlDType; 5] = [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K];
 
-    /// Random blocks: random bytes, with each f16 scale a random finite value (random bits
-    /// could be NaN), and candle's dequantization of them.
+    /// Random blocks and candle's dequantization of them (`qmatmul`'s test helper).
     fn random(dtype: GgmlDType, rows: usize, cols: usize, rng: &mut StdRng) -> (Vec<u8>, Vec<f32>) {
-        let ty = QType::of(dtype).unwrap();
-        let (be, bb) = ty.block();
-        let mut raw: Vec<u8> = (0..rows * cols / be * bb).map(|_| rng.gen()).collect();
-        let halves: &[usize] = match ty {
-            QType::Q4_1 | QType::Q4K => &[0, 2],
-            QType::Q5_0 | QType::Q8_0 => &[0],
-            QType::Q6K => &[208],
-        };
-        for b in raw.chunks_exact_mut(bb) {
-            for &at in halves {
-                let v = f16::from_f32(rng.gen_range(-0.1f32..0.1)).to_bits().to_le_bytes();
-                b[at..at + 2].copy_from_slice(&v);
-            }
-        }
-        let deq = qtensor_from_ggml(dtype, &raw, vec![rows, cols], &Device::Cpu).unwrap().dequantize(&Device::Cpu).unwrap();
-        (raw, deq.flatten_all().unwrap().to_vec1::<f32>().unwrap())
+        super::super::qmatmul::tests::random(dtype, rows, cols, rng)
     }
 
     type Kernel = fn(QType, &[u8], usize, &[f32], &mut [f32]);
@@ -530,7 +557,8 @@ mod tests {
 
     #[test]
     fn refuses_what_it_cannot_read() {
-        assert!(QMatrix::new(GgmlDType::F16, &[0; 8], 2, 2).is_none());
+        assert!(QMatrix::new(GgmlDType::Q8K, &[0; 8], 2, 2).is_none());
+        assert!(QMatrix::new(GgmlDType::F16, &[0; 7], 2, 2).is_none());
         assert!(QMatrix::new(GgmlDType::Q8_0, &[0; 34], 2, 32).is_none());
         assert!(QMatrix::new(GgmlDType::Q4K, &[0; 144], 1, 128).is_none());
     }
