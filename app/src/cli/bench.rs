@@ -9,10 +9,9 @@ use super::common::{load_adapter, print_json, ModelArgs};
 use anyhow::{Context, Result};
 use candle_core::{quantized::QMatMul, Module, Tensor};
 use focus_core::bench::{forward_bench, median, BenchOptions};
-use focus_core::model::{block::Linear, gguf::GgufFile, qmatvec::QMatrix};
+use focus_core::model::{gguf::GgufFile, qmatvec::QMatrix};
 use focus_core::{Adapter, AdapterSpec};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
 
@@ -89,62 +88,160 @@ pub struct MatmulArgs {
     pub tokens: usize,
     #[arg(long, default_value_t = 5, value_parser = super::common::count::<1, 1000>)]
     pub repeats: usize,
+    /// Random weights of these shapes (OUTxIN, comma-separated, e.g. 2048x8192,4096x14336)
+    /// quantized by candle to each of `--types`, instead of the model's layer 0.
+    #[arg(long, value_delimiter = ',')]
+    pub shapes: Vec<String>,
+    /// GGUF types for `--shapes` (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k .. q6_k, f16, bf16).
+    #[arg(long, value_delimiter = ',', default_values_t = vec!["q4_0".to_string(), "q8_0".to_string(), "q4_k".to_string()])]
+    pub types: Vec<String>,
     #[arg(long)]
     pub json: bool,
 }
 
-/// `bench matmul`: one layer's projections and the LM head of a GGUF model, timed alternately
-/// in one run three ways: candle's QMatMul on the quantized tensor, the engine's product with
-/// the dequantized f32 weight (`Linear` without blocks), and the engine's product reading the
-/// GGUF blocks (`Linear` with them; it reads them for one row only, `--tokens 1`, which is a
-/// generation step's product).
+/// One weight for `bench matmul`: its name, candle's quantized tensor, its blocks.
+struct BenchWeight {
+    name: String,
+    qt: candle_core::quantized::QTensor,
+    blocks: QMatrix,
+}
+
+/// `bench matmul`: one layer's projections and the LM head of a GGUF model (or random weights
+/// of `--shapes` in each of `--types`), timed alternately in one run five ways, each over the
+/// same X of `--tokens` rows: candle's QMatMul on the quantized tensor; candle's f32 matmul with
+/// the dequantized weight; `qmatmul` (the blocks dequantized into cache-resident f32 panels fed
+/// to gemm's f32 kernel: the prefill's product); `qmatmul_int8` (llama.cpp's route: X quantized
+/// to Q8_0, integer dot products; Q4_0 and Q8_0 only; the time includes quantizing X); and
+/// `QMatrix::times` row by row (the one-row kernels; only with `--tokens 1`).
 pub fn matmul(a: MatmulArgs) -> Result<()> {
-    let path = a.model.model.clone().unwrap_or_else(crate::defaults::default_model_path);
-    let g = GgufFile::open(&path)?;
+    use focus_core::model::{qmatmul, qmatmul_int8};
     let dev = candle_core::Device::Cpu;
-    let head = if g.tensors.contains_key("output.weight") { "output.weight" } else { "token_embd.weight" };
-    let names = ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight", head];
+    let mut weights = Vec::new();
+    if a.shapes.is_empty() {
+        let path = a.model.model.clone().unwrap_or_else(crate::defaults::default_model_path);
+        let g = GgufFile::open(&path)?;
+        let head = if g.tensors.contains_key("output.weight") { "output.weight" } else { "token_embd.weight" };
+        let names = ["blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight", head];
+        for name in names {
+            let qt = g.qtensor(name, &dev)?;
+            let (out, inp) = qt.shape().dims2()?;
+            let info = g.info(name)?;
+            let blocks = QMatrix::new(info.dtype, g.raw(info), out, inp).with_context(|| format!("{name}: type {:?} is not a weight type", info.dtype))?;
+            weights.push(BenchWeight { name: name.to_string(), qt, blocks });
+        }
+    } else {
+        for shape in &a.shapes {
+            let (out, inp) = shape.split_once('x').and_then(|(o, i)| Some((o.parse::<usize>().ok()?, i.parse::<usize>().ok()?))).with_context(|| format!("--shapes {shape}: not OUTxIN"))?;
+            let w = Tensor::randn(0f32, 0.02, (out, inp), &dev)?;
+            for ty in &a.types {
+                let dtype = gguf_type(ty)?;
+                let qt = candle_core::quantized::QTensor::quantize(&w, dtype)?;
+                let raw = qt.data()?;
+                let blocks = QMatrix::new(dtype, &raw, out, inp).with_context(|| format!("{ty} {shape}"))?;
+                weights.push(BenchWeight { name: format!("random {shape}"), qt, blocks });
+            }
+        }
+    }
+    let x = |inp: usize| Tensor::randn(0f32, 1.0, (a.tokens, inp), &dev);
     let mut rows = Vec::new();
-    let mut total = [0.0; 3];
-    for name in names {
-        let qt = g.qtensor(name, &dev)?;
-        let dtype = format!("{:?}", qt.dtype());
-        let (out, inp) = qt.shape().dims2()?;
-        let info = g.info(name)?;
-        let blocks = QMatrix::new(info.dtype, g.raw(info), out, inp).map(Arc::new);
-        let w = qt.dequantize(&dev)?;
-        let qm = QMatMul::from_qtensor(qt)?;
-        let f32_lin = Linear { w: w.clone(), b: None, q: None };
-        let q_lin = Linear { w, b: None, q: blocks.clone() };
-        let x = Tensor::randn(0f32, 1.0, (a.tokens, inp), &dev)?;
-        let mut times = [Vec::new(), Vec::new(), Vec::new()];
+    const WAYS: [&str; 5] = ["candle_quantized", "candle_f32", "panels", "int8", "one_row"];
+    let mut total = [0.0f64; 5];
+    for bw in weights {
+        let dtype = format!("{:?}", bw.qt.dtype());
+        let (out, inp) = (bw.blocks.rows, bw.blocks.cols);
+        let w = bw.qt.dequantize(&dev)?;
+        let wt = w.t()?;
+        let qm = QMatMul::from_qtensor(bw.qt)?;
+        let x = x(inp)?;
+        let xv = x.flatten_all()?.to_vec1::<f32>()?;
+        let int8 = qmatmul_int8::supports(bw.blocks.ty);
+        let one_row = a.tokens == 1;
+        let mut y = vec![0f32; a.tokens * out];
+        let mut times: [Vec<f64>; 5] = Default::default();
         for rep in 0..=a.repeats {
-            let timed = |f: &dyn Fn() -> Result<Tensor>| -> Result<f64> {
+            let mut t = [f64::NAN; 5];
+            let t0 = Instant::now();
+            qm.forward(&x)?;
+            t[0] = t0.elapsed().as_secs_f64();
+            let t0 = Instant::now();
+            let yf = x.matmul(&wt)?;
+            t[1] = t0.elapsed().as_secs_f64();
+            let t0 = Instant::now();
+            qmatmul::matmul(&bw.blocks, &xv, a.tokens, &mut y);
+            t[2] = t0.elapsed().as_secs_f64();
+            if rep == 0 {
+                // The panels' product is the f32 one up to the order of summation.
+                let y_ref = yf.flatten_all()?.to_vec1::<f32>()?;
+                let err = y.iter().zip(&y_ref).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                let mag = y_ref.iter().map(|v| v.abs()).fold(0f32, f32::max);
+                anyhow::ensure!(err <= 1e-4 * mag.max(1e-6), "{}: panels differ from candle's f32 product by {err} (max |y| {mag})", bw.name);
+            }
+            if int8 {
                 let t0 = Instant::now();
-                f()?;
-                Ok(t0.elapsed().as_secs_f64())
-            };
-            let t = [timed(&|| Ok(qm.forward(&x)?))?, timed(&|| Ok(f32_lin.forward(&x)?))?, timed(&|| Ok(q_lin.forward(&x)?))?];
+                let xq = qmatmul_int8::Q8Rows::quantize(&xv, a.tokens, inp);
+                qmatmul_int8::matmul(&bw.blocks, &xq, &mut y);
+                t[3] = t0.elapsed().as_secs_f64();
+            }
+            if one_row {
+                let t0 = Instant::now();
+                bw.blocks.times(&xv, &mut y);
+                t[4] = t0.elapsed().as_secs_f64();
+            }
             if rep > 0 {
                 times.iter_mut().zip(t).for_each(|(v, t)| v.push(t));
             }
         }
-        let [q, f, b] = times.map(|t| median(&t).unwrap_or_default());
-        total.iter_mut().zip([q, f, b]).for_each(|(s, t)| *s += t);
-        let read = blocks.is_some() && a.tokens == 1;
-        rows.push(serde_json::json!({"tensor": name, "dtype": dtype, "out": out, "in": inp, "quantized_ms": q * 1e3, "f32_ms": f * 1e3, "blocks_ms": b * 1e3, "blocks_read": read, "f32_speedup": q / f}));
+        let med: Vec<f64> = times.iter().map(|t| if t.iter().any(|v| v.is_nan()) { f64::NAN } else { median(t).unwrap_or_default() }).collect();
+        for (s, m) in total.iter_mut().zip(&med) {
+            *s += m;
+        }
+        let mut row = serde_json::json!({"tensor": bw.name, "dtype": dtype, "out": out, "in": inp});
+        for (way, m) in WAYS.iter().zip(&med) {
+            row[format!("{way}_ms")] = if m.is_nan() { serde_json::Value::Null } else { (m * 1e3).into() };
+        }
+        rows.push(row);
         if !a.json {
-            let how = if read { "blocks" } else { "blocks (f32 path)" };
-            eprintln!("{name:<26} {dtype:>5} {out:>6}x{inp:<5} candle quantized {:>8.3} ms   f32 {:>8.3} ms   {how} {:>8.3} ms", q * 1e3, f * 1e3, b * 1e3);
+            let ms = |m: f64| if m.is_nan() { "       -".to_string() } else { format!("{:>8.3}", m * 1e3) };
+            eprintln!(
+                "{:<26} {dtype:>5} {out:>6}x{inp:<6} ms: candle quantized {}  candle f32 {}  panels {}  int8 {}  one-row {}   panels/f32 {:.2}x",
+                bw.name, ms(med[0]), ms(med[1]), ms(med[2]), ms(med[3]), ms(med[4]), med[1] / med[2]
+            );
         }
     }
-    let [q, f, b] = total;
     if !a.json {
-        eprintln!("one layer + LM head, {} token(s): candle quantized {:.2} ms, f32 {:.2} ms, blocks {:.2} ms", a.tokens, q * 1e3, f * 1e3, b * 1e3);
+        let ms = |m: f64| if m.is_nan() { "-".to_string() } else { format!("{:.2} ms", m * 1e3) };
+        eprintln!(
+            "all, {} token(s), {} thread(s): candle quantized {}, candle f32 {}, panels {}, int8 {}, one-row {}",
+            a.tokens, rayon::current_num_threads(), ms(total[0]), ms(total[1]), ms(total[2]), ms(total[3]), ms(total[4])
+        );
     } else {
-        print_json(&serde_json::json!({"bench": "matmul", "tokens": a.tokens, "threads": rayon::current_num_threads(), "rows": rows, "quantized_ms": q * 1e3, "f32_ms": f * 1e3, "blocks_ms": b * 1e3}))?;
+        let mut report = serde_json::json!({"bench": "matmul", "tokens": a.tokens, "threads": rayon::current_num_threads(), "rows": rows});
+        for (way, t) in WAYS.iter().zip(total) {
+            report[format!("{way}_ms")] = if t.is_nan() { serde_json::Value::Null } else { (t * 1e3).into() };
+        }
+        print_json(&report)?;
     }
     Ok(())
+}
+
+/// A GGUF type by its llama.cpp name.
+fn gguf_type(name: &str) -> Result<candle_core::quantized::GgmlDType> {
+    use candle_core::quantized::GgmlDType as T;
+    Ok(match name.to_ascii_lowercase().as_str() {
+        "q4_0" => T::Q4_0,
+        "q4_1" => T::Q4_1,
+        "q5_0" => T::Q5_0,
+        "q5_1" => T::Q5_1,
+        "q8_0" => T::Q8_0,
+        "q2_k" => T::Q2K,
+        "q3_k" => T::Q3K,
+        "q4_k" => T::Q4K,
+        "q5_k" => T::Q5K,
+        "q6_k" => T::Q6K,
+        "f16" => T::F16,
+        "bf16" => T::BF16,
+        other => anyhow::bail!("--types {other}: not one of q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, f16, bf16"),
+    })
 }
 
 #[derive(clap::Args)]

@@ -140,6 +140,11 @@ impl Panel {
             // SAFETY: the CPU has the features.
             return unsafe { vnni::times(self, x, i0, rows, acc) };
         }
+        self.times_portable(x, i0, rows, acc)
+    }
+
+    /// `times` in plain Rust: the same integer sums, scaled per block.
+    fn times_portable(&self, x: &Q8Rows, i0: usize, rows: usize, acc: &mut [[f32; R]; 4]) {
         let nb = x.cols / 32;
         for i in 0..rows {
             let xi = i0 + i;
@@ -155,7 +160,7 @@ impl Panel {
                             s += wg[k] as i32 * xq[4 * g + k] as i32;
                         }
                     }
-                    acc[i][r] += (s - corr) as f32 * (self.d[b * R + r] * dx);
+                    acc[i][r] = ((s - corr) as f32).mul_add(self.d[b * R + r] * dx, acc[i][r]);
                 }
             }
         }
@@ -247,6 +252,26 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The portable kernel and the VNNI one (where this CPU has it) give the same sums: the
+    /// integers exactly, then the same f32 operations per block.
+    #[test]
+    fn portable_equals_vnni() {
+        let mut rng = StdRng::seed_from_u64(22);
+        for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0] {
+            let (m, out, inp) = (3, 16, 512);
+            let (raw, _) = random(dtype, out, inp, &mut rng);
+            let q = QMatrix::new(dtype, &raw, out, inp).unwrap();
+            let x: Vec<f32> = (0..m * inp).map(|_| rng.gen_range(-1f32..1.0)).collect();
+            let xq = Q8Rows::quantize(&x, m, inp);
+            let mut p = Panel { w: vec![0u8; inp * R], d: vec![0f32; inp / 32 * R], off: 0 };
+            p.fill(&q, 0, out);
+            let (mut a, mut b) = ([[0f32; R]; 4], [[0f32; R]; 4]);
+            p.times(&xq, 0, m, &mut a);
+            p.times_portable(&xq, 0, m, &mut b);
+            assert_eq!(a, b, "{dtype:?}");
         }
     }
 }
