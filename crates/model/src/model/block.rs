@@ -21,7 +21,8 @@ use std::sync::Arc;
 pub struct Linear {
     pub w: Tensor,
     pub b: Option<Tensor>,
-    /// W's GGUF blocks (CPU only), which a one-row product reads instead of `w`.
+    /// W's GGUF blocks (CPU only), which the product reads instead of `w` outside training's
+    /// graph (`matvec` for one row, `qmatmul` for many).
     pub q: Option<Arc<QMatrix>>,
 }
 
@@ -30,6 +31,12 @@ impl Linear {
         // A generation step's single row: a plain matrix-vector product (`matvec`).
         if let Some(y) = super::matvec::row_times(x, &self.w, self.q.as_deref(), self.b.as_ref())? {
             return Ok(y);
+        }
+        // Many rows on the CPU (a prefill, an analysis pass): the product over the blocks.
+        if let Some(q) = &self.q {
+            if let Some(y) = super::qmatmul::forward(x, q, self.b.as_ref())? {
+                return Ok(y);
+            }
         }
         let y = x.matmul(&self.w.t()?)?;
         Ok(match &self.b {

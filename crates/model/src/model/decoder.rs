@@ -391,7 +391,10 @@ impl Decoder {
         let h = self.final_norm.forward(x, false)?;
         let logits = match super::matvec::row_times(&h, &self.lm_head, self.lm_head_q.as_deref(), None)? {
             Some(l) => l,
-            None => h.matmul(&self.lm_head.t()?)?,
+            None => match self.lm_head_q.as_deref().map(|q| super::qmatmul::forward(&h, q, None)).transpose()?.flatten() {
+                Some(l) => l,
+                None => h.matmul(&self.lm_head.t()?)?,
+            },
         };
         self.softcap_logits(logits)
     }

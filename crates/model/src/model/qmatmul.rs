@@ -16,7 +16,9 @@
 //! order of summation.
 
 use super::qmatvec::{self, QMatrix, QType};
+use crate::error::Result;
 use candle_core::quantized::k_quants::{self, GgmlType};
+use candle_core::{DType, Device, Tensor};
 use multiversion::multiversion;
 use rayon::prelude::*;
 
@@ -30,6 +32,30 @@ pub fn panel_rows(cols: usize) -> usize {
     (PANEL_BYTES / 4 / cols.max(1) / 16 * 16).clamp(16, 256)
 }
 
+/// `Some(x W^T + b)` when `x` is f32 rows on the CPU ((..., q.cols), any leading dims) that no
+/// gradient tracks; `None` leaves the product to candle (training's graph, another device).
+pub fn forward(x: &Tensor, q: &QMatrix, b: Option<&Tensor>) -> Result<Option<Tensor>> {
+    let fits = |t: &Tensor| matches!(t.device(), Device::Cpu) && t.dtype() == DType::F32 && !t.track_op();
+    if x.rank() < 2 || x.dim(x.rank() - 1)? != q.cols || !fits(x) || b.is_some_and(|b| !fits(b)) {
+        return Ok(None);
+    }
+    let mut dims = x.dims().to_vec();
+    let m = x.elem_count() / q.cols;
+    let xv = x.flatten_all()?.to_vec1::<f32>()?;
+    let mut y = vec![0f32; m * q.rows];
+    if m == 1 {
+        q.times(&xv, &mut y);
+    } else {
+        matmul(q, &xv, m, &mut y);
+    }
+    *dims.last_mut().expect("rank >= 2") = q.rows;
+    let y = Tensor::from_vec(y, dims, x.device())?;
+    Ok(Some(match b {
+        Some(b) => y.broadcast_add(b)?,
+        None => y,
+    }))
+}
+
 /// Y = X W^T: `x` is (m, q.cols) row-major, `y` (m, q.rows) row-major, overwritten.
 pub fn matmul(q: &QMatrix, x: &[f32], m: usize, y: &mut [f32]) {
     let (out, inp) = (q.rows, q.cols);
@@ -37,7 +63,9 @@ pub fn matmul(q: &QMatrix, x: &[f32], m: usize, y: &mut [f32]) {
     if m == 0 || out == 0 {
         return;
     }
-    let p = panel_rows(inp).min(out);
+    // At least two panels per thread where W is small (a K/V projection), so both cores work.
+    let spread = out.div_ceil(2 * rayon::current_num_threads()).next_multiple_of(16);
+    let p = panel_rows(inp).min(spread).min(out);
     let yp = SendPtr(y.as_mut_ptr());
     (0..out.div_ceil(p)).into_par_iter().for_each_init(Vec::new, |panel: &mut Vec<f32>, c| {
         let (r0, n) = (c * p, p.min(out - c * p));
@@ -252,7 +280,8 @@ pub(crate) mod tests {
     fn equals_dequantize_then_matmul() {
         let mut rng = StdRng::seed_from_u64(12);
         for dtype in ALL {
-            // Panels of 160 rows at 768 columns and 80 at 1536: 161 and 300 rows end in a partial one.
+            // Panels of at most 160 rows at 768 columns and 80 at 1536 (fewer where that gives a
+            // thread fewer than two): 161 and 300 rows end in a partial one.
             assert_eq!((panel_rows(768), panel_rows(1536)), (160, 80));
             for (m, out, inp) in [(1, 7, 256), (3, 37, 512), (17, 161, 768), (33, 300, 1536)] {
                 let (raw, w) = random(dtype, out, inp, &mut rng);
