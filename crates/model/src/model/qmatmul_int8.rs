@@ -217,7 +217,7 @@ mod vnni {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::qmatmul::tests::random;
+    use crate::model::qmatvec::tests::random;
     use candle_core::quantized::GgmlDType;
     use rand::{rngs::StdRng, Rng, SeedableRng};
 

@@ -6,16 +6,18 @@
 //!
 //! Every dequantization below is a product of small integers and f16 scales that is exact in
 //! f32 (at most 24 significant bits), so `q.mul_add(d, m)` rounds once, as candle's `q * d + m`
-//! does. Types other than these stay on the f32 path.
+//! does. The other storage types are dequantized a chunk of rows at a time (`dequantize_rows`,
+//! every type: candle's `to_float` where no kernel here reads the type) and then multiplied.
 
+use candle_core::quantized::k_quants::{self, GgmlType};
 use candle_core::quantized::GgmlDType;
 use half::f16;
 use multiversion::multiversion;
 use rayon::prelude::*;
 
-/// The GGUF storage types a weight may keep (every one `qmatmul` multiplies; the one-row
+/// The GGUF storage types a weight may keep (every one the products multiply; the one-row
 /// kernels below read those of our GGUF models: SmolLM2 Q4_1 + Q8_0; Qwen2.5 / Gemma 3
-/// Q4_K_M: Q4_K, Q6_K, Q5_0, Q8_0, and the rest go through `qmatmul`).
+/// Q4_K_M: Q4_K, Q6_K, Q5_0, Q8_0; the rest are dequantized by rows first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QType {
     Q4_0,
@@ -72,7 +74,7 @@ impl QType {
         }
     }
 
-    /// Whether the one-row kernels below read this type (else `times` goes through `qmatmul`).
+    /// Whether the one-row kernels below read this type (else `times` dequantizes rows first).
     fn has_row_kernel(self) -> bool {
         matches!(self, QType::Q4_1 | QType::Q5_0 | QType::Q8_0 | QType::Q4K | QType::Q6K)
     }
@@ -119,13 +121,102 @@ impl QMatrix {
     pub fn times(&self, x: &[f32], y: &mut [f32]) {
         assert!(x.len() == self.cols && y.len() == self.rows, "QMatrix {self:?} times {} into {}", x.len(), y.len());
         if !self.ty.has_row_kernel() {
-            return super::qmatmul::matmul(self, x, 1, y);
+            // Other types: a chunk of rows dequantized (`dequantize_rows`), then dot products.
+            let per = (65536 / self.cols.max(1)).clamp(1, self.rows.max(1));
+            return y.par_chunks_mut(per).enumerate().for_each_init(Vec::new, |w: &mut Vec<f32>, (c, ys)| {
+                w.resize(ys.len() * self.cols, 0.0);
+                dequantize_rows(self, c * per, w);
+                super::matvec::rows_dot(w, self.cols, x, ys);
+            });
         }
         let rb = self.cols / self.ty.block().0 * self.ty.block().1;
         // About 64 KiB of weights per task: enough tasks to balance, few enough to cost little.
         let per = (65536 / rb).clamp(1, self.rows);
         let ty = self.ty;
         y.par_chunks_mut(per).enumerate().for_each(|(c, ys)| rows_dot(ty, &self.data[c * per * rb..], rb, x, ys));
+    }
+}
+
+/// Rows r0 .. r0 + out.len() / cols of W as f32, into `out`, candle's values exactly.
+pub fn dequantize_rows(q: &QMatrix, r0: usize, out: &mut [f32]) {
+    let n = out.len() / q.cols;
+    assert!(out.len() == n * q.cols && r0 + n <= q.rows, "{q:?}: rows {r0}..{} into {}", r0 + n, out.len());
+    let rb = q.row_bytes();
+    dequantize(q.ty, &q.data()[r0 * rb..(r0 + n) * rb], out)
+}
+
+/// Blocks of type `ty` as f32: `out` holds exactly the elements of `bytes`.
+#[multiversion(targets("x86_64+avx512f+avx512vl+avx512bw+f16c+fma", "x86_64+avx2+fma+f16c"))]
+pub fn dequantize(ty: QType, bytes: &[u8], out: &mut [f32]) {
+    if multiversion::target::target_cfg_f!(all(target_arch = "x86_64", target_feature = "f16c")) {
+        dequantize_with::<true>(ty, bytes, out)
+    } else {
+        dequantize_with::<false>(ty, bytes, out)
+    }
+}
+
+#[inline(always)]
+fn dequantize_with<const F16C: bool>(ty: QType, bytes: &[u8], out: &mut [f32]) {
+    let (be, bb) = ty.block();
+    assert!(bytes.len() / bb * be == out.len() && bytes.len() % bb == 0, "{ty:?}: {} bytes into {} values", bytes.len(), out.len());
+    match ty {
+        QType::Q4_1 => blocks::<32, 20>(bytes, out, q4_1::<F16C>),
+        QType::Q5_0 => blocks::<32, 22>(bytes, out, q5_0::<F16C>),
+        QType::Q8_0 => blocks::<32, 34>(bytes, out, q8_0::<F16C>),
+        QType::Q4K => blocks::<256, 144>(bytes, out, q4k::<F16C>),
+        QType::Q6K => blocks::<256, 210>(bytes, out, q6k::<F16C>),
+        QType::Q4_0 => candle_blocks::<k_quants::BlockQ4_0>(bytes, out),
+        QType::Q5_1 => candle_blocks::<k_quants::BlockQ5_1>(bytes, out),
+        QType::Q2K => candle_blocks::<k_quants::BlockQ2K>(bytes, out),
+        QType::Q3K => candle_blocks::<k_quants::BlockQ3K>(bytes, out),
+        QType::Q5K => candle_blocks::<k_quants::BlockQ5K>(bytes, out),
+        QType::F16 => {
+            for (o, b) in out.iter_mut().zip(bytes.as_chunks::<2>().0) {
+                *o = f16_at::<F16C>(b, 0);
+            }
+        }
+        // bf16 is f32's high half.
+        QType::BF16 => {
+            for (o, b) in out.iter_mut().zip(bytes.as_chunks::<2>().0) {
+                *o = f32::from_bits((u16::from_le_bytes(*b) as u32) << 16);
+            }
+        }
+        QType::F32 => {
+            for (o, b) in out.iter_mut().zip(bytes.as_chunks::<4>().0) {
+                *o = f32::from_le_bytes(*b);
+            }
+        }
+    }
+}
+
+/// Each B-byte block through `deq` into its E values.
+#[inline(always)]
+fn blocks<const E: usize, const B: usize>(bytes: &[u8], out: &mut [f32], deq: fn(&[u8; B], &mut [f32; E])) {
+    for (b, o) in bytes.as_chunks::<B>().0.iter().zip(out.as_chunks_mut::<E>().0) {
+        deq(b, o);
+    }
+}
+
+/// Blocks through candle's `to_float`, which reads them as `T` (a `repr(C)` struct of the
+/// block's bytes, 2-byte aligned for its f16 fields); a misaligned slice is copied first.
+#[inline(always)]
+fn candle_blocks<T: GgmlType>(bytes: &[u8], out: &mut [f32]) {
+    let size = std::mem::size_of::<T>();
+    assert_eq!(size, T::DTYPE.type_size(), "candle's block layout");
+    let n = bytes.len() / size;
+    if bytes.as_ptr().align_offset(std::mem::align_of::<T>()) == 0 {
+        // SAFETY: aligned, n whole blocks; the structs are plain bytes and f16s, valid for any
+        // bit pattern.
+        let blocks = unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), n) };
+        T::to_float(blocks, out);
+    } else {
+        let mut v: Vec<T> = Vec::with_capacity(n);
+        // SAFETY: as above, into a fresh aligned buffer of n blocks.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), v.as_mut_ptr().cast::<u8>(), n * size);
+            v.set_len(n);
+        }
+        T::to_float(&v, out);
     }
 }
 
@@ -163,7 +254,7 @@ fn rows_dot_with<const F16C: bool>(ty: QType, data: &[u8], rb: usize, x: &[f32],
             QType::Q8_0 => dot_blocks::<32, 34>(w, x, q8_0::<F16C>),
             QType::Q4K => dot_blocks::<256, 144>(w, x, q4k::<F16C>),
             QType::Q6K => dot_blocks::<256, 210>(w, x, q6k::<F16C>),
-            _ => unreachable!("{ty:?} has no one-row kernel (QMatrix::times sends it to qmatmul)"),
+            _ => unreachable!("{ty:?} has no one-row kernel (QMatrix::times dequantizes it first)"),
         };
     }
 }
@@ -341,7 +432,7 @@ mod avx512 {
                 QType::Q8_0 => q8_0(w, nb, x),
                 QType::Q4K => q4k(w, nb, x),
                 QType::Q6K => q6k(w, nb, x),
-                _ => unreachable!("{ty:?} has no one-row kernel (QMatrix::times sends it to qmatmul)"),
+                _ => unreachable!("{ty:?} has no one-row kernel (QMatrix::times dequantizes it first)"),
             };
         }
     }
@@ -472,15 +563,64 @@ mod avx512 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use candle_core::quantized::ggml_file::qtensor_from_ggml;
+    use candle_core::Device;
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
     const TYPES: [GgmlDType; 5] = [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K];
 
-    /// Random blocks and candle's dequantization of them (`qmatmul`'s test helper).
-    fn random(dtype: GgmlDType, rows: usize, cols: usize, rng: &mut StdRng) -> (Vec<u8>, Vec<f32>) {
-        super::super::qmatmul::tests::random(dtype, rows, cols, rng)
+    pub(crate) const ALL: [GgmlDType; 13] = [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q5_0,
+        GgmlDType::Q5_1,
+        GgmlDType::Q8_0,
+        GgmlDType::Q2K,
+        GgmlDType::Q3K,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+        GgmlDType::F16,
+        GgmlDType::BF16,
+        GgmlDType::F32,
+    ];
+
+    /// Random blocks of `dtype`: random bytes, with each f16 scale (and every f16 / bf16 / f32
+    /// element) a random finite value, since random bits could be NaN; and candle's
+    /// dequantization of them (llama.cpp's formulas), the reference.
+    pub(crate) fn random(dtype: GgmlDType, rows: usize, cols: usize, rng: &mut StdRng) -> (Vec<u8>, Vec<f32>) {
+        let ty = QType::of(dtype).unwrap();
+        let (be, bb) = ty.block();
+        let mut raw: Vec<u8> = (0..rows * cols / be * bb).map(|_| rng.gen()).collect();
+        let halves: &[usize] = match ty {
+            QType::Q4_0 | QType::Q5_0 | QType::Q8_0 | QType::F16 => &[0],
+            QType::Q4_1 | QType::Q5_1 | QType::Q4K | QType::Q5K => &[0, 2],
+            QType::Q2K => &[80, 82],
+            QType::Q3K => &[108],
+            QType::Q6K => &[208],
+            QType::BF16 => {
+                for b in raw.chunks_exact_mut(2) {
+                    b.copy_from_slice(&half::bf16::from_f32(rng.gen_range(-1f32..1.0)).to_bits().to_le_bytes());
+                }
+                &[]
+            }
+            QType::F32 => {
+                for b in raw.chunks_exact_mut(4) {
+                    b.copy_from_slice(&rng.gen_range(-1f32..1.0).to_le_bytes());
+                }
+                &[]
+            }
+        };
+        for b in raw.chunks_exact_mut(bb) {
+            for &at in halves {
+                let v = f16::from_f32(rng.gen_range(-0.1f32..0.1)).to_bits().to_le_bytes();
+                b[at..at + 2].copy_from_slice(&v);
+            }
+        }
+        let deq = qtensor_from_ggml(dtype, &raw, vec![rows, cols], &Device::Cpu).unwrap().dequantize(&Device::Cpu).unwrap();
+        (raw, deq.flatten_all().unwrap().to_vec1::<f32>().unwrap())
     }
 
     type Kernel = fn(QType, &[u8], usize, &[f32], &mut [f32]);
