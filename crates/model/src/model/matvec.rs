@@ -5,10 +5,9 @@
 //! blocks (`qmatvec`) is read from those, a fraction of the bytes. Inference only (no backward).
 
 use super::qmatvec::QMatrix;
-use crate::attention::cpu::simd::dot;
+use crate::attention::cpu::simd::rows_dot;
 use crate::error::Result;
 use candle_core::{DType, Device, Tensor};
-use multiversion::multiversion;
 use rayon::prelude::*;
 
 /// Output rows per parallel task.
@@ -46,14 +45,6 @@ pub fn row_times(x: &Tensor, w: &Tensor, q: Option<&QMatrix>, b: Option<&Tensor>
         y.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
     }
     Ok(Some(Tensor::from_vec(y, (1, out), x.device())?))
-}
-
-/// ys[r] = w_r . x for the rows of `w` (row stride `inp`).
-#[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
-pub(crate) fn rows_dot(w: &[f32], inp: usize, x: &[f32], ys: &mut [f32]) {
-    for (r, y) in ys.iter_mut().enumerate() {
-        *y = dot(&w[r * inp..(r + 1) * inp], x);
-    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! `matvec` / `qmatvec` (one-row products, plain and over GGUF blocks of every storage type,
 //! which `qmatvec` dequantizes), `qmatmul` (many rows times GGUF blocks: the prefill's product;
 //! `qmatmul_int8` the integer route it was measured against), `memory` (what a run will need,
-//! from the header alone, and what is available).
+//! from the header alone, and what is available); `tests` (tests that load a whole `Model`).
 
 pub mod block;
 pub mod config;
@@ -25,6 +25,8 @@ pub mod qmatvec;
 pub mod step;
 pub mod tokenizer;
 pub mod weights;
+#[cfg(test)]
+mod tests;
 
 use crate::error::{Error, Result};
 use crate::focus::identity::BaseModel;

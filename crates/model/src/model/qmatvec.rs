@@ -126,7 +126,7 @@ impl QMatrix {
             return y.par_chunks_mut(per).enumerate().for_each_init(Vec::new, |w: &mut Vec<f32>, (c, ys)| {
                 w.resize(ys.len() * self.cols, 0.0);
                 dequantize_rows(self, c * per, w);
-                super::matvec::rows_dot(w, self.cols, x, ys);
+                crate::attention::cpu::simd::rows_dot(w, self.cols, x, ys);
             });
         }
         let rb = self.cols / self.ty.block().0 * self.ty.block().1;
@@ -725,7 +725,7 @@ pub(crate) mod tests {
             let x: Vec<f32> = (0..cols).map(|_| rng.gen_range(-1f32..1.0)).collect();
             let mut y = vec![0f32; rows];
             let n = (rows * cols) as f64;
-            let tf = best(&mut || super::super::matvec::rows_dot(&deq, cols, &x, &mut y));
+            let tf = best(&mut || crate::attention::cpu::simd::rows_dot(&deq, cols, &x, &mut y));
             let mut line = format!("{dtype:?}: f32 {:.2} Gweights/s ({:.1} GB/s)", n / tf / 1e9, 4.0 * n / tf / 1e9);
             for (name, k) in kernels() {
                 let t = best(&mut || k(q.ty, &q.data, cols / be * bb, &x, &mut y));

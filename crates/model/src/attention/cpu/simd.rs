@@ -1,8 +1,10 @@
 //! Small CPU kernels shared by the attention paths (and the one-row products of
-//! `model::matvec`): a vectorisable exp, a dot product, and a fused "scale + causal mask +
+//! `model::matvec` and `model::qmatvec`): a vectorisable exp, a dot product and rows of them
+//! (`rows_dot`), and a fused "scale + causal mask +
 //! softmax" over score rows that touches only the causal triangle.
 
 use candle_core::{CpuStorage, CustomOp1, Layout, Shape};
+use multiversion::multiversion;
 use rayon::prelude::*;
 
 /// exp(x) for f32, accurate to ~2 ulp over the whole range, branch-free so that loops over it
@@ -108,6 +110,14 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
         w /= 2;
     }
     acc[0] + tail
+}
+
+/// ys[r] = w_r . x for the rows of `w` (row stride `inp`).
+#[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+pub fn rows_dot(w: &[f32], inp: usize, x: &[f32], ys: &mut [f32]) {
+    for (r, y) in ys.iter_mut().enumerate() {
+        *y = dot(&w[r * inp..(r + 1) * inp], x);
+    }
 }
 
 #[cfg(test)]
