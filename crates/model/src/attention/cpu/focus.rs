@@ -495,7 +495,7 @@ mod tests {
     use crate::attention::reference::masked_dense_reference;
     use rand::{rngs::StdRng, seq::SliceRandom, Rng, SeedableRng};
 
-    fn randn(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
+    pub(super) fn randn(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
         (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * scale).collect()
     }
 
@@ -637,6 +637,7 @@ mod tests {
 /// there, so that the reference never imports the kernel it checks).
 mod against_reference {
     use super::focus_attention;
+    use super::tests::randn;
     use crate::attention::cpu::Shape;
     use crate::focus::mask;
     use crate::attention::reference::*;
@@ -679,10 +680,6 @@ mod against_reference {
                 m
             })
             .collect()
-    }
-
-    fn randn(rng: &mut StdRng, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * scale).collect()
     }
 
     /// Property: for random shapes, every k in 1..=K, several windows, and memberships with
