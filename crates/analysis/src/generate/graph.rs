@@ -15,27 +15,39 @@
 //! by content, and under capture an upload that is not cached is an error, so an upload that
 //! depends on the position cannot slip into a graph); the next step is captured and launched;
 //! later steps replay it. The host's bookkeeping (cache lengths, its copy of the routing, the
-//! bytes read) runs after every step alike (`Generator::commit_device_step`). Replayed and
+//! bytes read) runs after every step alike (`commit_device_step` in mod.rs). Replayed and
 //! eager steps run the same kernels with the same launch shapes, so their logits are equal.
-//! A capture that fails turns graphs off for this generator (`GraphStats::fallback` says why)
+//! A capture that fails turns graphs off for this generator (`Stepped::Failed` says why)
 //! and the step runs eagerly.
 
-use super::{Generator, GraphStats, Strategy};
 use crate::error::{Error, Result};
 use candle_core::cuda_backend::cudarc::driver::{sys, CudaGraph, DevicePtr};
+use candle_core::cuda_backend::CudaDevice;
 use candle_core::{DType, Device, Storage, Tensor};
 
-/// The generator's graph and what it did.
+/// The generator's graph.
 pub(super) struct StepGraphs {
     /// Whether steps may be graphs (`Generator::set_graph`).
     pub on: bool,
     state: State,
-    pub stats: GraphStats,
+}
+
+/// What one step through `StepGraphs::step` did; each carries the step's logits (1, vocab) on
+/// the device and whether the step copies its record to the host.
+pub enum Stepped {
+    /// Eagerly, with the upload cache on (the next step over these buffers is captured).
+    Warmed(Tensor, bool),
+    /// Captured and launched.
+    Captured(Tensor, bool),
+    /// Replayed from the graph (no pass of the decoder's own ran).
+    Replayed(Tensor, bool),
+    /// The capture failed (why): graphs are now off, run the step eagerly.
+    Failed(String),
 }
 
 impl Default for StepGraphs {
     fn default() -> Self {
-        StepGraphs { on: true, state: State::Cold, stats: GraphStats::default() }
+        StepGraphs { on: true, state: State::Cold }
     }
 }
 
@@ -69,8 +81,8 @@ struct StepGraph {
 // finished (its logits were read back), so no two threads use it at once.
 unsafe impl Send for StepGraph {}
 
-/// The device address of a tensor's first element.
-fn address(t: &Tensor) -> Result<u64> {
+/// The device address of a tensor's first element (for the graph's key).
+pub(super) fn address(t: &Tensor) -> Result<u64> {
     let (s, l) = t.storage_and_layout();
     let Storage::Cuda(c) = &*s else { return Err(Error::Invalid("graph key: a tensor is not on the CUDA device".into())) };
     let stream = c.device.cuda_stream();
@@ -88,95 +100,56 @@ fn driver(what: &str, e: impl std::fmt::Debug) -> Error {
     Error::Invalid(format!("CUDA graph: {what}: {e:?}"))
 }
 
-impl Generator<'_> {
-    /// Whether this generator's GPU steps can be graphs: cached steps on a CUDA device, every
-    /// layer's cache on it and routed there (or not routed), no timing of parts.
-    fn graph_applies(&self) -> bool {
-        self.graph.on
-            && !self.split
-            && self.strategy == Strategy::KvCache
-            && matches!(self.decoder.device, Device::Cuda(_))
-            && self.layers.iter().all(|c| c.device.is_some() && (c.routing.is_none() || (super::routes_on_device(c) && self.record.is_some())))
-    }
-
-    /// The buffers a step reads and writes besides the weights: every cache's keys, values and
-    /// routing mirror, the step record and the device step.
-    fn buffer_key(&self) -> Result<Vec<u64>> {
-        let mut key = Vec::new();
-        for c in &self.layers {
-            let kv = c.device.as_ref().ok_or_else(|| Error::Invalid("graph key: a cache on the host".into()))?;
-            key.push(address(&kv.k)?);
-            key.push(address(&kv.v)?);
-            for t in [&kv.masks, &kv.memberships, &kv.sinkhorn_state].into_iter().flatten() {
-                key.push(address(t)?);
-            }
-        }
-        for t in [self.record.as_ref(), self.device_step.as_ref().map(|s| s.buf())].into_iter().flatten() {
-            key.push(address(t)?);
-        }
-        Ok(key)
-    }
-
-    /// A GPU step by way of the graph, where it applies (after `DeviceStep::write`): its logits
-    /// on the device (read after the record, `Generator::commit_device_step`) and whether the
-    /// step copies its record to the host. `None`: run the step eagerly (graphs off or not
-    /// applicable, or the capture failed).
-    pub(super) fn graphed_step(&mut self, id: u32) -> Result<Option<(Tensor, bool)>> {
-        if !self.graph_applies() {
-            return Ok(None);
-        }
-        let Device::Cuda(cd) = &self.decoder.device else { return Ok(None) };
-        let cd = cd.clone();
-        let key = self.buffer_key()?;
-        match std::mem::replace(&mut self.graph.state, State::Cold) {
+impl StepGraphs {
+    /// One GPU step by way of the graph (after `DeviceStep::write`), over the buffers whose
+    /// addresses are `key` (`Generator::buffer_key`), with `vocab` logits. `step` runs the step eagerly and gives its
+    /// logits (1, vocab) on the device and whether it copies its record to the host; it is
+    /// called for the warm-up and, under capture, once more.
+    pub fn step(&mut self, cd: &CudaDevice, key: Vec<u64>, vocab: usize, mut step: impl FnMut() -> Result<(Tensor, bool)>) -> Result<Stepped> {
+        match std::mem::replace(&mut self.state, State::Cold) {
             State::Ready(g) if g.key == key => {
                 g.exec.launch().map_err(|e| driver("launch", e))?;
-                let out = (g.logits.clone(), g.copied);
-                self.graph.state = State::Ready(g);
-                self.graph.stats.replays += 1;
-                self.decoder.passes.add_one();
-                Ok(Some(out))
+                let out = Stepped::Replayed(g.logits.clone(), g.copied);
+                self.state = State::Ready(g);
+                Ok(out)
             }
-            State::Warm(k) if k == key => match self.capture(&cd, key, id) {
+            State::Warm(k) if k == key => match capture(cd, key, vocab, &mut step) {
                 Ok(g) => {
                     g.exec.launch().map_err(|e| driver("launch", e))?;
-                    let out = (g.logits.clone(), g.copied);
-                    self.graph.state = State::Ready(g);
-                    self.graph.stats.captures += 1;
-                    Ok(Some(out))
+                    let out = Stepped::Captured(g.logits.clone(), g.copied);
+                    self.state = State::Ready(g);
+                    Ok(out)
                 }
                 Err(e) => {
-                    self.graph.on = false;
-                    self.graph.stats.fallback = Some(e.to_string());
-                    Ok(None)
+                    self.on = false;
+                    Ok(Stepped::Failed(e.to_string()))
                 }
             },
             _ => {
                 // The warm-up: eager, with the upload cache on.
                 let _cache = cd.enable_cuda_graph_htod_cache();
-                let (x, copied, _) = self.run_device_step(id)?;
-                let logits = self.device_logits(&x)?;
-                self.graph.state = State::Warm(key);
-                Ok(Some((logits, copied)))
+                let (logits, copied) = step()?;
+                self.state = State::Warm(key);
+                Ok(Stepped::Warmed(logits, copied))
             }
         }
     }
+}
 
-    /// Captures the step (the device step already written) into a graph; nothing runs yet.
-    fn capture(&mut self, cd: &candle_core::cuda_backend::CudaDevice, key: Vec<u64>, id: u32) -> Result<StepGraph> {
-        let logits = Tensor::zeros((1, self.decoder.lm_head.dim(0)?), DType::F32, &self.decoder.device)?;
-        let stream = cd.cuda_stream();
-        let _cache = cd.enable_cuda_graph_htod_cache();
-        stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(|e| driver("begin capture", e))?;
-        // Every temporary of the step is allocated and freed inside the capture (graph memory
-        // nodes); only `logits` outlives it.
-        let body = self.run_device_step(id).and_then(|(x, copied, _)| {
-            logits.slice_set(&self.device_logits(&x)?, 0, 0)?;
-            Ok(copied)
-        });
-        let end = stream.end_capture(sys::CUgraphInstantiate_flags(0));
-        let copied = body?;
-        let exec = end.map_err(|e| driver("end capture", e))?.ok_or_else(|| Error::Invalid("CUDA graph: the capture recorded nothing".into()))?;
-        Ok(StepGraph { exec, key, logits, copied })
-    }
+/// Captures `step` (the device step already written) into a graph; nothing runs yet.
+fn capture(cd: &CudaDevice, key: Vec<u64>, vocab: usize, step: &mut impl FnMut() -> Result<(Tensor, bool)>) -> Result<StepGraph> {
+    let logits = Tensor::zeros((1, vocab), DType::F32, &Device::Cuda(cd.clone()))?;
+    let stream = cd.cuda_stream();
+    let _cache = cd.enable_cuda_graph_htod_cache();
+    stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL).map_err(|e| driver("begin capture", e))?;
+    // Every temporary of the step is allocated and freed inside the capture (graph memory
+    // nodes); only `logits` outlives it.
+    let body = step().and_then(|(l, copied)| {
+        logits.slice_set(&l, 0, 0)?;
+        Ok(copied)
+    });
+    let end = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+    let copied = body?;
+    let exec = end.map_err(|e| driver("end capture", e))?.ok_or_else(|| Error::Invalid("CUDA graph: the capture recorded nothing".into()))?;
+    Ok(StepGraph { exec, key, logits, copied })
 }

@@ -104,7 +104,7 @@ pub struct StepSplit {
     pub total_s: f64,
 }
 
-/// What the CUDA graph of a generator's GPU steps did (`generate::graph`).
+/// What the CUDA graph of a generator's GPU steps did (`graph`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct GraphStats {
     /// Steps captured (each launched once as it was captured).
@@ -137,6 +137,8 @@ pub struct Generator<'a> {
     /// On a GPU: the step captured as a CUDA graph, and whether to use one (`graph`).
     #[cfg(feature = "cuda")]
     graph: graph::StepGraphs,
+    #[cfg(feature = "cuda")]
+    graph_stats: GraphStats,
     /// On a GPU: the stream the routing kernels run on beside the layers' Q/K/V products,
     /// made at the first step that routes on the device.
     #[cfg(feature = "cuda")]
@@ -160,7 +162,7 @@ impl<'a> Generator<'a> {
             _ => Strategy::KvCache,
         };
         let layers = empty_layers(decoder, adapter, k)?;
-        let mut g = Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new(), cancel: None, split: false, record: None, device_step: None, #[cfg(feature = "cuda")] graph: Default::default(), #[cfg(feature = "cuda")] side: None, #[cfg(feature = "cuda")] record_copy: None };
+        let mut g = Generator { decoder, adapter, mode, strategy, k, layers, ids: Vec::new(), cancel: None, split: false, record: None, device_step: None, #[cfg(feature = "cuda")] graph: Default::default(), #[cfg(feature = "cuda")] graph_stats: Default::default(), #[cfg(feature = "cuda")] side: None, #[cfg(feature = "cuda")] record_copy: None };
         g.bucket_for_topk();
         Ok(g)
     }
@@ -210,7 +212,7 @@ impl<'a> Generator<'a> {
     /// What the CUDA graph of GPU steps did so far (all zero on the CPU).
     pub fn graph_stats(&self) -> GraphStats {
         #[cfg(feature = "cuda")]
-        return self.graph.stats.clone();
+        return self.graph_stats.clone();
         #[cfg(not(feature = "cuda"))]
         GraphStats::default()
     }
@@ -359,6 +361,73 @@ impl<'a> Generator<'a> {
         }
         self.ids.push(id);
         Ok(Step { logits, groups: self.newest_groups(), read, split })
+    }
+
+    /// Whether this generator's GPU steps can be graphs: cached steps on a CUDA device, every
+    /// layer's cache on it and routed there (or not routed), no timing of parts.
+    #[cfg(feature = "cuda")]
+    fn graph_applies(&self) -> bool {
+        self.graph.on
+            && !self.split
+            && self.strategy == Strategy::KvCache
+            && matches!(self.decoder.device, candle_core::Device::Cuda(_))
+            && self.layers.iter().all(|c| c.device.is_some() && (c.routing.is_none() || (routes_on_device(c) && self.record.is_some())))
+    }
+
+    /// The buffers a step reads and writes besides the weights: every cache's keys, values and
+    /// routing mirror, the step record and the device step.
+    #[cfg(feature = "cuda")]
+    fn buffer_key(&self) -> Result<Vec<u64>> {
+        let mut key = Vec::new();
+        for c in &self.layers {
+            let kv = c.device.as_ref().ok_or_else(|| Error::Invalid("graph key: a cache on the host".into()))?;
+            key.push(graph::address(&kv.k)?);
+            key.push(graph::address(&kv.v)?);
+            for t in [&kv.masks, &kv.memberships, &kv.sinkhorn_state].into_iter().flatten() {
+                key.push(graph::address(t)?);
+            }
+        }
+        for t in [self.record.as_ref(), self.device_step.as_ref().map(|s| s.buf())].into_iter().flatten() {
+            key.push(graph::address(t)?);
+        }
+        Ok(key)
+    }
+
+    /// A GPU step by way of the graph, where it applies (after `DeviceStep::write`): its logits
+    /// on the device (read after the record, `commit_device_step`) and whether the step copies
+    /// its record to the host. `None`: run the step eagerly (graphs off or not applicable, or
+    /// the capture failed).
+    #[cfg(feature = "cuda")]
+    fn graphed_step(&mut self, id: u32) -> Result<Option<(Tensor, bool)>> {
+        if !self.graph_applies() {
+            return Ok(None);
+        }
+        let candle_core::Device::Cuda(cd) = &self.decoder.device else { return Ok(None) };
+        let cd = cd.clone();
+        let key = self.buffer_key()?;
+        let vocab = self.decoder.config.vocab;
+        let mut graphs = std::mem::take(&mut self.graph);
+        let stepped = graphs.step(&cd, key, vocab, || {
+            let (x, copied, _) = self.run_device_step(id)?;
+            Ok((self.device_logits(&x)?, copied))
+        });
+        self.graph = graphs;
+        Ok(match stepped? {
+            graph::Stepped::Warmed(l, c) => Some((l, c)),
+            graph::Stepped::Captured(l, c) => {
+                self.graph_stats.captures += 1;
+                Some((l, c))
+            }
+            graph::Stepped::Replayed(l, c) => {
+                self.graph_stats.replays += 1;
+                self.decoder.passes.add_one();
+                Some((l, c))
+            }
+            graph::Stepped::Failed(why) => {
+                self.graph_stats.fallback = Some(why);
+                None
+            }
+        })
     }
 
     /// The layer loop of a GPU step at the position the device step holds; returns the last
