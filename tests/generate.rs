@@ -87,7 +87,7 @@ fn quantized_gguf_decode_equals_full_forward() {
         let m = Model::load(&path, &Device::Cpu).unwrap();
         let d = &m.decoder;
         let lins = d.blocks.iter().flat_map(|b| [&b.q, &b.k, &b.v, &b.o, &b.mlp.up_or_fc, b.mlp.gate.as_ref().unwrap(), &b.mlp.down]);
-        let mut types: Vec<String> = lins.map(|l| l.q.as_deref()).chain([d.lm_head_q.as_deref()]).map(|q| format!("{:?}", q.expect("every weight keeps its blocks").ty)).collect();
+        let mut types: Vec<String> = lins.map(|l| &l.w).chain([&d.lm_head]).map(|w| format!("{:?}", w.stored().expect("every weight keeps its blocks").ty)).collect();
         types.sort();
         types.dedup();
         assert_eq!(types, ["Q4K", "Q5_0", "Q6K", "Q8_0"], "{}", path.display());

@@ -26,7 +26,8 @@ use candle_core::{DType, Device, Tensor};
 use focus_core::attention::Mode;
 use focus_core::focus::adapter::{Adapter, AdapterSpec, Gate, Score};
 use focus_core::focus::sinkhorn::SinkhornGrad;
-use focus_core::model::block::{Block, Linear, Mlp, Norm};
+use focus_core::model::block::{Block, Mlp, Norm};
+use focus_core::model::linear::{Linear, Weight};
 use focus_core::model::config::{Arch, MlpKind, ModelConfig, NormKind, Positions};
 use focus_core::model::decoder::{Decoder, ForwardOptions};
 use focus_core::train::ops::cross_entropy_rows;
@@ -72,7 +73,7 @@ fn random_model(cfg: ModelConfig, dev: &Device, seed: u64) -> candle_core::Resul
     let norm = |dev: &Device| -> candle_core::Result<Norm> { Ok(Norm { kind: NormKind::Rms, weight: Tensor::ones(d, DType::F32, dev)?, bias: None, eps: cfg.norm_eps }) };
     let mut blocks = Vec::new();
     for _ in 0..cfg.n_layers {
-        let lin = |w: Tensor| Linear { w, b: None, q: None };
+        let lin = |w: Tensor| Linear { w: Weight::Dense(w), b: None };
         blocks.push(Block {
             attn_norm: Some(norm(dev)?),
             q: lin(rand((cfg.n_heads * hd, d))?),
@@ -89,7 +90,8 @@ fn random_model(cfg: ModelConfig, dev: &Device, seed: u64) -> candle_core::Resul
         });
     }
     let embed = rand((cfg.vocab, d))?;
-    let decoder = Decoder { final_norm: norm(dev)?, lm_head: embed.clone(), lm_head_q: None, embed, pos_embed: None, blocks, device: dev.clone(), config: cfg, passes: Default::default() };
+    let embed = Weight::Dense(embed);
+    let decoder = Decoder { final_norm: norm(dev)?, lm_head: embed.clone(), embed, pos_embed: None, blocks, device: dev.clone(), config: cfg, passes: Default::default() };
     Ok(Model { path: "random".into(), decoder, tokenizer: None, fingerprint: format!("random-{seed}"), format: "random" })
 }
 

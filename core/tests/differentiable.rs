@@ -43,10 +43,13 @@ fn trainable(adapter: &mut Adapter) -> Vec<Var> {
     vars
 }
 
+/// The base's tensors. (Weights kept in their stored blocks are no tensors: read-only bytes of
+/// the file's map, which no graph can give a gradient or an optimizer change.)
 fn base_weights(d: &Decoder) -> Vec<Tensor> {
-    let mut w = vec![d.embed.clone(), d.lm_head.clone(), d.final_norm.weight.clone()];
+    let mut w = vec![d.final_norm.weight.clone()];
     for b in &d.blocks {
-        w.extend([b.q.w.clone(), b.k.w.clone(), b.v.w.clone(), b.o.w.clone(), b.mlp.down.w.clone(), b.mlp.up_or_fc.w.clone()]);
+        let ws = [&b.q.w, &b.k.w, &b.v.w, &b.o.w, &b.mlp.down.w, &b.mlp.up_or_fc.w];
+        w.extend(ws.into_iter().chain([&d.embed, &d.lm_head]).filter_map(|x| x.tensor().cloned()));
         let norms = [&b.attn_norm, &b.q_norm, &b.k_norm, &b.post_attn_norm, &b.mlp_norm, &b.post_mlp_norm];
         w.extend(norms.into_iter().flatten().map(|n| n.weight.clone()));
     }

@@ -10,50 +10,10 @@
 //! through its own entry points over the same block (`train::block`).
 
 use super::config::{MlpKind, ModelConfig, NormKind, Positions, RopeScaling};
+use super::linear::Linear;
 use crate::attention::LayerAttention;
-use super::qmatvec::QMatrix;
 use crate::error::Result;
 use candle_core::{Device, Tensor};
-use std::sync::Arc;
-
-/// y = x W^T + b, with W stored as (out, in) like PyTorch's nn.Linear.
-#[derive(Debug, Clone)]
-pub struct Linear {
-    pub w: Tensor,
-    pub b: Option<Tensor>,
-    /// W's GGUF blocks (CPU only), which the product reads instead of `w` outside training's
-    /// graph (`matvec` for one row, `qmatmul` for many).
-    pub q: Option<Arc<QMatrix>>,
-}
-
-impl Linear {
-    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        // A generation step's single row: a plain matrix-vector product (`matvec`).
-        if let Some(y) = super::matvec::row_times(x, &self.w, self.q.as_deref(), self.b.as_ref())? {
-            return Ok(y);
-        }
-        // Many rows on the CPU (a prefill, an analysis pass): the product over the blocks.
-        if let Some(q) = &self.q {
-            if let Some(y) = super::qmatmul::forward(x, q, self.b.as_ref())? {
-                return Ok(y);
-            }
-        }
-        let y = x.matmul(&self.w.t()?)?;
-        Ok(match &self.b {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        })
-    }
-
-    /// x W^T + b + r: a product and the residual added to it (one kernel for a step's row on
-    /// CUDA).
-    pub fn forward_plus(&self, x: &Tensor, r: &Tensor) -> Result<Tensor> {
-        if let Some(y) = super::fused::rows_times(x, &[(&self.w, self.b.as_ref())], Some(r), None)? {
-            return Ok(y);
-        }
-        Ok((self.forward(x)? + r)?)
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct Norm {
@@ -140,8 +100,8 @@ impl Mlp {
             MlpKind::SwiGlu => {
                 let gate = self.gate.as_ref().expect("SwiGLU MLP has a gate");
                 // A step's row on CUDA: gate, up and silu(gate) * up as one kernel.
-                if !differentiable && gate.b.is_none() && self.up_or_fc.b.is_none() {
-                    if let Some(h) = super::fused::swiglu_row(x, &gate.w, &self.up_or_fc.w, None)? {
+                if let (false, None, None, Some(g), Some(u)) = (differentiable, &gate.b, &self.up_or_fc.b, gate.w.tensor(), self.up_or_fc.w.tensor()) {
+                    if let Some(h) = super::fused::swiglu_row(x, g, u, None)? {
                         return Ok(h);
                     }
                 }
@@ -165,9 +125,10 @@ impl Mlp {
     /// biases, an RMS norm): the norm runs in the gate and up product; `None` elsewhere.
     fn hidden_of_normed(&self, x: &Tensor, norm: &Norm) -> Result<Option<Tensor>> {
         match (&self.kind, &self.gate, norm.kind) {
-            (MlpKind::SwiGlu, Some(gate), NormKind::Rms) if gate.b.is_none() && self.up_or_fc.b.is_none() => {
-                super::fused::swiglu_row(x, &gate.w, &self.up_or_fc.w, Some((&norm.weight, norm.eps as f32)))
-            }
+            (MlpKind::SwiGlu, Some(gate), NormKind::Rms) if gate.b.is_none() && self.up_or_fc.b.is_none() => match (gate.w.tensor(), self.up_or_fc.w.tensor()) {
+                (Some(g), Some(u)) => super::fused::swiglu_row(x, g, u, Some((&norm.weight, norm.eps as f32))),
+                _ => Ok(None),
+            },
             _ => Ok(None),
         }
     }
@@ -298,10 +259,16 @@ impl Block {
         let (b, t, hd) = (pass.b, pass.t, pass.head_dim);
         let (nq, nkv) = (pass.n_heads * hd, pass.n_kv_heads * hd);
         // A step's row on CUDA: Q, K and V as one product (one kernel), else one each.
-        let qkv = [(&self.q.w, self.q.b.as_ref()), (&self.k.w, self.k.b.as_ref()), (&self.v.w, self.v.b.as_ref())];
+        let qkv = match (self.q.w.tensor(), self.k.w.tensor(), self.v.w.tensor()) {
+            (Some(q), Some(k), Some(v)) => Some([(q, self.q.b.as_ref()), (k, self.k.b.as_ref()), (v, self.v.b.as_ref())]),
+            _ => None,
+        };
         // The kernel applies an RMS norm only; any other pre-norm runs first, below.
         let row_norm = h_norm.as_ref().filter(|n| n.kind == NormKind::Rms).map(|n| (&n.weight, n.eps as f32));
-        let fused = if pass.differentiable || (h_norm.is_some() && row_norm.is_none()) { None } else { super::fused::rows_times(&h, &qkv, None, row_norm)? };
+        let fused = match qkv {
+            Some(qkv) if !pass.differentiable && (h_norm.is_none() || row_norm.is_some()) => super::fused::rows_times(&h, &qkv, None, row_norm)?,
+            _ => None,
+        };
         let (yq, yk, yv) = match fused {
             Some(y) => (y.narrow(1, 0, nq)?, y.narrow(1, nq, nkv)?, y.narrow(1, nq + nkv, nkv)?),
             None => {

@@ -11,7 +11,7 @@
 
 use super::block::{AttentionInputs, Block, Norm, Pass};
 use super::config::ModelConfig;
-use super::qmatvec::QMatrix;
+use super::linear::Weight;
 use super::step::DeviceStep;
 use crate::attention::{self, LayerAttention, LayerPlan, Mode};
 use crate::error::{Error, Result};
@@ -22,18 +22,16 @@ use crate::focus::sinkhorn::{sinkhorn_composed, SinkhornGrad, SinkhornOp};
 use candle_core::{DType, Device, Tensor, D};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 pub struct Decoder {
     pub config: ModelConfig,
-    pub embed: Tensor,
+    /// (vocab, d_model).
+    pub embed: Weight,
     pub pos_embed: Option<Tensor>,
     pub blocks: Vec<Block>,
     pub final_norm: Norm,
-    /// (vocab, d_model); the embedding itself when tied.
-    pub lm_head: Tensor,
-    /// `lm_head`'s GGUF blocks (CPU only), which a one-row product reads instead.
-    pub lm_head_q: Option<Arc<QMatrix>>,
+    /// (vocab, d_model); the embedding itself (the same tensor or blocks) when tied.
+    pub lm_head: Weight,
     pub device: Device,
     /// How many passes (`run`) this decoder has started: the GUI's tests assert with it that a
     /// view reused kept layers instead of running the model.
@@ -210,7 +208,7 @@ impl Decoder {
         let opts = ForwardOptions { differentiable: true, ..*opts };
         let RunEnd::Finished { x, .. } = self.run(seqs, &opts, &mut NoHook)? else { unreachable!("no hook stops a differentiable pass") };
         let x = self.final_norm.forward(&x, true)?;
-        self.softcap_logits(x.matmul(&self.lm_head.t()?)?)
+        self.softcap_logits(self.lm_head.forward(&x, None)?)
     }
 
     /// Final-logit soft-capping, cap * tanh(logit / cap) (Gemma 2), when the model has it.
@@ -340,8 +338,8 @@ impl Decoder {
     /// length whose first token sits at position `start` (generation embeds one token at a time).
     pub fn embed_at(&self, seqs: &[&[u32]], start: usize) -> Result<Tensor> {
         let (b, t) = (seqs.len(), seqs.first().map_or(0, |s| s.len()));
-        let dm = self.embed.dim(1)?;
-        let mut x = self.embed.index_select(&Tensor::from_vec(seqs.concat(), b * t, &self.device)?, 0)?;
+        let dm = self.embed.dims2()?.1;
+        let mut x = self.embed.rows(&seqs.concat(), &self.device)?;
         if let Some(s) = self.config.embed_scale {
             x = (x * s)?;
         }
@@ -353,7 +351,11 @@ impl Decoder {
 
     /// `embed_at` for a GPU generation step: the token and its position read on the device.
     pub fn embed_step(&self, step: &DeviceStep) -> Result<Tensor> {
-        let mut x = self.embed.index_select(&step.id()?, 0)?;
+        let mut x = match &self.embed {
+            Weight::Dense(e) => e.index_select(&step.id()?, 0)?,
+            // Stored weights live on the CPU, where the step's id can be read.
+            stored => stored.rows(&step.id()?.to_vec1::<u32>()?, &self.device)?,
+        };
         if let Some(s) = self.config.embed_scale {
             x = (x * s)?;
         }
@@ -389,14 +391,7 @@ impl Decoder {
     /// into its output buffer and the host checks its copy (`checked_on_host`).
     pub fn logits_unchecked(&self, x: &Tensor) -> Result<Tensor> {
         let h = self.final_norm.forward(x, false)?;
-        let logits = match super::matvec::row_times(&h, &self.lm_head, self.lm_head_q.as_deref(), None)? {
-            Some(l) => l,
-            None => match self.lm_head_q.as_deref().map(|q| super::qmatmul::forward(&h, q, None)).transpose()?.flatten() {
-                Some(l) => l,
-                None => h.matmul(&self.lm_head.t()?)?,
-            },
-        };
-        self.softcap_logits(logits)
+        self.softcap_logits(self.lm_head.forward(&h, None)?)
     }
 
     /// Mean negative log-likelihood of `targets[i]` under `logits[i]`, per position.

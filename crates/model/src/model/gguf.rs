@@ -91,7 +91,7 @@ pub struct GgufFile {
     pub version: u32,
     pub metadata: BTreeMap<String, Value>,
     pub tensors: BTreeMap<String, TensorInfo>,
-    mmap: memmap2::Mmap,
+    mmap: std::sync::Arc<memmap2::Mmap>,
 }
 
 fn dtype_from_u32(t: u32) -> Option<GgmlDType> {
@@ -311,7 +311,7 @@ impl GgufFile {
                 return Err(Error::bad_file(path, format!("tensor {name} appears twice")));
             }
         }
-        Ok(GgufFile { path: path.to_path_buf(), version, metadata, tensors, mmap })
+        Ok(GgufFile { path: path.to_path_buf(), version, metadata, tensors, mmap: std::sync::Arc::new(mmap) })
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
@@ -341,6 +341,12 @@ impl GgufFile {
     /// The raw bytes of a tensor (quantized blocks as stored).
     pub fn raw(&self, info: &TensorInfo) -> &[u8] {
         &self.mmap[info.start..info.start + info.len]
+    }
+
+    /// A 2-D tensor's blocks as a (rows, cols) matrix read in place from the file's map;
+    /// `None` when its type is no weight type or the shape does not match.
+    pub fn matrix(&self, info: &TensorInfo, rows: usize, cols: usize) -> Option<crate::model::qmatvec::QMatrix> {
+        crate::model::qmatvec::QMatrix::mapped(info.dtype, &self.mmap, info.start, info.len, rows, cols)
     }
 
     pub fn info(&self, name: &str) -> Result<&TensorInfo> {

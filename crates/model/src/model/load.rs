@@ -1,7 +1,8 @@
 //! The one loader of every family (`family::FAMILIES`): a `ModelConfig` from a Hugging Face
 //! `config.json` or a GGUF header, then the decoder's weights by the family's tensor names.
 
-use super::block::{Block, Linear, Mlp, Norm};
+use super::block::{Block, Mlp, Norm};
+use super::linear::{Linear, Weight};
 use super::config::{MlpKind, ModelConfig, NormKind, Positions, QkNorm, RopeScaling, Sliding};
 use super::decoder::Decoder;
 use super::family::{AttnScale, Family, Flag, GgufFamily, HfFamily, HfWindow, Names, WindowLayers};
@@ -10,7 +11,6 @@ use super::hf::HfConfig;
 use super::weights::WeightSource;
 use crate::error::{Error, Result};
 use candle_core::Device;
-use std::sync::Arc;
 
 impl Flag {
     fn read(self, c: &HfConfig) -> bool {
@@ -258,16 +258,13 @@ fn gguf_rope_scaling(g: &GgufFile, arch: &str, context: usize) -> Result<Option<
 }
 
 /// The fused projection `fused` split by rows into parts of `sizes` rows (Phi-3's qkv_proj and
-/// gate_up_proj, GPT-2's c_attn): each part is the fused weight's rows (and bias) as a Linear.
+/// gate_up_proj, GPT-2's c_attn): each part is the fused weight's rows (and bias) as a Linear
+/// (stored blocks stay shared, not copied).
 fn split_rows<const N: usize>(fused: Linear, sizes: [usize; N]) -> Result<[Linear; N]> {
     let mut at = 0;
     let mut parts = Vec::with_capacity(N);
     for n in sizes {
-        let b = match &fused.b {
-            Some(b) => Some(b.narrow(0, at, n)?.contiguous()?),
-            None => None,
-        };
-        parts.push(Linear { w: fused.w.narrow(0, at, n)?.contiguous()?, b, q: None });
+        parts.push(fused.rows(at, n)?);
         at += n;
     }
     parts.try_into().map_err(|_| Error::Invalid(format!("a fused projection split into {N} parts")))
@@ -279,9 +276,8 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, pre_nor
     let (d, hd) = (cfg.d_model, cfg.head_dim);
     let prefix = names.optional_prefix.filter(|p| src.has(&format!("{p}{}.weight", names.embed))).unwrap_or("");
     let get = |name: &str, shape: &[usize]| src.tensor(&format!("{prefix}{name}"), shape, dev);
-    // The GGUF blocks too, for one-row products on the CPU (`qmatvec`); call after `get`,
-    // which checks the shape and the values.
-    let quantized = |name: &str, rows: usize, cols: usize| if dev.is_cpu() { src.quantized(&format!("{prefix}{name}"), rows, cols).map(Arc::new) } else { None };
+    // A weight matrix: in its stored form on the CPU (`WeightSource::matrix`).
+    let matrix = |name: &str, rows: usize, cols: usize| src.matrix(&format!("{prefix}{name}"), rows, cols, dev);
     let norm_of = |stem: &str, n: usize| -> Result<Norm> {
         let w = get(&format!("{stem}.weight"), &[n])?;
         let weight = if names.norm_offset != 0.0 { (w + names.norm_offset)? } else { w };
@@ -299,10 +295,11 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, pre_nor
         let b = if bias || names.all_biases || src.has(&format!("{prefix}{bias_name}")) { Some(get(&bias_name, &[out])?) } else { None };
         let name = format!("{base}.weight");
         if names.conv1d {
-            // Conv1D weight (in, out) -> Linear (out, in).
-            return Ok(Linear { w: get(&name, &[inp, out])?.t()?.contiguous()?, b, q: None });
+            // Conv1D weight (in, out) -> Linear (out, in): a transposed f32 copy (GPT-2 from
+            // Hugging Face; its GGUF stores (out, in) blocks).
+            return Ok(Linear { w: Weight::Dense(get(&name, &[inp, out])?.t()?.contiguous()?), b });
         }
-        Ok(Linear { w: get(&name, &[out, inp])?, b, q: quantized(&name, out, inp) })
+        Ok(Linear { w: matrix(&name, out, inp)?, b })
     };
     let (nq, nkv) = (cfg.n_heads * hd, cfg.n_kv_heads * hd);
     // QK-norm weights: one head's width (shared by the heads) or the whole projection's.
@@ -357,12 +354,12 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, pre_nor
     }
     let embed_name = format!("{}.weight", names.embed);
     let lm_name = format!("{}.weight", names.lm_head);
-    let embed = get(&embed_name, &[cfg.vocab, d])?;
-    let lm_head = if cfg.tied_embeddings { embed.clone() } else { get(&lm_name, &[cfg.vocab, d])? };
-    let lm_head_q = quantized(if cfg.tied_embeddings { &embed_name } else { &lm_name }, cfg.vocab, d);
+    let embed = matrix(&embed_name, cfg.vocab, d)?;
+    // Tied: the same tensor or blocks, not a copy.
+    let lm_head = if cfg.tied_embeddings { embed.clone() } else { matrix(&lm_name, cfg.vocab, d)? };
     let pos_embed = match names.pos_embed {
         Some(p) => Some(get(&format!("{p}.weight"), &[cfg.context, d])?),
         None => None,
     };
-    Ok(Decoder { final_norm: norm_of(names.final_norm, d)?, embed, pos_embed, blocks, lm_head, lm_head_q, device: dev.clone(), config: cfg, passes: Default::default() })
+    Ok(Decoder { final_norm: norm_of(names.final_norm, d)?, embed, pos_embed, blocks, lm_head, device: dev.clone(), config: cfg, passes: Default::default() })
 }

@@ -2,7 +2,7 @@
 //! W (out, in) row-major, each output a contiguous dot product. A generation step multiplies one token's row by every
 //! weight; candle's gemm packs the whole (transposed) weight for that, which costs more than
 //! the product (measured: ~0.5 s of CPU per SmolLM2 step). A weight that also has its GGUF
-//! blocks (`qmatvec`) is read from those, a fraction of the bytes. Inference only (no backward).
+//! blocks (`qmatvec`) is read there, a fraction of the bytes. Inference only (no backward).
 
 use super::qmatvec::QMatrix;
 use crate::attention::cpu::simd::rows_dot;
@@ -13,37 +13,50 @@ use rayon::prelude::*;
 /// Output rows per parallel task.
 const ROWS: usize = 64;
 
-/// `Some(x W^T + b)` when `x` is one f32 row on the CPU that no gradient tracks and `w` is a
-/// contiguous f32 CPU matrix; `None` leaves the product to candle. `q`: the same weight in
-/// quantized blocks, which are read instead of `w`.
-pub fn row_times(x: &Tensor, w: &Tensor, q: Option<&QMatrix>, b: Option<&Tensor>) -> Result<Option<Tensor>> {
+/// `Some(x W^T + b)` when `x` is one f32 row on the CPU that no gradient tracks and the weight
+/// is `q` (its stored blocks, read in place) or `w`, a contiguous f32 CPU matrix; `None` leaves
+/// the product to candle.
+pub fn row_times(x: &Tensor, w: Option<&Tensor>, q: Option<&QMatrix>, b: Option<&Tensor>) -> Result<Option<Tensor>> {
     // On CUDA: one kernel (`fused::row_times`), where cuBLAS's M = 1 product is launch-bound.
     if x.device().is_cuda() {
-        return super::fused::row_times(x, w, b);
+        return match w {
+            Some(w) => super::fused::row_times(x, w, b),
+            None => Ok(None),
+        };
     }
     let fits = |t: &Tensor| matches!(t.device(), Device::Cpu) && t.dtype() == DType::F32 && !t.track_op();
-    if x.rank() != 2 || x.dim(0)? != 1 || w.rank() != 2 || !fits(x) || !fits(w) || !w.is_contiguous() || b.is_some_and(|b| !fits(b)) {
+    if x.rank() != 2 || x.dim(0)? != 1 || !fits(x) || b.is_some_and(|b| !fits(b)) {
         return Ok(None);
     }
-    let (out, inp) = w.dims2()?;
-    if x.dim(1)? != inp {
-        return Ok(None);
-    }
-    let xv = x.flatten_all()?.to_vec1::<f32>()?;
-    let bias = b.map(|b| b.to_vec1::<f32>()).transpose()?;
-    let mut y = vec![0f32; out];
-    match q {
-        Some(q) if (q.rows, q.cols) == (out, inp) => q.times(&xv, &mut y),
-        _ => {
+    let inp = x.dim(1)?;
+    let y = match (q, w) {
+        (Some(q), _) if q.cols == inp => {
+            let xv = x.flatten_all()?.to_vec1::<f32>()?;
+            let mut y = vec![0f32; q.rows];
+            q.times(&xv, &mut y);
+            y
+        }
+        (None, Some(w)) if w.rank() == 2 && fits(w) && w.is_contiguous() && w.dim(1)? == inp => {
+            let out = w.dim(0)?;
+            let xv = x.flatten_all()?.to_vec1::<f32>()?;
+            let mut y = vec![0f32; out];
             let (storage, layout) = w.storage_and_layout();
             let candle_core::Storage::Cpu(cpu) = &*storage else { return Ok(None) };
             let wv = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + out * inp];
             y.par_chunks_mut(ROWS).enumerate().for_each(|(c, ys)| rows_dot(&wv[c * ROWS * inp..], inp, &xv, ys));
+            y
         }
-    }
-    if let Some(b) = bias {
+        _ => return Ok(None),
+    };
+    let mut y = y;
+    if let Some(b) = b {
+        let b = b.to_vec1::<f32>()?;
+        if b.len() != y.len() {
+            return Ok(None);
+        }
         y.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
     }
+    let out = y.len();
     Ok(Some(Tensor::from_vec(y, (1, out), x.device())?))
 }
 
@@ -58,13 +71,13 @@ mod tests {
             let w = Tensor::randn(0f32, 1.0, (out, inp), &dev).unwrap();
             let b = Tensor::randn(0f32, 1.0, out, &dev).unwrap();
             let x = Tensor::randn(0f32, 1.0, (1, inp), &dev).unwrap();
-            let got = row_times(&x, &w, None, Some(&b)).unwrap().expect("takes one row");
+            let got = row_times(&x, Some(&w), None, Some(&b)).unwrap().expect("takes one row");
             let want = x.matmul(&w.t().unwrap()).unwrap().broadcast_add(&b).unwrap();
             let err = (got - want).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
             assert!(err < 1e-4 * (inp as f32).sqrt(), "{out}x{inp}: {err}");
         }
         // Two rows are left to candle.
         let x = Tensor::zeros((2, 3), DType::F32, &dev).unwrap();
-        assert!(row_times(&x, &Tensor::zeros((4, 3), DType::F32, &dev).unwrap(), None, None).unwrap().is_none());
+        assert!(row_times(&x, Some(&Tensor::zeros((4, 3), DType::F32, &dev).unwrap()), None, None).unwrap().is_none());
     }
 }

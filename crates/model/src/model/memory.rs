@@ -5,10 +5,11 @@
 //! or the cgroup's room when smaller), and the one refusal that names both (`check_fits`).
 //!
 //! Each term is stated from the code that spends it, so a change there should change it here:
-//! - weights: as the loader keeps them today (`model::weights`, `model::load`): every tensor
-//!   widened to an f32 copy, beside its stored bytes (the file's mapped pages, and for matrices
-//!   the GGUF blocks the CPU products read); measured on SmolLM2 within 0.4% of peak RSS. When
-//!   the loader keeps one copy at stored precision (issue 49), `resident` becomes the stored size;
+//! - weights: as the loader keeps them (`model::weights`, `model::linear`): every matrix in its
+//!   stored form, read in place from the file's map (the file's pages are the one copy); the
+//!   vectors (norms, biases) as f32 copies beside their mapped bytes. (Two small exceptions
+//!   count at their stored size only: GPT-2's learned positions and, from Hugging Face, its
+//!   Conv1D weights, which are transposed f32 copies.)
 //! - KV cache: `attention::kv_cache` holds f32 keys and values of every layer, all positions;
 //! - activations: one layer at a time (`model::block`): the residual, its norm, Q/K/V (and
 //!   their RoPE'd copies), the attention output and its transposed copy, or the MLP's gate, up
@@ -62,9 +63,14 @@ pub struct ModelHeader {
 }
 
 /// Resident bytes of a tensor of `elems` elements stored in `stored` bytes, as the loader keeps
-/// it today: an f32 copy, and the stored bytes beside it (see the module notes).
-fn resident(_shape: &[usize], elems: u64, stored: u64) -> u64 {
-    4 * elems + stored
+/// it on the CPU: a matrix in its stored form, read in place from the file's map (its pages are
+/// the one copy); a vector (norms, biases) as an f32 copy beside its mapped bytes.
+fn resident(shape: &[usize], elems: u64, stored: u64) -> u64 {
+    if shape.len() == 2 {
+        stored
+    } else {
+        4 * elems + stored
+    }
 }
 
 impl ModelHeader {
@@ -263,7 +269,7 @@ impl Estimate {
     /// (name, bytes, what it is) per term, for a table.
     pub fn rows(&self) -> [(&'static str, u64, &'static str); 5] {
         [
-            ("weights", self.weights, "every tensor as an f32 copy beside its stored bytes"),
+            ("weights", self.weights, "every matrix at its stored size (mapped), vectors as f32"),
             ("KV cache", self.kv_cache, "f32 keys and values of every layer"),
             ("activations", self.activations, "the widest layer at one pass's tokens, and its logits"),
             ("kept", self.kept, "an analysis's routing of every token, and kept passes"),
@@ -396,10 +402,10 @@ mod tests {
     /// Llama-3.1-8B's shape.
     const LLAMA_8B: Shape = Shape { n_layers: 32, d_model: 4096, n_heads: 32, n_kv_heads: 8, head_dim: 128, ffn_dim: 14336, vocab: 128256, attn_softcap: false };
 
-    /// Every tensor is an f32 copy beside its stored bytes (the loader as it is today).
+    /// A matrix is its stored bytes; a vector an f32 copy beside them.
     #[test]
     fn weights_as_the_loader_keeps_them() {
-        assert_eq!(resident(&[4096, 4096], 4096 * 4096, 9_437_184), 4 * 4096 * 4096 + 9_437_184);
+        assert_eq!(resident(&[4096, 4096], 4096 * 4096, 9_437_184), 9_437_184);
         assert_eq!(resident(&[4096], 4096, 8192), 4 * 4096 + 8192);
     }
 

@@ -2,7 +2,8 @@
 //! shape), `family` (every family as data), `load` (the one loader that reads them), `hf` and
 //! `gguf` (the two file formats), `weights` (tensors from either), `hub` (repo ids in the local
 //! cache), `tokenizer`, `decoder` (the layer loop of every pass), `block` (one transformer
-//! block), `step` and `fused` (a generation step's forward, and its fused form on a GPU),
+//! block), `linear` (a weight, held once: stored blocks on the CPU or a device tensor, and the
+//! projection over it), `step` and `fused` (a generation step's forward, and its fused form on a GPU),
 //! `matvec` / `qmatvec` (one-row products, plain and over GGUF blocks of every storage type,
 //! which `qmatvec` dequantizes), `qmatmul` (many rows times GGUF blocks: the prefill's product;
 //! `qmatmul_int8` the integer route it was measured against), `memory` (what a run will need,
@@ -16,6 +17,7 @@ pub mod fused;
 pub mod gguf;
 pub mod hf;
 pub mod hub;
+pub mod linear;
 pub mod load;
 pub mod matvec;
 pub mod memory;

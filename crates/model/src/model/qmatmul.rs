@@ -96,6 +96,51 @@ pub fn matmul(q: &QMatrix, x: &[f32], m: usize, y: &mut [f32]) {
     });
 }
 
+/// dX = dY W, the product's gradient for its input: `dy` is (m, q.rows) row-major, `dx`
+/// (m, q.cols) row-major, overwritten. Panel by panel (each dequantized once, as in `matmul`),
+/// each adding its rows' share into all of dX, so the panels run one after another and gemm
+/// spreads each over the threads.
+pub fn matmul_t(q: &QMatrix, dy: &[f32], m: usize, dx: &mut [f32]) {
+    let (out, inp) = (q.rows, q.cols);
+    assert!(dy.len() == m * out && dx.len() == m * inp, "{q:?}: dY has {} values for {m} rows, dX {}", dy.len(), dx.len());
+    dx.fill(0.0);
+    if m == 0 || out == 0 {
+        return;
+    }
+    let p = panel_rows(inp).min(out);
+    let mut panel = Vec::new();
+    for c in 0..out.div_ceil(p) {
+        let (r0, n) = (c * p, p.min(out - c * p));
+        panel.resize(n * inp, 0.0);
+        dequantize_rows(q, r0, &mut panel);
+        // SAFETY: dY is (m, out) and the panel (n, inp), both row-major, dX (m, inp); the
+        // lhs is dY's columns r0..r0 + n.
+        unsafe {
+            gemm::gemm(
+                m,
+                inp,
+                n,
+                dx.as_mut_ptr(),
+                1,
+                inp as isize,
+                true,
+                dy.as_ptr().add(r0),
+                1,
+                out as isize,
+                panel.as_ptr(),
+                1,
+                inp as isize,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::Rayon(0),
+            );
+        }
+    }
+}
+
 /// Y's base pointer, shared by the panel tasks, each of which writes its own columns.
 struct SendPtr(*mut f32);
 // SAFETY: the tasks write disjoint elements (see `matmul`).
@@ -151,6 +196,17 @@ pub(crate) mod tests {
                 // Row 0 through QMatrix::times too (the one-row kernels, or dequantized chunks).
                 let mut y1 = vec![0f32; out];
                 q.times(&x[..inp], &mut y1);
+                // The gradient's product, dX = dY W, with Y's values as dY.
+                let mut dx = vec![f32::NAN; m * inp];
+                matmul_t(&q, &y, m, &mut dx);
+                for i in 0..m {
+                    for c in 0..inp {
+                        let want: f64 = (0..out).map(|o| y[i * out + o] as f64 * w[o * inp + c] as f64).sum();
+                        let mag: f64 = (0..out).map(|o| (y[i * out + o] as f64 * w[o * inp + c] as f64).abs()).sum();
+                        let got = dx[i * inp + c] as f64;
+                        assert!((got - want).abs() <= 1e-5 * mag + 1e-30, "{dtype:?} dX {m}x{out}x{inp} ({i}, {c}): {got} vs {want}");
+                    }
+                }
                 for i in 0..m {
                     for o in 0..out {
                         let (xr, wr) = (&x[i * inp..(i + 1) * inp], &w[o * inp..(o + 1) * inp]);

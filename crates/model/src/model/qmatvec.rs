@@ -86,7 +86,25 @@ pub struct QMatrix {
     pub ty: QType,
     pub rows: usize,
     pub cols: usize,
-    data: Vec<u8>,
+    data: Bytes,
+}
+
+/// A weight's bytes: its own, or a range of the checkpoint's memory map, which is then the one
+/// copy of the weight in memory (the pages the products touch are the file's).
+#[derive(Clone)]
+enum Bytes {
+    Owned(Vec<u8>),
+    Mapped { map: std::sync::Arc<memmap2::Mmap>, start: usize, len: usize },
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Owned(v) => v,
+            Bytes::Mapped { map, start, len } => &map[*start..*start + *len],
+        }
+    }
 }
 
 impl std::fmt::Debug for QMatrix {
@@ -100,7 +118,27 @@ impl QMatrix {
     pub fn new(dtype: GgmlDType, raw: &[u8], rows: usize, cols: usize) -> Option<QMatrix> {
         let ty = QType::of(dtype)?;
         let (be, bb) = ty.block();
-        (cols % be == 0 && raw.len() == rows * cols / be * bb).then(|| QMatrix { ty, rows, cols, data: raw.to_vec() })
+        (cols % be == 0 && raw.len() == rows * cols / be * bb).then(|| QMatrix { ty, rows, cols, data: Bytes::Owned(raw.to_vec()) })
+    }
+
+    /// `new` over `map[start..start + len]`, read in place (no copy).
+    pub fn mapped(dtype: GgmlDType, map: &std::sync::Arc<memmap2::Mmap>, start: usize, len: usize, rows: usize, cols: usize) -> Option<QMatrix> {
+        let ty = QType::of(dtype)?;
+        let (be, bb) = ty.block();
+        let fits = cols % be == 0 && len == rows * cols / be * bb && start.checked_add(len).is_some_and(|e| e <= map.len());
+        fits.then(|| QMatrix { ty, rows, cols, data: Bytes::Mapped { map: map.clone(), start, len } })
+    }
+
+    /// Rows r0 .. r0 + n as a matrix of their own (a fused projection's part), sharing the
+    /// map where the bytes are mapped.
+    pub fn rows_slice(&self, r0: usize, n: usize) -> QMatrix {
+        assert!(r0 + n <= self.rows, "{self:?}: rows {r0}..{}", r0 + n);
+        let rb = self.row_bytes();
+        let data = match &self.data {
+            Bytes::Owned(v) => Bytes::Owned(v[r0 * rb..(r0 + n) * rb].to_vec()),
+            Bytes::Mapped { map, start, .. } => Bytes::Mapped { map: map.clone(), start: start + r0 * rb, len: n * rb },
+        };
+        QMatrix { ty: self.ty, rows: n, cols: self.cols, data }
     }
 
     pub fn bytes(&self) -> usize {
@@ -133,7 +171,7 @@ impl QMatrix {
         // About 64 KiB of weights per task: enough tasks to balance, few enough to cost little.
         let per = (65536 / rb).clamp(1, self.rows);
         let ty = self.ty;
-        y.par_chunks_mut(per).enumerate().for_each(|(c, ys)| rows_dot(ty, &self.data[c * per * rb..], rb, x, ys));
+        y.par_chunks_mut(per).enumerate().for_each(|(c, ys)| rows_dot(ty, &self.data()[c * per * rb..], rb, x, ys));
     }
 }
 

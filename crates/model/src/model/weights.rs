@@ -1,11 +1,16 @@
-//! Where a model's tensors come from: a GGUF file (quantized tensors are dequantized to f32, and
-//! `quantized` also gives their blocks) or a Hugging Face directory of safetensors files. Every
-//! tensor is checked for the expected shape and for NaN/inf values when it is loaded, so a
-//! damaged checkpoint fails at load time with its name.
+//! Where a model's tensors come from: a GGUF file or a Hugging Face directory of safetensors
+//! files. A weight matrix on the CPU stays in its stored form, read in place from the file's
+//! memory map (`matrix`); on a GPU, and for the small 1-D tensors (norms, biases), it is read
+//! as f32 (`tensor`). Every tensor is checked for the expected shape and for NaN/inf values
+//! when it is loaded, so a damaged checkpoint fails at load time with its name.
 
 use crate::error::{Error, Result};
 use crate::model::gguf::GgufFile;
-use crate::model::qmatvec::QMatrix;
+use crate::model::linear::Weight;
+use crate::model::qmatvec::{dequantize_rows, QMatrix};
+use candle_core::quantized::GgmlDType;
+use rayon::prelude::*;
+use std::sync::Arc;
 use candle_core::{DType, Device, Tensor};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -19,7 +24,7 @@ pub enum WeightSource {
 /// The tensors of every `*.safetensors` file in a directory (sharded checkpoints included).
 pub struct SafeTensorsDir {
     pub dir: PathBuf,
-    maps: Vec<(PathBuf, memmap2::Mmap)>,
+    maps: Vec<(PathBuf, Arc<memmap2::Mmap>)>,
     index: BTreeMap<String, StEntry>,
 }
 
@@ -91,7 +96,7 @@ impl SafeTensorsDir {
                 }
             }
             drop(st);
-            maps.push((path, mmap));
+            maps.push((path, Arc::new(mmap)));
         }
         if let Some(m) = &index_map {
             for (name, file) in m {
@@ -110,7 +115,7 @@ impl SafeTensorsDir {
 }
 
 /// The path of file `i`: an earlier, already mapped file, or the one being read.
-fn maps_path<'a>(maps: &'a [(PathBuf, memmap2::Mmap)], i: usize, current: &'a Path) -> &'a Path {
+fn maps_path<'a>(maps: &'a [(PathBuf, Arc<memmap2::Mmap>)], i: usize, current: &'a Path) -> &'a Path {
     maps.get(i).map_or(current, |(p, _)| p.as_path())
 }
 
@@ -119,6 +124,22 @@ fn check_finite(path: &Path, name: &str, v: &[f32]) -> Result<()> {
         return Err(Error::bad_file(path, format!("tensor {name} holds a non-finite value ({}) at element {i}", v[i])));
     }
     Ok(())
+}
+
+/// `check_finite` of a stored matrix, dequantized a chunk of rows at a time (in parallel), so
+/// a damaged block fails the load as a damaged f32 value does.
+fn check_finite_stored(path: &Path, name: &str, q: &QMatrix) -> Result<()> {
+    let per = (65536 / q.cols.max(1)).clamp(1, q.rows.max(1));
+    let bad = (0..q.rows.div_ceil(per)).into_par_iter().find_map_first(|c| {
+        let (r0, n) = (c * per, per.min(q.rows - c * per));
+        let mut v = vec![0f32; n * q.cols];
+        dequantize_rows(q, r0, &mut v);
+        v.iter().position(|x| !x.is_finite()).map(|i| (r0 * q.cols + i, v[i]))
+    });
+    match bad {
+        Some((i, x)) => Err(Error::bad_file(path, format!("tensor {name} holds a non-finite value ({x}) at element {i}"))),
+        None => Ok(()),
+    }
 }
 
 impl WeightSource {
@@ -184,13 +205,44 @@ impl WeightSource {
         Ok(Tensor::from_vec(values, shape, device)?)
     }
 
-    /// `name`'s quantized blocks as a (rows, cols) matrix for the one-row kernel (`qmatvec`),
-    /// when it is a GGUF tensor of that shape in a type the kernel reads.
-    pub fn quantized(&self, name: &str, rows: usize, cols: usize) -> Option<QMatrix> {
-        match self {
-            WeightSource::Gguf(g) => g.tensors.get(name).filter(|t| t.shape == [rows, cols]).and_then(|t| QMatrix::new(t.dtype, g.raw(t), rows, cols)),
-            WeightSource::SafeTensors(_) => None,
+    /// The (rows, cols) weight matrix `name` on `device`: on the CPU in its stored form (GGUF
+    /// blocks of a weight type, or safetensors f32 / f16 / bf16), read in place from the map;
+    /// elsewhere as an f32 tensor. Its shape and values are checked as `tensor` checks them.
+    pub fn matrix(&self, name: &str, rows: usize, cols: usize, device: &Device) -> Result<Weight> {
+        if !device.is_cpu() {
+            return Ok(Weight::Dense(self.tensor(name, &[rows, cols], device)?));
         }
+        let found = self
+            .shape(name)
+            .ok_or_else(|| Error::Unsupported(format!("{}: missing tensor {name}", self.path().display())))?;
+        if found != [rows, cols] {
+            return Err(Error::bad_file(self.path(), format!("tensor {name} has shape {found:?}, the config implies {:?}", [rows, cols])));
+        }
+        let q = match self {
+            WeightSource::Gguf(g) => {
+                let info = &g.tensors[name];
+                g.matrix(info, rows, cols).ok_or_else(|| {
+                    Error::Unsupported(format!(
+                        "{}: tensor {name} is stored as {:?}, which no weight is read in (supported: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K-Q6_K, F16, BF16, F32)",
+                        g.path.display(),
+                        info.dtype
+                    ))
+                })?
+            }
+            WeightSource::SafeTensors(s) => {
+                let e = &s.index[name];
+                let ty = match e.dtype {
+                    safetensors::Dtype::F32 => GgmlDType::F32,
+                    safetensors::Dtype::F16 => GgmlDType::F16,
+                    safetensors::Dtype::BF16 => GgmlDType::BF16,
+                    d => return Err(Error::Unsupported(format!("tensor {name} has dtype {d:?} (need f32, f16 or bf16)"))),
+                };
+                QMatrix::mapped(ty, &s.maps[e.file].1, e.start, e.len, rows, cols)
+                    .ok_or_else(|| Error::bad_file(&s.maps[e.file].0, format!("tensor {name} holds {} bytes, not a {rows}x{cols} {ty:?} matrix", e.len)))?
+            }
+        };
+        check_finite_stored(self.path(), name, &q)?;
+        Ok(Weight::Stored(Arc::new(q)))
     }
 
     /// A cheap identity of the weights: sha256 over every tensor's name, shape, type and up to

@@ -34,7 +34,7 @@ fn maybe(norm: &Option<Norm>, x: &Tensor) -> Result<Tensor> {
 /// scale, the Q and K columns are normalised (and Q scaled) here.
 pub fn attention_inputs(blk: &Block, x: &Tensor, tb: &TrainBlock, cfg: &ModelConfig) -> Result<(Tensor, Tensor)> {
     let h = maybe(&blk.attn_norm, x)?;
-    let dt = tb.qkv.w.dtype();
+    let dt = tb.qkv.dtype();
     let mut qkv = tb.qkv.forward(&h, dt)?;
     let mult = q_mult(&blk.attn, cfg.head_dim);
     if blk.q_norm.is_some() || blk.k_norm.is_some() || mult.is_some() {
@@ -63,7 +63,7 @@ pub fn finish(blk: &Block, x: &Tensor, o: &Tensor, tb: &TrainBlock) -> Result<Te
     let x = (x + maybe(&blk.post_attn_norm, &tb.o.forward(o, DType::F32)?)?)?;
     let h = maybe(&blk.mlp_norm, &x)?;
     let a = match blk.mlp.kind {
-        MlpKind::SwiGlu => swiglu(&tb.mlp_in.forward(&h, tb.mlp_in.w.dtype())?)?,
+        MlpKind::SwiGlu => swiglu(&tb.mlp_in.forward(&h, tb.mlp_in.dtype())?)?,
         MlpKind::GeluTanh => tb.mlp_in.forward(&h, DType::F32)?.gelu()?,
         MlpKind::GeGlu => geglu(&tb.mlp_in.forward(&h, DType::F32)?)?,
     };

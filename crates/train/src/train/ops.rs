@@ -5,41 +5,85 @@
 
 use super::device::{cpu_f32, cpu_out};
 use crate::error::Result;
-use crate::model::block::Linear;
+use crate::model::linear::{Linear, Weight};
+use crate::model::qmatvec::QMatrix;
+use std::sync::Arc;
 use candle_core::backend::BackendStorage;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, DType, Layout, Shape, Storage, Tensor};
 
 /// A frozen projection as the training step uses it: W (out, in) and its bias in the compute
-/// dtype.
+/// dtype. On the CPU, weights kept in their stored form (`Weight::Stored`) stay so: the
+/// projection reads the blocks of its parts (f32 compute), forward and backward.
 #[derive(Debug, Clone)]
 pub struct FrozenLinear {
-    pub w: Tensor,
+    pub w: FrozenWeight,
     pub b: Option<Tensor>,
 }
 
+#[derive(Debug, Clone)]
+pub enum FrozenWeight {
+    /// The concatenated weight as one tensor in the compute dtype.
+    Dense(Tensor),
+    /// The parts' stored blocks, one after another along the outputs.
+    Stored(Vec<Arc<QMatrix>>),
+}
+
 impl FrozenLinear {
-    /// Concatenates projections along their outputs (e.g. Q, K, V) in `dtype`.
+    /// Concatenates projections along their outputs (e.g. Q, K, V) in `dtype`: their blocks
+    /// where every part is stored and the compute is f32, else one tensor (a copy).
     pub fn cat(parts: &[&Linear], dtype: DType) -> Result<FrozenLinear> {
-        let w = Tensor::cat(&parts.iter().map(|l| l.w.clone()).collect::<Vec<_>>(), 0)?.to_dtype(dtype)?;
+        let stored: Option<Vec<Arc<QMatrix>>> = parts.iter().map(|l| match &l.w {
+            Weight::Stored(q) => Some(q.clone()),
+            Weight::Dense(_) => None,
+        }).collect();
+        let device = parts.iter().find_map(|l| l.w.tensor().map(|t| t.device().clone())).unwrap_or(candle_core::Device::Cpu);
+        let w = match stored {
+            Some(qs) if dtype == DType::F32 => FrozenWeight::Stored(qs),
+            _ => FrozenWeight::Dense(Tensor::cat(&parts.iter().map(|l| l.w.to_dense(dtype, &device)).collect::<Result<Vec<_>>>()?, 0)?.contiguous()?),
+        };
         let b = if parts.iter().any(|l| l.b.is_some()) {
             let bs = parts
                 .iter()
                 .map(|l| match &l.b {
                     Some(b) => Ok(b.clone()),
-                    None => Tensor::zeros(l.w.dim(0)?, l.w.dtype(), l.w.device()),
+                    None => Ok(Tensor::zeros(l.w.dims2()?.0, DType::F32, &device)?),
                 })
-                .collect::<candle_core::Result<Vec<_>>>()?;
-            Some(Tensor::cat(&bs, 0)?.to_dtype(dtype)?)
+                .collect::<Result<Vec<_>>>()?;
+            let cast: Vec<Tensor> = bs.iter().map(|b| b.to_dtype(DType::F32)).collect::<candle_core::Result<_>>()?;
+            Some(Tensor::cat(&cast, 0)?.to_dtype(match &w {
+                FrozenWeight::Dense(t) => t.dtype(),
+                FrozenWeight::Stored(_) => DType::F32,
+            })?)
         } else {
             None
         };
-        Ok(FrozenLinear { w: w.contiguous()?, b })
+        Ok(FrozenLinear { w, b })
+    }
+
+    /// The dtype the projection computes in.
+    pub fn dtype(&self) -> DType {
+        match &self.w {
+            FrozenWeight::Dense(t) => t.dtype(),
+            FrozenWeight::Stored(_) => DType::F32,
+        }
     }
 
     /// y = x W^T + b (x (rows, in), any float dtype), computed in the weights' dtype with f32
     /// accumulation, returned in `out`. The backward gives x its gradient and W none.
     pub fn forward(&self, x: &Tensor, out: DType) -> Result<Tensor> {
-        Ok(x.contiguous()?.apply_op1(LinearOp { w: self.w.clone(), b: self.b.clone(), out })?)
+        match &self.w {
+            FrozenWeight::Dense(w) => Ok(x.contiguous()?.apply_op1(LinearOp { w: w.clone(), b: self.b.clone(), out })?),
+            FrozenWeight::Stored(parts) => {
+                let x = x.to_dtype(DType::F32)?.contiguous()?;
+                let ys = parts.iter().map(|q| Weight::Stored(q.clone()).forward(&x, None)).collect::<Result<Vec<_>>>()?;
+                let y = if ys.len() == 1 { ys.into_iter().next().expect("one part") } else { Tensor::cat(&ys, 1)? };
+                let y = match &self.b {
+                    Some(b) => y.broadcast_add(b)?,
+                    None => y,
+                };
+                Ok(y.to_dtype(out)?)
+            }
+        }
     }
 }
 
@@ -477,7 +521,7 @@ pub(crate) mod tests {
         let mut out = Vec::new();
         // Frozen linear with a bias, against x W^T + b.
         let x = Var::from_tensor(&rand_t(&mut rng, &[m, kin], 1.0, dev)).unwrap();
-        let lin = Linear { w: rand_t(&mut rng, &[nout, kin], 0.3, dev), b: Some(rand_t(&mut rng, &[nout], 0.3, dev)), q: None };
+        let lin = Linear { w: Weight::Dense(rand_t(&mut rng, &[nout, kin], 0.3, dev)), b: Some(rand_t(&mut rng, &[nout], 0.3, dev)) };
         let w = rand_t(&mut rng, &[m, nout], 1.0, dev);
         let fl = FrozenLinear::cat(&[&lin], dtype).unwrap();
         let (a, da) = grad_of(&x, &w, fl.forward(x.as_tensor(), DType::F32).unwrap());
@@ -539,8 +583,33 @@ pub(crate) mod tests {
         let mut rng = StdRng::seed_from_u64(1);
         let x = Var::from_tensor(&rand_t(&mut rng, &[5, 4], 1.0, &dev)).unwrap();
         let w = Var::from_tensor(&rand_t(&mut rng, &[3, 4], 1.0, &dev)).unwrap();
-        let fl = FrozenLinear { w: w.as_tensor().clone(), b: None };
+        let fl = FrozenLinear { w: FrozenWeight::Dense(w.as_tensor().clone()), b: None };
         let g = fl.forward(x.as_tensor(), DType::F32).unwrap().sum_all().unwrap().backward().unwrap();
         assert!(g.get(x.as_tensor()).is_some() && g.get(w.as_tensor()).is_none());
+    }
+
+    /// Stored parts (Q8_0 and Q4_K, as a Q4_K_M file mixes them) concatenated by
+    /// `FrozenLinear::cat` stay blocks and give the values and input gradient of the same
+    /// projection over their dequantized tensors.
+    #[test]
+    fn frozen_linear_over_stored_blocks_equals_dense() {
+        use candle_core::quantized::{GgmlDType, QTensor};
+        let dev = Device::Cpu;
+        let mut rng = StdRng::seed_from_u64(2);
+        let (kin, m) = (256, 9);
+        let part = |rng: &mut StdRng, ty: GgmlDType, out: usize| {
+            let raw = QTensor::quantize(&rand_t(rng, &[out, kin], 1.0, &dev), ty).unwrap().data().unwrap().to_vec();
+            Linear { w: Weight::Stored(Arc::new(QMatrix::new(ty, &raw, out, kin).unwrap())), b: Some(rand_t(rng, &[out], 0.3, &dev)) }
+        };
+        let (a, b) = (part(&mut rng, GgmlDType::Q8_0, 24), part(&mut rng, GgmlDType::Q4K, 40));
+        let dense = |l: &Linear| Linear { w: Weight::Dense(l.w.to_dense(DType::F32, &dev).unwrap()), b: l.b.clone() };
+        let stored = FrozenLinear::cat(&[&a, &b], DType::F32).unwrap();
+        assert!(matches!(stored.w, FrozenWeight::Stored(ref p) if p.len() == 2), "kept as blocks");
+        let plain = FrozenLinear::cat(&[&dense(&a), &dense(&b)], DType::F32).unwrap();
+        let x = Var::from_tensor(&rand_t(&mut rng, &[m, kin], 1.0, &dev)).unwrap();
+        let r = rand_t(&mut rng, &[m, 64], 1.0, &dev);
+        let (ys, gs) = grad_of(&x, &r, stored.forward(x.as_tensor(), DType::F32).unwrap());
+        let (yd, gd) = grad_of(&x, &r, plain.forward(x.as_tensor(), DType::F32).unwrap());
+        assert!(rel_err(&ys, &yd) < 1e-5 && rel_err(&gs, &gd) < 1e-5, "value {}, gradient {}", rel_err(&ys, &yd), rel_err(&gs, &gd));
     }
 }

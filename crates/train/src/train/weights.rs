@@ -5,6 +5,7 @@
 use super::ops::FrozenLinear;
 use crate::error::Result;
 use crate::model::block::{Block, Mlp};
+use crate::model::linear::Linear;
 use crate::model::config::MlpKind;
 use crate::model::decoder::Decoder;
 use candle_core::{DType, Device};
@@ -42,7 +43,7 @@ impl TrainWeights {
 
     pub fn new(d: &Decoder, dtype: DType) -> Result<TrainWeights> {
         let blocks = d.blocks.iter().map(|b| TrainBlock::new(b, dtype)).collect::<Result<Vec<_>>>()?;
-        let lm_head = FrozenLinear { w: d.lm_head.to_dtype(dtype)?.contiguous()?, b: None };
+        let lm_head = FrozenLinear::cat(&[&Linear { w: d.lm_head.clone(), b: None }], dtype)?;
         Ok(TrainWeights { dtype, blocks, lm_head })
     }
 }

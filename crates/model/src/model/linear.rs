@@ -1,0 +1,237 @@
+//! A weight matrix and the projection over it, y = x W^T + b, with W stored as (out, in) like
+//! PyTorch's nn.Linear. A weight is held once, in one of two forms:
+//! - `Stored`, on the CPU: the checkpoint's own storage (GGUF blocks, or a safetensors file's
+//!   f32 / f16 / bf16), read in place from the file's memory map. Every product reads it there:
+//!   one row (`qmatvec`), many rows (`qmatmul`), and training's graph (`StoredProduct`, whose
+//!   backward gives x its gradient through the same blocks; a frozen weight gets none).
+//! - `Dense`: a tensor on the model's device (every weight on CUDA; weights made in code).
+//!
+//! `to_dense` makes the one explicit copy anything takes (the GPU upload, a dtype cast), so a
+//! second copy of a model's weights shows in the code that asks for it.
+
+use super::qmatvec::{dequantize_rows, QMatrix};
+use crate::error::{Error, Result};
+use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
+use std::sync::Arc;
+
+#[derive(Debug, Clone)]
+pub enum Weight {
+    Dense(Tensor),
+    Stored(Arc<QMatrix>),
+}
+
+impl Weight {
+    /// (out, in).
+    pub fn dims2(&self) -> Result<(usize, usize)> {
+        Ok(match self {
+            Weight::Dense(t) => t.dims2()?,
+            Weight::Stored(q) => (q.rows, q.cols),
+        })
+    }
+
+    /// The tensor of a dense weight (the CUDA kernels read these); `None` for a stored one.
+    pub fn tensor(&self) -> Option<&Tensor> {
+        match self {
+            Weight::Dense(t) => Some(t),
+            Weight::Stored(_) => None,
+        }
+    }
+
+    /// The blocks of a stored weight.
+    pub fn stored(&self) -> Option<&QMatrix> {
+        match self {
+            Weight::Dense(_) => None,
+            Weight::Stored(q) => Some(q),
+        }
+    }
+
+    /// Bytes held in memory: the tensor's, or the stored blocks'.
+    pub fn bytes(&self) -> usize {
+        match self {
+            Weight::Dense(t) => t.elem_count() * t.dtype().size_in_bytes(),
+            Weight::Stored(q) => q.bytes(),
+        }
+    }
+
+    /// The whole weight as a new tensor of `dtype` on `device`: an explicit copy.
+    pub fn to_dense(&self, dtype: DType, device: &Device) -> Result<Tensor> {
+        Ok(match self {
+            Weight::Dense(t) => t.to_device(device)?.to_dtype(dtype)?,
+            Weight::Stored(q) => {
+                let mut v = vec![0f32; q.rows * q.cols];
+                dequantize_rows(q, 0, &mut v);
+                Tensor::from_vec(v, (q.rows, q.cols), device)?.to_dtype(dtype)?
+            }
+        })
+    }
+
+    /// Rows `ids` of the weight (an embedding lookup), (ids.len(), in) f32 on `device`.
+    pub fn rows(&self, ids: &[u32], device: &Device) -> Result<Tensor> {
+        match self {
+            Weight::Dense(t) => Ok(t.index_select(&Tensor::from_slice(ids, ids.len(), t.device())?, 0)?),
+            Weight::Stored(q) => {
+                let mut v = vec![0f32; ids.len() * q.cols];
+                for (&id, row) in ids.iter().zip(v.chunks_exact_mut(q.cols)) {
+                    let id = id as usize;
+                    if id >= q.rows {
+                        return Err(Error::Invalid(format!("token id {id} is outside the vocabulary of {}", q.rows)));
+                    }
+                    dequantize_rows(q, id, row);
+                }
+                Ok(Tensor::from_vec(v, (ids.len(), q.cols), device)?)
+            }
+        }
+    }
+
+    /// x W^T + b for x (..., in): one row by `matvec` (a kernel of its own on CUDA), many rows
+    /// on the CPU over the stored blocks (`qmatmul`), under a gradient by `StoredProduct`,
+    /// else candle's matmul.
+    pub fn forward(&self, x: &Tensor, b: Option<&Tensor>) -> Result<Tensor> {
+        if let Some(y) = super::matvec::row_times(x, self.tensor(), self.stored(), b)? {
+            return Ok(y);
+        }
+        let y = match self {
+            Weight::Dense(w) => x.broadcast_matmul(&w.t()?)?,
+            Weight::Stored(q) => match super::qmatmul::forward(x, q, None)? {
+                Some(y) => y,
+                None => {
+                    // Training's graph (or an input that is not f32): the op with a backward.
+                    let mut dims = x.dims().to_vec();
+                    let rows = x.elem_count() / q.cols;
+                    let x2 = x.to_dtype(DType::F32)?.reshape((rows, q.cols))?.contiguous()?;
+                    let y = x2.apply_op1(StoredProduct { q: q.clone() })?;
+                    *dims.last_mut().ok_or_else(|| Error::Invalid("a product of a scalar".into()))? = q.rows;
+                    y.reshape(dims)?.to_dtype(x.dtype())?
+                }
+            },
+        };
+        Ok(match b {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// x W^T over a stored weight, as an op of candle's graph: forward `qmatmul::matmul`, backward
+/// dX = dY W (`qmatmul::matmul_t`) through the same blocks; W gets no gradient (frozen).
+struct StoredProduct {
+    q: Arc<QMatrix>,
+}
+
+impl CustomOp1 for StoredProduct {
+    fn name(&self) -> &'static str {
+        "focus-stored-product"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (m, k) = l.shape().dims2()?;
+        if k != self.q.cols {
+            candle_core::bail!("stored product: input width {k}, weight {:?}", self.q);
+        }
+        let x = match s {
+            CpuStorage::F32(v) => match l.contiguous_offsets() {
+                Some((a, b)) => &v[a..b],
+                None => candle_core::bail!("stored product: input not contiguous"),
+            },
+            _ => candle_core::bail!("stored product: input not f32"),
+        };
+        let mut y = vec![0f32; m * self.q.rows];
+        super::qmatmul::matmul(&self.q, x, m, &mut y);
+        Ok((CpuStorage::F32(y), Shape::from((m, self.q.rows))))
+    }
+
+    fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        let (m, _) = grad.dims2()?;
+        let dy = grad.to_dtype(DType::F32)?.contiguous()?.flatten_all()?.to_vec1::<f32>()?;
+        let mut dx = vec![0f32; m * self.q.cols];
+        super::qmatmul::matmul_t(&self.q, &dy, m, &mut dx);
+        Ok(Some(Tensor::from_vec(dx, (m, self.q.cols), x.device())?.to_dtype(x.dtype())?))
+    }
+}
+
+/// y = x W^T + b.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    pub w: Weight,
+    pub b: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        self.w.forward(x, self.b.as_ref())
+    }
+
+    /// x W^T + b + r: a product and the residual added to it (one kernel for a step's row on
+    /// CUDA).
+    pub fn forward_plus(&self, x: &Tensor, r: &Tensor) -> Result<Tensor> {
+        if let Some(w) = self.w.tensor() {
+            if let Some(y) = super::fused::rows_times(x, &[(w, self.b.as_ref())], Some(r), None)? {
+                return Ok(y);
+            }
+        }
+        Ok((self.forward(x)? + r)?)
+    }
+
+    /// Rows r0 .. r0 + n of the projection (a part of a fused one: Phi-3's qkv_proj).
+    pub fn rows(&self, r0: usize, n: usize) -> Result<Linear> {
+        let w = match &self.w {
+            Weight::Dense(t) => Weight::Dense(t.narrow(0, r0, n)?.contiguous()?),
+            Weight::Stored(q) => Weight::Stored(Arc::new(q.rows_slice(r0, n))),
+        };
+        let b = match &self.b {
+            Some(b) => Some(b.narrow(0, r0, n)?.contiguous()?),
+            None => None,
+        };
+        Ok(Linear { w, b })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::qmatvec::tests::random;
+    use candle_core::quantized::GgmlDType;
+    use rand::{rngs::StdRng, SeedableRng};
+
+    /// A stored weight's product under a gradient (`StoredProduct`) gives the values and the
+    /// input gradient of the same product over its dequantized tensor.
+    #[test]
+    fn stored_product_backward_equals_dense() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let (out, inp) = (48, 256);
+        let (raw, _) = random(GgmlDType::Q4K, out, inp, &mut rng);
+        let stored = Weight::Stored(Arc::new(QMatrix::new(GgmlDType::Q4K, &raw, out, inp).unwrap()));
+        let dense = Weight::Dense(stored.to_dense(DType::F32, &Device::Cpu).unwrap());
+        let x0 = Tensor::randn(0f32, 1.0, (2, 3, inp), &Device::Cpu).unwrap();
+        let r = Tensor::randn(0f32, 1.0, (2, 3, out), &Device::Cpu).unwrap();
+        let grads = |w: &Weight| {
+            let x = candle_core::Var::from_tensor(&x0).unwrap();
+            let y = w.forward(x.as_tensor(), None).unwrap();
+            assert!(y.track_op(), "the product joined the graph");
+            let loss = (y * &r).unwrap().sum_all().unwrap();
+            let g = loss.backward().unwrap();
+            (loss.to_scalar::<f32>().unwrap(), g.get(x.as_tensor()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap())
+        };
+        let ((ls, gs), (ld, gd)) = (grads(&stored), grads(&dense));
+        assert!((ls - ld).abs() <= 1e-4 * ld.abs().max(1.0), "loss {ls} vs {ld}");
+        for (i, (a, b)) in gs.iter().zip(&gd).enumerate() {
+            assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "dx[{i}] {a} vs {b}");
+        }
+    }
+
+    /// A part of a stored projection is the same rows as the dense part; rows are looked up
+    /// as dequantized rows.
+    #[test]
+    fn rows_of_a_stored_weight() {
+        let mut rng = StdRng::seed_from_u64(6);
+        let (raw, _) = random(GgmlDType::Q8_0, 10, 64, &mut rng);
+        let lin = Linear { w: Weight::Stored(Arc::new(QMatrix::new(GgmlDType::Q8_0, &raw, 10, 64).unwrap())), b: None };
+        let dense = lin.w.to_dense(DType::F32, &Device::Cpu).unwrap();
+        let part = lin.rows(3, 4).unwrap().w.to_dense(DType::F32, &Device::Cpu).unwrap();
+        assert_eq!(part.to_vec2::<f32>().unwrap(), dense.narrow(0, 3, 4).unwrap().to_vec2::<f32>().unwrap());
+        let looked = lin.w.rows(&[9, 0, 9], &Device::Cpu).unwrap().to_vec2::<f32>().unwrap();
+        let d = dense.to_vec2::<f32>().unwrap();
+        assert_eq!(looked, vec![d[9].clone(), d[0].clone(), d[9].clone()]);
+        assert!(lin.w.rows(&[10], &Device::Cpu).is_err());
+    }
+}
