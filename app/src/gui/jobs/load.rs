@@ -34,7 +34,10 @@ pub fn load_model(path: Option<PathBuf>, device: DeviceChoice, h: &Handle) -> Ms
             let what = format!("{} with an analysis of {DEFAULT_SEGMENT} tokens", p.display());
             memory::check_fits(&what, &h.estimate(&w), memory::available().as_ref())?;
         }
-        Ok(Arc::new(Model::load(&p, &dev)?))
+        // The bar counts megabytes of the checkpoint read and checked.
+        let mb = |b: u64| (b / 1_000_000) as usize;
+        let report = |done: u64, total: u64| h.set_progress(mb(done), mb(total), "loading the model (MB read)");
+        Ok(Arc::new(Model::load_reporting(&p, &dev, &report)?))
     })();
     Msg::Model(r, path, device)
 }

@@ -112,7 +112,7 @@ impl Weight {
     }
 }
 
-/// x W^T over a stored weight, as an op of candle's graph: forward `qmatmul::matmul`, backward
+/// x W^T over a stored weight, as an op of candle's graph: forward `qmatmul::product`, backward
 /// dX = dY W (`qmatmul::matmul_t`) through the same blocks; W gets no gradient (frozen).
 struct StoredProduct {
     q: Arc<QMatrix>,
@@ -136,7 +136,7 @@ impl CustomOp1 for StoredProduct {
             _ => candle_core::bail!("stored product: input not f32"),
         };
         let mut y = vec![0f32; m * self.q.rows];
-        super::qmatmul::matmul(&self.q, x, m, &mut y);
+        super::qmatmul::product(&self.q, x, m, &mut y);
         Ok((CpuStorage::F32(y), Shape::from((m, self.q.rows))))
     }
 

@@ -271,13 +271,28 @@ fn split_rows<const N: usize>(fused: Linear, sizes: [usize; N]) -> Result<[Linea
 }
 
 /// Builds the decoder of `cfg` from `src` by `names` (`pre_norms`: the family's blocks
-/// normalise their inputs).
-pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, pre_norms: bool, dev: &Device) -> Result<Decoder> {
+/// normalise their inputs), calling `progress(bytes read, bytes in all)` after each tensor.
+pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, pre_norms: bool, dev: &Device, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<Decoder> {
     let (d, hd) = (cfg.d_model, cfg.head_dim);
     let prefix = names.optional_prefix.filter(|p| src.has(&format!("{p}{}.weight", names.embed))).unwrap_or("");
-    let get = |name: &str, shape: &[usize]| src.tensor(&format!("{prefix}{name}"), shape, dev);
+    let (total, done) = (src.total_bytes(), std::cell::Cell::new(0u64));
+    let read = |name: &str| {
+        done.set(done.get() + src.stored_bytes(name));
+        progress(done.get(), total);
+    };
+    let get = |name: &str, shape: &[usize]| {
+        let name = format!("{prefix}{name}");
+        let t = src.tensor(&name, shape, dev)?;
+        read(&name);
+        Ok::<_, Error>(t)
+    };
     // A weight matrix: in its stored form on the CPU (`WeightSource::matrix`).
-    let matrix = |name: &str, rows: usize, cols: usize| src.matrix(&format!("{prefix}{name}"), rows, cols, dev);
+    let matrix = |name: &str, rows: usize, cols: usize| {
+        let name = format!("{prefix}{name}");
+        let w = src.matrix(&name, rows, cols, dev)?;
+        read(&name);
+        Ok::<_, Error>(w)
+    };
     let norm_of = |stem: &str, n: usize| -> Result<Norm> {
         let w = get(&format!("{stem}.weight"), &[n])?;
         let weight = if names.norm_offset != 0.0 { (w + names.norm_offset)? } else { w };
@@ -361,5 +376,8 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, pre_nor
         Some(p) => Some(get(&format!("{p}.weight"), &[cfg.context, d])?),
         None => None,
     };
-    Ok(Decoder { final_norm: norm_of(names.final_norm, d)?, embed, pos_embed, blocks, lm_head, device: dev.clone(), config: cfg, passes: Default::default() })
+    let final_norm = norm_of(names.final_norm, d)?;
+    // Tensors the decoder does not use (a vision tower, say) count as read.
+    progress(total, total);
+    Ok(Decoder { final_norm, embed, pos_embed, blocks, lm_head, device: dev.clone(), config: cfg, passes: Default::default() })
 }

@@ -30,6 +30,8 @@ pub fn row_times(x: &Tensor, w: Option<&Tensor>, q: Option<&QMatrix>, b: Option<
     }
     let inp = x.dim(1)?;
     let y = match (q, w) {
+        // A type whose product quantizes X takes it for one row too (`qmatmul::product`).
+        (Some(q), _) if q.cols == inp && super::qmatmul::int8_route(q) => return super::qmatmul::forward(x, q, b),
         (Some(q), _) if q.cols == inp => {
             let xv = x.flatten_all()?.to_vec1::<f32>()?;
             let mut y = vec![0f32; q.rows];

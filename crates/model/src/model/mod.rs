@@ -55,11 +55,17 @@ impl Model {
     /// `path` is a `.gguf` file, a directory holding `config.json` and `*.safetensors`, or a
     /// Hugging Face repo id (`ORG/NAME[@REV]`) found in the local hub cache (`hub`).
     pub fn load(path: &Path, device: &Device) -> Result<Model> {
+        Self::load_reporting(path, device, &|_, _| {})
+    }
+
+    /// `load`, calling `progress(bytes read, bytes in all)` after each tensor of the checkpoint
+    /// is read and checked (the GUI's load bar).
+    pub fn load_reporting(path: &Path, device: &Device, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<Model> {
         let resolved = hub::resolve(path)?;
         let path = resolved.as_path();
         let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
         if meta.is_dir() {
-            return Self::load_hf(path, device);
+            return Self::load_hf(path, device, progress);
         }
         let g = GgufFile::open(path)?;
         let arch = g.str("general.architecture")?;
@@ -77,17 +83,17 @@ impl Model {
             return Err(Error::bad_file(path, format!("tokenizer has {} tokens but the embedding only {}", tokenizer.vocab_size(), cfg.vocab)));
         }
         let src = WeightSource::Gguf(g);
-        let decoder = load::load_weights(cfg, &src, &gf.names, fam.pre_norms, device)?;
+        let decoder = load::load_weights(cfg, &src, &gf.names, fam.pre_norms, device, progress)?;
         Ok(Model { path: path.to_path_buf(), decoder, tokenizer: Some(tokenizer), fingerprint: src.fingerprint(), format: "gguf" })
     }
 
-    fn load_hf(dir: &Path, device: &Device) -> Result<Model> {
+    fn load_hf(dir: &Path, device: &Device, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<Model> {
         let c = hf::HfConfig::open(&dir.join("config.json"))?;
         let src = WeightSource::SafeTensors(SafeTensorsDir::open(dir)?);
         let ty = c.model_type();
         let (fam, h) = family::by_model_type(&ty)
             .ok_or_else(|| Error::Unsupported(format!("{}: model_type {ty:?} (supported: {})", c.path.display(), family::supported(false))))?;
-        let decoder = load::load_weights(load::config_from_hf(&c, fam, h)?, &src, &h.names, fam.pre_norms, device)?;
+        let decoder = load::load_weights(load::config_from_hf(&c, fam, h)?, &src, &h.names, fam.pre_norms, device, progress)?;
         let tok_path = dir.join("tokenizer.json");
         let tokenizer = if tok_path.exists() { Some(Tokenizer::from_file(&tok_path)?) } else { None };
         if let Some(t) = &tokenizer {

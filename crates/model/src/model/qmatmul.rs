@@ -7,8 +7,9 @@
 //! micro-kernel (the one candle's f32 matmul calls); panels run in parallel (rayon). Each
 //! weight is dequantized once per call, which is cheap against the m multiply-adds it feeds, so
 //! the product runs at f32 matmul speed while W stays in its blocks. The other route the issue
-//! names, llama.cpp's 8-bit activations with integer dot products, is `qmatmul_int8`;
-//! `focus-lens bench matmul` measures both (docs/RESULTS.md).
+//! names, llama.cpp's 8-bit activations with integer dot products, is `qmatmul_int8`, which
+//! Q4_0 weights take (`product` chooses); `focus-lens bench matmul` measures both
+//! (docs/RESULTS.md).
 //!
 //! Dequantization is `qmatvec::dequantize_rows`, candle's (llama.cpp's formulas) value for value. So Y differs from candle's dequantize-then-matmul only in the
 //! order of summation.
@@ -37,22 +38,45 @@ pub fn forward(x: &Tensor, q: &QMatrix, b: Option<&Tensor>) -> Result<Option<Ten
     }
     let mut dims = x.dims().to_vec();
     let m = x.elem_count() / q.cols;
-    let xv = x.flatten_all()?.to_vec1::<f32>()?;
     let mut y = vec![0f32; m * q.rows];
-    if m == 1 {
-        q.times(&xv, &mut y);
-    } else {
-        matmul(q, &xv, m, &mut y);
-    }
+    // X read in place when contiguous (a copy of the rows would be one more activation).
+    let x = x.contiguous()?;
+    let (storage, layout) = x.storage_and_layout();
+    let candle_core::Storage::Cpu(cpu) = &*storage else { return Ok(None) };
+    let xv = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + m * q.cols];
+    product(q, xv, m, &mut y);
+    drop(storage);
     *dims.last_mut().expect("rank >= 2") = q.rows;
-    let y = Tensor::from_vec(y, dims, x.device())?;
+    let y = Tensor::from_vec(y, dims, &Device::Cpu)?;
     Ok(Some(match b {
         Some(b) => y.broadcast_add(b)?,
         None => y,
     }))
 }
 
-/// Y = X W^T: `x` is (m, q.cols) row-major, `y` (m, q.rows) row-major, overwritten.
+/// Y = X W^T by the route this weight type takes (every caller, one row or many, inference or
+/// training's graph, goes through here, so a row gets the same value whichever pass computes
+/// it): Q4_0 by the integer route (`qmatmul_int8`: X quantized to 8-bit blocks, as llama.cpp
+/// does; 2.0-2.6x faster than the panels, docs/RESULTS.md), one row of the other types by
+/// `QMatrix::times`, many by the f32 panels (`matmul`).
+pub fn product(q: &QMatrix, x: &[f32], m: usize, y: &mut [f32]) {
+    if int8_route(q) {
+        let xq = super::qmatmul_int8::Q8Rows::quantize(x, m, q.cols);
+        super::qmatmul_int8::matmul(q, &xq, y);
+    } else if m == 1 {
+        q.times(x, y);
+    } else {
+        matmul(q, x, m, y);
+    }
+}
+
+/// Whether `product` takes the integer route for this weight.
+pub fn int8_route(q: &QMatrix) -> bool {
+    q.ty == super::qmatvec::QType::Q4_0
+}
+
+/// Y = X W^T by the f32 panels: `x` is (m, q.cols) row-major, `y` (m, q.rows) row-major,
+/// overwritten.
 pub fn matmul(q: &QMatrix, x: &[f32], m: usize, y: &mut [f32]) {
     let (out, inp) = (q.rows, q.cols);
     assert!(x.len() == m * inp && y.len() == m * out, "{q:?}: X has {} values for {m} rows, Y {}", x.len(), y.len());
@@ -174,6 +198,29 @@ pub(crate) mod tests {
                 assert!(g == w, "{dtype:?} element {i}: {g} vs candle {w}");
             }
             assert!(got2 == want[2 * cols..], "{dtype:?} from a misaligned start");
+        }
+    }
+
+    /// A type on the integer route gives a row the same value bit for bit whether the row is
+    /// multiplied alone (a decode step) or among others (a prefill).
+    #[test]
+    fn a_row_alone_equals_the_row_among_others() {
+        let mut rng = StdRng::seed_from_u64(13);
+        for dtype in ALL {
+            let (m, out, inp) = (6, 37, 512);
+            let (raw, _) = random(dtype, out, inp, &mut rng);
+            let q = QMatrix::new(dtype, &raw, out, inp).unwrap();
+            if !int8_route(&q) {
+                continue;
+            }
+            let x: Vec<f32> = (0..m * inp).map(|_| rng.gen_range(-1f32..1.0)).collect();
+            let mut all = vec![0f32; m * out];
+            product(&q, &x, m, &mut all);
+            for i in 0..m {
+                let mut one = vec![0f32; out];
+                product(&q, &x[i * inp..(i + 1) * inp], 1, &mut one);
+                assert!(one == all[i * out..(i + 1) * out], "{dtype:?} row {i}");
+            }
         }
     }
 

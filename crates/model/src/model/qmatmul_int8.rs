@@ -1,7 +1,8 @@
 //! llama.cpp's route to a quantized product, for Q8_0 and Q4_0 weights: Y (m, out) = X (m, in)
 //! W^T with X quantized to 8-bit blocks (Q8_0: 32 values, one f32 scale) and each block pair
-//! an integer dot product, scaled once. Kept beside `qmatmul` (the f32-panel route, the
-//! default) so that `focus-lens bench matmul` measures both side by side; see docs/RESULTS.md.
+//! an integer dot product, scaled once. Q4_0 weights take this route (`qmatmul::product`);
+//! Q8_0 stays on `qmatmul`'s f32 panels for now (the real models' checks and fixtures were made
+//! there); `focus-lens bench matmul` measures both side by side (docs/RESULTS.md).
 //!
 //! The integer product is AVX-512 VNNI's `vpdpbusd` (u8 x i8, 4 products summed into each of 16
 //! i32 lanes). Its unsigned operand is the weight: a Q8_0 weight plus 128 (a Q4_0 nibble is

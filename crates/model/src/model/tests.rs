@@ -28,3 +28,24 @@ fn device_step_rows_equal_the_host_step_rows() {
         assert!(step.write(0, u32::MAX as usize + 1).is_err(), "a position past u32 is refused");
     }
 }
+
+/// `Model::load_reporting` counts the checkpoint's bytes as it reads them: rising, ending at
+/// the sum of every tensor's stored size.
+#[test]
+fn load_reports_bytes_read() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    for path in [dir.join("hf_tiny/llama"), dir.join("gguf_tiny/qwen3.gguf")] {
+        let calls = std::sync::Mutex::new(Vec::new());
+        let m = Model::load_reporting(&path, &Device::Cpu, &|done, total| calls.lock().unwrap().push((done, total))).unwrap();
+        let calls = calls.into_inner().unwrap();
+        let src = match m.format {
+            "gguf" => super::weights::WeightSource::Gguf(super::gguf::GgufFile::open(&path).unwrap()),
+            _ => super::weights::WeightSource::SafeTensors(super::weights::SafeTensorsDir::open(&path).unwrap()),
+        };
+        let total = src.total_bytes();
+        assert!(total > 0 && calls.len() > 3, "{}: {} calls", path.display(), calls.len());
+        assert!(calls.iter().all(|&(d, t)| t == total && d <= t), "{}", path.display());
+        assert!(calls.windows(2).all(|w| w[0].0 <= w[1].0), "{}: the count never falls", path.display());
+        assert_eq!(calls.last(), Some(&(total, total)), "{}", path.display());
+    }
+}

@@ -165,6 +165,19 @@ impl WeightSource {
         }
     }
 
+    /// Bytes `name` takes in the checkpoint (0 when absent).
+    pub fn stored_bytes(&self, name: &str) -> u64 {
+        match self {
+            WeightSource::Gguf(g) => g.tensors.get(name).map_or(0, |t| t.len as u64),
+            WeightSource::SafeTensors(s) => s.index.get(name).map_or(0, |e| e.len as u64),
+        }
+    }
+
+    /// Bytes of every tensor in the checkpoint.
+    pub fn total_bytes(&self) -> u64 {
+        self.names().iter().map(|n| self.stored_bytes(n)).sum()
+    }
+
     pub fn shape(&self, name: &str) -> Option<Vec<usize>> {
         match self {
             WeightSource::Gguf(g) => g.tensors.get(name).map(|t| t.shape.clone()),
