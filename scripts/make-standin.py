@@ -58,7 +58,8 @@ try:
     import gguf
     from gguf import GGMLQuantizationType as QT
 except ImportError:  # pragma: no cover - the header says what to install
-    sys.exit("make-standin.py needs the gguf package: pip install gguf==0.19.0 numpy")
+    # `--hf-bf16` with a tokenizer.json needs numpy alone (a GPU machine without the package).
+    gguf = QT = None
 
 # The real models' shapes (their Hugging Face config.json).
 SHAPES = {
@@ -77,7 +78,18 @@ SHAPES = {
 }
 
 # Types written here in numpy, and the GGUF general.file_type (llama_ftype) each one is.
-NUMPY_TYPES = {"Q4_0": (QT.Q4_0, 2), "Q4_1": (QT.Q4_1, 3), "Q5_0": (QT.Q5_0, 8), "Q8_0": (QT.Q8_0, 7), "F16": (QT.F16, 1)}
+NUMPY_TYPE_NAMES = ["Q4_0", "Q4_1", "Q5_0", "Q8_0", "F16"]
+
+
+def numpy_types() -> dict:
+    """GGUF type (gguf's enum, llama.cpp's file type) of each type quantized here."""
+    need_gguf()
+    return {"Q4_0": (QT.Q4_0, 2), "Q4_1": (QT.Q4_1, 3), "Q5_0": (QT.Q5_0, 8), "Q8_0": (QT.Q8_0, 7), "F16": (QT.F16, 1)}
+
+
+def need_gguf() -> None:
+    if gguf is None:
+        sys.exit("make-standin.py needs the gguf package here: pip install gguf==0.19.0 numpy")
 STD = 0.02
 # Rows of the embedding generated and quantized at a time (bounds the f32 working set).
 CHUNK_ROWS = 8192
@@ -140,6 +152,7 @@ def layer_arrays(rng, s: dict) -> dict[str, np.ndarray]:
 def read_tokenizer(path: Path, vocab: int) -> list[tuple[str, object, object]]:
     """The `tokenizer.ggml.*` fields of a real GGUF as (key, value, gguf value type), the token
     lists padded to `vocab` entries."""
+    need_gguf()
     r = gguf.GGUFReader(path)
     out = []
     n_tokens = None
@@ -168,7 +181,7 @@ def read_tokenizer(path: Path, vocab: int) -> list[tuple[str, object, object]]:
 
 
 def write_gguf(s: dict, qname: str, tok_from: Path, out: Path, seed: int, final_type: str | None = None) -> None:
-    qt, ftype = NUMPY_TYPES[qname]
+    qt, ftype = numpy_types()[qname]
     rng = np.random.default_rng(seed)
     t0 = time.time()
     w = gguf.GGUFWriter(str(out), "llama")
@@ -323,18 +336,22 @@ def write_hf_bf16(s: dict, tok_from: Path, out: Path, seed: int, shard_bytes: in
         "bos_token_id": None, "eos_token_id": None,
     }
     (out / "config.json").write_text(json.dumps(config, indent=1))
-    tok = read_tokenizer(tok_from, v)
-    (out / "tokenizer.json").write_text(json.dumps(tokenizer_json(tok), ensure_ascii=False))
+    if tok_from.suffix == ".json":
+        # A tokenizer.json written earlier from the GGUF (the document below), copied as it is.
+        shutil.copyfile(tok_from, out / "tokenizer.json")
+    else:
+        tok = read_tokenizer(tok_from, v)
+        (out / "tokenizer.json").write_text(json.dumps(tokenizer_json(tok), ensure_ascii=False))
     print(f"wrote {out} ({total / 1e9:.2f} GB bf16 in {len(shards)} shards) in {time.time() - t0:.0f} s", file=sys.stderr)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("shape", choices=sorted(SHAPES))
-    p.add_argument("--type", choices=[*NUMPY_TYPES, "Q4_K_M"], help="GGUF tensor type (with --out)")
+    p.add_argument("--type", choices=[*NUMPY_TYPE_NAMES, "Q4_K_M"], help="GGUF tensor type (with --out)")
     p.add_argument("--out", type=Path, help="the GGUF file to write")
     p.add_argument("--hf-bf16", type=Path, metavar="DIR", help="write a Hugging Face bf16 safetensors directory instead")
-    p.add_argument("--tokenizer-from", type=Path, required=True, help="a real GGUF whose tokenizer.ggml.* to copy (byte-level BPE)")
+    p.add_argument("--tokenizer-from", type=Path, required=True, help="a real GGUF whose tokenizer.ggml.* to copy (byte-level BPE); with --hf-bf16 also a tokenizer.json that an earlier --hf-bf16 run wrote")
     p.add_argument("--llama-quantize", default=os.environ.get("LLAMA_QUANTIZE", "llama-quantize"), help="llama.cpp's llama-quantize (for Q4_K_M)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     p.add_argument("--seed", type=int, default=0)

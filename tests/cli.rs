@@ -570,3 +570,27 @@ fn analyze_reports_structure_beside_the_untrained_twin() {
     assert_eq!(table.lines().count(), 9);
     assert!(table.starts_with("layer,group,tokens,share,top_category,purity,pure,top_tokens\n"));
 }
+
+/// A run that would not fit in memory is refused before any weight is read, in one error line
+/// that names the estimate, the memory available and where that figure comes from (here the
+/// user's own cap, FOCUS_LENS_MEMORY); nothing is written. `info` reports the same cap.
+#[test]
+fn analyze_refuses_what_will_not_fit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ad = tmp.path().join("adapter");
+    init_adapter(&ad, None);
+    let f = persuasion(tmp.path(), "p.txt", 2600);
+    let out = tmp.path().join("stats.json");
+    let capped = |args: &[&OsStr]| Command::new(env!("CARGO_BIN_EXE_focus-lens")).args(args).env("FOCUS_LENS_MODEL", common::model_path()).env("FOCUS_LENS_MEMORY", "100M").output().unwrap();
+    let o = capped(&[OsStr::new("analyze"), OsStr::new("--adapter"), ad.as_os_str(), f.as_os_str(), OsStr::new("--out"), out.as_os_str()]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    has(lines[0], &["error: not enough memory", "analyze", &focus_core::model::memory::human(100_000_000), "FOCUS_LENS_MEMORY", "focus-lens info"]);
+    assert!(!out.exists(), "a refused run wrote {}", out.display());
+    let o = capped(&[OsStr::new("info"), OsStr::new("--tokens"), OsStr::new("2048")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    has(&stdout(&o), &["available", "FOCUS_LENS_MEMORY"]);
+}

@@ -23,7 +23,8 @@ mod tiny_checkpoints {
     fn gpu_decode_equals_the_cpu_forward() {
         let gpu = Device::new_cuda(0).expect("a CUDA device");
         for arch in ["gpt2", "llama", "qwen2", "gemma2", "olmo2"] {
-            let (cpu_m, gpu_m) = (Model::load(&fixture(arch), &Device::Cpu).unwrap(), Model::load(&fixture(arch), &gpu).unwrap());
+            // f32 weights on the GPU too, so the two agree to f32 rounding.
+            let (cpu_m, gpu_m) = (Model::load(&fixture(arch), &Device::Cpu).unwrap(), Model::load_as(&fixture(arch), &gpu, candle_core::DType::F32, &|_, _| {}).unwrap());
             let ids: Vec<u32> = (0..100u32).map(|i| (i * 37 + 11) % cpu_m.config().vocab as u32).collect();
             // Sinks [ours]: none, the first token, the first four.
             for sink in [0, 1, 4] {
@@ -49,6 +50,32 @@ mod tiny_checkpoints {
                 assert_device_mirror_agrees(&g, &format!("{arch} {mode} sink {sink}"));
             }
             }
+        }
+    }
+
+    /// The GPU's default weights are bf16 (two bytes a parameter, f32 accumulation, the one-row
+    /// kernels' `_bf16` variants): decode logits stay within bf16's rounding of the CPU's f32
+    /// forward (a wrong weight would move them by their own size).
+    #[test]
+    fn gpu_bf16_weights_decode_near_the_cpu_forward() {
+        let gpu = Device::new_cuda(0).expect("a CUDA device");
+        for arch in ["llama", "qwen2", "gemma2", "olmo2"] {
+            let (cpu_m, gpu_m) = (Model::load(&fixture(arch), &Device::Cpu).unwrap(), Model::load(&fixture(arch), &gpu).unwrap());
+            let w = gpu_m.decoder.blocks[0].q.w.tensor().expect("a device tensor");
+            assert_eq!(w.dtype(), candle_core::DType::BF16, "{arch}: bf16 weights on the GPU");
+            let ids: Vec<u32> = (0..60u32).map(|i| (i * 37 + 11) % cpu_m.config().vocab as u32).collect();
+            let full = cpu_m.decoder.forward(&ids, &ForwardOptions::new(Mode::Dense, None)).unwrap().logits.to_vec2::<f32>().unwrap();
+            let mut g = Generator::new(&gpu_m.decoder, None, Mode::Dense).unwrap();
+            g.feed(&ids[..30]).unwrap();
+            let mut worst = 0f32;
+            for (p, &id) in ids.iter().enumerate().skip(30) {
+                let s = g.feed(&[id]).unwrap();
+                let scale = full[p].iter().fold(1f32, |a, x| a.max(x.abs()));
+                let err = s.logits.iter().zip(&full[p]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max) / scale;
+                worst = worst.max(err);
+            }
+            println!("{arch}: bf16 GPU decode vs f32 CPU forward, worst relative logit difference {worst:.2e}");
+            assert!(worst <= 5e-2 && worst > 0.0, "{arch}: {worst}");
         }
     }
 
@@ -173,7 +200,7 @@ mod real_model {
     fn cuda_topk_generation_on_a_real_model_equals_the_cpu() {
         let Some(path) = real_model() else { return };
         let gpu = crate::device::cuda(0).expect("a CUDA device");
-        let (cm, gm) = (Model::load(&path, &Device::Cpu).unwrap(), Model::load(&path, &gpu).unwrap());
+        let (cm, gm) = (Model::load(&path, &Device::Cpu).unwrap(), Model::load_as(&path, &gpu, candle_core::DType::F32, &|_, _| {}).unwrap());
         let spec = AdapterSpec { groups: 8, window: 16, causal_sinkhorn: true, ..Default::default() };
         let (ac, ag) = (Adapter::random(&cm.identity(), &Device::Cpu, &spec, 7).unwrap(), Adapter::random(&gm.identity(), &gpu, &spec, 7).unwrap());
         let prompt = cm.tokenizer().unwrap().encode("The quick brown fox jumps over the lazy dog. Attention routes each token to a few groups, and", false).unwrap().ids;

@@ -352,7 +352,7 @@ impl Decoder {
     /// `embed_at` for a GPU generation step: the token and its position read on the device.
     pub fn embed_step(&self, step: &DeviceStep) -> Result<Tensor> {
         let mut x = match &self.embed {
-            Weight::Dense(e) => e.index_select(&step.id()?, 0)?,
+            Weight::Dense(e) => e.index_select(&step.id()?, 0)?.to_dtype(DType::F32)?,
             // Stored weights live on the CPU, where the step's id can be read.
             stored => stored.rows(&step.id()?.to_vec1::<u32>()?, &self.device)?,
         };

@@ -61,6 +61,7 @@ pub fn rows_times(x: &Tensor, parts: &[(&Tensor, Option<&Tensor>)], residual: Op
         let n: usize = parts.iter().map(|(w, _)| w.dims2().map_or(0, |d| d.0)).sum();
         let fits = !parts.is_empty()
             && parts.len() <= 3
+            && parts.iter().all(|(w, _)| w.dtype() == parts[0].0.dtype())
             && parts.iter().all(|(w, b)| weight_fits(w, k) && b.map_or(true, |b| on_cuda_f32(&[b]) && !b.track_op() && b.elem_count() == w.dims2().map_or(0, |d| d.0)))
             && residual.map_or(true, |r| on_cuda_f32(&[r]) && !r.track_op() && r.elem_count() == n)
             && norm_fits(norm, k);
@@ -82,7 +83,7 @@ pub fn rows_times(x: &Tensor, parts: &[(&Tensor, Option<&Tensor>)], residual: Op
 pub fn swiglu_row(x: &Tensor, gate: &Tensor, up: &Tensor, norm: RowNorm<'_>) -> Result<Option<Tensor>> {
     #[cfg(feature = "cuda")]
     if let Some(k) = one_row(x) {
-        if weight_fits(gate, k) && weight_fits(up, k) && gate.dims() == up.dims() && norm_fits(norm, k) {
+        if weight_fits(gate, k) && weight_fits(up, k) && gate.dims() == up.dims() && gate.dtype() == up.dtype() && norm_fits(norm, k) {
             let op = cuda::SwigluRow { gate: gate.clone(), up: up.clone(), norm: norm.map(|(w, eps)| Ok::<_, crate::error::Error>((w.contiguous()?, eps))).transpose()? };
             return Ok(Some(x.contiguous()?.apply_op1_no_bwd(&op)?));
         }
@@ -115,10 +116,11 @@ fn norm_fits(norm: RowNorm<'_>, k: usize) -> bool {
     norm.map_or(true, |(w, _)| on_cuda_f32(&[w]) && !w.track_op() && w.elem_count() == k)
 }
 
-/// A contiguous f32 CUDA weight (n, k) that no gradient tracks.
+/// A contiguous f32 or bf16 CUDA weight (n, k) that no gradient tracks.
 #[cfg(feature = "cuda")]
 fn weight_fits(w: &Tensor, k: usize) -> bool {
-    on_cuda_f32(&[w]) && !w.track_op() && w.is_contiguous() && w.rank() == 2 && w.dims()[1] == k
+    let dtype = matches!(w.dtype(), DType::F32 | DType::BF16);
+    w.device().is_cuda() && dtype && !w.track_op() && w.is_contiguous() && w.rank() == 2 && w.dims()[1] == k
 }
 
 #[cfg(feature = "cuda")]
@@ -278,8 +280,14 @@ mod cuda {
     }
 
     /// A view's device address (the kernels' arguments, and their float4 alignment).
-    fn addr(v: &CudaView<'_, f32>) -> u64 {
+    fn addr<T>(v: &CudaView<'_, T>) -> u64 {
         v.device_ptr(v.stream()).0
+    }
+
+    /// A weight's device address, and the alignment its four-value loads need (16 bytes for
+    /// f32, 8 for bf16).
+    fn weight_addr(g: &(impl std::ops::Deref<Target = candle_core::Storage>, usize), bf16: bool) -> Result<(u64, u64)> {
+        Ok(if bf16 { (addr(&view::<half::bf16>(g, 0)?), 8) } else { (addr(&view::<f32>(g, 0)?), 16) })
     }
 
     /// MV_WARPS outputs a block of 256 threads.
@@ -305,14 +313,16 @@ mod cuda {
             let mut bs = [0u64; 3];
             let mut ns = [0i32; 3];
             let mut aligned = k % 4 == 0 && addr(&xv) % 16 == 0;
+            // Every part's weights are f32, or every part's bf16 (the `_bf16` kernel).
+            let bf16 = self.parts[0].0.dtype() == candle_core::DType::BF16;
             for (i, (w, _)) in self.parts.iter().enumerate() {
                 let (n, kw) = w.dims2()?;
-                if kw != k {
-                    bail!("rows times W: x has {k} values, W {:?}", w.dims());
+                if kw != k || (w.dtype() == candle_core::DType::BF16) != bf16 {
+                    bail!("rows times W: x has {k} values, W {:?} {:?}", w.dims(), w.dtype());
                 }
-                let wv = view::<f32>(&gw[i], 0)?;
-                aligned &= addr(&wv) % 16 == 0;
-                ws[i] = addr(&wv);
+                let (a, align) = weight_addr(&gw[i], bf16)?;
+                aligned &= a % align == 0;
+                ws[i] = a;
                 if let Some(g) = &gb[i] {
                     bs[i] = addr(&view::<f32>(g, 0)?);
                 }
@@ -322,7 +332,7 @@ mod cuda {
             let res = gr.as_ref().map(|g| view::<f32>(g, 0).map(|v| addr(&v))).transpose()?.unwrap_or(0);
             let (_gn, nw, eps) = norm_arg(&self.norm, &mut aligned)?;
             let y = unsafe { dev.alloc::<f32>(n)? };
-            let f = dev.get_or_load_custom_func("rows_times", MODULE, PTX)?;
+            let f = dev.get_or_load_custom_func(if bf16 { "rows_times_bf16" } else { "rows_times" }, MODULE, PTX)?;
             let mut b = f.builder();
             let (k32, vec4) = (k as i32, aligned as i32);
             b.arg(&xv).arg(&k32);
@@ -351,12 +361,16 @@ mod cuda {
             let dev = x.device().clone();
             let xv = values(x, lx, "swiglu row")?;
             let (gg, gu) = (storage(&self.gate)?, storage(&self.up)?);
-            let (wg, wu) = (view::<f32>(&gg, 0)?, view::<f32>(&gu, 0)?);
-            let mut aligned = k % 4 == 0 && [addr(&xv), addr(&wg), addr(&wu)].iter().all(|a| a % 16 == 0);
+            let bf16 = self.gate.dtype() == candle_core::DType::BF16;
+            if (self.up.dtype() == candle_core::DType::BF16) != bf16 {
+                bail!("swiglu row: gate {:?}, up {:?}", self.gate.dtype(), self.up.dtype());
+            }
+            let ((wg, align), (wu, _)) = (weight_addr(&gg, bf16)?, weight_addr(&gu, bf16)?);
+            let mut aligned = k % 4 == 0 && addr(&xv) % 16 == 0 && wg % align == 0 && wu % align == 0;
             let (_gn, nw, eps) = norm_arg(&self.norm, &mut aligned)?;
             let vec4 = aligned as i32;
             let y = unsafe { dev.alloc::<f32>(n)? };
-            let f = dev.get_or_load_custom_func("swiglu_row", MODULE, PTX)?;
+            let f = dev.get_or_load_custom_func(if bf16 { "swiglu_row_bf16" } else { "swiglu_row" }, MODULE, PTX)?;
             let mut b = f.builder();
             let (k32, n32) = (k as i32, n as i32);
             b.arg(&xv).arg(&k32).arg(&wg).arg(&wu).arg(&y).arg(&n32).arg(&vec4).arg(&nw).arg(&eps);
@@ -446,6 +460,24 @@ mod tests {
             let got = swiglu_row(&x, &g, &u, Some((&nw, eps))).unwrap().expect("one row on CUDA");
             let want = (candle_nn::ops::silu(&p(&xn, &g)).unwrap() * p(&xn, &u)).unwrap();
             assert!(max_rel(&got, &want) < 1e-5, "normed swiglu ({k}) offset {offset}: {}", max_rel(&got, &want));
+        }
+        // bf16 weights (the GPU's default): the `_bf16` kernels give the f32 product of the same
+        // (widened) weights to f32 rounding, over aligned and misaligned (odd k) rows.
+        for (k, offset) in [(576, 0), (896, 1), (13, 0)] {
+            let x = Tensor::randn(0f32, 1.0, (1, k + offset), &dev).unwrap().narrow(1, offset, k).unwrap();
+            let m = |n: usize| Tensor::randn(0f32, 0.1, (n, k), &dev).unwrap().to_dtype(DType::BF16).unwrap();
+            let (wq, wk, g, u) = (m(k), m(64), m(3 * k), m(3 * k));
+            let bq = Tensor::randn(0f32, 1.0, k, &dev).unwrap();
+            let p = |x: &Tensor, w: &Tensor| x.matmul(&w.to_dtype(DType::F32).unwrap().t().unwrap()).unwrap();
+            let got = rows_times(&x, &[(&wq, Some(&bq)), (&wk, None)], None, None).unwrap().expect("bf16 weights take the kernel");
+            let want = Tensor::cat(&[p(&x, &wq).broadcast_add(&bq).unwrap(), p(&x, &wk)], 1).unwrap();
+            assert!(max_rel(&got, &want) < 1e-5, "bf16 q, k ({k}) offset {offset}: {}", max_rel(&got, &want));
+            let got = swiglu_row(&x, &g, &u, None).unwrap().expect("bf16 weights take the kernel");
+            let want = (candle_nn::ops::silu(&p(&x, &g)).unwrap() * p(&x, &u)).unwrap();
+            assert!(max_rel(&got, &want) < 1e-5, "bf16 swiglu ({k}) offset {offset}: {}", max_rel(&got, &want));
+            // Mixed dtypes are left to the caller.
+            let wf = Tensor::randn(0f32, 0.1, (64, k), &dev).unwrap();
+            assert!(rows_times(&x, &[(&wq, None), (&wf, None)], None, None).unwrap().is_none());
         }
         // Two rows are left to the caller.
         let x = Tensor::zeros((2, 8), DType::F32, &dev).unwrap();

@@ -68,7 +68,7 @@ impl Weight {
     /// Rows `ids` of the weight (an embedding lookup), (ids.len(), in) f32 on `device`.
     pub fn rows(&self, ids: &[u32], device: &Device) -> Result<Tensor> {
         match self {
-            Weight::Dense(t) => Ok(t.index_select(&Tensor::from_slice(ids, ids.len(), t.device())?, 0)?),
+            Weight::Dense(t) => Ok(t.index_select(&Tensor::from_slice(ids, ids.len(), t.device())?, 0)?.to_dtype(DType::F32)?),
             Weight::Stored(q) => {
                 let mut v = vec![0f32; ids.len() * q.cols];
                 for (&id, row) in ids.iter().zip(v.chunks_exact_mut(q.cols)) {
@@ -91,7 +91,9 @@ impl Weight {
             return Ok(y);
         }
         let y = match self {
-            Weight::Dense(w) => x.broadcast_matmul(&w.t()?)?,
+            Weight::Dense(w) if w.dtype() == x.dtype() => x.broadcast_matmul(&w.t()?)?,
+            // bf16 weights on a GPU: the product in bf16 (f32 accumulation), the result in x's dtype.
+            Weight::Dense(w) => x.to_dtype(w.dtype())?.broadcast_matmul(&w.t()?)?.to_dtype(x.dtype())?,
             Weight::Stored(q) => match super::qmatmul::forward(x, q, None)? {
                 Some(y) => y,
                 None => {

@@ -10,7 +10,7 @@ use super::gguf::{GgufFile, Value};
 use super::hf::HfConfig;
 use super::weights::WeightSource;
 use crate::error::{Error, Result};
-use candle_core::Device;
+use candle_core::{DType, Device};
 
 impl Flag {
     fn read(self, c: &HfConfig) -> bool {
@@ -271,8 +271,9 @@ fn split_rows<const N: usize>(fused: Linear, sizes: [usize; N]) -> Result<[Linea
 }
 
 /// Builds the decoder of `cfg` from `src` by `names` (`pre_norms`: the family's blocks
-/// normalise their inputs), calling `progress(bytes read, bytes in all)` after each tensor.
-pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, pre_norms: bool, dev: &Device, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<Decoder> {
+/// normalise their inputs), calling `progress(bytes read, bytes in all)` after each tensor;
+/// weight matrices off the CPU are tensors of `dense`.
+pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, pre_norms: bool, dev: &Device, dense: DType, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<Decoder> {
     let (d, hd) = (cfg.d_model, cfg.head_dim);
     let prefix = names.optional_prefix.filter(|p| src.has(&format!("{p}{}.weight", names.embed))).unwrap_or("");
     let (total, done) = (src.total_bytes(), std::cell::Cell::new(0u64));
@@ -289,7 +290,7 @@ pub fn load_weights(cfg: ModelConfig, src: &WeightSource, names: &Names, pre_nor
     // A weight matrix: in its stored form on the CPU (`WeightSource::matrix`).
     let matrix = |name: &str, rows: usize, cols: usize| {
         let name = format!("{prefix}{name}");
-        let w = src.matrix(&name, rows, cols, dev)?;
+        let w = src.matrix(&name, rows, cols, dev, dense)?;
         read(&name);
         Ok::<_, Error>(w)
     };

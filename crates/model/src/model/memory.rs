@@ -339,15 +339,39 @@ pub struct Available {
 
 /// MemAvailable from /proc/meminfo, or the cgroup's limit minus its usage when that is smaller
 /// (a container's limit is what kills it). `None` where neither can be read (not Linux).
+/// A user's own cap, `FOCUS_LENS_MEMORY` (bytes, or with a unit: `6G`, `512M`), takes the place of
+/// both when it is smaller (to leave room for other programs).
 pub fn available() -> Option<Available> {
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| meminfo_available(&s));
     let cgroup = cgroup_room();
-    match (meminfo, cgroup) {
+    let system = match (meminfo, cgroup) {
         (Some(m), Some(c)) if c < m => Some(Available { bytes: c, source: "the cgroup's memory limit less its usage".into() }),
         (Some(m), _) => Some(Available { bytes: m, source: "MemAvailable in /proc/meminfo".into() }),
         (None, Some(c)) => Some(Available { bytes: c, source: "the cgroup's memory limit less its usage".into() }),
         (None, None) => None,
+    };
+    let cap = std::env::var(MEMORY_VAR).ok().and_then(|v| parse_bytes(&v)).map(|bytes| Available { bytes, source: MEMORY_VAR.to_string() });
+    match (system, cap) {
+        (Some(s), Some(c)) if s.bytes <= c.bytes => Some(s),
+        (s, c) => c.or(s),
     }
+}
+
+/// The variable that caps the memory Focus Lens plans for (`available`).
+pub const MEMORY_VAR: &str = "FOCUS_LENS_MEMORY";
+
+/// "123", "6G", "512M", "64k" (decimal units; a trailing B allowed) as bytes.
+fn parse_bytes(v: &str) -> Option<u64> {
+    let v = v.trim().trim_end_matches(['B', 'b']);
+    let (num, mult) = match v.chars().last()? {
+        'k' | 'K' => (&v[..v.len() - 1], 1e3),
+        'm' | 'M' => (&v[..v.len() - 1], 1e6),
+        'g' | 'G' => (&v[..v.len() - 1], 1e9),
+        't' | 'T' => (&v[..v.len() - 1], 1e12),
+        _ => (v, 1.0),
+    };
+    let x: f64 = num.trim().parse().ok()?;
+    (x.is_finite() && x >= 0.0).then(|| (x * mult) as u64)
 }
 
 /// MemAvailable (kB) of a /proc/meminfo text, in bytes.
@@ -447,6 +471,16 @@ mod tests {
         assert!(err.contains("analyze over 2048 tokens"), "{err}");
         assert!(check_fits("x", &e, Some(&Available { bytes: e.total(), source: String::new() })).is_ok());
         assert!(check_fits("x", &e, None).is_ok());
+    }
+
+    #[test]
+    fn byte_sizes_parsed() {
+        assert_eq!(parse_bytes("123"), Some(123));
+        assert_eq!(parse_bytes("6G"), Some(6_000_000_000));
+        assert_eq!(parse_bytes("1.5 GB"), Some(1_500_000_000));
+        assert_eq!(parse_bytes("512m"), Some(512_000_000));
+        assert_eq!(parse_bytes("lots"), None);
+        assert_eq!(parse_bytes("-1G"), None);
     }
 
     #[test]

@@ -34,7 +34,7 @@ use crate::error::{Error, Result};
 use crate::focus::identity::BaseModel;
 use crate::model::gguf::GgufFile;
 use crate::model::tokenizer::Tokenizer;
-use candle_core::Device;
+use candle_core::{DType, Device};
 pub use config::{Arch, ModelConfig};
 pub use decoder::{Decoder, ForwardOptions, ForwardOutput};
 
@@ -61,11 +61,28 @@ impl Model {
     /// `load`, calling `progress(bytes read, bytes in all)` after each tensor of the checkpoint
     /// is read and checked (the GUI's load bar).
     pub fn load_reporting(path: &Path, device: &Device, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<Model> {
+        Self::load_as(path, device, Self::weight_dtype(device), progress)
+    }
+
+    /// The dtype of the weight matrices a model keeps on `device` as tensors: bf16 on a GPU (two
+    /// bytes a parameter; the products accumulate in f32). On the CPU they stay in the file's own
+    /// form (`linear::Weight::Stored`), whatever this says.
+    pub fn weight_dtype(device: &Device) -> DType {
+        if device.is_cuda() {
+            DType::BF16
+        } else {
+            DType::F32
+        }
+    }
+
+    /// `load_reporting` with the weight matrices on a GPU in `dense` (f32 for comparisons with
+    /// the CPU to f32 rounding).
+    pub fn load_as(path: &Path, device: &Device, dense: DType, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<Model> {
         let resolved = hub::resolve(path)?;
         let path = resolved.as_path();
         let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
         if meta.is_dir() {
-            return Self::load_hf(path, device, progress);
+            return Self::load_hf(path, device, dense, progress);
         }
         let g = GgufFile::open(path)?;
         let arch = g.str("general.architecture")?;
@@ -83,17 +100,17 @@ impl Model {
             return Err(Error::bad_file(path, format!("tokenizer has {} tokens but the embedding only {}", tokenizer.vocab_size(), cfg.vocab)));
         }
         let src = WeightSource::Gguf(g);
-        let decoder = load::load_weights(cfg, &src, &gf.names, fam.pre_norms, device, progress)?;
+        let decoder = load::load_weights(cfg, &src, &gf.names, fam.pre_norms, device, dense, progress)?;
         Ok(Model { path: path.to_path_buf(), decoder, tokenizer: Some(tokenizer), fingerprint: src.fingerprint(), format: "gguf" })
     }
 
-    fn load_hf(dir: &Path, device: &Device, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<Model> {
+    fn load_hf(dir: &Path, device: &Device, dense: DType, progress: &(dyn Fn(u64, u64) + Sync)) -> Result<Model> {
         let c = hf::HfConfig::open(&dir.join("config.json"))?;
         let src = WeightSource::SafeTensors(SafeTensorsDir::open(dir)?);
         let ty = c.model_type();
         let (fam, h) = family::by_model_type(&ty)
             .ok_or_else(|| Error::Unsupported(format!("{}: model_type {ty:?} (supported: {})", c.path.display(), family::supported(false))))?;
-        let decoder = load::load_weights(load::config_from_hf(&c, fam, h)?, &src, &h.names, fam.pre_norms, device, progress)?;
+        let decoder = load::load_weights(load::config_from_hf(&c, fam, h)?, &src, &h.names, fam.pre_norms, device, dense, progress)?;
         let tok_path = dir.join("tokenizer.json");
         let tokenizer = if tok_path.exists() { Some(Tokenizer::from_file(&tok_path)?) } else { None };
         if let Some(t) = &tokenizer {

@@ -220,10 +220,13 @@ impl WeightSource {
 
     /// The (rows, cols) weight matrix `name` on `device`: on the CPU in its stored form (GGUF
     /// blocks of a weight type, or safetensors f32 / f16 / bf16), read in place from the map;
-    /// elsewhere as an f32 tensor. Its shape and values are checked as `tensor` checks them.
-    pub fn matrix(&self, name: &str, rows: usize, cols: usize, device: &Device) -> Result<Weight> {
+    /// elsewhere as a tensor of `dense`, converted on the host a tensor at a time and uploaded
+    /// (nothing of it stays on the host). Its shape and values are checked as `tensor` checks
+    /// them.
+    pub fn matrix(&self, name: &str, rows: usize, cols: usize, device: &Device, dense: DType) -> Result<Weight> {
         if !device.is_cpu() {
-            return Ok(Weight::Dense(self.tensor(name, &[rows, cols], device)?));
+            let t = self.tensor(name, &[rows, cols], &Device::Cpu)?.to_dtype(dense)?;
+            return Ok(Weight::Dense(t.to_device(device)?));
         }
         let found = self
             .shape(name)
