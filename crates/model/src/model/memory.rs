@@ -13,7 +13,7 @@
 //! - KV cache: `attention::kv_cache` holds f32 keys and values of every layer, all positions;
 //! - activations: one layer at a time (`model::block`): the residual, its norm, Q/K/V (and
 //!   their RoPE'd copies), the attention output and its transposed copy, or the MLP's gate, up
-//!   and product rows (counted 5/3 times over: the measured slope of peak RSS), whichever is
+//!   and product rows (2.5 times over: the measured growth of peak RSS), whichever is
 //!   larger; the dense CPU kernel (`attention::cpu::dense`) is
 //!   tiled and holds no T x T block, but the explicit path (`attention::attend`: soft mode,
 //!   soft-capped models, GPUs) holds each head's T x T scores about three times over, and soft
@@ -312,11 +312,12 @@ pub fn activation_bytes(s: &Shape, w: &Workload) -> u64 {
     // Soft mode's plan: affinity, gate, ones and the selected plan (T x T each), the local mask.
     let plan = if w.soft { 5 * t * t } else { 0 };
     // MLP: by the code's count three rows of each width are live (the residual, its norm and
-    // the down product; gate, up and their product); the measured slope of peak RSS is 1.6-1.7
-    // times that (freed blocks the allocator has not reused yet, the worker threads' arenas):
-    // `analyze` took 49 kB a token on SmolLM2 and 56 kB on Gemma 3 (docs/RESULTS.md, "Memory"),
-    // so five of each.
-    let mlp = t * (5 * d + 5 * ffn);
+    // the down product; gate, up and their product). Peak RSS grows faster: `analyze` took 49 kB
+    // a token on SmolLM2 and 56 kB on Gemma 3, 1.75-1.95 times that count (freed blocks the
+    // allocator has not reused yet, spread over the worker threads' arenas), and Gemma 3's peak
+    // over two segments sat 40 MB above the line through one (docs/RESULTS.md, "Memory"): the
+    // term is 2.5 times the count.
+    let mlp = t * (3 * d + 3 * ffn) * 5 / 2;
     // Logits of the scored rows and their log-softmax.
     let logits = 2 * w.logits_rows as u64 * s.vocab as u64;
     4 * ((attn + scores + plan).max(mlp) + logits)
@@ -446,7 +447,7 @@ mod tests {
         let g = estimate(&s, 0, &Workload::generation(2000, 48, false));
         assert_eq!(g.kv_cache, 4 * 2 * 32 * 8 * 128 * 2048);
         let dense = estimate(&s, 0, &Workload::perplexity(2048, false));
-        let mlp = 2048 * (5 * 4096 + 5 * 14336);
+        let mlp = 2048 * (3 * 4096 + 3 * 14336) * 5 / 2;
         assert_eq!(dense.activations, 4 * (mlp + 2 * 1024 * 128256));
         let soft = estimate(&s, 0, &Workload::perplexity(2048, true));
         let attn = 2048 * (2 * 4096 + 4 * 4096 + 3 * 1024) + 1024 * 2048 + 3 * 32 * 2048 * 2048 + 5 * 2048 * 2048;
