@@ -5,7 +5,15 @@
 //                               tokens parsed when the last argument is 1 (llama-tokenize --ids)
 //   ppl MODEL FILE CTX [N]    -> per-chunk mean NLL and the running PPL, as llama-perplexity
 //                               -c CTX -b CTX -t 2 prints them ([k]ppl), for the first N chunks
-// Build: gcc -O2 -I$L/include -I$L/ggml/include llama_ref.c -L$B -lllama -Wl,-rpath,$B -lm
+//   logits MODEL IDS_CSV      -> the logits of every position of the token ids IDS_CSV (comma-
+//                               separated, fed as they are: no BOS added) decoded in one batch, one
+//                               line a position, the vocabulary's floats space-separated (%.9g);
+//                               f32 KV cache, no flash attention, CPU, 2 threads
+//                               (scripts/gen-gguf-llama-logits.py)
+//   version                   -> ggml's version and commit of the libllama it runs against
+// Build: gcc -O2 -I$L/include -I$L/ggml/include llama_ref.c -L$B -lllama -lggml-base -Wl,-rpath,$B -lm
+//   ($L the llama.cpp source, $B the folder of libllama.so: scripts/build-llama-cpp.sh DEST gives
+//   L=DEST/src, B=DEST/lib)
 #include "llama.h"
 #include <math.h>
 #include <stdio.h>
@@ -30,8 +38,66 @@ static int tokenize(const struct llama_vocab * v, const char * text, long n, int
     return k;
 }
 
+// Every position's logits of `ids`, one batch; exact f32 arithmetic where llama.cpp offers it.
+static int logits_cmd(const char * path, const char * csv) {
+    int cap = 16, n = 0;
+    llama_token * ids = malloc(sizeof(llama_token) * cap);
+    for (const char * p = csv; *p;) {
+        char * end;
+        long v = strtol(p, &end, 10);
+        if (end == p) { fprintf(stderr, "bad id list at \"%s\"\n", p); return 2; }
+        if (n == cap) { cap *= 2; ids = realloc(ids, sizeof(llama_token) * cap); }
+        ids[n++] = (llama_token) v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') { fprintf(stderr, "bad id list at \"%s\"\n", end); return 2; }
+    }
+    if (n == 0) { fprintf(stderr, "no ids\n"); return 2; }
+    struct llama_model_params mp = llama_model_default_params();
+    mp.use_extra_bufts = false;  // llama-perplexity --no-repack (see main)
+    mp.n_gpu_layers = 0;
+    struct llama_model * model = llama_model_load_from_file(path, mp);
+    if (!model) { fprintf(stderr, "cannot load %s\n", path); return 1; }
+    const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab) { fprintf(stderr, "id %d out of the vocabulary (%d)\n", ids[i], n_vocab); return 2; }
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = n; cp.n_batch = n; cp.n_ubatch = n; cp.n_seq_max = 1;
+    cp.n_threads = 2; cp.n_threads_batch = 2;
+    // The default KV cache is f16: keep keys and values in f32, as the reference computes them.
+    cp.type_k = GGML_TYPE_F32; cp.type_v = GGML_TYPE_F32;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.offload_kqv = false; cp.op_offload = false;
+    struct llama_context * ctx = llama_init_from_model(model, cp);
+    if (!ctx) { fprintf(stderr, "cannot make a context for %s\n", path); return 1; }
+    struct llama_batch b = llama_batch_init(n, 0, 1);
+    for (int k = 0; k < n; k++) {
+        b.token[k] = ids[k]; b.pos[k] = k; b.n_seq_id[k] = 1; b.seq_id[k][0] = 0; b.logits[k] = 1;
+    }
+    b.n_tokens = n;
+    int rc = llama_decode(ctx, b);
+    if (rc) { fprintf(stderr, "decode failed: %d\n", rc); return 1; }
+    for (int i = 0; i < n; i++) {
+        const float * lg = llama_get_logits_ith(ctx, i);
+        if (!lg) { fprintf(stderr, "no logits for position %d\n", i); return 1; }
+        for (int j = 0; j < n_vocab; j++) printf(j ? " %.9g" : "%.9g", lg[j]);
+        printf("\n");
+    }
+    llama_batch_free(b);
+    llama_free(ctx);
+    llama_model_free(model);
+    return 0;
+}
+
 int main(int argc, char ** argv) {
-    if (argc < 5) { fprintf(stderr, "usage: tokenize MODEL FILE 0|1 | ppl MODEL FILE CTX [N]\n"); return 2; }
+    if (argc == 2 && strcmp(argv[1], "version") == 0) {
+        printf("ggml %s (commit %s)\n", ggml_version(), ggml_commit());
+        return 0;
+    }
+    if (argc == 4 && strcmp(argv[1], "logits") == 0) {
+        llama_backend_init();
+        return logits_cmd(argv[2], argv[3]);
+    }
+    if (argc < 5) { fprintf(stderr, "usage: tokenize MODEL FILE 0|1 | ppl MODEL FILE CTX [N] | logits MODEL IDS_CSV | version\n"); return 2; }
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
     int ppl = strcmp(argv[1], "ppl") == 0;

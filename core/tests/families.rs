@@ -3,7 +3,8 @@
 //! YaRN, linear scaling, Mistral's sliding window, Qwen3, Gemma 3 text and multimodal, Phi-3)
 //! matched to the logits transformers computed, and the GGUFs llama.cpp's own converter made
 //! from every tiny checkpoint (tests/fixtures/gguf_tiny) matched to the same logits: that checks each family's
-//! GGUF metadata keys and tensor names independently of our reading of them.
+//! GGUF metadata keys and tensor names independently of our reading of them. The GGUFs are also
+//! matched to llama.cpp's own logits for them (gguf_tiny/NAME.llama.json), llama.cpp's reading.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -159,6 +160,73 @@ fn the_converters_ggufs_match_transformers() {
     // llama3's scaling comes as the rope_freqs tensor, the others as keys.
     assert!(matches!(load(&dir.join("llama3.gguf")).config().rope_scaling, Some(RopeScaling::Divisors(ref d)) if d.len() == 8));
     assert!(matches!(load(&dir.join("yarn.gguf")).config().rope_scaling, Some(RopeScaling::Yarn { original_context: 32, .. })));
+}
+
+/// The same GGUFs give llama.cpp's own logits (tests/fixtures/gguf_tiny/NAME.llama.json: libllama
+/// of llama-cpp-python 0.3.36's vendored llama.cpp, run by scripts/gen-gguf-llama-logits.py on the
+/// ids the test above feeds, every position): llama.cpp reads each family's keys and tensors
+/// with its own code, so this checks our reading of the GGUF against llama.cpp's, not only
+/// against transformers'. Every GGUF of gguf_tiny is covered; llama.cpp ran them all.
+#[test]
+fn the_converters_ggufs_match_llama_cpp() {
+    let dir = common::fixture("gguf_tiny");
+    // The bound on max |ours - llama.cpp|, relative to the largest |logit| (0.65 to 1.4 here).
+    // Where llama.cpp computes in f32 throughout, TOL: measured 2.8e-7 to 9.3e-7 of the largest
+    // logit, Qwen3 6.1e-6 (its QK-norm sharpens attention), as ours against transformers.
+    // The GELU families differ by ggml's CPU GELU itself: it rounds each input to f16 and reads
+    // an f16 table (GGML_GELU_FP16 in ggml-cpu/vec.h), 5e-4 relative per activation. With that
+    // table turned off (libggml-cpu rebuilt), llama.cpp's logits are transformers' to 2.4e-7
+    // (GPT-2), 6.0e-7 (Gemma 2), 3.5e-5 (Gemma 3), so the rest is that rounding: measured 1.18e-4
+    // (GPT-2), 4.14e-4 (Gemma 2) and 1.59e-2 (Gemma 3, whose QK-norm weights near 4 amplify it;
+    // its worst position moves 1.1e-2). The bounds are about twice that, and still far below what a
+    // misread key does here (in transformers, against these logits): GPT-2 with LayerNorm eps
+    // 1e-6 for 1e-5, 4.5e-3; Gemma 2 with query_pre_attn_scalar 32, 1.3e-2, without its final
+    // soft-cap 1.9e-2; Gemma 3 with its global layer unscaled, 0.49, without the window 1.4.
+    const GELU_GPT2: f32 = 3e-4;
+    const GELU_GEMMA2: f32 = 1e-3;
+    const GELU_GEMMA3: f32 = 3e-2;
+    let families = [
+        ("gpt2", GELU_GPT2),
+        ("llama", TOL),
+        ("llama3", TOL),
+        ("yarn", TOL),
+        ("linear", TOL),
+        ("qwen2", TOL),
+        ("qwen3", TOL),
+        ("phi3", TOL),
+        ("gemma2", GELU_GEMMA2),
+        ("gemma3", GELU_GEMMA3),
+        ("olmo2", TOL),
+    ];
+    let mut ggufs: Vec<String> = std::fs::read_dir(&dir).unwrap().filter_map(|e| {
+        let p = e.unwrap().path();
+        (p.extension()? == "gguf").then(|| p.file_stem().unwrap().to_string_lossy().into_owned())
+    }).collect();
+    ggufs.sort();
+    let mut listed: Vec<String> = families.iter().map(|(n, _)| n.to_string()).collect();
+    listed.sort();
+    assert_eq!(ggufs, listed, "every tiny GGUF is compared to llama.cpp");
+    let mut failed = Vec::new();
+    for (name, tol) in families {
+        let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{name}.llama.json"))).unwrap()).unwrap();
+        let ids: Vec<u32> = r["ids"].as_array().unwrap().iter().map(|v| u32::try_from(v.as_u64().unwrap()).unwrap()).collect();
+        assert_eq!(ids, reference(name).0, "{name}: llama.cpp ran the ids the transformers reference has");
+        let (first, end) = (r["positions"][0].as_u64().unwrap() as usize, r["positions"][1].as_u64().unwrap() as usize);
+        let rows = r["logits"].as_array().unwrap();
+        assert_eq!((rows.len(), end), (end - first, ids.len()), "{name}: positions");
+        let vocab = rows[0].as_array().unwrap().len();
+        let flat: Vec<f32> = rows.iter().flat_map(|row| row.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32)).collect();
+        let want = Tensor::from_vec(flat, (rows.len(), vocab), &Device::Cpu).unwrap();
+        let m = load(&dir.join(format!("{name}.gguf")));
+        let ours = logits(&m, &ids).narrow(0, first, end - first).unwrap();
+        let d = max_abs_diff(&ours, &want);
+        let scale = want.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+        eprintln!("{name}.gguf: max |ours - llama.cpp| = {d:.2e}, {:.2e} of the largest |logit| {scale:.3} (bound {tol:.0e})", d / scale);
+        if !(d <= tol * scale) {
+            failed.push(format!("{name}: {d:.3e} > {tol:.0e} x {scale:.3}"));
+        }
+    }
+    assert!(failed.is_empty(), "logits differ from llama.cpp's: {failed:?}");
 }
 
 /// RoPE types not implemented are refused with a message that names them and what is.
