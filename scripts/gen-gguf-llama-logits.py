@@ -35,7 +35,7 @@ import tempfile
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 GGUF = ROOT / "tests/fixtures/gguf_tiny"
 HF = ROOT / "tests/fixtures/hf_tiny"
-MAX_BYTES = 300_000
+MAX_BYTES = 60_000
 
 
 def input_ids(name):

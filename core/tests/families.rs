@@ -164,7 +164,7 @@ fn the_converters_ggufs_match_transformers() {
 
 /// The same GGUFs give llama.cpp's own logits (tests/fixtures/gguf_tiny/NAME.llama.json: libllama
 /// of llama-cpp-python 0.3.36's vendored llama.cpp, run by scripts/gen-gguf-llama-logits.py on the
-/// ids the test above feeds, every position): llama.cpp reads each family's keys and tensors
+/// ids the test above feeds; the last 8 positions, each attending over all 40 ids): llama.cpp reads each family's keys and tensors
 /// with its own code, so this checks our reading of the GGUF against llama.cpp's, not only
 /// against transformers'. Every GGUF of gguf_tiny is covered; llama.cpp ran them all.
 #[test]

@@ -6,9 +6,11 @@
 #   8b     the Llama-3.1-8B-shaped stand-in as a bf16 Hugging Face directory, made here
 #          (scripts/make-standin.py, numpy only), analysed over 2,048 tokens on the GPU with the
 #          device's memory sampled every 100 ms, then a short generation.
-# Files in $G (carried, .stage is ignored): focus-lens.xz, {model,analysis,train}_test.xz
-# (release test binaries built with --features cuda), gpu-prelude.sh, tokenizer-128256.json,
-# t2048.txt. Writes $OUT/*.log and prints the figures last.
+# Files in $G (carried, .stage is ignored), gpu-prelude.sh and for the tests
+# {model,analysis,train}_test.xz (release test binaries built with --features cuda), for the 8B
+# focus-lens.xz, tokenizer-128256.json.xz (written here by an --hf-bf16 run) and t2048.txt.
+# PART=tests or PART=8b runs one half (the working tree that travels is limited to 64 MiB);
+# both by default. Writes $OUT/*.log and prints the figures last.
 set -uo pipefail
 G=${G:-.stage/g49}
 O=${OUT:-/tmp/out}
@@ -16,7 +18,8 @@ mkdir -p "$O"
 source "$G/gpu-prelude.sh"
 for f in "$G"/*.xz; do xz -dkf "$f"; chmod +x "${f%.xz}"; done
 nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used --format=csv | tee "$O/gpu.txt"
-if [ "${SKIP_TESTS:-0}" != 1 ]; then
+PART=${PART:-all}
+if [ "$PART" != 8b ]; then
   for t in model analysis train; do
     echo "== $t" >> "$O/tests.log"
     timeout 300 "$G/${t}_test" cuda --test-threads 1 --nocapture >> "$O/tests.log" 2>&1
@@ -24,6 +27,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   done
   grep -E "^test |test result|panicked|^exit|bf16 GPU decode" "$O/tests.log" | tail -60
 fi
+[ "$PART" = tests ] && exit 0
 # The 8B stand-in, bf16 (16 GB): numpy alone writes it.
 t0=$(date +%s)
 python3 scripts/make-standin.py llama-3.1-8b --hf-bf16 /tmp/8b --tokenizer-from "$G/tokenizer-128256.json" 2>&1 | tail -2

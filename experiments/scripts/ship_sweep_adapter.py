@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from provenance import corpus_provenance
+from results_log import open_log  # a stored run's train_log.jsonl may be train_log.jsonl.xz
 
 run, weights, dest, stats, call = sys.argv[1:6]
 src = Path(run) if "/" in run else Path("experiments/results/sweep_h200") / run
@@ -30,7 +31,7 @@ model_flag = f"--model {os.environ['MODEL']} " if os.environ.get("MODEL") else "
 shared = {"0": "alone", "1": "sharing the GPU with one other run", "2": "sharing the GPU with two other runs"}.get(os.environ.get("SHARED", "2"), f"sharing the GPU with {os.environ.get('SHARED')} other runs")
 cfg = json.load(open(src / "adapter_config.json"))
 t = cfg["training"]
-rows = [json.loads(l) for l in open(src / "train_log.jsonl") if l.strip()]
+rows = [json.loads(l) for l in open_log(src / "train_log.jsonl") if l.strip()]
 last = [r for r in rows if "categories" in r][-1]
 K = cfg["groups"]
 cfg["training"] = {

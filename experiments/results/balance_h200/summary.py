@@ -11,10 +11,12 @@ before it) for `router_layers: global` on Gemma 3 the global layers (every 6th, 
 ../long_sharpen_scale_h200/g_sc_rand, over the same layers; K=4 -> structure_smollm2.txt (the
 `structure` example). Also the table of ../gain_h200 (`summary.py ../gain_h200`, whose stopped
 runs have a log and no config). Usage: summary.py [DIR]."""
-import glob, json, os, statistics, sys
+import json, os, statistics, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from results_log import glob_logs, open_log  # the large logs are stored as train_log.jsonl.xz
 
 d = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-evals = lambda path: [r for r in (json.loads(l) for l in open(path)) if r.get("structure")]
+evals = lambda path: [r for r in (json.loads(l) for l in open_log(path)) if r.get("structure")]
 twins = {"smollm2_k8": evals(f"{d}/../sinks_pca_h200/r_p30_s1/train_log.jsonl")[0], "gemma_scaled": evals(f"{d}/../long_sharpen_scale_h200/g_sc_rand/train_log.jsonl")[0]}
 
 def routed(cfg, layer, row=None):
@@ -34,7 +36,7 @@ def pure(r, cfg):
 print("| run | tokens | median NMI (first) | twin | ratio | best layer: pure60 | worst dominance, probe (first) | first held-out window | soft | top-1 | top-2 | top-3 |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 traj, nmi = [], []
-for p in sorted(glob.glob(f"{d}/*/train_log.jsonl")):
+for p in glob_logs(f"{d}/*/train_log.jsonl"):
     run = os.path.basename(os.path.dirname(p))
     ev = evals(p)
     s0, s1 = ev[0], ev[-1]

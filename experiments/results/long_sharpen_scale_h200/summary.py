@@ -7,18 +7,20 @@ Gemma 3 with the input scale -> step 0 of g_sc_rand (random W_g behind the same 
 twin of a scaled router); Gemma 3 without it -> ../sharpen_gemma_h200/g_rand_lr3e4's step 0;
 SmolLM2 K=4 -> none logged (`focus-lens analyze` measures its twin). Perplexity: Persuasion,
 ctx 1024. Usage: summary.py [DIR] (default: this folder)."""
-import glob, json, os, statistics, sys
+import json, os, statistics, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from results_log import glob_logs, open_log  # the large logs are stored as train_log.jsonl.xz
 
 d = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 def evals(path):
-    return [r for r in (json.loads(l) for l in open(path)) if r.get("structure")]
+    return [r for r in (json.loads(l) for l in open_log(path)) if r.get("structure")]
 med = lambda r: statistics.median(l["category"]["value"] for l in r["structure"] if l["layer"] >= 1)
 worst = lambda r: max(l["dominance"] for l in r["structure"])
 twins = {"smollm2_k8": evals(f"{d}/../sinks_pca_h200/r_p30_s1/train_log.jsonl")[0], "gemma_scaled": evals(f"{d}/g_sc_rand/train_log.jsonl")[0]}
 print("| run | tokens | median NMI (init) | twin | ratio | best layer: pure60 | worst dominance (init) | soft | top-1 | top-2 | top-3 |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 traj = []
-for p in sorted(glob.glob(f"{d}/*/train_log.jsonl")):
+for p in glob_logs(f"{d}/*/train_log.jsonl"):
     run = os.path.basename(os.path.dirname(p))
     ev = evals(p)
     s0, s1 = ev[0], ev[-1]

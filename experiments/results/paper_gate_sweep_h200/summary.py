@@ -4,13 +4,15 @@ its step-0 evaluation (the untrained twin: the same routers before training, on 
 the median over layers >= 1 of NMI(top group, word category), the best layer's centroids >= 60%
 pure (>= 50 tokens), the worst layer's dominance, ||W_g||_F (min-max over layers) and the range
 of S / tau. Usage: summary.py [DIR] (default: this folder)."""
-import glob, json, os, statistics, sys
+import json, os, statistics, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from results_log import glob_logs, open_log  # the large logs are stored as train_log.jsonl.xz
 
 d = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 print("| run | step | tokens | median NMI (twin) | ratio | best layer: pure60 (twin), NMI, null max | worst dominance | ||W_g|| | S/tau |")
 print("|---|---|---|---|---|---|---|---|---|")
-for log in sorted(glob.glob(f"{d}/*/train_log.jsonl")):
-    rows = [json.loads(l) for l in open(log)]
+for log in glob_logs(f"{d}/*/train_log.jsonl"):
+    rows = [json.loads(l) for l in open_log(log)]
     ev = [r for r in rows if r.get("structure")]
     s0, s1 = ev[0], ev[-1]
     med = lambda r: statistics.median(l["category"]["value"] for l in r["structure"] if l["layer"] >= 1)

@@ -6,16 +6,18 @@ probe: SmolLM2 K=8 sink 1 -> step 0 of ../sinks_pca_h200/r_p30_s1 (seed 0, the s
 routers); Gemma 3 -> step 0 of g_rand_lr3e4; SmolLM2 K=4 -> no random-init K=4 run here (its
 twin is measured by core/examples/structure.rs, README). Perplexity: Persuasion, ctx 1024.
 Usage: summary.py [DIR] (default: this folder)."""
-import glob, json, os, statistics, sys
+import json, os, statistics, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from results_log import glob_logs, open_log  # the large logs are stored as train_log.jsonl.xz
 
 d = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 def evals(path):
-    return [r for r in (json.loads(l) for l in open(path)) if r.get("structure")]
+    return [r for r in (json.loads(l) for l in open_log(path)) if r.get("structure")]
 med = lambda r: statistics.median(l["category"]["value"] for l in r["structure"] if l["layer"] >= 1)
 twins = {"smollm2_k8": evals(f"{d}/../sinks_pca_h200/r_p30_s1/train_log.jsonl")[0], "gemma": evals(f"{d}/g_rand_lr3e4/train_log.jsonl")[0]}
 print("| run | tokens | median NMI | at init | random twin | ratio to twin | best layer: pure60 (twin) | worst dominance (init) | soft | top-1 | top-2 | top-3 |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-for p in sorted(glob.glob(f"{d}/*/train_log.jsonl")):
+for p in glob_logs(f"{d}/*/train_log.jsonl"):
     run = os.path.basename(os.path.dirname(p))
     ev = evals(p)
     s0, s1 = ev[0], ev[-1]

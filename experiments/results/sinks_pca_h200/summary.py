@@ -5,10 +5,12 @@ last evaluation, beside two baselines on the same probe: the run's own step 0 (i
 initialisation: random, k-means or PCA) and the random twin (step 0 of the random-init run with
 the same sink: r_p30 for sink 0, r_p30_s1 for sink 1, r_p30_s4 for sink 4). Perplexity:
 Persuasion, ctx 1024. Usage: summary.py [DIR] (default: this folder)."""
-import glob, json, os, statistics, sys
+import json, os, statistics, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from results_log import glob_logs, open_log  # the large logs are stored as train_log.jsonl.xz
 
 d = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
-logs = {os.path.basename(os.path.dirname(p)): [json.loads(l) for l in open(p)] for p in sorted(glob.glob(f"{d}/*/train_log.jsonl"))}
+logs = {os.path.basename(os.path.dirname(p)): [json.loads(l) for l in open_log(p)] for p in glob_logs(f"{d}/*/train_log.jsonl")}
 evals = {k: [r for r in v if r.get("structure")] for k, v in logs.items()}
 med = lambda r: statistics.median(l["category"]["value"] for l in r["structure"] if l["layer"] >= 1)
 sink = lambda run: json.load(open(f"{d}/{run}/adapter_config.json")).get("sink", 0)

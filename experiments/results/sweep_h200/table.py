@@ -1,13 +1,15 @@
 """The sweep table of docs/RESULTS.md from the runs in this folder (each: train_log.jsonl,
 adapter_config.json, ppl.json, NAME.log). Usage: python3 table.py"""
-import json, os
+import json, os, sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from results_log import open_log  # the large logs are stored as train_log.jsonl.xz
 os.chdir(os.path.dirname(os.path.abspath(__file__)))
 RUNS = ["paper", "cos8", "k4cos", "cos", "cos_km", "cos_t05", "cos_it30", "cos_paperg", "cos_s4096"]
 print("| run | setting | tokens | min (H200) | dense / soft / top-2 / top-3 (ctx 1024) | dominance mean / worst | purity mean / best layer | centroids >= 60% / >= 80% pure |")
 print("|---|---|---|---|---|---|---|---|")
 for r in RUNS:
     c = json.load(open(f"{r}/adapter_config.json"))
-    rows = [json.loads(l) for l in open(f"{r}/train_log.jsonl")]
+    rows = [json.loads(l) for l in open_log(f"{r}/train_log.jsonl")]
     last = [x for x in rows if "categories" in x][-1]
     ppl = {p["mode"]: p["ppl"] for p in json.load(open(f"{r}/ppl.json"))}
     t = c["training"]
