@@ -126,6 +126,35 @@ fn check_finite(path: &Path, name: &str, v: &[f32]) -> Result<()> {
     Ok(())
 }
 
+/// A stored matrix as a host tensor of `dtype` (for the upload to a GPU), converted a chunk of
+/// rows at a time, so the host holds one copy in `dtype` and never the whole matrix in f32; bf16
+/// stored as bf16 is copied as it is. Values as `to_dense(F32)` then candle's `to_dtype` give.
+pub(crate) fn dense_copy(q: &QMatrix, dtype: DType) -> Result<Tensor> {
+    use crate::model::qmatvec::QType;
+    let shape = (q.rows, q.cols);
+    if (q.ty, dtype) == (QType::BF16, DType::BF16) {
+        return Ok(Tensor::from_raw_buffer(q.data(), DType::BF16, &[q.rows, q.cols], &Device::Cpu)?);
+    }
+    // About a million values (4 MB of f32) a chunk.
+    let per = ((1 << 20) / q.cols.max(1)).clamp(1, q.rows.max(1));
+    fn convert<T: candle_core::WithDType>(q: &QMatrix, per: usize, from: impl Fn(f32) -> T) -> Vec<T> {
+        let mut out = Vec::with_capacity(q.rows * q.cols);
+        let mut buf = vec![0f32; per * q.cols];
+        for r0 in (0..q.rows).step_by(per) {
+            let n = per.min(q.rows - r0);
+            dequantize_rows(q, r0, &mut buf[..n * q.cols]);
+            out.extend(buf[..n * q.cols].iter().map(|&x| from(x)));
+        }
+        out
+    }
+    Ok(match dtype {
+        DType::BF16 => Tensor::from_vec(convert(q, per, half::bf16::from_f32), shape, &Device::Cpu)?,
+        DType::F16 => Tensor::from_vec(convert(q, per, half::f16::from_f32), shape, &Device::Cpu)?,
+        DType::F32 => Tensor::from_vec(convert(q, per, |x| x), shape, &Device::Cpu)?,
+        other => Tensor::from_vec(convert(q, per, |x| x), shape, &Device::Cpu)?.to_dtype(other)?,
+    })
+}
+
 /// `check_finite` of a stored matrix, dequantized a chunk of rows at a time (in parallel), so
 /// a damaged block fails the load as a damaged f32 value does.
 fn check_finite_stored(path: &Path, name: &str, q: &QMatrix) -> Result<()> {
@@ -220,14 +249,10 @@ impl WeightSource {
 
     /// The (rows, cols) weight matrix `name` on `device`: on the CPU in its stored form (GGUF
     /// blocks of a weight type, or safetensors f32 / f16 / bf16), read in place from the map;
-    /// elsewhere as a tensor of `dense`, converted on the host a tensor at a time and uploaded
-    /// (nothing of it stays on the host). Its shape and values are checked as `tensor` checks
-    /// them.
+    /// elsewhere as a tensor of `dense`, converted on the host a chunk of rows at a time
+    /// (`dense_copy`) and uploaded (nothing of it stays on the host). Its shape and values are
+    /// checked as `tensor` checks them.
     pub fn matrix(&self, name: &str, rows: usize, cols: usize, device: &Device, dense: DType) -> Result<Weight> {
-        if !device.is_cpu() {
-            let t = self.tensor(name, &[rows, cols], &Device::Cpu)?.to_dtype(dense)?;
-            return Ok(Weight::Dense(t.to_device(device)?));
-        }
         let found = self
             .shape(name)
             .ok_or_else(|| Error::Unsupported(format!("{}: missing tensor {name}", self.path().display())))?;
@@ -258,7 +283,10 @@ impl WeightSource {
             }
         };
         check_finite_stored(self.path(), name, &q)?;
-        Ok(Weight::Stored(Arc::new(q)))
+        if device.is_cpu() {
+            return Ok(Weight::Stored(Arc::new(q)));
+        }
+        Ok(Weight::Dense(dense_copy(&q, dense)?.to_device(device)?))
     }
 
     /// A cheap identity of the weights: sha256 over every tensor's name, shape, type and up to
@@ -291,5 +319,33 @@ impl WeightSource {
         }
         let d = h.finalize();
         d.iter().take(16).map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::qmatvec::tests::{random, ALL};
+    use rand::{rngs::StdRng, SeedableRng};
+
+    /// The upload's host copy holds what the f32 matrix cast by candle holds, for every stored
+    /// type and the GPU's dtypes (chunks of rows that do and do not divide the matrix).
+    #[test]
+    fn dense_copy_equals_the_cast_f32_matrix() {
+        let mut rng = StdRng::seed_from_u64(21);
+        for dtype in ALL {
+            for (rows, cols) in [(3, 256), (4100, 512)] {
+                let (raw, _) = random(dtype, rows, cols, &mut rng);
+                let q = QMatrix::new(dtype, &raw, rows, cols).unwrap();
+                let f = crate::model::linear::Weight::Stored(Arc::new(q.clone())).to_dense(DType::F32, &Device::Cpu).unwrap();
+                for to in [DType::BF16, DType::F16, DType::F32] {
+                    let got = dense_copy(&q, to).unwrap();
+                    assert_eq!((got.dtype(), got.dims2().unwrap()), (to, (rows, cols)));
+                    let want = f.to_dtype(to).unwrap().to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                    let got = got.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                    assert!(got == want, "{dtype:?} {rows}x{cols} as {to:?}");
+                }
+            }
+        }
     }
 }
