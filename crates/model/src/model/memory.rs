@@ -372,7 +372,7 @@ fn parse_bytes(v: &str) -> Option<u64> {
         _ => (v, 1.0),
     };
     let x: f64 = num.trim().parse().ok()?;
-    (x.is_finite() && x >= 0.0).then(|| (x * mult) as u64)
+    (x.is_finite() && x >= 0.0).then_some((x * mult) as u64)
 }
 
 /// MemAvailable (kB) of a /proc/meminfo text, in bytes.

@@ -128,30 +128,40 @@ fn check_finite(path: &Path, name: &str, v: &[f32]) -> Result<()> {
 
 /// A stored matrix as a host tensor of `dtype` (for the upload to a GPU), converted a chunk of
 /// rows at a time, so the host holds one copy in `dtype` and never the whole matrix in f32; bf16
-/// stored as bf16 is copied as it is. Values as `to_dense(F32)` then candle's `to_dtype` give.
-pub(crate) fn dense_copy(q: &QMatrix, dtype: DType) -> Result<Tensor> {
+/// stored as bf16 is copied as it is. Values as `to_dense(F32)` then candle's `to_dtype` give;
+/// checked finite on the way (`check_finite_stored`'s error, `name` of the file at `path`).
+pub(crate) fn dense_copy(path: &Path, name: &str, q: &QMatrix, dtype: DType) -> Result<Tensor> {
     use crate::model::qmatvec::QType;
     let shape = (q.rows, q.cols);
     if (q.ty, dtype) == (QType::BF16, DType::BF16) {
+        check_finite_stored(path, name, q)?;
         return Ok(Tensor::from_raw_buffer(q.data(), DType::BF16, &[q.rows, q.cols], &Device::Cpu)?);
     }
     // About a million values (4 MB of f32) a chunk.
     let per = ((1 << 20) / q.cols.max(1)).clamp(1, q.rows.max(1));
-    fn convert<T: candle_core::WithDType>(q: &QMatrix, per: usize, from: impl Fn(f32) -> T) -> Vec<T> {
-        let mut out = Vec::with_capacity(q.rows * q.cols);
+    let convert = |out: &mut dyn FnMut(&[f32])| -> Result<()> {
         let mut buf = vec![0f32; per * q.cols];
         for r0 in (0..q.rows).step_by(per) {
-            let n = per.min(q.rows - r0);
-            dequantize_rows(q, r0, &mut buf[..n * q.cols]);
-            out.extend(buf[..n * q.cols].iter().map(|&x| from(x)));
+            let chunk = &mut buf[..per.min(q.rows - r0) * q.cols];
+            dequantize_rows(q, r0, chunk);
+            if let Some(i) = chunk.iter().position(|x| !x.is_finite()) {
+                return Err(Error::bad_file(path, format!("tensor {name} holds a non-finite value ({}) at element {}", chunk[i], r0 * q.cols + i)));
+            }
+            out(chunk);
         }
-        out
+        Ok(())
+    };
+    fn collect<T>(n: usize, convert: impl Fn(&mut dyn FnMut(&[f32])) -> Result<()>, from: impl Fn(f32) -> T) -> Result<Vec<T>> {
+        let mut v = Vec::with_capacity(n);
+        convert(&mut |c: &[f32]| v.extend(c.iter().map(|&x| from(x))))?;
+        Ok(v)
     }
+    let n = q.rows * q.cols;
     Ok(match dtype {
-        DType::BF16 => Tensor::from_vec(convert(q, per, half::bf16::from_f32), shape, &Device::Cpu)?,
-        DType::F16 => Tensor::from_vec(convert(q, per, half::f16::from_f32), shape, &Device::Cpu)?,
-        DType::F32 => Tensor::from_vec(convert(q, per, |x| x), shape, &Device::Cpu)?,
-        other => Tensor::from_vec(convert(q, per, |x| x), shape, &Device::Cpu)?.to_dtype(other)?,
+        DType::BF16 => Tensor::from_vec(collect(n, convert, half::bf16::from_f32)?, shape, &Device::Cpu)?,
+        DType::F16 => Tensor::from_vec(collect(n, convert, half::f16::from_f32)?, shape, &Device::Cpu)?,
+        DType::F32 => Tensor::from_vec(collect(n, convert, |x| x)?, shape, &Device::Cpu)?,
+        other => Tensor::from_vec(collect(n, convert, |x| x)?, shape, &Device::Cpu)?.to_dtype(other)?,
     })
 }
 
@@ -282,11 +292,11 @@ impl WeightSource {
                     .ok_or_else(|| Error::bad_file(&s.maps[e.file].0, format!("tensor {name} holds {} bytes, not a {rows}x{cols} {ty:?} matrix", e.len)))?
             }
         };
-        check_finite_stored(self.path(), name, &q)?;
         if device.is_cpu() {
+            check_finite_stored(self.path(), name, &q)?;
             return Ok(Weight::Stored(Arc::new(q)));
         }
-        Ok(Weight::Dense(dense_copy(&q, dense)?.to_device(device)?))
+        Ok(Weight::Dense(dense_copy(self.path(), name, &q, dense)?.to_device(device)?))
     }
 
     /// A cheap identity of the weights: sha256 over every tensor's name, shape, type and up to
@@ -339,7 +349,7 @@ mod tests {
                 let q = QMatrix::new(dtype, &raw, rows, cols).unwrap();
                 let f = crate::model::linear::Weight::Stored(Arc::new(q.clone())).to_dense(DType::F32, &Device::Cpu).unwrap();
                 for to in [DType::BF16, DType::F16, DType::F32] {
-                    let got = dense_copy(&q, to).unwrap();
+                    let got = dense_copy(Path::new("x.gguf"), "w", &q, to).unwrap();
                     assert_eq!((got.dtype(), got.dims2().unwrap()), (to, (rows, cols)));
                     let want = f.to_dtype(to).unwrap().to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
                     let got = got.to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
@@ -347,5 +357,11 @@ mod tests {
                 }
             }
         }
+        // A non-finite value fails the copy with the tensor's name and the element.
+        let mut raw = vec![0u8; 2 * 4 * 32];
+        raw[2 * 37..2 * 38].copy_from_slice(&half::f16::INFINITY.to_le_bytes());
+        let q = QMatrix::new(candle_core::quantized::GgmlDType::F16, &raw, 4, 32).unwrap();
+        let e = dense_copy(Path::new("x.gguf"), "blk.0.w", &q, DType::BF16).unwrap_err().to_string();
+        assert!(e.contains("blk.0.w") && e.contains("element 37"), "{e}");
     }
 }

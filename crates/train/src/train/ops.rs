@@ -28,6 +28,16 @@ pub enum FrozenWeight {
     Stored(Vec<Arc<QMatrix>>),
 }
 
+impl FrozenWeight {
+    /// The compute dtype: the tensor's, f32 over stored blocks.
+    pub fn dtype(&self) -> DType {
+        match self {
+            FrozenWeight::Dense(t) => t.dtype(),
+            FrozenWeight::Stored(_) => DType::F32,
+        }
+    }
+}
+
 impl FrozenLinear {
     /// Concatenates projections along their outputs (e.g. Q, K, V) in `dtype`: their blocks
     /// where every part is stored and the compute is f32, else one tensor (a copy).
@@ -41,6 +51,7 @@ impl FrozenLinear {
             Some(qs) if dtype == DType::F32 => FrozenWeight::Stored(qs),
             _ => FrozenWeight::Dense(Tensor::cat(&parts.iter().map(|l| l.w.to_dense(dtype, &device)).collect::<Result<Vec<_>>>()?, 0)?.contiguous()?),
         };
+        // Biases (f32, as loaded; zeros for a part without one) concatenated in the compute dtype.
         let b = if parts.iter().any(|l| l.b.is_some()) {
             let bs = parts
                 .iter()
@@ -49,11 +60,7 @@ impl FrozenLinear {
                     None => Ok(Tensor::zeros(l.w.dims2()?.0, DType::F32, &device)?),
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let cast: Vec<Tensor> = bs.iter().map(|b| b.to_dtype(DType::F32)).collect::<candle_core::Result<_>>()?;
-            Some(Tensor::cat(&cast, 0)?.to_dtype(match &w {
-                FrozenWeight::Dense(t) => t.dtype(),
-                FrozenWeight::Stored(_) => DType::F32,
-            })?)
+            Some(Tensor::cat(&bs, 0)?.to_dtype(w.dtype())?)
         } else {
             None
         };
@@ -62,10 +69,7 @@ impl FrozenLinear {
 
     /// The dtype the projection computes in.
     pub fn dtype(&self) -> DType {
-        match &self.w {
-            FrozenWeight::Dense(t) => t.dtype(),
-            FrozenWeight::Stored(_) => DType::F32,
-        }
+        self.w.dtype()
     }
 
     /// y = x W^T + b (x (rows, in), any float dtype), computed in the weights' dtype with f32
