@@ -8,8 +8,9 @@
 #            (`-n 128 -p 0`, 128 tokens from an empty cache).
 # LLAMA_ARGS are passed to llama-bench (`--repack 0` where its repacking path crashes, as in this
 # project's container); scripts/build-llama-cpp.sh builds llama-bench.
+# FOCUS_ARGS are passed to focus-lens (`--products int8` for llama.cpp's integer route).
 # Usage: scripts/vs-llama.sh prefill|decode [MODEL.gguf...]
-#        (LLAMA_BENCH, FOCUS_LENS, ROUNDS, REPEATS, THREADS, LLAMA_ARGS; default model: SmolLM2)
+#        (LLAMA_BENCH, FOCUS_LENS, ROUNDS, REPEATS, THREADS, LLAMA_ARGS, FOCUS_ARGS; default model: SmolLM2)
 set -euo pipefail
 MODE=${1:?usage: scripts/vs-llama.sh prefill|decode [MODEL.gguf...]}
 shift
@@ -31,7 +32,8 @@ for MODEL in "$@"; do
   echo "model $MODEL"
   ratios=()
   for r in $(seq "$ROUNDS"); do
-    ours=$(RAYON_NUM_THREADS=$THREADS "$FOCUS_LENS" "${ours_args[@]}" --model "$MODEL" \
+    # shellcheck disable=SC2086
+    ours=$(RAYON_NUM_THREADS=$THREADS "$FOCUS_LENS" "${ours_args[@]}" --model "$MODEL" ${FOCUS_ARGS:-} \
       | python3 -c "import json,sys; print(json.load(sys.stdin)['rows'][0]['$key'])")
     # shellcheck disable=SC2086
     theirs=$("$LLAMA_BENCH" -m "$MODEL" "${llama_args[@]}" -t "$THREADS" ${LLAMA_ARGS:-} -o json \

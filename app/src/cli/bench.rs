@@ -110,11 +110,13 @@ struct BenchWeight {
 /// of `--shapes` in each of `--types`), timed alternately in one run five ways, each over the
 /// same X of `--tokens` rows: candle's QMatMul on the quantized tensor; candle's f32 matmul with
 /// the dequantized weight; `qmatmul` (the blocks dequantized into cache-resident f32 panels fed
-/// to gemm's f32 kernel: the prefill's product); `qmatmul_int8` (llama.cpp's route: X quantized
-/// to Q8_0, integer dot products; Q4_0 and Q8_0 only; the time includes quantizing X); and
-/// `QMatrix::times` row by row (the one-row kernels; only with `--tokens 1`).
+/// to gemm's f32 kernel: the float types' prefill product); the integer route (llama.cpp's: X
+/// quantized to Q8_0, integer dot products; block types only; the time includes quantizing X)
+/// on the VNNI panels (`qmatmul_int8`) and on the AMX tiles (`qmatmul_amx`, where the CPU has
+/// them); and, with `--tokens 1`, the one-row kernels: `QMatrix::times` (exact f32) and
+/// `qmatvec_int8` (the integer route's).
 pub fn matmul(a: MatmulArgs) -> Result<()> {
-    use focus_core::model::{qmatmul, qmatmul_int8};
+    use focus_core::model::{qmatmul, qmatmul_amx, qmatmul_int8, qmatvec_int8};
     let dev = candle_core::Device::Cpu;
     let mut weights = Vec::new();
     if a.shapes.is_empty() {
@@ -144,8 +146,9 @@ pub fn matmul(a: MatmulArgs) -> Result<()> {
     }
     let x = |inp: usize| Tensor::randn(0f32, 1.0, (a.tokens, inp), &dev);
     let mut rows = Vec::new();
-    const WAYS: [&str; 5] = ["candle_quantized", "candle_f32", "panels", "int8", "one_row"];
-    let mut total = [0.0f64; 5];
+    const WAYS: [&str; 7] = ["candle_quantized", "candle_f32", "panels", "int8", "amx", "one_row", "one_row_int8"];
+    let mut total = [0.0f64; 7];
+    let amx = qmatmul_amx::available();
     for bw in weights {
         let dtype = format!("{:?}", bw.qt.dtype());
         let (out, inp) = (bw.blocks.rows, bw.blocks.cols);
@@ -157,9 +160,9 @@ pub fn matmul(a: MatmulArgs) -> Result<()> {
         let int8 = qmatmul_int8::supports(bw.blocks.ty);
         let one_row = a.tokens == 1;
         let mut y = vec![0f32; a.tokens * out];
-        let mut times: [Vec<f64>; 5] = Default::default();
+        let mut times: [Vec<f64>; 7] = Default::default();
         for rep in 0..=a.repeats {
-            let mut t = [f64::NAN; 5];
+            let mut t = [f64::NAN; 7];
             let t0 = Instant::now();
             qm.forward(&x)?;
             t[0] = t0.elapsed().as_secs_f64();
@@ -181,11 +184,23 @@ pub fn matmul(a: MatmulArgs) -> Result<()> {
                 let xq = qmatmul_int8::Q8Rows::quantize(&xv, a.tokens, inp);
                 qmatmul_int8::matmul(&bw.blocks, &xq, &mut y);
                 t[3] = t0.elapsed().as_secs_f64();
+                if amx {
+                    let t0 = Instant::now();
+                    let xq = qmatmul_int8::Q8Rows::quantize(&xv, a.tokens, inp);
+                    qmatmul_amx::matmul(&bw.blocks, &xq, &mut y);
+                    t[4] = t0.elapsed().as_secs_f64();
+                }
             }
             if one_row {
                 let t0 = Instant::now();
                 bw.blocks.times(&xv, &mut y);
-                t[4] = t0.elapsed().as_secs_f64();
+                t[5] = t0.elapsed().as_secs_f64();
+                if int8 {
+                    let t0 = Instant::now();
+                    let xq = qmatmul_int8::Q8Rows::quantize(&xv, 1, inp);
+                    qmatvec_int8::times(&bw.blocks, &xq, &mut y);
+                    t[6] = t0.elapsed().as_secs_f64();
+                }
             }
             if rep > 0 {
                 times.iter_mut().zip(t).for_each(|(v, t)| v.push(t));
@@ -203,16 +218,16 @@ pub fn matmul(a: MatmulArgs) -> Result<()> {
         if !a.json {
             let ms = |m: f64| if m.is_nan() { "       -".to_string() } else { format!("{:>8.3}", m * 1e3) };
             eprintln!(
-                "{:<26} {dtype:>5} {out:>6}x{inp:<6} ms: candle quantized {}  candle f32 {}  panels {}  int8 {}  one-row {}   panels/f32 {:.2}x",
-                bw.name, ms(med[0]), ms(med[1]), ms(med[2]), ms(med[3]), ms(med[4]), med[1] / med[2]
+                "{:<26} {dtype:>5} {out:>6}x{inp:<6} ms: candle quantized {}  candle f32 {}  panels {}  int8 vnni {}  int8 amx {}  one-row f32 {}  one-row int8 {}",
+                bw.name, ms(med[0]), ms(med[1]), ms(med[2]), ms(med[3]), ms(med[4]), ms(med[5]), ms(med[6])
             );
         }
     }
     if !a.json {
         let ms = |m: f64| if m.is_nan() { "-".to_string() } else { format!("{:.2} ms", m * 1e3) };
         eprintln!(
-            "all, {} token(s), {} thread(s): candle quantized {}, candle f32 {}, panels {}, int8 {}, one-row {}",
-            a.tokens, rayon::current_num_threads(), ms(total[0]), ms(total[1]), ms(total[2]), ms(total[3]), ms(total[4])
+            "all, {} token(s), {} thread(s): candle quantized {}, candle f32 {}, panels {}, int8 vnni {}, int8 amx {}, one-row f32 {}, one-row int8 {}",
+            a.tokens, rayon::current_num_threads(), ms(total[0]), ms(total[1]), ms(total[2]), ms(total[3]), ms(total[4]), ms(total[5]), ms(total[6])
         );
     } else {
         let mut report = serde_json::json!({"bench": "matmul", "tokens": a.tokens, "threads": rayon::current_num_threads(), "rows": rows});
@@ -299,7 +314,7 @@ fn ms(x: Option<f64>) -> String {
 /// `bench attention`: one attention call (all heads), our dense tiled kernel vs exact hard top-k
 /// Focus attention vs candle's matmul + softmax, alternated in one run.
 pub fn attention(a: AttentionArgs) -> Result<()> {
-    let device = ModelArgs { model: None, device: a.device.clone() }.device()?;
+    let device = ModelArgs { model: None, device: a.device.clone(), products: "exact".into() }.device()?;
     anyhow::ensure!(a.candle_max_gib >= 0.0, "--candle-max-gib must not be negative");
     let cfg = focus_core::bench::AttentionBench {
         lengths: a.lengths,

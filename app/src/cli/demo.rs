@@ -9,7 +9,7 @@ use focus_core::analysis::{analyze, AnalyzeOptions, DEFAULT_SEGMENT};
 use focus_core::ModeKind;
 
 pub fn run() -> Result<()> {
-    let model = ModelArgs { model: None, device: "cpu".into() }.load()?;
+    let model = ModelArgs { model: None, device: "cpu".into(), products: "exact".into() }.load()?;
     let adapter = sample_adapter(&model)?;
     let k = adapter.config.default_topk();
     let opts = AnalyzeOptions { mode: ModeKind::TopK, k, segment_len: DEFAULT_SEGMENT, keep_tokens: true, cancel: None };

@@ -22,7 +22,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let m = ModelHeader::open(&ModelArgs { model: a.model, device: "cpu".into() }.path()?)?;
+    let m = ModelHeader::open(&ModelArgs { model: a.model, device: "cpu".into(), products: "exact".into() }.path()?)?;
     let c = &m.config;
     let (workload, what) = super::common::analysis_workload(a.adapter.as_deref(), a.tokens, a.tokens.min(focus_core::analysis::DEFAULT_SEGMENT), 2, false, 0)?;
     let est = m.estimate(&workload);

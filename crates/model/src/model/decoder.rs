@@ -169,6 +169,20 @@ fn non_finite_logits() -> Error {
 }
 
 impl Decoder {
+    /// The route of every product with a stored weight (the blocks' projections, the LM head):
+    /// `Products::Exact` (the default) or llama.cpp's 8-bit `Products::Int8`.
+    pub fn set_products(&mut self, p: crate::model::qmatmul::Products) {
+        for b in &mut self.blocks {
+            for l in [&mut b.q, &mut b.k, &mut b.v, &mut b.o, &mut b.mlp.up_or_fc, &mut b.mlp.down] {
+                l.set_products(p);
+            }
+            if let Some(g) = &mut b.mlp.gate {
+                g.set_products(p);
+            }
+        }
+        self.lm_head.set_products(p);
+    }
+
     /// Runs one sequence from position 0. The mode decides the attention of every layer.
     pub fn forward(&self, ids: &[u32], opts: &ForwardOptions) -> Result<ForwardOutput> {
         self.forward_with(ids, opts, |_, _| Ok(None))

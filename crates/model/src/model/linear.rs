@@ -9,6 +9,7 @@
 //! `to_dense` makes the one explicit copy anything takes (the GPU upload, a dtype cast), so a
 //! second copy of a model's weights shows in the code that asks for it.
 
+use super::qmatmul::Products;
 use super::qmatvec::{dequantize_rows, QMatrix};
 use crate::error::{Error, Result};
 use candle_core::{CpuStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
@@ -21,6 +22,16 @@ pub enum Weight {
 }
 
 impl Weight {
+    /// The route of products with a stored weight (`qmatmul::Products`). A new handle to the
+    /// same bytes: a weight shared with another part (a tied embedding) keeps its own setting.
+    pub fn set_products(&mut self, p: Products) {
+        if let Weight::Stored(q) = self {
+            let mut n = (**q).clone();
+            n.products = p;
+            *q = Arc::new(n);
+        }
+    }
+
     /// (out, in).
     pub fn dims2(&self) -> Result<(usize, usize)> {
         Ok(match self {
@@ -172,6 +183,11 @@ impl Linear {
             }
         }
         Ok((self.forward(x)? + r)?)
+    }
+
+    /// `Weight::set_products` of the matrix.
+    pub fn set_products(&mut self, p: Products) {
+        self.w.set_products(p)
     }
 
     /// Rows r0 .. r0 + n of the projection (a part of a fused one: Phi-3's qkv_proj).

@@ -54,15 +54,23 @@ pub fn forward(x: &Tensor, q: &QMatrix, b: Option<&Tensor>) -> Result<Option<Ten
     }))
 }
 
-/// Y = X W^T by the route this weight type takes (every caller, one row or many, inference or
-/// training's graph, goes through here, so a row gets the same value whichever pass computes
-/// it): Q4_0 by the integer route (`qmatmul_int8`: X quantized to 8-bit blocks, as llama.cpp
-/// does; 2.0-2.6x faster than the panels, docs/RESULTS.md), one row of the other types by
-/// `QMatrix::times`, many by the f32 panels (`matmul`).
+pub use super::qmatvec::Products;
+
+/// Y = X W^T by the route this weight takes (every caller, one row or many, inference or
+/// training's graph, goes through here): `Products::Int8` for a block type where the CPU has
+/// AVX-512 VNNI by the integer route, whose kernels give a row the same value bit for bit alone
+/// (a decode step) or among others (a prefill); else the exact f32 products (one row by
+/// `QMatrix::times`, many by the f32 panels, `matmul`).
 pub fn product(q: &QMatrix, x: &[f32], m: usize, y: &mut [f32]) {
     if int8_route(q) {
         let xq = super::qmatmul_int8::Q8Rows::quantize(x, m, q.cols);
-        super::qmatmul_int8::matmul(q, &xq, y);
+        if m == 1 {
+            super::qmatvec_int8::times(q, &xq, y);
+        } else if super::qmatmul_amx::available() {
+            super::qmatmul_amx::matmul(q, &xq, y);
+        } else {
+            super::qmatmul_int8::matmul(q, &xq, y);
+        }
     } else if m == 1 {
         q.times(x, y);
     } else {
@@ -72,7 +80,7 @@ pub fn product(q: &QMatrix, x: &[f32], m: usize, y: &mut [f32]) {
 
 /// Whether `product` takes the integer route for this weight.
 pub fn int8_route(q: &QMatrix) -> bool {
-    q.ty == super::qmatvec::QType::Q4_0
+    q.products == Products::Int8 && super::qmatmul_int8::supports(q.ty) && super::qmatmul_int8::available()
 }
 
 /// Y = X W^T by the f32 panels: `x` is (m, q.cols) row-major, `y` (m, q.rows) row-major,
@@ -202,15 +210,19 @@ pub(crate) mod tests {
     }
 
     /// A type on the integer route gives a row the same value bit for bit whether the row is
-    /// multiplied alone (a decode step) or among others (a prefill).
+    /// multiplied alone (a decode step: `qmatvec_int8`) or among others (a prefill: the AMX
+    /// tiles or the VNNI panels).
     #[test]
     fn a_row_alone_equals_the_row_among_others() {
         let mut rng = StdRng::seed_from_u64(13);
         for dtype in ALL {
             let (m, out, inp) = (6, 37, 512);
             let (raw, _) = random(dtype, out, inp, &mut rng);
-            let q = QMatrix::new(dtype, &raw, out, inp).unwrap();
+            let mut q = QMatrix::new(dtype, &raw, out, inp).unwrap();
+            assert!(!int8_route(&q), "exact products are the default");
+            q.products = Products::Int8;
             if !int8_route(&q) {
+                // A float type, or a CPU without the integer kernels.
                 continue;
             }
             let x: Vec<f32> = (0..m * inp).map(|_| rng.gen_range(-1f32..1.0)).collect();

@@ -1,16 +1,24 @@
-//! llama.cpp's route to a quantized product, for Q8_0 and Q4_0 weights: Y (m, out) = X (m, in)
-//! W^T with X quantized to 8-bit blocks (Q8_0: 32 values, one f32 scale) and each block pair
-//! an integer dot product, scaled once. Q4_0 weights take this route (`qmatmul::product`);
-//! Q8_0 stays on `qmatmul`'s f32 panels for now (the real models' checks and fixtures were made
-//! there); `focus-lens bench matmul` measures both side by side (docs/RESULTS.md).
+//! llama.cpp's route to a quantized product: Y (m, out) = X (m, in) W^T with X quantized to
+//! 8-bit blocks (32 values, one f32 scale: llama.cpp's Q8_0) and each block an integer dot
+//! product with the weight's quants, scaled after. Every block type takes it where the CPU has
+//! AVX-512 VNNI (`route`); F16, BF16 and F32 weights stay on `qmatmul`'s f32 panels.
 //!
-//! The integer product is AVX-512 VNNI's `vpdpbusd` (u8 x i8, 4 products summed into each of 16
-//! i32 lanes). Its unsigned operand is the weight: a Q8_0 weight plus 128 (a Q4_0 nibble is
-//! already 0..15, its offset 8), the offset taken out after by subtracting offset * sum(x
-//! quants) of the block. A panel of 16 weight rows is interleaved per call (4 bytes of row 0,
-//! 4 of row 1, ...) so that one 64-byte load feeds 16 output lanes (llama.cpp repacks its
-//! weights once at load for the same reason); X's rows go 4 at a time over the panel. Without
-//! VNNI: the same arithmetic in plain Rust (the reference the VNNI kernel is tested against).
+//! **One form for every type.** A 32-value block of any weight row is unpacked (`unpack`) to
+//! 32 unsigned quants u and, per half of 16 values, a scale D and an offset C, with
+//! w = D * u + C: Q4_0 u = nibble, C = -8 D; Q4_1 C = the block's min; Q4_K D = d * scale,
+//! C = -dmin * min; Q6_K u = q + 32, C = -32 D (scales per 16 values, so two halves); ...
+//! Then X row . W row = sum over blocks b, halves h of
+//!     S(b,h) * (D(b,h) * dx(b))  +  C(b,h) * xs(b,h)
+//! with S the integer sum of u * x's quants and xs = dx * (sum of x's quants) over the half
+//! (over the whole block for one-scale types). **Every kernel adds these terms in this order,
+//! one fused multiply-add each** (`dot_reference` is the definition), so a row's value is the
+//! same bit for bit whichever kernel computes it: the AMX tiles (`qmatmul_amx`, many rows), the
+//! VNNI panels here (many rows, no AMX), the one-row kernels (`qmatvec_int8`, decode).
+//!
+//! The VNNI panels: `vpdpbusd` (u8 x i8, 4 products summed into each of 16 i32 lanes), the
+//! weight's quants as its unsigned operand; a panel of 16 weight rows is unpacked and
+//! interleaved per call (4 bytes of row 0, 4 of row 1, ...) so that one 64-byte load feeds 16
+//! output lanes; X's rows go 4 at a time over the panel.
 
 use super::qmatvec::{f16_at, QMatrix, QType};
 use rayon::prelude::*;
@@ -18,51 +26,265 @@ use rayon::prelude::*;
 /// Weight rows per panel: the 16 i32 lanes of one register.
 const R: usize = 16;
 
-/// X's rows quantized to Q8_0: 32-value blocks of i8 with one f32 scale, and each block's
-/// sum of quants (for the weights' offset).
+/// X's rows quantized to Q8_0: 32-value blocks of i8 with one f32 scale `d`; `xs` per block
+/// and `xs16` per half block are d times the sum of the quants (the offset terms' factors).
 pub struct Q8Rows {
     pub m: usize,
     pub cols: usize,
-    q: Vec<i8>,
-    d: Vec<f32>,
-    sum: Vec<i32>,
+    pub q: Vec<i8>,
+    pub d: Vec<f32>,
+    pub xs: Vec<f32>,
+    pub xs16: Vec<f32>,
 }
 
 impl Q8Rows {
-    /// llama.cpp's `quantize_row_q8_0`: d = max|x| / 127, q = round(x / d).
+    /// llama.cpp's `quantize_row_q8_0`: d = max|x| / 127, q = x / d rounded to nearest, ties
+    /// to even (as its AVX code rounds; by adding and taking away 1.5 * 2^23, which vectorises
+    /// where `f32::round` is a libm call).
     pub fn quantize(x: &[f32], m: usize, cols: usize) -> Q8Rows {
-        assert!(cols % 32 == 0 && x.len() == m * cols);
+        assert!(cols % 32 == 0 && x.len() == m * cols, "{m} rows of {cols} from {} values", x.len());
         let nb = m * cols / 32;
-        let (mut q, mut d, mut sum) = (vec![0i8; m * cols], vec![0f32; nb], vec![0i32; nb]);
-        for (b, (xb, qb)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
-            let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let db = amax / 127.0;
-            let id = if db != 0.0 { 1.0 / db } else { 0.0 };
-            let mut s = 0;
-            for (o, v) in qb.iter_mut().zip(xb) {
-                *o = (v * id).round() as i8;
-                s += *o as i32;
-            }
-            d[b] = db;
-            sum[b] = s;
-        }
-        Q8Rows { m, cols, q, d, sum }
+        let mut r = Q8Rows { m, cols, q: vec![0i8; m * cols], d: vec![0f32; nb], xs: vec![0f32; nb], xs16: vec![0f32; 2 * nb] };
+        // Blocks in parallel where there are many (a prefill's X: a few MB).
+        const PER_TASK: usize = 512;
+        r.q.par_chunks_mut(32 * PER_TASK)
+            .zip(x.par_chunks(32 * PER_TASK))
+            .zip(r.d.par_chunks_mut(PER_TASK).zip(r.xs.par_chunks_mut(PER_TASK)).zip(r.xs16.par_chunks_mut(2 * PER_TASK)))
+            .for_each(|((q, x), ((d, xs), xs16))| {
+                #[cfg(target_arch = "x86_64")]
+                if vnni::available() {
+                    // SAFETY: the CPU has AVX-512 F/BW/VL (`available`).
+                    return unsafe { vnni::quantize_blocks(x, q, d, xs, xs16) };
+                }
+                quantize_blocks(x, q, d, xs, xs16)
+            });
+        r
+    }
+
+    /// Row i's quants.
+    pub fn row(&self, i: usize) -> &[i8] {
+        &self.q[i * self.cols..(i + 1) * self.cols]
     }
 }
 
-/// Whether `qmatmul_int8` takes this type.
-pub fn supports(ty: QType) -> bool {
-    matches!(ty, QType::Q8_0 | QType::Q4_0)
+/// `Q8Rows::quantize` of whole blocks: `x` and `q` 32 values a block, the rest one (two for
+/// `xs16`) a block. The reference of the AVX-512 version (`vnni::quantize_blocks`), which
+/// computes the same values.
+fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], xs: &mut [f32], xs16: &mut [f32]) {
+    for (b, (xb, qb)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
+        let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let db = amax / 127.0;
+        let id = if db != 0.0 { 1.0 / db } else { 0.0 };
+        for (o, v) in qb.iter_mut().zip(xb) {
+            // |v * id| <= 127: the i32 conversion is exact and in range.
+            *o = ((v * id + 12_582_912.0) - 12_582_912.0) as i32 as i8;
+        }
+        let s0: i32 = qb[..16].iter().map(|&v| v as i32).sum();
+        let s1: i32 = qb[16..].iter().map(|&v| v as i32).sum();
+        d[b] = db;
+        xs[b] = db * (s0 + s1) as f32;
+        xs16[2 * b] = db * s0 as f32;
+        xs16[2 * b + 1] = db * s1 as f32;
+    }
 }
 
-/// Y = X W^T by the integer route (`x` already quantized); `y` (m, q.rows) overwritten.
+/// Whether a type is in blocks the integer route reads (every GGUF block type; not the float
+/// types).
+pub fn supports(ty: QType) -> bool {
+    !matches!(ty, QType::F16 | QType::BF16 | QType::F32)
+}
+
+/// Whether a type's blocks have a scale per 16 values (two halves of a 32-value block), not
+/// per 32.
+pub fn halves(ty: QType) -> bool {
+    matches!(ty, QType::Q2K | QType::Q3K | QType::Q6K)
+}
+
+/// Whether this CPU runs the integer route's kernels (AVX-512 with VNNI). Without them the
+/// portable integer code would be slower than the f32 panels, so `qmatmul::product` keeps the
+/// f32 route there.
+pub fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return vnni::available();
+    #[allow(unreachable_code)]
+    false
+}
+
+/// One 32-value block of a weight row in the integer route's form: w[k] = d[h] * u[k] + c[h],
+/// h = k / 16 (d[1] = d[0], c[1] = c[0] for one-scale types).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Block32 {
+    pub u: [u8; 32],
+    pub d: [f32; 2],
+    pub c: [f32; 2],
+}
+
+/// Block `b` (the b-th 32 values) of a weight row of type `ty` (`row` its bytes), unpacked.
+/// llama.cpp's layouts (ggml-quants.c, dequantize_row_*); the scales and offsets are computed
+/// by these expressions in every kernel, so they are the same f32 values everywhere.
+pub fn unpack(ty: QType, row: &[u8], b: usize, out: &mut Block32) {
+    (out.d, out.c) = unpack_into(ty, row, b, &mut out.u);
+}
+
+/// `unpack` with the quants written to `u` (the destination a kernel's panel holds) and the
+/// (scales, offsets) of the two halves returned.
+#[inline]
+pub fn unpack_into(ty: QType, row: &[u8], b: usize, u: &mut [u8; 32]) -> ([f32; 2], [f32; 2]) {
+    unpack_with::<false>(ty, row, b, u)
+}
+
+/// `unpack_into` with the f16 scales converted by the F16C instruction (`F16C`, in code
+/// compiled for it: the panels' fills) or in software; the conversion is exact either way.
+#[inline(always)]
+pub(crate) fn unpack_with<const F16C: bool>(ty: QType, row: &[u8], b: usize, u: &mut [u8; 32]) -> ([f32; 2], [f32; 2]) {
+    let one = |d: f32, c: f32| ([d; 2], [c; 2]);
+    match ty {
+        QType::Q4_0 | QType::Q4_1 => {
+            let (bb, qs) = if ty == QType::Q4_0 { (18, 2) } else { (20, 4) };
+            let blk = &row[bb * b..bb * (b + 1)];
+            for l in 0..16 {
+                u[l] = blk[qs + l] & 15;
+                u[l + 16] = blk[qs + l] >> 4;
+            }
+            let d = f16_at::<F16C>(blk, 0);
+            let c = if ty == QType::Q4_0 { -8.0 * d } else { f16_at::<F16C>(blk, 2) };
+            one(d, c)
+        }
+        QType::Q5_0 | QType::Q5_1 => {
+            let (bb, qh, qs) = if ty == QType::Q5_0 { (22, 2, 6) } else { (24, 4, 8) };
+            let blk = &row[bb * b..bb * (b + 1)];
+            let h = u32::from_le_bytes(blk[qh..qh + 4].try_into().unwrap());
+            for l in 0..16 {
+                u[l] = (blk[qs + l] & 15) | ((((h >> l) & 1) as u8) << 4);
+                u[l + 16] = (blk[qs + l] >> 4) | ((((h >> (l + 16)) & 1) as u8) << 4);
+            }
+            let d = f16_at::<F16C>(blk, 0);
+            let c = if ty == QType::Q5_0 { -16.0 * d } else { f16_at::<F16C>(blk, 2) };
+            one(d, c)
+        }
+        QType::Q8_0 => {
+            let blk = &row[34 * b..34 * (b + 1)];
+            for l in 0..32 {
+                u[l] = blk[2 + l] ^ 0x80;
+            }
+            let d = f16_at::<F16C>(blk, 0);
+            one(d, -128.0 * d)
+        }
+        QType::Q4K | QType::Q5K => {
+            let (bb, qs) = if ty == QType::Q4K { (144, 16) } else { (176, 48) };
+            let (blk, j) = (&row[bb * (b / 8)..bb * (b / 8 + 1)], b % 8);
+            let q = &blk[qs + 32 * (j / 2)..qs + 32 * (j / 2) + 32];
+            for l in 0..32 {
+                u[l] = if j % 2 == 0 { q[l] & 15 } else { q[l] >> 4 };
+                if ty == QType::Q5K {
+                    u[l] |= ((blk[16 + l] >> j) & 1) << 4;
+                }
+            }
+            let (sc, mn) = scale_min_k4(j, &blk[4..16]);
+            let (d, dmin) = (f16_at::<F16C>(blk, 0), f16_at::<F16C>(blk, 2));
+            one(d * sc as f32, -(dmin * mn as f32))
+        }
+        QType::Q6K => {
+            let (blk, j) = (&row[210 * (b / 8)..210 * (b / 8 + 1)], b % 8);
+            let (n, t) = (j / 4, j % 4);
+            let ql = &blk[64 * n + 32 * (t & 1)..][..32];
+            let qh = &blk[128 + 32 * n..][..32];
+            for l in 0..32 {
+                let lo = if t < 2 { ql[l] & 15 } else { ql[l] >> 4 };
+                u[l] = lo | (((qh[l] >> (2 * t)) & 3) << 4);
+            }
+            let d = f16_at::<F16C>(blk, 208);
+            let dh = [0, 1].map(|h| d * (blk[192 + 8 * n + 2 * t + h] as i8) as f32);
+            (dh, dh.map(|v| -32.0 * v))
+        }
+        QType::Q2K => {
+            let (blk, j) = (&row[84 * (b / 8)..84 * (b / 8 + 1)], b % 8);
+            let (n, t) = (j / 4, j % 4);
+            let q = &blk[16 + 32 * n..][..32];
+            for l in 0..32 {
+                u[l] = (q[l] >> (2 * t)) & 3;
+            }
+            let (d, dmin) = (f16_at::<F16C>(blk, 80), f16_at::<F16C>(blk, 82));
+            let sc = [blk[8 * n + 2 * t], blk[8 * n + 2 * t + 1]];
+            (sc.map(|s| d * (s & 15) as f32), sc.map(|s| -(dmin * (s >> 4) as f32)))
+        }
+        QType::Q3K => {
+            let (blk, j) = (&row[110 * (b / 8)..110 * (b / 8 + 1)], b % 8);
+            let (n, t) = (j / 4, j % 4);
+            let (hm, q) = (&blk[..32], &blk[32 + 32 * n..][..32]);
+            for l in 0..32 {
+                u[l] = ((q[l] >> (2 * t)) & 3) | (((hm[l] >> j) & 1) << 2);
+            }
+            let sc = q3k_scales(&blk[96..108]);
+            let d = f16_at::<F16C>(blk, 108);
+            let dh = [0, 1].map(|h| d * (sc[8 * n + 2 * t + h] as i32 - 32) as f32);
+            (dh, dh.map(|v| -4.0 * v))
+        }
+        QType::F16 | QType::BF16 | QType::F32 => unreachable!("{ty:?} is not a block type"),
+    }
+}
+
+/// candle's get_scale_min_k4: the j-th 6-bit (scale, min) of a Q4_K / Q5_K block.
+#[inline(always)]
+pub fn scale_min_k4(j: usize, sc: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (sc[j] & 63, sc[j + 4] & 63)
+    } else {
+        ((sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4), (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4))
+    }
+}
+
+/// Q3_K's sixteen 6-bit scales (before subtracting 32), unpacked from its 12 bytes as
+/// llama.cpp's dequantize_row_q3_K does.
+pub fn q3k_scales(s: &[u8]) -> [u8; 16] {
+    let aux = |i: usize| u32::from_le_bytes(s[4 * i..4 * i + 4].try_into().unwrap());
+    let (a0, a1, tmp) = (aux(0), aux(1), aux(2));
+    let (k1, k2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
+    let w = [
+        (a0 & k2) | ((tmp & k1) << 4),
+        (a1 & k2) | (((tmp >> 2) & k1) << 4),
+        ((a0 >> 4) & k2) | (((tmp >> 4) & k1) << 4),
+        ((a1 >> 4) & k2) | (((tmp >> 6) & k1) << 4),
+    ];
+    let mut out = [0u8; 16];
+    for (i, v) in w.iter().enumerate() {
+        out[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+/// Weight row `row` (bytes of type `ty`) . X row i, in plain Rust: the definition every kernel
+/// reproduces bit for bit (the order of the module's comment, one fused multiply-add a term).
+pub fn dot_reference(ty: QType, row: &[u8], x: &Q8Rows, i: usize) -> f32 {
+    let nb = x.cols / 32;
+    let mut blk = Block32::default();
+    let mut acc = 0f32;
+    for b in 0..nb {
+        unpack(ty, row, b, &mut blk);
+        let xq = &x.q[(i * nb + b) * 32..][..32];
+        let dx = x.d[i * nb + b];
+        let s = |h: std::ops::Range<usize>| -> i32 { h.map(|k| blk.u[k] as i32 * xq[k] as i32).sum() };
+        if halves(ty) {
+            for h in 0..2 {
+                acc = (s(16 * h..16 * h + 16) as f32).mul_add(blk.d[h] * dx, acc);
+                acc = blk.c[h].mul_add(x.xs16[2 * (i * nb + b) + h], acc);
+            }
+        } else {
+            acc = (s(0..32) as f32).mul_add(blk.d[0] * dx, acc);
+            acc = blk.c[0].mul_add(x.xs[i * nb + b], acc);
+        }
+    }
+    acc
+}
+
+/// Y = X W^T by the VNNI panels (`x` already quantized); `y` (m, q.rows) overwritten.
 pub fn matmul(q: &QMatrix, x: &Q8Rows, y: &mut [f32]) {
     assert!(supports(q.ty) && x.cols == q.cols && y.len() == x.m * q.rows, "{q:?} by the int8 route");
     let (out, m) = (q.rows, x.m);
     let nb = q.cols / 32;
     let yp = SendPtr(y.as_mut_ptr());
     (0..out.div_ceil(R)).into_par_iter().for_each_init(
-        || Panel { w: vec![0u8; nb * 32 * R], d: vec![0f32; nb * R], off: 0 },
+        || Panel { w: vec![0u8; nb * 32 * R], d: vec![0f32; nb * 2 * R], c: vec![0f32; nb * 2 * R], halves: false },
         |p, c| {
             let (r0, n) = (c * R, R.min(out - c * R));
             p.fill(q, r0, n);
@@ -82,56 +304,32 @@ pub fn matmul(q: &QMatrix, x: &Q8Rows, y: &mut [f32]) {
 }
 
 /// Y's base pointer, shared by the panel tasks, each of which writes its own columns.
-struct SendPtr(*mut f32);
+pub(crate) struct SendPtr(pub(crate) *mut f32);
 // SAFETY: the tasks write disjoint elements (see `matmul`).
 unsafe impl Sync for SendPtr {}
 unsafe impl Send for SendPtr {}
 
-/// 16 weight rows interleaved for `vpdpbusd`: for block b and 4-byte group g, the 64 bytes at
-/// (b * 8 + g) * 64 are rows 0..16's bytes 4g..4g + 4 of that block, as unsigned values; `d`
-/// the rows' scales per block; `off` what was added to make them unsigned.
+/// 16 weight rows unpacked and interleaved for `vpdpbusd`: for block b and 4-byte group g, the
+/// 64 bytes at (b * 8 + g) * 64 are rows 0..16's quants 4g..4g + 4 of that block; `d` and `c`
+/// the rows' scales and offsets at ((b * 2 + h) * 16 + row).
 struct Panel {
     w: Vec<u8>,
     d: Vec<f32>,
-    off: i32,
+    c: Vec<f32>,
+    halves: bool,
 }
 
 impl Panel {
     /// Rows r0 .. r0 + n of `q` (rows past n are zero).
     fn fill(&mut self, q: &QMatrix, r0: usize, n: usize) {
         let (rb, nb) = (q.row_bytes(), q.cols / 32);
-        self.w.fill(0);
-        self.d.fill(0.0);
-        let mut u = [0u8; 32];
-        for r in 0..n {
-            let row = &q.data()[(r0 + r) * rb..(r0 + r + 1) * rb];
-            for b in 0..nb {
-                let d = match q.ty {
-                    QType::Q8_0 => {
-                        let blk = &row[34 * b..34 * b + 34];
-                        for j in 0..32 {
-                            u[j] = blk[2 + j] ^ 0x80;
-                        }
-                        f16_at::<false>(blk, 0)
-                    }
-                    QType::Q4_0 => {
-                        let blk = &row[18 * b..18 * b + 18];
-                        for j in 0..16 {
-                            u[j] = blk[2 + j] & 15;
-                            u[j + 16] = blk[2 + j] >> 4;
-                        }
-                        f16_at::<false>(blk, 0)
-                    }
-                    t => unreachable!("{t:?} is not an int8-route type"),
-                };
-                self.d[b * R + r] = d;
-                for g in 0..8 {
-                    let at = (b * 8 + g) * 64 + 4 * r;
-                    self.w[at..at + 4].copy_from_slice(&u[4 * g..4 * g + 4]);
-                }
-            }
+        if n < R {
+            self.w.fill(0);
+            self.d.fill(0.0);
+            self.c.fill(0.0);
         }
-        self.off = if q.ty == QType::Q8_0 { 128 } else { 8 };
+        self.halves = halves(q.ty);
+        fill_panel(q.ty, &q.data()[r0 * rb..(r0 + n) * rb], rb, nb, &mut self.w, &mut self.d, &mut self.c);
     }
 
     /// acc[i][r] = X row i0 + i . W row r, for `rows` (<= 4) rows of X.
@@ -139,12 +337,18 @@ impl Panel {
         #[cfg(target_arch = "x86_64")]
         if vnni::available() {
             // SAFETY: the CPU has the features.
-            return unsafe { vnni::times(self, x, i0, rows, acc) };
+            return unsafe {
+                if self.halves {
+                    vnni::times::<true>(self, x, i0, rows, acc)
+                } else {
+                    vnni::times::<false>(self, x, i0, rows, acc)
+                }
+            };
         }
         self.times_portable(x, i0, rows, acc)
     }
 
-    /// `times` in plain Rust: the same integer sums, scaled per block.
+    /// `times` in plain Rust: the same integer sums and the same f32 operations.
     fn times_portable(&self, x: &Q8Rows, i0: usize, rows: usize, acc: &mut [[f32; R]; 4]) {
         let nb = x.cols / 32;
         for i in 0..rows {
@@ -152,17 +356,49 @@ impl Panel {
             for b in 0..nb {
                 let xq = &x.q[(xi * nb + b) * 32..][..32];
                 let dx = x.d[xi * nb + b];
-                let corr = self.off * x.sum[xi * nb + b];
                 for r in 0..R {
-                    let mut s = 0i32;
+                    let mut s = [0i32; 2];
                     for g in 0..8 {
                         let wg = &self.w[(b * 8 + g) * 64 + 4 * r..][..4];
                         for k in 0..4 {
-                            s += wg[k] as i32 * xq[4 * g + k] as i32;
+                            s[g / 4] += wg[k] as i32 * xq[4 * g + k] as i32;
                         }
                     }
-                    acc[i][r] = ((s - corr) as f32).mul_add(self.d[b * R + r] * dx, acc[i][r]);
+                    let a = &mut acc[i][r];
+                    if self.halves {
+                        for h in 0..2 {
+                            *a = (s[h] as f32).mul_add(self.d[(b * 2 + h) * R + r] * dx, *a);
+                            *a = self.c[(b * 2 + h) * R + r].mul_add(x.xs16[2 * (xi * nb + b) + h], *a);
+                        }
+                    } else {
+                        *a = ((s[0] + s[1]) as f32).mul_add(self.d[b * 2 * R + r] * dx, *a);
+                        *a = self.c[b * 2 * R + r].mul_add(x.xs[xi * nb + b], *a);
+                    }
                 }
+            }
+        }
+    }
+}
+
+/// `Panel::fill` of the rows in `rows` (`rb` bytes each, `nb` blocks), compiled for the CPUs the
+/// route runs on (F16C converts the scales).
+#[multiversion::multiversion(targets("x86_64+avx512f+avx512bw+avx512vl+f16c+fma"))]
+fn fill_panel(ty: QType, rows: &[u8], rb: usize, nb: usize, w: &mut [u8], d: &mut [f32], c: &mut [f32]) {
+    let mut u = [0u8; 32];
+    for (r, row) in rows.chunks_exact(rb).enumerate() {
+        for b in 0..nb {
+            let (dh, ch) = if multiversion::target::target_cfg_f!(target_feature = "f16c") {
+                unpack_with::<true>(ty, row, b, &mut u)
+            } else {
+                unpack_with::<false>(ty, row, b, &mut u)
+            };
+            for h in 0..2 {
+                d[(b * 2 + h) * R + r] = dh[h];
+                c[(b * 2 + h) * R + r] = ch[h];
+            }
+            for g in 0..8 {
+                let at = (b * 8 + g) * 64 + 4 * r;
+                w[at..at + 4].copy_from_slice(&u[4 * g..4 * g + 4]);
             }
         }
     }
@@ -174,38 +410,71 @@ mod vnni {
     use std::arch::x86_64::*;
 
     pub fn available() -> bool {
-        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni")
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl")
+    }
+
+    /// `super::quantize_blocks` in AVX-512: per block, two registers of x; the same amax, d, id,
+    /// the same rounding (the add-and-subtract of 1.5 * 2^23), the sums of the quants per half.
+    ///
+    /// # Safety
+    /// AVX-512 F, BW and VL (`available`).
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub unsafe fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], xs: &mut [f32], xs16: &mut [f32]) {
+        let nb = x.len() / 32;
+        assert!(q.len() == 32 * nb && d.len() == nb && xs.len() == nb && xs16.len() == 2 * nb);
+        let magic = _mm512_set1_ps(12_582_912.0);
+        for b in 0..nb {
+            let lo = _mm512_loadu_ps(x.as_ptr().add(32 * b));
+            let hi = _mm512_loadu_ps(x.as_ptr().add(32 * b + 16));
+            let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+            let db = amax / 127.0;
+            let id = _mm512_set1_ps(if db != 0.0 { 1.0 / db } else { 0.0 });
+            let round = |v: __m512| _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(v, id), magic), magic));
+            let (ql, qh) = (round(lo), round(hi));
+            _mm_storeu_si128(q.as_mut_ptr().add(32 * b).cast(), _mm512_cvtepi32_epi8(ql));
+            _mm_storeu_si128(q.as_mut_ptr().add(32 * b + 16).cast(), _mm512_cvtepi32_epi8(qh));
+            let (s0, s1) = (_mm512_reduce_add_epi32(ql), _mm512_reduce_add_epi32(qh));
+            d[b] = db;
+            xs[b] = db * (s0 + s1) as f32;
+            xs16[2 * b] = db * s0 as f32;
+            xs16[2 * b + 1] = db * s1 as f32;
+        }
     }
 
     /// `Panel::times` with `vpdpbusd`: per block, 8 of them per X row (32 bytes: 8 groups of 4,
-    /// each broadcast to the 16 rows' lanes), the block's integer sums scaled into f32.
+    /// each broadcast to the 16 rows' lanes), the block's (or each half's) integer sum scaled
+    /// into f32, then the offset term.
     ///
     /// # Safety
     /// AVX-512F and AVX-512 VNNI (`available`).
     #[target_feature(enable = "avx512f,avx512vnni")]
-    pub unsafe fn times(p: &Panel, x: &Q8Rows, i0: usize, rows: usize, acc: &mut [[f32; R]; 4]) {
+    pub unsafe fn times<const HALVES: bool>(p: &Panel, x: &Q8Rows, i0: usize, rows: usize, acc: &mut [[f32; R]; 4]) {
         let nb = x.cols / 32;
         let mut f = [_mm512_setzero_ps(); 4];
-        let off = _mm512_set1_epi32(p.off);
         for b in 0..nb {
-            let mut s = [_mm512_setzero_si512(); 4];
+            let mut s = [[_mm512_setzero_si512(); 2]; 4];
             let w = p.w.as_ptr().add(b * 8 * 64);
             for g in 0..8 {
                 let wg = _mm512_loadu_si512(w.add(64 * g).cast());
+                let h = if HALVES { g / 4 } else { 0 };
                 for i in 0..4 {
                     if i < rows {
                         let xg = x.q.as_ptr().add(((i0 + i) * nb + b) * 32 + 4 * g).cast::<i32>().read_unaligned();
-                        s[i] = _mm512_dpbusd_epi32(s[i], wg, _mm512_set1_epi32(xg));
+                        s[i][h] = _mm512_dpbusd_epi32(s[i][h], wg, _mm512_set1_epi32(xg));
                     }
                 }
             }
-            let dw = _mm512_loadu_ps(p.d.as_ptr().add(b * R));
-            for i in 0..4 {
-                if i < rows {
-                    let k = (i0 + i) * nb + b;
-                    let corr = _mm512_mullo_epi32(off, _mm512_set1_epi32(x.sum[k]));
-                    let v = _mm512_cvtepi32_ps(_mm512_sub_epi32(s[i], corr));
-                    f[i] = _mm512_fmadd_ps(v, _mm512_mul_ps(dw, _mm512_set1_ps(x.d[k])), f[i]);
+            for h in 0..(if HALVES { 2 } else { 1 }) {
+                let dw = _mm512_loadu_ps(p.d.as_ptr().add((b * 2 + h) * R));
+                let cw = _mm512_loadu_ps(p.c.as_ptr().add((b * 2 + h) * R));
+                for i in 0..4 {
+                    if i < rows {
+                        let k = (i0 + i) * nb + b;
+                        let xs = if HALVES { x.xs16[2 * k + h] } else { x.xs[k] };
+                        let v = _mm512_cvtepi32_ps(s[i][h]);
+                        f[i] = _mm512_fmadd_ps(v, _mm512_mul_ps(dw, _mm512_set1_ps(x.d[k])), f[i]);
+                        f[i] = _mm512_fmadd_ps(cw, _mm512_set1_ps(xs), f[i]);
+                    }
                 }
             }
         }
@@ -216,63 +485,127 @@ mod vnni {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::model::qmatvec::tests::random;
-    use candle_core::quantized::GgmlDType;
+    use crate::model::qmatvec::tests::{random, ALL};
     use rand::{rngs::StdRng, Rng, SeedableRng};
 
-    /// Y equals the f64 product of candle's dequantized W with X as quantized to Q8_0 (its
-    /// dequantized values q * d), up to f32 rounding of the block sums: the integer route's only
-    /// error beyond that is the activations' 8-bit rounding, which the reference shares. And
-    /// against X itself, within llama.cpp's Q8_0 activation error (2^-8 of the block max per
-    /// value, bounded by 1% of the sum of |products| here).
+    /// The block types (ALL less the float ones).
+    pub(crate) fn block_types() -> Vec<candle_core::quantized::GgmlDType> {
+        ALL.into_iter().filter(|&t| supports(QType::of(t).unwrap())).collect()
+    }
+
+    /// A random weight of `dtype` (candle's dequantization beside it) and X with its quantized
+    /// rows.
+    pub(crate) fn case(dtype: candle_core::quantized::GgmlDType, m: usize, out: usize, inp: usize, rng: &mut StdRng) -> (QMatrix, Vec<f32>, Vec<f32>, Q8Rows) {
+        let (raw, w) = random(dtype, out, inp, rng);
+        let q = QMatrix::new(dtype, &raw, out, inp).unwrap();
+        let x: Vec<f32> = (0..m * inp).map(|_| rng.gen_range(-1f32..1.0)).collect();
+        let xq = Q8Rows::quantize(&x, m, inp);
+        (q, w, x, xq)
+    }
+
+    /// The AVX-512 quantization gives the reference's quants, scales and sums exactly (a ramp,
+    /// a block of zeros, magnitudes spread over 2^0..2^6).
     #[test]
-    fn equals_dequantized_product() {
-        let mut rng = StdRng::seed_from_u64(21);
-        for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0] {
-            for (m, out, inp) in [(1, 7, 32), (5, 37, 256), (9, 161, 768)] {
-                let (raw, w) = random(dtype, out, inp, &mut rng);
-                let q = QMatrix::new(dtype, &raw, out, inp).unwrap();
-                let x: Vec<f32> = (0..m * inp).map(|_| rng.gen_range(-1f32..1.0)).collect();
-                let xq = Q8Rows::quantize(&x, m, inp);
-                let xd: Vec<f32> = (0..m * inp).map(|k| xq.q[k] as f32 * xq.d[k / 32]).collect();
-                let mut y = vec![f32::NAN; m * out];
-                matmul(&q, &xq, &mut y);
-                for i in 0..m {
-                    for o in 0..out {
-                        let wr = &w[o * inp..(o + 1) * inp];
-                        let dot = |xs: &[f32]| -> (f64, f64) {
-                            let p = xs[i * inp..(i + 1) * inp].iter().zip(wr).map(|(&a, &b)| a as f64 * b as f64);
-                            (p.clone().sum(), p.map(f64::abs).sum())
-                        };
-                        let ((want, mag), (exact, _)) = (dot(&xd), dot(&x));
-                        let got = y[i * out + o] as f64;
-                        assert!((got - want).abs() <= 1e-5 * mag + 1e-30, "{dtype:?} {m}x{inp}x{out} ({i},{o}): {got} vs {want}");
-                        assert!((got - exact).abs() <= 1e-2 * mag + 1e-30, "{dtype:?} ({i},{o}): {got} vs unquantized {exact}");
+    fn quantize_simd_equals_reference() {
+        #[cfg(target_arch = "x86_64")]
+        if vnni::available() {
+            let mut rng = StdRng::seed_from_u64(5);
+            let mut x: Vec<f32> = (0..32 * 40).map(|i| rng.gen_range(-1f32..1.0) * (1 << (i % 7)) as f32).collect();
+            x[..32].iter_mut().enumerate().for_each(|(i, v)| *v = (i as f32 - 16.0) * 0.5);
+            x[32..64].fill(0.0);
+            let nb = x.len() / 32;
+            let (mut q1, mut d1, mut a1, mut b1) = (vec![0i8; 32 * nb], vec![0f32; nb], vec![0f32; nb], vec![0f32; 2 * nb]);
+            let (mut q2, mut d2, mut a2, mut b2) = (q1.clone(), d1.clone(), a1.clone(), b1.clone());
+            quantize_blocks(&x, &mut q1, &mut d1, &mut a1, &mut b1);
+            // SAFETY: `available`.
+            unsafe { vnni::quantize_blocks(&x, &mut q2, &mut d2, &mut a2, &mut b2) };
+            assert_eq!(q1, q2);
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!((bits(&d1), bits(&a1), bits(&b1)), (bits(&d2), bits(&a2), bits(&b2)));
+            assert_eq!(&q1[..32], &[-127, -119, -111, -103, -95, -87, -79, -71, -64, -56, -48, -40, -32, -24, -16, -8, 0, 8, 16, 24, 32, 40, 48, 56, 64, 71, 79, 87, 95, 103, 111, 119][..], "{:?}", &q1[..32]);
+        }
+    }
+
+    /// `unpack` gives back candle's dequantized values, D * u + C, to f32 rounding, for every
+    /// block type and every block of a row (each K-quant sub-block, each Q6_K half).
+    #[test]
+    fn unpack_gives_candles_values() {
+        let mut rng = StdRng::seed_from_u64(31);
+        for dtype in block_types() {
+            let (rows, cols) = (3, 512);
+            let (raw, want) = random(dtype, rows, cols, &mut rng);
+            let q = QMatrix::new(dtype, &raw, rows, cols).unwrap();
+            let mut blk = Block32::default();
+            for r in 0..rows {
+                let row = &q.data()[r * q.row_bytes()..(r + 1) * q.row_bytes()];
+                for b in 0..cols / 32 {
+                    unpack(q.ty, row, b, &mut blk);
+                    assert!(halves(q.ty) || (blk.d[0] == blk.d[1] && blk.c[0] == blk.c[1]), "{dtype:?}");
+                    for k in 0..32 {
+                        let (d, c) = (blk.d[k / 16], blk.c[k / 16]);
+                        let got = d * blk.u[k] as f32 + c;
+                        let w = want[r * cols + 32 * b + k];
+                        let tol = 1e-6 * ((d * blk.u[k] as f32).abs() + c.abs());
+                        assert!((got - w).abs() <= tol, "{dtype:?} row {r} block {b} value {k}: {got} vs candle {w}");
                     }
                 }
             }
         }
     }
 
-    /// The portable kernel and the VNNI one (where this CPU has it) give the same sums: the
-    /// integers exactly, then the same f32 operations per block.
+    /// The definition: the f64 product of candle's dequantized W with X as quantized (q * d),
+    /// up to f32 rounding of the terms (1e-5 of the sum of |products|), and X itself within
+    /// the activations' 8-bit rounding (1% of that sum here).
     #[test]
-    fn portable_equals_vnni() {
+    fn reference_equals_dequantized_product() {
+        let mut rng = StdRng::seed_from_u64(21);
+        for dtype in block_types() {
+            let (m, out, inp) = (3, 5, 768);
+            let (q, w, x, xq) = case(dtype, m, out, inp, &mut rng);
+            let xd: Vec<f32> = (0..m * inp).map(|k| xq.q[k] as f32 * xq.d[k / 32]).collect();
+            for i in 0..m {
+                for o in 0..out {
+                    let got = dot_reference(q.ty, &q.data()[o * q.row_bytes()..(o + 1) * q.row_bytes()], &xq, i) as f64;
+                    let wr = &w[o * inp..(o + 1) * inp];
+                    let dot = |xs: &[f32]| -> (f64, f64) {
+                        let p = xs[i * inp..(i + 1) * inp].iter().zip(wr).map(|(&a, &b)| a as f64 * b as f64);
+                        (p.clone().sum(), p.map(f64::abs).sum())
+                    };
+                    let ((want, mag), (exact, _)) = (dot(&xd), dot(&x));
+                    assert!((got - want).abs() <= 1e-5 * mag + 1e-30, "{dtype:?} ({i},{o}): {got} vs {want}");
+                    assert!((got - exact).abs() <= 1e-2 * mag + 1e-30, "{dtype:?} ({i},{o}): {got} vs unquantized {exact}");
+                }
+            }
+        }
+    }
+
+    /// The VNNI panels (where this CPU has them) and their portable twin equal the definition
+    /// bit for bit: every block type, X row counts that leave a partial group of 4, outputs
+    /// that leave a partial panel.
+    #[test]
+    fn panels_equal_the_reference_bit_for_bit() {
         let mut rng = StdRng::seed_from_u64(22);
-        for dtype in [GgmlDType::Q8_0, GgmlDType::Q4_0] {
-            let (m, out, inp) = (3, 16, 512);
-            let (raw, _) = random(dtype, out, inp, &mut rng);
-            let q = QMatrix::new(dtype, &raw, out, inp).unwrap();
-            let x: Vec<f32> = (0..m * inp).map(|_| rng.gen_range(-1f32..1.0)).collect();
-            let xq = Q8Rows::quantize(&x, m, inp);
-            let mut p = Panel { w: vec![0u8; inp * R], d: vec![0f32; inp / 32 * R], off: 0 };
-            p.fill(&q, 0, out);
-            let (mut a, mut b) = ([[0f32; R]; 4], [[0f32; R]; 4]);
-            p.times(&xq, 0, m, &mut a);
-            p.times_portable(&xq, 0, m, &mut b);
-            assert_eq!(a, b, "{dtype:?}");
+        for dtype in block_types() {
+            for (m, out, inp) in [(1, 7, 256), (6, 37, 512)] {
+                let (q, _, _, xq) = case(dtype, m, out, inp, &mut rng);
+                let mut y = vec![f32::NAN; m * out];
+                matmul(&q, &xq, &mut y);
+                let mut p = Panel { w: vec![0u8; inp * R], d: vec![0f32; inp / 16 * R], c: vec![0f32; inp / 16 * R], halves: false };
+                p.fill(&q, 0, R.min(out));
+                let mut portable = [[0f32; R]; 4];
+                p.times_portable(&xq, 0, m.min(4), &mut portable);
+                for i in 0..m {
+                    for o in 0..out {
+                        let want = dot_reference(q.ty, &q.data()[o * q.row_bytes()..(o + 1) * q.row_bytes()], &xq, i);
+                        assert_eq!(y[i * out + o].to_bits(), want.to_bits(), "{dtype:?} {m}x{inp}x{out} ({i},{o}): {} vs {want}", y[i * out + o]);
+                        if i < 4 && o < R {
+                            assert_eq!(portable[i][o].to_bits(), want.to_bits(), "{dtype:?} portable ({i},{o})");
+                        }
+                    }
+                }
+            }
         }
     }
 }

@@ -80,12 +80,32 @@ impl QType {
     }
 }
 
+/// How the CPU multiplies by a weight kept in GGUF blocks (a model's setting:
+/// `Decoder::set_products`, the CLI's `--products`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Products {
+    /// The blocks dequantized exactly (candle's values, llama.cpp's formulas) and multiplied in
+    /// f32: the f32 panels, the one-row kernels. A result moves by f32 rounding when its inputs
+    /// do, so two computations of one function (dense and top-k with every group, a decode step
+    /// and the forward) agree to ~1e-6, and the shipped adapters' figures reproduce. The default.
+    #[default]
+    Exact,
+    /// llama.cpp's route: each product's input quantized to 8-bit blocks (Q8_0) and integer dot
+    /// products (`qmatmul_int8`, `qmatmul_amx`, `qmatvec_int8`), where the CPU has AVX-512 VNNI;
+    /// 2-4x faster. An 8-bit step amplifies rounding upstream: the perplexities of dense and of
+    /// top-k with every group, the same function, differ by ~0.1% over 7k tokens of SmolLM2
+    /// (docs/RESULTS.md), noise of the size of some effects Focus has.
+    Int8,
+}
+
 /// A (rows, cols) weight in quantized blocks, row after row, as GGUF stores it.
 #[derive(Clone)]
 pub struct QMatrix {
     pub ty: QType,
     pub rows: usize,
     pub cols: usize,
+    /// The route of products with this weight (`qmatmul::product`; `Decoder::set_products`).
+    pub products: Products,
     data: Bytes,
 }
 
@@ -118,7 +138,7 @@ impl QMatrix {
     pub fn new(dtype: GgmlDType, raw: &[u8], rows: usize, cols: usize) -> Option<QMatrix> {
         let ty = QType::of(dtype)?;
         let (be, bb) = ty.block();
-        (cols % be == 0 && raw.len() == rows * cols / be * bb).then(|| QMatrix { ty, rows, cols, data: Bytes::Owned(raw.to_vec()) })
+        (cols % be == 0 && raw.len() == rows * cols / be * bb).then(|| QMatrix { ty, rows, cols, products: Products::Exact, data: Bytes::Owned(raw.to_vec()) })
     }
 
     /// `new` over `map[start..start + len]`, read in place (no copy).
@@ -126,7 +146,7 @@ impl QMatrix {
         let ty = QType::of(dtype)?;
         let (be, bb) = ty.block();
         let fits = cols % be == 0 && len == rows * cols / be * bb && start.checked_add(len).is_some_and(|e| e <= map.len());
-        fits.then(|| QMatrix { ty, rows, cols, data: Bytes::Mapped { map: map.clone(), start, len } })
+        fits.then(|| QMatrix { ty, rows, cols, products: Products::Exact, data: Bytes::Mapped { map: map.clone(), start, len } })
     }
 
     /// Rows r0 .. r0 + n as a matrix of their own (a fused projection's part), sharing the
@@ -138,7 +158,7 @@ impl QMatrix {
             Bytes::Owned(v) => Bytes::Owned(v[r0 * rb..(r0 + n) * rb].to_vec()),
             Bytes::Mapped { map, start, .. } => Bytes::Mapped { map: map.clone(), start: start + r0 * rb, len: n * rb },
         };
-        QMatrix { ty: self.ty, rows: n, cols: self.cols, data }
+        QMatrix { ty: self.ty, rows: n, cols: self.cols, products: self.products, data }
     }
 
     pub fn bytes(&self) -> usize {
