@@ -594,3 +594,37 @@ fn analyze_refuses_what_will_not_fit() {
     assert!(o.status.success(), "{}", stderr(&o));
     has(&stdout(&o), &["available", "FOCUS_LENS_MEMORY"]);
 }
+
+/// `info --device cuda` adds the device memory an analysis on a GPU will need (every matrix in
+/// bf16: 2 bytes a parameter; the header alone, so a build without CUDA states it too), in text
+/// and JSON; the CPU's estimate stays as it is, and an unknown device is refused.
+#[test]
+fn info_states_the_gpu_estimate() {
+    let cpu = ok_json(["info", "--json", "--tokens", "100"]);
+    let gpu = ok_json(["info", "--json", "--tokens", "100", "--device", "cuda"]);
+    assert_eq!(cpu["memory"]["estimate"], gpu["memory"]["estimate"]);
+    assert_eq!(cpu["device_memory"], Value::Null);
+    let d = &gpu["device_memory"];
+    assert_eq!(d["device"], "cuda");
+    assert_eq!(d["tokens"], 100);
+    // SmolLM2-135M (tied): 134,479,872 parameters of matrices, 61 norms of 576.
+    let e = &d["estimate"];
+    assert_eq!(e["weights"], 2 * 134_479_872 + 4 * 61 * 576);
+    let terms: u64 = ["weights", "kv_cache", "activations", "context"].iter().map(|k| e[*k].as_u64().unwrap()).sum();
+    assert_eq!(d["total"].as_u64(), Some(terms));
+    let text = ok(["info", "--tokens", "100", "--device", "cuda"]);
+    has(&text, &["device      cuda, analyze over 100 tokens", "bf16", "MiB, as nvidia-smi counts"]);
+    assert!(!ok(["info", "--tokens", "100"]).contains("device "));
+    has(&fails(["info", "--device", "tpu"]), &["unknown device", "tpu"]);
+}
+
+/// `info --json` of a Llama 3.x GGUF (its RoPE scaling as the file's per-frequency divisors)
+/// states the scaling; it used to panic serializing it.
+#[test]
+fn info_json_states_llama3_rope_divisors() {
+    let gguf = common::fixture("gguf_tiny/llama3.gguf");
+    let v = ok_json([OsStr::new("info"), OsStr::new("--json"), gguf.as_os_str()]);
+    let s = &v["config"]["rope_scaling"];
+    assert_eq!(s["type"], "divisors", "{s}");
+    assert!(s["divisors"].as_array().is_some_and(|d| !d.is_empty()), "{s}");
+}

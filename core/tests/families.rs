@@ -158,7 +158,7 @@ fn the_converters_ggufs_match_transformers() {
         assert!(d <= TOL, "{name}.gguf: logits differ from transformers' by {d}");
     }
     // llama3's scaling comes as the rope_freqs tensor, the others as keys.
-    assert!(matches!(load(&dir.join("llama3.gguf")).config().rope_scaling, Some(RopeScaling::Divisors(ref d)) if d.len() == 8));
+    assert!(matches!(load(&dir.join("llama3.gguf")).config().rope_scaling, Some(RopeScaling::Divisors { divisors: ref d }) if d.len() == 8));
     assert!(matches!(load(&dir.join("yarn.gguf")).config().rope_scaling, Some(RopeScaling::Yarn { original_context: 32, .. })));
 }
 

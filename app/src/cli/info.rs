@@ -1,9 +1,11 @@
 //! `info`: what a model file holds (architecture, shape, tokenizer, fingerprint) and what an
-//! analysis of N tokens will need in memory beside what is available, as text or JSON. Reads
-//! the header only (no weight), so it answers for models too large to open.
+//! analysis of N tokens will need in memory beside what is available, as text or JSON; with
+//! `--device cuda` also what it will need in the GPU's memory. Reads the header only (no
+//! weight, no device opened), so it answers for models too large to open, and for a GPU in a
+//! build without CUDA.
 
 use super::common::{memory_table, print_json, ModelArgs};
-use anyhow::Result;
+use anyhow::{bail, Result};
 use focus_core::model::memory::{self, ModelHeader};
 
 #[derive(clap::Args)]
@@ -19,6 +21,10 @@ pub struct Args {
     pub adapter: Option<std::path::PathBuf>,
     #[arg(long)]
     pub json: bool,
+    /// cpu, or cuda: also the device memory `analyze --device cuda` will need (estimated from
+    /// the header; no device is opened, so any build states it).
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -27,6 +33,12 @@ pub fn run(a: Args) -> Result<()> {
     let (workload, what) = super::common::analysis_workload(a.adapter.as_deref(), a.tokens, a.tokens.min(focus_core::analysis::DEFAULT_SEGMENT), 2, false, 0)?;
     let est = m.estimate(&workload);
     let avail = memory::available();
+    let on_gpu = match a.device.as_str() {
+        "cpu" => false,
+        "cuda" => true,
+        other => bail!("unknown device {other:?} (cpu or cuda)"),
+    };
+    let dev_est = on_gpu.then(|| m.device_estimate(&workload));
     if a.json {
         let tok = m.tokenizer.as_ref();
         let layers: Vec<serde_json::Value> = (0..c.n_layers)
@@ -35,13 +47,17 @@ pub fn run(a: Args) -> Result<()> {
                 serde_json::json!({"layer": l, "kind": if a.window.is_some() { "sliding" } else { "global" }, "window": a.window, "rope_theta": a.rope_theta})
             })
             .collect();
-        return print_json(&serde_json::json!({
+        let mut v = serde_json::json!({
             "path": m.path, "format": m.format, "config": c, "fingerprint": m.fingerprint,
             "tokenizer_vocab": tok.map(|t| t.vocab_size()), "add_bos": tok.map(|t| t.add_bos()),
             "layers": layers,
             "file_bytes": m.file_bytes,
             "memory": {"tokens": a.tokens, "workload": what, "estimate": est, "total": est.total(), "available": avail.as_ref().map(|x| x.bytes), "available_source": avail.as_ref().map(|x| x.source.clone())},
-        }));
+        });
+        if let Some(d) = dev_est {
+            v["device_memory"] = serde_json::json!({"device": a.device, "tokens": a.tokens, "workload": what, "estimate": d, "total": d.total()});
+        }
+        return print_json(&v);
     }
     crate::outln!("path        {}", m.path.display())?;
     crate::outln!("format      {}", m.format)?;
@@ -94,5 +110,13 @@ pub fn run(a: Args) -> Result<()> {
     crate::outln!("file        {}", memory::human(m.file_bytes))?;
     crate::outln!("memory      {what}:")?;
     memory_table(&est, avail.as_ref())?;
+    if let Some(d) = dev_est {
+        crate::outln!("device      {}, {what}:", a.device)?;
+        for (name, bytes, note) in d.rows() {
+            crate::outln!("  {name:<12} {:>10}  {note}", memory::human(bytes))?;
+        }
+        crate::outln!("  {:<12} {:>10}  ({} MiB, as nvidia-smi counts)", "total", memory::human(d.total()), d.total() >> 20)?;
+        crate::outln!("  available    not read: info opens no device")?;
+    }
     Ok(())
 }

@@ -86,7 +86,7 @@ pub enum RopeScaling {
     Yarn { factor: f64, original_context: usize, beta_fast: f64, beta_slow: f64, attention_factor: f64 },
     /// Per-frequency divisors, as a file stores them (the GGUF `rope_freqs.weight` that
     /// llama.cpp's converter writes for `llama3`).
-    Divisors(Vec<f32>),
+    Divisors { divisors: Vec<f32> },
 }
 
 impl RopeScaling {
@@ -134,7 +134,7 @@ impl RopeScaling {
                     .collect();
                 (inv, *attention_factor)
             }
-            Some(RopeScaling::Divisors(d)) => (plain.iter().zip(d).map(|(f, &x)| f / x as f64).collect(), 1.0),
+            Some(RopeScaling::Divisors { divisors: d }) => (plain.iter().zip(d).map(|(f, &x)| f / x as f64).collect(), 1.0),
         };
         (inv.into_iter().map(|f| f as f32).collect(), mag as f32)
     }
@@ -160,7 +160,7 @@ impl RopeScaling {
                 pos("beta_slow", *beta_slow)?;
                 pos("attention_factor", *attention_factor)
             }
-            RopeScaling::Divisors(d) => {
+            RopeScaling::Divisors { divisors: d } => {
                 if d.len() != head_dim / 2 {
                     return Err(format!("{} RoPE frequency divisors for head_dim {head_dim} (expected {})", d.len(), head_dim / 2));
                 }

@@ -235,7 +235,7 @@ fn gguf_rope_scaling(g: &GgufFile, arch: &str, context: usize) -> Result<Option<
     let opt_f = |k: &str| -> Result<Option<f64>> { if g.get(&key(k)).is_some() { Ok(Some(g.f64(&key(k))?)) } else { Ok(None) } };
     if g.tensors.contains_key("rope_freqs.weight") {
         let t = g.qtensor("rope_freqs.weight", &Device::Cpu)?.dequantize(&Device::Cpu)?;
-        return Ok(Some(RopeScaling::Divisors(t.flatten_all()?.to_vec1::<f32>()?)));
+        return Ok(Some(RopeScaling::Divisors { divisors: t.flatten_all()?.to_vec1::<f32>()? }));
     }
     let factor = opt_f("factor")?.filter(|&f| f != 0.0 && f != 1.0);
     let ty = g.get(&key("type")).and_then(Value::as_str).unwrap_or(if factor.is_some() { "linear" } else { "none" });

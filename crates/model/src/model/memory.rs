@@ -22,8 +22,22 @@
 //! - kept: an analysis keeps every layer's routing of every token (scores, memberships and
 //!   routing vectors, f32, `analysis::analyze_tokens_keeping`), once per analysis it holds, and
 //!   the kept passes its caller allows (`analysis::kept`).
+//!
+//! A run on a GPU (`device_estimate`) holds in device memory, term by term as its code spends it:
+//! - weights: as `load::load_weights` uploads them: every matrix a bf16 tensor
+//!   (`Model::weight_dtype`; `weights::dense_copy` converts whatever the file stores, GGUF blocks
+//!   included: 2 bytes a parameter), the embedding and the LM head among them (one tensor when
+//!   tied; rows are gathered on the device), the vectors f32 (`WeightSource::tensor`); nothing
+//!   stays on the host. GPT-2's learned positions and its Hugging Face Conv1D weights are f32.
+//! - KV cache: `attention::kv_cache::DeviceKv`, f32, its capacity a power of two;
+//! - activations: one layer at a time (`Decoder::run`), the larger of its attention (the causal
+//!   mask is made on the device for every pass; the explicit path's T x T scores where the flash
+//!   kernels do not apply) and its MLP (f32 rows, bf16 copies into the products), the adapters'
+//!   routers, the logits; calibrated on the 8B's measured peak (`device_activation_bytes`);
+//! - context: the CUDA context, cuBLAS and its workspace (`CUDA_CONTEXT_BYTES`, measured).
 
 use crate::error::{Error, Result};
+use crate::model::config::{MlpKind, Positions};
 use crate::model::gguf::GgufFile;
 use crate::model::tokenizer::Tokenizer;
 use crate::model::weights::{SafeTensorsDir, WeightSource};
@@ -61,6 +75,9 @@ pub struct ModelHeader {
     pub tensors: Vec<StoredTensor>,
     /// The bytes of the model's files.
     pub file_bytes: u64,
+    /// The family stores its projections as Conv1D (GPT-2 from Hugging Face): the loader keeps
+    /// them as transposed f32 copies, on a GPU too.
+    pub conv1d: bool,
 }
 
 /// Resident bytes of a tensor of `elems` elements stored in `stored` bytes, as the loader keeps
@@ -99,7 +116,7 @@ impl ModelHeader {
             })
             .collect();
         let src = WeightSource::Gguf(g);
-        Ok(ModelHeader { path: path.to_path_buf(), format: "gguf", config, tokenizer, fingerprint: src.fingerprint(), tensors, file_bytes: meta.len() })
+        Ok(ModelHeader { path: path.to_path_buf(), format: "gguf", config, tokenizer, fingerprint: src.fingerprint(), tensors, file_bytes: meta.len(), conv1d: gf.names.conv1d })
     }
 
     fn open_hf(dir: &Path) -> Result<Self> {
@@ -119,7 +136,7 @@ impl ModelHeader {
         }
         let tok_path = dir.join("tokenizer.json");
         let tokenizer = if tok_path.exists() { Some(Tokenizer::from_file(&tok_path)?) } else { None };
-        Ok(ModelHeader { path: dir.to_path_buf(), format: "safetensors", config, tokenizer, fingerprint: src.fingerprint(), tensors, file_bytes })
+        Ok(ModelHeader { path: dir.to_path_buf(), format: "safetensors", config, tokenizer, fingerprint: src.fingerprint(), tensors, file_bytes, conv1d: h.names.conv1d })
     }
 
     /// The bytes the weights will hold in memory.
@@ -130,6 +147,26 @@ impl ModelHeader {
     /// `estimate` for this model.
     pub fn estimate(&self, w: &Workload) -> Estimate {
         estimate(&Shape::of(&self.config), self.weight_bytes(), w)
+    }
+
+    /// The bytes the weights will hold in a GPU's memory, as `load::load_weights` uploads them
+    /// (`Model::weight_dtype`: bf16): the decoder's matrices at 2 bytes a parameter whatever the
+    /// file stores (`weights::dense_copy` converts GGUF blocks and f16/f32 alike), or 4 for
+    /// GPT-2's Hugging Face Conv1D weights (f32 copies); its learned positions f32; every vector
+    /// (norms, biases) f32. Tensors the decoder does not read (a tied checkpoint's stored LM
+    /// head, a vision tower's matrices) never reach the device; such a tower's vectors are
+    /// counted all the same (small beside the matrices).
+    pub fn device_weight_bytes(&self) -> u64 {
+        let c = &self.config;
+        let (blocks, vocab) = matrix_params(&Shape::of(c));
+        let positions = if matches!(c.positions, Positions::Learned) { 4 * (c.context * c.d_model) as u64 } else { 0 };
+        let vectors: u64 = self.tensors.iter().filter(|t| t.shape.len() == 1).map(|t| 4 * t.shape[0] as u64).sum();
+        (if self.conv1d { 4 } else { 2 }) * blocks + 2 * vocab + positions + vectors
+    }
+
+    /// `device_estimate` for this model.
+    pub fn device_estimate(&self, w: &Workload) -> DeviceEstimate {
+        device_estimate(&Shape::of(&self.config), self.device_weight_bytes(), w)
     }
 }
 
@@ -291,12 +328,40 @@ pub struct Shape {
     pub vocab: usize,
     /// Soft-capped attention logits (Gemma 2) take the explicit attention path.
     pub attn_softcap: bool,
+    /// The sliding layers' window (a pass longer than it takes the explicit path on a GPU).
+    pub window: Option<usize>,
+    /// The MLP has a gate (SwiGLU, GeGLU): three matrices, not two.
+    pub gated: bool,
+    /// The LM head is the embedding (one matrix).
+    pub tied: bool,
 }
 
 impl Shape {
     pub fn of(c: &ModelConfig) -> Self {
-        Shape { n_layers: c.n_layers, d_model: c.d_model, n_heads: c.n_heads, n_kv_heads: c.n_kv_heads, head_dim: c.head_dim, ffn_dim: c.ffn_dim, vocab: c.vocab, attn_softcap: c.attn_softcap.is_some() }
+        Shape {
+            n_layers: c.n_layers,
+            d_model: c.d_model,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            ffn_dim: c.ffn_dim,
+            vocab: c.vocab,
+            attn_softcap: c.attn_softcap.is_some(),
+            window: c.sliding.as_ref().map(|s| s.window),
+            gated: !matches!(c.mlp, MlpKind::GeluTanh),
+            tied: c.tied_embeddings,
+        }
     }
+}
+
+/// Parameters of the matrices the decoder holds (`load::load_weights`): the blocks' (Q, K, V,
+/// O, the MLP's gate, up and down; fused ones split by rows share their tensor), then the
+/// embedding's and the LM head's (one matrix when tied).
+pub fn matrix_params(s: &Shape) -> (u64, u64) {
+    let (d, ffn, q_w, kv_w) = (s.d_model as u64, s.ffn_dim as u64, (s.n_heads * s.head_dim) as u64, (s.n_kv_heads * s.head_dim) as u64);
+    let mlp = if s.gated { 3 } else { 2 };
+    let block = d * (q_w + 2 * kv_w) + q_w * d + mlp * ffn * d;
+    (s.n_layers as u64 * block, (if s.tied { 1 } else { 2 }) * s.vocab as u64 * d)
 }
 
 /// Bytes one layer's activations hold at one pass's tokens (f32), and the logits.
@@ -329,6 +394,91 @@ pub fn estimate(s: &Shape, weight_bytes: u64, w: &Workload) -> Estimate {
     let kv_cache = 4 * 2 * (s.n_layers * s.n_kv_heads * s.head_dim) as u64 * w.cache_tokens as u64;
     let routing = w.routing.map_or(0, |r| 4 * (s.n_layers * r.tokens * (2 * r.groups + r.d_g) * r.copies) as u64);
     Estimate { weights: weight_bytes, kv_cache, activations: activation_bytes(s, w), kept: routing + w.kept_pass_bytes, runtime: RUNTIME_BYTES + TOKENIZER_BYTES_PER_TOKEN * s.vocab as u64 }
+}
+
+/// What the device holds besides the terms of `DeviceEstimate`: the CUDA context (with the
+/// modules of the kernels it has loaded), cuBLAS's handle and the 32 MiB workspace it is given
+/// (`device::fixed_cublas_workspace`), the memory pool's first reservation. Measured as device
+/// memory less the weights once the 8B bf16 stand-in was loaded on an H100 80GB (driver 580,
+/// CUDA 13; nvidia-smi, experiments/results/issue49_gpu_h100/mem_analyze.csv.xz): 15,955 MiB
+/// against 15,317 MiB of weights, 638 MiB (another GPU or driver may differ).
+pub const CUDA_CONTEXT_BYTES: u64 = 640 << 20;
+
+/// The flash kernels' one head width (`attention::cuda::host`): the dense and top-k passes of
+/// other widths take the explicit path, which holds the T x T scores.
+pub const FLASH_HEAD_DIM: usize = 64;
+
+/// What a run on a GPU will hold in device memory, term by term, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct DeviceEstimate {
+    pub weights: u64,
+    pub kv_cache: u64,
+    pub activations: u64,
+    pub context: u64,
+}
+
+impl DeviceEstimate {
+    pub fn total(&self) -> u64 {
+        self.weights + self.kv_cache + self.activations + self.context
+    }
+
+    /// (name, bytes, what it is) per term, for a table.
+    pub fn rows(&self) -> [(&'static str, u64, &'static str); 4] {
+        [
+            ("weights", self.weights, "every matrix in bf16 (2 bytes a parameter), vectors f32"),
+            ("KV cache", self.kv_cache, "f32 keys and values of every layer"),
+            ("activations", self.activations, "the widest layer at one pass's tokens, routers, logits"),
+            ("context", self.context, "the CUDA context, cuBLAS and its workspace"),
+        ]
+    }
+}
+
+/// Bytes of device memory one layer's tensors hold at one pass's tokens (`Decoder::run` on a
+/// GPU), with the adapters' routers and the logits.
+pub fn device_activation_bytes(s: &Shape, w: &Workload) -> u64 {
+    let t = w.pass_tokens as u64;
+    let (d, ffn, h, q_w, kv_w) = (s.d_model as u64, s.ffn_dim as u64, s.n_heads as u64, (s.n_heads * s.head_dim) as u64, (s.n_kv_heads * s.head_dim) as u64);
+    // Attention, f32: the residual and its norm, Q, K and V as heads (RoPE'd), and the causal
+    // mask (T x T), which a pass off the CPU makes for its first layer and keeps.
+    let mut attn = 4 * t * (2 * d + q_w + 2 * kv_w) + 4 * t * t;
+    // The explicit path (`attention::attend`): where the flash kernels do not apply (another head
+    // width, soft-capping, a window shorter than the pass, soft mode). Dense, its scores, their
+    // scaled copy, the masked copy and the softmax: three T x T per head live at once (the
+    // first is freed as the second is made); with a cap, window or plan the unscaled scores
+    // stay and a fourth is live, and the window's own mask is one T x T more.
+    let windowed = s.window.is_some_and(|win| (win as u64) < t);
+    let adjusted = w.soft || s.attn_softcap || windowed;
+    if adjusted || s.head_dim != FLASH_HEAD_DIM {
+        attn += 4 * h * t * t * if adjusted { 4 } else { 3 } + if windowed { 4 * t * t } else { 0 };
+    }
+    // Soft mode's plan: affinity, gate, ones and the selected plan (T x T each), the local mask.
+    if w.soft {
+        attn += 4 * 5 * t * t;
+    }
+    // The MLP (`Block::finish`, T rows): the residual in and out, the attention output and its
+    // transposed copy, the O product and the MLP's norm, f32; three f32 rows of the MLP's width
+    // (gate, up, their product) while each product's bf16 input and output come and go.
+    let mlp = 4 * t * (4 * d + 2 * q_w + 3 * ffn);
+    // The adapters' routers (the analysis's and its twin's): W_g, centroids, input scale, f32.
+    let routers = w.routing.map_or(0, |r| 4 * (r.copies * s.n_layers * (s.d_model * r.d_g + r.groups * r.d_g + s.d_model)) as u64);
+    // Logits of the scored rows and their log-softmax, f32.
+    let logits = 4 * 2 * w.logits_rows as u64 * s.vocab as u64;
+    // By this count the 8B at 2,048 tokens holds 1,682 MiB; nvidia-smi saw the device rise
+    // 2,046 MiB over the loaded weights during `analyze` (1.22 times). Not measured apart, but
+    // what the count leaves out: the pool keeps every block it has reserved
+    // (`device::keep_pool_memory`), so a freed T x T block split among smaller tensors makes the
+    // next layer's scores reserve anew, and the kernels' modules load on first use. The term is
+    // 5/4 of the count (calibrated on that one run), as the CPU's MLP term is 2.5 times its own.
+    (attn.max(mlp) + routers + logits) * 5 / 4
+}
+
+/// What a run of `w` on a GPU will hold in device memory, for a model of shape `s` whose
+/// weights hold `weight_bytes` there (`ModelHeader::device_weight_bytes`).
+pub fn device_estimate(s: &Shape, weight_bytes: u64, w: &Workload) -> DeviceEstimate {
+    // The device cache's capacity: a power of two, at least 64 tokens (`DeviceKv::reserve`).
+    let cap = if w.cache_tokens == 0 { 0 } else { w.cache_tokens.next_power_of_two().max(64) as u64 };
+    let kv_cache = 4 * 2 * (s.n_layers * s.n_kv_heads * s.head_dim) as u64 * cap;
+    DeviceEstimate { weights: weight_bytes, kv_cache, activations: device_activation_bytes(s, w), context: CUDA_CONTEXT_BYTES }
 }
 
 /// Memory this process may still use, and where the figure comes from.
@@ -430,7 +580,7 @@ mod tests {
     use super::*;
 
     /// Llama-3.1-8B's shape.
-    const LLAMA_8B: Shape = Shape { n_layers: 32, d_model: 4096, n_heads: 32, n_kv_heads: 8, head_dim: 128, ffn_dim: 14336, vocab: 128256, attn_softcap: false };
+    const LLAMA_8B: Shape = Shape { n_layers: 32, d_model: 4096, n_heads: 32, n_kv_heads: 8, head_dim: 128, ffn_dim: 14336, vocab: 128256, attn_softcap: false, window: None, gated: true, tied: false };
 
     /// A matrix is its stored bytes; a vector an f32 copy beside them.
     #[test]
@@ -458,6 +608,56 @@ mod tests {
         assert_eq!((a.kv_cache, a.weights), (0, 7));
         assert_eq!(a.runtime, RUNTIME_BYTES + 2500 * 128256);
         assert_eq!(a.total(), 7 + a.activations + a.kept + a.runtime);
+    }
+
+    /// On a GPU every matrix is bf16, 2 bytes a parameter: the 8B's 8.03 billion parameters
+    /// hold 16.06 GB there, whatever the file stores (its Q4_K_M GGUF too).
+    #[test]
+    fn device_weights_are_two_bytes_a_parameter() {
+        let (blocks, vocab) = matrix_params(&LLAMA_8B);
+        assert_eq!(blocks, 32 * (4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 14336 * 4096));
+        assert_eq!(vocab, 2 * 128256 * 4096);
+        // With its 65 norms of 4,096, the 8,030,261,248 parameters llama.cpp counts.
+        assert_eq!(blocks + vocab + 65 * 4096, 8_030_261_248);
+        // The 8B's vectors: two norms a layer and the final norm, f32.
+        let vectors = 4 * (2 * 32 + 1) * 4096;
+        let e = device_estimate(&LLAMA_8B, 2 * (blocks + vocab) + vectors, &Workload::perplexity(16, false));
+        assert_eq!(e.weights, 16_061_054_976);
+        // Tied: the embedding is the LM head, one matrix on the device.
+        assert_eq!(matrix_params(&Shape { tied: true, ..LLAMA_8B }).1, 128256 * 4096);
+        // No gate (GPT-2): two MLP matrices a block.
+        let g = Shape { gated: false, ..LLAMA_8B };
+        assert_eq!(blocks - matrix_params(&g).0, 32 * 14336 * 4096);
+    }
+
+    /// The 8B bf16 stand-in analysed on an H100 over 2,062 tokens (segments of 2,048) with an
+    /// adapter and its twin: nvidia-smi's peak was 18,001 MiB (docs/RESULTS.md, "The 8B on a
+    /// GPU"). The estimate holds it, within 15%.
+    #[test]
+    fn device_estimate_holds_the_8b_on_an_h100() {
+        let s = LLAMA_8B;
+        let (blocks, vocab) = matrix_params(&s);
+        let weights = 2 * (blocks + vocab) + 4 * 65 * 4096;
+        let w = Workload::analysis(2062, 2048, false, RoutingKept::shipped(2062, 2), 0);
+        let e = device_estimate(&s, weights, &w);
+        let mib = e.total() as f64 / (1 << 20) as f64;
+        assert!((18_001.0..=1.15 * 18_001.0).contains(&mib), "{mib:.0} MiB: {e:?}");
+        // The terms by hand: head dim 128 takes the explicit path, whose three T x T copies per
+        // head outweigh the MLP; the whole 5/4 of the count.
+        let t = 2048u64;
+        let attn = 4 * t * (2 * 4096 + 4096 + 2 * 1024) + 4 * t * t + 3 * 4 * 32 * t * t;
+        let routers = 4 * 2 * 32 * (4096 * 16 + 8 * 16 + 4096);
+        assert_eq!(e.activations, (attn + routers + 4 * 2 * 128256) * 5 / 4);
+        assert_eq!((e.kv_cache, e.context), (0, CUDA_CONTEXT_BYTES));
+        // The flash kernels' head width holds no T x T scores: the MLP is the widest then.
+        let flash = device_estimate(&Shape { head_dim: 64, n_heads: 64, n_kv_heads: 16, ..s }, weights, &w);
+        assert_eq!(flash.activations, (4 * t * (4 * 4096 + 2 * 4096 + 3 * 14336) + routers + 4 * 2 * 128256) * 5 / 4);
+        // Soft mode and a window shorter than the pass add T x T copies; a generation's device
+        // cache is f32 at a power-of-two capacity.
+        assert!(device_estimate(&s, 0, &Workload::perplexity(2048, true)).activations > device_estimate(&s, 0, &Workload::perplexity(2048, false)).activations);
+        assert!(device_estimate(&Shape { window: Some(512), ..s }, 0, &w).activations > e.activations);
+        assert_eq!(device_estimate(&s, 0, &Workload::generation(2000, 48, false)).kv_cache, 4 * 2 * 32 * 8 * 128 * 2048);
+        assert_eq!(device_estimate(&s, 0, &Workload::generation(2000, 49, false)).kv_cache, 4 * 2 * 32 * 8 * 128 * 4096);
     }
 
     /// A refusal names what was asked, both figures and the source of the second.
