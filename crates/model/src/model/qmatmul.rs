@@ -14,6 +14,7 @@
 //! Dequantization is `qmatvec::dequantize_rows`, candle's (llama.cpp's formulas) value for value. So Y differs from candle's dequantize-then-matmul only in the
 //! order of summation.
 
+use super::qmatmul_int8::SendPtr;
 use super::qmatvec::{dequantize_rows, QMatrix};
 use crate::error::Result;
 use candle_core::{DType, Device, Tensor};
@@ -173,11 +174,6 @@ pub fn matmul_t(q: &QMatrix, dy: &[f32], m: usize, dx: &mut [f32]) {
     }
 }
 
-/// Y's base pointer, shared by the panel tasks, each of which writes its own columns.
-struct SendPtr(*mut f32);
-// SAFETY: the tasks write disjoint elements (see `matmul`).
-unsafe impl Sync for SendPtr {}
-unsafe impl Send for SendPtr {}
 
 #[cfg(test)]
 pub(crate) mod tests {
