@@ -111,8 +111,8 @@ struct BenchWeight {
 /// same X of `--tokens` rows: candle's QMatMul on the quantized tensor; candle's f32 matmul with
 /// the dequantized weight; `qmatmul` (the blocks dequantized into cache-resident f32 panels fed
 /// to gemm's f32 kernel: the float types' prefill product); the integer route (llama.cpp's: X
-/// quantized to Q8_0, integer dot products; block types only; the time includes quantizing X)
-/// on the VNNI panels (`qmatmul_int8`) and on the AMX tiles (`qmatmul_amx`, where the CPU has
+/// quantized to Q8_0, or Q8_K for K-quants, integer dot products; block types only; the time
+/// includes quantizing X) on the VNNI panels (`qmatmul_int8`) and on the AMX tiles (`qmatmul_amx`, where the CPU has
 /// them); and, with `--tokens 1`, the one-row kernels: `QMatrix::times` (exact f32) and
 /// `qmatvec_int8` (the integer route's).
 pub fn matmul(a: MatmulArgs) -> Result<()> {
@@ -181,12 +181,12 @@ pub fn matmul(a: MatmulArgs) -> Result<()> {
             }
             if int8 {
                 let t0 = Instant::now();
-                let xq = qmatmul_int8::Q8Rows::quantize(&xv, a.tokens, inp);
+                let xq = qmatmul_int8::Q8Rows::quantize_for(bw.blocks.ty, &xv, a.tokens, inp);
                 qmatmul_int8::matmul(&bw.blocks, &xq, &mut y);
                 t[3] = t0.elapsed().as_secs_f64();
                 if amx {
                     let t0 = Instant::now();
-                    let xq = qmatmul_int8::Q8Rows::quantize(&xv, a.tokens, inp);
+                    let xq = qmatmul_int8::Q8Rows::quantize_for(bw.blocks.ty, &xv, a.tokens, inp);
                     qmatmul_amx::matmul(&bw.blocks, &xq, &mut y);
                     t[4] = t0.elapsed().as_secs_f64();
                 }
@@ -197,7 +197,7 @@ pub fn matmul(a: MatmulArgs) -> Result<()> {
                 t[5] = t0.elapsed().as_secs_f64();
                 if int8 {
                     let t0 = Instant::now();
-                    let xq = qmatmul_int8::Q8Rows::quantize(&xv, 1, inp);
+                    let xq = qmatmul_int8::Q8Rows::quantize_for(bw.blocks.ty, &xv, 1, inp);
                     qmatvec_int8::times(&bw.blocks, &xq, &mut y);
                     t[6] = t0.elapsed().as_secs_f64();
                 }

@@ -21,6 +21,7 @@ pub mod linear;
 pub mod load;
 pub mod matvec;
 pub mod memory;
+pub mod kquants;
 pub mod qmatmul;
 pub mod qmatmul_amx;
 pub mod qmatmul_int8;

@@ -64,7 +64,7 @@ pub use super::qmatvec::Products;
 /// `QMatrix::times`, many by the f32 panels, `matmul`).
 pub fn product(q: &QMatrix, x: &[f32], m: usize, y: &mut [f32]) {
     if int8_route(q) {
-        let xq = super::qmatmul_int8::Q8Rows::quantize(x, m, q.cols);
+        let xq = super::qmatmul_int8::Q8Rows::quantize_for(q.ty, x, m, q.cols);
         if m == 1 {
             super::qmatvec_int8::times(q, &xq, y);
         } else if super::qmatmul_amx::available() {

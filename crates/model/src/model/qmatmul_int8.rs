@@ -1,19 +1,21 @@
 //! llama.cpp's route to a quantized product: Y (m, out) = X (m, in) W^T with X quantized to
-//! 8-bit blocks (32 values, one f32 scale: llama.cpp's Q8_0) and each block an integer dot
-//! product with the weight's quants, scaled after. Every block type takes it where the CPU has
-//! AVX-512 VNNI (`route`); F16, BF16 and F32 weights stay on `qmatmul`'s f32 panels.
+//! 8-bit blocks and each block an integer dot product with the weight's quants, scaled after.
+//! Every block type takes it where the CPU has AVX-512 VNNI (`qmatmul::int8_route`); F16,
+//! BF16 and F32 weights stay on `qmatmul`'s f32 panels. Two forms, as llama.cpp's:
+//! the 32-value block types here (X in Q8_0), the K-quants' 256-value super-blocks in
+//! `kquants` (X in Q8_K, the sub-block scales applied as integers).
 //!
-//! **One form for every type.** A 32-value block of any weight row is unpacked (`unpack`) to
-//! 32 unsigned quants u and, per half of 16 values, a scale D and an offset C, with
-//! w = D * u + C: Q4_0 u = nibble, C = -8 D; Q4_1 C = the block's min; Q4_K D = d * scale,
-//! C = -dmin * min; Q6_K u = q + 32, C = -32 D (scales per 16 values, so two halves); ...
-//! Then X row . W row = sum over blocks b, halves h of
-//!     S(b,h) * (D(b,h) * dx(b))  +  C(b,h) * xs(b,h)
-//! with S the integer sum of u * x's quants and xs = dx * (sum of x's quants) over the half
-//! (over the whole block for one-scale types). **Every kernel adds these terms in this order,
-//! one fused multiply-add each** (`dot_reference` is the definition), so a row's value is the
-//! same bit for bit whichever kernel computes it: the AMX tiles (`qmatmul_amx`, many rows), the
-//! VNNI panels here (many rows, no AMX), the one-row kernels (`qmatvec_int8`, decode).
+//! **One form for the 32-value types.** A block of any weight row is unpacked (`unpack`) to
+//! 32 unsigned quants u, a scale D and an offset C, with w = D * u + C: Q4_0 u = nibble,
+//! C = -8 D; Q4_1 C = the block's min; Q8_0 u = q + 128, C = -128 D; ... (`unpack` also gives
+//! the K-quants' quants, per 16-value half, which `kquants` reads.) Then X row . W row = sum
+//! over blocks b of
+//!     S(b) * (D(b) * dx(b))  +  C(b) * xs(b)
+//! with S the integer sum of u * x's quants and xs = dx * (sum of x's quants). **Every kernel
+//! adds these terms in this order, one fused multiply-add each** (`dot_reference` is the
+//! definition), so a row's value is the same bit for bit whichever kernel computes it: the AMX
+//! tiles (`qmatmul_amx`, many rows), the VNNI panels here (many rows, no AMX), the one-row
+//! kernels (`qmatvec_int8`, decode).
 //!
 //! The VNNI panels: `vpdpbusd` (u8 x i8, 4 products summed into each of 16 i32 lanes), the
 //! weight's quants as its unsigned operand; a panel of 16 weight rows is unpacked and
@@ -26,37 +28,66 @@ use rayon::prelude::*;
 /// Weight rows per panel: the 16 i32 lanes of one register.
 const R: usize = 16;
 
-/// X's rows quantized to Q8_0: 32-value blocks of i8 with one f32 scale `d`; `xs` per block
-/// and `xs16` per half block are d times the sum of the quants (the offset terms' factors).
+/// X's rows quantized for the integer route, in one of llama.cpp's two forms (`XKind`):
+/// Q8_0, 32-value blocks of i8 with one f32 scale `d` and `xs` per block, d times the sum of
+/// the quants (the offset terms' factor); or Q8_K (`kquants`), 256-value super-blocks with one
+/// scale `d` each and `bsum`, the sum of the quants per 16 values.
 pub struct Q8Rows {
     pub m: usize,
     pub cols: usize,
+    pub kind: XKind,
     pub q: Vec<i8>,
     pub d: Vec<f32>,
     pub xs: Vec<f32>,
-    pub xs16: Vec<f32>,
+    pub bsum: Vec<i16>,
+}
+
+/// How X is quantized for a weight: Q8_0 for the 32-value block types, Q8_K for the K-quants
+/// (as llama.cpp's `vec_dot_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XKind {
+    Q8_0,
+    Q8K,
+}
+
+impl XKind {
+    pub fn of(ty: QType) -> XKind {
+        if super::kquants::is_k(ty) {
+            XKind::Q8K
+        } else {
+            XKind::Q8_0
+        }
+    }
 }
 
 impl Q8Rows {
     /// llama.cpp's `quantize_row_q8_0`: d = max|x| / 127, q = x / d rounded to nearest, ties
     /// to even (as its AVX code rounds; by adding and taking away 1.5 * 2^23, which vectorises
     /// where `f32::round` is a libm call).
+    /// X quantized for a weight of type `ty` (`XKind::of`).
+    pub fn quantize_for(ty: QType, x: &[f32], m: usize, cols: usize) -> Q8Rows {
+        match XKind::of(ty) {
+            XKind::Q8_0 => Q8Rows::quantize(x, m, cols),
+            XKind::Q8K => super::kquants::quantize(x, m, cols),
+        }
+    }
+
     pub fn quantize(x: &[f32], m: usize, cols: usize) -> Q8Rows {
         assert!(cols % 32 == 0 && x.len() == m * cols, "{m} rows of {cols} from {} values", x.len());
         let nb = m * cols / 32;
-        let mut r = Q8Rows { m, cols, q: vec![0i8; m * cols], d: vec![0f32; nb], xs: vec![0f32; nb], xs16: vec![0f32; 2 * nb] };
+        let mut r = Q8Rows { m, cols, kind: XKind::Q8_0, q: vec![0i8; m * cols], d: vec![0f32; nb], xs: vec![0f32; nb], bsum: Vec::new() };
         // Blocks in parallel where there are many (a prefill's X: a few MB).
         const PER_TASK: usize = 512;
         r.q.par_chunks_mut(32 * PER_TASK)
             .zip(x.par_chunks(32 * PER_TASK))
-            .zip(r.d.par_chunks_mut(PER_TASK).zip(r.xs.par_chunks_mut(PER_TASK)).zip(r.xs16.par_chunks_mut(2 * PER_TASK)))
-            .for_each(|((q, x), ((d, xs), xs16))| {
+            .zip(r.d.par_chunks_mut(PER_TASK).zip(r.xs.par_chunks_mut(PER_TASK)))
+            .for_each(|((q, x), (d, xs))| {
                 #[cfg(target_arch = "x86_64")]
                 if vnni::available() {
                     // SAFETY: the CPU has AVX-512 F/BW/VL (`available`).
-                    return unsafe { vnni::quantize_blocks(x, q, d, xs, xs16) };
+                    return unsafe { vnni::quantize_blocks(x, q, d, xs) };
                 }
-                quantize_blocks(x, q, d, xs, xs16)
+                quantize_blocks(x, q, d, xs)
             });
         r
     }
@@ -67,10 +98,9 @@ impl Q8Rows {
     }
 }
 
-/// `Q8Rows::quantize` of whole blocks: `x` and `q` 32 values a block, the rest one (two for
-/// `xs16`) a block. The reference of the AVX-512 version (`vnni::quantize_blocks`), which
+/// `Q8Rows::quantize` of whole blocks: `x` and `q` 32 values a block, the rest one a block. The reference of the AVX-512 version (`vnni::quantize_blocks`), which
 /// computes the same values.
-fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], xs: &mut [f32], xs16: &mut [f32]) {
+fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], xs: &mut [f32]) {
     for (b, (xb, qb)) in x.chunks_exact(32).zip(q.chunks_exact_mut(32)).enumerate() {
         let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs()));
         let db = amax / 127.0;
@@ -79,12 +109,9 @@ fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], xs: &mut [f32], xs16:
             // |v * id| <= 127: the i32 conversion is exact and in range.
             *o = ((v * id + 12_582_912.0) - 12_582_912.0) as i32 as i8;
         }
-        let s0: i32 = qb[..16].iter().map(|&v| v as i32).sum();
-        let s1: i32 = qb[16..].iter().map(|&v| v as i32).sum();
+        let s: i32 = qb.iter().map(|&v| v as i32).sum();
         d[b] = db;
-        xs[b] = db * (s0 + s1) as f32;
-        xs16[2 * b] = db * s0 as f32;
-        xs16[2 * b + 1] = db * s1 as f32;
+        xs[b] = db * s as f32;
     }
 }
 
@@ -92,12 +119,6 @@ fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], xs: &mut [f32], xs16:
 /// types).
 pub fn supports(ty: QType) -> bool {
     !matches!(ty, QType::F16 | QType::BF16 | QType::F32)
-}
-
-/// Whether a type's blocks have a scale per 16 values (two halves of a 32-value block), not
-/// per 32.
-pub fn halves(ty: QType) -> bool {
-    matches!(ty, QType::Q2K | QType::Q3K | QType::Q6K)
 }
 
 /// Whether this CPU runs the integer route's kernels (AVX-512 with VNNI). Without them the
@@ -253,9 +274,14 @@ pub fn q3k_scales(s: &[u8]) -> [u8; 16] {
     out
 }
 
-/// Weight row `row` (bytes of type `ty`) . X row i, in plain Rust: the definition every kernel
-/// reproduces bit for bit (the order of the module's comment, one fused multiply-add a term).
+/// Weight row `row` (bytes of type `ty`) . X row i (quantized for `ty`, `Q8Rows::quantize_for`),
+/// in plain Rust: the definition every kernel reproduces bit for bit (the order of the module's
+/// comment, one fused multiply-add a term; `kquants::dot_reference` for the K-quants).
 pub fn dot_reference(ty: QType, row: &[u8], x: &Q8Rows, i: usize) -> f32 {
+    if super::kquants::is_k(ty) {
+        return super::kquants::dot_reference(ty, row, x, i);
+    }
+    assert_eq!(x.kind, XKind::Q8_0, "{ty:?} takes X in Q8_0");
     let nb = x.cols / 32;
     let mut blk = Block32::default();
     let mut acc = 0f32;
@@ -263,28 +289,25 @@ pub fn dot_reference(ty: QType, row: &[u8], x: &Q8Rows, i: usize) -> f32 {
         unpack(ty, row, b, &mut blk);
         let xq = &x.q[(i * nb + b) * 32..][..32];
         let dx = x.d[i * nb + b];
-        let s = |h: std::ops::Range<usize>| -> i32 { h.map(|k| blk.u[k] as i32 * xq[k] as i32).sum() };
-        if halves(ty) {
-            for h in 0..2 {
-                acc = (s(16 * h..16 * h + 16) as f32).mul_add(blk.d[h] * dx, acc);
-                acc = blk.c[h].mul_add(x.xs16[2 * (i * nb + b) + h], acc);
-            }
-        } else {
-            acc = (s(0..32) as f32).mul_add(blk.d[0] * dx, acc);
-            acc = blk.c[0].mul_add(x.xs[i * nb + b], acc);
-        }
+        let s: i32 = (0..32).map(|k| blk.u[k] as i32 * xq[k] as i32).sum();
+        acc = (s as f32).mul_add(blk.d[0] * dx, acc);
+        acc = blk.c[0].mul_add(x.xs[i * nb + b], acc);
     }
     acc
 }
 
-/// Y = X W^T by the VNNI panels (`x` already quantized); `y` (m, q.rows) overwritten.
+/// Y = X W^T by the VNNI panels (`x` already quantized for `q.ty`); `y` (m, q.rows)
+/// overwritten.
 pub fn matmul(q: &QMatrix, x: &Q8Rows, y: &mut [f32]) {
-    assert!(supports(q.ty) && x.cols == q.cols && y.len() == x.m * q.rows, "{q:?} by the int8 route");
+    assert!(supports(q.ty) && x.cols == q.cols && y.len() == x.m * q.rows && x.kind == XKind::of(q.ty), "{q:?} by the int8 route");
+    if super::kquants::is_k(q.ty) {
+        return super::kquants::matmul(q, x, y);
+    }
     let (out, m) = (q.rows, x.m);
     let nb = q.cols / 32;
     let yp = SendPtr(y.as_mut_ptr());
     (0..out.div_ceil(R)).into_par_iter().for_each_init(
-        || Panel { w: vec![0u8; nb * 32 * R], d: vec![0f32; nb * 2 * R], c: vec![0f32; nb * 2 * R], halves: false },
+        || Panel { w: vec![0u8; nb * 32 * R], d: vec![0f32; nb * R], c: vec![0f32; nb * R] },
         |p, c| {
             let (r0, n) = (c * R, R.min(out - c * R));
             p.fill(q, r0, n);
@@ -311,12 +334,11 @@ unsafe impl Send for SendPtr {}
 
 /// 16 weight rows unpacked and interleaved for `vpdpbusd`: for block b and 4-byte group g, the
 /// 64 bytes at (b * 8 + g) * 64 are rows 0..16's quants 4g..4g + 4 of that block; `d` and `c`
-/// the rows' scales and offsets at ((b * 2 + h) * 16 + row).
+/// the rows' scales and offsets at (b * 16 + row).
 struct Panel {
     w: Vec<u8>,
     d: Vec<f32>,
     c: Vec<f32>,
-    halves: bool,
 }
 
 impl Panel {
@@ -328,7 +350,6 @@ impl Panel {
             self.d.fill(0.0);
             self.c.fill(0.0);
         }
-        self.halves = halves(q.ty);
         fill_panel(q.ty, &q.data()[r0 * rb..(r0 + n) * rb], rb, nb, &mut self.w, &mut self.d, &mut self.c);
     }
 
@@ -337,13 +358,7 @@ impl Panel {
         #[cfg(target_arch = "x86_64")]
         if vnni::available() {
             // SAFETY: the CPU has the features.
-            return unsafe {
-                if self.halves {
-                    vnni::times::<true>(self, x, i0, rows, acc)
-                } else {
-                    vnni::times::<false>(self, x, i0, rows, acc)
-                }
-            };
+            return unsafe { vnni::times(self, x, i0, rows, acc) };
         }
         self.times_portable(x, i0, rows, acc)
     }
@@ -357,23 +372,16 @@ impl Panel {
                 let xq = &x.q[(xi * nb + b) * 32..][..32];
                 let dx = x.d[xi * nb + b];
                 for r in 0..R {
-                    let mut s = [0i32; 2];
+                    let mut s = 0i32;
                     for g in 0..8 {
                         let wg = &self.w[(b * 8 + g) * 64 + 4 * r..][..4];
                         for k in 0..4 {
-                            s[g / 4] += wg[k] as i32 * xq[4 * g + k] as i32;
+                            s += wg[k] as i32 * xq[4 * g + k] as i32;
                         }
                     }
                     let a = &mut acc[i][r];
-                    if self.halves {
-                        for h in 0..2 {
-                            *a = (s[h] as f32).mul_add(self.d[(b * 2 + h) * R + r] * dx, *a);
-                            *a = self.c[(b * 2 + h) * R + r].mul_add(x.xs16[2 * (xi * nb + b) + h], *a);
-                        }
-                    } else {
-                        *a = ((s[0] + s[1]) as f32).mul_add(self.d[b * 2 * R + r] * dx, *a);
-                        *a = self.c[b * 2 * R + r].mul_add(x.xs[xi * nb + b], *a);
-                    }
+                    *a = (s as f32).mul_add(self.d[b * R + r] * dx, *a);
+                    *a = self.c[b * R + r].mul_add(x.xs[xi * nb + b], *a);
                 }
             }
         }
@@ -392,10 +400,8 @@ fn fill_panel(ty: QType, rows: &[u8], rb: usize, nb: usize, w: &mut [u8], d: &mu
             } else {
                 unpack_with::<false>(ty, row, b, &mut u)
             };
-            for h in 0..2 {
-                d[(b * 2 + h) * R + r] = dh[h];
-                c[(b * 2 + h) * R + r] = ch[h];
-            }
+            d[b * R + r] = dh[0];
+            c[b * R + r] = ch[0];
             for g in 0..8 {
                 let at = (b * 8 + g) * 64 + 4 * r;
                 w[at..at + 4].copy_from_slice(&u[4 * g..4 * g + 4]);
@@ -419,9 +425,9 @@ mod vnni {
     /// # Safety
     /// AVX-512 F, BW and VL (`available`).
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub unsafe fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], xs: &mut [f32], xs16: &mut [f32]) {
+    pub unsafe fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], xs: &mut [f32]) {
         let nb = x.len() / 32;
-        assert!(q.len() == 32 * nb && d.len() == nb && xs.len() == nb && xs16.len() == 2 * nb);
+        assert!(q.len() == 32 * nb && d.len() == nb && xs.len() == nb);
         let magic = _mm512_set1_ps(12_582_912.0);
         for b in 0..nb {
             let lo = _mm512_loadu_ps(x.as_ptr().add(32 * b));
@@ -433,49 +439,37 @@ mod vnni {
             let (ql, qh) = (round(lo), round(hi));
             _mm_storeu_si128(q.as_mut_ptr().add(32 * b).cast(), _mm512_cvtepi32_epi8(ql));
             _mm_storeu_si128(q.as_mut_ptr().add(32 * b + 16).cast(), _mm512_cvtepi32_epi8(qh));
-            let (s0, s1) = (_mm512_reduce_add_epi32(ql), _mm512_reduce_add_epi32(qh));
             d[b] = db;
-            xs[b] = db * (s0 + s1) as f32;
-            xs16[2 * b] = db * s0 as f32;
-            xs16[2 * b + 1] = db * s1 as f32;
+            xs[b] = db * _mm512_reduce_add_epi32(_mm512_add_epi32(ql, qh)) as f32;
         }
     }
 
     /// `Panel::times` with `vpdpbusd`: per block, 8 of them per X row (32 bytes: 8 groups of 4,
-    /// each broadcast to the 16 rows' lanes), the block's (or each half's) integer sum scaled
-    /// into f32, then the offset term.
+    /// each broadcast to the 16 rows' lanes), the block's integer sum scaled into f32, then the
+    /// offset term.
     ///
     /// # Safety
     /// AVX-512F and AVX-512 VNNI (`available`).
     #[target_feature(enable = "avx512f,avx512vnni")]
-    pub unsafe fn times<const HALVES: bool>(p: &Panel, x: &Q8Rows, i0: usize, rows: usize, acc: &mut [[f32; R]; 4]) {
+    pub unsafe fn times(p: &Panel, x: &Q8Rows, i0: usize, rows: usize, acc: &mut [[f32; R]; 4]) {
         let nb = x.cols / 32;
         let mut f = [_mm512_setzero_ps(); 4];
         for b in 0..nb {
-            let mut s = [[_mm512_setzero_si512(); 2]; 4];
+            let mut s = [_mm512_setzero_si512(); 4];
             let w = p.w.as_ptr().add(b * 8 * 64);
             for g in 0..8 {
                 let wg = _mm512_loadu_si512(w.add(64 * g).cast());
-                let h = if HALVES { g / 4 } else { 0 };
-                for i in 0..4 {
-                    if i < rows {
-                        let xg = x.q.as_ptr().add(((i0 + i) * nb + b) * 32 + 4 * g).cast::<i32>().read_unaligned();
-                        s[i][h] = _mm512_dpbusd_epi32(s[i][h], wg, _mm512_set1_epi32(xg));
-                    }
+                for (i, si) in s.iter_mut().enumerate().take(rows) {
+                    let xg = x.q.as_ptr().add(((i0 + i) * nb + b) * 32 + 4 * g).cast::<i32>().read_unaligned();
+                    *si = _mm512_dpbusd_epi32(*si, wg, _mm512_set1_epi32(xg));
                 }
             }
-            for h in 0..(if HALVES { 2 } else { 1 }) {
-                let dw = _mm512_loadu_ps(p.d.as_ptr().add((b * 2 + h) * R));
-                let cw = _mm512_loadu_ps(p.c.as_ptr().add((b * 2 + h) * R));
-                for i in 0..4 {
-                    if i < rows {
-                        let k = (i0 + i) * nb + b;
-                        let xs = if HALVES { x.xs16[2 * k + h] } else { x.xs[k] };
-                        let v = _mm512_cvtepi32_ps(s[i][h]);
-                        f[i] = _mm512_fmadd_ps(v, _mm512_mul_ps(dw, _mm512_set1_ps(x.d[k])), f[i]);
-                        f[i] = _mm512_fmadd_ps(cw, _mm512_set1_ps(xs), f[i]);
-                    }
-                }
+            let dw = _mm512_loadu_ps(p.d.as_ptr().add(b * R));
+            let cw = _mm512_loadu_ps(p.c.as_ptr().add(b * R));
+            for (i, fi) in f.iter_mut().enumerate().take(rows) {
+                let k = (i0 + i) * nb + b;
+                *fi = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i]), _mm512_mul_ps(dw, _mm512_set1_ps(x.d[k])), *fi);
+                *fi = _mm512_fmadd_ps(cw, _mm512_set1_ps(x.xs[k]), *fi);
             }
         }
         for i in 0..rows {
@@ -501,7 +495,7 @@ pub(crate) mod tests {
         let (raw, w) = random(dtype, out, inp, rng);
         let q = QMatrix::new(dtype, &raw, out, inp).unwrap();
         let x: Vec<f32> = (0..m * inp).map(|_| rng.gen_range(-1f32..1.0)).collect();
-        let xq = Q8Rows::quantize(&x, m, inp);
+        let xq = Q8Rows::quantize_for(q.ty, &x, m, inp);
         (q, w, x, xq)
     }
 
@@ -516,14 +510,14 @@ pub(crate) mod tests {
             x[..32].iter_mut().enumerate().for_each(|(i, v)| *v = (i as f32 - 16.0) * 0.5);
             x[32..64].fill(0.0);
             let nb = x.len() / 32;
-            let (mut q1, mut d1, mut a1, mut b1) = (vec![0i8; 32 * nb], vec![0f32; nb], vec![0f32; nb], vec![0f32; 2 * nb]);
-            let (mut q2, mut d2, mut a2, mut b2) = (q1.clone(), d1.clone(), a1.clone(), b1.clone());
-            quantize_blocks(&x, &mut q1, &mut d1, &mut a1, &mut b1);
+            let (mut q1, mut d1, mut a1) = (vec![0i8; 32 * nb], vec![0f32; nb], vec![0f32; nb]);
+            let (mut q2, mut d2, mut a2) = (q1.clone(), d1.clone(), a1.clone());
+            quantize_blocks(&x, &mut q1, &mut d1, &mut a1);
             // SAFETY: `available`.
-            unsafe { vnni::quantize_blocks(&x, &mut q2, &mut d2, &mut a2, &mut b2) };
+            unsafe { vnni::quantize_blocks(&x, &mut q2, &mut d2, &mut a2) };
             assert_eq!(q1, q2);
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-            assert_eq!((bits(&d1), bits(&a1), bits(&b1)), (bits(&d2), bits(&a2), bits(&b2)));
+            assert_eq!((bits(&d1), bits(&a1)), (bits(&d2), bits(&a2)));
             assert_eq!(&q1[..32], &[-127, -119, -111, -103, -95, -87, -79, -71, -64, -56, -48, -40, -32, -24, -16, -8, 0, 8, 16, 24, 32, 40, 48, 56, 64, 71, 79, 87, 95, 103, 111, 119][..], "{:?}", &q1[..32]);
         }
     }
@@ -542,7 +536,7 @@ pub(crate) mod tests {
                 let row = &q.data()[r * q.row_bytes()..(r + 1) * q.row_bytes()];
                 for b in 0..cols / 32 {
                     unpack(q.ty, row, b, &mut blk);
-                    assert!(halves(q.ty) || (blk.d[0] == blk.d[1] && blk.c[0] == blk.c[1]), "{dtype:?}");
+                    assert!(super::super::kquants::is_k(q.ty) || (blk.d[0] == blk.d[1] && blk.c[0] == blk.c[1]), "{dtype:?}");
                     for k in 0..32 {
                         let (d, c) = (blk.d[k / 16], blk.c[k / 16]);
                         let got = d * blk.u[k] as f32 + c;
@@ -564,7 +558,8 @@ pub(crate) mod tests {
         for dtype in block_types() {
             let (m, out, inp) = (3, 5, 768);
             let (q, w, x, xq) = case(dtype, m, out, inp, &mut rng);
-            let xd: Vec<f32> = (0..m * inp).map(|k| xq.q[k] as f32 * xq.d[k / 32]).collect();
+            let per = if xq.kind == XKind::Q8K { 256 } else { 32 };
+            let xd: Vec<f32> = (0..m * inp).map(|k| xq.q[k] as f32 * xq.d[k / per]).collect();
             for i in 0..m {
                 for o in 0..out {
                     let got = dot_reference(q.ty, &q.data()[o * q.row_bytes()..(o + 1) * q.row_bytes()], &xq, i) as f64;
@@ -592,10 +587,14 @@ pub(crate) mod tests {
                 let (q, _, _, xq) = case(dtype, m, out, inp, &mut rng);
                 let mut y = vec![f32::NAN; m * out];
                 matmul(&q, &xq, &mut y);
-                let mut p = Panel { w: vec![0u8; inp * R], d: vec![0f32; inp / 16 * R], c: vec![0f32; inp / 16 * R], halves: false };
-                p.fill(&q, 0, R.min(out));
                 let mut portable = [[0f32; R]; 4];
-                p.times_portable(&xq, 0, m.min(4), &mut portable);
+                if super::super::kquants::is_k(q.ty) {
+                    super::super::kquants::panel_portable(&q, &xq, m.min(4), &mut portable);
+                } else {
+                    let mut p = Panel { w: vec![0u8; inp * R], d: vec![0f32; inp / 32 * R], c: vec![0f32; inp / 32 * R] };
+                    p.fill(&q, 0, R.min(out));
+                    p.times_portable(&xq, 0, m.min(4), &mut portable);
+                }
                 for i in 0..m {
                     for o in 0..out {
                         let want = dot_reference(q.ty, &q.data()[o * q.row_bytes()..(o + 1) * q.row_bytes()], &xq, i);

@@ -90,8 +90,9 @@ pub enum Products {
     /// and the forward) agree to ~1e-6, and the shipped adapters' figures reproduce. The default.
     #[default]
     Exact,
-    /// llama.cpp's route: each product's input quantized to 8-bit blocks (Q8_0) and integer dot
-    /// products (`qmatmul_int8`, `qmatmul_amx`, `qmatvec_int8`), where the CPU has AVX-512 VNNI;
+    /// llama.cpp's route: each product's input quantized to 8-bit blocks (Q8_0, or Q8_K for the
+    /// K-quants, as llama.cpp does) and integer dot products (`qmatmul_int8`, `kquants`,
+    /// `qmatmul_amx`, `qmatvec_int8`), where the CPU has AVX-512 VNNI;
     /// 2-4x faster. An 8-bit step amplifies rounding upstream: the perplexities of dense and of
     /// top-k with every group, the same function, differ by ~0.1% over 7k tokens of SmolLM2
     /// (docs/RESULTS.md), noise of the size of some effects Focus has.

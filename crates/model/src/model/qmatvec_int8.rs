@@ -1,14 +1,15 @@
 //! One row of X times a weight in its blocks by the integer route: a decode step's product,
-//! y = W x with x quantized to Q8_0 (`Q8Rows`, m = 1). The many-row kernels of the route are
-//! `qmatmul_int8` (VNNI panels) and `qmatmul_amx`.
+//! y = W x with x quantized for the weight (`Q8Rows::quantize_for`, m = 1: Q8_0, or Q8_K for a
+//! K-quant). The many-row kernels of the route are `qmatmul_int8` and `kquants` (VNNI panels)
+//! and `qmatmul_amx`.
 //!
 //! **The exactness contract.** Every output is `qmatmul_int8::dot_reference` bit for bit: for
-//! each 32-value block (each half of 16 values for Q2_K, Q3_K, Q6_K), in order, the exact
-//! integer sum S of the unpacked weight quants u times x's quants, then
-//! `acc = (S as f32).mul_add(D * dx, acc); acc = C.mul_add(xs, acc)` with D and C computed by
-//! the expressions `qmatmul_int8::unpack` uses. So a row's value does not depend on whether it
-//! was computed alone (here) or among a prefill's rows (the panels), and a decode step equals
-//! the full forward exactly.
+//! the 32-value block types, each block in order, the exact integer sum S of the unpacked
+//! weight quants u times x's quants, then `acc = (S as f32).mul_add(D * dx, acc);
+//! acc = C.mul_add(xs, acc)` with D and C computed by the expressions `qmatmul_int8::unpack`
+//! uses; for the K-quants, per super-block, the integer sums S and M of `kquants` and its two
+//! f32 terms. So a row's value does not depend on whether it was computed alone (here) or
+//! among a prefill's rows (the panels, the tiles).
 //!
 //! **The kernels.** A decode product reads every weight byte once, so the weight's blocks are
 //! read in place (no repacked copy) and unpacked in registers, as llama.cpp's
@@ -18,8 +19,10 @@
 //! `vpdpbusd` with x's 64 quants, and a transpose-and-add tree (`sums`) turns the 16 rows'
 //! registers into four registers whose lane r is row r's S of each 16-value quarter. The f32
 //! terms are then vectorised over rows (lane r = row r), with the 16 rows' D and C gathered
-//! from their blocks. Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K are unpacked with
-//! SIMD; Q2_K and Q3_K go through `unpack` per block (exact, slower).
+//! from their blocks; a K-quant's quarters are scaled by their integer scales (`vpmulld`) and
+//! summed over the super-block first. Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K are
+//! unpacked with SIMD; Q2_K and Q3_K go through `kquants::unpack` per super-block (exact,
+//! slower).
 
 use super::qmatmul_int8::{dot_reference, supports, Q8Rows};
 use super::qmatvec::{QMatrix, QType};
@@ -64,7 +67,8 @@ fn portable(ty: QType, data: &[u8], rb: usize, x: &Q8Rows, ys: &mut [f32]) {
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::G;
-    use crate::model::qmatmul_int8::{halves, unpack, Block32, Q8Rows};
+    use crate::model::kquants::{self, has_mins, is_k, KBlock};
+    use crate::model::qmatmul_int8::{unpack, Block32, Q8Rows};
     use crate::model::qmatvec::QType;
     use std::arch::x86_64::*;
 
@@ -107,6 +111,7 @@ mod avx512 {
             }
             let rows = Rows { p, base, idx: _mm512_loadu_si512(off.as_ptr().cast()) };
             let acc = match ty {
+                _ if GENERIC && is_k(ty) => generic_k(ty, &rows, rb, x),
                 _ if GENERIC => generic(ty, &rows, rb, x),
                 QType::Q4_0 => legacy::<Q4_0>(&rows, x),
                 QType::Q4_1 => legacy::<Q4_1>(&rows, x),
@@ -116,7 +121,7 @@ mod avx512 {
                 QType::Q4K => q4k::<false>(&rows, x),
                 QType::Q5K => q4k::<true>(&rows, x),
                 QType::Q6K => q6k(&rows, x),
-                _ => generic(ty, &rows, rb, x),
+                _ => generic_k(ty, &rows, rb, x),
             };
             _mm512_mask_storeu_ps(yg.as_mut_ptr(), ((1u32 << n) - 1) as u16, acc);
         }
@@ -162,6 +167,18 @@ mod avx512 {
     unsafe fn term(acc: __m512, s: __m512i, d: __m512, dx: f32, c: __m512, xs: f32) -> __m512 {
         let acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc);
         _mm512_fmadd_ps(c, _mm512_set1_ps(xs), acc)
+    }
+
+    /// A K-quant super-block's two terms for 16 rows: acc + S (d dx), then (with mins)
+    /// + M (-dmin dx): `kquants::dot_reference`'s operations, lane by lane.
+    #[inline(always)]
+    unsafe fn term_k(acc: __m512, s: __m512i, d: __m512, m: Option<(__m512i, __m512)>, dx: f32) -> __m512 {
+        let dx = _mm512_set1_ps(dx);
+        let acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, dx), acc);
+        match m {
+            Some((m, dmin)) => _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(neg(dmin), dx), acc),
+            None => acc,
+        }
     }
 
     /// The 16 rows' 32-bit words at `at` + each row's offset.
@@ -306,9 +323,10 @@ mod avx512 {
         acc
     }
 
-    /// Q4_K (Q5 = false) and Q5_K: per 256-value super-block, the 16 rows' eight (D, C) from
-    /// their d, dmin and 6-bit scales and mins (`scale_min_k4`, lane-wise); then four steps of
-    /// two sub-blocks, which are one 32-byte run of nibbles (low: sub-block 2c, high: 2c + 1).
+    /// Q4_K (Q5 = false) and Q5_K: per 256-value super-block, the 16 rows' d, dmin and eight
+    /// 6-bit scales and mins (`scale_min_k4`, lane-wise); then four steps of two sub-blocks,
+    /// which are one 32-byte run of nibbles (low: sub-block 2c, high: 2c + 1), each sub-block's
+    /// sums times its scale into S and x's sums times its min into M.
     #[inline(always)]
     unsafe fn q4k<const Q5: bool>(rows: &Rows, x: &Q8Rows) -> __m512 {
         let (bb, qs) = if Q5 { (176, 48) } else { (144, 16) };
@@ -321,16 +339,17 @@ mod avx512 {
             let dm = gather(rows, at);
             let (d, dmin) = (f16s::<false>(dm), f16s::<true>(dm));
             let (s0, s1, s2) = (gather(rows, at + 4), gather(rows, at + 8), gather(rows, at + 12));
-            let mut dc = [(_mm512_setzero_ps(), _mm512_setzero_ps()); 8];
-            for (j, dcj) in dc.iter_mut().enumerate() {
-                let (sc, mn) = if j < 4 {
+            let mut scm = [(_mm512_setzero_si512(), _mm512_setzero_si512()); 8];
+            for (j, v) in scm.iter_mut().enumerate() {
+                *v = if j < 4 {
                     (_mm512_and_si512(byte(s0, j), m6), _mm512_and_si512(byte(s1, j), m6))
                 } else {
                     let (a, b, c) = (byte(s0, j - 4), byte(s1, j - 4), byte(s2, j - 4));
                     (_mm512_or_si512(_mm512_and_si512(c, m4), top2(a)), _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32::<4>(c), m4), top2(b)))
                 };
-                *dcj = (_mm512_mul_ps(d, _mm512_cvtepi32_ps(sc)), neg(_mm512_mul_ps(dmin, _mm512_cvtepi32_ps(mn))));
             }
+            let bs = &x.bsum[16 * i..16 * i + 16];
+            let (mut si, mut mi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
             for c in 0..4 {
                 let xv = _mm512_loadu_si512(xq.add(256 * i + 64 * c).cast());
                 let bits = _mm512_inserti64x4::<1>(_mm512_set1_epi8((1u8 << (2 * c)) as i8), _mm256_set1_epi8((2u8 << (2 * c)) as i8));
@@ -346,10 +365,12 @@ mod avx512 {
                 }
                 let h = sums(&p);
                 for k in 0..2 {
-                    let (j, (d, cc)) = (8 * i + 2 * c + k, dc[2 * c + k]);
-                    acc = term(acc, _mm512_add_epi32(h[2 * k], h[2 * k + 1]), d, x.d[j], cc, x.xs[j]);
+                    let j = 2 * c + k;
+                    si = _mm512_add_epi32(si, _mm512_mullo_epi32(scm[j].0, _mm512_add_epi32(h[2 * k], h[2 * k + 1])));
+                    mi = _mm512_add_epi32(mi, _mm512_mullo_epi32(scm[j].1, _mm512_set1_epi32(bs[2 * j] as i32 + bs[2 * j + 1] as i32)));
                 }
             }
+            acc = term_k(acc, si, d, Some((mi, dmin)), x.d[i]);
         }
         acc
     }
@@ -382,6 +403,8 @@ mod avx512 {
         for i in 0..x.cols / 256 {
             let at = 210 * i;
             let d = f16s::<true>(gather(rows, at + 206));
+            let bs = &x.bsum[16 * i..16 * i + 16];
+            let mut si = _mm512_setzero_si512();
             for n in 0..2 {
                 let xn = xq.add(256 * i + 128 * n);
                 let xv = [_mm512_loadu_si512(xn.cast()), _mm512_loadu_si512(xn.add(64).cast())];
@@ -413,27 +436,27 @@ mod avx512 {
                             2 => _mm512_srai_epi32::<24>(_mm512_slli_epi32::<8>(sc)),
                             _ => _mm512_srai_epi32::<24>(sc),
                         };
-                        let dk = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sk));
-                        let b = 8 * i + j0 + k / 2;
-                        acc = term(acc, hk, dk, x.d[b], _mm512_mul_ps(_mm512_set1_ps(-32.0), dk), x.xs16[2 * b + k % 2]);
+                        // sc (sum of u x - 32 bsum) over the 16 values 2 j0 + k.
+                        let o = _mm512_set1_epi32(32 * bs[2 * j0 + k] as i32);
+                        si = _mm512_add_epi32(si, _mm512_mullo_epi32(sk, _mm512_sub_epi32(hk, o)));
                     }
                 }
             }
+            acc = term_k(acc, si, d, None, x.d[i]);
         }
         acc
     }
 
-    /// Any block type through `unpack` (each row's blocks into a buffer), then the same integer
-    /// sums and terms: Q2_K and Q3_K, whose SIMD unpacking is not written.
+    /// A 32-value block type through `unpack` (each row's blocks into a buffer), then the same
+    /// integer sums and terms (the tests' check of the SIMD unpacking).
     #[inline(always)]
     unsafe fn generic(ty: QType, rows: &Rows, rb: usize, x: &Q8Rows) -> __m512 {
         let nb = x.cols / 32;
         let xq = x.q.as_ptr();
-        let hv = halves(ty);
         let mut acc = _mm512_setzero_ps();
         let mut p = [_mm512_setzero_si512(); G];
         let mut u = [[0u8; 64]; G];
-        let (mut d, mut c) = ([[[0f32; G]; 2]; 2], [[[0f32; G]; 2]; 2]);
+        let (mut d, mut c) = ([[0f32; G]; 2], [[0f32; G]; 2]);
         let mut blk = Block32::default();
         for b in (0..nb).step_by(2) {
             let two = b + 1 < nb;
@@ -442,10 +465,8 @@ mod avx512 {
                 for k in 0..1 + two as usize {
                     unpack(ty, row, b + k, &mut blk);
                     u[r][32 * k..32 * k + 32].copy_from_slice(&blk.u);
-                    for h in 0..2 {
-                        d[k][h][r] = blk.d[h];
-                        c[k][h][r] = blk.c[h];
-                    }
+                    d[k][r] = blk.d[0];
+                    c[k][r] = blk.c[0];
                 }
             }
             let xv = if two { _mm512_loadu_si512(xq.add(32 * b).cast()) } else { _mm512_maskz_loadu_epi8(u32::MAX as u64, xq.add(32 * b).cast()) };
@@ -454,14 +475,51 @@ mod avx512 {
             }
             let hs = sums(&p);
             for k in 0..1 + two as usize {
-                if hv {
-                    for h in 0..2 {
-                        acc = term(acc, hs[2 * k + h], _mm512_loadu_ps(d[k][h].as_ptr()), x.d[b + k], _mm512_loadu_ps(c[k][h].as_ptr()), x.xs16[2 * (b + k) + h]);
-                    }
-                } else {
-                    acc = term(acc, _mm512_add_epi32(hs[2 * k], hs[2 * k + 1]), _mm512_loadu_ps(d[k][0].as_ptr()), x.d[b + k], _mm512_loadu_ps(c[k][0].as_ptr()), x.xs[b + k]);
+                acc = term(acc, _mm512_add_epi32(hs[2 * k], hs[2 * k + 1]), _mm512_loadu_ps(d[k].as_ptr()), x.d[b + k], _mm512_loadu_ps(c[k].as_ptr()), x.xs[b + k]);
+            }
+        }
+        acc
+    }
+
+    /// A K-quant through `kquants::unpack` (each row's super-blocks into a buffer), then the
+    /// same integer sums and terms as the SIMD kernels: Q2_K and Q3_K, whose SIMD unpacking is
+    /// not written (and every K-quant in the tests).
+    #[inline(always)]
+    unsafe fn generic_k(ty: QType, rows: &Rows, rb: usize, x: &Q8Rows) -> __m512 {
+        let xq = x.q.as_ptr();
+        let (o, mins) = (kquants::offset(ty), has_mins(ty));
+        let mut acc = _mm512_setzero_ps();
+        let mut p = [_mm512_setzero_si512(); G];
+        let mut kb = KBlock::default();
+        let mut u = [[0u8; 256]; G];
+        let (mut sc, mut mn) = ([[0i32; G]; 16], [[0i32; G]; 16]);
+        let (mut d, mut dmin) = ([0f32; G], [0f32; G]);
+        for i in 0..x.cols / 256 {
+            for r in 0..G {
+                kquants::unpack(ty, std::slice::from_raw_parts(rows.p[r], rb), i, &mut kb);
+                u[r] = kb.u;
+                for h in 0..16 {
+                    (sc[h][r], mn[h][r]) = (kb.sc[h], kb.m[h]);
+                }
+                (d[r], dmin[r]) = (kb.d, kb.dmin);
+            }
+            let bs = &x.bsum[16 * i..16 * i + 16];
+            let (mut si, mut mi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            for c in 0..4 {
+                let xv = _mm512_loadu_si512(xq.add(256 * i + 64 * c).cast());
+                for (r, pr) in p.iter_mut().enumerate() {
+                    *pr = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(u[r].as_ptr().add(64 * c).cast()), xv);
+                }
+                let hs = sums(&p);
+                for (k, hk) in hs.into_iter().enumerate() {
+                    let h = 4 * c + k;
+                    let b = bs[h] as i32;
+                    si = _mm512_add_epi32(si, _mm512_mullo_epi32(_mm512_loadu_si512(sc[h].as_ptr().cast()), _mm512_sub_epi32(hk, _mm512_set1_epi32(o * b))));
+                    mi = _mm512_add_epi32(mi, _mm512_mullo_epi32(_mm512_loadu_si512(mn[h].as_ptr().cast()), _mm512_set1_epi32(b)));
                 }
             }
+            let m = if mins { Some((mi, _mm512_loadu_ps(dmin.as_ptr()))) } else { None };
+            acc = term_k(acc, si, _mm512_loadu_ps(d.as_ptr()), m, x.d[i]);
         }
         acc
     }
@@ -541,7 +599,7 @@ mod tests {
             let mut x: Vec<f32> = (0..inp).map(|_| rng.gen_range(-1f32..1.0)).collect();
             x[64..128].fill(0.0);
             x[200..232].fill(-0.0);
-            let xq = Q8Rows::quantize(&x, 1, inp);
+            let xq = Q8Rows::quantize_for(q.ty, &x, 1, inp);
             let mut y = vec![f32::NAN; out];
             times(&q, &xq, &mut y);
             for (o, (got, row)) in y.iter().zip(q.data().chunks_exact(q.row_bytes())).enumerate() {
@@ -576,7 +634,7 @@ mod tests {
                 let (q, _, x, xq) = case(dtype, 1, out, inp, &mut rng);
                 let mut y = vec![0f32; out];
                 let ti = best(&mut || times(&q, &xq, &mut y));
-                let tq = best(&mut || times(&q, &Q8Rows::quantize(&x, 1, inp), &mut y));
+                let tq = best(&mut || times(&q, &Q8Rows::quantize_for(q.ty, &x, 1, inp), &mut y));
                 let tf = best(&mut || q.times(&x, &mut y));
                 eprintln!("{:<6} {:>11} {ti:>9.3} {tq:>13.3} {tf:>9.3} {:>7.2}", format!("{dtype:?}"), format!("{out}x{inp}"), tf / ti);
             }
