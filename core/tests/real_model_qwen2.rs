@@ -40,3 +40,33 @@ fn qwen2_gguf_matches_llama_cpp() -> TestResult {
     assert!(rel < 0.005, "ppl {} vs llama.cpp {want}", r.ppl);
     Ok(())
 }
+
+/// The integer route's K-quant form (X in Q8_K, the sub-block scales as integers: the
+/// `kquants` module) on a real Q4_K_M model: the first 4 chunks' perplexity within 0.5% of
+/// llama.cpp's (whose own products are this route's), each chunk within 1%, and not the exact
+/// products' figure (the route was taken).
+#[test]
+fn qwen2_int8_products_match_llama_cpp() -> TestResult {
+    if !focus_core::model::qmatmul_int8::available() {
+        eprintln!("no AVX-512 VNNI on this CPU: the integer route is not tested here");
+        return Ok(());
+    }
+    let reference: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(common::fixture("qwen2_persuasion_reference.json"))?)?;
+    let ids: Vec<u32> = reference["token_ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+    let mut model = Model::load(&common::qwen2_model_path(), &Device::Cpu).expect("load Qwen2.5-Coder-0.5B");
+    let n = 4;
+    let exact = focus_core::eval::ppl::perplexity(&model, &ids[..n * 512], 512, Mode::Dense, None, None, |_, _| {})?;
+    model.decoder.set_products(focus_core::model::qmatmul::Products::Int8);
+    let r = focus_core::eval::ppl::perplexity(&model, &ids[..n * 512], 512, Mode::Dense, None, None, |_, _| {})?;
+    let per: Vec<f64> = reference["ctx_512"]["per_chunk_mean_nll"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    for (k, (a, b)) in r.per_chunk_nll.iter().zip(&per).enumerate() {
+        assert!((a - b).abs() / b < 0.01, "chunk {k}: nll {a} vs llama.cpp {b}");
+    }
+    let want = reference["ctx_512"]["running_ppl"][n - 1].as_f64().unwrap();
+    let rel = (r.ppl - want).abs() / want;
+    eprintln!("int8 products, first {n} chunks: ppl {:.4} vs llama.cpp {want:.4} ({:.3}%); exact products {:.4}", r.ppl, rel * 100.0, exact.ppl);
+    assert!(rel < 0.005, "int8 ppl {} vs llama.cpp {want}", r.ppl);
+    assert!(r.ppl != exact.ppl, "the integer route gave the exact products' perplexity: was it taken?");
+    Ok(())
+}
