@@ -197,20 +197,23 @@ fn matmul_k(q: &QMatrix, x: &Q8Rows, y: &mut [f32]) {
     let yp = SendPtr(y.as_mut_ptr());
     let (hi, mins) = (q.ty != QType::Q2K, has_mins(q.ty));
     (0..out.div_ceil(16 * GROUP)).into_par_iter().for_each_init(
-        || (0..GROUP).map(|_| KPanel::new(cols)).collect::<Vec<_>>(),
-        |ps, g| {
+        || ((0..GROUP).map(|_| KPanel::new(cols)).collect::<Vec<_>>(), Vec::new()),
+        |(ps, acc), g| {
             let np = (out - 16 * GROUP * g).div_ceil(16).min(GROUP);
             for (k, p) in ps.iter_mut().enumerate().take(np) {
                 let r0 = 16 * (GROUP * g + k);
                 p.fill(q, r0, 16.min(out - r0));
             }
-            let mut acc = vec![[[0f32; 16]; 16]; np * tiles];
+            // The task's accumulators, kept between its groups (a fresh 100+ KiB each time
+            // was a page fault per page).
+            acc.clear();
+            acc.resize(np * tiles, [[0f32; 16]; 16]);
             #[cfg(target_arch = "x86_64")]
             // SAFETY: `available()` (asserted by `matmul`); the panels and tiles cover what
             // the kernel reads (see `kernel::group_times_k`).
             unsafe {
                 kernel::configure_k();
-                kernel::group_times_k(&ps[..np], &xt, tiles, hi, mins, &mut acc);
+                kernel::group_times_k(&ps[..np], &xt, tiles, hi, mins, acc);
                 kernel::release();
             }
             for k in 0..np {
@@ -237,7 +240,13 @@ unsafe fn store_transposed(acc: &[[f32; 16]; 16], yp: &SendPtr, t: usize, m: usi
         }
     }
     for (i, row) in tr.iter().enumerate().take(16.min(m - 16 * t)) {
-        std::slice::from_raw_parts_mut(yp.0.add((16 * t + i) * out + r0), n).copy_from_slice(&row[..n]);
+        let dst = yp.0.add((16 * t + i) * out + r0);
+        if n == 16 {
+            // A whole run as one 64-byte write (a copy of runtime length is a libc call).
+            dst.cast::<[f32; 16]>().write_unaligned(*row);
+        } else {
+            std::slice::from_raw_parts_mut(dst, n).copy_from_slice(&row[..n]);
+        }
     }
 }
 
