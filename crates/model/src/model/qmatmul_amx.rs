@@ -183,11 +183,12 @@ fn fill_rows(ty: QType, rows: &[u8], rb: usize, nb: usize, a: &mut [u8], d: &mut
 }
 
 /// Panels of a K-quant weight per task: their tiles for one super-block (8 KiB each) stay in
-/// L1 while every pair of X tiles passes over them.
-const GROUP: usize = 4;
+/// L1 while every pair of X tiles (8 KiB a super-block) passes over them; four panels and the
+/// buffers overflowed a 48 KiB L1.
+const GROUP: usize = 2;
 
 /// Y = X W^T for a K-quant weight (X in Q8_K), on the tiles. A task takes `GROUP` panels
-/// (64 weight rows) and goes super-block by super-block over every pair of X tiles and its
+/// (32 weight rows) and goes super-block by super-block over every pair of X tiles and its
 /// panels, so that a pair's tiles are loaded from L2 once per super-block and reused from L1
 /// (streaming all of X per panel, as the 32-value kernel does, left the tiles waiting on L2).
 fn matmul_k(q: &QMatrix, x: &Q8Rows, y: &mut [f32]) {
