@@ -13,11 +13,13 @@
 //!
 //! **K-quants** (`kquants`'s form): the panel holds each value's integer weight
 //! w = sc(h) (u - o) (|w| <= 4096) split into bytes, lo = w mod 256 (unsigned) and
-//! hi = w >> 8 (signed), 16 rows x 64 values a tile. Per 64 values, two tiles of X (32 rows)
-//! against both: `tdpbusd` for lo, `tdpbssd` for hi, summed over a whole super-block in four
-//! tiles; S = lo + 256 hi is stored once per super-block (where the 32-value form stores per
-//! block) and scaled as `kquants::dot_reference` does, while the vector units compute the mins'
-//! M = sum of m(h) bsum(h) with `vpdpwssd`. Each weight tile loaded serves two products.
+//! hi = w >> 8 (signed), as tiles B (16 rows x 64 values, in `tdpbusd`'s interleaved layout).
+//! X's quantized rows are the tiles A, read in place (16 rows at X's row stride), so a sum
+//! tile's row is an X row and its lanes 16 weight rows: the layout of Y. Per 64 values, two
+//! tiles of X (32 rows) against both weight tiles: `tdpbsud` for lo, `tdpbssd` for hi, summed
+//! over a whole super-block in four tiles; S = lo + 256 hi is stored once per super-block
+//! (where the 32-value form stores per block) and scaled as `kquants::dot_reference` does,
+//! while the vector units compute the mins' M = sum of m(h) bsum(h) with `vpdpwssd`.
 //!
 //! Linux gives a process the AMX state only on request (`arch_prctl(ARCH_REQ_XCOMP_PERM)`):
 //! `available` asks once. The tile instructions are written as inline assembly (stable Rust
@@ -65,7 +67,7 @@ pub fn matmul(q: &QMatrix, x: &Q8Rows, y: &mut [f32]) {
         return matmul_k(q, x, y);
     }
     let (out, m, cols) = (q.rows, x.m, q.cols);
-    let xt = XTiles::new(x, 32, 0);
+    let xt = XTiles::new(x, 32);
     let yp = SendPtr(y.as_mut_ptr());
     (0..out.div_ceil(16)).into_par_iter().for_each_init(
         || WPanel { a: vec![0u8; 16 * cols], d: vec![0f32; cols / 32 * 16], c: vec![0f32; cols / 32 * 16] },
@@ -90,31 +92,23 @@ pub fn matmul(q: &QMatrix, x: &Q8Rows, y: &mut [f32]) {
     );
 }
 
-/// X's quantized rows as tiles B: for tile t (X rows 16t..16t + 16, zeros past m) and unit u
-/// of K values, K/4 rows of 64 bytes at `q[(t * units + u) * 16 K ..]`: row g holds, for each
-/// X row i, its quants 4g..4g + 4 of the unit. For the 32-value types (K = 32), `f` holds per
-/// (t, u) the 16 rows' dx, then their xs; for the K-quants (K = 64), per (t, super-block) the
-/// rows' dx.
+/// X's quantized rows (Q8_0) as tiles B for the 32-value types: for tile t (X rows 16t..16t +
+/// 16, zeros past m) and unit u of K values, K/4 rows of 64 bytes at `q[(t * units + u) * 16 K
+/// ..]`: row g holds, for each X row i, its quants 4g..4g + 4 of the unit; `f` holds per (t, u)
+/// the 16 rows' dx, then their xs.
 struct XTiles {
     q: Vec<i8>,
     f: Vec<f32>,
     units: usize,
-    /// K-quants: per (t, super-block), X's sums of quants in pairs for `vpdpwssd`, 8 runs of
-    /// 16 lanes (lane i: X row i's bsum(2p), bsum(2p + 1) as i16s), or, where the weight's mins
-    /// are per 32 values (`pairs` = 4), the sums over 32 values in 4 such runs.
-    bp: Vec<i16>,
-    pairs: usize,
 }
 
 impl XTiles {
-    /// X in tiles for units of `k` values (32: the 32-value types; 64: the K-quants, whose
-    /// tiles are also padded to an even count, the kernel taking two at a time; `pairs` of
-    /// sums per super-block, 8 or 4).
-    fn new(x: &Q8Rows, k: usize, pairs: usize) -> XTiles {
+    /// X in tiles for units of `k` values (32).
+    fn new(x: &Q8Rows, k: usize) -> XTiles {
+        assert_eq!(x.kind, XKind::Q8_0);
         let (nb, units) = (x.cols / 32, x.cols / k);
-        let tiles = if k == 64 { x.m.div_ceil(32) * 2 } else { x.m.div_ceil(16) };
+        let tiles = x.m.div_ceil(16);
         let (mut q, mut f) = (vec![0i8; tiles * 16 * x.cols], vec![0f32; tiles * units * 32]);
-        let mut bp = vec![0i16; tiles * x.cols / 256 * pairs * 32];
         for row in 0..x.m {
             let (t, i) = (row / 16, row % 16);
             let xr = x.row(row);
@@ -123,24 +117,13 @@ impl XTiles {
                 for g in 0..k / 4 {
                     q[base + 64 * g + 4 * i..][..4].copy_from_slice(&xr[u * k + 4 * g..][..4]);
                 }
-                if x.kind == XKind::Q8_0 {
-                    let b = row * nb + u;
-                    let fu = &mut f[(t * units + u) * 32..][..32];
-                    fu[i] = x.d[b];
-                    fu[16 + i] = x.xs[b];
-                } else if u % 4 == 0 {
-                    let (ns, s) = (x.cols / 256, u / 4);
-                    f[(t * ns + s) * 16 + i] = x.d[row * ns + s];
-                    let bs = &x.bsum[(row * ns + s) * 16..][..16];
-                    for g in 0..2 * pairs {
-                        // Sum g over 16 values (8 pairs) or 32 (4 pairs).
-                        let v = if pairs == 8 { bs[g] } else { bs[2 * g] + bs[2 * g + 1] };
-                        bp[((t * ns + s) * pairs + g / 2) * 32 + 2 * i + g % 2] = v;
-                    }
-                }
+                let b = row * nb + u;
+                let fu = &mut f[(t * units + u) * 32..][..32];
+                fu[i] = x.d[b];
+                fu[16 + i] = x.xs[b];
             }
         }
-        XTiles { q, f, units, bp, pairs }
+        XTiles { q, f, units }
     }
 }
 
@@ -189,11 +172,10 @@ const GROUP: usize = 2;
 
 /// Y = X W^T for a K-quant weight (X in Q8_K), on the tiles. A task takes `GROUP` panels
 /// (32 weight rows) and goes super-block by super-block over every pair of X tiles and its
-/// panels, so that a pair's tiles are loaded from L2 once per super-block and reused from L1
-/// (streaming all of X per panel, as the 32-value kernel does, left the tiles waiting on L2).
+/// panels, so that a pair's tiles are loaded from L2 once per super-block and reused from L1.
 fn matmul_k(q: &QMatrix, x: &Q8Rows, y: &mut [f32]) {
     let (out, m, cols) = (q.rows, x.m, q.cols);
-    let xt = XTiles::new(x, 64, pairs(q.ty));
+    let xk = XRowsK::new(x, pairs(q.ty));
     let tiles = m.div_ceil(32) * 2;
     let yp = SendPtr(y.as_mut_ptr());
     let (hi, mins) = (q.ty != QType::Q2K, has_mins(q.ty));
@@ -209,23 +191,65 @@ fn matmul_k(q: &QMatrix, x: &Q8Rows, y: &mut [f32]) {
             // was a page fault per page).
             acc.clear();
             acc.resize(np * tiles, [[0f32; 16]; 16]);
+            let yp = &yp;
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `available()` (asserted by `matmul`); the panels and tiles cover what
+            // SAFETY: `available()` (asserted by `matmul`); the panels and X's rows cover what
             // the kernel reads (see `kernel::group_times_k`).
             unsafe {
                 kernel::configure_k();
-                kernel::group_times_k(&ps[..np], &xt, tiles, hi, mins, acc);
+                kernel::group_times_k(&ps[..np], &xk, tiles, hi, mins, acc);
                 kernel::release();
             }
             for k in 0..np {
-                let r0 = 16 * (GROUP * g + k);
-                for t in 0..m.div_ceil(16) {
-                    // SAFETY: Y is (m, out); columns r0.. of this panel are this task's alone.
-                    unsafe { store_transposed(&acc[k * tiles + t], &yp, t, m, out, r0, 16.min(out - r0)) };
+                let (r0, n) = (16 * (GROUP * g + k), 16.min(out - 16 * (GROUP * g + k)));
+                for (row, a) in acc[k * tiles..(k + 1) * tiles].iter().flatten().enumerate().take(m) {
+                    // SAFETY: Y is (m, out); columns r0..r0 + n are this task's alone.
+                    let dst = unsafe { yp.0.add(row * out + r0) };
+                    if n == 16 {
+                        // A whole run as one 64-byte write (a copy of runtime length is a call).
+                        unsafe { dst.cast::<[f32; 16]>().write_unaligned(*a) };
+                    } else {
+                        unsafe { std::slice::from_raw_parts_mut(dst, n) }.copy_from_slice(&a[..n]);
+                    }
                 }
             }
         },
     );
+}
+
+/// X in Q8_K for the K-quant tiles: its quants read in place as tiles A (16 rows at a stride of
+/// `cols` bytes), padded with zero rows to a multiple of 32 where needed (the kernel takes two
+/// tiles at a time); per (row, super-block) the scale `d` and `bp`, the sums of quants in pairs
+/// for `vpdpwssd` (bsum(2p) | bsum(2p + 1) << 16: per 16 values, or with `pairs` = 4 per 32).
+struct XRowsK<'a> {
+    q: std::borrow::Cow<'a, [i8]>,
+    cols: usize,
+    m: usize,
+    d: &'a [f32],
+    bp: Vec<i32>,
+    pairs: usize,
+}
+
+impl<'a> XRowsK<'a> {
+    fn new(x: &'a Q8Rows, pairs: usize) -> XRowsK<'a> {
+        let (m, cols, ns) = (x.m, x.cols, x.cols / 256);
+        let rows = m.div_ceil(32) * 32;
+        let q = if rows == m {
+            std::borrow::Cow::Borrowed(&x.q[..])
+        } else {
+            let mut v = vec![0i8; rows * cols];
+            v[..m * cols].copy_from_slice(&x.q);
+            std::borrow::Cow::Owned(v)
+        };
+        let mut bp = vec![0i32; m * ns * pairs];
+        for (b, o) in x.bsum.chunks_exact(16).zip(bp.chunks_exact_mut(pairs)) {
+            for (pp, v) in o.iter_mut().enumerate() {
+                let (a, c) = if pairs == 8 { (b[2 * pp], b[2 * pp + 1]) } else { (b[4 * pp] + b[4 * pp + 1], b[4 * pp + 2] + b[4 * pp + 3]) };
+                *v = (a as u16 as i32) | ((c as i32) << 16);
+            }
+        }
+        XRowsK { q, cols, m, d: &x.d, bp, pairs }
+    }
 }
 
 /// acc (16 weight rows x 16 X rows) into Y's rows 16t.., columns r0..r0 + n: transposed
@@ -261,13 +285,16 @@ fn pairs(ty: QType) -> usize {
     }
 }
 
-/// 16 rows of a K-quant weight for the tiles: per 64-value step c, tile A of each part at
-/// `(c * 16 + row) * 64`, `lo` and `hi` the bytes of sc(h) (u - o); per (super-block, row),
-/// `mp` the mins in pairs (m(2p) | m(2p + 1) << 16 over `pairs(ty)` pairs, a min per 32 or
-/// 16 values), `d` and `mn` (-dmin). Rows past the matrix are zeros.
+/// 16 rows of a K-quant weight for the tiles: per 64-value step c, tile B of each part, 1 KiB at
+/// c * 1024, whose row g holds for each weight row r its values 4g..4g + 4 of the step (`lo`
+/// and `hi`, the bytes of sc(h) (u - o)); per (super-block, pair p), `mp` the 16 rows' mins in
+/// pairs (m(2p) | m(2p + 1) << 16 over `pairs(ty)` pairs, a min per 32 or 16 values) at
+/// (s * 8 + p) * 16 + row; per (super-block, row) `d` and `mn` (-dmin). Rows past the matrix
+/// are zeros.
 struct KPanel {
     lo: Vec<u8>,
-    hi: Vec<i8>,
+    /// Signed bytes (as `tdpbssd` reads them), kept as u8.
+    hi: Vec<u8>,
     mp: Vec<i32>,
     d: Vec<f32>,
     mn: Vec<f32>,
@@ -297,43 +324,53 @@ impl KPanel {
 fn fill_k(ty: QType, rows: &[u8], rb: usize, ns: usize, p: &mut KPanel) {
     let f16c = multiversion::target::target_cfg_f!(target_feature = "f16c");
     let o = kquants::offset(ty) as i16;
+    let np = pairs(ty);
     let mut kb = KBlock::default();
-    let mut w = [0i16; 256];
-    for (r, row) in rows.chunks_exact(rb).enumerate() {
-        for s in 0..ns {
+    // A super-block of every row as 32-bit words of 4 lo (hi) bytes, [row][word], then written
+    // tile by tile in order (tile B's row g is word g of rows 0..16).
+    let (mut lo, mut hi) = ([[0u32; 64]; 16], [[0u32; 64]; 16]);
+    for s in 0..ns {
+        for (r, row) in rows.chunks_exact(rb).enumerate() {
             if f16c {
                 kquants::unpack_with::<true>(ty, row, s, &mut kb)
             } else {
                 kquants::unpack_with::<false>(ty, row, s, &mut kb)
             };
-            for (h, (wh, uh)) in w.chunks_exact_mut(16).zip(kb.u.chunks_exact(16)).enumerate() {
+            let (mut lb, mut hb) = ([0u8; 256], [0u8; 256]);
+            for (h, ((lh, hh), uh)) in lb.chunks_exact_mut(16).zip(hb.chunks_exact_mut(16)).zip(kb.u.chunks_exact(16)).enumerate() {
                 let sc = kb.sc[h] as i16;
-                for (wv, &uv) in wh.iter_mut().zip(uh) {
-                    *wv = sc * (uv as i16 - o);
+                for ((l, hv), &uv) in lh.iter_mut().zip(hh.iter_mut()).zip(uh) {
+                    let w = sc * (uv as i16 - o);
+                    (*l, *hv) = (w as u8, (w >> 8) as u8);
                 }
             }
-            for (c, wc) in w.chunks_exact(64).enumerate() {
-                let at = ((4 * s + c) * 16 + r) * 64;
-                for ((lo, hi), &v) in p.lo[at..at + 64].iter_mut().zip(&mut p.hi[at..at + 64]).zip(wc) {
-                    *lo = v as u8;
-                    *hi = (v >> 8) as i8;
-                }
+            for (k, (l4, h4)) in lb.chunks_exact(4).zip(hb.chunks_exact(4)).enumerate() {
+                lo[r][k] = u32::from_le_bytes(l4.try_into().expect("4 bytes"));
+                hi[r][k] = u32::from_le_bytes(h4.try_into().expect("4 bytes"));
             }
-            let np = pairs(ty);
             for pp in 0..np {
                 // Mins per 32 values are the halves' (equal) mins of sub-blocks 2pp, 2pp + 1.
                 let (a, b) = if np == 8 { (kb.m[2 * pp], kb.m[2 * pp + 1]) } else { (kb.m[4 * pp], kb.m[4 * pp + 2]) };
-                p.mp[(s * 16 + r) * 8 + pp] = (a as u16 as i32) | (b << 16);
+                p.mp[(s * 8 + pp) * 16 + r] = (a as u16 as i32) | (b << 16);
             }
             p.d[s * 16 + r] = kb.d;
             p.mn[s * 16 + r] = -kb.dmin;
+        }
+        let n = rows.len() / rb;
+        for word in 0..64 {
+            // Step word / 16, tile row word % 16: 16 rows' words side by side.
+            let at = s * 4096 + word * 64;
+            for r in 0..n {
+                p.lo[at + 4 * r..at + 4 * r + 4].copy_from_slice(&lo[r][word].to_le_bytes());
+                p.hi[at + 4 * r..at + 4 * r + 4].copy_from_slice(&hi[r][word].to_le_bytes());
+            }
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 mod kernel {
-    use super::{KPanel, WPanel, XTiles};
+    use super::{KPanel, WPanel, XRowsK, XTiles};
     use std::arch::asm;
     use std::arch::x86_64::*;
 
@@ -431,8 +468,8 @@ mod kernel {
         }
     }
 
-    /// Loads the tile shapes of the K-quant kernel: every tile 16 rows x 64 bytes (tiles 0-2
-    /// the sums lo, hi and M, 3-4 X, 5-7 the weight's lo, hi and mins).
+    /// Loads the tile shapes of the K-quant kernel: every tile 16 rows x 64 bytes (tiles 0-3
+    /// the sums, 4-5 X, 6-7 the weight's lo and hi).
     ///
     /// # Safety
     /// AMX available.
@@ -446,27 +483,27 @@ mod kernel {
         asm!("ldtilecfg [{0}]", in(reg) cfg.0.as_ptr(), options(nostack, readonly));
     }
 
-    /// acc[k * tiles + t][r][i] = row r of panel k . X row 16 t + i, super-block after
+    /// acc[k * tiles + t][i][r] = X row 16 t + i . row r of panel k, super-block after
     /// super-block in `kquants::dot_reference`'s order. Per (super-block, pair of X tiles,
     /// panel), `products` sums into tiles 0-3 and stores them into one of two buffers, and the
     /// previous triple's buffer is scaled (`scale`) meanwhile.
     ///
     /// # Safety
     /// AMX-INT8, AVX-512F and VNNI available, the tiles configured (`configure_k`); the panels
-    /// hold 16 rows of `xt.units / 4` super-blocks, `xt` (built with K = 64) `tiles` tiles (even),
-    /// `acc` panels x tiles entries.
+    /// hold 16 rows of `x.cols / 256` super-blocks, X `tiles` (even) tiles of rows, `acc`
+    /// panels x tiles entries.
     #[target_feature(enable = "avx512f,avx512vnni")]
-    pub unsafe fn group_times_k(ps: &[KPanel], xt: &XTiles, tiles: usize, hi: bool, mins: bool, acc: &mut [[[f32; 16]; 16]]) {
-        let ns = xt.units / 4;
+    pub unsafe fn group_times_k(ps: &[KPanel], x: &XRowsK, tiles: usize, hi: bool, mins: bool, acc: &mut [[[f32; 16]; 16]]) {
+        let ns = x.cols / 256;
         let mut buf = Aligned([[[[0i32; 16]; 16]; 4]; 2]);
         let mut prev: Option<(usize, usize, usize)> = None;
         let mut parity = 0;
         for s in 0..ns {
             for t in (0..tiles).step_by(2) {
                 for (k, p) in ps.iter().enumerate() {
-                    products(p, xt, t, s, hi, &mut buf.0[parity]);
+                    products(p, x, t, s, hi, &mut buf.0[parity]);
                     if let Some((pk, pt, psb)) = prev {
-                        scale(&ps[pk], xt, pt, psb, &buf.0[parity ^ 1], hi, mins, &mut acc[pk * tiles + pt..pk * tiles + pt + 2]);
+                        scale(&ps[pk], x, pt, psb, &buf.0[parity ^ 1], hi, mins, &mut acc[pk * tiles + pt..pk * tiles + pt + 2]);
                     }
                     prev = Some((k, t, s));
                     parity ^= 1;
@@ -474,36 +511,36 @@ mod kernel {
             }
         }
         if let Some((pk, pt, psb)) = prev {
-            scale(&ps[pk], xt, pt, psb, &buf.0[parity ^ 1], hi, mins, &mut acc[pk * tiles + pt..pk * tiles + pt + 2]);
+            scale(&ps[pk], x, pt, psb, &buf.0[parity ^ 1], hi, mins, &mut acc[pk * tiles + pt..pk * tiles + pt + 2]);
         }
     }
 
-    /// Super-block s of panel `p` times X tiles t and t + 1: tiles 0-1 the lo and hi sums of
-    /// tile t, 2-3 those of t + 1, 4-5 the X tiles, 6-7 the weight's lo and hi (hi skipped for
-    /// Q2_K, whose |w| < 256); the sums stored to `dst` (lo t, hi t, lo t + 1, hi t + 1).
+    /// Super-block s of X tiles t and t + 1 times panel `p`: tiles 0-1 the lo and hi sums of
+    /// tile t, 2-3 those of t + 1, 4-5 the X tiles (A, signed), 6-7 the weight's lo (B,
+    /// unsigned: `tdpbsud`) and hi (signed: `tdpbssd`; skipped for Q2_K, whose |w| < 256); the
+    /// sums stored to `dst` (lo t, hi t, lo t + 1, hi t + 1).
     #[inline(always)]
-    unsafe fn products(p: &KPanel, xt: &XTiles, t: usize, s: usize, hi: bool, dst: &mut [[[i32; 16]; 16]; 4]) {
-        let steps = xt.units;
-        let (x0, x1) = (xt.q.as_ptr().add(t * steps * 1024), xt.q.as_ptr().add((t + 1) * steps * 1024));
+    unsafe fn products(p: &KPanel, x: &XRowsK, t: usize, s: usize, hi: bool, dst: &mut [[[i32; 16]; 16]; 4]) {
+        let (x0, x1) = (x.q.as_ptr().add(16 * t * x.cols), x.q.as_ptr().add(16 * (t + 1) * x.cols));
         let s64 = 64usize;
         asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
         for c in 4 * s..4 * s + 4 {
-            let at = c * 1024;
+            let (at, w) = (64 * c, c * 1024);
             asm!(
-                "tileloadd tmm4, [{b0} + {s}*1]",
-                "tileloadd tmm5, [{b1} + {s}*1]",
+                "tileloadd tmm4, [{a0} + {sx}*1]",
+                "tileloadd tmm5, [{a1} + {sx}*1]",
                 "tileloadd tmm6, [{lo} + {s}*1]",
-                "tdpbusd tmm0, tmm6, tmm4",
-                "tdpbusd tmm2, tmm6, tmm5",
-                b0 = in(reg) x0.add(at), b1 = in(reg) x1.add(at), lo = in(reg) p.lo.as_ptr().add(at), s = in(reg) s64,
+                "tdpbsud tmm0, tmm4, tmm6",
+                "tdpbsud tmm2, tmm5, tmm6",
+                a0 = in(reg) x0.add(at), a1 = in(reg) x1.add(at), sx = in(reg) x.cols, lo = in(reg) p.lo.as_ptr().add(w), s = in(reg) s64,
                 options(nostack, readonly),
             );
             if hi {
                 asm!(
                     "tileloadd tmm7, [{hv} + {s}*1]",
-                    "tdpbssd tmm1, tmm7, tmm4",
-                    "tdpbssd tmm3, tmm7, tmm5",
-                    hv = in(reg) p.hi.as_ptr().add(at), s = in(reg) s64,
+                    "tdpbssd tmm1, tmm4, tmm7",
+                    "tdpbssd tmm3, tmm5, tmm7",
+                    hv = in(reg) p.hi.as_ptr().add(w), s = in(reg) s64,
                     options(nostack, readonly),
                 );
             }
@@ -524,30 +561,40 @@ mod kernel {
         }
     }
 
-    /// The two f32 terms of super-block v for X tiles t, t + 1 from their stored sums `src`:
-    /// S = lo + 256 hi, and (types with mins) M = sum of m(h) bsum(h) by `vpdpwssd`.
+    /// The two f32 terms of super-block v for X tiles t, t + 1 (their rows below m) from their
+    /// stored sums `src`: S = lo + 256 hi, and (types with mins) M = sum of m(h) bsum(h) by
+    /// `vpdpwssd`, each lane a weight row.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    unsafe fn scale(p: &KPanel, xt: &XTiles, t: usize, v: usize, src: &[[[i32; 16]; 16]; 4], hi: bool, mins: bool, acc: &mut [[[f32; 16]; 16]]) {
-        let ns = xt.units / 4;
-        let (d, mn, mp) = (p.d.as_ptr().add(v * 16), p.mn.as_ptr().add(v * 16), p.mp.as_ptr().add(v * 16 * 8));
-        for (x, ax) in acc.iter_mut().enumerate() {
-            let tv = (t + x) * ns + v;
-            let dx = _mm512_loadu_ps(xt.f.as_ptr().add(tv * 16));
-            let bp = xt.bp.as_ptr().add(tv * xt.pairs * 32);
-            for (r, ar) in ax.iter_mut().enumerate() {
-                let mut sr = _mm512_load_si512(src[2 * x][r].as_ptr().cast());
+    unsafe fn scale(p: &KPanel, x: &XRowsK, t: usize, v: usize, src: &[[[i32; 16]; 16]; 4], hi: bool, mins: bool, acc: &mut [[[f32; 16]; 16]]) {
+        let ns = x.cols / 256;
+        let (dv, mnv) = (_mm512_loadu_ps(p.d.as_ptr().add(v * 16)), _mm512_loadu_ps(p.mn.as_ptr().add(v * 16)));
+        let mut mp = [_mm512_setzero_si512(); 8];
+        if mins {
+            for (pp, m) in mp.iter_mut().enumerate().take(x.pairs) {
+                *m = _mm512_loadu_si512(p.mp.as_ptr().add((v * 8 + pp) * 16).cast());
+            }
+        }
+        for (xt, ax) in acc.iter_mut().enumerate() {
+            for (i, ar) in ax.iter_mut().enumerate() {
+                let row = 16 * (t + xt) + i;
+                if row >= x.m {
+                    break;
+                }
+                let dx = _mm512_set1_ps(x.d[row * ns + v]);
+                let mut sr = _mm512_load_si512(src[2 * xt][i].as_ptr().cast());
                 if hi {
-                    sr = _mm512_add_epi32(sr, _mm512_slli_epi32::<8>(_mm512_load_si512(src[2 * x + 1][r].as_ptr().cast())));
+                    sr = _mm512_add_epi32(sr, _mm512_slli_epi32::<8>(_mm512_load_si512(src[2 * xt + 1][i].as_ptr().cast())));
                 }
                 let mut f = _mm512_loadu_ps(ar.as_ptr());
-                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sr), _mm512_mul_ps(_mm512_set1_ps(*d.add(r)), dx), f);
+                f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sr), _mm512_mul_ps(dv, dx), f);
                 if mins {
+                    let bp = x.bp.as_ptr().add((row * ns + v) * x.pairs);
                     let mut m = _mm512_setzero_si512();
-                    for pp in 0..xt.pairs {
-                        m = _mm512_dpwssd_epi32(m, _mm512_set1_epi32(*mp.add(8 * r + pp)), _mm512_loadu_si512(bp.add(32 * pp).cast()));
+                    for (pp, mv) in mp.iter().enumerate().take(x.pairs) {
+                        m = _mm512_dpwssd_epi32(m, *mv, _mm512_set1_epi32(*bp.add(pp)));
                     }
-                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(_mm512_set1_ps(*mn.add(r)), dx), f);
+                    f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(mnv, dx), f);
                 }
                 _mm512_storeu_ps(ar.as_mut_ptr(), f);
             }
@@ -619,9 +666,12 @@ mod speed {
                 let t0 = Instant::now();
                 let xq = Q8Rows::quantize_for(q.ty, &x, m, inp);
                 let t1 = Instant::now();
-                let xt = if is_k(q.ty) { XTiles::new(&xq, 64, pairs(q.ty)) } else { XTiles::new(&xq, 32, 0) };
+                if is_k(q.ty) {
+                    drop(XRowsK::new(&xq, pairs(q.ty)));
+                } else {
+                    drop(XTiles::new(&xq, 32));
+                }
                 let t2 = Instant::now();
-                drop(xt);
                 matmul(&q, &xq, &mut y);
                 let t3 = Instant::now();
                 if is_k(q.ty) {
