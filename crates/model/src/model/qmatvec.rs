@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 /// The GGUF storage types a weight may keep (every one the products multiply; the one-row
 /// kernels below read those of our GGUF models: SmolLM2 Q4_1 + Q8_0; Qwen2.5 / Gemma 3
-/// Q4_K_M: Q4_K, Q6_K, Q5_0, Q8_0; the rest are dequantized by rows first).
+/// Q4_K_M: Q4_K, Q6_K, Q5_0, Q8_0; and Q4_0; the rest are dequantized by rows first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QType {
     Q4_0,
@@ -76,7 +76,7 @@ impl QType {
 
     /// Whether the one-row kernels below read this type (else `times` dequantizes rows first).
     fn has_row_kernel(self) -> bool {
-        matches!(self, QType::Q4_1 | QType::Q5_0 | QType::Q8_0 | QType::Q4K | QType::Q6K)
+        matches!(self, QType::Q4_0 | QType::Q4_1 | QType::Q5_0 | QType::Q8_0 | QType::Q4K | QType::Q6K)
     }
 }
 
@@ -308,6 +308,7 @@ fn portable_rows_dot(ty: QType, data: &[u8], rb: usize, x: &[f32], ys: &mut [f32
 fn rows_dot_with<const F16C: bool>(ty: QType, data: &[u8], rb: usize, x: &[f32], ys: &mut [f32]) {
     for (w, y) in data.chunks_exact(rb).zip(ys.iter_mut()) {
         *y = match ty {
+            QType::Q4_0 => dot_blocks::<32, 18>(w, x, q4_0::<F16C>),
             QType::Q4_1 => dot_blocks::<32, 20>(w, x, q4_1::<F16C>),
             QType::Q5_0 => dot_blocks::<32, 22>(w, x, q5_0::<F16C>),
             QType::Q8_0 => dot_blocks::<32, 34>(w, x, q8_0::<F16C>),
@@ -376,6 +377,16 @@ pub(super) fn f16_at<const F16C: bool>(b: &[u8], at: usize) -> f32 {
         return unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32))) };
     }
     f16::from_bits(bits).to_f32()
+}
+
+/// d, 16 bytes of nibbles: low nibbles are elements 0..16, high 16..32; w = (q - 8) * d.
+#[inline(always)]
+pub(super) fn q4_0<const F16C: bool>(b: &[u8; 18], w: &mut [f32; 32]) {
+    let d = f16_at::<F16C>(b, 0);
+    for j in 0..16 {
+        w[j] = ((b[2 + j] & 15) as i32 - 8) as f32 * d;
+        w[j + 16] = ((b[2 + j] >> 4) as i32 - 8) as f32 * d;
+    }
 }
 
 /// d, m, 16 bytes of nibbles: low nibbles are elements 0..16, high 16..32; w = q * d + m.
@@ -486,6 +497,7 @@ mod avx512 {
             // SAFETY (here and below): the row holds `nb` blocks and x `nb` blocks' elements.
             let (w, x) = (data.as_ptr().add(r * rb), x.as_ptr());
             *y = match ty {
+                QType::Q4_0 => q4_0(w, nb, x),
                 QType::Q4_1 => q4_1(w, nb, x),
                 QType::Q5_0 => q5_0(w, nb, x),
                 QType::Q8_0 => q8_0(w, nb, x),
@@ -515,6 +527,20 @@ mod avx512 {
     #[inline(always)]
     unsafe fn ps(q: __m512i) -> __m512 {
         _mm512_cvtepi32_ps(q)
+    }
+
+    #[inline(always)]
+    unsafe fn q4_0(w: *const u8, nb: usize, x: *const f32) -> f32 {
+        let (mut a0, mut a1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        let (low, eight) = (_mm512_set1_epi32(15), _mm512_set1_epi32(8));
+        for i in 0..nb {
+            let (b, x) = (w.add(18 * i), x.add(32 * i));
+            let d = _mm512_set1_ps(f16(b));
+            let q = bytes16(b.add(2));
+            a0 = fma(_mm512_mul_ps(ps(_mm512_sub_epi32(_mm512_and_si512(q, low), eight)), d), x, a0);
+            a1 = fma(_mm512_mul_ps(ps(_mm512_sub_epi32(_mm512_srli_epi32(q, 4), eight)), d), x.add(16), a1);
+        }
+        _mm512_reduce_add_ps(_mm512_add_ps(a0, a1))
     }
 
     #[inline(always)]
