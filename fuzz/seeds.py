@@ -85,3 +85,39 @@ write('chat_template', 'gemma.txt', "Hello\n{{ bos_token }}{% for message in mes
 write('chat_template', 'raise.txt', "x\n{% if messages[0]['role'] != 'system' %}{{ raise_exception('no system role') }}{% endif %}{{ eos_token * 3 }}{% set ns = namespace(s='a') %}{% for i in range(5) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}")
 for name, spec in [('plain.txt', 'org/tiny'), ('main.txt', 'org/tiny@main'), ('dev.txt', 'org/tiny@dev'), ('commit.txt', 'org/tiny@abc123'), ('dots.txt', 'org/tiny@../../secret.txt')]:
     write('hub_id', name, spec)
+
+# index_reader: a mode byte (0: the bytes are the file; 1: byte patches (u16 offset, byte) of
+# the target's valid template index; 2: arbitrary SQL edits of it), then the payload.
+def small_index():
+    import sqlite3, tempfile
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, 'i.db')
+        c = sqlite3.connect(p)
+        c.execute('PRAGMA page_size = 512')
+        c.executescript("""
+            CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            INSERT INTO meta VALUES('format', 'focus-lens-index'), ('format_version', '1'), ('complete', '1'), ('tokens', '3'), ('documents', '1'),
+              ('identity', '{"model":"m","model_fingerprint":"f","adapter":"a","adapter_sha256":"s","n_layers":1,"groups":2,"settings":{"mode":"topk(k=1)","k":1,"segment_len":8}}');
+            CREATE TABLE centroids(layer INTEGER NOT NULL, grp INTEGER NOT NULL, members INTEGER NOT NULL, held INTEGER NOT NULL, held_mass REAL NOT NULL,
+              label TEXT NOT NULL, rule TEXT NOT NULL, evidence TEXT NOT NULL, histogram TEXT NOT NULL, by_category TEXT NOT NULL, lifted TEXT NOT NULL, PRIMARY KEY(layer, grp)) WITHOUT ROWID;
+            INSERT INTO centroids VALUES(0, 0, 2, 2, 1.5, 'a', 'token', '[]', '[1]', '[2]', '[[1,2,1.0]]'), (0, 1, 1, 1, 0.5, 'b', 'mixed', '[]', '[1]', '[1]', '[]');
+            CREATE TABLE vocab(token INTEGER PRIMARY KEY, text TEXT NOT NULL, count INTEGER NOT NULL);
+            INSERT INTO vocab VALUES(1, ' of', 2), (2, 'the', 1);
+            CREATE TABLE documents(id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, sha256 TEXT NOT NULL, bytes INTEGER NOT NULL, tokens INTEGER NOT NULL,
+              text TEXT NOT NULL, ids BLOB NOT NULL, offsets BLOB NOT NULL, categories BLOB NOT NULL);
+            CREATE TABLE examples(layer INTEGER NOT NULL, grp INTEGER NOT NULL, rank INTEGER NOT NULL, doc INTEGER NOT NULL, pos INTEGER NOT NULL,
+              membership REAL NOT NULL, left TEXT NOT NULL, token TEXT NOT NULL, right TEXT NOT NULL, PRIMARY KEY(layer, grp, rank)) WITHOUT ROWID;
+            CREATE TABLE token_groups(layer INTEGER NOT NULL, token INTEGER NOT NULL, grp INTEGER NOT NULL, count INTEGER NOT NULL, PRIMARY KEY(layer, token, grp)) WITHOUT ROWID;
+            INSERT INTO token_groups VALUES(0, 1, 0, 2), (0, 2, 1, 1);
+            CREATE TABLE categories(category INTEGER PRIMARY KEY, name TEXT NOT NULL, count INTEGER NOT NULL);
+            CREATE TABLE comembership(la INTEGER NOT NULL, ga INTEGER NOT NULL, lb INTEGER NOT NULL, gb INTEGER NOT NULL, count INTEGER NOT NULL, PRIMARY KEY(la, ga, lb, gb)) WITHOUT ROWID;
+            CREATE TABLE routing(doc INTEGER NOT NULL, layer INTEGER NOT NULL, groups BLOB NOT NULL, memberships BLOB NOT NULL, PRIMARY KEY(doc, layer));
+        """)
+        c.commit(); c.execute('VACUUM'); c.close()
+        with open(p, 'rb') as fh: return fh.read()
+
+write('index_reader', 'raw-small-index.bin', b'\x00' + small_index())
+write('index_reader', 'template.bin', b'\x01')
+write('index_reader', 'template-patched.bin', b'\x01' + bytes([0x10, 0x00, 0xff, 0x00, 0x02, 0x41, 0x64, 0x00, 0x00]))
+write('index_reader', 'template-edits.bin', b'\x02' + bytes(range(64)))
+write('index_reader', 'template-view.bin', b'\x02\x01\x03\x01\x01\x05\x00\x00')

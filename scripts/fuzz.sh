@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs one fuzz target for SECONDS: scripts/fuzz.sh TARGET SECONDS [libFuzzer flags...]
 # Targets: gguf safetensors_model adapter hf_config tokenizer_gguf tokenizer_json text forward
-# chat_template hub_id.
+# chat_template hub_id index_reader.
 # Needs the nightly toolchain and cargo-fuzz (installed here on first use). Seeds come from
 # fuzz/corpus/TARGET (committed, small); what the run discovers goes to fuzz/work/TARGET
 # (ignored); crashes to fuzz/artifacts/TARGET. Memory is capped at 2 GiB per input, and the

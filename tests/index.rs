@@ -488,3 +488,311 @@ fn cli_index_centroids_and_ctrl_c() {
     let b: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
     assert!(b["tokens"].as_u64().unwrap() >= 10000 && b["timings"].as_array().unwrap().len() == 4, "{b}");
 }
+
+// Issue 51: the index as untrusted input, and `index` / `bench centroids` reading and writing
+// only where they are asked to.
+
+/// The output of `c`, killed (and the test failed) past `secs` seconds: a hang fails, it does
+/// not stall the suite.
+fn output_within(mut c: std::process::Command, secs: u64) -> std::process::Output {
+    use std::process::Stdio;
+    let child = c.env("FOCUS_LENS_MODEL", common::model_path()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let id = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(Duration::from_secs(secs)) {
+        Ok(o) => o.unwrap(),
+        Err(_) => {
+            let _ = std::process::Command::new("kill").args(["-9", &id.to_string()]).status();
+            panic!("focus-lens {:?} hung (killed after {secs} s)", c.get_args().collect::<Vec<_>>());
+        }
+    }
+}
+
+fn cli_within(args: &[&std::ffi::OsStr], env: &[(&str, &str)], secs: u64) -> std::process::Output {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_focus-lens"));
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    output_within(c, secs)
+}
+
+fn os(s: &str) -> &std::ffi::OsStr {
+    std::ffi::OsStr::new(s)
+}
+
+/// Exit 1 and one error line (after any notes) containing every phrase.
+fn one_error(o: &std::process::Output, phrases: &[&str]) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "exit code; stderr: {err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error")).collect();
+    assert_eq!(errors.len(), 1, "one error line: {err}");
+    assert!(err.trim_end().ends_with(errors[0]), "the error comes last: {err}");
+    for p in phrases {
+        assert!(errors[0].contains(p), "{p:?} missing from: {err}");
+    }
+    errors[0].to_string()
+}
+
+fn mkfifo(p: &Path) {
+    assert!(std::process::Command::new("mkfifo").arg(p).status().unwrap().success());
+}
+
+/// A copy of `src` at `dst` with `sql` run on it (a hostile edit).
+fn edited(src: &Path, dst: &Path, sql: &str) -> PathBuf {
+    std::fs::copy(src, dst).unwrap();
+    rusqlite::Connection::open(dst).unwrap().execute_batch(sql).unwrap();
+    dst.to_path_buf()
+}
+
+/// A small finished index (one short text), built once per test binary.
+fn small_index() -> PathBuf {
+    static P: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("corpus");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("t.txt"), "The king of the north said: of all the ships, one of them is ours.").unwrap();
+        let out = tmp.path().join("small.focus-index");
+        build(&dir, &out);
+        (tmp, out)
+    })
+    .1
+    .clone()
+}
+
+/// Every query an index's reader makes, on `path`; the first error as one line.
+fn read_all(path: &Path) -> Result<(), String> {
+    let ix = Index::open(path).map_err(|e| format!("{e:#}"))?;
+    for l in 0..ix.identity.n_layers.min(2) {
+        ix.layer(l).map_err(|e| format!("{e:#}"))?;
+        for g in 0..ix.identity.groups {
+            let d = ix.centroid(l, g, 10).map_err(|e| format!("{e:#}"))?;
+            assert!(d.size_share.is_finite() && d.size_share >= 0.0);
+        }
+    }
+    ix.search("of", None).map_err(|e| format!("{e:#}"))?;
+    Ok(())
+}
+
+/// An index file is untrusted input (issue 51): an identity of 0 layers or groups, or of 2^32
+/// x 2^32 (which wrapped to 0 and passed the row check), a view where a table should be (an
+/// endless recursive one never returned), a trigger, negative or overflowing counts, a missing
+/// table or row: each gives one error naming the file and what is wrong, never a panic, abort,
+/// hang or a count of 18446744073709551611.
+#[test]
+fn hostile_index_files_one_clear_error() {
+    let good = small_index();
+    read_all(&good).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let id = |field: &str, v: &str| format!("UPDATE meta SET value = json_set(value, '$.{field}', {v}) WHERE key = 'identity';");
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("zero-groups", id("groups", "0"), "0 groups per layer"),
+        ("zero-layers", id("n_layers", "0"), "0 layers"),
+        ("wrapping", id("n_layers", "4294967296") + &id("groups", "4294967296"), "4294967296 layers"),
+        ("huge-groups", id("groups", "4294967296"), "4294967296 groups"),
+        ("zero-k", "UPDATE meta SET value = json_set(value, '$.settings.k', 0) WHERE key = 'identity';".into(), "top-k 0"),
+        (
+            "recursive-view",
+            "DROP TABLE centroids; CREATE VIEW centroids AS WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) \
+             SELECT 0 AS layer, x AS grp, 1 AS members, 1 AS held, 0.5 AS held_mass, '' AS label, '' AS rule, '[]' AS evidence, \
+             '[]' AS histogram, '[]' AS by_category, '[]' AS lifted FROM r;"
+                .into(),
+            "the view 'centroids'",
+        ),
+        ("trigger", "CREATE TRIGGER t AFTER INSERT ON meta BEGIN DELETE FROM meta; END;".into(), "the trigger 't'"),
+        ("other-table", "CREATE TABLE extra(x);".into(), "the table 'extra'"),
+        ("negative-members", "UPDATE centroids SET members = -5 WHERE layer = 0 AND grp = 0;".into(), "out of range: -5"),
+        ("no-vocab-row", "DELETE FROM vocab;".into(), "missing from its vocab table"),
+        ("no-documents-table", "DROP TABLE documents;".into(), "no such table: documents"),
+        ("bad-count", "UPDATE meta SET value = '-3' WHERE key = 'tokens';".into(), "tokens in the meta table is not a count"),
+    ];
+    for (name, sql, phrase) in cases {
+        let p = edited(&good, &tmp.path().join(format!("{name}.focus-index")), &sql);
+        let t = Instant::now();
+        let e = read_all(&p).expect_err(name);
+        assert!(t.elapsed() < Duration::from_secs(60), "{name}: {:?}", t.elapsed());
+        assert!(e.contains(&p.display().to_string()) && e.contains(phrase), "{name}: {e}");
+        assert_eq!(e.lines().count(), 1, "{name}: {e}");
+    }
+    // Counts SQLite's sum() overflows on: the dashboard still answers (a float total).
+    let p = edited(&good, &tmp.path().join("overflow.focus-index"), "UPDATE centroids SET members = 9223372036854775807 WHERE layer = 0;");
+    let e = Index::open(&p).unwrap().centroid(0, 1, 5).map(|_| ()).map_err(|e| e.to_string());
+    assert!(e.is_ok(), "{e:?}");
+    // The CLI: `bench centroids` on 0 groups panicked on an empty list of timings.
+    let p = tmp.path().join("zero-groups.focus-index");
+    let o = cli_within(&[os("bench"), os("centroids"), p.as_os_str()], &[], 120);
+    one_error(&o, &["0 groups per layer"]);
+    let o = cli_within(&[os("centroids"), tmp.path().join("negative-members.focus-index").as_os_str(), os("--layer"), os("0")], &[], 120);
+    assert!(!String::from_utf8_lossy(&o.stdout).contains("18446744073709551611"));
+    one_error(&o, &["out of range"]);
+}
+
+/// A query that never ends on its own (a recursive one, as a hostile view would make) is
+/// stopped by the reader's budget with an error naming the file.
+#[test]
+fn an_endless_query_ends_within_its_budget() {
+    let ix = Index::open(&small_index()).unwrap();
+    let t = Instant::now();
+    let e = ix.store.sql(|c| c.query_row("WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r) SELECT count(*) FROM r", [], |r| r.get::<_, i64>(0))).unwrap_err().to_string();
+    assert!(e.contains("did not finish within its budget") && e.contains("small.focus-index"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(120), "{:?}", t.elapsed());
+}
+
+/// `bench centroids` never writes the index it reads (`--scratch X` deleted and rewrote X), its
+/// `--scratch` must be a new file (a folder said "Is a directory (os error 21)"), it times an
+/// unfinished `.partial` through a finished copy, and an identity of 1000 layers x 64 groups is
+/// refused with the memory figure before the 32.8 GB it would take is allocated.
+#[test]
+fn bench_centroids_writes_only_a_new_scratch_file() {
+    let good = small_index();
+    let tmp = tempfile::tempdir().unwrap();
+    let x = tmp.path().join("x.focus-index");
+    std::fs::copy(&good, &x).unwrap();
+    let before = std::fs::read(&x).unwrap();
+    let o = cli_within(&[os("bench"), os("centroids"), x.as_os_str(), os("--scale-to"), os("1000"), os("--scratch"), x.as_os_str()], &[], 120);
+    one_error(&o, &["already exists", &x.display().to_string()]);
+    assert_eq!(std::fs::read(&x).unwrap(), before, "the index read was changed");
+    let dir = tmp.path().join("adir");
+    std::fs::create_dir_all(&dir).unwrap();
+    let o = cli_within(&[os("bench"), os("centroids"), x.as_os_str(), os("--scale-to"), os("1000"), os("--scratch"), dir.as_os_str()], &[], 120);
+    one_error(&o, &["is a folder that already exists", &dir.display().to_string()]);
+    // An unfinished index, as its help says it takes.
+    let partial = edited(&good, &tmp.path().join("y.focus-index.partial"), "UPDATE meta SET value = '0' WHERE key = 'complete';");
+    let o = cli_within(&[os("bench"), os("centroids"), partial.as_os_str()], &[], 120);
+    one_error(&o, &["unfinished", "--scratch"]);
+    let copy = tmp.path().join("copy.focus-index");
+    let o = cli_within(&[os("bench"), os("centroids"), partial.as_os_str(), os("--scratch"), copy.as_os_str(), os("--json")], &[], 300);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let b: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(b["tokens"].as_u64().unwrap() > 0 && b["documents"].as_u64() == Some(1), "{b}");
+    let names: Vec<String> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.iter().all(|n| !n.contains("focus-tmp") && !n.ends_with("-journal")), "{names:?}");
+    // 1000 layers x 64 groups: (64,000)^2 co-membership counts, 32.8 GB, refused with the figure.
+    let big = edited(&good, &tmp.path().join("big.focus-index"), "UPDATE meta SET value = json_set(json_set(value, '$.n_layers', 1000), '$.groups', 64) WHERE key = 'identity';");
+    let scaled = tmp.path().join("scaled.focus-index");
+    let o = cli_within(&[os("bench"), os("centroids"), big.as_os_str(), os("--scale-to"), os("100"), os("--scratch"), scaled.as_os_str()], &[("FOCUS_LENS_MEMORY", "8G")], 120);
+    one_error(&o, &["not enough memory", "1000 layers x 64 groups", "32.7", "GB", "only 8.00 GB is available"]);
+    assert!(!scaled.exists());
+    // A FIFO where the index is expected: refused at once, never opened.
+    let fifo = tmp.path().join("fifo.focus-index");
+    mkfifo(&fifo);
+    for cmd in [&[os("centroids"), fifo.as_os_str()][..], &[os("bench"), os("centroids"), fifo.as_os_str()][..]] {
+        let o = cli_within(cmd, &[], 60);
+        one_error(&o, &["not a regular file", &fifo.display().to_string()]);
+    }
+}
+
+/// `index` reads and writes only where it is asked to (issue 51): a link out of the corpus
+/// folder is skipped (its text was indexed and printed), a FIFO in the corpus is skipped, a
+/// FIFO or a missing folder at `--out` is refused (a device was replaced), an `OUT.partial`
+/// that links to another program's database is refused and left as it is (the index's tables
+/// were added to it), a second build says another is running; file names are kept as bytes
+/// (`caf\xe9.txt` and `caf\xe8.txt` were one document), an output name of 250 bytes is written,
+/// skipped files are reported when stderr is not a terminal, and `centroids` prints the
+/// corpus's escape sequences as visible text.
+#[test]
+fn index_reads_and_writes_only_where_asked() {
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let corpus = tmp.path().join("corpus");
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir_all(&corpus).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "The SECRETWORD is never indexed.").unwrap();
+    std::os::unix::fs::symlink("../outside/secret.txt", corpus.join("link.txt")).unwrap();
+    std::fs::write(corpus.join("a.txt"), "The king \u{1b}[31mof\u{1b}[0m the north \u{1b}]0;pwned\u{7} said: of all the ships.").unwrap();
+    let cafe = |b: u8| corpus.join(std::ffi::OsStr::from_bytes(&[b'c', b'a', b'f', b, b'.', b't', b'x', b't']));
+    std::fs::write(cafe(0xe9), "One cafe of the town.").unwrap();
+    std::fs::write(cafe(0xe8), "Another cafe of the harbour.").unwrap();
+    mkfifo(&corpus.join("pipe.txt"));
+    let a = adapter_dir();
+    let out = tmp.path().join(format!("{}.idx", "n".repeat(246)));
+    assert_eq!(out.file_name().unwrap().len(), 250);
+    let index = |out: &Path| {
+        let args = [os("index"), os("--adapter"), a.as_os_str(), os("--segment"), os("256"), os("--out"), out.as_os_str(), os("--json"), corpus.as_os_str()];
+        cli_within(&args, &[], 600)
+    };
+    // Outputs refused before anything is written.
+    let fifo = tmp.path().join("fifo.idx");
+    mkfifo(&fifo);
+    one_error(&index(&fifo), &["not a regular file", &fifo.display().to_string()]);
+    let nowhere = tmp.path().join("missing/x.idx");
+    one_error(&index(&nowhere), &["folder", "does not exist"]);
+    let other = tmp.path().join("other.db");
+    rusqlite::Connection::open(&other).unwrap().execute_batch("CREATE TABLE theirs(x); INSERT INTO theirs VALUES(1);").unwrap();
+    let other_bytes = std::fs::read(&other).unwrap();
+    let partial = focus_lens::index::build::partial_path(&out);
+    assert!(partial.file_name().unwrap().len() <= 255 - 8, "{partial:?}");
+    std::os::unix::fs::symlink(&other, &partial).unwrap();
+    one_error(&index(&out), &["symbolic link"]);
+    assert_eq!(std::fs::read(&other).unwrap(), other_bytes, "another program's database was written");
+    assert!(std::fs::symlink_metadata(&partial).unwrap().is_symlink());
+    std::fs::remove_file(&partial).unwrap();
+    // A build under way (its lock held): a second says so.
+    let held = std::fs::File::create(&partial).unwrap();
+    held.lock().unwrap();
+    one_error(&index(&out), &["another `focus-lens index`", "locked"]);
+    drop(held);
+    std::fs::remove_file(&partial).unwrap();
+
+    let r = index(&out);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{err}");
+    // Without a terminal the notes are still printed.
+    assert!(err.contains("skipped link.txt") && err.contains("skipped pipe.txt"), "{err}");
+    let rep: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(rep["documents"].as_u64(), Some(3), "{rep}");
+    let skipped = rep["skipped"].to_string();
+    assert!(skipped.contains("outside the corpus folder") && skipped.contains("not a regular file"), "{skipped}");
+    let ix = Index::open(&out).unwrap();
+    let docs = ix.store.documents().unwrap();
+    let names: Vec<&str> = docs.iter().map(|d| d.0.as_str()).collect();
+    assert_eq!(names, ["a.txt", "caf\\xe8.txt", "caf\\xe9.txt"]);
+    let texts: i64 = ix.store.conn.query_row("SELECT count(*) FROM documents WHERE text LIKE '%SECRETWORD%'", [], |r| r.get(0)).unwrap();
+    assert_eq!(texts, 0);
+    // Now up to date (two names that were one were never so).
+    let r = index(&out);
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&r.stdout).unwrap()["up_to_date"], true);
+    // No control sequence reaches the terminal.
+    let mut printed = cli_within(&[os("centroids"), out.as_os_str()], &[], 120).stdout;
+    for g in 0..8 {
+        let o = cli_within(&[os("centroids"), out.as_os_str(), os("--layer"), os("0"), os("--centroid"), os(&g.to_string())], &[], 120);
+        assert!(o.status.success());
+        printed.extend(o.stdout);
+    }
+    assert!(!printed.iter().any(|&b| b == 0x1b || b == 0x07), "{}", String::from_utf8_lossy(&printed));
+    assert!(String::from_utf8_lossy(&printed).contains("\\u{1b}"), "the escapes are shown as text");
+    let names: Vec<String> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(names.iter().all(|n| !n.ends_with(".partial") && !n.contains("focus-tmp")), "{names:?}");
+}
+
+/// The build reads each text as it is when it is routed: a file grown past the 4 MiB limit
+/// after the listing, or swapped for a link out of the folder, is refused then (the limit was
+/// checked only when the folder was listed); names keep their bytes.
+#[test]
+fn corpus_texts_are_checked_when_read() {
+    use focus_lens::index::build::{doc_name, read_document, MAX_DOC_BYTES};
+    use std::os::unix::ffi::OsStrExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("c");
+    std::fs::create_dir_all(&root).unwrap();
+    let f = root.join("t.txt");
+    std::fs::write(&f, "small").unwrap();
+    assert_eq!(read_document(&f, &root).unwrap(), "small");
+    std::fs::write(&f, vec![b'a'; MAX_DOC_BYTES as usize + 1]).unwrap();
+    let e = read_document(&f, &root).unwrap_err().to_string();
+    assert!(e.contains("at most 4194304"), "{e}");
+    std::fs::write(tmp.path().join("secret.txt"), "secret").unwrap();
+    std::fs::remove_file(&f).unwrap();
+    std::os::unix::fs::symlink("../secret.txt", &f).unwrap();
+    let e = read_document(&f, &root).unwrap_err().to_string();
+    assert!(e.contains("outside the folder"), "{e}");
+    let n = |b: &[u8]| doc_name(Path::new(std::ffi::OsStr::from_bytes(b)));
+    assert_ne!(n(b"caf\xe9.txt"), n(b"caf\xe8.txt"));
+    assert_ne!(n(b"a\\b.txt"), n(b"a/b.txt"));
+    assert_eq!(n("sub/naïve.txt".as_bytes()), "sub/naïve.txt");
+}

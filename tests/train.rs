@@ -358,6 +358,8 @@ fn the_cli_states_the_figures_and_keeps_checkpoints() {
         median(last) / median(&log[0])
     );
     assert!(line.ends_with(&want), "{line}\nwant {want}");
+    // The held-out figure is a number, not Rust's `Some(67.8)` (issue 51).
+    assert!(!line.contains("Some(") && line.contains(&format!("PPL {:.2});", last["heldout_ppl"].as_f64().unwrap())), "{line}");
     // The adapter records the objective it was trained with.
     let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("adapter_config.json")).unwrap()).unwrap();
     assert_eq!((cfg["training"]["sharpen"].as_f64(), cfg["training"]["balance"].as_f64()), (Some(0.05), Some(0.5)), "{}", cfg["training"]);

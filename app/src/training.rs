@@ -86,6 +86,8 @@ pub fn text_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
             out.extend(v);
         } else if p.is_file() {
             out.push(p.clone());
+        } else if std::fs::metadata(p).is_ok() {
+            bail!("{} is not a regular file (a FIFO, socket or device?): training text must be a regular file or a folder of *.txt files", p.display());
         } else {
             bail!("{} does not exist", p.display());
         }

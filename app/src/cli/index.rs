@@ -5,7 +5,7 @@
 use super::common::{FocusArgs, ModelArgs};
 use crate::index::{build_index, BuildRequest, Index};
 use anyhow::{Context, Result};
-use focus_core::index::label::quoted;
+use focus_core::index::label::{printable as pr, quoted};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -39,8 +39,9 @@ pub fn run(a: Args) -> Result<()> {
             PathBuf::from(format!("{name}.focus-index"))
         }
     };
-    // Bad folders fail before the model loads.
+    // Bad folders and outputs fail before the model loads.
     crate::index::build::list_corpus(&a.corpus)?;
+    crate::index::build::check_out(&out)?;
     let model = a.model.load()?;
     let adapter_path = a.focus.adapter.clone().expect("clap requires --adapter");
     let (adapter, mode) = a.focus.load(&model)?;
@@ -62,7 +63,8 @@ pub fn run(a: Args) -> Result<()> {
     let report = build_index(
         &req,
         &stop,
-        |m| pb.println(m),
+        // A hidden bar (stderr not a terminal, or --json) drops println: print the note itself.
+        |m| if pb.is_hidden() { eprintln!("{m}") } else { pb.println(m) },
         |p| {
             pb.set_length(p.bytes_total.max(1));
             pb.set_position(p.bytes_done);
@@ -138,7 +140,7 @@ pub fn centroids(a: CentroidsArgs) -> Result<()> {
         }
         crate::outln!("token          layer  centroid  count   share  label")?;
         for h in &hits {
-            crate::outln!("{:<14} {:>5}  {:>8}  {:>6}  {:>5.1}%  {}", quoted(&h.text), h.layer, h.group, h.count, 100.0 * h.share, h.label)?;
+            crate::outln!("{:<14} {:>5}  {:>8}  {:>6}  {:>5.1}%  {}", quoted(&h.text), h.layer, h.group, h.count, 100.0 * h.share, pr(&h.label))?;
         }
         return Ok(());
     }
@@ -148,20 +150,20 @@ pub fn centroids(a: CentroidsArgs) -> Result<()> {
             if a.json {
                 return super::common::print_json(&d);
             }
-            crate::outln!("layer {l} centroid {g}: {}  ({} members, {:.1}% of the layer; mean membership where held {:.2})", d.label, d.members, 100.0 * d.size_share, d.mean_held_membership)?;
+            crate::outln!("layer {l} centroid {g}: {}  ({} members, {:.1}% of the layer; mean membership where held {:.2})", pr(&d.label), d.members, 100.0 * d.size_share, d.mean_held_membership)?;
             for e in &d.evidence {
-                crate::outln!("  evidence: {e}")?;
+                crate::outln!("  evidence: {}", pr(e))?;
             }
             crate::outln!("\ntop examples (membership, document:position, context):")?;
             for e in &d.examples {
-                let flat = |s: &str| s.replace(['\n', '\r', '\t'], " ");
-                crate::outln!("  {:.3}  {}:{}  {}[{}]{}", e.membership, e.document, e.position, flat(&e.left), flat(&e.token), flat(&e.right))?;
+                // The corpus's text on one line, without the control sequences it may hold.
+                crate::outln!("  {:.3}  {}:{}  {}[{}]{}", e.membership, pr(&e.document), e.position, pr(&e.left), pr(&e.token), pr(&e.right))?;
             }
             crate::outln!("\nmembership histogram (tokens held, bins of 0.05; {} tokens not held):", d.not_held)?;
             crate::outln!("  {}", d.histogram.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(" "))?;
             crate::outln!("\ncategories (share of members vs corpus, lift):")?;
             for c in &d.categories {
-                crate::outln!("  {:<12} {:>6}  {:>5.1}% vs {:>5.1}%  x{:.2}", c.name, c.count, 100.0 * c.share, 100.0 * c.base, c.lift)?;
+                crate::outln!("  {:<12} {:>6}  {:>5.1}% vs {:>5.1}%  x{:.2}", pr(&c.name), c.count, 100.0 * c.share, 100.0 * c.base, c.lift)?;
             }
             crate::outln!("\ntop tokens:")?;
             for t in &d.top_tokens {
@@ -173,7 +175,7 @@ pub fn centroids(a: CentroidsArgs) -> Result<()> {
             }
             crate::outln!("\nneighbours (best centroid of each other layer: shared members, share, Jaccard):")?;
             for n in &d.neighbours {
-                crate::outln!("  layer {:>2} G{}  {:>7}  {:>5.1}%  {:.2}  {}", n.layer, n.group, n.shared, 100.0 * n.share, n.jaccard, n.label)?;
+                crate::outln!("  layer {:>2} G{}  {:>7}  {:>5.1}%  {:.2}  {}", n.layer, n.group, n.shared, 100.0 * n.share, n.jaccard, pr(&n.label))?;
             }
         }
         (layer, _) => {
@@ -191,16 +193,16 @@ pub fn centroids(a: CentroidsArgs) -> Result<()> {
                 a.index.display(),
                 ix.documents,
                 ix.tokens,
-                ix.identity.model,
-                ix.identity.adapter,
+                pr(&ix.identity.model),
+                pr(&ix.identity.adapter),
                 ix.identity.groups,
                 ix.identity.settings.k,
-                ix.identity.settings.mode,
+                pr(&ix.identity.settings.mode),
                 ix.identity.settings.segment_len
             )?;
             for layer in rows {
                 for c in layer {
-                    crate::outln!("layer {:>2}  G{}  {:>8} members  {}", c.layer, c.group, c.members, c.label)?;
+                    crate::outln!("layer {:>2}  G{}  {:>8} members  {}", c.layer, c.group, c.members, pr(&c.label))?;
                 }
             }
         }
@@ -216,7 +218,8 @@ pub struct BenchArgs {
     /// holds this many tokens, write its summaries (timed), and time the queries there.
     #[arg(long, requires = "scratch", value_parser = super::common::count::<1, 1_000_000_000>)]
     pub scale_to: Option<usize>,
-    /// The scaled index's file (replaced).
+    /// The scaled index's file: a new file (an existing one is never replaced). Alone (without
+    /// --scale-to), a finished copy of INDEX's documents: how an unfinished `.partial` is timed.
     #[arg(long)]
     pub scratch: Option<PathBuf>,
     /// Rows of examples and tokens per dashboard, as the view shows.
@@ -227,13 +230,25 @@ pub struct BenchArgs {
 }
 
 pub fn bench(a: BenchArgs) -> Result<()> {
+    if let Some(s) = &a.scratch {
+        crate::index::bench::check_scratch(s)?;
+    }
     let (path, summary) = match (a.scale_to, &a.scratch) {
-        (Some(n), Some(s)) => {
+        (n, Some(s)) => {
+            let n = n.unwrap_or(1);
             eprintln!("copying the documents of {} into {} up to {n} tokens ...", a.index.display(), s.display());
             let secs = crate::index::bench::scale(&a.index, s, n as u64)?;
             (s.clone(), Some(secs))
         }
-        _ => (a.index.clone(), None),
+        _ => {
+            if !crate::index::store::Store::open(&a.index)?.complete() {
+                anyhow::bail!(
+                    "{} is an unfinished index (a build under way or interrupted): its summaries are not written yet; time a finished copy of its documents with --scratch NEW_FILE (and --scale-to N for more tokens)",
+                    a.index.display()
+                );
+            }
+            (a.index.clone(), None)
+        }
     };
     let r = crate::index::bench::bench(&path, a.rows, summary)?;
     if a.json {

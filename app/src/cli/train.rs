@@ -155,7 +155,8 @@ pub fn run(a: Args) -> Result<()> {
         eprintln!("interrupted at step {}: checkpoint in {}", outcome.step, a.out.join("checkpoint").display());
         return Ok(());
     }
-    eprintln!("wrote {} (held-out {} PPL {:?}); {}", a.out.display(), prepared.trainer.eval_mode(), outcome.figures.heldout_ppl, outcome.figures.line());
+    let ppl = outcome.figures.heldout_ppl.map_or_else(|| "not measured".to_string(), |p| format!("{p:.2}"));
+    eprintln!("wrote {} (held-out {} PPL {ppl}); {}", a.out.display(), prepared.trainer.eval_mode(), outcome.figures.line());
     Ok(())
 }
 

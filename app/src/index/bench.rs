@@ -3,10 +3,11 @@
 //! million tokens can be measured without routing a million tokens first. The summaries of the
 //! larger index are written by the build's own code (`summary::write_summaries`) and timed too.
 
+use super::build::sqlite_name;
 use super::query::Index;
 use super::store::Store;
 use super::summary::write_summaries;
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -36,42 +37,85 @@ pub struct BenchReport {
 }
 
 fn timing(query: &str, mut ms: Vec<f64>) -> Timing {
+    if ms.is_empty() {
+        return Timing { query: query.into(), calls: 0, median_ms: 0.0, p95_ms: 0.0, max_ms: 0.0 };
+    }
     ms.sort_by(f64::total_cmp);
     let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
     Timing { query: query.into(), calls: ms.len(), median_ms: at(0.5), p95_ms: at(0.95), max_ms: at(1.0) }
 }
 
-/// Copies the documents of `source` (a finished or partial index) into `scratch` under new names
-/// (`copyN/NAME`; one copy keeps them) until it holds at least `tokens` tokens, and writes its summaries; returns the
-/// seconds the summaries took.
+/// Copies the documents of `source` (a finished or partial index) into `scratch`, a new file,
+/// under new names (`copyN/NAME`; one copy keeps them) until it holds at least `tokens` tokens,
+/// and writes its summaries; returns the seconds the summaries took. The copy is written to a
+/// temporary file beside `scratch` and put in place only when it is finished, and never over an
+/// existing file (so never over `source`); the source is only read, a document at a time.
 pub fn scale(source: &Path, scratch: &Path, tokens: u64) -> Result<f64> {
+    check_scratch(scratch)?;
     let src = Store::open(source)?;
     let Some(id) = src.identity()? else { bail!("{} has no identity: not an index", source.display()) };
-    let mut docs = Vec::new();
-    src.for_each_document(id.n_layers, id.groups, id.settings.k, |name, text, doc| {
-        docs.push((name.to_string(), text.to_string(), doc));
+    // Refused before anything is read or written: statistics larger than the memory there is.
+    super::summary::check_memory(source, &id)?;
+    let mut per_copy = 0u64;
+    src.for_each_document(id.n_layers, id.groups, id.settings.k, |_, _, doc| {
+        per_copy += doc.len() as u64;
         Ok(())
     })?;
-    let per_copy: u64 = docs.iter().map(|d| d.2.len() as u64).sum();
     if per_copy == 0 {
         bail!("{} holds no routed document yet", source.display());
     }
-    if scratch.exists() {
-        std::fs::remove_file(scratch)?;
-    }
-    let mut out = Store::create(scratch)?;
-    out.set_meta("identity", &serde_json::to_string(&id)?)?;
-    let copies = tokens.div_ceil(per_copy);
-    for c in 0..copies {
-        for (name, text, doc) in &docs {
-            // One copy keeps the names (a finished copy of a partial index).
-            let n = if copies == 1 { name.clone() } else { format!("copy{c:03}/{name}") };
-            out.put_document(&n, "scaled", text, doc)?;
+    let tmp = scratch.with_file_name(sqlite_name(scratch.file_name().unwrap_or_default(), ".", ".focus-tmp"));
+    let (lock, _) = focus_core::io::open_own(&tmp).map_err(|e| anyhow!("cannot write {}: {e}", tmp.display()))?;
+    lock.try_lock().map_err(|_| anyhow!("{} is being written by another `bench centroids`: wait for it, or use another --scratch", tmp.display()))?;
+    let r = (|| -> Result<f64> {
+        remove_journal(&tmp)?;
+        lock.set_len(0).with_context(|| format!("cannot empty {}", tmp.display()))?;
+        let mut out = Store::create(&tmp)?;
+        out.set_meta("identity", &serde_json::to_string(&id)?)?;
+        let copies = tokens.div_ceil(per_copy);
+        for c in 0..copies {
+            src.for_each_document(id.n_layers, id.groups, id.settings.k, |name, text, doc| {
+                // One copy keeps the names (a finished copy of a partial index).
+                let n = if copies == 1 { name.to_string() } else { format!("copy{c:03}/{name}") };
+                out.put_document(&n, "scaled", text, &doc)
+            })?;
         }
+        let t = Instant::now();
+        write_summaries(&mut out, &id, &AtomicBool::new(false))?;
+        Ok(t.elapsed().as_secs_f64())
+    })();
+    let r = r.and_then(|secs| {
+        // A hard link fails if `scratch` appeared meanwhile: nothing is ever replaced.
+        std::fs::hard_link(&tmp, scratch).with_context(|| format!("cannot create {}", scratch.display()))?;
+        Ok(secs)
+    });
+    let _ = std::fs::remove_file(&tmp);
+    let _ = remove_journal(&tmp);
+    drop(lock);
+    r
+}
+
+/// `--scratch` must name a new file in an existing folder: the scaled copy never replaces
+/// anything (the index it reads above all).
+pub fn check_scratch(scratch: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(scratch).is_ok() {
+        let kind = if scratch.is_dir() { "a folder" } else { "a file" };
+        bail!("--scratch {} is {kind} that already exists: give the name of a new file (bench centroids never replaces a file, least of all the index it reads)", scratch.display());
     }
-    let t = Instant::now();
-    write_summaries(&mut out, &id, &AtomicBool::new(false))?;
-    Ok(t.elapsed().as_secs_f64())
+    let dir = scratch.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if !dir.is_dir() {
+        bail!("--scratch {}: its folder {} does not exist", scratch.display(), dir.display());
+    }
+    Ok(())
+}
+
+fn remove_journal(db: &Path) -> Result<()> {
+    let mut j = db.as_os_str().to_owned();
+    j.push("-journal");
+    match std::fs::remove_file(std::path::PathBuf::from(&j)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e).with_context(|| format!("cannot remove {}", Path::new(&j).display())),
+        _ => Ok(()),
+    }
 }
 
 /// Times every query the Centroids view makes on `path`: open, a layer's list, every centroid's
@@ -106,7 +150,7 @@ pub fn bench(path: &Path, rows: usize, summary_seconds: Option<f64>) -> Result<B
         tokens: ix.tokens,
         layers: nl,
         groups: k,
-        file_bytes: std::fs::metadata(path)?.len(),
+        file_bytes: std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?.len(),
         summary_seconds,
         open_ms,
         timings: vec![

@@ -19,11 +19,15 @@ pub struct McQuestion {
     pub correct: Vec<bool>,
 }
 
+/// The largest suite file read (the built-in ones are under 1 MiB): through the guarded reader,
+/// so a FIFO is refused instead of blocking and `/dev/zero` instead of filling memory.
+pub const MAX_SUITE_BYTES: u64 = 64 << 20;
+
 /// Reads BIG-bench's `truthful_qa/task_mc.json`: examples of `input` and `target_scores`
 /// (choice -> 1 for a true answer, 0 for a false one).
 /// Also returns the task's few-shot prefix (six solved questions), used with `few_shot`.
 pub fn load_truthfulqa(path: &Path) -> Result<(Vec<McQuestion>, String)> {
-    parse_truthfulqa(&std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?, path)
+    parse_truthfulqa(&crate::io::read_capped_string(path, MAX_SUITE_BYTES, "TruthfulQA file")?, path)
 }
 
 /// `load_truthfulqa` of a file's text (e.g. one embedded in a binary); `path` names it in errors.
@@ -68,7 +72,7 @@ pub struct ClozeItem {
 
 /// Reads a JSONL file of `ClozeItem`s.
 pub fn load_cloze(path: &Path) -> Result<Vec<ClozeItem>> {
-    parse_cloze(&std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?, path)
+    parse_cloze(&crate::io::read_capped_string(path, MAX_SUITE_BYTES, "cloze file")?, path)
 }
 
 /// `load_cloze` of a file's text (e.g. one embedded in a binary); `path` names it in errors.

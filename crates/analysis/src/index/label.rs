@@ -36,7 +36,41 @@ pub struct AutoLabel {
 
 /// A token's text as a label shows it: quoted, with line breaks and tabs escaped.
 pub fn quoted(text: &str) -> String {
-    format!("'{}'", text.replace('\n', "\\n").replace('\t', "\\t").replace('\r', "\\r"))
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('\'');
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if is_unprintable(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// Characters a terminal acts on instead of showing: C0 and C1 controls (ESC starts the
+/// sequences that move the cursor, retitle the window, ...), DEL, and the bidirectional
+/// overrides and isolates, which reorder what follows them.
+pub fn is_unprintable(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Text from a corpus or an index (a document's name, an example's context, a label) as one
+/// line that is safe to print: newlines and tabs become spaces, any other character a terminal
+/// would act on (`is_unprintable`) a visible `\u{1b}`.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\n' | '\r' | '\t' => out.push(' '),
+            c if is_unprintable(c) => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// (share among the members, share in the corpus, lift) of category `c`.
@@ -108,4 +142,23 @@ pub fn auto_label(corpus: &CorpusStats, layer: usize, group: usize, text: impl F
         (format!("mixed: {}", names.join(" ")), "mixed")
     };
     AutoLabel { label, rule: rule.into(), evidence }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A corpus's control sequences are shown, never sent to the terminal (issue 51: `centroids`
+    /// printed them raw): ESC, BEL, C1 codes and the bidirectional overrides become `\u{..}`.
+    #[test]
+    fn control_characters_are_shown_not_sent() {
+        let hostile = "a\u{1b}[31mred\u{1b}]0;title\u{7} \u{9b}2J \u{202e}evil\u{2066}\u{7f}";
+        for s in [quoted(hostile), printable(hostile)] {
+            assert!(!s.chars().any(is_unprintable), "{s:?}");
+            assert!(s.contains("\\u{1b}[31mred") && s.contains("\\u{7}") && s.contains("\\u{9b}") && s.contains("\\u{202e}") && s.contains("\\u{7f}"), "{s}");
+        }
+        assert_eq!(quoted(" of\n"), "' of\\n'");
+        assert_eq!(printable("a\nb\tc"), "a b c");
+        assert_eq!(printable("naïve 東京"), "naïve 東京");
+    }
 }

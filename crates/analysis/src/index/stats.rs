@@ -72,6 +72,16 @@ fn example_order(a: &Example, b: &Example) -> std::cmp::Ordering {
 }
 
 impl CorpusStats {
+    /// The bytes `new(n_layers, groups, _)` allocates before any document is added (the
+    /// co-membership table, (layers x groups)^2 counts, is most of it); `None` when that does not
+    /// even fit a u64. Checked against the memory available before `new` is called with counts
+    /// read from an untrusted file.
+    pub fn bytes_needed(n_layers: usize, groups: usize) -> Option<u64> {
+        let cells = (n_layers as u64).checked_mul(groups as u64)?;
+        let per_centroid = (std::mem::size_of::<CentroidStats>() + 8 * (Category::COUNT + HIST_BINS)) as u64;
+        cells.checked_mul(cells)?.checked_mul(8)?.checked_add(cells.checked_mul(per_centroid)?)
+    }
+
     pub fn new(n_layers: usize, groups: usize, k: usize) -> CorpusStats {
         let c = CentroidStats { by_category: vec![0; Category::COUNT], histogram: vec![0; HIST_BINS], ..Default::default() };
         CorpusStats {

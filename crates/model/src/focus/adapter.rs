@@ -231,6 +231,18 @@ fn mismatch(field: &str, adapter: impl ToString, model: impl ToString) -> Error 
     Error::AdapterMismatch { field: field.into(), adapter: adapter.to_string(), model: model.to_string() }
 }
 
+/// The base model an adapter folder's `adapter_config.json` records, read through the guarded
+/// reader (a regular file of at most `MAX_JSON_BYTES`: a FIFO there blocked the app's window
+/// before it painted). For callers that only look (the app picking a model to go with an
+/// adapter); `Adapter::load` reads the whole config with its errors.
+pub fn recorded_base_model(dir: &Path) -> Result<BaseModel> {
+    let path = dir.join(CONFIG_FILE);
+    let text = crate::io::read_capped_string(&path, crate::io::MAX_JSON_BYTES, "adapter config")?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::bad_file(&path, e.to_string()))?;
+    let base = v.get("base_model").ok_or_else(|| Error::bad_file(&path, "no base_model"))?;
+    serde_json::from_value(base.clone()).map_err(|e| Error::bad_file(&path, format!("base_model: {e}")))
+}
+
 impl Adapter {
     /// A randomly initialised adapter for the model `base` on `dev`: W_g ~ N(0, 1/d_model),
     /// C ~ N(0, 1/d_g) with unit-norm rows. Everything works with it before any training.
@@ -463,6 +475,23 @@ impl Adapter {
 mod tests {
     use super::*;
     use crate::focus::identity::BaseModel;
+
+    /// The app's adapter picker reads the base model through the guarded reader: a FIFO at
+    /// `adapter_config.json` is refused at once (issue 51: `gui --adapter` never painted).
+    #[test]
+    fn recorded_base_model_refuses_a_fifo() {
+        let dir = std::env::temp_dir().join(format!("focus-adapter-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let c = std::ffi::CString::new(dir.join(CONFIG_FILE).as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d = dir.clone();
+        std::thread::spawn(move || tx.send(recorded_base_model(&d).map(|_| ()).map_err(|e| e.to_string())));
+        let e = rx.recv_timeout(std::time::Duration::from_secs(20)).expect("reading a FIFO hung").unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     fn base() -> BaseModel {
         BaseModel { arch: "llama".into(), name: "t".into(), n_layers: 2, d_model: 8, n_heads: 1, n_kv_heads: 1, vocab: 8, fingerprint: String::new() }

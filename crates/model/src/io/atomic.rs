@@ -3,18 +3,53 @@
 
 use crate::error::{Error, Result};
 use std::io::Write;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
+/// The longest file name most file systems take (ext4, xfs, btrfs, tmpfs: 255 bytes).
+pub const NAME_MAX: usize = 255;
+
+/// `prefix + name + suffix` as a file name of at most `NAME_MAX` bytes: the name whole when it
+/// fits, else its first bytes and `~` and a hash of the whole name (16 hex digits), so that two
+/// long names still get two names, the same on every run. Bytes, not text: a name that is not
+/// UTF-8 keeps its own bytes.
+pub fn short_name(name: &OsStr, prefix: &str, suffix: &str) -> OsString {
+    short_name_within(name, prefix, suffix, NAME_MAX)
+}
+
+/// `short_name` of at most `max` bytes (an SQLite file's name leaves room for `-journal`).
+pub fn short_name_within(name: &OsStr, prefix: &str, suffix: &str, max: usize) -> OsString {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let b = name.as_bytes();
+    let mut out = prefix.as_bytes().to_vec();
+    if prefix.len() + b.len() + suffix.len() <= max {
+        out.extend_from_slice(b);
+    } else {
+        // FNV-1a: stable across builds (a resumed build must find the same name again).
+        let h = b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ x as u64).wrapping_mul(0x0100_0000_01b3));
+        let keep = max.saturating_sub(prefix.len() + suffix.len() + 17);
+        out.extend_from_slice(&b[..keep.min(b.len())]);
+        out.extend_from_slice(format!("~{h:016x}").as_bytes());
+    }
+    out.extend_from_slice(suffix.as_bytes());
+    OsString::from_vec(out)
+}
+
 /// The temporary name `write_atomic` uses for `path`: fixed (no PID), so a file left by a killed
-/// run is overwritten and removed by the next one instead of piling up.
+/// run is overwritten and removed by the next one instead of piling up; `.NAME.focus-tmp`,
+/// shortened (`short_name`) when that would pass 255 bytes.
 pub fn temp_path(path: &Path) -> PathBuf {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    dir.join(format!(".{name}.focus-tmp"))
+    let name = path.file_name().unwrap_or_default();
+    dir.join(short_name(name, ".", ".focus-tmp"))
 }
 
 pub(crate) fn write_temp(tmp: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f = std::fs::File::create(tmp)?;
+    // The name is ours: whatever a killed run (or anyone) left there goes, a link included.
+    if std::fs::symlink_metadata(tmp).is_ok_and(|m| !m.is_file()) {
+        let _ = std::fs::remove_file(tmp);
+    }
+    let mut f = create_regular(tmp)?;
     f.write_all(bytes)?;
     f.sync_all()
 }
@@ -33,9 +68,49 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// An export target must be absent, or a regular file (or a link to one): a rename would
+/// Creates (or truncates) a file for writing without following a link at its name and without
+/// blocking on a FIFO there; what is opened must be a regular file. For temporaries and lock
+/// files, whose names are ours.
+pub fn create_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_symlink() => return Err(std::io::Error::other("it is a symbolic link; this file must be a regular file")),
+        Ok(m) if !m.is_file() => return Err(std::io::Error::other("it is not a regular file (a directory, FIFO, device or socket?)")),
+        _ => {}
+    }
+    let f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC).open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("it is not a regular file (a device, FIFO or socket?)"));
+    }
+    Ok(f)
+}
+
+/// Opens a file of ours (a lock, an unfinished output) for reading and writing, creating it
+/// when absent: never through a link at its name, never waiting on a FIFO there, and only a
+/// regular file. Returns the file and whether this call created it.
+pub fn open_own(path: &Path) -> std::io::Result<(std::fs::File, bool)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    let created = match std::fs::OpenOptions::new().read(true).write(true).create_new(true).custom_flags(flags).open(path) {
+        Ok(f) => return Ok((f, true)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
+        Err(e) => return Err(e),
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_symlink() => return Err(std::io::Error::other("it is a symbolic link; this file must be a regular file")),
+        Ok(m) if !m.is_file() => return Err(std::io::Error::other("it is not a regular file (a directory, FIFO, device or socket?)")),
+        _ => {}
+    }
+    let f = std::fs::OpenOptions::new().read(true).write(true).custom_flags(flags).open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("it is not a regular file (a directory, FIFO, device or socket?)"));
+    }
+    Ok((f, created))
+}
+
+/// An output target must be absent, or a regular file (or a link to one): a rename would
 /// replace a device node, FIFO or socket with a regular file.
-pub(crate) fn check_target(path: &Path) -> Result<()> {
+pub fn check_target(path: &Path) -> Result<()> {
     let refuse = |why: &str| Err(Error::write(path, std::io::Error::other(why.to_string())));
     match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => refuse("it is a directory"),

@@ -49,7 +49,7 @@ const GEN_PREFIX: &str = "g-";
 /// `.NAME.focus-sets`.
 pub fn store_dir(first: &Path) -> PathBuf {
     let (dir, name) = split(first);
-    dir.join(format!(".{}.focus-sets", name.to_string_lossy()))
+    dir.join(super::atomic::short_name(&name, ".", ".focus-sets"))
 }
 
 fn split(p: &Path) -> (PathBuf, OsString) {
@@ -185,7 +185,8 @@ pub fn write_set(files: &[(PathBuf, Vec<u8>)]) -> Result<()> {
         Err(_) => std::fs::create_dir(&store).map_err(|e| Error::write(&store, e))?,
     }
     let lock_path = store.join(LOCK);
-    let lock = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path).map_err(|e| Error::write(&lock_path, e))?;
+    // Not a plain open: a FIFO at the lock's name would block it forever.
+    let lock = super::atomic::create_regular(&lock_path).map_err(|e| Error::write(&lock_path, e))?;
     lock.lock().map_err(|e| Error::write(&lock_path, e))?;
     clean(&store, &dir, &names)?;
     let mut steps = Steps::new();
@@ -246,3 +247,4 @@ pub fn write_set(files: &[(PathBuf, Vec<u8>)]) -> Result<()> {
     steps.step();
     Ok(())
 }
+

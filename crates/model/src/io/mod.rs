@@ -1,7 +1,11 @@
 //! Files in and out. Reading: every input goes through `open_input` / `read_capped`, which
-//! refuse what is not a regular file (a FIFO would block forever, `/dev/zero` never ends) and
-//! cap the bytes read. Writing: `write_atomic` (`atomic`) and `write_atomic_set` (a set of files
-//! switched as one, `export_set`). Reading a user's text:
+//! refuse what is not a regular file (a FIFO would block forever, `/dev/zero` never ends), by
+//! name and again on the opened file, and cap the bytes read (`read_opened`); a file found in a
+//! folder (a corpus's text) through `open_within`, which also refuses a link out of the folder.
+//! Writing: `write_atomic` (`atomic`) and `write_atomic_set` (a set of files switched as one,
+//! `export_set`), whose temporaries have short names beside the target (`short_name`: at most
+//! 255 bytes); files of our own that are opened in place (locks, an unfinished index) through
+//! `open_own` (no link followed, no FIFO waited on). Reading a user's text:
 //! `text`. Bounding untrusted computations' memory: `budget`. The one CSV field writer: `csv`.
 
 pub mod atomic;
@@ -10,7 +14,7 @@ pub mod csv;
 pub mod export_set;
 pub mod text;
 
-pub use atomic::{temp_path, write_atomic};
+pub use atomic::{check_target, open_own, short_name, short_name_within, temp_path, write_atomic, NAME_MAX};
 pub use export_set::write_atomic_set;
 
 use crate::error::{Error, Result};
@@ -25,6 +29,11 @@ pub const MAX_JSON_BYTES: u64 = 64 << 20;
 /// says what the file is for ("text", "tokenizer.json") in the error.
 pub fn check_regular(path: &Path, what: &str) -> Result<u64> {
     let meta = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
+    check_kind(path, &meta, what)?;
+    Ok(meta.len())
+}
+
+fn check_kind(path: &Path, meta: &std::fs::Metadata, what: &str) -> Result<()> {
     if meta.is_dir() {
         return Err(Error::bad_file(path, format!("is a directory, not a {what} file")));
     }
@@ -32,24 +41,55 @@ pub fn check_regular(path: &Path, what: &str) -> Result<u64> {
         // FIFOs, sockets and devices: reading them could block forever or never end.
         return Err(Error::bad_file(path, format!("is not a regular file (a pipe, socket or device?); the {what} must be a regular file")));
     }
-    Ok(meta.len())
+    Ok(())
 }
 
-/// Opens a regular file of at most `max` bytes for reading.
+/// Opens a regular file of at most `max` bytes for reading: the one guarded way in. The file is
+/// opened without blocking (a FIFO swapped in after the check would make a plain open wait
+/// forever for a writer) and the opened file itself is checked again, so what is read is what
+/// was checked: a regular file, of at most `max` bytes at open. Read it through `take(max + 1)`
+/// (as `read_capped` does) so that a file growing afterwards cannot take more.
 pub fn open_input(path: &Path, max: u64, what: &str) -> Result<std::fs::File> {
-    let len = check_regular(path, what)?;
-    if len > max {
-        return Err(Error::bad_file(path, format!("the {what} is {} bytes; at most {} ({}) is accepted", len, max, human(max))));
+    use std::os::unix::fs::OpenOptionsExt;
+    // A first check by name: a device or FIFO is never opened at all.
+    check_regular(path, what)?;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(path).map_err(|e| Error::io(path, e))?;
+    let meta = f.metadata().map_err(|e| Error::io(path, e))?;
+    check_kind(path, &meta, what)?;
+    if meta.len() > max {
+        return Err(Error::bad_file(path, format!("the {what} is {} bytes; at most {} ({}) is accepted", meta.len(), max, human(max))));
     }
-    std::fs::File::open(path).map_err(|e| Error::io(path, e))
+    Ok(f)
+}
+
+/// `open_input` for a file found inside folder `root` (a corpus's text): the file actually
+/// opened must lie inside `root` too. A link out of the folder (`link.txt ->
+/// ../outside/secret.txt`) is refused: only a path the user names may lead elsewhere.
+pub fn open_within(path: &Path, root: &Path, max: u64, what: &str) -> Result<std::fs::File> {
+    let f = open_input(path, max, what)?;
+    let root_real = std::fs::canonicalize(root).map_err(|e| Error::io(root, e))?;
+    // The opened file's own path (Linux: its /proc/self/fd link), so that a link swapped in
+    // after a check by name cannot lead elsewhere; else the path's canonical form.
+    let real = {
+        use std::os::fd::AsRawFd;
+        std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd())).or_else(|_| std::fs::canonicalize(path)).map_err(|e| Error::io(path, e))?
+    };
+    if !real.starts_with(&root_real) {
+        return Err(Error::bad_file(path, format!("is a link to {}, outside the folder {}; links out of the folder are left out", real.display(), root.display())));
+    }
+    Ok(f)
 }
 
 /// Reads a regular file of at most `max` bytes. The cap is also enforced while reading, so a
 /// file that grows after the size check cannot take more.
 pub fn read_capped(path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
-    let f = open_input(path, max, what)?;
+    read_opened(open_input(path, max, what)?, path, max, what)
+}
+
+/// Reads an opened file (`open_input`, `open_within`) through a reader capped at `max` bytes.
+pub fn read_opened(f: std::fs::File, path: &Path, max: u64, what: &str) -> Result<Vec<u8>> {
     let mut buf = Vec::new();
-    f.take(max + 1).read_to_end(&mut buf).map_err(|e| Error::io(path, e))?;
+    f.take(max.saturating_add(1)).read_to_end(&mut buf).map_err(|e| Error::io(path, e))?;
     if buf.len() as u64 > max {
         return Err(Error::bad_file(path, format!("the {what} grew past {} while it was read", human(max))));
     }
@@ -135,6 +175,61 @@ mod tests {
         let e = write_atomic_set(&[(a.clone(), b"new".to_vec()), (dir.join("sub"), b"x".to_vec())]).unwrap_err().to_string();
         assert!(e.starts_with("cannot write") && e.matches("directory").count() == 1, "{e}");
         assert_eq!(std::fs::read(&a).unwrap(), b"1");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("focus-io-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// A FIFO is refused by name and never opened (an open would wait for a writer), and a
+    /// link out of the folder a file was found in is refused (issue 51).
+    #[test]
+    fn fifos_and_links_out_of_the_folder_are_refused() {
+        let dir = scratch("fifo");
+        let fifo = dir.join("pipe");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = open_input(&fifo, 10, "text").unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let e = create_regular_for_test(&fifo);
+        assert!(e.contains("not a regular file"), "{e}");
+        std::fs::create_dir_all(dir.join("corpus")).unwrap();
+        std::fs::write(dir.join("secret.txt"), "secret").unwrap();
+        std::fs::write(dir.join("corpus/in.txt"), "in").unwrap();
+        std::os::unix::fs::symlink("../secret.txt", dir.join("corpus/out.txt")).unwrap();
+        std::os::unix::fs::symlink("in.txt", dir.join("corpus/alias.txt")).unwrap();
+        let root = dir.join("corpus");
+        let e = open_within(&root.join("out.txt"), &root, 100, "text").unwrap_err().to_string();
+        assert!(e.contains("outside the folder") && e.contains("secret.txt"), "{e}");
+        assert!(open_within(&root.join("alias.txt"), &root, 100, "text").is_ok());
+        assert!(open_within(&root.join("in.txt"), &root, 100, "text").is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn create_regular_for_test(p: &Path) -> String {
+        atomic::create_regular(p).map(|_| ()).unwrap_err().to_string()
+    }
+
+    /// Output names up to 255 bytes are written: the temporary and the export set's folder
+    /// are shortened with a hash when `.NAME.focus-tmp` would pass 255 bytes (issue 51: a
+    /// 250-byte name failed with "File name too long"). Distinct long names get distinct
+    /// temporaries.
+    #[test]
+    fn long_output_names_fit() {
+        let dir = scratch("long");
+        let name = format!("{}.csv", "n".repeat(246));
+        assert_eq!(name.len(), 250);
+        write_atomic(&dir.join(&name), b"x").unwrap();
+        assert_eq!(std::fs::read(dir.join(&name)).unwrap(), b"x");
+        let other = format!("{}.tsv", "n".repeat(246));
+        assert_ne!(temp_path(&dir.join(&name)), temp_path(&dir.join(&other)));
+        assert!(temp_path(&dir.join(&name)).file_name().unwrap().len() <= 255);
+        write_atomic_set(&[(dir.join(&name), b"1".to_vec()), (dir.join(&other), b"2".to_vec())]).unwrap();
+        assert_eq!(std::fs::read(dir.join(&other)).unwrap(), b"2");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -330,6 +330,39 @@ struct CheckpointState {
     options: TrainOptions,
 }
 
+/// What one training step holds at least, in bytes: the logits of the whole batch (batch x
+/// seq_len x vocab, f32) and every layer's hidden state kept for the backward pass (batch x
+/// seq_len x d_model x layers); the attention's own temporaries come on top. `None` past u64.
+pub fn step_bytes_at_least(cfg: &crate::model::ModelConfig, batch: usize, seq_len: usize) -> Option<(u64, u64)> {
+    let tokens = (batch as u64).checked_mul(seq_len as u64)?;
+    let logits = tokens.checked_mul(cfg.vocab as u64)?.checked_mul(4)?;
+    let hidden = tokens.checked_mul(cfg.d_model as u64)?.checked_mul(cfg.n_layers as u64 + 1)?.checked_mul(4)?;
+    Some((logits, hidden))
+}
+
+/// Refuses, before anything is allocated, a batch x seq_len whose step cannot fit the memory
+/// available (batch 4096 x seq_len 512, inside the documented ranges, aborted on its first
+/// 4.8 GB allocation); the error gives both figures.
+pub fn check_step_memory(cfg: &crate::model::ModelConfig, batch: usize, seq_len: usize, avail: Option<&crate::model::memory::Available>) -> Result<()> {
+    use crate::model::memory::human;
+    let Some(a) = avail else { return Ok(()) };
+    let need = step_bytes_at_least(cfg, batch, seq_len);
+    let total = need.and_then(|(l, h)| l.checked_add(h));
+    if total.is_none_or(|t| t > a.bytes) {
+        let (what, parts) = match need {
+            Some((l, h)) => (human(l.saturating_add(h)), format!("logits {} over the {}-token vocabulary, hidden states of {} layers {}", human(l), cfg.vocab, cfg.n_layers, human(h))),
+            None => ("more bytes than a u64 counts".into(), String::new()),
+        };
+        return Err(Error::OutOfMemory(format!(
+            "a training step of batch {batch} x seq_len {seq_len} ({} tokens) needs at least {what} ({parts}), but only {} is available ({}); lower --batch or --seq-len",
+            batch as u64 * seq_len as u64,
+            human(a.bytes),
+            a.source
+        )));
+    }
+    Ok(())
+}
+
 impl<'m> Trainer<'m> {
     pub fn new(model: &'m Model, spec: &AdapterSpec, opts: TrainOptions) -> Result<Self> {
         let adapter = Adapter::random(&model.identity(), model.device(), spec, opts.seed)?;
@@ -344,10 +377,20 @@ impl<'m> Trainer<'m> {
         }
         // Every pair is local (or a sink [ours]) when seq_len <= w + 1 or s + w + 1 >= seq_len.
         if opts.seq_len <= adapter.config.window + 1 || adapter.config.sink + adapter.config.window + 1 >= opts.seq_len {
+            let (w, s) = (adapter.config.window, adapter.config.sink);
+            let why = if s == 0 {
+                format!("inside the local window ({w})")
+            } else {
+                format!("inside the local window and the attention sinks ({s} sinks + window {w} + 1 = {} tokens always attend)", s + w + 1)
+            };
             return Err(Error::Invalid(format!(
-                "seq_len {} is inside the local window ({}): every pair would be local and the routers get no gradient",
-                opts.seq_len, adapter.config.window
+                "seq_len {} is {why}: every pair would be local and the routers get no gradient; use a seq_len above {}",
+                opts.seq_len,
+                s + w + 1
             )));
+        }
+        if model.device().is_cpu() {
+            check_step_memory(model.config(), opts.batch, opts.seq_len, crate::model::memory::available().as_ref())?;
         }
         let straight_through = opts.straight_through.map(|k| adapter.config.topk(k)).transpose()?;
         // Measured results describe the weights they were measured on, which training changes:
@@ -368,7 +411,8 @@ impl<'m> Trainer<'m> {
     /// Continues from a checkpoint directory written by `save_checkpoint`.
     pub fn resume(model: &'m Model, dir: &Path) -> Result<Self> {
         let state_path = dir.join(CKPT_STATE);
-        let text = std::fs::read_to_string(&state_path).map_err(|e| Error::io(&state_path, e))?;
+        // Read through the guarded reader: a FIFO there blocked, a link to /dev/zero never ended.
+        let text = crate::io::read_capped_string(&state_path, crate::io::MAX_JSON_BYTES, "trainer state")?;
         let st: CheckpointState = serde_json::from_str(&text).map_err(|e| Error::bad_file(&state_path, e.to_string()))?;
         let adapter = Adapter::load(dir, &model.identity(), model.device())?;
         let mut tr = Self::from_adapter(model, adapter, st.options)?;
