@@ -116,7 +116,7 @@ struct BenchWeight {
 /// them); and, with `--tokens 1`, the one-row kernels: `QMatrix::times` (exact f32) and
 /// `qmatvec_int8` (the integer route's).
 pub fn matmul(a: MatmulArgs) -> Result<()> {
-    use focus_core::model::{qmatmul, qmatmul_amx, qmatmul_int8, qmatvec_int8};
+    use focus_core::model::{int8, qmatmul, qmatmul_amx, qmatmul_int8, qmatvec_int8};
     let dev = candle_core::Device::Cpu;
     let mut weights = Vec::new();
     if a.shapes.is_empty() {
@@ -182,7 +182,7 @@ pub fn matmul(a: MatmulArgs) -> Result<()> {
             if int8 {
                 let t0 = Instant::now();
                 let xq = qmatmul_int8::Q8Rows::quantize_for(bw.blocks.ty, &xv, a.tokens, inp);
-                qmatmul_int8::matmul(&bw.blocks, &xq, &mut y);
+                int8::matmul(&bw.blocks, &xq, &mut y);
                 t[3] = t0.elapsed().as_secs_f64();
                 if amx {
                     let t0 = Instant::now();

@@ -1,6 +1,6 @@
 //! The K-quants (Q2_K .. Q6_K: 256-value super-blocks) on the integer route, as llama.cpp's
 //! `ggml_vec_dot_q*_K_q8_K` compute them: X quantized to Q8_K (one f32 scale per 256 values,
-//! the sums of the quants per 16 values), the weight's sub-block scales and mins applied as
+//! the sums of the quants per 16 values: `qmatmul_int8::quantize_k`), the weight's sub-block scales and mins applied as
 //! **integers**, so a super-block is scaled into f32 once, not once per 16 or 32 values (the
 //! per-block f32 work, not the integer products, was what bounded the K-quants' products).
 //!
@@ -105,54 +105,6 @@ pub(crate) fn unpack_with<const F16C: bool>(ty: QType, row: &[u8], s: usize, out
             (out.d, out.dmin) = (f16_at::<F16C>(blk, 80), f16_at::<F16C>(blk, 82));
         }
         _ => unreachable!("{ty:?} is not a K-quant"),
-    }
-}
-
-/// X's rows in Q8_K: llama.cpp's `quantize_row_q8_K_ref`, value for value (its scale's sign
-/// included: iscale = -127 / the value of largest magnitude, d = 1 / iscale).
-pub fn quantize(x: &[f32], m: usize, cols: usize) -> Q8Rows {
-    assert!(cols % 256 == 0 && x.len() == m * cols, "{m} rows of {cols} from {} values (Q8_K needs multiples of 256)", x.len());
-    let ns = m * cols / 256;
-    let mut r = Q8Rows { m, cols, kind: XKind::Q8K, q: vec![0i8; m * cols], d: vec![0f32; ns], xs: Vec::new(), bsum: vec![0i16; 16 * ns] };
-    const PER_TASK: usize = 64;
-    r.q.par_chunks_mut(256 * PER_TASK)
-        .zip(x.par_chunks(256 * PER_TASK))
-        .zip(r.d.par_chunks_mut(PER_TASK).zip(r.bsum.par_chunks_mut(16 * PER_TASK)))
-        .for_each(|((q, x), (d, bsum))| {
-            #[cfg(target_arch = "x86_64")]
-            if avx512::available() {
-                // SAFETY: the CPU has AVX-512 F/BW/VL/VNNI (`available`).
-                return unsafe { avx512::quantize_blocks(x, q, d, bsum) };
-            }
-            quantize_blocks(x, q, d, bsum)
-        });
-    r
-}
-
-/// `quantize` of whole super-blocks in plain Rust (the AVX-512 version computes the same).
-fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], bsum: &mut [i16]) {
-    for (s, (xb, qb)) in x.chunks_exact(256).zip(q.chunks_exact_mut(256)).enumerate() {
-        let (mut amax, mut max) = (0f32, 0f32);
-        for &v in xb {
-            if v.abs() > amax {
-                (amax, max) = (v.abs(), v);
-            }
-        }
-        if amax == 0.0 {
-            qb.fill(0);
-            d[s] = 0.0;
-            bsum[16 * s..16 * s + 16].fill(0);
-            continue;
-        }
-        let iscale = -127.0 / max;
-        for (o, &v) in qb.iter_mut().zip(xb) {
-            // llama.cpp's nearest_int (ties to even) of a value within +-127.
-            *o = (((iscale * v + 12_582_912.0) - 12_582_912.0) as i32).min(127) as i8;
-        }
-        for h in 0..16 {
-            bsum[16 * s + h] = qb[16 * h..16 * h + 16].iter().map(|&v| v as i16).sum();
-        }
-        d[s] = 1.0 / iscale;
     }
 }
 
@@ -322,53 +274,6 @@ mod avx512 {
         is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") && is_x86_feature_detected!("avx512vl") && is_x86_feature_detected!("avx512vnni")
     }
 
-    /// `super::quantize_blocks` in AVX-512: the same amax and first value of that magnitude,
-    /// the same iscale, products and rounding, the same clamp.
-    ///
-    /// # Safety
-    /// AVX-512 F, BW and VL.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub unsafe fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], bsum: &mut [i16]) {
-        let ns = x.len() / 256;
-        assert!(q.len() == 256 * ns && d.len() == ns && bsum.len() == 16 * ns);
-        let magic = _mm512_set1_ps(12_582_912.0);
-        for s in 0..ns {
-            let xs = x.as_ptr().add(256 * s);
-            let mut v = [_mm512_setzero_ps(); 16];
-            let mut am = _mm512_setzero_ps();
-            for (h, vh) in v.iter_mut().enumerate() {
-                *vh = _mm512_loadu_ps(xs.add(16 * h));
-                am = _mm512_max_ps(am, _mm512_abs_ps(*vh));
-            }
-            let amax = _mm512_reduce_max_ps(am);
-            if amax == 0.0 || amax.is_nan() {
-                // The reference skips NaNs in its search; leave those rare blocks to it.
-                super::quantize_blocks(&x[256 * s..256 * s + 256], &mut q[256 * s..256 * s + 256], &mut d[s..s + 1], &mut bsum[16 * s..16 * s + 16]);
-                continue;
-            }
-            // The first value of largest magnitude (the reference's strict `>`).
-            let want = _mm512_set1_ps(amax);
-            let mut max = 0f32;
-            for (h, vh) in v.iter().enumerate() {
-                let hit = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_abs_ps(*vh), want);
-                if hit != 0 {
-                    max = *xs.add(16 * h + hit.trailing_zeros() as usize);
-                    break;
-                }
-            }
-            let iscale = -127.0 / max;
-            let is = _mm512_set1_ps(iscale);
-            let top = _mm512_set1_epi32(127);
-            for (h, vh) in v.iter().enumerate() {
-                let r = _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(is, *vh), magic), magic));
-                let r = _mm512_min_epi32(r, top);
-                _mm_storeu_si128(q.as_mut_ptr().add(256 * s + 16 * h).cast(), _mm512_cvtepi32_epi8(r));
-                bsum[16 * s + h] = _mm512_reduce_add_epi32(r) as i16;
-            }
-            d[s] = 1.0 / iscale;
-        }
-    }
-
     /// `Panel::times` with `vpdpwssd`: per super-block, 128 of them per X row (each a pair of
     /// X's quants broadcast against 16 rows' pairs), 8 for the mins, then the two f32 terms.
     ///
@@ -416,7 +321,7 @@ mod tests {
     use super::*;
     use crate::model::qmatmul_int8::tests::block_types;
     use crate::model::qmatvec::tests::random;
-    use rand::{rngs::StdRng, Rng, SeedableRng};
+    use rand::{rngs::StdRng, SeedableRng};
 
     /// `unpack` gives back candle's dequantized values, d sc (u - o) - dmin m, to f32 rounding,
     /// for every K-quant and every super-block of a row.
@@ -446,33 +351,6 @@ mod tests {
                     }
                 }
             }
-        }
-    }
-
-    /// The AVX-512 quantization equals the reference (quants, scales, sums): random blocks at
-    /// magnitudes 2^0..2^6, a block of zeros, a block whose largest magnitude is negative and
-    /// one where +a and -a tie (the first wins, as in llama.cpp).
-    #[test]
-    fn quantize_simd_equals_reference() {
-        let mut rng = StdRng::seed_from_u64(5);
-        let mut x: Vec<f32> = (0..256 * 12).map(|i| rng.gen_range(-1f32..1.0) * (1 << (i % 7)) as f32).collect();
-        x[256..512].fill(0.0);
-        x[512 + 7] = -100.0;
-        x[768 + 3] = 1000.0;
-        x[768 + 200] = -1000.0;
-        let ns = x.len() / 256;
-        let (mut q1, mut d1, mut b1) = (vec![0i8; 256 * ns], vec![0f32; ns], vec![0i16; 16 * ns]);
-        quantize_blocks(&x, &mut q1, &mut d1, &mut b1);
-        assert!(d1[2] > 0.0 && q1[512 + 7] == -127 && d1[3] < 0.0 && q1[768 + 3] == -127 && q1[768 + 200] == 127, "llama.cpp's signs");
-        #[cfg(target_arch = "x86_64")]
-        if avx512::available() {
-            let (mut q2, mut d2, mut b2) = (q1.clone(), d1.clone(), b1.clone());
-            q2.fill(9);
-            // SAFETY: `available`.
-            unsafe { avx512::quantize_blocks(&x, &mut q2, &mut d2, &mut b2) };
-            assert_eq!(q1, q2);
-            assert_eq!(b1, b2);
-            assert_eq!(d1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), d2.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
         }
     }
 }

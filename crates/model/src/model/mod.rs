@@ -21,6 +21,7 @@ pub mod linear;
 pub mod load;
 pub mod matvec;
 pub mod memory;
+pub mod int8;
 pub mod kquants;
 pub mod qmatmul;
 pub mod qmatmul_amx;

@@ -70,7 +70,7 @@ pub fn product(q: &QMatrix, x: &[f32], m: usize, y: &mut [f32]) {
         } else if super::qmatmul_amx::available() {
             super::qmatmul_amx::matmul(q, &xq, y);
         } else {
-            super::qmatmul_int8::matmul(q, &xq, y);
+            super::int8::matmul(q, &xq, y);
         }
     } else if m == 1 {
         q.times(x, y);

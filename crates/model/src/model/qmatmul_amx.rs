@@ -605,7 +605,8 @@ mod kernel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::qmatmul_int8::{dot_reference, tests::{block_types, case}};
+    use crate::model::int8::dot_reference;
+    use crate::model::qmatmul_int8::tests::{block_types, case};
     use crate::model::qmatvec::QType;
     use rand::{rngs::StdRng, SeedableRng};
 

@@ -52,7 +52,7 @@ pub enum XKind {
 
 impl XKind {
     pub fn of(ty: QType) -> XKind {
-        if super::kquants::is_k(ty) {
+        if matches!(ty, QType::Q2K | QType::Q3K | QType::Q4K | QType::Q5K | QType::Q6K) {
             XKind::Q8K
         } else {
             XKind::Q8_0
@@ -68,7 +68,7 @@ impl Q8Rows {
     pub fn quantize_for(ty: QType, x: &[f32], m: usize, cols: usize) -> Q8Rows {
         match XKind::of(ty) {
             XKind::Q8_0 => Q8Rows::quantize(x, m, cols),
-            XKind::Q8K => super::kquants::quantize(x, m, cols),
+            XKind::Q8K => quantize_k(x, m, cols),
         }
     }
 
@@ -112,6 +112,54 @@ fn quantize_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], xs: &mut [f32]) {
         let s: i32 = qb.iter().map(|&v| v as i32).sum();
         d[b] = db;
         xs[b] = db * s as f32;
+    }
+}
+
+/// X's rows in Q8_K: llama.cpp's `quantize_row_q8_K_ref`, value for value (its scale's sign
+/// included: iscale = -127 / the value of largest magnitude, d = 1 / iscale).
+pub fn quantize_k(x: &[f32], m: usize, cols: usize) -> Q8Rows {
+    assert!(cols % 256 == 0 && x.len() == m * cols, "{m} rows of {cols} from {} values (Q8_K needs multiples of 256)", x.len());
+    let ns = m * cols / 256;
+    let mut r = Q8Rows { m, cols, kind: XKind::Q8K, q: vec![0i8; m * cols], d: vec![0f32; ns], xs: Vec::new(), bsum: vec![0i16; 16 * ns] };
+    const PER_TASK: usize = 64;
+    r.q.par_chunks_mut(256 * PER_TASK)
+        .zip(x.par_chunks(256 * PER_TASK))
+        .zip(r.d.par_chunks_mut(PER_TASK).zip(r.bsum.par_chunks_mut(16 * PER_TASK)))
+        .for_each(|((q, x), (d, bsum))| {
+            #[cfg(target_arch = "x86_64")]
+            if vnni::available() {
+                // SAFETY: the CPU has AVX-512 F/BW/VL (`available`).
+                return unsafe { vnni::quantize_k_blocks(x, q, d, bsum) };
+            }
+            quantize_k_blocks(x, q, d, bsum)
+        });
+    r
+}
+
+/// `quantize_k` of whole super-blocks in plain Rust (the AVX-512 version computes the same).
+fn quantize_k_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], bsum: &mut [i16]) {
+    for (s, (xb, qb)) in x.chunks_exact(256).zip(q.chunks_exact_mut(256)).enumerate() {
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in xb {
+            if v.abs() > amax {
+                (amax, max) = (v.abs(), v);
+            }
+        }
+        if amax == 0.0 {
+            qb.fill(0);
+            d[s] = 0.0;
+            bsum[16 * s..16 * s + 16].fill(0);
+            continue;
+        }
+        let iscale = -127.0 / max;
+        for (o, &v) in qb.iter_mut().zip(xb) {
+            // llama.cpp's nearest_int (ties to even) of a value within +-127.
+            *o = (((iscale * v + 12_582_912.0) - 12_582_912.0) as i32).min(127) as i8;
+        }
+        for h in 0..16 {
+            bsum[16 * s + h] = qb[16 * h..16 * h + 16].iter().map(|&v| v as i16).sum();
+        }
+        d[s] = 1.0 / iscale;
     }
 }
 
@@ -274,14 +322,11 @@ pub fn q3k_scales(s: &[u8]) -> [u8; 16] {
     out
 }
 
-/// Weight row `row` (bytes of type `ty`) . X row i (quantized for `ty`, `Q8Rows::quantize_for`),
-/// in plain Rust: the definition every kernel reproduces bit for bit (the order of the module's
-/// comment, one fused multiply-add a term; `kquants::dot_reference` for the K-quants).
+/// Weight row `row` (a 32-value block type `ty`) . X row i (in Q8_0), in plain Rust: the
+/// definition every kernel reproduces bit for bit (the order of the module's comment, one fused
+/// multiply-add a term). `int8::dot_reference` takes any block type.
 pub fn dot_reference(ty: QType, row: &[u8], x: &Q8Rows, i: usize) -> f32 {
-    if super::kquants::is_k(ty) {
-        return super::kquants::dot_reference(ty, row, x, i);
-    }
-    assert_eq!(x.kind, XKind::Q8_0, "{ty:?} takes X in Q8_0");
+    assert!(XKind::of(ty) == XKind::Q8_0 && x.kind == XKind::Q8_0, "{ty:?} by the 32-value form, X in {:?}", x.kind);
     let nb = x.cols / 32;
     let mut blk = Block32::default();
     let mut acc = 0f32;
@@ -296,13 +341,10 @@ pub fn dot_reference(ty: QType, row: &[u8], x: &Q8Rows, i: usize) -> f32 {
     acc
 }
 
-/// Y = X W^T by the VNNI panels (`x` already quantized for `q.ty`); `y` (m, q.rows)
-/// overwritten.
+/// Y = X W^T by the VNNI panels for a 32-value block type (`x` in Q8_0); `y` (m, q.rows)
+/// overwritten. `int8::matmul` takes any block type.
 pub fn matmul(q: &QMatrix, x: &Q8Rows, y: &mut [f32]) {
-    assert!(supports(q.ty) && x.cols == q.cols && y.len() == x.m * q.rows && x.kind == XKind::of(q.ty), "{q:?} by the int8 route");
-    if super::kquants::is_k(q.ty) {
-        return super::kquants::matmul(q, x, y);
-    }
+    assert!(supports(q.ty) && x.cols == q.cols && y.len() == x.m * q.rows && XKind::of(q.ty) == XKind::Q8_0 && x.kind == XKind::Q8_0, "{q:?} by the 32-value panels");
     let (out, m) = (q.rows, x.m);
     let nb = q.cols / 32;
     let yp = SendPtr(y.as_mut_ptr());
@@ -410,6 +452,14 @@ fn fill_panel(ty: QType, rows: &[u8], rb: usize, nb: usize, w: &mut [u8], d: &mu
     }
 }
 
+/// The portable panel on the first 16 rows of `q` for `rows` (<= 4) rows of X: for the tests.
+#[cfg(test)]
+pub(crate) fn panel_portable(q: &QMatrix, x: &Q8Rows, rows: usize, acc: &mut [[f32; R]; 4]) {
+    let mut p = Panel { w: vec![0u8; q.cols * R], d: vec![0f32; q.cols / 32 * R], c: vec![0f32; q.cols / 32 * R] };
+    p.fill(q, 0, R.min(q.rows));
+    p.times_portable(x, 0, rows, acc);
+}
+
 #[cfg(target_arch = "x86_64")]
 mod vnni {
     use super::{Panel, Q8Rows, R};
@@ -441,6 +491,53 @@ mod vnni {
             _mm_storeu_si128(q.as_mut_ptr().add(32 * b + 16).cast(), _mm512_cvtepi32_epi8(qh));
             d[b] = db;
             xs[b] = db * _mm512_reduce_add_epi32(_mm512_add_epi32(ql, qh)) as f32;
+        }
+    }
+
+    /// `super::quantize_k_blocks` in AVX-512: the same amax and first value of that magnitude,
+    /// the same iscale, products and rounding, the same clamp.
+    ///
+    /// # Safety
+    /// AVX-512 F, BW and VL.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    pub unsafe fn quantize_k_blocks(x: &[f32], q: &mut [i8], d: &mut [f32], bsum: &mut [i16]) {
+        let ns = x.len() / 256;
+        assert!(q.len() == 256 * ns && d.len() == ns && bsum.len() == 16 * ns);
+        let magic = _mm512_set1_ps(12_582_912.0);
+        for s in 0..ns {
+            let xs = x.as_ptr().add(256 * s);
+            let mut v = [_mm512_setzero_ps(); 16];
+            let mut am = _mm512_setzero_ps();
+            for (h, vh) in v.iter_mut().enumerate() {
+                *vh = _mm512_loadu_ps(xs.add(16 * h));
+                am = _mm512_max_ps(am, _mm512_abs_ps(*vh));
+            }
+            let amax = _mm512_reduce_max_ps(am);
+            if amax == 0.0 || amax.is_nan() {
+                // The reference skips NaNs in its search; leave those rare blocks to it.
+                super::quantize_k_blocks(&x[256 * s..256 * s + 256], &mut q[256 * s..256 * s + 256], &mut d[s..s + 1], &mut bsum[16 * s..16 * s + 16]);
+                continue;
+            }
+            // The first value of largest magnitude (the reference's strict `>`).
+            let want = _mm512_set1_ps(amax);
+            let mut max = 0f32;
+            for (h, vh) in v.iter().enumerate() {
+                let hit = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_abs_ps(*vh), want);
+                if hit != 0 {
+                    max = *xs.add(16 * h + hit.trailing_zeros() as usize);
+                    break;
+                }
+            }
+            let iscale = -127.0 / max;
+            let is = _mm512_set1_ps(iscale);
+            let top = _mm512_set1_epi32(127);
+            for (h, vh) in v.iter().enumerate() {
+                let r = _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(is, *vh), magic), magic));
+                let r = _mm512_min_epi32(r, top);
+                _mm_storeu_si128(q.as_mut_ptr().add(256 * s + 16 * h).cast(), _mm512_cvtepi32_epi8(r));
+                bsum[16 * s + h] = _mm512_reduce_add_epi32(r) as i16;
+            }
+            d[s] = 1.0 / iscale;
         }
     }
 
@@ -522,6 +619,33 @@ pub(crate) mod tests {
         }
     }
 
+    /// The AVX-512 Q8_K quantization equals the reference (quants, scales, sums): random blocks at
+    /// magnitudes 2^0..2^6, a block of zeros, a block whose largest magnitude is negative and
+    /// one where +a and -a tie (the first wins, as in llama.cpp).
+    #[test]
+    fn quantize_k_simd_equals_reference() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let mut x: Vec<f32> = (0..256 * 12).map(|i| rng.gen_range(-1f32..1.0) * (1 << (i % 7)) as f32).collect();
+        x[256..512].fill(0.0);
+        x[512 + 7] = -100.0;
+        x[768 + 3] = 1000.0;
+        x[768 + 200] = -1000.0;
+        let ns = x.len() / 256;
+        let (mut q1, mut d1, mut b1) = (vec![0i8; 256 * ns], vec![0f32; ns], vec![0i16; 16 * ns]);
+        quantize_k_blocks(&x, &mut q1, &mut d1, &mut b1);
+        assert!(d1[2] > 0.0 && q1[512 + 7] == -127 && d1[3] < 0.0 && q1[768 + 3] == -127 && q1[768 + 200] == 127, "llama.cpp's signs");
+        #[cfg(target_arch = "x86_64")]
+        if vnni::available() {
+            let (mut q2, mut d2, mut b2) = (q1.clone(), d1.clone(), b1.clone());
+            q2.fill(9);
+            // SAFETY: `available`.
+            unsafe { vnni::quantize_k_blocks(&x, &mut q2, &mut d2, &mut b2) };
+            assert_eq!(q1, q2);
+            assert_eq!(b1, b2);
+            assert_eq!(d1.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), d2.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        }
+    }
+
     /// `unpack` gives back candle's dequantized values, D * u + C, to f32 rounding, for every
     /// block type and every block of a row (each K-quant sub-block, each Q6_K half).
     #[test]
@@ -536,72 +660,13 @@ pub(crate) mod tests {
                 let row = &q.data()[r * q.row_bytes()..(r + 1) * q.row_bytes()];
                 for b in 0..cols / 32 {
                     unpack(q.ty, row, b, &mut blk);
-                    assert!(super::super::kquants::is_k(q.ty) || (blk.d[0] == blk.d[1] && blk.c[0] == blk.c[1]), "{dtype:?}");
+                    assert!(XKind::of(q.ty) == XKind::Q8K || (blk.d[0] == blk.d[1] && blk.c[0] == blk.c[1]), "{dtype:?}");
                     for k in 0..32 {
                         let (d, c) = (blk.d[k / 16], blk.c[k / 16]);
                         let got = d * blk.u[k] as f32 + c;
                         let w = want[r * cols + 32 * b + k];
                         let tol = 1e-6 * ((d * blk.u[k] as f32).abs() + c.abs());
                         assert!((got - w).abs() <= tol, "{dtype:?} row {r} block {b} value {k}: {got} vs candle {w}");
-                    }
-                }
-            }
-        }
-    }
-
-    /// The definition: the f64 product of candle's dequantized W with X as quantized (q * d),
-    /// up to f32 rounding of the terms (1e-5 of the sum of |products|), and X itself within
-    /// the activations' 8-bit rounding (1% of that sum here).
-    #[test]
-    fn reference_equals_dequantized_product() {
-        let mut rng = StdRng::seed_from_u64(21);
-        for dtype in block_types() {
-            let (m, out, inp) = (3, 5, 768);
-            let (q, w, x, xq) = case(dtype, m, out, inp, &mut rng);
-            let per = if xq.kind == XKind::Q8K { 256 } else { 32 };
-            let xd: Vec<f32> = (0..m * inp).map(|k| xq.q[k] as f32 * xq.d[k / per]).collect();
-            for i in 0..m {
-                for o in 0..out {
-                    let got = dot_reference(q.ty, &q.data()[o * q.row_bytes()..(o + 1) * q.row_bytes()], &xq, i) as f64;
-                    let wr = &w[o * inp..(o + 1) * inp];
-                    let dot = |xs: &[f32]| -> (f64, f64) {
-                        let p = xs[i * inp..(i + 1) * inp].iter().zip(wr).map(|(&a, &b)| a as f64 * b as f64);
-                        (p.clone().sum(), p.map(f64::abs).sum())
-                    };
-                    let ((want, mag), (exact, _)) = (dot(&xd), dot(&x));
-                    assert!((got - want).abs() <= 1e-5 * mag + 1e-30, "{dtype:?} ({i},{o}): {got} vs {want}");
-                    assert!((got - exact).abs() <= 1e-2 * mag + 1e-30, "{dtype:?} ({i},{o}): {got} vs unquantized {exact}");
-                }
-            }
-        }
-    }
-
-    /// The VNNI panels (where this CPU has them) and their portable twin equal the definition
-    /// bit for bit: every block type, X row counts that leave a partial group of 4, outputs
-    /// that leave a partial panel.
-    #[test]
-    fn panels_equal_the_reference_bit_for_bit() {
-        let mut rng = StdRng::seed_from_u64(22);
-        for dtype in block_types() {
-            for (m, out, inp) in [(1, 7, 256), (6, 37, 512)] {
-                let (q, _, _, xq) = case(dtype, m, out, inp, &mut rng);
-                let mut y = vec![f32::NAN; m * out];
-                matmul(&q, &xq, &mut y);
-                let mut portable = [[0f32; R]; 4];
-                if super::super::kquants::is_k(q.ty) {
-                    super::super::kquants::panel_portable(&q, &xq, m.min(4), &mut portable);
-                } else {
-                    let mut p = Panel { w: vec![0u8; inp * R], d: vec![0f32; inp / 32 * R], c: vec![0f32; inp / 32 * R] };
-                    p.fill(&q, 0, R.min(out));
-                    p.times_portable(&xq, 0, m.min(4), &mut portable);
-                }
-                for i in 0..m {
-                    for o in 0..out {
-                        let want = dot_reference(q.ty, &q.data()[o * q.row_bytes()..(o + 1) * q.row_bytes()], &xq, i);
-                        assert_eq!(y[i * out + o].to_bits(), want.to_bits(), "{dtype:?} {m}x{inp}x{out} ({i},{o}): {} vs {want}", y[i * out + o]);
-                        if i < 4 && o < R {
-                            assert_eq!(portable[i][o].to_bits(), want.to_bits(), "{dtype:?} portable ({i},{o})");
-                        }
                     }
                 }
             }

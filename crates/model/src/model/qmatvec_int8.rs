@@ -24,7 +24,8 @@
 //! unpacked with SIMD; Q2_K and Q3_K go through `kquants::unpack` per super-block (exact,
 //! slower).
 
-use super::qmatmul_int8::{dot_reference, supports, Q8Rows};
+use super::int8::dot_reference;
+use super::qmatmul_int8::{supports, Q8Rows};
 use super::qmatvec::{QMatrix, QType};
 use rayon::prelude::*;
 
