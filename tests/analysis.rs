@@ -125,6 +125,7 @@ fn analyze_out_and_the_gui_export_write_the_same_files() {
         key: state::AnalysisKey { model_gen: 1, adapter_gen: 1, text_gen: 1, params },
         disk: None,
         adapter_file: String::new(),
+        adapter_sha256: String::new(),
     };
     let res = jobs::analyze(job, false, &Handle::default(), &|_| {}).unwrap();
     assert!(res.tokens() < res.key.params.max_tokens, "the GUI analyses the whole text, as the CLI does");
@@ -147,9 +148,16 @@ fn analyze_out_and_the_gui_export_write_the_same_files() {
         export::write_csv_set(&res, &b.join("s.csv"), raw).unwrap();
         let (fa, fb) = (files(&a), files(&b));
         let names: Vec<&str> = fa.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["s.csv", "s.groups.arrow", "s.groups.csv", "s.profiles.csv", "s.structure.csv", "s.structure_table.csv", "s.tokens.csv"]);
+        assert_eq!(names, ["s.csv", "s.groups.arrow", "s.groups.csv", "s.manifest.json", "s.profiles.csv", "s.structure.csv", "s.structure_table.csv", "s.tokens.csv"]);
         assert_eq!(fa.iter().map(|(n, _)| n).collect::<Vec<_>>(), fb.iter().map(|(n, _)| n).collect::<Vec<_>>(), "the same set");
-        for ((name, x), (_, y)) in fa.iter().zip(&fb) {
+        // Plain files (no links into a hidden folder), and manifests that list the same files
+        // (their provenances differ: the CLI's and the GUI's).
+        for d in [&a, &b] {
+            assert!(std::fs::read_dir(d).unwrap().all(|e| e.unwrap().file_type().unwrap().is_file()), "only plain files in {}", d.display());
+        }
+        let listed = |d: &std::path::Path| -> serde_json::Value { serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(d.join("s.manifest.json")).unwrap()).unwrap()["files"].clone() };
+        assert_eq!(listed(&a), listed(&b), "the manifests list the same files and hashes");
+        for ((name, x), (_, y)) in fa.iter().zip(&fb).filter(|((n, _), _)| n != "s.manifest.json") {
             assert!(x == y, "{name} (raw numbers: {raw}) differs between analyze --out and the GUI's export");
         }
         if !raw {

@@ -82,7 +82,7 @@ fn a_hostile_chat_template_in_the_gui_stops_within_its_limit_and_leaves_nothing_
     let model = Arc::new(focus_core::Model::load(d.path(), &candle_core::Device::Cpu).unwrap());
     let spec = focus_core::AdapterSpec { groups: 4, window: 4, ..Default::default() };
     let adapter = Arc::new(focus_core::Adapter::random(&model.identity(), model.device(), &spec, 0).unwrap());
-    let job = GenJob { model, adapter, params: RunParams::default(), mode: focus_core::Mode::Dense, prompt: "hi".into(), chat: true, sampling: Sampling::default() };
+    let job = GenJob { model, adapter, params: RunParams::default(), mode: focus_core::Mode::Dense, prompt: "hi".into(), chat: true, sampling: Sampling::default(), ids: None, adapter_sha256: String::new() };
     assert!(eventually(5, || children().is_empty()), "{:?}", children());
     let before = threads();
     let mut w: Worker<Result<Generated, JobError>> = Worker::default();

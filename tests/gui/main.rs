@@ -16,6 +16,9 @@
 //! - `generate`, `train`, `intervene`, `centroids`: the Generate and Train views, the Intervene
 //!   window, the Centroids view
 //! - `gemma3`: the app on Gemma 3 270M
+//! - `provenance`: export sets as plain files with a manifest, fingerprints in every export and session
+//! - `states`: the states a user gets into, each one the app means (issue 50)
+//! - `identity`: one number and colour per group on every surface (issue 50)
 //!
 //! No test here sets an environment variable or other process-wide state, so they share one
 //! process.
@@ -34,12 +37,15 @@ mod files;
 mod gemma3;
 mod generate;
 mod head;
+mod identity;
 mod inputs;
 mod intervene;
 mod jobs;
 mod mask;
 mod partners;
+mod provenance;
 mod speed;
+mod states;
 mod tokens;
 mod train;
 mod window;

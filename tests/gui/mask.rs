@@ -157,3 +157,35 @@ fn mask_zoom_resets_and_says_its_scale() {
     let b = *mem().bounds();
     assert!(b.min()[0] <= 1.0 && b.max()[0] >= 599.0 && b.min()[1] <= 1.0 && b.max()[1] >= 599.0, "the new mask whole: {b:?}");
 }
+
+/// The mask's zoom is bounded (issue 50): Ctrl + scroll in stops at `MIN_SPAN` tokens a side
+/// (it went in to half a token), out at 1.5 times the mask with its centre on the mask (it went
+/// out to -3,000,000 tokens).
+#[test]
+fn mask_zoom_is_bounded() {
+    use focus_lens::gui::views::mask::{MASK_PLOT, MIN_SPAN};
+    let (_dir, mut h) = mask_of_layer_7();
+    let ctx = h.ctx.clone();
+    let mem = || egui_plot::PlotMemory::load(&ctx, egui::Id::unique(MASK_PLOT)).expect("the mask plot");
+    let frame = *mem().transform().frame();
+    h.hover_at(frame.center());
+    h.step();
+    let wheel = |h: &mut Harness<'static, FocusLensApp>, dy: f32, times: usize| {
+        for _ in 0..times {
+            h.event(egui::Event::MouseWheel { unit: egui::MouseWheelUnit::Point, delta: egui::vec2(0.0, dy), phase: egui::TouchPhase::Move, source: egui::MouseWheelSource::Wheel, modifiers: egui::Modifiers::CTRL });
+            h.event(egui::Event::ModifiersChanged(egui::Modifiers::CTRL));
+            h.step();
+        }
+        for _ in 0..30 {
+            h.step();
+        }
+    };
+    wheel(&mut h, 800.0, 60);
+    let b = *mem().bounds();
+    assert!(b.width().max(b.height()) >= MIN_SPAN - 1e-6, "zoomed in past {MIN_SPAN} tokens: {b:?}");
+    wheel(&mut h, -800.0, 120);
+    let b = *mem().bounds();
+    assert!(b.width().max(b.height()) <= 1.5 * 1200.0 + 1e-6, "zoomed out past the mask: {b:?}");
+    let c = b.center();
+    assert!((0.0..=1200.0).contains(&c.x) && (0.0..=1200.0).contains(&c.y), "the centre left the mask: {b:?}");
+}

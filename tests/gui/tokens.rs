@@ -339,3 +339,62 @@ fn range_selection_by_drag_and_shift_click() -> TestResult {
     assert_eq!(h.state().selection.range, None);
     Ok(())
 }
+
+/// A character split over byte tokens is drawn once (issue 50): the tokenizer gives each piece
+/// the whole character's span, so the token view showed "ÜÜber"; its tokens now read as the
+/// text, once, on screen and in the SVG.
+#[test]
+fn split_characters_are_drawn_once() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let text = "Über die Brücke zur Ärztin, Öl und Süßes für Ćirić.";
+    let path = dir.path().join("umlaut.txt");
+    std::fs::write(&path, text)?;
+    let mut s = settings(64);
+    s.inputs.text = Some(path);
+    let mut h = harness(s, dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    h.step();
+    let res = h.state().session.result.clone().unwrap();
+    let toks = &res.analysis.tokens;
+    assert!(toks.windows(2).any(|w| w[1].start < w[0].end), "the text has a character split over tokens: {:?}", toks.iter().map(|t| (&t.text, t.start, t.end)).collect::<Vec<_>>());
+    let shown: String = h.state().views.tokens.layout.texts.concat();
+    assert_eq!(shown, text, "each character once on screen");
+    click_menu(&mut h, "Export", "Current view as SVG…");
+    no_errors(&h);
+    let layer = h.state().settings.setup.layer;
+    let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-tokens-layer{layer}.svg")))?;
+    let mono: String = svg.split("font-family=\"monospace\"").skip(1).map(|t| t.split_once('>').unwrap().1.split_once("</text>").unwrap().0).collect();
+    assert_eq!(mono, text, "each character once in the SVG");
+    Ok(())
+}
+
+/// A new text starts at its top (it kept the old text's scroll offset); another k on the same
+/// text keeps the place.
+#[test]
+fn a_new_text_starts_at_the_top() -> TestResult {
+    // Below the preview's length: another k's result comes whole (no shorter preview first); a
+    // small window, so that the text scrolls.
+    let dir = tempfile::tempdir()?;
+    let mut h = harness::harness_at(settings(500), dir.path(), egui::vec2(1024.0, 480.0));
+    settle(&mut h);
+    h.state_mut().settings.setup.tab = Tab::Tokens;
+    h.step();
+    h.state_mut().views.scroll_to = Some(450);
+    h.step();
+    h.step();
+    let at = h.state().views.tokens.first_visible;
+    assert!(at > 200, "scrolled to #{at}");
+    h.state_mut().settings.setup.params.k = 3;
+    settle(&mut h);
+    h.step();
+    assert!(h.state().views.tokens.first_visible > 200, "another k keeps the place (about #{at})");
+    let other = dir.path().join("other.txt");
+    std::fs::write(&other, std::fs::read_to_string(crate::common::fixture("ppl_persuasion_60k.txt"))?.chars().take(9000).collect::<String>())?;
+    h.state_mut().open(focus_lens::gui::state::InputKind::Text, other);
+    settle(&mut h);
+    h.step();
+    h.step();
+    assert_eq!(h.state().views.tokens.first_visible, 0, "the new text from its top");
+    Ok(())
+}

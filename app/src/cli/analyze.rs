@@ -106,14 +106,16 @@ pub fn run(a: Args) -> Result<()> {
         "app": format!("focus-lens {}", env!("CARGO_PKG_VERSION")),
         "model_path": a.model.model.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| format!("default: {}", crate::defaults::default_model_path().display())),
         "adapter_path": path,
+        "model_fingerprint": model.fingerprint,
+        "adapter_sha256": crate::gui::jobs::adapter_fingerprint(a.focus.adapter.as_deref()),
         "text_path": a.file.display().to_string(),
         "text_sha256": crate::gui::export::sha256_hex(text.as_bytes()),
         "text_bytes": text.len(),
     });
-    // One export: the CSV set is switched as one (`io::export_set`), so at every instant, a kill
-    // included, the names show the whole old set or the whole new one.
+    // One export: the CSV set as plain files with the manifest that says they belong together
+    // (`gui::export::manifest`, the GUI's writer: the same set).
     let files = export.files(&a.out, Some(&provenance), &crate::gui::export::arrow::token_groups_arrow)?;
-    focus_core::io::write_atomic_set(&files)?;
+    crate::gui::export::manifest::write_set(&files, &provenance).map_err(anyhow::Error::msg)?;
     let an = &shown.analysis;
     for (p, _) in &files[1..] {
         eprintln!("wrote {}", p.display());

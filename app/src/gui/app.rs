@@ -25,6 +25,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// A restart on a remembered text of more tokens than this asks before analysing it
+/// (`hold_long_restart`): 10K tokens take 1-2 minutes on 2 cores.
+pub const LONG_RESTART_TOKENS: usize = 8192;
+
 /// How often the window repaints while background work runs (progress, busy indicators).
 pub const BUSY_REPAINT: std::time::Duration = std::time::Duration::from_millis(200);
 
@@ -58,6 +62,9 @@ pub struct FocusLensApp {
     adapter_restore: Option<(Option<usize>, Option<bool>)>,
     /// A text refused as not UTF-8, which the status bar offers to read as Latin-1.
     pub lossy_offer: Option<PathBuf>,
+    /// A reopened session's file and the model and adapter fingerprints it recorded: compared
+    /// with what loads (`check_session_inputs`), once.
+    pub session_check: Option<(PathBuf, Option<String>, Option<String>)>,
     /// The captured layers of the segment last looked into, shared by the partners and grid
     /// jobs (`jobs::HeadsCache`).
     pub heads: jobs::HeadsCache,
@@ -68,12 +75,20 @@ impl FocusLensApp {
     pub fn new(settings: Settings) -> Self {
         let worker = Worker::default();
         let dialogs = Dialogs::new(worker.poster());
+        // What the views remembered (`remember_views`).
+        let mut views = Views::default();
+        views.files.export_folder = settings.prefs.export_folder.clone().filter(|d| d.is_dir());
+        views.centroids.corpus = settings.prefs.index_corpus.clone();
+        views.centroids.index_path = settings.prefs.index_path.clone();
+        if let Some(f) = settings.prefs.train.clone().and_then(|v| serde_json::from_value(v).ok()) {
+            views.train.form = f;
+        }
         FocusLensApp {
             settings,
             worker,
             session: Session::default(),
             selection: Selection::default(),
-            views: Views::default(),
+            views,
             dialogs,
             errors: Vec::new(),
             status: String::new(),
@@ -84,9 +99,20 @@ impl FocusLensApp {
             pending_range: None,
             adapter_restore: None,
             lossy_offer: None,
+            session_check: None,
             heads: Default::default(),
             ctx: None,
         }
+    }
+
+    /// What the views hold that a restart should find again, into the settings (eframe saves
+    /// them): the last export folder, the Centroids view's corpus and index, the Train form.
+    pub fn remember_views(&mut self) {
+        let p = &mut self.settings.prefs;
+        p.export_folder = self.views.files.export_folder.clone();
+        p.index_corpus = self.views.centroids.corpus.clone();
+        p.index_path = self.views.centroids.index_path.clone();
+        p.train = serde_json::to_value(&self.views.train.form).ok();
     }
 
     /// True while anything runs in the background.
@@ -126,7 +152,28 @@ impl FocusLensApp {
             self.settings.setup.params.window = None;
             self.settings.setup.params.causal = None;
         }
-        self.session.unstop();
+        // An input asked for now: a held restart analysis is no longer what waits.
+        self.session.hold = false;
+        // No `unstop` here: an input that loads is a new generation, so the analysis it asks
+        // for has a new key and runs; one that is refused changes nothing, and a cancelled or
+        // failed analysis must then stay stopped (it restarted by itself after a refused
+        // adapter).
+    }
+
+    /// At a restart on the remembered inputs: a text whose analysis would take minutes (more
+    /// than `LONG_RESTART_TOKENS` tokens at about 4 bytes a token, within the tokens asked for)
+    /// waits for Run analysis instead of starting by itself; the status line says so.
+    pub fn hold_long_restart(&mut self) {
+        let Some(p) = &self.settings.inputs.text else { return };
+        let Ok(m) = std::fs::metadata(p) else { return };
+        let tokens = (m.len() as usize / 4).min(self.settings.setup.params.max_tokens);
+        if tokens > LONG_RESTART_TOKENS {
+            self.session.hold = true;
+            self.status = format!(
+                "{} is long (about {tokens} tokens to analyse, minutes of work): press Run analysis (left panel) to analyse it, or lower \"tokens\" first",
+                p.display()
+            );
+        }
     }
 
     /// Reopens a session file: its inputs, settings, view and selection (an error in the window
@@ -135,6 +182,8 @@ impl FocusLensApp {
         match super::session::file::SessionFile::read(path) {
             Ok(f) => {
                 f.apply(&mut self.settings);
+                // Once its inputs load, they are compared with the fingerprints it recorded.
+                self.session_check = Some((path.to_path_buf(), f.model_fingerprint.clone(), f.adapter_sha256.clone()));
                 self.selection = Selection::default();
                 self.pending_select = f.selected;
                 self.pending_range = f.range;
@@ -148,7 +197,6 @@ impl FocusLensApp {
     /// Back to the embedded default for one input.
     pub fn use_default(&mut self, kind: InputKind) {
         *self.settings.inputs.path_mut(kind) = None;
-        self.session.unstop();
     }
 
     /// Guesses what a dropped path is: a .gguf file or a folder with config.json is a model, a
@@ -236,20 +284,8 @@ impl FocusLensApp {
         if self.status.starts_with("analysis cancelled") && self.session.result.as_ref().is_none_or(|r| r.key != res.key) {
             self.status.clear();
         }
-        // Another adapter on the same tokens: number its groups by the previous run's, layer by
-        // layer, so that one colour keeps meaning the same tokens.
-        let res = match &self.session.result {
-            Some(prev)
-                if prev.key.adapter_gen != res.key.adapter_gen
-                    && prev.key.text_gen == res.key.text_gen
-                    && prev.key.model_gen == res.key.model_gen
-                    && prev.tokens() == res.tokens()
-                    && res.aligned_to.is_none() =>
-            {
-                Arc::new(res.aligned_to(prev))
-            }
-            _ => res,
-        };
+        // One identity per group: the result is numbered by the app's one numbering.
+        let res = self.number(res);
         let n_layers = res.layers();
         if self.settings.setup.layer >= n_layers {
             self.settings.setup.layer = n_layers.saturating_sub(1);
@@ -280,6 +316,78 @@ impl FocusLensApp {
         self.timing.first_view();
         if self.selection.selected.is_some() && stale_partners {
             self.refresh_partners();
+        }
+    }
+
+    /// Numbers a result's groups by the app's one identity (`analysis::identity`, held in
+    /// `session.ids`): for the identity's own adapter its numbers as they are (another k, mode,
+    /// Sinkhorn variant or text keeps every centroid's number and colour), for another adapter a
+    /// match to the identity's reference run over the tokens both share; a result with nothing
+    /// to match by keeps its own chain across layers. An unpinned identity then follows the
+    /// result (its adapter, and its tokens for the next match); a pinned one stays.
+    pub(super) fn number(&mut self, res: Arc<AnalysisResult>) -> Arc<AnalysisResult> {
+        use focus_core::analysis::identity::GroupIds;
+        let numbered = self.session.ids.as_ref().and_then(|ids| res.shown.numbered(ids, &res.adapter_sha256));
+        let res = match numbered {
+            // Numbered as it already is (a result from the cache): the same result, not a copy.
+            Some((shown, _)) if shown.aligned == res.aligned && shown.aligned_to == res.aligned_to => res,
+            Some((shown, _)) => Arc::new(res.with_shown(shown)),
+            None => res,
+        };
+        let source = format!("{} on {}, adapter {}", res.mode, res.text_label, res.analysis.adapter);
+        let (ids, masks) = (res.token_ids(), &res.masks);
+        match &mut self.session.ids {
+            Some(cur) if cur.pinned => {}
+            // Its own adapter: the numbers stay, the reference tokens follow the screen.
+            Some(cur) if cur.adapter == res.adapter_sha256 && cur.groups == res.groups() && cur.maps.len() == res.layers() => {
+                cur.tokens = ids;
+                cur.masks = masks.clone();
+                cur.source = source;
+            }
+            // Another adapter (or none yet): its numbers, matched or its own, become the identity
+            // (naming the run they were matched to).
+            _ => {
+                self.session.ids = Some(GroupIds {
+                    adapter: res.adapter_sha256.clone(),
+                    groups: res.groups(),
+                    maps: res.aligned.clone(),
+                    tokens: ids,
+                    masks: masks.clone(),
+                    source,
+                    pinned: false,
+                    matched_to: res.aligned_to.clone(),
+                })
+            }
+        }
+        res
+    }
+
+    /// A reopened session's inputs have loaded: say so when their weights are not the ones the
+    /// session was saved with (another file at the same path, or another version's embedded
+    /// default adapter).
+    pub(super) fn check_session_inputs(&mut self) {
+        let (Some(m), Some(a)) = (&self.session.model, &self.session.adapter) else { return };
+        if a.model_gen != m.gen || self.settings.inputs.adapter != a.path || self.settings.inputs.model != m.path {
+            return;
+        }
+        let Some((file, model_fp, adapter_sha)) = self.session_check.take() else { return };
+        let mut differ = Vec::new();
+        if model_fp.as_ref().is_some_and(|f| *f != m.model.fingerprint) {
+            differ.push(format!("the model's weights (fingerprint {} then, {} now)", short(model_fp.as_deref().unwrap_or("")), short(&m.model.fingerprint)));
+        }
+        if adapter_sha.as_ref().is_some_and(|s| *s != a.sha256) {
+            differ.push(format!("the adapter (sha256 {} then, {} now)", short(adapter_sha.as_deref().unwrap_or("")), short(&a.sha256)));
+        }
+        if !differ.is_empty() {
+            self.errors.push(format!("session {} was saved with other inputs: {} differ; the figures on screen are not the saved ones", file.display(), differ.join(" and ")));
+        }
+    }
+
+    /// Pins the numbering of the result on screen (`pin`), so that later runs (another k, mode,
+    /// adapter of the same model, a generation) are numbered by their match to it; or unpins it.
+    pub fn pin_numbers(&mut self, pin: bool) {
+        if let Some(ids) = &mut self.session.ids {
+            ids.pinned = pin;
         }
     }
 
@@ -330,6 +438,10 @@ impl FocusLensApp {
         let dropped: Vec<PathBuf> = ctx.input(|i| i.raw.dropped_files.iter().map(|f| f.path().to_path_buf()).filter(|p| !p.as_os_str().is_empty()).collect());
         for p in dropped {
             self.open_dropped(p);
+        }
+        if self.session_check.is_some() && !self.is_running(TaskKind::LoadModel) && !self.is_running(TaskKind::LoadAdapter) {
+            // A reopened session whose inputs were already loaded (nothing to load again).
+            self.check_session_inputs();
         }
         if let Some(res) = self.session.reconcile(&self.settings, &mut self.worker) {
             // The cache holds the full result that waits for the mouse: it keeps waiting.
@@ -391,6 +503,7 @@ impl eframe::App for FocusLensApp {
     }
 
     fn save(&mut self, storage: &mut dyn eframe::Storage) {
+        self.remember_views();
         eframe::set_value(storage, eframe::APP_KEY, &self.settings);
     }
 
@@ -403,6 +516,11 @@ impl eframe::App for FocusLensApp {
 /// Fits k to a newly loaded adapter: a different adapter (`changed`) brings its own top_k; any
 /// k outside 1..=K is clamped. Returns what changed, in words, for the status line (k used to
 /// stay at 3 when K went from 8 to 4: every pair then shares a group, i.e. dense attention).
+/// The first 12 characters of a fingerprint.
+fn short(s: &str) -> &str {
+    &s[..s.len().min(12)]
+}
+
 pub fn refit_k(k: &mut usize, cfg: &focus_core::AdapterConfig, changed: bool) -> Option<String> {
     let groups = cfg.groups.max(1);
     let before = *k;

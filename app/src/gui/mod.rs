@@ -84,6 +84,9 @@ pub fn startup_settings(mut s: Settings, a: &StartArgs) -> Settings {
         s.inputs.model = Some(absolute(m.clone()));
     }
     if let Some(ad) = &a.inputs.adapter {
+        // The remembered k belongs to the remembered adapter: this one brings its own k.
+        let remembered = s.inputs.adapter.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+        s.setup.k_adapter.get_or_insert(remembered);
         s.inputs.adapter = Some(absolute(ad.clone()));
         s.setup.params.window = None;
         s.setup.params.causal = None;
@@ -108,9 +111,9 @@ pub fn startup_settings(mut s: Settings, a: &StartArgs) -> Settings {
 /// `current` (it fits, or it is the default, or the adapter cannot be read: its load reports
 /// that).
 pub fn base_model_for(adapter: &std::path::Path, current: Option<&std::path::Path>, recent: &[(state::InputKind, std::path::PathBuf)]) -> Option<Option<std::path::PathBuf>> {
-    let cfg = std::fs::read_to_string(adapter.join("adapter_config.json")).ok()?;
-    let cfg: serde_json::Value = serde_json::from_str(&cfg).ok()?;
-    let want: focus_core::focus::identity::BaseModel = serde_json::from_value(cfg.get("base_model")?.clone()).ok()?;
+    // Through the guarded reader: a FIFO named adapter_config.json blocked the window before it
+    // painted (issue 51).
+    let want = focus_core::focus::adapter::recorded_base_model(adapter).ok()?;
     let default = crate::defaults::default_model_path();
     let fits = |p: &std::path::Path| p.exists() && focus_core::Model::load(p, &candle_core::Device::Cpu).is_ok_and(|m| m.identity() == want);
     if fits(current.unwrap_or(&default)) {
@@ -145,6 +148,10 @@ pub fn run(args: StartArgs) -> anyhow::Result<()> {
                 app.open_session(p);
             }
             app.settings = startup_settings(app.settings.clone(), &args);
+            // The remembered text (not one named now): a long analysis waits to be asked for.
+            if args.inputs.text.is_none() && args.session.is_none() {
+                app.hold_long_restart();
+            }
             Ok(Box::new(app))
         }),
     )

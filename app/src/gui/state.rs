@@ -211,6 +211,10 @@ pub struct Setup {
     pub colour_blind: bool,
     /// Run B of the compare view.
     pub compare: CompareSpec,
+    /// The adapter k belongs to (its path; empty: the embedded default): another adapter
+    /// loaded, even with another model or at start-up over the remembered one, brings its own
+    /// k. `None`: not known yet (settings of an earlier version).
+    pub k_adapter: Option<String>,
 }
 
 impl Default for Setup {
@@ -226,6 +230,7 @@ impl Default for Setup {
             raw_groups: false,
             colour_blind: false,
             compare: CompareSpec::default(),
+            k_adapter: None,
         }
     }
 }
@@ -259,6 +264,14 @@ pub struct Prefs {
     pub attn_bench_device: DeviceChoice,
     /// The Generate view's settings.
     pub generate: GenSettings,
+    /// The last export's folder (the next export starts there), the Centroids view's corpus
+    /// folder and index file, and the Train view's form: remembered between runs
+    /// (`FocusLensApp::remember_views`, restored by `FocusLensApp::new`).
+    pub export_folder: Option<PathBuf>,
+    pub index_corpus: String,
+    pub index_path: String,
+    /// The Train form (`views::train::TrainForm`) as JSON: `state` imports no view.
+    pub train: Option<serde_json::Value>,
 }
 
 /// How the Generate view generates; mode, k and window are the Run controls' (`RunParams`).
@@ -310,6 +323,10 @@ impl Default for Prefs {
             attn_bench_lengths: "1024,2048,4096,8192".into(),
             attn_bench_device: DeviceChoice::Cpu,
             generate: GenSettings::default(),
+            export_folder: None,
+            index_corpus: String::new(),
+            index_path: String::new(),
+            train: None,
         }
     }
 }
@@ -395,6 +412,8 @@ pub struct LoadedAdapter {
     /// The model generation it was loaded for.
     pub model_gen: u64,
     pub gen: u64,
+    /// Its fingerprint (`jobs::load::adapter_fingerprint`).
+    pub sha256: String,
 }
 
 pub struct LoadedText {
@@ -439,6 +458,9 @@ pub struct AnalysisResult {
     /// keys and routing, the last residual): the partners, the attention grid and a compare's
     /// run A read them instead of running the model. Empty when read from the disk cache.
     pub kept: Vec<Arc<focus_core::analysis::kept::KeptPass>>,
+    /// The adapter's fingerprint (`jobs::load::adapter_fingerprint`): what the group numbers
+    /// (`analysis::identity`) and the exports name it by.
+    pub adapter_sha256: String,
 }
 
 /// The views read core's result through the GUI's (`res.analysis`, `res.argmax`,
@@ -455,10 +477,15 @@ impl AnalysisResult {
     /// same tokens run with another adapter), so that a colour keeps meaning the same tokens
     /// when the adapter changes.
     pub fn aligned_to(&self, reference: &AnalysisResult) -> AnalysisResult {
+        self.with_shown(self.shown.aligned_to(&reference.shown))
+    }
+
+    /// The same analysis shown as `shown` (another numbering of it).
+    pub fn with_shown(&self, shown: ShownAnalysis) -> AnalysisResult {
         AnalysisResult {
             key: self.key.clone(),
             mode: self.mode,
-            shown: self.shown.aligned_to(&reference.shown),
+            shown,
             adapter: self.adapter.clone(),
             model: self.model.clone(),
             seconds: self.seconds,
@@ -467,6 +494,7 @@ impl AnalysisResult {
             text_label: self.text_label.clone(),
             from_disk: self.from_disk,
             kept: self.kept.clone(),
+            adapter_sha256: self.adapter_sha256.clone(),
         }
     }
 }

@@ -41,6 +41,7 @@ impl FocusLensApp {
             Command::Set(s) => self.set(s),
             Command::Rerun => self.session.unstop(),
             Command::DismissErrors => self.errors.clear(),
+            Command::PinNumbers(pin) => self.pin_numbers(pin),
             Command::Error(e) => self.errors.push(e),
             Command::CancelAnalysis => self.cancel_analysis(),
             Command::Cancel(kind) => self.worker.cancel(kind),

@@ -5,6 +5,7 @@
 use super::FocusLensApp;
 use crate::gui::export::{self, ExportKind};
 use crate::gui::jobs::Msg;
+use crate::gui::state::AnalysisResult;
 use crate::gui::views::FileTask;
 use std::path::{Path, PathBuf};
 
@@ -32,6 +33,8 @@ impl FocusLensApp {
         if kind == ExportKind::Session {
             let mut f = crate::gui::session::file::SessionFile::from_settings(&self.settings, self.selection.selected);
             f.range = self.selection.range;
+            f.model_fingerprint = self.session.model.as_ref().map(|m| m.model.fingerprint.clone());
+            f.adapter_sha256 = self.session.adapter.as_ref().map(|a| a.sha256.clone());
             let json = f.to_json();
             match export::write(&path, json.as_bytes()) {
                 Ok(()) => self.export_done(format!("saved session {}", path.display())),
@@ -53,7 +56,7 @@ impl FocusLensApp {
             // comparison's (per token, per layer).
             let written = match (kind, &self.views.compare.result) {
                 (ExportKind::StatsCsv, _) => export::write_csv_set(&res, &path, self.settings.setup.raw_groups),
-                (_, Some(c)) => export::write_compare_csv(c, &path, layer, head),
+                (_, Some(c)) => export::write_compare_csv(c, &res, &path, layer, head),
                 (_, None) => Err("no comparison yet: press Run comparison first".to_string()),
             };
             match written {
@@ -67,8 +70,9 @@ impl FocusLensApp {
                 let text = self.session.text.as_ref().filter(|t| t.gen == res.key.text_gen).map(|t| t.text.clone());
                 export::stats_json(&res, export::provenance(&res, &self.settings, text.as_deref().map(|s| s.as_str()), &self.selection), self.settings.setup.raw_groups)
             }
-            ExportKind::ViewSvg => self.views.svg(&self.settings, &res, self.selection.selected, self.selection.range),
-            ExportKind::CompareJson => self.views.compare.result.as_ref().map(|c| c.json(layer, head)).ok_or_else(|| "no comparison yet: press Run comparison first".to_string()),
+            // Every SVG carries where it came from (`export::fingerprints`) in its metadata.
+            ExportKind::ViewSvg => self.views.svg(&self.settings, &res, self.selection.selected, self.selection.range).map(|s| export::svg_with_provenance(&s, &export::fingerprints(&res), None)),
+            ExportKind::CompareJson => self.views.compare.result.as_ref().map(|c| with_provenance(&c.json(layer, head), &res)).ok_or_else(|| "no comparison yet: press Run comparison first".to_string()),
             ExportKind::StatsCsv | ExportKind::CompareCsv | ExportKind::ViewPng | ExportKind::Session => unreachable!(),
         };
         match text.and_then(|t| export::write(&path, t.as_bytes())) {
@@ -103,6 +107,18 @@ impl FocusLensApp {
             return;
         };
         let post = self.worker.poster();
-        export::request_png(&ctx, rect, path, move |r| post.send(Msg::Png(r)));
+        let text = self.session.result.as_ref().map(|r| export::fingerprints(r).to_string());
+        export::request_png(&ctx, rect, path, text, move |r| post.send(Msg::Png(r)));
+    }
+}
+
+/// A JSON export (an object) with `provenance` (`export::fingerprints`) added, unless it has one.
+fn with_provenance(json: &str, res: &AnalysisResult) -> String {
+    match serde_json::from_str::<serde_json::Value>(json) {
+        Ok(serde_json::Value::Object(mut m)) => {
+            m.entry("provenance").or_insert_with(|| export::fingerprints(res));
+            serde_json::to_string_pretty(&serde_json::Value::Object(m)).unwrap_or_else(|_| json.to_string())
+        }
+        _ => json.to_string(),
     }
 }

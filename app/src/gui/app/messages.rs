@@ -62,6 +62,8 @@ impl FocusLensApp {
                     }
                     self.session.adapter = None;
                     self.session.result = None;
+                    // Another model's groups have nothing in common with these numbers.
+                    self.session.ids = None;
                     self.pending_full = None;
                     self.selection = Selection::default();
                 }
@@ -70,27 +72,37 @@ impl FocusLensApp {
                     self.settings.remember(InputKind::Model, p.clone());
                 }
                 self.session.model = Some(LoadedModel { model, path, device, gen });
+                self.drop_errors_of(InputKind::Model);
             }
             Err(e) => self.load_failed(InputKind::Model, e),
         }
     }
 
-    fn handle_adapter(&mut self, r: Result<Arc<Adapter>, JobError>, path: Option<PathBuf>, model_gen: u64) {
+    fn handle_adapter(&mut self, r: Result<(Arc<Adapter>, String), JobError>, path: Option<PathBuf>, model_gen: u64) {
         match r {
-            Ok(adapter) => {
+            Ok((adapter, sha256)) => {
                 self.adapter_restore = None;
                 let gen = self.session.gen();
                 if let Some(p) = &path {
                     self.settings.remember(InputKind::Adapter, p.clone());
                 }
                 let label = source_label(&path, crate::defaults::SAMPLE_ADAPTER_NAME);
-                // Another adapter (not the same one loaded again for a new model, nor the first
-                // load at start-up, which keeps the remembered k) brings its own k.
-                let changed = self.session.adapter.as_ref().is_some_and(|a| a.path != path);
+                // Another adapter brings its own k: another than the one k was set for (whatever
+                // was loaded in between: a model switch unloads the adapter, and at start-up
+                // the remembered k belongs to the remembered adapter); the same one loaded again
+                // for a new model keeps k.
+                let id = path.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
+                let changed = match &self.settings.setup.k_adapter {
+                    Some(was) => *was != id,
+                    None => self.session.adapter.as_ref().is_some_and(|a| a.path != path),
+                };
+                self.settings.setup.k_adapter = Some(id);
                 if let Some(msg) = refit_k(&mut self.settings.setup.params.k, &adapter.config, changed) {
                     self.status = msg;
                 }
-                self.session.adapter = Some(LoadedAdapter { adapter, path, label, model_gen, gen });
+                self.session.adapter = Some(LoadedAdapter { adapter, path, label, model_gen, gen, sha256 });
+                self.drop_errors_of(InputKind::Adapter);
+                self.check_session_inputs();
             }
             Err(e) => self.load_failed(InputKind::Adapter, e),
         }
@@ -109,12 +121,20 @@ impl FocusLensApp {
                 self.lossy_offer = None;
                 let label = source_label(&path, crate::defaults::SAMPLE_TEXT_NAME);
                 self.session.text = Some(LoadedText { text, path, label, note, gen });
+                self.drop_errors_of(InputKind::Text);
                 self.selection.selected = None;
                 self.selection.jumped = None;
                 self.selection.partners = None;
             }
             Err(e) => self.load_failed(InputKind::Text, e),
         }
+    }
+
+    /// An input of `kind` loaded: the errors about earlier attempts to load one (and, for an
+    /// adapter, that none is loaded) are stale now and go (they stayed red beside the result).
+    fn drop_errors_of(&mut self, kind: InputKind) {
+        let (named, default) = (format!("cannot open {} ", kind.label()), format!("cannot open the default {}", kind.label()));
+        self.errors.retain(|e| !e.starts_with(&named) && !e.starts_with(&default) && !(kind == InputKind::Adapter && e.starts_with("no adapter is loaded")));
     }
 
     /// A load failed: show why and go back to what was loaded before (the app keeps running).
@@ -136,6 +156,18 @@ impl FocusLensApp {
                 self.settings.setup.params.causal = causal;
             }
             if let (None, Some(m)) = (&self.session.adapter, &self.session.model) {
+                // The adapter was being loaded for a newly loaded model (File → default model,
+                // say) and does not fit it: where the embedded default adapter fits that model,
+                // it is loaded instead (said in the status line), rather than leaving the model
+                // with no adapter.
+                if self.settings.inputs.adapter.is_some() && crate::gui::views::files::embedded_fits(&m.model.identity()) {
+                    self.settings.inputs.adapter = None;
+                    // One error that says both (it stays: its cause, the adapter asked for, is
+                    // not fixed by the default's load).
+                    self.errors.pop();
+                    self.errors.push(format!("{what} was not loaded for {}, so the embedded default adapter ({}) is: {e}", m.model.config().name, crate::defaults::SAMPLE_ADAPTER_NAME));
+                    return;
+                }
                 self.errors.push(format!("no adapter is loaded: open one made for {} (File menu, Open adapter…)", m.model.config().name));
             }
         }
@@ -150,7 +182,10 @@ impl FocusLensApp {
         let key = self.session.analysis_ended();
         match r {
             Ok(res) => {
-                let res = Arc::new(res);
+                // A finished analysis: an earlier one's failure is no longer what the window shows.
+                self.errors.retain(|e| !e.starts_with("analysis failed"));
+                // Numbered before it is kept, so that the cache holds what the screen shows.
+                let res = self.number(Arc::new(res));
                 self.session.remember_result(res.clone());
                 // The preview on screen and the pointer resting on it: wait for the pointer to
                 // move, so that nothing changes under a still mouse.
@@ -172,7 +207,7 @@ impl FocusLensApp {
     /// Shown only while its full analysis is still the one wanted.
     fn handle_preview(&mut self, res: AnalysisResult) {
         if self.session.is_running_preview(&res.key) {
-            let res = Arc::new(res);
+            let res = self.number(Arc::new(res));
             self.session.remember_result(res.clone());
             self.set_result(res);
         }

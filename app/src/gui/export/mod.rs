@@ -2,10 +2,14 @@
 //! PNG) and their default file names, the statistics (core's `analysis::export`, the same files
 //! `focus-lens analyze --out` writes, with the GUI's provenance), the atomic file write, and the
 //! PNG path (a screenshot of the central view, cropped and encoded). `svg` is the SVG writer and
-//! its charts; `arrow` the per-token groups as Arrow IPC. Each view's own SVG is drawn next to
-//! the view, in `views/`.
+//! its charts; `arrow` the per-token groups as Arrow IPC; `manifest` a set of files as plain
+//! files with the manifest that says they belong together. Every export carries where it came
+//! from (`fingerprints`: the app version, the model and adapter with their fingerprints): the
+//! JSON in its provenance, a set in its manifest, an SVG in its `<metadata>`, a PNG in a text
+//! chunk. Each view's own SVG is drawn next to the view, in `views/`.
 
 pub mod arrow;
+pub mod manifest;
 pub mod svg;
 
 use super::state::{AnalysisResult, Settings};
@@ -76,6 +80,8 @@ pub fn provenance(res: &AnalysisResult, settings: &Settings, text: Option<&str>,
     let analysed = res.analysis.tokens.last().map(|t| t.end).unwrap_or(0);
     serde_json::json!({
         "app": format!("focus-lens {}", env!("CARGO_PKG_VERSION")),
+        "model_fingerprint": res.model.fingerprint,
+        "adapter_sha256": res.adapter_sha256,
         "model_path": path(&settings.inputs.model).unwrap_or_else(|| format!("default: {}", crate::defaults::default_model_path().display())),
         "adapter_path": path(&settings.inputs.adapter).unwrap_or_else(|| format!("embedded default: {}", crate::defaults::SAMPLE_ADAPTER_NAME)),
         "text_path": path(&settings.inputs.text).unwrap_or_else(|| format!("embedded default: {}", crate::defaults::SAMPLE_TEXT_NAME)),
@@ -143,23 +149,78 @@ pub fn stats_json(res: &AnalysisResult, provenance: serde_json::Value, raw: bool
 
 /// The CSV set `focus-lens analyze --out STEM.csv` writes (`analysis::export::StatsExport::files`:
 /// per group at `path`, category profiles, tokens, each token's group per layer as CSV and Arrow
-/// IPC, the structure and its table), all as one set (`write_all`). Returns the paths written.
+/// IPC, the structure and its table), as plain files with their manifest
+/// (`manifest::write_set`, the provenance `fingerprints`). Returns the paths written.
 pub fn write_csv_set(res: &AnalysisResult, path: &Path, raw: bool) -> Result<Vec<PathBuf>, String> {
-    write_all(stats_export(res, raw).files(path, None, &arrow::token_groups_arrow).map_err(|e| e.to_string())?)
+    let files = stats_export(res, raw).files(path, None, &arrow::token_groups_arrow).map_err(|e| e.to_string())?;
+    manifest::write_set(&files, &fingerprints(res))
 }
 
 /// The compare view's CSV set: the per-token table at `path` and the per-layer figures at
-/// STEM.layers.csv (as one set). Returns the paths written.
-pub fn write_compare_csv(c: &crate::gui::compared::Compared, path: &Path, layer: usize, head: usize) -> Result<Vec<PathBuf>, String> {
-    write_all(vec![(path.to_path_buf(), c.csv(layer, head).into_bytes()), (path.with_extension("layers.csv"), c.layers_csv(head).into_bytes())])
+/// STEM.layers.csv, with their manifest. Returns the paths written.
+pub fn write_compare_csv(c: &crate::gui::compared::Compared, res: &AnalysisResult, path: &Path, layer: usize, head: usize) -> Result<Vec<PathBuf>, String> {
+    let files = vec![(path.to_path_buf(), c.csv(layer, head).into_bytes()), (path.with_extension("layers.csv"), c.layers_csv(head).into_bytes())];
+    manifest::write_set(&files, &fingerprints(res))
 }
 
-/// Writes the files as one set (`focus_core::io::write_atomic_set`: the visible names show the
-/// whole old set or the whole new one at every instant); returns the paths written.
-fn write_all(files: Vec<(PathBuf, Vec<u8>)>) -> Result<Vec<PathBuf>, String> {
-    let paths = files.iter().map(|(p, _)| p.clone()).collect();
-    focus_core::io::write_atomic_set(&files).map_err(|e| e.to_string())?;
-    Ok(paths)
+/// Where an analysis came from, as every export records it: the app and its version, the model
+/// (name, file, weights' fingerprint) and the adapter (name, the SHA-256 of its files: the
+/// embedded default's changed between versions), and what the group numbers are matched to.
+pub fn fingerprints(res: &AnalysisResult) -> serde_json::Value {
+    serde_json::json!({
+        "app": format!("focus-lens {}", env!("CARGO_PKG_VERSION")),
+        "model": res.analysis.model,
+        "model_fingerprint": res.model.fingerprint,
+        "adapter": res.analysis.adapter,
+        "adapter_sha256": res.adapter_sha256,
+        "mode": res.analysis.mode,
+        "groups_aligned_to": res.aligned_to,
+    })
+}
+
+/// `svg` with the provenance in a `<metadata>` element (after the root's opening tag), and
+/// `what` (the range the file holds, say) in a `<desc>`.
+pub fn svg_with_provenance(svg: &str, provenance: &serde_json::Value, what: Option<&str>) -> String {
+    let Some(start) = svg.find("<svg") else { return svg.to_string() };
+    let Some(end) = svg[start..].find('>').map(|e| start + e + 1) else { return svg.to_string() };
+    let meta = svg::escape(&provenance.to_string());
+    let desc = what.map(|w| format!("<desc>{}</desc>\n", svg::escape(w))).unwrap_or_default();
+    format!("{}\n<metadata>{meta}</metadata>\n{desc}{}", &svg[..end], &svg[end..])
+}
+
+/// A PNG with `text` in a tEXt chunk of `keyword` (right after the header chunk).
+pub fn png_with_text(png: &[u8], keyword: &str, text: &str) -> Vec<u8> {
+    // The signature (8 bytes), then IHDR: length 13, so 25 bytes with its type and CRC.
+    const AFTER_IHDR: usize = 8 + 25;
+    if png.len() < AFTER_IHDR || &png[12..16] != b"IHDR" {
+        return png.to_vec();
+    }
+    let mut data = Vec::with_capacity(keyword.len() + 1 + text.len());
+    data.extend_from_slice(keyword.as_bytes());
+    data.push(0);
+    // tEXt is Latin-1: anything else is written as an escape.
+    data.extend(text.chars().flat_map(|c| if (c as u32) < 0x100 { vec![c as u8] } else { c.escape_unicode().to_string().into_bytes() }));
+    let mut chunk = Vec::with_capacity(12 + data.len());
+    chunk.extend_from_slice(&(data.len() as u32).to_be_bytes());
+    chunk.extend_from_slice(b"tEXt");
+    chunk.extend_from_slice(&data);
+    chunk.extend_from_slice(&crc32(&chunk[4..]).to_be_bytes());
+    let mut out = png[..AFTER_IHDR].to_vec();
+    out.extend_from_slice(&chunk);
+    out.extend_from_slice(&png[AFTER_IHDR..]);
+    out
+}
+
+/// CRC-32 (ISO-HDLC, as PNG chunks use).
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut c = 0xffff_ffffu32;
+    for &b in bytes {
+        c ^= b as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 { 0xedb8_8320 ^ (c >> 1) } else { c >> 1 };
+        }
+    }
+    !c
 }
 
 /// Writes `bytes` to `path` atomically (a reader never sees half a file).
@@ -169,11 +230,12 @@ pub fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
 
 /// Asks eframe for a screenshot; its callback crops it to `rect` (the central view), writes the
 /// PNG to `path` and hands the outcome to `done` (from the callback, in a later frame).
-pub fn request_png(ctx: &egui::Context, rect: egui::Rect, path: PathBuf, done: impl FnOnce(Result<PathBuf, String>) + Send + 'static) {
+/// `text`: the provenance, written into the PNG (`png_with_text`).
+pub fn request_png(ctx: &egui::Context, rect: egui::Rect, path: PathBuf, text: Option<String>, done: impl FnOnce(Result<PathBuf, String>) + Send + 'static) {
     let ppp = ctx.pixels_per_point();
     let ctx2 = ctx.clone();
     let cb = egui::ScreenshotCallback::new(move |img| {
-        done(save_png(&img, rect, ppp, &path).map(|_| path.clone()));
+        done(save_png_with(&img, rect, ppp, &path, text.as_deref()).map(|_| path.clone()));
         ctx2.request_repaint();
     });
     ctx.send_viewport_cmd(egui::ViewportCommand::Screenshot(cb));
@@ -181,6 +243,11 @@ pub fn request_png(ctx: &egui::Context, rect: egui::Rect, path: PathBuf, done: i
 
 /// Crops `img` (physical pixels) to `rect` (points) and writes it as PNG.
 pub fn save_png(img: &egui::ColorImage, rect: egui::Rect, ppp: f32, path: &Path) -> Result<(), String> {
+    save_png_with(img, rect, ppp, path, None)
+}
+
+/// `save_png` with `text` (the provenance) in a tEXt chunk named "focus-lens".
+pub fn save_png_with(img: &egui::ColorImage, rect: egui::Rect, ppp: f32, path: &Path, text: Option<&str>) -> Result<(), String> {
     let [w, h] = img.size;
     let x0 = ((rect.min.x * ppp).round().max(0.0) as usize).min(w);
     let y0 = ((rect.min.y * ppp).round().max(0.0) as usize).min(h);
@@ -195,5 +262,8 @@ pub fn save_png(img: &egui::ColorImage, rect: egui::Rect, ppp: f32, path: &Path)
     }
     let mut bytes = Vec::new();
     out.write_to(&mut std::io::Cursor::new(&mut bytes), image::ImageFormat::Png).map_err(|e| format!("PNG encoding: {e}"))?;
+    if let Some(t) = text {
+        bytes = png_with_text(&bytes, "focus-lens", t);
+    }
     write(path, &bytes)
 }

@@ -163,7 +163,9 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series], 
 }
 
 /// Grouped bar chart: `groups` categories on x, one bar per series in each.
-pub fn bar_chart(title: &str, categories: &[String], series: &[(String, String, Vec<f64>)], hline: Option<(String, f64)>) -> String {
+/// `swatches`: per category a colour drawn as a square under its label (the group's colour, as
+/// on screen), or none when empty.
+pub fn bar_chart(title: &str, categories: &[String], swatches: &[String], series: &[(String, String, Vec<f64>)], hline: Option<(String, f64)>) -> String {
     let (w, h) = (640.0, 400.0);
     let (l, r, t, b) = (70.0, 170.0, 40.0, 50.0);
     let data_max = series.iter().flat_map(|s| s.2.iter().cloned()).chain(hline.iter().map(|h| h.1)).fold(0f64, f64::max).max(1e-9) * 1.05;
@@ -184,6 +186,9 @@ pub fn bar_chart(title: &str, categories: &[String], series: &[(String, String, 
     for (ci, c) in categories.iter().enumerate() {
         let x = l + cw * ci as f64;
         s.text(x + cw / 2.0, h - b + 16.0, c, 11.0, "black", "middle");
+        if let Some(col) = swatches.get(ci) {
+            s.rect(x + cw / 2.0 - 6.0, h - b + 22.0, 12.0, 12.0, col, None);
+        }
         for (si, (_, color, vals)) in series.iter().enumerate() {
             let v = vals.get(ci).cloned().unwrap_or(0.0);
             s.rect(x + cw * 0.1 + bw * si as f64, py(v), bw, (h - b) - py(v), color, None);
@@ -272,7 +277,7 @@ mod tests {
     fn charts_have_every_series() {
         let c = line_chart("t", "x", "y", &[Series { name: "dense".into(), color: "#000".into(), points: vec![(1.0, 2.0), (2.0, 3.0)], dashed: false }], &[("1/K".into(), 0.125)]);
         assert!(c.contains("dense") && c.contains("1/K") && c.contains("<polyline"));
-        let b = bar_chart("t", &["g0".into(), "g1".into()], &[("after".into(), "#123456".into(), vec![0.5, 0.5])], None);
+        let b = bar_chart("t", &["g0".into(), "g1".into()], &[], &[("after".into(), "#123456".into(), vec![0.5, 0.5])], None);
         assert_eq!(b.matches("fill=\"#123456\"").count(), 3);
     }
 }

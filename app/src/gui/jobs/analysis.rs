@@ -25,6 +25,8 @@ pub struct AnalysisJob {
     /// their key (`disk_cache::adapter_identity`).
     pub disk: Option<disk_cache::DiskCache>,
     pub adapter_file: String,
+    /// The adapter's fingerprint (`load::adapter_fingerprint`).
+    pub adapter_sha256: String,
 }
 
 /// Texts longer than this are first analysed up to here, so that a finished view appears after
@@ -80,6 +82,7 @@ fn from_cache(job: &AnalysisJob, mode: Mode, c: disk_cache::Cached, seconds: f64
         text_label: job.text_label.clone(),
         from_disk: true,
         kept: Vec::new(),
+        adapter_sha256: job.adapter_sha256.clone(),
     }
 }
 
@@ -158,5 +161,6 @@ fn analyze_prefix(
         text_label: job.text_label.clone(),
         from_disk: false,
         kept: kept_before.iter().cloned().chain(kept.into_iter().map(Arc::new)).collect(),
+        adapter_sha256: job.adapter_sha256.clone(),
     })
 }

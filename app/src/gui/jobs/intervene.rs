@@ -16,6 +16,9 @@ pub struct InterveneJob {
     pub layer: usize,
     /// In the router's own group indices.
     pub intervention: Intervention,
+    /// The same in the names the screen gives the groups (`views::intervene::describe`): what
+    /// the result line says.
+    pub shown: String,
     /// At most this many tokens (the start of the text).
     pub max_tokens: usize,
     /// The Compare view's run B settings, kept with the result.
@@ -36,8 +39,8 @@ impl InterveneJob {
         })?;
         let p = &r.pairs;
         let note = format!(
-            "Intervention: {} at layer {} (router group indices), {} mode, on the first {n} tokens: A = intervened, B = original. {} token(s) edited; {} queries attend differently at layer {}; pairs kept there {} -> {} of {} causal.",
-            r.intervention, r.layer, r.mode, r.edited.len(), p.queries_changed, r.layer, p.kept_before, p.kept_after, p.causal
+            "Intervention: {} at layer {}, {} mode, on the first {n} tokens: A = intervened, B = original. {} token(s) edited; {} queries attend differently at layer {}; pairs kept there {} -> {} of {} causal.",
+            self.shown, r.layer, r.mode, r.edited.len(), p.queries_changed, r.layer, p.kept_before, p.kept_after, p.causal
         );
         let groups = res.adapter.config.groups;
         Ok(Compared { key: res.key.clone(), spec: self.spec, result: r.comparison, groups: (groups, groups), note: Some(note) })

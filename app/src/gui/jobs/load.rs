@@ -19,7 +19,7 @@ pub fn load_model(path: Option<PathBuf>, device: DeviceChoice, h: &Handle) -> Ms
             None => {
                 let p = crate::defaults::default_model_path();
                 if !p.exists() {
-                    return Err(JobError::Failed(format!("the default model is not at {}: run scripts/fetch-model.sh, or open a model file", p.display())));
+                    return Err(JobError::Failed(format!("the default model is not at {}: {}", p.display(), fetch_hint())));
                 }
                 p
             }
@@ -42,13 +42,42 @@ pub fn load_model(path: Option<PathBuf>, device: DeviceChoice, h: &Handle) -> Ms
     Msg::Model(r, path, device)
 }
 
+/// How to get the default model: the fetch script where this is a checkout (the working folder
+/// or the executable's, up to three folders above), else what a user with only the binary can
+/// do (the script is not beside a copied binary).
+pub fn fetch_hint() -> String {
+    let mut places: Vec<PathBuf> = Vec::new();
+    if let Ok(d) = std::env::current_dir() {
+        places.extend(d.ancestors().take(4).map(|a| a.join("scripts/fetch-model.sh")));
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        places.extend(exe.ancestors().skip(1).take(4).map(|a| a.join("scripts/fetch-model.sh")));
+    }
+    match places.into_iter().find(|p| p.is_file()) {
+        Some(s) => format!("run {} (it fetches SmolLM2-135M-Instruct, 98 MB), or open a model file (File menu, Open model…)", s.display()),
+        None => format!(
+            "open a model file (File menu, Open model…: a GGUF such as {} of SmolLM2-135M-Instruct, or a Hugging Face model folder), or set FOCUS_LENS_MODEL to one",
+            crate::defaults::DEFAULT_MODEL_FILE
+        ),
+    }
+}
+
 pub fn load_adapter(model: Arc<Model>, path: Option<PathBuf>, model_gen: u64, h: &Handle) -> Msg {
     h.set_progress(0, 0, "loading the adapter");
     let r = match &path {
         Some(p) => Adapter::load(p, &model.identity(), model.device()),
         None => crate::defaults::sample_adapter(&model),
     };
-    Msg::Adapter(r.map(Arc::new).map_err(JobError::from), path, model_gen)
+    let r = r.map(|a| (Arc::new(a), adapter_fingerprint(path.as_deref())));
+    Msg::Adapter(r.map_err(JobError::from), path, model_gen)
+}
+
+/// The adapter's fingerprint: the SHA-256 of its files (`index::build::adapter_sha256`, as a
+/// corpus index records it; the embedded sample's files for `None`), or where they cannot be
+/// read again its folder's path. The group numbers (`analysis::identity`), the exports and the
+/// sessions name the adapter by it.
+pub fn adapter_fingerprint(path: Option<&std::path::Path>) -> String {
+    crate::index::build::adapter_sha256(path).unwrap_or_else(|_| format!("path:{}", path.map(|p| p.display().to_string()).unwrap_or_default()))
 }
 
 /// Reads and checks a text; files over `MAX_TEXT_BYTES` are truncated (at a character

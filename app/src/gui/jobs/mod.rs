@@ -50,7 +50,7 @@ pub use compare::{CompareJob, CompareRun};
 pub use error::JobError;
 pub use grid::{attention_grid, AttnGrid};
 pub use head_pattern::{head_pattern, HeadPattern};
-pub use load::{load_adapter, load_model, load_text, read_text, read_text_as};
+pub use load::{adapter_fingerprint, fetch_hint, load_adapter, load_model, load_text, read_text, read_text_as};
 pub use mask::{mask_image, MaskImage};
 pub use msg::Msg;
 pub use partners::{partners, range_partners, HeadsCache};

@@ -19,7 +19,8 @@ use std::sync::Arc;
 /// Everything that comes back to the UI thread, over the worker's one channel.
 pub enum Msg {
     Model(Result<Arc<Model>, JobError>, Option<PathBuf>, DeviceChoice),
-    Adapter(Result<Arc<Adapter>, JobError>, Option<PathBuf>, u64),
+    /// The adapter and its fingerprint (`load::adapter_fingerprint`).
+    Adapter(Result<(Arc<Adapter>, String), JobError>, Option<PathBuf>, u64),
     Text(Result<(Arc<String>, Option<String>), JobError>, Option<PathBuf>),
     Analysis(Result<AnalysisResult, JobError>),
     /// A finished analysis of the first `PREVIEW_TOKENS` tokens while the full one runs.

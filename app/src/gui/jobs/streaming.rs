@@ -1,8 +1,8 @@
 //! The Generate view's background job: a `sampling::Run` (the CLI's loop) on the worker, whose
 //! state goes to the view as it grows (`Generated`, at most every `SEND_EVERY` and at the end),
 //! with what the view draws already derived off the UI thread: per layer every token's top group
-//! and top-k set, the groups' numbers matched across layers (`align::chain`, as analyses number
-//! them), and the keys the newest token may attend under the top-k mask
+//! and top-k set, the groups' numbers (the app's one numbering, `analysis::identity`, so that a
+//! group has the number and colour the other views give it), and the keys the newest token may attend under the top-k mask
 //! (`decode::selected_keys`, the mask rule's own keys).
 
 use super::error::JobError;
@@ -31,6 +31,12 @@ pub struct GenJob {
     pub prompt: String,
     pub chat: bool,
     pub sampling: Sampling,
+    /// The app's numbering of groups (`analysis::identity`): the generation's groups are
+    /// numbered by it (its own adapter's numbers, as every view shows them), else by their own
+    /// chain across layers.
+    pub ids: Option<focus_core::analysis::identity::GroupIds>,
+    /// The adapter's fingerprint, as `ids` names adapters.
+    pub adapter_sha256: String,
 }
 
 /// One layer of a generation's state.
@@ -42,7 +48,8 @@ pub struct GenLayer {
     pub argmax: Vec<u8>,
     /// Per token, its top-k set (bitmask; empty when not routed).
     pub masks: Vec<u64>,
-    /// Per group, its number matched across layers (`align::chain`).
+    /// Per group, its number: the app's (`analysis::identity`), else matched across layers
+    /// (`align::chain`).
     pub aligned: Vec<usize>,
     /// The positions the newest token may attend, ascending: its window and the tokens whose
     /// top-k sets meet its own (the layer's own sliding window applied).
@@ -85,6 +92,10 @@ impl Generated {
             return g;
         }
         self.layers.get(layer).and_then(|l| l.aligned.get(g)).copied().unwrap_or(g)
+    }
+    /// Its name: "g3", or raw "c5" (`analysis::identity::group_name`).
+    pub fn group_name(&self, layer: usize, g: usize, raw: bool) -> String {
+        focus_core::analysis::identity::group_name(self.shown_group(layer, g, raw), focus_core::analysis::shown::Numbering::raw_if(raw))
     }
     /// Generated tokens per second, after the prefill.
     pub fn tokens_per_second(&self) -> f64 {
@@ -143,7 +154,11 @@ impl GenJob {
             layers.push(layer);
         }
         let masks: Vec<Vec<u64>> = layers.iter().map(|l| l.masks.clone()).collect();
-        for (l, a) in layers.iter_mut().zip(focus_core::analysis::align::chain(&masks, cfg.groups)) {
+        let numbers = match self.ids.as_ref().and_then(|i| i.numbers_for(&self.adapter_sha256, cfg.groups, &ids, &masks)) {
+            Some((maps, _)) => maps,
+            None => focus_core::analysis::align::chain(&masks, cfg.groups),
+        };
+        for (l, a) in layers.iter_mut().zip(numbers) {
             l.aligned = a;
         }
         let tok = self.model.tokenizer()?;

@@ -98,8 +98,9 @@ impl TrainJob {
                     if h.cancelled() {
                         self.stop.store(true, Ordering::Relaxed);
                     }
-                    let left = f.seconds_left().map_or(String::new(), |s| format!(", about {} left", duration(s)));
-                    h.set_progress(f.step, steps, format!("training: step {} of {steps}{left}", f.step));
+                    // The time left is the status bar's estimate (one for every task): a second one
+                    // here, from the trainer's own pace, stood beside it with another figure.
+                    h.set_progress(f.step, steps, format!("training: step {} of {steps}", f.step));
                 },
             )
             .map_err(failed)?;

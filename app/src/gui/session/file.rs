@@ -27,11 +27,31 @@ pub struct SessionFile {
     /// The selected range of tokens `[a, b]` (starting at `selected`), if any.
     #[serde(default)]
     pub range: Option<(usize, usize)>,
+    /// What wrote it (`focus-lens VERSION`), and the fingerprints of the model and adapter that
+    /// were loaded (`None` in files written before they were recorded): the paths alone (`null`
+    /// for the embedded defaults) do not say which weights, and the embedded default adapter
+    /// changes between versions. Reopening compares them with what loads.
+    #[serde(default)]
+    pub app: Option<String>,
+    #[serde(default)]
+    pub model_fingerprint: Option<String>,
+    #[serde(default)]
+    pub adapter_sha256: Option<String>,
 }
 
 impl SessionFile {
     pub fn from_settings(s: &Settings, selected: Option<usize>) -> SessionFile {
-        SessionFile { format: FORMAT.into(), version: 1, inputs: s.inputs.clone(), setup: s.setup.clone(), selected, range: None }
+        SessionFile {
+            format: FORMAT.into(),
+            version: 1,
+            inputs: s.inputs.clone(),
+            setup: s.setup.clone(),
+            selected,
+            range: None,
+            app: Some(format!("focus-lens {}", env!("CARGO_PKG_VERSION"))),
+            model_fingerprint: None,
+            adapter_sha256: None,
+        }
     }
 
     /// The settings this session asks for (the rest, e.g. recent files, from `s`).

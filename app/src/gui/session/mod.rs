@@ -42,6 +42,12 @@ pub struct Session {
     /// Where finished analyses are kept between runs (the window's default; `None` in tests
     /// that do not ask for it, so that they run the model).
     pub disk_cache: Option<jobs::disk_cache::DiskCache>,
+    /// The one numbering of groups every view and export uses (`analysis::identity`): set by
+    /// the first result, kept for its adapter, matched for another; pinned by the user.
+    pub ids: Option<focus_core::analysis::identity::GroupIds>,
+    /// A long analysis remembered from the last run waits to be asked for (Run analysis): a
+    /// restart does not launch minutes of work by itself. Cleared by `unstop`.
+    pub hold: bool,
 }
 
 impl Default for Session {
@@ -58,6 +64,8 @@ impl Default for Session {
             next_gen: 1,
             latin1: Default::default(),
             disk_cache: None,
+            ids: None,
+            hold: false,
         }
     }
 }
@@ -96,6 +104,7 @@ impl Session {
     /// Something changed (an input, or the user asked): a stopped analysis may run again.
     pub fn unstop(&mut self) {
         self.stopped_key = None;
+        self.hold = false;
     }
 
     /// While the full analysis runs and the view shows its preview: (preview tokens, tokens to come).
@@ -203,6 +212,9 @@ impl Session {
             self.running_key = None;
             return Some(hit);
         }
+        if self.hold {
+            return None;
+        }
         let (m, a, t) = (self.model.as_ref().unwrap(), self.adapter.as_ref().unwrap(), self.text.as_ref().unwrap());
         let job = jobs::AnalysisJob {
             model: m.model.clone(),
@@ -213,6 +225,7 @@ impl Session {
             key: key.clone(),
             disk: self.disk_cache.clone(),
             adapter_file: jobs::disk_cache::adapter_identity(a.path.as_deref()),
+            adapter_sha256: a.sha256.clone(),
         };
         // A cached preview shows at once; otherwise the job computes one first.
         let cached_preview = jobs::preview_key(&key).and_then(|pk| self.cache.iter().find(|c| c.key == pk).cloned());

@@ -28,9 +28,10 @@ impl View for BalanceView {
             let after: Vec<Bar> = l.mass_after.iter().enumerate().map(|(g, &m)| Bar::new(sg(g) as f64 + 0.2, m).width(0.38).fill(palette::group(sg(g)))).collect();
             // Bars are in group colours; the legend's grey dots only tell pale (before) from solid.
             let n = res.groups();
+            let numbering = cx.numbering();
             let group_ticks = move |m: GridMark, _: &std::ops::RangeInclusive<f64>| {
                 let g = m.value.round();
-                if (m.value - g).abs() < 1e-6 && g >= 0.0 && (g as usize) < n { format!("g{g}") } else { String::new() }
+                if (m.value - g).abs() < 1e-6 && g >= 0.0 && (g as usize) < n { focus_core::analysis::identity::group_name(g as usize, numbering) } else { String::new() }
             };
             // One tick per group: "g1" is narrow, so labels may sit closer than egui_plot's default.
             let axis = AxisHints::new_x().label("group").formatter(group_ticks).label_spacing(20.0..=30.0);
@@ -74,19 +75,25 @@ fn selected(layer: usize) -> VLine {
 }
 
 /// A y bound above the data, so that the legend (top right) covers no point.
-fn headroom(values: impl Iterator<Item = f64>) -> f64 {
+pub fn headroom(values: impl Iterator<Item = f64>) -> f64 {
     values.fold(0.0, f64::max) * 1.45
 }
 
 /// The balance view as SVG: the mass chart of `layer` and the three per-layer charts, stacked.
-pub fn svg(res: &AnalysisResult, layer: usize) -> String {
+/// The groups are in the order and under the names and colours of the screen (`raw`: the
+/// centroids' own indices, named c0, c1, ...).
+pub fn svg(res: &AnalysisResult, layer: usize, raw: bool) -> String {
     let l = &res.analysis.layers[layer];
     let k = res.groups() as f64;
-    let cats: Vec<String> = (0..res.groups()).map(|g| format!("g{g}")).collect();
+    let order = res.groups_in_shown_order(layer, raw);
+    let cats: Vec<String> = order.iter().map(|&g| res.group_name(layer, g, raw)).collect();
+    let swatches: Vec<String> = order.iter().map(|&g| palette::hex(palette::group(res.shown_group(layer, g, raw)))).collect();
+    let by_order = |v: &[f64]| order.iter().map(|&g| v.get(g).copied().unwrap_or(0.0)).collect::<Vec<f64>>();
     let mass = bar_chart(
         &format!("layer {layer}: membership mass per group"),
         &cats,
-        &[("before Sinkhorn".into(), "#9ecae1".into(), l.mass_before.clone()), ("after Sinkhorn".into(), "#3182bd".into(), l.mass_after.clone())],
+        &swatches,
+        &[("before Sinkhorn".into(), "#9ecae1".into(), by_order(&l.mass_before)), ("after Sinkhorn".into(), "#3182bd".into(), by_order(&l.mass_after))],
         Some(("ideal 1/K".into(), 1.0 / k)),
     );
     let per_layer = |f: fn(&focus_core::analysis::stats::LayerStats) -> f64| res.analysis.layers.iter().map(|l| (l.layer as f64, f(l))).collect::<Vec<_>>();

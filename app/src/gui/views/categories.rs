@@ -275,7 +275,7 @@ impl CategoriesView {
     pub fn svg(&self, res: &AnalysisResult, layer: usize, raw: bool) -> Result<String, String> {
         match self.mode {
             CatMode::Heatmap => heatmap_svg(res, raw),
-            CatMode::Layer => svg(res, layer),
+            CatMode::Layer => svg(res, layer, raw),
             CatMode::Curve => Ok(curve_svg(res, self.baseline_for(res))),
             CatMode::Structure => self.baseline_for(res).map(|b| structure_svg(res, &b.structure)).ok_or_else(|| "the structure is still being computed".to_string()),
         }
@@ -326,12 +326,15 @@ impl CategoriesView {
             egui_plot::PlotPoints::from(s.layers.iter().map(|l| [l.layer as f64, f(l)]).collect::<Vec<_>>())
         };
         let (mine_c, twin_c, null_c) = (egui::Color32::from_rgb(0x1f, 0x77, 0xb4), egui::Color32::from_rgb(0x7f, 0x7f, 0x7f), egui::Color32::from_rgb(0xd6, 0x27, 0x28));
+        // Room above the curves for the legend (top right), so that it covers none of them.
+        let top = super::balance::headroom(r.adapter.layers.iter().flat_map(|l| [l.category.value, l.category.null_max]).chain(r.twin.iter().flat_map(|t| t.layers.iter().map(|l| l.category.value))));
         egui_plot::Plot::new("structure_nmi")
             .height(200.0)
             .legend(egui_plot::Legend::default().position(egui_plot::Corner::RightTop))
             .x_axis_label("layer")
             .y_axis_label("NMI(group, category)")
             .include_y(0.0)
+            .include_y(top)
             .show(ui, |p| {
                 p.line(egui_plot::Line::new("this adapter", pts(&|l| l.category.value, &r.adapter)).color(mine_c).width(2.5));
                 if let Some(t) = &r.twin {
@@ -389,7 +392,7 @@ impl CategoriesView {
                     let (rect, swatch) = ui.allocate_exact_size(egui::vec2(40.0, 16.0), egui::Sense::hover());
                     swatch.on_hover_text(format!("centroid {} of layer {}", row.group, t.layer));
                     ui.painter().rect_filled(rect, 2.0, palette::group(sg));
-                    ui.painter().text(rect.center(), egui::Align2::CENTER_CENTER, format!("g{sg}"), egui::FontId::proportional(12.0), egui::Color32::BLACK);
+                    ui.painter().text(rect.center(), egui::Align2::CENTER_CENTER, cx.name(res, t.layer, row.group), egui::FontId::proportional(12.0), egui::Color32::BLACK);
                     let cat = row.top_category.map(|c| c.name()).unwrap_or("empty");
                     ui.label(if row.pure { egui::RichText::new(cat).strong() } else { egui::RichText::new(cat) });
                     ui.label(row.purity.map_or("-".into(), |p| format!("{:.0}%", 100.0 * p)));
@@ -481,7 +484,7 @@ fn heatmap(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) {
             let x = rect.min.x + label_w + (g as f32 + 0.5) * cw;
             let r = egui::Rect::from_center_size(egui::pos2(x, rect.min.y + ch / 2.0), egui::vec2(cw - 4.0, ch - 4.0));
             p.rect_filled(r, 2.0, palette::group(g));
-            p.text(r.center(), egui::Align2::CENTER_CENTER, format!("g{g}"), egui::FontId::proportional(11.0), egui::Color32::BLACK);
+            p.text(r.center(), egui::Align2::CENTER_CENTER, focus_core::analysis::identity::group_name(g, cx.numbering()), egui::FontId::proportional(11.0), egui::Color32::BLACK);
         }
         let mut tip = None;
         for c in &cells {
@@ -496,9 +499,9 @@ fn heatmap(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) {
             p.text(r.center(), egui::Align2::CENTER_CENTER, txt, egui::FontId::proportional(10.0), text_c);
             if resp.hover_pos().is_some_and(|h| r.contains(h)) {
                 tip = Some(format!(
-                    "layer {}, g{} (centroid {}): {} tokens; top category {}; purity {}; lift {}",
+                    "layer {}, {} (centroid {}): {} tokens; top category {}; purity {}; lift {}",
                     c.layer,
-                    c.shown,
+                    focus_core::analysis::identity::group_name(c.shown, cx.numbering()),
                     c.group,
                     c.tokens,
                     c.top.map(|t| t.name()).unwrap_or("-"),
@@ -539,7 +542,7 @@ pub fn heatmap_svg(res: &AnalysisResult, raw: bool) -> Result<String, String> {
     s.text(10.0, bottom + 62.0, &short_key(), 10.0, "black", "start");
     for g in 0..groups {
         s.rect(left + cw * g as f64 + 2.0, top - 22.0, cw - 4.0, 16.0, &palette::hex(palette::group(g)), None);
-        s.text(left + cw * (g as f64 + 0.5), top - 10.0, &format!("g{g}"), 11.0, "black", "middle");
+        s.text(left + cw * (g as f64 + 0.5), top - 10.0, &focus_core::analysis::identity::group_name(g, focus_core::analysis::shown::Numbering::raw_if(raw)), 11.0, "black", "middle");
     }
     for l in 0..layers {
         s.text(10.0, top + ch * (l as f64 + 0.7), &format!("layer {l}"), 11.0, "black", "start");
@@ -576,14 +579,14 @@ pub fn layer_table(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec
             }
             ui.strong("purity");
             ui.end_row();
-            for c in &p.centroids {
+            for c in in_shown_order(res, layer, &p.centroids, cx.settings.setup.raw_groups) {
                 // The automatic label is on hover here and in full in the list below (as a
                 // column it ran past the window's width).
                 let (r, swatch) = ui.allocate_exact_size(egui::vec2(40.0, 16.0), egui::Sense::hover());
                 swatch.on_hover_text(&c.label);
                 let sg = cx.shown(res, layer, c.group);
                 ui.painter().rect_filled(r, 2.0, palette::group(sg));
-                ui.painter().text(r.center(), egui::Align2::CENTER_CENTER, format!("g{sg}"), egui::FontId::proportional(12.0), egui::Color32::BLACK);
+                ui.painter().text(r.center(), egui::Align2::CENTER_CENTER, cx.name(res, layer, c.group), egui::FontId::proportional(12.0), egui::Color32::BLACK);
                 ui.label(c.tokens.to_string());
                 let max = c.by_category.iter().cloned().max().unwrap_or(0);
                 for &n in &c.by_category {
@@ -596,22 +599,30 @@ pub fn layer_table(cx: &ViewCtx, res: &AnalysisResult, ui: &mut egui::Ui) -> Vec
         });
         ui.separator();
         ui.strong("Label and top tokens per centroid");
-        for c in &p.centroids {
+        for c in in_shown_order(res, layer, &p.centroids, cx.settings.setup.raw_groups) {
             let tops: Vec<String> = c.top_tokens.iter().map(|t| format!("{:?} {}", t.text, t.count)).collect();
             ui.horizontal_top(|ui| {
                 let (r, _) = ui.allocate_exact_size(egui::vec2(14.0, 14.0), egui::Sense::hover());
                 let sg = cx.shown(res, layer, c.group);
                 ui.painter().rect_filled(r, 2.0, palette::group(sg));
                 // Wrapped to the panel's width, never wider.
-                ui.add(egui::Label::new(format!("g{sg} ({}): {}", c.label, tops.join("  "))).wrap());
+                ui.add(egui::Label::new(format!("{} ({}): {}", cx.name(res, layer, c.group), c.label, tops.join("  "))).wrap());
             });
         }
     });
     Vec::new()
 }
 
-/// The K x category matrix of one layer with purity and labels.
-pub fn svg(res: &AnalysisResult, layer: usize) -> Result<String, String> {
+/// A layer's centroid profiles in the order their groups are shown (by number).
+fn in_shown_order<'a>(res: &AnalysisResult, layer: usize, centroids: &'a [focus_core::analysis::categories::CentroidProfile], raw: bool) -> Vec<&'a focus_core::analysis::categories::CentroidProfile> {
+    let mut v: Vec<_> = centroids.iter().collect();
+    v.sort_by_key(|c| res.shown_group(layer, c.group, raw));
+    v
+}
+
+/// The K x category matrix of one layer with purity and labels, its rows in the order, names
+/// and colours of the screen (`raw`: the centroids' own indices, c0, c1, ...).
+pub fn svg(res: &AnalysisResult, layer: usize, raw: bool) -> Result<String, String> {
     let p = res.analysis.profiles.get(layer).ok_or("no category profile for this layer")?;
     let (cell_w, cell_h, left, top) = (70.0, 22.0, 60.0, 60.0);
     let ncat = p.categories.len();
@@ -623,10 +634,10 @@ pub fn svg(res: &AnalysisResult, layer: usize) -> Result<String, String> {
         s.text(left + cell_w * (c as f64 + 0.5), top - 8.0, cat.name(), 10.0, "black", "middle");
     }
     s.text(left + cell_w * (ncat as f64 + 0.5), top - 8.0, "purity", 10.0, "black", "middle");
-    for (r, c) in p.centroids.iter().enumerate() {
+    for (r, c) in in_shown_order(res, layer, &p.centroids, raw).into_iter().enumerate() {
         let y = top + r as f64 * cell_h;
-        s.rect(10.0, y + 3.0, 40.0, cell_h - 6.0, &palette::hex(palette::group(c.group)), None);
-        s.text(30.0, y + cell_h * 0.7, &format!("g{}", c.group), 11.0, "black", "middle");
+        s.rect(10.0, y + 3.0, 40.0, cell_h - 6.0, &palette::hex(palette::group(res.shown_group(layer, c.group, raw))), None);
+        s.text(30.0, y + cell_h * 0.7, &res.group_name(layer, c.group, raw), 11.0, "black", "middle");
         let max = c.by_category.iter().cloned().max().unwrap_or(0).max(1) as f64;
         for (k, &n) in c.by_category.iter().enumerate() {
             let shade = 255.0 - 155.0 * n as f64 / max;

@@ -47,6 +47,54 @@ pub struct CentroidsView {
     /// What the last build said (documents, tokens, times, files skipped), or why it stopped.
     pub message: String,
     pub error: Option<String>,
+    /// The app's layer when last drawn: the layer box follows it when it moves.
+    app_layer: Option<usize>,
+}
+
+/// How the Centroids view names and colours an index's centroids: by the app's one numbering
+/// (`analysis::identity`) when the index was built with the adapter it numbers, as every other
+/// view does; by the raw index, named c0, c1, ... (raw, in grey unless raw indices were asked
+/// for), when the index's adapter is another or raw indices were asked for.
+pub struct Names<'a> {
+    pub ids: Option<&'a focus_core::analysis::identity::GroupIds>,
+    pub raw: bool,
+}
+
+impl Names<'_> {
+    /// For the open index: the app's numbering applies when the index's adapter fingerprint is
+    /// the numbering's adapter (and K and the layers agree).
+    pub fn for_index<'a>(ix: &crate::index::Index, cx: &'a ViewCtx) -> Names<'a> {
+        let id = &ix.identity;
+        let ids = cx.session.ids.as_ref().filter(|i| i.adapter == id.adapter_sha256 && i.groups == id.groups && i.maps.len() == id.n_layers);
+        Names { ids, raw: cx.settings.setup.raw_groups }
+    }
+    fn numbered(&self) -> Option<&focus_core::analysis::identity::GroupIds> {
+        self.ids.filter(|_| !self.raw)
+    }
+    /// "g3" (the number every view gives it), or "c5" (its raw index).
+    pub fn name(&self, layer: usize, g: usize) -> String {
+        use focus_core::analysis::identity::group_name;
+        use focus_core::analysis::shown::Numbering;
+        match self.numbered() {
+            Some(i) => group_name(i.number(layer, g), Numbering::Shown),
+            None => group_name(g, Numbering::Raw),
+        }
+    }
+    pub fn colour(&self, layer: usize, g: usize) -> Color32 {
+        match (self.numbered(), self.raw) {
+            (Some(i), _) => palette::group(i.number(layer, g)),
+            (None, true) => palette::group(g),
+            (None, false) => Color32::from_gray(90),
+        }
+    }
+    /// The raw centroids of a layer in the order they are named.
+    pub fn order(&self, layer: usize, groups: usize) -> Vec<usize> {
+        let mut v: Vec<usize> = (0..groups).collect();
+        if let Some(i) = self.numbered() {
+            v.sort_by_key(|&g| i.number(layer, g));
+        }
+        v
+    }
 }
 
 impl CentroidsView {
@@ -171,24 +219,36 @@ impl CentroidsView {
         }
     }
 
-    fn header(&mut self, ui: &mut egui::Ui) {
+    fn header(&mut self, cx: &ViewCtx, ui: &mut egui::Ui, out: &mut Vec<Command>) {
         let Some(ix) = &self.index else { return };
+        let names = Names::for_index(ix, cx);
         let id = &ix.identity;
         ui.label(format!(
             "{} documents, {} tokens  ·  {} with {}  ·  K = {}, k = {}, {}, segments of {} tokens",
             ix.documents, ix.tokens, id.model, id.adapter, id.groups, id.settings.k, id.settings.mode, id.settings.segment_len
         ));
+        match (names.ids.is_some(), names.raw) {
+            (_, true) => ui.weak("raw centroid indices (c0, c1, ...), as \"raw group indices\" asks"),
+            (true, false) => ui.weak("groups numbered and coloured as in every other view (the loaded adapter built this index)"),
+            (false, false) => ui.weak("this index was built with another adapter than the one loaded: its centroids go by their raw indices (c0, c1, ...), in grey"),
+        };
         let (n_layers, groups) = (id.n_layers, id.groups);
         ui.horizontal_wrapped(|ui| {
             let l = ui.label("Layer");
-            ui.add(egui::DragValue::new(&mut self.layer).range(0..=n_layers - 1)).labelled_by(l.id);
+            let mut layer = self.layer;
+            if ui.add(egui::DragValue::new(&mut layer).range(0..=n_layers - 1)).labelled_by(l.id).changed() {
+                // The app's layer: every view follows.
+                self.layer = layer;
+                out.push(Command::Set(crate::gui::state::Setting::Layer(layer)));
+            }
             ui.separator();
             ui.label("Centroid");
             let rows = self.rows.as_ref().filter(|(l, _)| *l == self.layer).map(|(_, r)| r.clone()).unwrap_or_default();
-            for g in 0..groups {
-                let label = rows.get(g).map(|r| format!("G{g} {}", r.label)).unwrap_or_else(|| format!("G{g}"));
+            for g in names.order(self.layer, groups) {
+                let name = names.name(self.layer, g);
+                let label = rows.get(g).map(|r| format!("{name} {}", r.label)).unwrap_or(name);
                 // The group's colour, except on the selection's highlight (where it would not read).
-                let text = if self.group == g { RichText::new(label).strong() } else { RichText::new(label).color(palette::group(g)) };
+                let text = if self.group == g { RichText::new(label).strong() } else { RichText::new(label).color(names.colour(self.layer, g)) };
                 if ui.selectable_label(self.group == g, text).clicked() {
                     self.group = g;
                 }
@@ -205,8 +265,10 @@ impl CentroidsView {
         });
     }
 
-    fn search_results(&mut self, ui: &mut egui::Ui) {
+    fn search_results(&mut self, cx: &ViewCtx, ui: &mut egui::Ui) {
         let Some(hits) = &self.hits else { return };
+        let Some(ix) = &self.index else { return };
+        let names = Names::for_index(ix, cx);
         let mut pick = None;
         match hits {
             Err(e) => {
@@ -220,7 +282,7 @@ impl CentroidsView {
                     egui::Grid::new("hits_grid").striped(true).show(ui, |ui| {
                         for hit in h.iter().take(200) {
                             ui.monospace(quoted(&hit.text));
-                            if ui.link(format!("layer {} G{}", hit.layer, hit.group)).clicked() {
+                            if ui.link(format!("layer {} {}", hit.layer, names.name(hit.layer, hit.group))).clicked() {
                                 pick = Some((hit.layer, hit.group));
                             }
                             ui.label(format!("{} ({:.1}% of its occurrences)", hit.count, 100.0 * hit.share));
@@ -255,9 +317,10 @@ fn example_line(ui: &mut egui::Ui, left: &str, token: &str, right: &str) {
     ui.add(egui::Label::new(job).truncate());
 }
 
-fn dashboard(d: &CentroidDetail, ui: &mut egui::Ui, pick: &mut Option<(usize, usize)>) {
+fn dashboard(d: &CentroidDetail, names: &Names, ui: &mut egui::Ui, pick: &mut Option<(usize, usize)>) {
     ui.horizontal_wrapped(|ui| {
-        ui.heading(RichText::new(format!("layer {} G{}: {}", d.layer, d.group, d.label)).color(palette::group(d.group)));
+        let centroid = if names.numbered().is_some() { format!(" (centroid {})", d.group) } else { String::new() };
+        ui.heading(RichText::new(format!("layer {} {}{centroid}: {}", d.layer, names.name(d.layer, d.group), d.label)).color(names.colour(d.layer, d.group)));
         ui.label(format!("{} members ({:.1}% of the layer), mean membership where held {:.2}", d.members, 100.0 * d.size_share, d.mean_held_membership));
     });
     ui.label(RichText::new(format!("auto-label ({} rule), from:", d.rule)).strong());
@@ -279,7 +342,7 @@ fn dashboard(d: &CentroidDetail, ui: &mut egui::Ui, pick: &mut Option<(usize, us
         ui.add_space(6.0);
         ui.label(RichText::new(format!("Membership histogram (tokens it holds in their top k; {} not held)", d.not_held)).strong());
         let n = d.histogram.len().max(1) as f64;
-        let bars: Vec<Bar> = d.histogram.iter().enumerate().map(|(i, &c)| Bar::new((i as f64 + 0.5) / n, c as f64).width(0.9 / n).fill(palette::group(d.group))).collect();
+        let bars: Vec<Bar> = d.histogram.iter().enumerate().map(|(i, &c)| Bar::new((i as f64 + 0.5) / n, c as f64).width(0.9 / n).fill(names.colour(d.layer, d.group))).collect();
         Plot::new(("hist", d.layer, d.group)).height(150.0).x_axis_label("membership").y_axis_label("tokens").include_x(0.0).include_x(1.0).include_y(0.0).allow_drag(false).allow_zoom(false).allow_scroll(false).show(ui, |p| {
             p.bar_chart(BarChart::new("tokens held", bars));
         });
@@ -318,7 +381,7 @@ fn dashboard(d: &CentroidDetail, ui: &mut egui::Ui, pick: &mut Option<(usize, us
         egui::ScrollArea::vertical().id_salt("neighbours").max_height(220.0).show(ui, |ui| {
             egui::Grid::new("neighbours_grid").striped(true).show(ui, |ui| {
                 for n in &d.neighbours {
-                    if ui.link(format!("layer {} G{}", n.layer, n.group)).clicked() {
+                    if ui.link(format!("layer {} {}", n.layer, names.name(n.layer, n.group))).clicked() {
                         *pick = Some((n.layer, n.group));
                     }
                     ui.label(format!("{:.0}% of members", 100.0 * n.share));
@@ -340,24 +403,35 @@ impl View for CentroidsView {
             ui.label("No index open: type a corpus folder and press Build index (with the model and adapter loaded), or type an index file and press Open index. `focus-lens index` builds the same files from the command line.");
             return out;
         }
-        self.header(ui);
-        self.search_results(ui);
+        // The layer box is the app's layer: it follows the app's when that moves.
+        let n_layers = self.index.as_ref().map_or(1, |ix| ix.identity.n_layers);
+        if self.app_layer != Some(cx.settings.setup.layer) {
+            self.app_layer = Some(cx.settings.setup.layer);
+            self.layer = cx.settings.setup.layer.min(n_layers - 1);
+        }
+        self.header(cx, ui, &mut out);
+        self.search_results(cx, ui);
         ui.separator();
         let mut pick = None;
         let ms = self.query_ms;
-        match self.current() {
+        let detail = self.current().cloned();
+        match detail {
             Some(Ok(d)) => {
+                let names = Names::for_index(self.index.as_ref().expect("an index is open"), cx);
                 egui::ScrollArea::vertical().id_salt("dashboard").show(ui, |ui| {
-                    dashboard(d, ui, &mut pick);
+                    dashboard(&d, &names, ui, &mut pick);
                     ui.label(RichText::new(format!("query {ms:.1} ms")).color(WEAK).small());
                 });
             }
             Some(Err(e)) => {
-                ui.colored_label(Color32::from_rgb(200, 30, 30), e.clone());
+                ui.colored_label(Color32::from_rgb(200, 30, 30), e);
             }
             None => {}
         }
         if let Some((l, g)) = pick {
+            if l != self.layer {
+                out.push(Command::Set(crate::gui::state::Setting::Layer(l)));
+            }
             self.select(l, g);
         }
         out

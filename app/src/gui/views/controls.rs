@@ -55,7 +55,7 @@ impl View for ControlsView {
             }
             ui.add(egui::Slider::new(&mut p.max_tokens, 16..=MAX_TOKENS_LIMIT).logarithmic(true).text("tokens"));
             let wanted = session.wanted_key(&p);
-            let stopped = wanted.is_some() && session.result.as_ref().map(|r| Some(&r.key) != wanted.as_ref()).unwrap_or(true) && !cx.worker.is_running(TaskKind::Analyze);
+            let stopped = wanted.is_some() && session.result.as_ref().map(|r| Some(&r.key) != wanted.as_ref()).unwrap_or(true) && !cx.worker.is_running(TaskKind::Analyze) && !cx.pending_full;
             if stopped && ui.button("Run analysis").clicked() {
                 out.push(Command::Rerun);
             }
@@ -73,8 +73,12 @@ impl View for ControlsView {
                     ui.add(egui::Slider::new(&mut head, 0..=heads.saturating_sub(1)).text("head"));
                     ui.weak("(arrow keys: left/right layer, up/down head)");
                 }
-                None => {
+                // Loading, or no model at all (its load failed: the error says why).
+                None if cx.worker.is_running(TaskKind::LoadModel) => {
                     ui.label(format!("layer {layer}, head {head} (the model is loading)"));
+                }
+                None => {
+                    ui.label(format!("layer {layer}, head {head} (no model loaded: File menu, Open model…)"));
                 }
             }
             if (layer, head) != (cx.settings.setup.layer, cx.settings.setup.head) {
@@ -92,10 +96,20 @@ impl View for ControlsView {
             let mut raw = cx.settings.setup.raw_groups;
             if ui
                 .checkbox(&mut raw, "raw group indices")
-                .on_hover_text("unchecked: each layer's groups are numbered (and coloured) by the previous layer's group they share most tokens with, so one colour means the same tokens throughout")
+                .on_hover_text("unchecked: each layer's groups are numbered (and coloured) by the previous layer's group they share most tokens with, so one colour means the same tokens throughout, and a centroid keeps its number in every view, export and run of its adapter; checked: the centroids' own indices, named c0, c1, ... everywhere")
                 .changed()
             {
                 out.push(Command::Set(Setting::RawGroups(raw)));
+            }
+            if let Some(ids) = &session.ids {
+                let mut pinned = ids.pinned;
+                if ui
+                    .checkbox(&mut pinned, "pin these group numbers")
+                    .on_hover_text(format!("number later runs (another k, mode or adapter of this model) by their match to this one: {}", ids.source))
+                    .changed()
+                {
+                    out.push(Command::PinNumbers(pinned));
+                }
             }
             let mut cb = cx.settings.setup.colour_blind;
             if ui.checkbox(&mut cb, "colour-blind palette").on_hover_text("Okabe-Ito colours for the first 8 groups").changed() {

@@ -29,9 +29,9 @@ impl View for DetailsView {
                     ui.label(format!("category: {}", super::categories::category_of(res, i)));
                     if let Some(r) = res.token_routing(token_layer, i) {
                         let shown: Vec<usize> = (0..res.groups()).map(|g| cx.shown(res, token_layer, g)).collect();
-                        let top: Vec<String> = r.top.iter().map(|&g| format!("g{}", shown[g])).collect();
+                        let top: Vec<String> = r.top.iter().map(|&g| cx.name(res, token_layer, g)).collect();
                         ui.label(format!("layer {token_layer}: top groups {}, confidence {:.3}", top.join(", "), r.confidence));
-                        membership_bars(ui, &r.memberships, &r.top, &res.labels[token_layer], &shown);
+                        membership_bars(ui, &r.memberships, &r.top, &res.labels[token_layer], &shown, cx.numbering());
                     }
                 }
                 Some(_) => {}
@@ -107,7 +107,7 @@ impl View for DetailsView {
 
 /// One row per group: a bar in the group's colour (full width = membership 1), the membership
 /// and the group's label, cut to the panel's width (the whole label on hover). Top-k groups in bold.
-pub fn membership_bars(ui: &mut egui::Ui, m: &[f32], top: &[usize], labels: &[String], shown: &[usize]) {
+pub fn membership_bars(ui: &mut egui::Ui, m: &[f32], top: &[usize], labels: &[String], shown: &[usize], numbering: focus_core::analysis::shown::Numbering) {
     let mut order: Vec<usize> = (0..m.len()).collect();
     order.sort_by_key(|&g| shown.get(g).copied().unwrap_or(g));
     for g in order {
@@ -120,11 +120,12 @@ pub fn membership_bars(ui: &mut egui::Ui, m: &[f32], top: &[usize], labels: &[St
             p.rect_stroke(rect, 1.0, egui::Stroke::new(0.5, egui::Color32::from_gray(200)), egui::StrokeKind::Inside);
             p.rect_filled(egui::Rect::from_min_size(rect.min, egui::vec2(rect.width() * v.clamp(0.0, 1.0), rect.height())), 1.0, palette::group(sg));
             let label = labels.get(g).map(String::as_str).unwrap_or("");
-            let mut text = egui::RichText::new(format!("g{sg} {v:.3}  {label}")).size(11.0);
+            let name = focus_core::analysis::identity::group_name(sg, numbering);
+            let mut text = egui::RichText::new(format!("{name} {v:.3}  {label}")).size(11.0);
             if top.contains(&g) {
                 text = text.strong();
             }
-            ui.add(egui::Label::new(text).truncate()).on_hover_text(format!("g{sg} (centroid {g}): membership {v:.4}; group: {label}"));
+            ui.add(egui::Label::new(text).truncate()).on_hover_text(format!("{name} (centroid {g}): membership {v:.4}; group: {label}"));
         });
     }
 }

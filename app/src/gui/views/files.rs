@@ -156,6 +156,15 @@ pub fn fitting(all: &[AdapterInfo], model: Option<&focus_core::focus::identity::
     (fit.into_iter().cloned().collect(), other.into_iter().map(|a| a.name.clone()).collect())
 }
 
+/// Does the embedded default adapter fit the model of identity `want` (as `AdapterInfo::fits`
+/// checks a folder's)?
+pub fn embedded_fits(want: &focus_core::focus::identity::BaseModel) -> bool {
+    let config = crate::defaults::sample_adapter_files()[0].1;
+    let v: serde_json::Value = serde_json::from_slice(config).unwrap_or_default();
+    let base_model = serde_json::from_value(v["base_model"].clone()).ok();
+    AdapterInfo { path: PathBuf::new(), name: String::new(), groups: None, top_k: None, tokens: None, ppl: Vec::new(), ppl_text: None, base_model, error: None }.fits(want)
+}
+
 /// "2 adapters made for other models are hidden (gemma3-270m-k8, gemma3-270m-k8-global)".
 pub fn hidden_note(hidden: &[String]) -> Option<String> {
     match hidden.len() {
@@ -370,13 +379,18 @@ impl FilesView {
         if task == FileTask::Open(InputKind::Adapter) {
             ui.separator();
             ui.strong("Adapters (shipped and recent)");
-            if ui.button("the embedded default (smollm2-135m-k8)").clicked() {
-                out.push(Command::UseDefault(InputKind::Adapter));
-                self.close();
-                return;
-            }
-            // Only the adapters that fit the loaded model are offered.
+            // Only the adapters that fit the loaded model are offered: the embedded default
+            // too (it is SmolLM2-135M's), and the recent ones (listed here, not below).
             let model = cx.session.model.as_ref().map(|m| m.model.identity());
+            if model.as_ref().is_none_or(embedded_fits) {
+                if ui.button("the embedded default (smollm2-135m-k8)").clicked() {
+                    out.push(Command::UseDefault(InputKind::Adapter));
+                    self.close();
+                    return;
+                }
+            } else {
+                ui.weak("the embedded default adapter (smollm2-135m-k8) is made for SmolLM2-135M, not this model");
+            }
             let (offered, hidden) = fitting(&self.adapters, model.as_ref());
             if let Some(note) = hidden_note(&hidden) {
                 ui.weak(note);
@@ -397,7 +411,8 @@ impl FilesView {
                 return;
             }
         }
-        let recent: Vec<&PathBuf> = cx.settings.prefs.recent.iter().filter(|(k, _)| matches!(task, FileTask::Open(kind) if kind == *k)).map(|(_, p)| p).collect();
+        // Recent adapters are in the picker above, filtered by fit: not listed again unfiltered.
+        let recent: Vec<&PathBuf> = cx.settings.prefs.recent.iter().filter(|(k, _)| *k != InputKind::Adapter && matches!(task, FileTask::Open(kind) if kind == *k)).map(|(_, p)| p).collect();
         if !recent.is_empty() {
             ui.separator();
             ui.strong("Recent");

@@ -83,7 +83,17 @@ impl GenerateView {
         let adapter = Session::configured_adapter(&a.adapter, &params);
         params.causal = Some(adapter.config.causal_sinkhorn);
         let mode = params.mode(adapter.config.groups).map_err(|e| e.to_string())?;
-        Ok(GenJob { model: m.model.clone(), adapter, params, mode, prompt: self.prompt.clone(), chat: gs.chat, sampling: gs.sampling })
+        Ok(GenJob {
+            model: m.model.clone(),
+            adapter,
+            params,
+            mode,
+            prompt: self.prompt.clone(),
+            chat: gs.chat,
+            sampling: gs.sampling,
+            ids: cx.session.ids.clone(),
+            adapter_sha256: a.sha256.clone(),
+        })
     }
 
     /// How the settings would generate: asked of the generator itself (the one rule), once per
@@ -202,7 +212,7 @@ impl GenerateView {
             }
             if let Some((i, attended)) = hovered {
                 let groups = match l.masks.get(i) {
-                    Some(&m) => focus_core::focus::mask::groups(m).map(|g| format!("g{}", run.shown_group(layer, g, raw))).collect::<Vec<_>>().join(", "),
+                    Some(&m) => focus_core::focus::mask::groups(m).map(|g| run.group_name(layer, g, raw)).collect::<Vec<_>>().join(", "),
                     None => "not routed".into(),
                 };
                 let part = if i < run.prompt_tokens { "prompt" } else { "generated" };
@@ -338,7 +348,7 @@ fn legend(run: &Generated, layer: usize, raw: bool, ui: &mut egui::Ui) {
             let shown = run.shown_group(layer, g, raw);
             let (rect, _) = ui.allocate_exact_size(vec2(14.0, 14.0), Sense::hover());
             ui.painter().rect_filled(rect, 2.0, palette::group(shown));
-            ui.label(format!("g{shown} · {}", counts[g]));
+            ui.label(format!("{} · {}", run.group_name(layer, g, raw), counts[g]));
         }
         ui.weak("· bright: what the newest token (black outline) may attend; outlined: beyond its window; underlined: generated");
     });

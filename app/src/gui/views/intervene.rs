@@ -46,6 +46,25 @@ pub fn raw_group(res: &AnalysisResult, layer: usize, shown: usize, raw: bool) ->
     (0..res.groups()).find(|&g| res.shown_group(layer, g, raw) == shown)
 }
 
+/// An intervention (in the router's indices) in the names the screen gives its groups, with
+/// the centroid's index beside each: "ablate g0 (centroid 3)".
+pub fn describe(res: &AnalysisResult, layer: usize, i: &Intervention, raw: bool) -> String {
+    let name = |g: usize| {
+        let n = res.group_name(layer, g, raw);
+        if raw { n } else { format!("{n} (centroid {g})") }
+    };
+    match *i {
+        Intervention::Ablate { group } => format!("ablate {}", name(group)),
+        Intervention::Force { token, group } => format!("force token {token} into {}", name(group)),
+        Intervention::Swap { a, b } => format!("swap {} and {} (queries)", name(a), name(b)),
+    }
+}
+
+/// The name of number `n`: "g3", or raw "c3".
+fn cx_name(n: usize, raw: bool) -> String {
+    focus_core::analysis::identity::group_name(n, focus_core::analysis::shown::Numbering::raw_if(raw))
+}
+
 impl InterveneView {
     /// Opens the window on a token: force it into a group, its own top group ablated by default.
     pub fn open_for(&mut self, token: Option<usize>) {
@@ -62,7 +81,7 @@ impl InterveneView {
             return Err("an intervention edits the routing: switch the Run controls to soft or top-k".into());
         }
         let raw = cx.settings.setup.raw_groups;
-        let g = |s: usize| raw_group(res, layer, s, raw).ok_or_else(|| format!("there is no group g{s} in layer {layer} (K = {})", res.groups()));
+        let g = |s: usize| raw_group(res, layer, s, raw).ok_or_else(|| format!("there is no group {} in layer {layer} (K = {})", cx_name(s, raw), res.groups()));
         let intervention = match self.kind {
             Kind::Ablate => Intervention::Ablate { group: g(self.group)? },
             Kind::Force => {
@@ -78,7 +97,8 @@ impl InterveneView {
         };
         let n = res.tokens().min(self.max_tokens);
         intervention.check(res.groups(), n).map_err(|e| e.to_string())?;
-        Ok(InterveneJob { res: res.clone(), layer, intervention, max_tokens: self.max_tokens, spec: cx.settings.setup.compare.clone() })
+        let shown = describe(res, layer, &intervention, raw);
+        Ok(InterveneJob { res: res.clone(), layer, intervention, shown, max_tokens: self.max_tokens, spec: cx.settings.setup.compare.clone() })
     }
 }
 
@@ -108,9 +128,11 @@ impl View for InterveneView {
                 if l != layer || self.layer.is_some() {
                     self.layer = Some(l);
                 }
-                ui.add(egui::DragValue::new(&mut self.group).range(0..=k - 1).prefix("group g"));
+                // Named as every view names groups: g (shown numbers) or c (raw centroid indices).
+                let letter = if cx.settings.setup.raw_groups { "centroid c" } else { "group g" };
+                ui.add(egui::DragValue::new(&mut self.group).range(0..=k - 1).prefix(letter));
                 if self.kind == Kind::Swap {
-                    ui.add(egui::DragValue::new(&mut self.other).range(0..=k - 1).prefix("and g"));
+                    ui.add(egui::DragValue::new(&mut self.other).range(0..=k - 1).prefix(if cx.settings.setup.raw_groups { "and c" } else { "and g" }));
                 }
                 if self.kind == Kind::Force {
                     let mut t = self.token.or(cx.selection.selected).unwrap_or(0);
@@ -126,7 +148,8 @@ impl View for InterveneView {
             });
             if let Some(raw) = raw_group(res, layer, self.group, cx.settings.setup.raw_groups) {
                 let members = res.masks.get(layer).map_or(0, |m| m.iter().filter(|&&s| s >> raw & 1 == 1).count());
-                ui.weak(format!("g{} of layer {layer} is the router's group {raw}; {members} of the {} analysed tokens hold it in their top-{}", self.group, res.tokens(), res.key.params.k));
+                let what = if cx.settings.setup.raw_groups { format!("{} of layer {layer} is the router's own index", cx_name(self.group, true)) } else { format!("{} of layer {layer} is the router's group {raw}", cx_name(self.group, false)) };
+                ui.weak(format!("{what}; {members} of the {} analysed tokens hold it in their top-{}", res.tokens(), res.key.params.k));
             }
             ui.horizontal(|ui| {
                 let running = cx.worker.is_running(TaskKind::Compare);

@@ -210,7 +210,7 @@ fn strip_view(cx: &ViewCtx, res: &AnalysisResult, scroll_to: &Cell<Option<usize>
                 let l = l as usize;
                 hovered_layer = Some(l);
                 let g = res.argmax[l][i] as usize;
-                resp.on_hover_text_at_pointer(format!("#{i} {:?}: layer {l}, group g{} (centroid {g})", res.analysis.tokens[i].text, res.shown_group(l, g, colouring.raw)));
+                resp.on_hover_text_at_pointer(format!("#{i} {:?}: layer {l}, group {} (centroid {g})", res.analysis.tokens[i].text, res.group_name(l, g, colouring.raw)));
             }
         }
     });

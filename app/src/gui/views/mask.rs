@@ -31,6 +31,9 @@ pub struct MaskView {
     shown_key: Option<AnalysisKey>,
     /// Screen pixels per token pair in the last frame (for the header).
     pub px_per_pair: Option<f64>,
+    /// Frames drawn since the plot was reset: its bounds are the fitted ones (and the zoom is
+    /// bounded, `bound_zoom`) from the third on, not the default ones of its first frames.
+    frames: u32,
 }
 
 /// Why the pair (query i, key j) of `layer` is kept or not, in words: local, a shared group
@@ -46,12 +49,12 @@ pub fn pair_reason(res: &AnalysisResult, layer: usize, i: usize, j: usize, raw: 
     }
     let (w, s) = (res.window(), res.sink());
     let seg_start = i / seg * seg;
-    let names = |set: u64| focus_core::focus::mask::groups(set).map(|g| format!("g{}", res.shown_group(layer, g, raw))).collect::<Vec<_>>().join(", ");
+    let names = |set: u64| focus_core::focus::mask::groups(set).map(|g| res.group_name(layer, g, raw)).collect::<Vec<_>>().join(", ");
     match classify(i - seg_start, j - seg_start, m[i], m[j], w, s) {
         PairClass::Future => "not attended: the key comes after the query (causal)".into(),
         PairClass::Local if i - j > w => format!("kept: attention sink (the key is among the segment's first {s} tokens; i - j = {} > w)", i - j),
         PairClass::Local => format!("kept: local (i - j = {} <= w = {w})", i - j),
-        PairClass::SharedGroup(g) => format!("kept: both in group g{} (i - j = {} > w)", res.shown_group(layer, g, raw), i - j),
+        PairClass::SharedGroup(g) => format!("kept: both in group {} (i - j = {} > w)", res.group_name(layer, g, raw), i - j),
         PairClass::Pruned => format!("pruned: no shared group (query in {}, key in {}; i - j = {} > w)", names(m[i]), names(m[j]), i - j),
     }
 }
@@ -147,7 +150,10 @@ impl View for MaskView {
             self.shown_key = Some(res.key.clone());
             self.zoom = None;
             self.px_per_pair = None;
+            self.frames = 0;
         }
+        let settled = self.frames >= 3;
+        self.frames = self.frames.saturating_add(1);
         let zoomed = self.zoom.as_ref().filter(|(z, _)| z.0 == res.key && z.1 == layer).map(|(z, t)| (z.2, z.3, z.4, t.id()));
         let px = |n: f64| self.px_per_pair.map(|p| format!("{:.1} x {:.1} screen pixels", p * n, p * n)).unwrap_or_else(|| "…".into());
         if img.block > 1 {
@@ -203,6 +209,9 @@ impl View for MaskView {
                 Some(format!("query #{i} {}\nkey #{j} {}\n{why}{blk}", tok(i), tok(j)))
             })
             .show(ui, |p| {
+                if settled {
+                    bound_zoom(p, t);
+                }
                 let size = (side * block) as f32;
                 p.image(PlotImage::new("mask", tex.id(), PlotPoint::new(size as f64 / 2.0, size as f64 / 2.0), egui::vec2(size, size)));
                 if let Some((i0, j0, n, id)) = zoomed {
@@ -233,6 +242,30 @@ impl View for MaskView {
             }
         }
         out
+    }
+}
+
+/// The fewest tokens a side of the mask view shows when zoomed in (egui_plot zooms without end:
+/// it went in to half a token).
+pub const MIN_SPAN: f64 = 8.0;
+
+/// Keeps the mask view's zoom and pan on the mask: a side spans at least `MIN_SPAN` tokens (the
+/// whole mask when smaller) and at most 1.5 times the mask, and its centre stays on the mask
+/// (zooming out ran to -3,000,000 tokens).
+fn bound_zoom(p: &mut egui_plot::PlotUi, tokens: f64) {
+    let b = p.plot_bounds();
+    let (w, h) = (b.width(), b.height());
+    if !(w.is_finite() && h.is_finite()) || w <= 0.0 || h <= 0.0 || tokens <= 0.0 {
+        return;
+    }
+    let span = w.max(h);
+    let (lo, hi) = (MIN_SPAN.min(tokens), 1.5 * tokens);
+    let scale = if span < lo { lo / span } else if span > hi { hi / span } else { 1.0 };
+    let c = b.center();
+    let (cx, cy) = (c.x.clamp(0.0, tokens), c.y.clamp(0.0, tokens));
+    if scale != 1.0 || cx != c.x || cy != c.y {
+        let (hw, hh) = (w * scale / 2.0, h * scale / 2.0);
+        p.set_plot_bounds(egui_plot::PlotBounds::from_min_max([cx - hw, cy - hh], [cx + hw, cy + hh]));
     }
 }
 

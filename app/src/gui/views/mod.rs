@@ -174,12 +174,12 @@ impl Views {
         let layer = settings.setup.layer.min(res.layers() - 1);
         let raw = settings.setup.raw_groups;
         match settings.setup.tab {
-            Tab::Tokens => Ok(tokens::svg(res, layer, raw, range)),
+            Tab::Tokens => Ok(tokens::svg(res, layer, raw, range, self.tokens.first_visible)),
             Tab::Layers => Ok(layers::svg(res, &settings.setup.side_layers, raw)),
-            Tab::Balance => Ok(balance::svg(res, layer)),
+            Tab::Balance => Ok(balance::svg(res, layer, raw)),
             Tab::Mask => self.mask.svg(res, layer),
             Tab::Attention => self.attention.svg(res, selected),
-            Tab::Head => Err("the head view exports as PNG (Export → Current view as PNG)".into()),
+            Tab::Head => Err("the head view exports as PNG (Export menu, Current view as PNG)".into()),
             Tab::Speed => self.speed.svg(settings.prefs.bench_kind, res),
             Tab::Categories => self.categories.svg(res, layer, raw),
             Tab::Routing => routing::svg(res, layer, raw),

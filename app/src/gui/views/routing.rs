@@ -7,7 +7,7 @@ use super::view::{Command, View, ViewCtx};
 use crate::gui::export::svg::Svg;
 use crate::gui::paint::palette;
 use crate::gui::state::{AnalysisKey, AnalysisResult};
-use egui_plot::{Corner, Legend, MarkerShape, Plot, PlotPoints, Points};
+use egui_plot::{MarkerShape, Plot, PlotPoints, Points};
 use focus_core::analysis::categories::Category;
 use focus_core::analysis::projection::Projection;
 use std::sync::Arc;
@@ -66,7 +66,7 @@ impl View for RoutingView {
         let by_cat = cx.settings.setup.color_by_category;
         let raw = cx.settings.setup.raw_groups;
         let shown = |g: usize| res.shown_group(layer, g, raw);
-        let group_name = |g: usize| format!("g{} {}", shown(g), res.labels[layer][g]);
+        let group_name = |g: usize| format!("{} {}", res.group_name(layer, g, raw), res.labels[layer][g]);
         ui.label(format!(
             "layer {layer}: {} (d_g = {}) on their two principal axes ({:.0}% and {:.0}% of the variance); diamonds: the K centroids{} on the same axes. Colour: {}.",
             if cosine(res) { "routing vectors h W_g normalised to unit length (the adapter scores by cosine)" } else { "routing vectors h W_g" },
@@ -76,9 +76,25 @@ impl View for RoutingView {
             if cosine(res) { " (normalised)" } else { "" },
             if by_cat { "category" } else { "group (largest membership)" }
         ));
+        // The legend above the plot, not on it: a scatter has points in every corner.
+        ui.horizontal_wrapped(|ui| {
+            if by_cat {
+                for c in Category::ALL {
+                    let (r, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
+                    ui.painter().rect_filled(r, 2.0, super::categories::color(c));
+                    ui.label(c.name());
+                }
+            } else {
+                for g in res.groups_in_shown_order(layer, raw) {
+                    let (r, _) = ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
+                    ui.painter().rect_filled(r, 2.0, palette::group(shown(g)));
+                    ui.label(group_name(g));
+                }
+            }
+            ui.weak("(diamonds: centroids)");
+        });
         let (hover_res, hover_proj) = (res.clone(), proj.clone());
         Plot::new("routing_space")
-            .legend(Legend::default().position(Corner::LeftBottom))
             .data_aspect(1.0)
             .label_formatter(move |hp| {
                 let pos = match hp {
@@ -92,7 +108,7 @@ impl View for RoutingView {
                     .min_by(|a, b| a.1.total_cmp(&b.1))?;
                 let _ = d;
                 let t = &hover_res.analysis.tokens[i];
-                Some(format!("#{i} {:?}\ng{} {}, {}", t.text, hover_res.shown_group(layer, hover_res.argmax[layer][i] as usize, cx.settings.setup.raw_groups), hover_res.labels[layer][hover_res.argmax[layer][i] as usize], t.category))
+                Some(format!("#{i} {:?}\n{} {}, {}", t.text, hover_res.group_name(layer, hover_res.argmax[layer][i] as usize, cx.settings.setup.raw_groups), hover_res.labels[layer][hover_res.argmax[layer][i] as usize], t.category))
             })
             .show(ui, |p| {
                 if by_cat {
@@ -150,13 +166,13 @@ pub fn svg(res: &AnalysisResult, layer: usize, raw: bool) -> Result<String, Stri
     for (g, q) in p.centroids.iter().enumerate() {
         let sg = res.shown_group(layer, g, raw);
         s.rect(px(q[0]) - 5.0, py(q[1]) - 5.0, 10.0, 10.0, &palette::hex(palette::group(sg)), Some("#000000"));
-        s.text(px(q[0]) + 8.0, py(q[1]) + 4.0, &format!("g{sg}"), 11.0, "black", "start");
+        s.text(px(q[0]) + 8.0, py(q[1]) + 4.0, &res.group_name(layer, g, raw), 11.0, "black", "start");
     }
     for (n, g) in res.groups_in_shown_order(layer, raw).into_iter().enumerate() {
         let y = m + 18.0 * n as f64;
         let sg = res.shown_group(layer, g, raw);
         s.rect(size + 2.0 * m, y, 10.0, 10.0, &palette::hex(palette::group(sg)), None);
-        s.text(size + 2.0 * m + 14.0, y + 9.0, &format!("g{sg} {}", res.labels[layer][g]), 10.0, "black", "start");
+        s.text(size + 2.0 * m + 14.0, y + 9.0, &format!("{} {}", res.group_name(layer, g, raw), res.labels[layer][g]), 10.0, "black", "start");
     }
     Ok(s.finish())
 }

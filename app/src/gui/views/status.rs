@@ -80,6 +80,13 @@ impl View for StatusView {
             ui.horizontal_wrapped(|ui| {
                 for (kind, done, total, what, secs) in progress {
                     crate::gui::paint::busy::busy(ui);
+                    // Cancel first: where the bar and the words that change length cannot move it.
+                    // A stable id: the progress bar appears once the total is known, and must not
+                    // shift the button's automatic id between a click's press and release.
+                    let cancellable = matches!(kind, TaskKind::Analyze | TaskKind::Bench | TaskKind::Attention | TaskKind::Compare | TaskKind::AttnGrid | TaskKind::Generate);
+                    if cancellable && ui.push_id(("cancel", kind), |ui| ui.button("Cancel")).inner.clicked() {
+                        out.push(if kind == TaskKind::Analyze { Command::CancelAnalysis } else { Command::Cancel(kind) });
+                    }
                     let rate = self.rates.entry(kind).or_insert((total, (done, secs)));
                     if rate.0 != total || done < rate.1 .0 {
                         *rate = (total, (done, secs));
@@ -97,12 +104,6 @@ impl View for StatusView {
                         Some(l) => format!("{text}, {l}"),
                         None => text,
                     });
-                    // A stable id: the progress bar appears once the total is known, and must not
-                    // shift the button's automatic id between a click's press and release.
-                    let cancellable = matches!(kind, TaskKind::Analyze | TaskKind::Bench | TaskKind::Attention | TaskKind::Compare | TaskKind::AttnGrid | TaskKind::Generate);
-                    if cancellable && ui.push_id(("cancel", kind), |ui| ui.button("Cancel")).inner.clicked() {
-                        out.push(if kind == TaskKind::Analyze { Command::CancelAnalysis } else { Command::Cancel(kind) });
-                    }
                     ui.separator();
                 }
                 if let Some((shown, all)) = cx.session.showing_preview() {

@@ -34,8 +34,37 @@ pub struct TokenLayout {
     pub line_of: Vec<u32>,
 }
 
+/// What a byte token that continues the character of the token before it shows (`pieces`):
+/// nothing, so that the character is drawn once, across its tokens.
+pub const CONTINUES: &str = "\0";
+
+/// The text each token shows: its own text, except where a character is split over byte
+/// tokens (the tokenizer gives every piece the whole character's span, which drew "ÜÜber"):
+/// the bytes a token shares with the one before are shown by that one only, and a token with
+/// nothing of its own is `CONTINUES`.
+pub fn pieces(tokens: &[focus_core::analysis::TokenInfo]) -> Vec<&str> {
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut seen_to = 0usize;
+    for (i, t) in tokens.iter().enumerate() {
+        let shared = if i > 0 && t.start < seen_to { seen_to - t.start } else { 0 };
+        let piece = if shared == 0 {
+            t.text.as_str()
+        } else if shared >= t.text.len() {
+            CONTINUES
+        } else {
+            t.text.get(shared..).unwrap_or(t.text.as_str())
+        };
+        out.push(piece);
+        seen_to = seen_to.max(t.end);
+    }
+    out
+}
+
 /// What a token shows: newlines and tabs as visible marks, blanks as middle dots.
 pub fn display_text(s: &str) -> String {
+    if s == CONTINUES {
+        return String::new();
+    }
     if s.is_empty() {
         return "[]".into();
     }
@@ -47,7 +76,7 @@ pub fn display_text(s: &str) -> String {
 
 impl TokenLayout {
     pub fn ensure(&mut self, ui: &egui::Ui, res: &Arc<AnalysisResult>, width: f32) {
-        self.ensure_texts(ui, Arc::as_ptr(res) as usize, || res.analysis.tokens.iter().map(|t| t.text.as_str()), width);
+        self.ensure_texts(ui, Arc::as_ptr(res) as usize, || pieces(&res.analysis.tokens).into_iter(), width);
     }
 
     /// Lays out the tokens `texts` gives, measured again only when `id` (non-zero) changes and
@@ -239,7 +268,10 @@ pub fn legend(ui: &mut egui::Ui, res: &AnalysisResult, layer: usize, c: Colourin
         return;
     }
     if let (Some(a), false) = (&res.aligned_to, c.raw) {
-        ui.weak(format!("group numbers matched, layer by layer, to the previous adapter's ({a})"));
+        ui.weak(format!("group numbers matched, layer by layer, to the reference run ({a})"));
+    }
+    if c.raw {
+        ui.weak("raw centroid indices (c0, c1, ...): untick \"raw group indices\" for the numbers every view shares");
     }
     ui.horizontal_wrapped(|ui| {
         ui.label(format!("layer {layer}:"));
@@ -247,12 +279,12 @@ pub fn legend(ui: &mut egui::Ui, res: &AnalysisResult, layer: usize, c: Colourin
             let shown = res.shown_group(layer, g, c.raw);
             let (rect, _) = ui.allocate_exact_size(vec2(14.0, 14.0), Sense::hover());
             ui.painter().rect_filled(rect, 2.0, palette::group(shown));
-            let centroid = if shown != g { format!("; centroid {g}") } else { String::new() };
+            let centroid = if shown != g || c.raw { format!("; centroid {g}") } else { String::new() };
             let entry = ui.label(legend_entry(res, layer, g, c.raw, t));
             let tops = res.analysis.profiles.get(layer).and_then(|p| p.centroids.get(g)).map(|c| {
                 c.top_tokens.iter().take(8).map(|t| format!("{:?} x{}", t.text, t.count)).collect::<Vec<_>>().join("  ")
             });
-            entry.on_hover_text(format!("g{shown}{centroid}: {}{}", res.labels[layer][g], tops.map(|t| format!("\ntop tokens: {t}")).unwrap_or_default()));
+            entry.on_hover_text(format!("{}{centroid}: {}{}", res.group_name(layer, g, c.raw), res.labels[layer][g], tops.map(|t| format!("\ntop tokens: {t}")).unwrap_or_default()));
         }
     });
 }
@@ -261,7 +293,7 @@ pub fn legend(ui: &mut egui::Ui, res: &AnalysisResult, layer: usize, c: Colourin
 /// tokens (12%)" (the label is the centroid's category profile, `jobs::analyze`).
 pub fn legend_entry(res: &AnalysisResult, layer: usize, g: usize, raw: bool, total: f64) -> String {
     let n = res.analysis.layers[layer].group_size[g];
-    format!("g{} {} · {n} tokens ({:.0}%)", res.shown_group(layer, g, raw), res.labels[layer][g], 100.0 * n as f64 / total)
+    format!("{} {} · {n} tokens ({:.0}%)", res.group_name(layer, g, raw), res.labels[layer][g], 100.0 * n as f64 / total)
 }
 
 /// The group and category make-up of the tokens `[a, b]` in `layer`, in words: per shown group
@@ -279,8 +311,8 @@ pub fn range_summary(res: &AnalysisResult, layer: usize, (a, b): (usize, usize),
     for g in res.groups_in_shown_order(layer, raw) {
         if counts[g] > 0 {
             lines.push(format!(
-                "g{} {}: {} ({:.0}%; {:.0}% of the text)",
-                res.shown_group(layer, g, raw),
+                "{} {}: {} ({:.0}%; {:.0}% of the text)",
+                res.group_name(layer, g, raw),
                 res.labels[layer][g],
                 counts[g],
                 100.0 * counts[g] as f64 / n as f64,
@@ -336,6 +368,11 @@ pub struct TokensView {
     /// token's place on screen.
     pub origin: Option<Pos2>,
     matches_for: Option<(usize, String)>,
+    /// The first token of the first line on screen: the SVG export starts there (it follows
+    /// the screen), without a selected range.
+    pub first_visible: usize,
+    /// The result drawn last (its key): a new one starts at the top, not at the old offset.
+    shown_key: Option<crate::gui::state::AnalysisKey>,
 }
 
 /// Where `query` occurs in the analysed text (ASCII case folded): for each occurrence, the
@@ -450,6 +487,17 @@ impl View for TokensView {
         let marks = Marks { selected: cx.selection.selected, hovered: None, found, current, jumped: cx.selection.jumped, range, partners: &partners, max_weight };
         let lay = &self.layout;
         let mut area = egui::ScrollArea::vertical().id_salt("tokens").auto_shrink(false);
+        // Another text (or model: other tokens): from the top, unless a token is to be scrolled
+        // to (the old offset meant nothing in it). Another k, mode or adapter on the same text,
+        // or the full result after its preview, keeps the place.
+        let other_tokens = self.shown_key.as_ref().is_some_and(|k| (k.text_gen, k.model_gen) != (res.key.text_gen, res.key.model_gen));
+        if self.shown_key.as_ref() != Some(&res.key) {
+            self.shown_key = Some(res.key.clone());
+            if other_tokens {
+                area = area.vertical_scroll_offset(0.0);
+                self.first_visible = 0;
+            }
+        }
         if let Some(j) = scroll_to.take() {
             if let Some(&l) = lay.line_of.get(j) {
                 area = area.vertical_scroll_offset((l as f32 * ROW_H - 100.0).max(0.0));
@@ -466,6 +514,7 @@ impl View for TokensView {
             self.origin = Some(rect.min);
             let first = (viewport.min.y / ROW_H).floor().max(0.0) as usize;
             let last = ((viewport.max.y / ROW_H).ceil() as usize + 1).min(lay.lines.len());
+            self.first_visible = lay.lines.get(first).map_or(0, |l| l.0);
             let painter = ui.painter_at(rect);
             for line in first..last {
                 let origin = rect.min + vec2(0.0, line as f32 * ROW_H);
@@ -501,7 +550,7 @@ impl View for TokensView {
                     Some(r) => format!(
                         "#{i} {:?}: groups {:?}, confidence {:.3}, {}",
                         res.analysis.tokens[i].text,
-                        r.top.iter().map(|&g| format!("g{}", res.shown_group(layer, g, colouring.raw))).collect::<Vec<_>>(),
+                        r.top.iter().map(|&g| res.group_name(layer, g, colouring.raw)).collect::<Vec<_>>(),
                         r.confidence,
                         super::categories::category_of(res, i)
                     ),
@@ -531,10 +580,15 @@ pub fn partner_map(cx: &ViewCtx, res: &AnalysisResult, layer: usize) -> (std::co
 
 /// The token view as SVG: the selected layer; with a selected range, only the range's tokens,
 /// its legend counting the range's tokens.
-pub fn svg(res: &AnalysisResult, layer: usize, raw: bool, range: Option<(usize, usize)>) -> String {
+/// The Tokens view as SVG: the selected range, else (at most 4000 tokens) from the first token
+/// on screen (`from`), as the screen shows them; its title says which tokens it holds.
+pub fn svg(res: &AnalysisResult, layer: usize, raw: bool, range: Option<(usize, usize)>, from: usize) -> String {
     let span = match range {
         Some((a, b)) if b < res.tokens() => a..b + 1,
-        _ => 0..res.tokens().min(4000),
+        _ => {
+            let a = from.min(res.tokens().saturating_sub(1));
+            a..res.tokens().min(a + 4000)
+        }
     };
     tokens_svg(res, &[layer], 100, span, raw)
 }
@@ -552,8 +606,10 @@ pub fn tokens_svg(res: &AnalysisResult, layers: &[usize], cols: usize, span: std
     // Line breaks by character count, the same for every column.
     let mut pos = Vec::with_capacity(n);
     let (mut line, mut x) = (0usize, 0usize);
-    for t in &res.analysis.tokens[first..end] {
-        let len = display_text(&t.text).chars().count();
+    // A character split over byte tokens is written once (`pieces`).
+    let shown = pieces(&res.analysis.tokens[first..end]);
+    for (t, piece) in res.analysis.tokens[first..end].iter().zip(&shown) {
+        let len = display_text(piece).chars().count();
         if x > 0 && x + len > cols {
             line += 1;
             x = 0;
@@ -578,7 +634,7 @@ pub fn tokens_svg(res: &AnalysisResult, layers: &[usize], cols: usize, span: std
         let title = if first == 0 && n == res.tokens() {
             format!("layer {l} ({n} tokens)")
         } else if first == 0 {
-            format!("layer {l} ({n} of {} tokens)", res.tokens())
+            format!("layer {l}: tokens #0-#{} ({n} of {} tokens)", end - 1, res.tokens())
         } else {
             format!("layer {l}: tokens #{first}-#{} ({n} of {})", end - 1, res.tokens())
         };
@@ -588,11 +644,11 @@ pub fn tokens_svg(res: &AnalysisResult, layers: &[usize], cols: usize, span: std
             let shown = res.shown_group(l, g, raw);
             s.rect(x0, y, 10.0, 10.0, &palette::hex(palette::group(shown)), None);
             let of = if whole { String::new() } else { format!(" here, {} in all", res.analysis.layers[l].group_size[g]) };
-            s.text(x0 + 14.0, y + 9.0, &format!("g{shown}: {} tokens{of}, {}", sizes[g], res.labels[l][g]), size, "black", "start");
+            s.text(x0 + 14.0, y + 9.0, &format!("{}: {} tokens{of}, {}", res.group_name(l, g, raw), sizes[g], res.labels[l][g]), size, "black", "start");
         }
-        for (i, t) in res.analysis.tokens[first..end].iter().enumerate() {
+        for i in 0..n {
             let (ln, cx) = pos[i];
-            let txt = display_text(&t.text);
+            let txt = display_text(shown[i]);
             let (x, y) = (x0 + cx as f64 * cw, legend_h + ln as f64 * row);
             let g = res.shown_group(l, res.argmax[l][first + i] as usize, raw);
             s.rect(x, y, txt.chars().count() as f64 * cw, row - 2.0, &palette::hex(palette::group(g)), None);

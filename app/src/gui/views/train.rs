@@ -25,8 +25,9 @@ const LINE: Color32 = Color32::from_rgb(30, 90, 160);
 const TWIN: Color32 = Color32::from_rgb(150, 150, 150);
 const BAR: Color32 = Color32::from_rgb(200, 60, 40);
 
-/// The run's settings as the form edits them.
-#[derive(Debug, Clone)]
+/// The run's settings as the form edits them (remembered between runs of the app).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct TrainForm {
     pub data: String,
     pub heldout: String,
@@ -121,6 +122,10 @@ impl TrainForm {
 #[derive(Debug, Clone, Default)]
 pub struct RunView {
     pub out: PathBuf,
+    /// The model whose routers the run trains (its name and weights' fingerprint): its
+    /// checkpoints open only on that model.
+    pub model: String,
+    pub model_fingerprint: String,
     /// (step, loss) of every row.
     pub loss: Vec<[f64; 2]>,
     /// (step, held-out perplexity) of every evaluation.
@@ -350,10 +355,12 @@ impl TrainView {
         let f = run.figures.as_ref();
         let h = ((ui.available_height() - 30.0) / 2.0).clamp(140.0, 320.0);
         ui.columns(2, |cols| {
-            Plot::new("train_loss").height(h).legend(Legend::default()).x_axis_label("step").y_axis_label("nats/token").show(&mut cols[0], |p| {
+            // Room above the data for the legend (top right), so that it covers no point.
+            let room = |v: &[[f64; 2]]| super::balance::headroom(v.iter().map(|p| p[1]));
+            Plot::new("train_loss").height(h).legend(Legend::default()).x_axis_label("step").y_axis_label("nats/token").include_y(room(&run.loss)).show(&mut cols[0], |p| {
                 p.line(Line::new("training loss", PlotPoints::from(run.loss.clone())).color(LINE));
             });
-            Plot::new("train_ppl").height(h).legend(Legend::default()).x_axis_label("step").show(&mut cols[1], |p| {
+            Plot::new("train_ppl").height(h).legend(Legend::default()).x_axis_label("step").include_y(room(&run.ppl)).show(&mut cols[1], |p| {
                 p.line(Line::new("held-out perplexity", PlotPoints::from(run.ppl.clone())).color(LINE));
                 p.points(Points::new("held-out perplexity", PlotPoints::from(run.ppl.clone())).radius(3.0).color(LINE));
             });
@@ -362,11 +369,13 @@ impl TrainView {
             let bars: Vec<Bar> = run.dominance.iter().enumerate().filter_map(|(l, d)| d.map(|d| Bar::new(l as f64, d).width(0.7))).collect();
             let bar = f.map_or(0.0, |f| f.dominance_bar());
             let title = format!("dominance at step {}", run.dominance_step);
-            Plot::new("train_dominance").height(h).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(bar * 1.2).show(&mut cols[0], |p| {
+            let top = super::balance::headroom(run.dominance.iter().flatten().copied().chain([bar]));
+            Plot::new("train_dominance").height(h).legend(Legend::default()).x_axis_label("layer").include_y(0.0).include_y(top).show(&mut cols[0], |p| {
                 p.bar_chart(BarChart::new(title, bars).color(LINE));
                 p.hline(HLine::new(format!("1.3/K = {bar:.3}"), bar).color(BAR));
             });
-            Plot::new("train_nmi").height(h).legend(Legend::default()).x_axis_label("step").include_y(0.0).show(&mut cols[1], |p| {
+            let top = super::balance::headroom(run.nmi.iter().map(|p| p[1]).chain(f.and_then(|f| f.twin_median_nmi)));
+            Plot::new("train_nmi").height(h).legend(Legend::default()).x_axis_label("step").include_y(0.0).include_y(top).show(&mut cols[1], |p| {
                 p.line(Line::new("median NMI(group, category)", PlotPoints::from(run.nmi.clone())).color(LINE));
                 p.points(Points::new("median NMI(group, category)", PlotPoints::from(run.nmi.clone())).radius(3.0).color(LINE));
                 if let Some(t) = f.and_then(|f| f.twin_median_nmi) {
@@ -382,12 +391,17 @@ impl TrainView {
             return;
         }
         let open = cx.session.adapter.as_ref().and_then(|a| a.path.as_ref());
+        // Checkpoints are routers for the run's model: on another model they cannot load.
+        let own_model = cx.session.model.as_ref().is_some_and(|m| m.model.fingerprint == run.model_fingerprint);
+        if !own_model {
+            ui.colored_label(Color32::from_rgb(150, 90, 0), format!("This run trained the routers of {}, not the loaded model: open that model again to open its checkpoints.", run.model));
+        }
         ui.horizontal_wrapped(|ui| {
             ui.label("Checkpoints:");
             for c in &run.checkpoints {
                 let name = if c.last { format!("final (step {})", c.step) } else { format!("step {}", c.step) };
                 let shown = open == Some(&c.dir);
-                let b = ui.add_enabled(!shown, egui::Button::new(format!("Open {name}")));
+                let b = ui.add_enabled(!shown && own_model, egui::Button::new(format!("Open {name}")));
                 if b.on_hover_text(format!("open {} as the adapter and show it in the Tokens view", c.dir.display())).clicked() {
                     out.push(Command::Open(InputKind::Adapter, c.dir.clone()));
                     out.push(Command::Set(Setting::Tab(Tab::Tokens)));
@@ -412,6 +426,9 @@ impl View for TrainView {
         if let Some(m) = cx.session.model.as_ref() {
             ui.label(format!("Train the routers of {} (frozen) from random, k-means or PCA centroids; checkpoints open as adapters.", m.model.config().name));
         }
+        if let Some(run) = self.run.as_ref().filter(|r| cx.session.model.as_ref().is_none_or(|m| m.model.fingerprint != r.model_fingerprint)) {
+            ui.strong(format!("The run below is of {}, not of the loaded model.", run.model));
+        }
         self.form_ui(ui, !running);
         ui.horizontal(|ui| {
             if running {
@@ -424,14 +441,20 @@ impl View for TrainView {
                     Ok(job) => {
                         self.error = None;
                         self.stop = Some(job.stop.clone());
-                        self.run = Some(RunView { out: job.plan.out.clone(), status: "starting".into(), ..Default::default() });
+                        self.run = Some(RunView {
+                            out: job.plan.out.clone(),
+                            status: "starting".into(),
+                            model: job.model.config().name.clone(),
+                            model_fingerprint: job.model.fingerprint.clone(),
+                            ..Default::default()
+                        });
                         out.push(Command::StartTrain(job));
                     }
                     Err(e) => self.error = Some(format!("cannot start training: {e}")),
                 }
             }
             if let Some(run) = &self.run {
-                ui.weak(format!("run folder {}", run.out.display()));
+                ui.weak(format!("run of {}: folder {}", run.model, run.out.display()));
             }
         });
         if let Some(e) = &self.error {

@@ -55,6 +55,15 @@ impl ViewCtx<'_> {
     pub fn shown(&self, res: &AnalysisResult, layer: usize, g: usize) -> usize {
         res.shown_group(layer, g, self.settings.setup.raw_groups)
     }
+    /// The name group `g` of `layer` goes by: "g3" (its shown number), or "c5" (raw, when
+    /// asked), as every view and export names it (`analysis::identity::group_name`).
+    pub fn name(&self, res: &AnalysisResult, layer: usize, g: usize) -> String {
+        res.group_name(layer, g, self.settings.setup.raw_groups)
+    }
+    /// The numbering asked for (shown, or raw).
+    pub fn numbering(&self) -> focus_core::analysis::shown::Numbering {
+        focus_core::analysis::shown::Numbering::raw_if(self.settings.setup.raw_groups)
+    }
 }
 
 /// What a view asks the app to do.
@@ -94,6 +103,8 @@ pub enum Command {
     /// Scroll to this partner of the selection and single it out (the selection stays).
     JumpToPartner(usize),
     DismissErrors,
+    /// Pin (or unpin) the group numbering of the result on screen (`analysis::identity`).
+    PinNumbers(bool),
     /// Report an error in the window.
     Error(String),
     /// Cancel the running analysis (the previous result stays).

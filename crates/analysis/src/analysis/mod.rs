@@ -3,13 +3,15 @@
 //! segments of `segment_len` tokens (the last may be shorter); each runs from position 0 as its
 //! own sequence, so pairs never cross a segment boundary. Per-token results are concatenated and
 //! pair counts summed over segments. What the app shows of an analysis (top groups, masks,
-//! labels, the numbering across layers) is `shown`; the statistics files, `export`.
+//! labels, the numbering across layers) is `shown`; one numbering for every surface, `identity`;
+//! the statistics files, `export`.
 
 pub mod align;
 pub mod categories;
 pub mod compare;
 pub mod export;
 pub mod head_pattern;
+pub mod identity;
 pub mod intervene;
 pub mod kept;
 pub mod partners;

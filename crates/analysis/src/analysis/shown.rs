@@ -4,38 +4,12 @@
 //! numbering (`align`): the number each raw group is shown by, matched across layers (or to a
 //! reference run) so that a number keeps meaning the same tokens.
 
+use super::identity::{group_name, GroupIds, Matched};
 use super::{align, Analysis, TokenInfo};
 use super::stats::TokenRouting;
 use std::collections::HashMap;
 
-/// Which group numbers a view or an export uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Numbering {
-    /// Matched across layers (`align::chain`) or to a reference run (`align::to_reference`).
-    #[default]
-    Shown,
-    /// The centroids' own indices.
-    Raw,
-}
-
-impl Numbering {
-    /// `Raw` when `raw` (the GUI's "raw group numbers" setting), else `Shown`.
-    pub fn raw_if(raw: bool) -> Numbering {
-        if raw {
-            Numbering::Raw
-        } else {
-            Numbering::Shown
-        }
-    }
-
-    /// What the numbers are, as the exports say it.
-    pub fn note(self) -> &'static str {
-        match self {
-            Numbering::Raw => "raw centroid indices (as shown with raw group numbers ticked)",
-            Numbering::Shown => "shown: matched across layers (align::chain) or to the compared run, as on screen; group_raw gives the centroid index",
-        }
-    }
-}
+pub use super::identity::Numbering;
 
 #[derive(Debug, Clone)]
 pub struct ShownAnalysis {
@@ -49,7 +23,8 @@ pub struct ShownAnalysis {
     /// `aligned[layer][group]`: the number raw group `group` is shown by, matched across layers
     /// (`align::chain`), or, after `aligned_to`, to a reference run's numbers layer by layer.
     pub aligned: Vec<Vec<usize>>,
-    /// The reference run's adapter, after `aligned_to`.
+    /// What the numbers were matched to, after `aligned_to` or `numbered` (the reference run,
+    /// said in legends and exports).
     pub aligned_to: Option<String>,
 }
 
@@ -97,6 +72,29 @@ impl ShownAnalysis {
             aligned_to: Some(reference.analysis.adapter.clone()),
             ..self.clone()
         }
+    }
+
+    /// The same analysis numbered by `ids` (`identity`: the identity's numbers for its own
+    /// adapter, else a match to its reference run), `adapter` naming this run's adapter as `ids`
+    /// names its own. `None`: nothing to match by; the analysis keeps its own chain.
+    pub fn numbered(&self, ids: &GroupIds, adapter: &str) -> Option<(ShownAnalysis, Matched)> {
+        let (maps, how) = ids.numbers_for(adapter, self.groups(), &self.token_ids(), &self.masks)?;
+        let to = match how {
+            Matched::SameAdapter if !ids.pinned => ids.matched_to.clone(),
+            _ => Some(ids.source.clone()),
+        };
+        Some((ShownAnalysis { aligned: maps, aligned_to: to, ..self.clone() }, how))
+    }
+
+    /// The analysed tokens' ids.
+    pub fn token_ids(&self) -> Vec<u32> {
+        self.analysis.tokens.iter().map(|t| t.id).collect()
+    }
+
+    /// The name group `g` (raw index) of `layer` goes by: "g3" (its shown number), or with `raw`
+    /// "c5" (the centroid's own index), as every view and export names it.
+    pub fn group_name(&self, layer: usize, g: usize, raw: bool) -> String {
+        group_name(self.shown_group(layer, g, raw), Numbering::raw_if(raw))
     }
 
     pub fn tokens(&self) -> usize {
