@@ -42,7 +42,8 @@ pub fn write_set(files: &[(PathBuf, Vec<u8>)], provenance: &serde_json::Value) -
     for p in files.iter().map(|(p, _)| p).chain([&manifest]) {
         focus_core::io::check_target(p).map_err(|e| e.to_string())?;
     }
-    let mut steps = Steps::new();
+    // The steps (the old manifest removed, each file, the new manifest) carry the kill hook.
+    let mut steps = focus_core::io::export_set::Steps::new();
     // The old manifest goes first: none describes a half-replaced set.
     match std::fs::remove_file(&manifest) {
         Ok(()) => {}
@@ -76,27 +77,6 @@ pub fn write_set(files: &[(PathBuf, Vec<u8>)], provenance: &serde_json::Value) -
     let mut out: Vec<PathBuf> = files.iter().map(|(p, _)| p.clone()).collect();
     out.push(manifest);
     Ok(out)
-}
-
-/// Counts a write's steps (the old manifest removed, each file, the new manifest) and aborts the
-/// process (SIGABRT) at the step `FOCUS_LENS_ABORT_SET_AT` names: a test hook, a kill at that instant
-/// (`tests/hostile_surfaces.rs` runs every step).
-struct Steps {
-    done: usize,
-    abort_at: Option<usize>,
-}
-
-impl Steps {
-    fn new() -> Steps {
-        Steps { done: 0, abort_at: std::env::var("FOCUS_LENS_ABORT_SET_AT").ok().and_then(|v| v.parse().ok()) }
-    }
-    fn step(&mut self) {
-        self.done += 1;
-        if self.abort_at == Some(self.done) {
-            // Dies at once, as a kill would (no destructor runs, nothing more is written).
-            std::process::abort();
-        }
-    }
 }
 
 /// Removes the hidden folder of the link layout (`.NAME.focus-sets` beside `first`) once no

@@ -63,18 +63,25 @@ fn link_target(store_name: &OsString, file: &OsString) -> PathBuf {
     Path::new(store_name).join(CURRENT).join(file)
 }
 
-/// Counts the commit's steps and kills the process at the step `FOCUS_LENS_ABORT_SET_AT`
-/// names (a test hook: a kill at that instant).
-struct Steps {
+/// Counts a set write's steps and kills the process at the step `FOCUS_LENS_ABORT_SET_AT`
+/// names (a test hook: a kill at that instant; `tests/hostile_surfaces.rs` runs every step).
+/// Shared by the set writers (this one and the app's manifest sets).
+pub struct Steps {
     done: usize,
     abort_at: Option<usize>,
 }
 
+impl Default for Steps {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Steps {
-    fn new() -> Steps {
+    pub fn new() -> Steps {
         Steps { done: 0, abort_at: std::env::var("FOCUS_LENS_ABORT_SET_AT").ok().and_then(|v| v.parse().ok()) }
     }
-    fn step(&mut self) {
+    pub fn step(&mut self) {
         self.done += 1;
         if self.abort_at == Some(self.done) {
             // SAFETY: kill(2) on our own pid; nothing is touched afterwards.
