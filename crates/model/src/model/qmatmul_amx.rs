@@ -14,7 +14,7 @@
 //! **K-quants** (`kquants`'s form): the panel holds each value's integer weight
 //! w = sc(h) (u - o) (|w| <= 4096) split into bytes, lo = w mod 256 (unsigned) and
 //! hi = w >> 8 (signed), as tiles B (16 rows x 64 values, in `tdpbusd`'s interleaved layout).
-//! X's quantized rows are the tiles A, read in place (16 rows at X's row stride), so a sum
+//! X's quantized rows are copied into tiles A (16 rows x 64 bytes each, contiguous), so a sum
 //! tile's row is an X row and its lanes 16 weight rows: the layout of Y. Per 64 values, two
 //! tiles of X (32 rows) against both weight tiles: `tdpbsud` for lo, `tdpbssd` for hi, summed
 //! over a whole super-block in four tiles; S = lo + 256 hi is stored once per super-block
@@ -200,29 +200,44 @@ fn matmul_k(q: &QMatrix, x: &Q8Rows, y: &mut [f32]) {
                 kernel::group_times_k(&ps[..np], &xk, tiles, hi, mins, acc);
                 kernel::release();
             }
-            for k in 0..np {
-                let (r0, n) = (16 * (GROUP * g + k), 16.min(out - 16 * (GROUP * g + k)));
-                for (row, a) in acc[k * tiles..(k + 1) * tiles].iter().flatten().enumerate().take(m) {
-                    // SAFETY: Y is (m, out); columns r0..r0 + n are this task's alone.
-                    let dst = unsafe { yp.0.add(row * out + r0) };
-                    if n == 16 {
-                        // A whole run as one 64-byte write (a copy of runtime length is a call).
-                        unsafe { dst.cast::<[f32; 16]>().write_unaligned(*a) };
-                    } else {
-                        unsafe { std::slice::from_raw_parts_mut(dst, n) }.copy_from_slice(&a[..n]);
-                    }
-                }
-            }
+            // SAFETY: Y is (m, out); columns 16 GROUP g.. of the np panels are this task's alone.
+            unsafe { store_group(acc, np, tiles, m, out, 16 * GROUP * g, yp) };
         },
     );
 }
 
-/// X in Q8_K for the K-quant tiles: its quants read in place as tiles A (16 rows at a stride of
-/// `cols` bytes), padded with zero rows to a multiple of 32 where needed (the kernel takes two
-/// tiles at a time); per (row, super-block) the scale `d` and `bp`, the sums of quants in pairs
+/// A task's sums into Y: X row after X row, the `np` panels' 16 columns each, so a row's
+/// columns (16 np floats, adjacent) are written together: written panel after panel, each
+/// X row's page of Y was visited np times (Y's rows are 8-32 KiB apart, a TLB miss a visit).
+///
+/// # Safety
+/// Y (m, out) at `yp`; columns c0..c0 + 16 np (those below `out`) are this task's alone.
+#[cfg_attr(target_arch = "x86_64", target_feature(enable = "avx512f"))]
+unsafe fn store_group(acc: &[[[f32; 16]; 16]], np: usize, tiles: usize, m: usize, out: usize, c0: usize, yp: &SendPtr) {
+    for row in 0..m {
+        let (t, i) = (row / 16, row % 16);
+        for k in 0..np {
+            let (r0, a) = (c0 + 16 * k, &acc[k * tiles + t][i]);
+            let dst = yp.0.add(row * out + r0);
+            if out - r0 >= 16 {
+                // A whole run as one 64-byte write (a copy of runtime length is a call).
+                dst.cast::<[f32; 16]>().write_unaligned(*a);
+            } else {
+                std::slice::from_raw_parts_mut(dst, out - r0).copy_from_slice(&a[..out - r0]);
+            }
+        }
+    }
+}
+
+/// X in Q8_K for the K-quant tiles: its quants copied into tiles A, tile after tile (16 rows),
+/// step after step (64 values): tile t's step c is 1 KiB at (t * cols / 64 + c) * 1024, read at
+/// a stride of 64 bytes, padded with zero rows to a multiple of 32 (the kernel takes two tiles
+/// at a time). Read in place at X's row stride instead, a tile's 16 rows fell into one or two
+/// L1 sets whenever `cols` is a power of two (2048, 8192), and the products ran at a tenth of
+/// the tiles' rate. Per (row, super-block) the scale `d` and `bp`, the sums of quants in pairs
 /// for `vpdpwssd` (bsum(2p) | bsum(2p + 1) << 16: per 16 values, or with `pairs` = 4 per 32).
 struct XRowsK<'a> {
-    q: std::borrow::Cow<'a, [i8]>,
+    q: Vec<i8>,
     cols: usize,
     m: usize,
     d: &'a [f32],
@@ -233,14 +248,16 @@ struct XRowsK<'a> {
 impl<'a> XRowsK<'a> {
     fn new(x: &'a Q8Rows, pairs: usize) -> XRowsK<'a> {
         let (m, cols, ns) = (x.m, x.cols, x.cols / 256);
-        let rows = m.div_ceil(32) * 32;
-        let q = if rows == m {
-            std::borrow::Cow::Borrowed(&x.q[..])
-        } else {
-            let mut v = vec![0i8; rows * cols];
-            v[..m * cols].copy_from_slice(&x.q);
-            std::borrow::Cow::Owned(v)
-        };
+        let (rows, nc) = (m.div_ceil(32) * 32, cols / 64);
+        let mut q = vec![0i8; rows * cols];
+        for (t, tile) in q.chunks_exact_mut(16 * cols).enumerate() {
+            for (c, step) in tile.chunks_exact_mut(1024).enumerate() {
+                for (i, dst) in step.chunks_exact_mut(64).enumerate().take(m.saturating_sub(16 * t)) {
+                    dst.copy_from_slice(&x.q[(16 * t + i) * cols + 64 * c..][..64]);
+                }
+            }
+            debug_assert_eq!(tile.len() / 1024, nc);
+        }
         let mut bp = vec![0i32; m * ns * pairs];
         for (b, o) in x.bsum.chunks_exact(16).zip(bp.chunks_exact_mut(pairs)) {
             for (pp, v) in o.iter_mut().enumerate() {
@@ -314,7 +331,15 @@ impl KPanel {
             self.mn.fill(0.0);
         }
         let rb = q.row_bytes();
-        fill_k(q.ty, &q.data()[r0 * rb..(r0 + n) * rb], rb, q.cols / 256, self);
+        let rows = &q.data()[r0 * rb..(r0 + n) * rb];
+        #[cfg(target_arch = "x86_64")]
+        if matches!(q.ty, QType::Q4K | QType::Q5K | QType::Q6K) {
+            // SAFETY: AVX-512BW is present where AMX is (`available()`, asserted by `matmul`);
+            // `rows` holds n <= 16 whole rows of `q.cols / 256` super-blocks.
+            unsafe { kernel::fill_k_lanes(q.ty, rows, rb, n, q.cols / 256, self) };
+            return;
+        }
+        fill_k(q.ty, rows, rb, q.cols / 256, self);
     }
 }
 
@@ -370,6 +395,8 @@ fn fill_k(ty: QType, rows: &[u8], rb: usize, ns: usize, p: &mut KPanel) {
 
 #[cfg(target_arch = "x86_64")]
 mod kernel {
+    use super::super::qmatmul_int8::scale_min_k4 as kquants_scale_min;
+    use super::super::qmatvec::{f16_at, QType};
     use super::{KPanel, WPanel, XRowsK, XTiles};
     use std::arch::asm;
     use std::arch::x86_64::*;
@@ -468,6 +495,94 @@ mod kernel {
         }
     }
 
+    /// `KPanel::fill` for Q4_K, Q5_K and Q6_K (the types of Q4_K_M / Q5_K_M files), the panel's own
+    /// layout computed directly: lane r of a vector is weight row r, so one gather of the 16
+    /// rows' packed quants gives a tile row (word g: values 4g..4g + 4 of each row) without a
+    /// transpose; w = sc (u - o) is formed in 16-bit lanes (|w| <= 4096) and split into the lo
+    /// and hi bytes. The same bytes as `fill_k` (the tiles test compares every type's products
+    /// with the definition). Per-row factors (scales, mins, d, dmin) are read as `kquants::unpack`
+    /// reads them.
+    ///
+    /// # Safety
+    /// AVX-512F/BW available; `rows` holds `n` (1..=16) rows of `ns` super-blocks, `rb` bytes each.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub unsafe fn fill_k_lanes(ty: QType, rows: &[u8], rb: usize, n: usize, ns: usize, p: &mut KPanel) {
+        debug_assert!((1..=16).contains(&n) && rows.len() >= n * rb && matches!(ty, QType::Q4K | QType::Q5K | QType::Q6K));
+        let mask: __mmask16 = if n == 16 { 0xffff } else { (1u16 << n) - 1 };
+        let idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(rb as i32));
+        let (m16, m0f) = (_mm512_set1_epi32(0x00ff_00ff), _mm512_set1_epi32(0x0f0f_0f0f));
+        let (bsz, qs, o) = match ty {
+            QType::Q4K => (144, 16, 0),
+            QType::Q5K => (176, 48, 0),
+            _ => (210, 0, 32),
+        };
+        let q6 = ty == QType::Q6K;
+        let ov = _mm512_set1_epi16(o);
+        // Per sub-block (Q4_K, Q5_K: 8 of 32 values; Q6_K: 16 of 16) the 16 rows' scales, each in
+        // both 16-bit halves of its lane.
+        let mut sc = [[0i32; 16]; 16];
+        for s in 0..ns {
+            for r in 0..n {
+                let blk = &rows[r * rb + s * bsz..][..bsz];
+                if !q6 {
+                    let mut pm = [0i32; 8];
+                    for (j, m) in pm.iter_mut().enumerate() {
+                        let (a, b) = kquants_scale_min(j, &blk[4..16]);
+                        sc[j][r] = (a as i32) * 0x0001_0001;
+                        *m = b as i32;
+                    }
+                    for pp in 0..4 {
+                        p.mp[(s * 8 + pp) * 16 + r] = (pm[2 * pp] as u16 as i32) | (pm[2 * pp + 1] << 16);
+                    }
+                    p.d[s * 16 + r] = f16_at::<true>(blk, 0);
+                    p.mn[s * 16 + r] = -f16_at::<true>(blk, 2);
+                } else {
+                    for (h, v) in sc.iter_mut().enumerate() {
+                        v[r] = (blk[192 + h] as i8 as i16 as u16 as i32) * 0x0001_0001;
+                    }
+                    p.d[s * 16 + r] = f16_at::<true>(blk, 208);
+                    p.mn[s * 16 + r] = 0.0;
+                }
+            }
+            let base = rows.as_ptr().add(s * bsz);
+            for g in 0..64 {
+                // Values 4g..4g + 4 of the super-block, as 4 unsigned quants per lane.
+                let (u, scv) = if !q6 {
+                    // Sub-block j = g / 8 (32 values): pair j / 2's bytes, low nibbles for even
+                    // j; Q5_K's fifth bit is bit j of qh at the value's position l.
+                    let (j, l) = (g / 8, 4 * (g % 8));
+                    let q = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), mask, idx, base.add(qs + 32 * (j / 2) + l).cast());
+                    let q = if j % 2 == 0 { q } else { _mm512_srli_epi32::<4>(q) };
+                    let mut u = _mm512_and_si512(q, m0f);
+                    if ty == QType::Q5K {
+                        let qh = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), mask, idx, base.add(16 + l).cast());
+                        let b5 = _mm512_and_si512(_mm512_srlv_epi32(qh, _mm512_set1_epi32(j as i32)), _mm512_set1_epi32(0x0101_0101));
+                        u = _mm512_or_si512(u, _mm512_slli_epi32::<4>(b5));
+                    }
+                    (u, &sc[j])
+                } else {
+                    // Half nh (128 values), quarter qq (32), position l: ql's nibble, qh's 2 bits.
+                    let (v, nh) = (4 * g, g / 32);
+                    let (qq, l) = ((v % 128) / 32, v % 32);
+                    let ql = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), mask, idx, base.add(64 * nh + 32 * (qq & 1) + l).cast());
+                    let qh = _mm512_mask_i32gather_epi32::<1>(_mm512_setzero_si512(), mask, idx, base.add(128 + 32 * nh + l).cast());
+                    let lo4 = if qq < 2 { ql } else { _mm512_srli_epi32::<4>(ql) };
+                    let hi2 = _mm512_and_si512(_mm512_srlv_epi32(qh, _mm512_set1_epi32(2 * qq as i32)), _mm512_set1_epi32(0x0303_0303));
+                    (_mm512_or_si512(_mm512_and_si512(lo4, m0f), _mm512_slli_epi32::<4>(hi2)), &sc[v / 16])
+                };
+                let scv = _mm512_loadu_si512(scv.as_ptr().cast());
+                // Bytes 0 and 2 (e), 1 and 3 (od) of each lane as 16-bit values, times sc.
+                let e = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_and_si512(u, m16), ov), scv);
+                let od = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_and_si512(_mm512_srli_epi32::<8>(u), m16), ov), scv);
+                let lo = _mm512_or_si512(_mm512_and_si512(e, m16), _mm512_slli_epi16::<8>(od));
+                let hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16::<8>(e), m16), _mm512_andnot_si512(m16, od));
+                let at = s * 4096 + g * 64;
+                _mm512_storeu_si512(p.lo.as_mut_ptr().add(at).cast(), lo);
+                _mm512_storeu_si512(p.hi.as_mut_ptr().add(at).cast(), hi);
+            }
+        }
+    }
+
     /// Loads the tile shapes of the K-quant kernel: every tile 16 rows x 64 bytes (tiles 0-3
     /// the sums, 4-5 X, 6-7 the weight's lo and hi).
     ///
@@ -521,18 +636,19 @@ mod kernel {
     /// sums stored to `dst` (lo t, hi t, lo t + 1, hi t + 1).
     #[inline(always)]
     unsafe fn products(p: &KPanel, x: &XRowsK, t: usize, s: usize, hi: bool, dst: &mut [[[i32; 16]; 16]; 4]) {
-        let (x0, x1) = (x.q.as_ptr().add(16 * t * x.cols), x.q.as_ptr().add(16 * (t + 1) * x.cols));
+        let nc = x.cols / 64;
+        let (x0, x1) = (x.q.as_ptr().add(t * nc * 1024), x.q.as_ptr().add((t + 1) * nc * 1024));
         let s64 = 64usize;
         asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
         for c in 4 * s..4 * s + 4 {
-            let (at, w) = (64 * c, c * 1024);
+            let (at, w) = (1024 * c, c * 1024);
             asm!(
                 "tileloadd tmm4, [{a0} + {sx}*1]",
                 "tileloadd tmm5, [{a1} + {sx}*1]",
                 "tileloadd tmm6, [{lo} + {s}*1]",
                 "tdpbsud tmm0, tmm4, tmm6",
                 "tdpbsud tmm2, tmm5, tmm6",
-                a0 = in(reg) x0.add(at), a1 = in(reg) x1.add(at), sx = in(reg) x.cols, lo = in(reg) p.lo.as_ptr().add(w), s = in(reg) s64,
+                a0 = in(reg) x0.add(at), a1 = in(reg) x1.add(at), sx = in(reg) s64, lo = in(reg) p.lo.as_ptr().add(w), s = in(reg) s64,
                 options(nostack, readonly),
             );
             if hi {
@@ -657,12 +773,12 @@ mod speed {
             return;
         }
         let mut rng = StdRng::seed_from_u64(1);
-        for dtype in [candle_core::quantized::GgmlDType::Q4K, candle_core::quantized::GgmlDType::Q6K, candle_core::quantized::GgmlDType::Q4_0] {
-            let (m, out, inp) = (512, 8192, 2048);
+        for dtype in [candle_core::quantized::GgmlDType::Q4K, candle_core::quantized::GgmlDType::Q5K, candle_core::quantized::GgmlDType::Q6K, candle_core::quantized::GgmlDType::Q4_0] {
+            for (m, out, inp) in [(512, 8192, 2048), (512, 2048, 8192)] {
             let (q, _, x, _) = case(dtype, m, out, inp, &mut rng);
             let mut y = vec![0f32; m * out];
             // The fastest of 7 (other work on the machine only slows a run down).
-            let mut best = [f64::INFINITY; 4];
+            let mut best = [f64::INFINITY; 5];
             for _ in 0..7 {
                 let t0 = Instant::now();
                 let xq = Q8Rows::quantize_for(q.ty, &x, m, inp);
@@ -687,12 +803,22 @@ mod speed {
                     }
                 }
                 let t4 = Instant::now();
+                if is_k(q.ty) {
+                    // The generic unpacking (`fill_k`), which `fill_k_lanes` replaces for Q4_K-Q6_K.
+                    let mut p = KPanel::new(inp);
+                    for c in 0..out / 16 {
+                        let rb = q.row_bytes();
+                        fill_k(q.ty, &q.data()[c * 16 * rb..(c + 1) * 16 * rb], rb, inp / 256, &mut p);
+                    }
+                }
+                let t5 = Instant::now();
                 let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
-                for (k, v) in [ms(t0, t1), ms(t1, t2), ms(t2, t3), ms(t3, t4)].into_iter().enumerate() {
+                for (k, v) in [ms(t0, t1), ms(t1, t2), ms(t2, t3), ms(t3, t4), ms(t4, t5)].into_iter().enumerate() {
                     best[k] = best[k].min(v);
                 }
             }
-            eprintln!("{dtype:?} {m}x{inp}x{out}: quantize {:.2} ms, tiles of X {:.2} ms, product {:.2} ms (unpacking alone, one thread: {:.2} ms)", best[0], best[1], best[2], best[3]);
+            eprintln!("{dtype:?} {m}x{inp}x{out}: quantize {:.2} ms, tiles of X {:.2} ms, product {:.2} ms (unpacking alone, one thread: {:.2} ms; generic unpacking {:.2} ms)", best[0], best[1], best[2], best[3], best[4]);
+            }
         }
     }
 }
