@@ -105,8 +105,7 @@ impl Mlp {
                         return Ok(h);
                     }
                 }
-                let gate = gate.forward(x)?;
-                let up = self.up_or_fc.forward(x)?;
+                let [gate, up] = Linear::forward_many([gate, &self.up_or_fc], x)?;
                 if differentiable {
                     (candle_nn::ops::silu(&gate)? * up)?
                 } else {
@@ -273,7 +272,8 @@ impl Block {
             Some(y) => (y.narrow(1, 0, nq)?, y.narrow(1, nq, nkv)?, y.narrow(1, nq + nkv, nkv)?),
             None => {
                 let hn = maybe(&h_norm, &h, pass.differentiable)?;
-                (self.q.forward(&hn)?, self.k.forward(&hn)?, self.v.forward(&hn)?)
+                let [q, k, v] = Linear::forward_many([&self.q, &self.k, &self.v], &hn)?;
+                (q, k, v)
             }
         };
         let heads = |mut y: Tensor, norm: &Option<Norm>, n: usize| -> Result<Tensor> {

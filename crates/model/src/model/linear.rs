@@ -174,6 +174,20 @@ impl Linear {
         self.w.forward(x, self.b.as_ref())
     }
 
+    /// `forward` of several projections of one input (Q, K and V; gate and up). A decode
+    /// step's row on the integer route runs them as one parallel loop
+    /// (`qmatvec_int8::times_many`, X quantized once per kind); the same values as one by one.
+    pub fn forward_many<const N: usize>(ls: [&Linear; N], x: &Tensor) -> Result<[Tensor; N]> {
+        if let Some(ys) = one_row_int8(&ls, x)? {
+            return Ok(ys);
+        }
+        let mut out = Vec::with_capacity(N);
+        for l in ls {
+            out.push(l.forward(x)?);
+        }
+        Ok(out.try_into().unwrap_or_else(|_| unreachable!("N outputs")))
+    }
+
     /// x W^T + b + r: a product and the residual added to it (one kernel for a step's row on
     /// CUDA).
     pub fn forward_plus(&self, x: &Tensor, r: &Tensor) -> Result<Tensor> {
@@ -210,6 +224,38 @@ mod tests {
     use crate::model::qmatvec::tests::random;
     use candle_core::quantized::GgmlDType;
     use rand::{rngs::StdRng, SeedableRng};
+
+    /// Several projections of one row as one loop (`forward_many`, a decode step's Q, K, V)
+    /// give each projection's `forward` bit for bit: types of both X kinds mixed (Q4_K with
+    /// Q6_K and Q4_1), a bias, row counts that leave partial chunks.
+    #[test]
+    fn forward_many_equals_one_by_one() {
+        if !crate::model::qmatmul_int8::available() {
+            eprintln!("no AVX-512 VNNI here: the integer route is not taken");
+            return;
+        }
+        let mut rng = StdRng::seed_from_u64(9);
+        let inp = 512;
+        let lin = |dtype, out, bias: bool, rng: &mut StdRng| {
+            let (raw, _) = random(dtype, out, inp, rng);
+            let mut w = Weight::Stored(Arc::new(QMatrix::new(dtype, &raw, out, inp).unwrap()));
+            w.set_products(Products::Int8);
+            let b = bias.then(|| Tensor::randn(0f32, 1.0, out, &Device::Cpu).unwrap());
+            Linear { w, b }
+        };
+        let (q, k, v) = (lin(GgmlDType::Q4K, 300, true, &mut rng), lin(GgmlDType::Q6K, 37, false, &mut rng), lin(GgmlDType::Q4_1, 1000, true, &mut rng));
+        let x = Tensor::randn(0f32, 1.0, (1, inp), &Device::Cpu).unwrap();
+        let many = Linear::forward_many([&q, &k, &v], &x).unwrap();
+        for (l, got) in [&q, &k, &v].into_iter().zip(many) {
+            let want = l.forward(&x).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        }
+        // Not the route's (two rows): the same values as one by one, through `forward`.
+        let x2 = Tensor::randn(0f32, 1.0, (2, inp), &Device::Cpu).unwrap();
+        let [a, _] = Linear::forward_many([&q, &k], &x2).unwrap();
+        assert_eq!(a.dims(), &[2, 300]);
+    }
 
     /// A stored weight's product under a gradient (`StoredProduct`) gives the values and the
     /// input gradient of the same product over its dequantized tensor.
@@ -252,4 +298,53 @@ mod tests {
         assert_eq!(looked, vec![d[9].clone(), d[0].clone(), d[9].clone()]);
         assert!(lin.w.rows(&[10], &Device::Cpu).is_err());
     }
+}
+
+/// `Linear::forward_many`'s shared loop: `Some` when x is one f32 row on the CPU that no
+/// gradient tracks and every weight is stored and on the integer route.
+fn one_row_int8<const N: usize>(ls: &[&Linear; N], x: &Tensor) -> Result<Option<[Tensor; N]>> {
+    use super::qmatmul_int8::{Q8Rows, XKind};
+    let cpu_f32 = |t: &Tensor| t.device().is_cpu() && t.dtype() == DType::F32 && !t.track_op();
+    if N == 0 || x.rank() != 2 || x.dim(0)? != 1 || !cpu_f32(x) {
+        return Ok(None);
+    }
+    let inp = x.dim(1)?;
+    let mut qs = Vec::with_capacity(N);
+    for l in ls {
+        match l.w.stored() {
+            Some(q) if q.cols == inp && super::qmatmul::int8_route(q) && l.b.as_ref().is_none_or(|b| cpu_f32(b) && b.elem_count() == q.rows) => qs.push(q),
+            _ => return Ok(None),
+        }
+    }
+    let xv = x.flatten_all()?.to_vec1::<f32>()?;
+    // X quantized once per kind the weights take (Q8_0 for 32-value blocks, Q8_K for K-quants).
+    let (mut q8_0, mut q8_k) = (None, None);
+    for q in &qs {
+        let slot = if XKind::of(q.ty) == XKind::Q8K { &mut q8_k } else { &mut q8_0 };
+        if slot.is_none() {
+            *slot = Some(Q8Rows::quantize_for(q.ty, &xv, 1, inp));
+        }
+    }
+    let mut ys: Vec<Vec<f32>> = qs.iter().map(|q| vec![0f32; q.rows]).collect();
+    {
+        let mut parts: Vec<_> = qs
+            .iter()
+            .zip(ys.iter_mut())
+            .map(|(q, y)| {
+                let xq = if XKind::of(q.ty) == XKind::Q8K { q8_k.as_ref() } else { q8_0.as_ref() };
+                (*q, xq.expect("quantized above"), y.as_mut_slice())
+            })
+            .collect();
+        super::qmatvec_int8::times_many(&mut parts);
+    }
+    let mut out = Vec::with_capacity(N);
+    for (l, mut y) in ls.iter().zip(ys) {
+        if let Some(b) = &l.b {
+            let b = b.flatten_all()?.to_vec1::<f32>()?;
+            y.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+        }
+        let n = y.len();
+        out.push(Tensor::from_vec(y, (1, n), x.device())?);
+    }
+    Ok(Some(out.try_into().unwrap_or_else(|_| unreachable!("N outputs"))))
 }

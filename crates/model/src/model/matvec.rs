@@ -8,7 +8,6 @@ use super::qmatvec::QMatrix;
 use crate::attention::cpu::simd::rows_dot;
 use crate::error::Result;
 use candle_core::{DType, Device, Tensor};
-use rayon::prelude::*;
 
 /// Output rows per parallel task.
 const ROWS: usize = 64;
@@ -45,7 +44,8 @@ pub fn row_times(x: &Tensor, w: Option<&Tensor>, q: Option<&QMatrix>, b: Option<
             let (storage, layout) = w.storage_and_layout();
             let candle_core::Storage::Cpu(cpu) = &*storage else { return Ok(None) };
             let wv = &cpu.as_slice::<f32>()?[layout.start_offset()..layout.start_offset() + out * inp];
-            y.par_chunks_mut(ROWS).enumerate().for_each(|(c, ys)| rows_dot(&wv[c * ROWS * inp..], inp, &xv, ys));
+            let chunks: Vec<_> = y.chunks_mut(ROWS).enumerate().collect();
+            super::row_pool::for_each(chunks, |(c, ys)| rows_dot(&wv[c * ROWS * inp..], inp, &xv, ys));
             y
         }
         _ => return Ok(None),

@@ -5,7 +5,7 @@
 //! block), `linear` (a weight, held once: stored blocks on the CPU or a device tensor, and the
 //! projection over it), `step` and `fused` (a generation step's forward, and its fused form on a GPU),
 //! `matvec` / `qmatvec` (one-row products, plain and over GGUF blocks of every storage type,
-//! which `qmatvec` dequantizes), `qmatmul` (many rows times GGUF blocks: the prefill's product;
+//! which `qmatvec` dequantizes; `row_pool` the threads they run on), `qmatmul` (many rows times GGUF blocks: the prefill's product;
 //! `qmatmul_int8` the integer route it was measured against), `memory` (what a run will need,
 //! from the header alone, and what is available); `tests` (tests that load a whole `Model`).
 
@@ -28,6 +28,7 @@ pub mod qmatmul_amx;
 pub mod qmatmul_int8;
 pub mod qmatvec_int8;
 pub mod qmatvec;
+pub mod row_pool;
 pub mod step;
 pub mod tokenizer;
 pub mod weights;

@@ -192,7 +192,8 @@ impl QMatrix {
         // About 64 KiB of weights per task: enough tasks to balance, few enough to cost little.
         let per = (65536 / rb).clamp(1, self.rows);
         let ty = self.ty;
-        y.par_chunks_mut(per).enumerate().for_each(|(c, ys)| rows_dot(ty, &self.data()[c * per * rb..], rb, x, ys));
+        let chunks: Vec<_> = y.chunks_mut(per).enumerate().collect();
+        super::row_pool::for_each(chunks, |(c, ys)| rows_dot(ty, &self.data()[c * per * rb..], rb, x, ys));
     }
 }
 

@@ -27,24 +27,36 @@
 use super::int8::dot_reference;
 use super::qmatmul_int8::{supports, Q8Rows};
 use super::qmatvec::{QMatrix, QType};
-use rayon::prelude::*;
 
 /// Weight rows computed together: one per f32 lane of a 512-bit register.
 const G: usize = 16;
 
 /// y = W x for one quantized row x (`x.m == 1`), bit for bit `qmatmul_int8::dot_reference`.
-/// Chunks of rows (about 64 KiB of weights each, a multiple of 16 rows) run in parallel.
+/// Chunks of rows (about 64 KiB of weights each, a multiple of 16 rows) run in parallel
+/// (`row_pool`).
 pub fn times(q: &QMatrix, x: &Q8Rows, y: &mut [f32]) {
-    assert!(supports(q.ty) && x.m == 1 && x.cols == q.cols && y.len() == q.rows, "{q:?} times {} row(s) of {} into {}", x.m, x.cols, y.len());
-    if q.rows == 0 || q.cols == 0 {
-        // No blocks: the definition's empty sum.
-        y.fill(0.0);
-        return;
+    times_many(&mut [(q, x, y)]);
+}
+
+/// `times` of several weights by one row each, as one parallel loop over all their chunks (a
+/// decode step's Q, K and V, or gate and up, read the same row): one barrier instead of one
+/// per weight. Each output is bit for bit `times`'s.
+pub fn times_many(parts: &mut [(&QMatrix, &Q8Rows, &mut [f32])]) {
+    let mut tasks: Vec<(QType, &[u8], usize, &Q8Rows, &mut [f32])> = Vec::new();
+    for (q, x, y) in parts.iter_mut() {
+        assert!(supports(q.ty) && x.m == 1 && x.cols == q.cols && y.len() == q.rows, "{q:?} times {} row(s) of {} into {}", x.m, x.cols, y.len());
+        if q.cols == 0 {
+            // No blocks: the definition's empty sum.
+            y.fill(0.0);
+            continue;
+        }
+        let rb = q.row_bytes();
+        let per = (65536 / rb).next_multiple_of(G).clamp(G, q.rows.next_multiple_of(G));
+        for (c, ys) in y.chunks_mut(per).enumerate() {
+            tasks.push((q.ty, &q.data()[c * per * rb..(c * per + ys.len()) * rb], rb, *x, ys));
+        }
     }
-    let rb = q.row_bytes();
-    let per = (65536 / rb).next_multiple_of(G).clamp(G, q.rows.next_multiple_of(G));
-    let ty = q.ty;
-    y.par_chunks_mut(per).enumerate().for_each(|(c, ys)| rows(ty, &q.data()[c * per * rb..(c * per + ys.len()) * rb], rb, x, ys));
+    super::row_pool::for_each(tasks, |(ty, data, rb, x, ys)| rows(ty, data, rb, x, ys));
 }
 
 /// ys[r] = row r of `data` (rows of `rb` bytes) . x: the AVX-512 kernels where the CPU has them.
