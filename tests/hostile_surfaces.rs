@@ -533,6 +533,68 @@ fn a_set_killed_at_any_step_shows_the_old_or_the_new_set_and_the_next_run_cleans
     }
 }
 
+/// `analyze --out` (a JSON file, the CSV set) into a folder that does not exist, or whose folder
+/// is a file, or under a path with a file in it: one error naming the folder and what is wrong,
+/// nothing written (issue 51: a missing output folder was reported as whatever failed next).
+/// A read-only folder is not tested: the tests run as root, who may write anywhere.
+#[test]
+fn outputs_into_a_missing_folder_or_a_file_name_the_folder() {
+    let d = tiny_chat_model(CHATML.into());
+    let m = d.path().to_str().unwrap();
+    let adapter = d.path().join("adapter");
+    assert!(run(&["adapter", "init", "--model", m, "--groups", "4", "--window", "4", "--out", adapter.to_str().unwrap()]).status.success());
+    let tmp = tempfile::tempdir().unwrap();
+    let text = tmp.path().join("text.txt");
+    std::fs::write(&text, "the cat sat on the mat. ".repeat(10)).unwrap();
+    let file = tmp.path().join("file.txt");
+    std::fs::write(&file, "a file").unwrap();
+    let missing = tmp.path().join("missing");
+    for name in ["k.csv", "k.json"] {
+        let analyze = |out: &Path| run(&["analyze", "--model", m, "--adapter", adapter.to_str().unwrap(), "--no-twin", text.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        assert_one_error(&analyze(&missing.join(name)), &[&format!("its folder {} does not exist", missing.display())]);
+        assert_one_error(&analyze(&file.join(name)), &[&format!("{} is not a folder", file.display())]);
+        assert_one_error(&analyze(&file.join("sub").join(name)), &["is not a folder", &format!("{} is a file", file.display())]);
+    }
+    assert!(!missing.exists());
+    assert_eq!(std::fs::read(&file).unwrap(), b"a file");
+    // The library's writers say the same.
+    assert_has(&err_msg(focus_core::io::write_atomic(&missing.join("x.csv"), b"x")), &["cannot write", "does not exist", &missing.display().to_string()]);
+    assert_has(&err_msg(focus_core::io::write_atomic(&file.join("x.csv"), b"x")), &["cannot write", "is not a folder"]);
+}
+
+/// An export set left by an earlier version (issue 51: "an export set whose `current` link
+/// points outside is reported missing and blocks every later export of that name"): `k.csv`
+/// and `k.tokens.csv` link into `.k.csv.focus-sets/current/`, and `current` points to a folder
+/// outside, where `k.tokens.csv` is a FIFO. `analyze --out k.csv` writes the set as plain files
+/// with its manifest, follows no link (the FIFO and the file outside stay as they were), and
+/// removes the old folder.
+#[test]
+fn an_old_link_set_pointing_outside_does_not_block_analyze_out() {
+    let d = tiny_chat_model(CHATML.into());
+    let m = d.path().to_str().unwrap();
+    let adapter = d.path().join("adapter");
+    assert!(run(&["adapter", "init", "--model", m, "--groups", "4", "--window", "4", "--out", adapter.to_str().unwrap()]).status.success());
+    let tmp = tempfile::tempdir().unwrap();
+    let text = tmp.path().join("text.txt");
+    std::fs::write(&text, "the cat sat on the mat. ".repeat(10)).unwrap();
+    let (dir, outside) = (tmp.path().join("out"), tmp.path().join("outside"));
+    std::fs::create_dir_all(dir.join(".k.csv.focus-sets")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("k.csv"), "not ours").unwrap();
+    mkfifo(&outside.join("k.tokens.csv"));
+    std::os::unix::fs::symlink("../../outside", dir.join(".k.csv.focus-sets/current")).unwrap();
+    for n in ["k.csv", "k.tokens.csv"] {
+        std::os::unix::fs::symlink(format!(".k.csv.focus-sets/current/{n}"), dir.join(n)).unwrap();
+    }
+    let o = run(&["analyze", "--model", m, "--adapter", adapter.to_str().unwrap(), "--no-twin", text.to_str().unwrap(), "--out", dir.join("k.csv").to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let names = ["k.csv", "k.profiles.csv", "k.tokens.csv", "k.groups.csv", "k.groups.arrow", "k.structure.csv", "k.structure_table.csv"];
+    assert_no_leftovers(&dir, &names);
+    assert_eq!(std::fs::read(outside.join("k.csv")).unwrap(), b"not ours");
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(outside.join("k.tokens.csv")).unwrap().file_type().is_fifo());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Padded vocabularies.
 
@@ -636,16 +698,21 @@ fn fifos_and_endless_files_where_a_file_is_expected_are_refused() {
     // A FIFO as --data exists: it is not a regular file.
     let o = run_os(&[&s("train"), &s("--data"), fifo.as_os_str(), &s("--heldout"), text.as_os_str(), &s("--out"), out.as_os_str(), &s("--steps"), &s("1")]);
     assert_one_error(&o, &["fifo.json", "is not a regular file"]);
-    // An export set whose lock file is a FIFO.
+    // An export set: the old link layout's lock file is a FIFO (never opened: the set is
+    // written and the old folder removed), then a FIFO at the manifest's name (refused at once).
     let dir = tmp.path().join("exports");
-    std::fs::create_dir_all(&dir).unwrap();
+    let store = focus_core::io::export_set::old_store_dir(&dir.join("k.csv"));
+    std::fs::create_dir_all(&store).unwrap();
+    mkfifo(&store.join("lock"));
     let files = vec![(dir.join("k.csv"), b"1".to_vec()), (dir.join("k.tokens.csv"), b"2".to_vec())];
-    focus_core::io::write_atomic_set(&files).unwrap();
-    let lock = focus_core::io::export_set::store_dir(&files[0].0).join("lock");
-    std::fs::remove_file(&lock).unwrap();
-    mkfifo(&lock);
-    let e = within("an export set with a FIFO as its lock", 30, move || focus_core::io::write_atomic_set(&files).unwrap_err().to_string());
-    assert!(e.contains("lock") && e.contains("not a regular file"), "{e}");
+    let set = files.clone();
+    within("an old export set with a FIFO as its lock", 30, move || focus_core::io::export_set::write_set(&set, &serde_json::Value::Null).unwrap());
+    assert!(!store.exists());
+    let manifest = focus_core::io::export_set::manifest_path(&files[0].0);
+    std::fs::remove_file(&manifest).unwrap();
+    mkfifo(&manifest);
+    let e = within("an export set with a FIFO as its manifest", 30, move || focus_core::io::export_set::write_set(&files, &serde_json::Value::Null).unwrap_err().to_string());
+    assert!(e.contains("k.manifest.json") && e.contains("not a regular file"), "{e}");
 }
 
 /// `train --batch 4096 --seq-len 512`, inside the documented ranges, aborted on a 4.8 GB

@@ -113,9 +113,9 @@ pub fn run(a: Args) -> Result<()> {
         "text_bytes": text.len(),
     });
     // One export: the CSV set as plain files with the manifest that says they belong together
-    // (`gui::export::manifest`, the GUI's writer: the same set).
+    // (`io::export_set`, the one set writer, the GUI's too).
     let files = export.files(&a.out, Some(&provenance), &crate::gui::export::arrow::token_groups_arrow)?;
-    crate::gui::export::manifest::write_set(&files, &provenance).map_err(anyhow::Error::msg)?;
+    focus_core::io::export_set::write_set(&files, &provenance)?;
     let an = &shown.analysis;
     for (p, _) in &files[1..] {
         eprintln!("wrote {}", p.display());

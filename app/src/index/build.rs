@@ -205,17 +205,12 @@ pub fn sqlite_name(name: &std::ffi::OsStr, prefix: &str, suffix: &str) -> std::f
 }
 
 /// Checks an index's output before anything is loaded: `out` absent or a regular file (a
-/// device, FIFO or folder there is refused, never replaced), its folder there, and its
-/// `.partial` absent or a regular file (a link there could lead to another program's
-/// database).
+/// device, FIFO or folder there is refused, never replaced), its folder there and a folder
+/// (`io::check_target` names it: a missing folder was reported as "X.partial is not a readable
+/// Focus Lens index"), and its `.partial` absent or a regular file (a link there could lead to
+/// another program's database).
 pub fn check_out(out: &Path) -> Result<()> {
     focus_core::io::check_target(out).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    match std::fs::metadata(dir) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!("cannot write {}: its folder {} does not exist", out.display(), dir.display()),
-        Ok(m) if !m.is_dir() => bail!("cannot write {}: {} is not a folder", out.display(), dir.display()),
-        _ => {}
-    }
     let partial = partial_path(out);
     match std::fs::symlink_metadata(&partial) {
         Ok(m) if m.is_symlink() => bail!("{} is a symbolic link; the unfinished index must be a regular file of its own: remove the link", partial.display()),

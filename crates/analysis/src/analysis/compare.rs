@@ -14,11 +14,11 @@ use crate::analysis::partners::{split, Distant, Heads};
 use crate::attention::Mode;
 use crate::error::{Error, Result};
 use crate::focus::adapter::Adapter;
+use crate::focus::mask::{self, PairClass};
 use crate::focus::router::LayerRouting;
 use crate::model::block::AttentionInputs;
 use crate::model::decoder::{Decoder, LayerHook, RunEnd};
 use crate::model::{ForwardOptions, Model};
-use rayon::prelude::*;
 use std::ops::ControlFlow;
 use std::sync::atomic::AtomicBool;
 
@@ -283,10 +283,13 @@ fn num(x: f32) -> String {
 /// `window` and the sinks [ours] (with or without a leading batch of 1).
 pub fn pruned_mass(q: &candle_core::Tensor, k: &candle_core::Tensor, masks: &[u64], window: usize, sink: usize) -> Result<Vec<Vec<f32>>> {
     let heads = Heads::new(q, k)?;
-    (0..heads.heads())
-        .into_par_iter()
-        .map(|h| (0..heads.tokens()).map(|i| Ok(split(&heads.row(Distant::Attend, h, i)?, masks, window, sink, i)[2])).collect())
-        .collect()
+    heads.pruned_mass(heads.tokens(), |i, j| pruned(masks, window, sink, i, j))
+}
+
+/// Whether the top-k `masks` prune pair (i, j): neither local (window, sinks [ours]) nor
+/// sharing a group (`split`'s third share).
+fn pruned(masks: &[u64], window: usize, sink: usize, i: usize, j: usize) -> bool {
+    !matches!(mask::classify(i, j, masks[i], masks[j], window, sink), PairClass::Local | PairClass::SharedGroup(_))
 }
 
 /// Computes each layer's pruned attention mass from the attention inputs the pass sees.
@@ -371,8 +374,7 @@ pub fn run_from_kept(model: &Model, kept: &KeptPass, ids: &[u32], r: &Run, group
                     if cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
                         return Err(Error::Cancelled);
                     }
-                    let heads = &kept.heads.layers[l].0;
-                    (0..heads.heads()).into_par_iter().map(|h| (0..n).map(|i| Ok(split(&heads.row(Distant::Attend, h, i)?, &masks, w, s, i)[2])).collect()).collect()
+                    kept.heads.layers[l].0.pruned_mass(n, |i, j| pruned(&masks, w, s, i, j))
                 })
                 .collect::<Result<Vec<_>>>()?;
             Some(Pruned { mass })

@@ -39,7 +39,7 @@ impl<'a> StatsExport<'a> {
     }
 
     /// The files of the set `out` names (`.json`: one; `.csv`: the CSV set), in order, with their
-    /// bytes; the caller writes them as one set (`io::write_atomic_set`).
+    /// bytes; the caller writes them as one set (`io::export_set::write_set`).
     pub fn files(&self, out: &Path, provenance: Option<&serde_json::Value>, arrow: ArrowEncoder) -> Result<Vec<(PathBuf, Vec<u8>)>> {
         let ext = out.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
         match ext.as_str() {

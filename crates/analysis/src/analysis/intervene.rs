@@ -19,7 +19,7 @@
 //! with the layer's pair counts. Groups are the router's own indices (`group_raw` in exports).
 
 use crate::analysis::compare::{self, Comparison, Pruned};
-use crate::analysis::partners::{Distant, Heads};
+use crate::analysis::partners::Heads;
 use crate::attention::{soft, LayerPlan, Mode};
 use crate::error::{Error, Result};
 use crate::focus::adapter::{Adapter, AdapterConfig};
@@ -29,7 +29,6 @@ use crate::model::block::AttentionInputs;
 use crate::model::decoder::{Decoder, LayerHook, RunEnd};
 use crate::model::{ForwardOptions, Model};
 use candle_core::{Device, Tensor};
-use rayon::prelude::*;
 use serde::Serialize;
 use std::ops::ControlFlow;
 use std::sync::atomic::AtomicBool;
@@ -246,12 +245,10 @@ impl<P: FnMut(usize) + Send> LayerHook for InterveneHook<'_, P> {
 
 /// Per head and token: the dense softmax weight queries `q` give, over keys `k`, to the causal
 /// pairs `keep` drops.
+/// (`Heads::pruned_mass`: a layer at a time, the same figures as row by row.)
 fn pruned_mass(q: &Tensor, k: &Tensor, keep: impl Fn(usize, usize) -> bool + Sync) -> Result<Vec<Vec<f32>>> {
     let heads = Heads::new(q, k)?;
-    (0..heads.heads())
-        .into_par_iter()
-        .map(|h| (0..heads.tokens()).map(|i| Ok(heads.row(Distant::Attend, h, i)?.iter().enumerate().filter(|&(j, _)| !keep(i, j)).map(|(_, &x)| x).sum())).collect())
-        .collect()
+    heads.pruned_mass(heads.tokens(), |i, j| !keep(i, j))
 }
 
 /// The loss of predicting token i + 1 at each position i (NaN at the last) from the last
@@ -354,4 +351,59 @@ pub fn intervene(
         seconds: t0.elapsed().as_secs_f64(),
     };
     Ok(Intervened { intervention, layer, mode, k, comparison, edited, pairs })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::compare::pruned_mass as compare_pruned_mass;
+    use crate::analysis::partners::{split, Distant};
+
+    /// The pruned mass a layer at a time (`Heads::pruned_mass`, issue 51: it was row by row,
+    /// and `intervene` grew with the square of the length) gives the same f32 figures, bit for
+    /// bit, as the straightforward definition: each query's dense row (`Heads::row`, f64) and
+    /// the sum, in key order, of the weights the mask drops. Both masks: compare's top-k
+    /// masks, and an intervention's edited query sets against the original key sets.
+    #[test]
+    fn pruned_mass_a_layer_at_a_time_is_the_row_by_row_definition() {
+        let dev = candle_core::Device::Cpu;
+        let (h, hkv, t, d) = (6usize, 2usize, 75usize, 24usize);
+        let mut s = 11u64;
+        let mut rnd = || {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (s >> 33) as u32
+        };
+        let mut vals = |n: usize| (0..n).map(|_| (rnd() % 20001) as f32 / 10000.0 * 2.5 - 2.5).collect::<Vec<f32>>();
+        let q = Tensor::from_vec(vals(h * t * d), (1, h, t, d), &dev).unwrap();
+        let k = Tensor::from_vec(vals(hkv * t * d), (1, hkv, t, d), &dev).unwrap();
+        let masks: Vec<u64> = (0..t).map(|_| 1u64 << (rnd() % 8) | 1u64 << (rnd() % 8)).collect();
+        let edited: Vec<u64> = masks.iter().map(|&m| if m & 1 == 1 { 0 } else { m }).collect();
+        let (w, sink) = (5usize, 2usize);
+        let heads = Heads::new(&q, &k).unwrap();
+        let same = |a: f32, b: f32| a.to_bits() == b.to_bits() || (a == 0.0 && b == 0.0);
+        // compare: every pair `split` puts in its pruned share.
+        let fast = compare_pruned_mass(&q, &k, &masks, w, sink).unwrap();
+        let mut pruned_some = 0;
+        assert_eq!((fast.len(), fast[0].len()), (h, t));
+        for (hh, fh) in fast.iter().enumerate() {
+            for (i, &got) in fh.iter().enumerate() {
+                let want = split(&heads.row(Distant::Attend, hh, i).unwrap(), &masks, w, sink, i)[2];
+                assert!(same(got, want), "head {hh} query {i}: {got} vs {want}");
+                pruned_some += (want > 0.0) as usize;
+            }
+        }
+        assert!(pruned_some > h * t / 2, "the masks prune: {pruned_some}");
+        // intervene: edited query sets, original key sets; the first n queries only.
+        let n = 60;
+        let fast = heads.pruned_mass(n, |i, j| !kept(&edited, &masks, w, sink, i, j)).unwrap();
+        assert_eq!((fast.len(), fast[0].len()), (h, n));
+        for (hh, fh) in fast.iter().enumerate() {
+            for (i, &got) in fh.iter().enumerate() {
+                let row = heads.row(Distant::Attend, hh, i).unwrap();
+                let want: f32 = row.iter().enumerate().filter(|&(j, _)| !kept(&edited, &masks, w, sink, i, j)).map(|(_, &x)| x).sum();
+                assert!(same(got, want), "head {hh} query {i}: {got} vs {want}");
+            }
+        }
+        assert!(heads.pruned_mass(t + 1, |_, _| true).is_err());
+    }
 }

@@ -123,6 +123,19 @@ impl Heads {
         4 * (self.q.len() + self.k.len())
     }
 
+    /// Its shape (H, Hkv, T, D), queries and keys, as `kept::Scratch` writes them.
+    pub(crate) fn raw(&self) -> ([usize; 4], &[f32], &[f32]) {
+        ([self.h, self.hkv, self.t, self.d], &self.q, &self.k)
+    }
+
+    /// Back from `raw`'s parts (read back by `kept::SpilledPass::load`).
+    pub(crate) fn from_raw([h, hkv, t, d]: [usize; 4], q: Vec<f32>, k: Vec<f32>) -> Result<Heads> {
+        if hkv == 0 || h % hkv != 0 || q.len() != h * t * d || k.len() != hkv * t * d {
+            return Err(Error::Invalid(format!("kept heads of shape {h}/{hkv} x {t} x {d} hold {} and {} values", q.len(), k.len())));
+        }
+        Ok(Heads { h, hkv, t, d, q, k })
+    }
+
     /// The attention weights query `query` of head `head` gives keys `0..=query`, computed in
     /// f64: scaled dot products, `distant`'s mask or gate on distant pairs (as in
     /// `attention::plan`; a gate's score through `GateFn::score`), softmax. Pruned pairs get
@@ -157,6 +170,67 @@ impl Heads {
         let w: Vec<f64> = scores.iter().map(|s| s.map_or(0.0, |s| (s - m).exp())).collect();
         let z: f64 = w.iter().sum();
         Ok(w.iter().map(|x| (x / z) as f32).collect())
+    }
+
+    /// Per head and query `i < n` (`[head][query]`): the sum, in key order, of the dense
+    /// weights (`row(Distant::Attend, head, i)`'s) of the keys `j <= i` that `pruned(i, j)` says
+    /// the mask drops: the pruned attention mass that `compare` and `intervene` measure at every
+    /// layer. The same f64 arithmetic in the same order as `row`, so the same f32 values (tested
+    /// against it), but a layer at a time: the keys transposed once per KV head and each
+    /// query's dot products swept over keys (`dots_f64_columns`, vectorised without
+    /// reassociating a sum), and no allocation per row. Row by row, each score's f64 sum was a
+    /// chain of dependent adds, and the measure of every layer took longer than the forward
+    /// pass itself (issue 51: `intervene` over 800 tokens took 26 s on one thread).
+    pub fn pruned_mass(&self, n: usize, pruned: impl Fn(usize, usize) -> bool + Sync) -> Result<Vec<Vec<f32>>> {
+        use rayon::prelude::*;
+        let (h, t, d) = (self.h, self.t, self.d);
+        if n > t {
+            return Err(Error::Invalid(format!("query {} is out of range ({t} tokens)", n - 1)));
+        }
+        let group = h / self.hkv;
+        // Each KV head's keys transposed, component-major, the rows padded to whole blocks of
+        // `DOTS_LANES` keys (zeros) so that every query's last keys are one block too.
+        use crate::attention::cpu::simd::{dots_f64_columns, DOTS_LANES};
+        let stride = t.next_multiple_of(DOTS_LANES);
+        let kt: Vec<Vec<f64>> = (0..self.hkv)
+            .into_par_iter()
+            .map(|kh| {
+                let mut v = vec![0f64; d * stride];
+                for (j, key) in self.k[kh * t * d..][..t * d].chunks_exact(d.max(1)).enumerate() {
+                    for (c, &x) in key.iter().enumerate() {
+                        v[c * stride + j] = x as f64;
+                    }
+                }
+                v
+            })
+            .collect();
+        let scale = 1.0 / (d as f64).sqrt();
+        Ok((0..h)
+            .into_par_iter()
+            .map(|head| {
+                let kt = &kt[head / group];
+                let mut q = vec![0f64; d];
+                let mut s = vec![0f64; t];
+                (0..n)
+                    .map(|i| {
+                        q.iter_mut().zip(&self.q[(head * t + i) * d..][..d]).for_each(|(a, &b)| *a = b as f64);
+                        let s = &mut s[..=i];
+                        dots_f64_columns(&q, kt, stride, s);
+                        s.iter_mut().for_each(|x| *x *= scale);
+                        let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                        s.iter_mut().for_each(|x| *x = (*x - m).exp());
+                        let z: f64 = s.iter().sum();
+                        let mut mass = 0f32;
+                        for (j, &w) in s.iter().enumerate() {
+                            if pruned(i, j) {
+                                mass += (w / z) as f32;
+                            }
+                        }
+                        mass
+                    })
+                    .collect()
+            })
+            .collect())
     }
 }
 

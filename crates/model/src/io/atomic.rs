@@ -60,6 +60,13 @@ pub(crate) fn write_temp(tmp: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// absent or a regular file (or a link to one).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     check_target(path)?;
+    replace(path, bytes)
+}
+
+/// `write_atomic` without the check of what `path` is now: the rename replaces whatever is at
+/// the name (a link included, never what it points to). For names known to be ours (a link of
+/// the old export-set layout, whose target is never to be followed).
+pub(crate) fn replace(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = temp_path(path);
     if let Err(e) = write_temp(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path)) {
         let _ = std::fs::remove_file(&tmp);
@@ -109,9 +116,22 @@ pub fn open_own(path: &Path) -> std::io::Result<(std::fs::File, bool)> {
 }
 
 /// An output target must be absent, or a regular file (or a link to one): a rename would
-/// replace a device node, FIFO or socket with a regular file.
+/// replace a device node, FIFO or socket with a regular file. Its folder must exist and be a
+/// folder: the error names it (a missing folder was reported as whatever failed next, e.g.
+/// "X.partial is not a readable Focus Lens index").
 pub fn check_target(path: &Path) -> Result<()> {
     let refuse = |why: &str| Err(Error::write(path, std::io::Error::other(why.to_string())));
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => return refuse(&format!("{} is not a folder (it is a file)", dir.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return refuse(&format!("its folder {} does not exist", dir.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            // A part of the folder's path is a file: name it.
+            let file = dir.ancestors().skip(1).find(|a| std::fs::metadata(a).is_ok_and(|m| !m.is_dir())).unwrap_or(dir);
+            return refuse(&format!("its folder {} is not a folder ({} is a file)", dir.display(), file.display()));
+        }
+        _ => {}
+    }
     match std::fs::metadata(path) {
         Ok(m) if m.is_dir() => refuse("it is a directory"),
         Ok(m) if !m.is_file() => refuse("it is not a regular file (a device, FIFO or socket?); exports are written to regular files only"),

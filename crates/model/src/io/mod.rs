@@ -2,9 +2,9 @@
 //! refuse what is not a regular file (a FIFO would block forever, `/dev/zero` never ends), by
 //! name and again on the opened file, and cap the bytes read (`read_opened`); a file found in a
 //! folder (a corpus's text) through `open_within`, which also refuses a link out of the folder.
-//! Writing: `write_atomic` (`atomic`) and `write_atomic_set` (a set of files switched as one,
-//! `export_set`), whose temporaries have short names beside the target (`short_name`: at most
-//! 255 bytes); files of our own that are opened in place (locks, an unfinished index) through
+//! Writing: `write_atomic` (`atomic`: one file, a temporary renamed over it) and `write_set`
+//! (`export_set`: the one writer of a set of files, plain files and a manifest written last),
+//! whose temporaries have short names beside the target (`short_name`: at most 255 bytes); files of our own that are opened in place (locks, an unfinished index) through
 //! `open_own` (no link followed, no FIFO waited on). Reading a user's text:
 //! `text`. Bounding untrusted computations' memory: `budget`. The one CSV field writer: `csv`.
 
@@ -15,7 +15,7 @@ pub mod export_set;
 pub mod text;
 
 pub use atomic::{check_target, open_own, short_name, short_name_within, temp_path, write_atomic, NAME_MAX};
-pub use export_set::write_atomic_set;
+pub use export_set::write_set;
 
 use crate::error::{Error, Result};
 use std::io::Read;
@@ -168,11 +168,11 @@ mod tests {
         let a = dir.join("a.csv");
         // A temporary left by a killed run is replaced, not added to.
         std::fs::write(temp_path(&a), b"stale").unwrap();
-        write_atomic_set(&[(a.clone(), b"1".to_vec()), (dir.join("b.csv"), b"2".to_vec())]).unwrap();
+        write_set(&[(a.clone(), b"1".to_vec()), (dir.join("b.csv"), b"2".to_vec())], &serde_json::Value::Null).unwrap();
         let names: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         assert!(names.iter().all(|n| !n.ends_with(".focus-tmp")), "{names:?}");
         // One target is a directory: nothing is written, the old file stays.
-        let e = write_atomic_set(&[(a.clone(), b"new".to_vec()), (dir.join("sub"), b"x".to_vec())]).unwrap_err().to_string();
+        let e = write_set(&[(a.clone(), b"new".to_vec()), (dir.join("sub"), b"x".to_vec())], &serde_json::Value::Null).unwrap_err().to_string();
         assert!(e.starts_with("cannot write") && e.matches("directory").count() == 1, "{e}");
         assert_eq!(std::fs::read(&a).unwrap(), b"1");
         std::fs::remove_dir_all(&dir).unwrap();
@@ -214,10 +214,10 @@ mod tests {
         atomic::create_regular(p).map(|_| ()).unwrap_err().to_string()
     }
 
-    /// Output names up to 255 bytes are written: the temporary and the export set's folder
-    /// are shortened with a hash when `.NAME.focus-tmp` would pass 255 bytes (issue 51: a
-    /// 250-byte name failed with "File name too long"). Distinct long names get distinct
-    /// temporaries.
+    /// Output names up to 255 bytes are written: the temporary and the export set's manifest
+    /// are shortened with a hash when `.NAME.focus-tmp` or `STEM.manifest.json` would pass 255
+    /// bytes (issue 51: a 250-byte name failed with "File name too long"). Distinct long names
+    /// get distinct temporaries.
     #[test]
     fn long_output_names_fit() {
         let dir = scratch("long");
@@ -228,8 +228,9 @@ mod tests {
         let other = format!("{}.tsv", "n".repeat(246));
         assert_ne!(temp_path(&dir.join(&name)), temp_path(&dir.join(&other)));
         assert!(temp_path(&dir.join(&name)).file_name().unwrap().len() <= 255);
-        write_atomic_set(&[(dir.join(&name), b"1".to_vec()), (dir.join(&other), b"2".to_vec())]).unwrap();
+        let written = write_set(&[(dir.join(&name), b"1".to_vec()), (dir.join(&other), b"2".to_vec())], &serde_json::Value::Null).unwrap();
         assert_eq!(std::fs::read(dir.join(&other)).unwrap(), b"2");
+        assert!(written[2].file_name().unwrap().len() <= 255 && export_set::check(&written[2]).unwrap().is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

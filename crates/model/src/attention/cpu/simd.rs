@@ -120,9 +120,94 @@ pub fn rows_dot(w: &[f32], inp: usize, x: &[f32], ys: &mut [f32]) {
     }
 }
 
+/// `out[j] = q . k_j` in f64 for the keys `j < out.len()`, the keys stored transposed (`kt[c *
+/// stride + j]` is key j's component c), each product summed in component order from the first
+/// (bit for bit `q.iter().zip(k_j).map(|(a, b)| a * b).sum::<f64>()`: -0.0 + x is x). The lanes
+/// run over keys, never reassociating one sum, so it vectorises and stays exact: the f64 rows of
+/// `analysis::partners::Heads`, every query of a layer (the pruned attention mass) at once.
+/// Keys are taken `DOTS_LANES` at a time, their sums held in registers (4 AVX-512 or 8 AVX2
+/// vectors: independent chains of adds) while the components stream by; with `stride` a
+/// multiple of `DOTS_LANES` (and `kt` that long per component) the last keys are one such
+/// block too, else they are summed one by one.
+#[multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
+pub fn dots_f64_columns(q: &[f64], kt: &[f64], stride: usize, out: &mut [f64]) {
+    const L: usize = DOTS_LANES;
+    let n = out.len();
+    let Some((&q0, rest)) = q.split_first() else {
+        out.fill(std::iter::empty::<f64>().sum());
+        return;
+    };
+    if n == 0 {
+        return;
+    }
+    assert!(n <= stride && kt.len() >= q.len() * stride, "{n} keys of stride {stride}, {} values for {} components", kt.len(), q.len());
+    let block = |j: usize| -> [f64; L] {
+        let mut acc = [0f64; L];
+        for (a, &k) in acc.iter_mut().zip(&kt[j..j + L]) {
+            *a = q0 * k;
+        }
+        for (row, &qc) in kt.chunks_exact(stride).skip(1).zip(rest) {
+            for (a, &k) in acc.iter_mut().zip(&row[j..j + L]) {
+                *a += qc * k;
+            }
+        }
+        acc
+    };
+    let mut chunks = out.chunks_exact_mut(L);
+    for (b, o) in (&mut chunks).enumerate() {
+        o.copy_from_slice(&block(b * L));
+    }
+    let tail = chunks.into_remainder();
+    let j0 = n - tail.len();
+    if !tail.is_empty() && j0 + L <= stride {
+        tail.copy_from_slice(&block(j0)[..tail.len()]);
+    } else {
+        for (o, j) in tail.iter_mut().zip(j0..) {
+            let mut a = q0 * kt[j];
+            for (row, &qc) in kt.chunks_exact(stride).skip(1).zip(rest) {
+                a += qc * row[j];
+            }
+            *o = a;
+        }
+    }
+}
+
+/// The keys `dots_f64_columns` takes at a time: pad its `stride` to a multiple of this.
+pub const DOTS_LANES: usize = 32;
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The column sweep gives each dot product bit for bit as the sequential sum does.
+    #[test]
+    fn f64_column_dots_are_the_sequential_sums() {
+        let (d, t) = (37usize, 101usize);
+        let mut s = 7u64;
+        let mut rnd = || {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((s >> 11) as f64 / (1u64 << 53) as f64 - 0.5) * 3.0
+        };
+        let q: Vec<f64> = (0..d).map(|_| rnd()).collect();
+        let keys: Vec<Vec<f64>> = (0..t).map(|_| (0..d).map(|_| rnd()).collect()).collect();
+        // Unpadded (the last keys one by one) and padded (the last keys one block) strides.
+        for stride in [t, t.next_multiple_of(DOTS_LANES)] {
+            let mut kt = vec![0.0; d * stride];
+            for (c, row) in kt.chunks_exact_mut(stride).enumerate() {
+                for (j, k) in keys.iter().enumerate() {
+                    row[j] = k[c];
+                }
+            }
+            for n in [75, t] {
+                let mut out = vec![0.0; n];
+                dots_f64_columns(&q, &kt, stride, &mut out);
+                for (j, &o) in out.iter().enumerate() {
+                    let want: f64 = q.iter().zip(&keys[j]).map(|(a, b)| a * b).sum();
+                    assert_eq!(o.to_bits(), want.to_bits(), "stride {stride}, {n} keys: key {j}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn exp_is_accurate() {
