@@ -126,6 +126,7 @@ fn analyze_out_and_the_gui_export_write_the_same_files() {
         disk: None,
         adapter_file: String::new(),
         adapter_sha256: String::new(),
+        keep: jobs::Keep::default(),
     };
     let res = jobs::analyze(job, false, &Handle::default(), &|_| {}).unwrap();
     assert!(res.tokens() < res.key.params.max_tokens, "the GUI analyses the whole text, as the CLI does");

@@ -147,3 +147,68 @@ fn centroids_view_builds_reads_and_searches_an_index() -> TestResult {
     assert_eq!(h.state().views.centroids.index.as_ref().unwrap().tokens, tokens);
     Ok(())
 }
+
+/// The Centroids view's group names read on the light panel (issue 50): each is dark text on
+/// its group's colour (the identity every view gives it), not the pastel colour as text, which
+/// had a contrast of 1.2-2.0 against the panel. WCAG's contrast ratio >= 4.5 for every piece of
+/// text painted in or on a group's colour.
+#[test]
+fn centroid_names_are_readable_on_their_colours() -> TestResult {
+    use egui::epaint::Shape;
+    let tmp = tempfile::tempdir()?;
+    let mut h = harness_at(settings(60), tmp.path(), egui::vec2(1600.0, 1200.0));
+    // The window's theme (the harness' default is dark).
+    h.ctx.set_theme(egui::Theme::Light);
+    settle(&mut h);
+    h.get_by_label(Tab::Centroids.label()).click();
+    h.step();
+    let dir = tmp.path().join("corpus");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("b.txt"), "The king of the north said: of all the ships, one of them is ours. Of course.")?;
+    type_into(&mut h, "Corpus folder:", &dir.display().to_string());
+    type_into(&mut h, "Index file:", &tmp.path().join("b.focus-index").display().to_string());
+    h.get_by_label("Build index").click();
+    settle(&mut h);
+    no_errors(&h);
+    assert!(h.state().views.centroids.index.is_some());
+    h.state_mut().views.centroids.layer = 9;
+    h.state_mut().views.centroids.group = 2;
+    for _ in 0..4 {
+        h.step();
+    }
+    let k = h.state().session.result.as_ref().unwrap().analysis.groups;
+    let colours: Vec<egui::Color32> = (0..k).map(focus_lens::gui::paint::palette::group).collect();
+    let panel = h.ctx.style_of(egui::Theme::Light).visuals.panel_fill;
+    let (mut on_colour, mut bad) = (0, Vec::new());
+    for shape in crate::harness::shapes(&h) {
+        let Shape::Text(t) = shape else { continue };
+        for sec in &t.galley.job.sections {
+            let (fg, bg) = (sec.format.color, sec.format.background);
+            let text = &t.galley.job.text[sec.byte_range.start.0..sec.byte_range.end.0];
+            if !colours.contains(&fg) && !colours.contains(&bg) || text.trim().is_empty() {
+                continue;
+            }
+            on_colour += 1;
+            let behind = if bg == egui::Color32::TRANSPARENT { panel } else { bg };
+            if contrast(fg, behind) < 4.5 {
+                bad.push(format!("{text:?}: {fg:?} on {behind:?}, contrast {:.2}", contrast(fg, behind)));
+            }
+        }
+    }
+    assert!(on_colour > k, "every centroid button and the heading show their group's colour ({on_colour} pieces of text)");
+    assert!(bad.is_empty(), "unreadable: {bad:#?}");
+    Ok(())
+}
+
+/// WCAG 2's contrast ratio of two opaque colours.
+fn contrast(a: egui::Color32, b: egui::Color32) -> f64 {
+    let lum = |c: egui::Color32| {
+        let ch = |v: u8| {
+            let v = v as f64 / 255.0;
+            if v <= 0.03928 { v / 12.92 } else { ((v + 0.055) / 1.055).powf(2.4) }
+        };
+        0.2126 * ch(c.r()) + 0.7152 * ch(c.g()) + 0.0722 * ch(c.b())
+    };
+    let (x, y) = (lum(a), lum(b));
+    (x.max(y) + 0.05) / (x.min(y) + 0.05)
+}

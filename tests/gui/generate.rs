@@ -241,3 +241,30 @@ fn errors_show_in_the_window() {
     assert!(h.state().errors.iter().any(|e| e.starts_with("generation failed") && e.contains("the prompt has no tokens")), "{:?}", h.state().errors);
     assert!(has(&h, "the prompt has no tokens"), "in the status bar");
 }
+
+/// A CJK prompt streams in as characters, not replacement marks (issue 50): a character split
+/// over byte tokens is shown once, by the token that starts it (the others show nothing, as in
+/// the token view); each piece decoded alone was U+FFFD. The prompt's shown pieces put together
+/// are the prompt.
+#[test]
+fn cjk_characters_split_over_tokens_stream_in_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = harness(settings(120), dir.path());
+    settle(&mut h);
+    h.get_by_label("Generate").click();
+    h.step();
+    let prompt = "吾輩は猫である。名前はまだ無い。床前明月光，疑是地上霜。";
+    h.state_mut().views.generate.prompt = prompt.into();
+    h.state_mut().settings.prefs.generate.sampling.temperature = 0.0;
+    h.state_mut().settings.prefs.generate.sampling.max_tokens = 8;
+    h.step();
+    h.get_by_label("Start generating").click();
+    run_to_end(&mut h);
+    no_errors(&h);
+    let r = shown(&h);
+    let cont = focus_lens::gui::views::tokens::CONTINUES;
+    let prompt_pieces: String = r.texts[..r.prompt_tokens].iter().filter(|t| *t != cont).map(String::as_str).collect();
+    assert!(prompt_pieces.ends_with(prompt), "the prompt's characters, each once: {prompt_pieces:?}");
+    assert!(r.texts.iter().filter(|t| *t == cont).count() > 10, "the prompt's characters are split over byte tokens");
+    assert!(!r.texts[..r.prompt_tokens].iter().any(|t| t.contains('\u{FFFD}')), "no replacement marks: {:?}", r.texts);
+}

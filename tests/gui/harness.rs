@@ -100,6 +100,7 @@ pub fn tile_result(h: &mut Harness<'static, FocusLensApp>, n: usize) {
         text_label: r.text_label.clone(),
         from_disk: false,
         kept: Vec::new(),
+        spilled: Vec::new(),
         adapter_sha256: r.adapter_sha256.clone(),
     };
     h.state_mut().session.result = Some(std::sync::Arc::new(big));

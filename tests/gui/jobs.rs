@@ -197,3 +197,73 @@ fn heavy_view_timings() {
         p2 - p1
     );
 }
+
+/// Issue 50, item 5, old and new in one run (ignored: run in release, `--nocapture`): the
+/// analysis of 2048 and 10,223 tokens of Persuasion through the window's own job, then the
+/// partners of one token in each of the 10K text's five segments, the segment's first look
+/// (the kept passes: the first two segments and the preview in memory, and, new, the rest in the
+/// scratch file; old: the rest ran a model pass). Old and new alternate (old, new, old, new) so
+/// that a load that moves meets both.
+#[test]
+#[ignore]
+fn long_text_timings() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(crate::common::fixture("ppl_persuasion_60k.txt")).unwrap();
+    let p10k = dir.path().join("persuasion-10k.txt");
+    std::fs::write(&p10k, &text[..41_800]).unwrap();
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split(' ').next().unwrap_or("?").to_string();
+    let run = |new: bool, tokens: usize| -> String {
+        let mut s = settings(tokens);
+        s.setup.layer = 15;
+        if tokens > 2048 {
+            s.inputs.text = Some(p10k.clone());
+        }
+        let mut h = harness(s, dir.path());
+        if !new {
+            h.state_mut().session.keep.scratch_dir = None;
+        }
+        while h.state().session.model.is_none() || h.state().session.text.is_none() {
+            h.step();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let l0 = load();
+        let t0 = Instant::now();
+        settle(&mut h);
+        let wall = t0.elapsed().as_secs_f64();
+        no_errors(&h);
+        let res = h.state().session.result.clone().unwrap();
+        let mut line = format!(
+            "{} {} tokens: analysis {wall:.1} s (job {:.1} s), {} MiB kept in memory, {} MiB in the scratch file [load {l0} -> {}]",
+            if new { "new" } else { "old" },
+            res.tokens(),
+            res.seconds,
+            res.kept.iter().map(|k| k.bytes()).sum::<usize>() >> 20,
+            res.spilled.iter().map(|k| k.bytes()).sum::<u64>() >> 20,
+            load()
+        );
+        if tokens > 2048 {
+            let passes = || res.model.decoder.passes.get();
+            let segs = res.tokens().div_ceil(2048);
+            for seg in 0..segs {
+                let i = (seg * 2048 + 1000).min(res.tokens() - 1);
+                let p0 = passes();
+                let t0 = Instant::now();
+                h.state_mut().select_token(Some(i));
+                h.step();
+                settle(&mut h);
+                assert_eq!(h.state().selection.partners.as_ref().map(|p| p.token), Some(i));
+                line += &format!("\n  partners of #{i} (segment {}): {:.3} s, {} model pass(es) [load {}]", seg + 1, t0.elapsed().as_secs_f64(), passes() - p0, load());
+            }
+        }
+        line
+    };
+    let mut lines = Vec::new();
+    for tokens in [2048, 10_240] {
+        for new in [false, true, false, true] {
+            let l = run(new, tokens);
+            eprintln!("{l}");
+            lines.push(l);
+        }
+    }
+    eprintln!("{}", lines.join("\n"));
+}

@@ -1,5 +1,6 @@
 //! A token's partners and its attention grid: recomputed after a re-analysis, consistent with each
-//! other, singled out when jumped to, and read from the analysis' kept layers (no model pass).
+//! other, singled out when jumped to, and read from the analysis' kept layers (no model pass),
+//! in memory or, beyond its budget, in the analysis' scratch file.
 
 use crate::common::TestResult;
 use crate::harness::{filled, harness, no_errors, settings, settle, shapes, started};
@@ -196,5 +197,58 @@ fn first_look_into_a_segment_runs_no_model_pass() -> TestResult {
     }
     let want = fresh.grid(res.key.params.k, res.adapter.config.window, res.adapter.config.sink, 350)?;
     assert_eq!(grid, want);
+    Ok(())
+}
+
+/// A segment beyond the memory budget is kept in the analysis' scratch file (issue 50, item 5:
+/// the first click into a later segment of a 10K-token text waited ~21 s for a model pass): its
+/// first look reads the segment back and runs no model pass, and its partners and grid are a
+/// fresh pass's. (The budget set to nothing here, so that a 400-token text spills.)
+#[test]
+fn a_segment_beyond_the_memory_budget_is_read_back_not_run() -> TestResult {
+    use focus_core::analysis::partners::sequence_heads;
+    let dir = tempfile::tempdir()?;
+    let scratch = dir.path().join("scratch");
+    let mut h = harness(settings(400), dir.path());
+    h.state_mut().session.keep.memory = 0;
+    h.state_mut().session.keep.scratch_dir = Some(scratch.clone());
+    settle(&mut h);
+    no_errors(&h);
+    let res = h.state().session.result.clone().unwrap();
+    assert!(res.kept.is_empty(), "nothing kept in memory");
+    assert_eq!(res.spilled.iter().map(|s| (s.start, s.tokens())).collect::<Vec<_>>(), vec![(0, 400)], "the segment is in the scratch file");
+    assert_eq!(std::fs::read_dir(&scratch)?.count(), 0, "the scratch file has no name: nothing is left behind");
+    let passes = || res.model.decoder.passes.get();
+    let before = passes();
+    h.state_mut().select_token(Some(350));
+    h.step();
+    settle(&mut h);
+    let p = h.state().selection.partners.as_ref().map(|p| (p.layer, p.head, p.partners.clone(), p.partner_mass, p.local_mass)).expect("partners");
+    h.get_by_label("Attention").click();
+    h.step();
+    settle(&mut h);
+    let grid = h.state().views.attention.current(&res, 350).expect("the grid of #350").cells.clone();
+    no_errors(&h);
+    assert_eq!(passes(), before, "the first look ran the model");
+    let ids: Vec<u32> = res.analysis.tokens.iter().map(|t| t.id).collect();
+    let fresh = sequence_heads(&res.model, Some(&res.adapter), &ids, res.mode, None, &|_| {})?;
+    let (layer, head, partners, partner_mass, local_mass) = p;
+    let want = fresh.partners(&res.adapter.config, res.mode, &res.masks[layer], layer, head, (350, 350), None)?;
+    assert!(!partners.is_empty());
+    assert_eq!((&partners, partner_mass, local_mass), (&want.partners, want.partner_mass, want.local_mass));
+    assert_eq!(grid, fresh.grid(res.key.params.k, res.adapter.config.window, res.adapter.config.sink, 350)?);
+    // Without a scratch folder (as before), the same first look runs one pass.
+    h.state_mut().session.keep.scratch_dir = None;
+    h.state_mut().select_token(None);
+    h.state_mut().settings.setup.params.k = 3;
+    settle(&mut h);
+    let res3 = h.state().session.result.clone().unwrap();
+    assert!(res3.kept.is_empty() && res3.spilled.is_empty());
+    let before = passes();
+    h.state_mut().select_token(Some(300));
+    settle(&mut h);
+    assert!(h.state().selection.partners.is_some());
+    assert_eq!(passes(), before + 1);
+    drop(h);
     Ok(())
 }

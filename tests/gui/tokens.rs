@@ -369,6 +369,48 @@ fn split_characters_are_drawn_once() -> TestResult {
     Ok(())
 }
 
+/// Chinese and Japanese text is drawn with glyphs, not as empty boxes (issue 50): every CJK
+/// character the token view paints has a glyph in a font (the harness panics on a character no
+/// font has, where the window drew the empty box), each its own glyph in the font atlas; on any
+/// machine (the fallback font ships with the binary: this machine has no CJK font installed).
+#[test]
+fn cjk_text_is_drawn_with_glyphs() -> TestResult {
+    use egui::epaint::Shape;
+    let dir = tempfile::tempdir()?;
+    let text = "東京は日本の首都です。漢字と仮名、中文也可以，對嗎？ Tokyo.";
+    let path = dir.path().join("cjk.txt");
+    std::fs::write(&path, text)?;
+    let mut s = settings(64);
+    s.inputs.text = Some(path);
+    s.setup.tab = Tab::Tokens;
+    let mut h = harness(s, dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    h.step();
+    h.step();
+    let cjk = |c: char| matches!(c as u32, 0x3000..=0x9FFF | 0xFF00..=0xFFEF);
+    let mut drawn: std::collections::BTreeMap<char, ([u16; 2], [u16; 2])> = Default::default();
+    for shape in harness::shapes(&h) {
+        let Shape::Text(t) = shape else { continue };
+        for row in &t.galley.rows {
+            for g in row.glyphs.iter().filter(|g| cjk(g.chr)) {
+                assert!(g.uv_rect.max[0] > g.uv_rect.min[0] && g.uv_rect.max[1] > g.uv_rect.min[1], "{:?} has no glyph drawn", g.chr);
+                drawn.insert(g.chr, (g.uv_rect.min, g.uv_rect.max));
+            }
+        }
+    }
+    for c in text.chars().filter(|&c| cjk(c)) {
+        assert!(drawn.contains_key(&c), "{c:?} is on screen (drawn: {:?})", drawn.keys().collect::<String>());
+    }
+    let distinct: std::collections::HashSet<_> = drawn.values().collect();
+    assert_eq!(distinct.len(), drawn.len(), "each character its own glyph, not one box for all");
+    for family in [egui::FontFamily::Proportional, egui::FontFamily::Monospace] {
+        let id = egui::FontId::new(14.0, family);
+        assert!(h.ctx.fonts_mut(|f| text.chars().all(|c| c == ' ' || f.has_glyph(&id, c))), "every character has a glyph in {id:?}");
+    }
+    Ok(())
+}
+
 /// A new text starts at its top (it kept the old text's scroll offset); another k on the same
 /// text keeps the place.
 #[test]

@@ -428,6 +428,8 @@ impl FocusLensApp {
         self.worker.set_context(ctx);
         if self.ctx.is_none() {
             self.ctx = Some(ctx.clone());
+            // CJK and other scripts: the embedded fallback, then the system's fonts.
+            super::paint::fonts::install(ctx);
         }
         for m in self.worker.poll() {
             match m {

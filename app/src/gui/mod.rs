@@ -20,7 +20,8 @@
 //! - `views/`: one module per view, each with its own state and its SVG export; every view
 //!   implements `views::View`: it reads a `ViewCtx` and returns `Command`s;
 //! - `export/`: shared export helpers and the SVG writer;
-//! - `paint/`: the group colours (`palette`) and the busy indicator (`busy`).
+//! - `paint/`: the group colours (`palette`), the busy indicator (`busy`) and the fallback fonts
+//!   for CJK and other scripts (`fonts`).
 
 pub mod app;
 pub mod compared;
@@ -133,6 +134,9 @@ pub fn base_model_for(adapter: &std::path::Path, current: Option<&std::path::Pat
 pub fn run(args: StartArgs) -> anyhow::Result<()> {
     let options = eframe::NativeOptions {
         viewport: egui::ViewportBuilder::default().with_title("Focus Lens").with_inner_size([1400.0, 900.0]).with_drag_and_drop(true),
+        // The app brings its own fallback fonts (`paint::fonts`: the embedded CJK font, then the
+        // system's), instead of eframe's provider, which this build does not enable.
+        system_font_fallback: false,
         ..Default::default()
     };
     eframe::run_native(

@@ -458,6 +458,9 @@ pub struct AnalysisResult {
     /// keys and routing, the last residual): the partners, the attention grid and a compare's
     /// run A read them instead of running the model. Empty when read from the disk cache.
     pub kept: Vec<Arc<focus_core::analysis::kept::KeptPass>>,
+    /// The passes of the segments beyond `kept`'s budget, in a scratch file
+    /// (`jobs::analysis::Keep`): read back on a segment's first look instead of run again.
+    pub spilled: Vec<Arc<focus_core::analysis::kept::SpilledPass>>,
     /// The adapter's fingerprint (`jobs::load::adapter_fingerprint`): what the group numbers
     /// (`analysis::identity`) and the exports name it by.
     pub adapter_sha256: String,
@@ -494,6 +497,7 @@ impl AnalysisResult {
             text_label: self.text_label.clone(),
             from_disk: self.from_disk,
             kept: self.kept.clone(),
+            spilled: self.spilled.clone(),
             adapter_sha256: self.adapter_sha256.clone(),
         }
     }

@@ -66,6 +66,7 @@ impl FocusLensApp {
                     self.session.ids = None;
                     self.pending_full = None;
                     self.selection = Selection::default();
+                    self.release_old_model();
                 }
                 let gen = self.session.gen();
                 if let Some(p) = &path {
@@ -76,6 +77,21 @@ impl FocusLensApp {
             }
             Err(e) => self.load_failed(InputKind::Model, e),
         }
+    }
+
+    /// Lets the previous model go once another has loaded (issue 50: memory grew over model
+    /// switches): the recent analyses (each holds its model, adapter and kept passes, up to
+    /// `jobs::KEEP_BYTES`), the segment's heads kept for partners, and the jobs that read
+    /// them (a cancelled job drops its share when it stops). Training, a corpus index build and
+    /// a benchmark run on with the model they started with and let it go when they end. Then the
+    /// freed heap goes back to the system (`trim_heap`), so the process' size follows.
+    fn release_old_model(&mut self) {
+        self.session.forget_results();
+        self.heads = jobs::HeadsCache::default();
+        for kind in [TaskKind::Attention, TaskKind::AttnGrid, TaskKind::HeadPattern, TaskKind::Mask, TaskKind::Compare, TaskKind::Baseline, TaskKind::Generate] {
+            self.worker.cancel(kind);
+        }
+        trim_heap();
     }
 
     fn handle_adapter(&mut self, r: Result<(Arc<Adapter>, String), JobError>, path: Option<PathBuf>, model_gen: u64) {
@@ -262,6 +278,22 @@ impl FocusLensApp {
         match r {
             Ok(p) => self.export_done(format!("wrote {}", p.display())),
             Err(e) => self.errors.push(if e.starts_with("PNG export") { e } else { format!("PNG export failed: {e}") }),
+        }
+    }
+}
+
+/// Hands the heap's free pages back to the system (glibc keeps freed memory for reuse, so the
+/// process' resident size would not fall after a model and its analyses are dropped).
+pub(crate) fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> i32;
+        }
+        // SAFETY: malloc_trim only releases free memory of glibc's own heaps; it has no
+        // preconditions.
+        unsafe {
+            malloc_trim(0);
         }
     }
 }

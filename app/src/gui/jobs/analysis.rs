@@ -9,8 +9,11 @@ use super::error::JobError;
 use crate::gui::state::*;
 use crate::gui::worker::Handle;
 use focus_core::analysis::shown::ShownAnalysis;
-use focus_core::analysis::{analyze_tokens_keeping, AnalyzeOptions, Tokens, DEFAULT_SEGMENT};
+use focus_core::analysis::kept::{KeptPass, Scratch, SpilledPass};
+use focus_core::analysis::{analyze_tokens_spilling, AnalyzeOptions, Tokens, DEFAULT_SEGMENT};
 use focus_core::{Adapter, Mode, Model};
+use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -27,6 +30,43 @@ pub struct AnalysisJob {
     pub adapter_file: String,
     /// The adapter's fingerprint (`load::adapter_fingerprint`).
     pub adapter_sha256: String,
+    /// What the analysis keeps of its passes, and where.
+    pub keep: Keep,
+}
+
+/// What an analysis keeps of its own passes (`AnalysisResult::kept` and `::spilled`): in memory
+/// up to `memory` bytes (segments in order), the rest in a scratch file in `scratch_dir` (an
+/// unnamed file, gone when the result is dropped), all the session's scratch files together at
+/// most `SCRATCH_BYTES`; `None`: the rest is not kept (its first look runs a pass, as before
+/// issue 50). So partners, grids and head views of any segment of a 10K-token text come without
+/// a model pass: a spilled segment is read back (about 190 MB for 2048 tokens of SmolLM2-135M,
+/// a fraction of a second) instead of run again (12-20 s on 2 cores).
+#[derive(Clone, Debug)]
+pub struct Keep {
+    pub memory: usize,
+    pub scratch_dir: Option<PathBuf>,
+    /// The bytes the session's live scratch files hold.
+    pub pool: Arc<AtomicU64>,
+}
+
+impl Default for Keep {
+    fn default() -> Self {
+        Keep { memory: KEEP_BYTES, scratch_dir: Some(crate::defaults::cache_dir().join("scratch")), pool: Arc::default() }
+    }
+}
+
+/// The scratch files' budget on disk: a 32K-token text of SmolLM2-135M spills about 2.7 GB
+/// (14 segments of 2048 tokens beyond the memory budget).
+pub const SCRATCH_BYTES: u64 = 4 << 30;
+
+impl Keep {
+    /// A scratch file for one analysis (`None` when off, or when none can be made there).
+    fn scratch(&self) -> Option<Arc<Scratch>> {
+        let dir = self.scratch_dir.as_ref()?;
+        std::fs::create_dir_all(dir).ok()?;
+        let f = tempfile::tempfile_in(dir).ok()?;
+        Some(Scratch::new(f, self.pool.clone(), SCRATCH_BYTES))
+    }
 }
 
 /// Texts longer than this are first analysed up to here, so that a finished view appears after
@@ -82,6 +122,7 @@ fn from_cache(job: &AnalysisJob, mode: Mode, c: disk_cache::Cached, seconds: f64
         text_label: job.text_label.clone(),
         from_disk: true,
         kept: Vec::new(),
+        spilled: Vec::new(),
         adapter_sha256: job.adapter_sha256.clone(),
     }
 }
@@ -122,7 +163,7 @@ fn analyze_prefix(
     ids: &[u32],
     offsets: &[(usize, usize)],
     take: usize,
-    kept_before: &[Arc<focus_core::analysis::kept::KeptPass>],
+    kept_before: &[Arc<KeptPass>],
     h: &Handle,
     what: &str,
 ) -> Result<AnalysisResult, JobError> {
@@ -141,8 +182,10 @@ fn analyze_prefix(
     let opts = AnalyzeOptions { mode: mode.kind(), k, segment_len: seg, keep_tokens: true, cancel: Some(&h.cancel) };
     let layers = job.model.config().n_layers;
     let tokens = Tokens { ids: &ids[..take], offsets: &offsets[..take] };
-    let budget = KEEP_BYTES.saturating_sub(kept_before.iter().map(|k| k.bytes()).sum());
-    let (analysis, kept) = analyze_tokens_keeping(&job.model, &job.adapter, &job.adapter_label, text, &tokens, &opts, budget, |d, t| {
+    let budget = job.keep.memory.saturating_sub(kept_before.iter().map(|k| k.bytes()).sum());
+    // Only a text longer than the memory budget needs a scratch file.
+    let scratch = if budget < focus_core::analysis::kept::pass_bytes(job.model.config(), job.adapter.config.groups, take) { job.keep.scratch() } else { None };
+    let (analysis, kept, spilled) = analyze_tokens_spilling(&job.model, &job.adapter, &job.adapter_label, text, &tokens, &opts, budget, scratch.as_ref(), |d, t| {
         // Steps are layers of segments: say which layer (and segment, for long texts) runs.
         let segs = t / layers.max(1);
         let at = if segs > 1 { format!(", segment {} of {segs}", d / layers + 1) } else { String::new() };
@@ -161,6 +204,7 @@ fn analyze_prefix(
         text_label: job.text_label.clone(),
         from_disk: false,
         kept: kept_before.iter().cloned().chain(kept.into_iter().map(Arc::new)).collect(),
+        spilled: spilled.into_iter().map(Arc::new).collect::<Vec<Arc<SpilledPass>>>(),
         adapter_sha256: job.adapter_sha256.clone(),
     })
 }

@@ -10,7 +10,8 @@
 //!   and screenshots);
 //! - `load`: the model, the adapter and the text;
 //! - `analysis`: the analysis (a preview of a long text first), read back from `disk_cache`
-//!   when a recent one matches;
+//!   when a recent one matches; what it keeps of its passes (`Keep`: in memory, then in a
+//!   scratch file);
 //! - `disk_cache`: finished analyses kept on disk;
 //! - `partners`: a token's or range's attention row and partners, and `HeadsCache` (the
 //!   captured layers of one segment, shared with `grid` and `head_pattern`);
@@ -44,7 +45,7 @@ mod partners;
 pub mod streaming;
 pub mod train;
 
-pub use analysis::{analyze, preview_key, AnalysisJob, KEEP_BYTES, PREVIEW_TOKENS};
+pub use analysis::{analyze, preview_key, AnalysisJob, Keep, KEEP_BYTES, PREVIEW_TOKENS, SCRATCH_BYTES};
 pub use baseline::{baseline, untrained_twin, Baseline};
 pub use compare::{CompareJob, CompareRun};
 pub use error::JobError;

@@ -36,10 +36,13 @@ pub fn range_partners(res: &AnalysisResult, range: (usize, usize), layer: usize,
 }
 
 /// Every layer's queries, keys and routing of the segment the user looks into
-/// (`partners::SequenceHeads`), shared by the partners and attention-grid jobs: the first job for
-/// a segment of a result reads them in one model pass; every later one (another token, range,
-/// layer or head, the grid) computes its rows from them without running the model. One segment
-/// is kept (about 190 MB for SmolLM2-135M at 2048 tokens).
+/// (`partners::SequenceHeads`), shared by the partners and attention-grid jobs: the analysis'
+/// own pass when it kept it in memory; else the first job for a segment reads them back from
+/// the analysis' scratch file (`AnalysisResult::spilled`, a fraction of a second) or, where
+/// none was kept (an analysis from the disk cache, a scratch budget spent), runs one model
+/// pass; every later one (another token, range, layer or head, the grid) computes its rows from
+/// them without running the model. One segment is kept (about 190 MB for SmolLM2-135M at 2048
+/// tokens).
 #[derive(Clone, Default)]
 pub struct HeadsCache(Arc<std::sync::Mutex<Option<(AnalysisKey, usize, usize, Arc<focus_core::analysis::partners::SequenceHeads>)>>>);
 
@@ -60,6 +63,15 @@ impl HeadsCache {
         }
         // The old segment's memory goes before the new one is read.
         *slot = None;
+        if let Some(sp) = res.spilled.iter().find(|k| k.start == start && k.tokens() == end - start) {
+            h.set_progress(0, 0, format!("reading the kept layers of tokens {start}-{} (no model run)", end - 1));
+            // A scratch file that cannot be read back: the pass runs instead.
+            if let Ok(heads) = sp.load() {
+                let heads = Arc::new(heads);
+                *slot = Some((res.key.clone(), res.tokens(), start, heads.clone()));
+                return Ok(heads);
+            }
+        }
         let ids: Vec<u32> = res.analysis.tokens[start..end].iter().map(|t| t.id).collect();
         let layers = res.layers();
         let what = format!("every layer's queries and keys for tokens {start}-{} (once; then no model run)", end - 1);

@@ -103,6 +103,32 @@ impl Generated {
     }
 }
 
+/// Appends token `id`'s text as the view shows it (`texts`, one per token of `ids`): a character
+/// split over byte tokens is shown once, whole, by the token that starts it, and the tokens that
+/// continue it show nothing (`views::tokens::CONTINUES`), as in the token view; each piece
+/// decoded alone was U+FFFD, which drew CJK text as rows of replacement marks. `open`: the first
+/// token of the character still incomplete (`ids.len()` when none); returns the new one. A
+/// sequence that never completes (more than 4 tokens: no UTF-8 character is longer) is shown
+/// as decoded, lossily.
+fn push_piece(tok: &focus_core::model::tokenizer::Tokenizer, ids: &mut Vec<u32>, texts: &mut Vec<String>, open: usize, id: u32) -> usize {
+    ids.push(id);
+    texts.push(crate::gui::views::tokens::CONTINUES.to_string());
+    let n = ids.len();
+    let text = tok.decode(&ids[open..]).unwrap_or_default();
+    if text.ends_with('\u{FFFD}') && n - open < 4 {
+        // The character goes on in the next token: nothing shown yet.
+        return open;
+    }
+    if text.ends_with('\u{FFFD}') {
+        for i in open..n {
+            texts[i] = tok.token_text(ids[i]);
+        }
+    } else {
+        texts[open] = text;
+    }
+    n
+}
+
 impl GenJob {
     /// Runs to the end (or a stop on `h`), sending the state through `interim` as it grows.
     pub fn run(self, h: &Handle, interim: &dyn Fn(Generated)) -> Result<Generated, JobError> {
@@ -113,7 +139,12 @@ impl GenJob {
         let mut run = Run::start(&self.model, Some(self.adapter.as_ref()), self.mode, &prompt, &self.sampling, Some(&h.cancel))?;
         let prefill_seconds = t0.elapsed().as_secs_f64();
         let tok = self.model.tokenizer()?;
-        let mut texts: Vec<String> = prompt.iter().map(|&id| tok.token_text(id)).collect();
+        let mut ids: Vec<u32> = Vec::with_capacity(prompt.len() + self.sampling.max_tokens);
+        let mut texts: Vec<String> = Vec::with_capacity(ids.capacity());
+        let mut open = 0;
+        for &id in &prompt {
+            open = push_piece(tok, &mut ids, &mut texts, open, id);
+        }
         let t1 = Instant::now();
         let state = |run: &Run, texts: &[String]| self.state(run, texts, &prompt_text, prompt.len(), prefill_seconds, t1.elapsed().as_secs_f64());
         interim(state(&run, &texts)?);
@@ -121,7 +152,7 @@ impl GenJob {
         let max = self.sampling.max_tokens;
         while let Some(t) = run.next()? {
             if !t.stop {
-                texts.push(tok.token_text(t.id));
+                open = push_piece(tok, &mut ids, &mut texts, open, t.id);
             }
             h.set_progress(run.generated.len(), max, format!("{} of {max} tokens", run.generated.len()));
             if sent.elapsed() >= SEND_EVERY && run.stop.is_none() {

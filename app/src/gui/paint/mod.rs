@@ -1,6 +1,8 @@
 //! What the views paint with: the group colours (`palette`, shared with the SVG exports), the
-//! busy indicator (`busy`) and the charts' reference lines (`reference`).
+//! busy indicator (`busy`), the charts' reference lines (`reference`) and the fallback fonts for
+//! CJK and other scripts (`fonts`).
 
 pub mod busy;
+pub mod fonts;
 pub mod palette;
 pub mod reference;

@@ -48,6 +48,8 @@ pub struct Session {
     /// A long analysis remembered from the last run waits to be asked for (Run analysis): a
     /// restart does not launch minutes of work by itself. Cleared by `unstop`.
     pub hold: bool,
+    /// What analyses keep of their passes, in memory and in scratch files (`jobs::Keep`).
+    pub keep: jobs::Keep,
 }
 
 impl Default for Session {
@@ -66,6 +68,7 @@ impl Default for Session {
             disk_cache: None,
             ids: None,
             hold: false,
+            keep: jobs::Keep::default(),
         }
     }
 }
@@ -122,6 +125,12 @@ impl Session {
         self.cache.retain(|c| c.key != res.key);
         self.cache.push_front(res);
         self.cache.truncate(6);
+    }
+
+    /// Drops the recent analyses (another model loaded: they hold the old one, its adapter and
+    /// their kept passes).
+    pub fn forget_results(&mut self) {
+        self.cache.clear();
     }
 
     /// The path of the loaded input of this kind (`Some(None)`: the embedded default).
@@ -226,6 +235,7 @@ impl Session {
             disk: self.disk_cache.clone(),
             adapter_file: jobs::disk_cache::adapter_identity(a.path.as_deref()),
             adapter_sha256: a.sha256.clone(),
+            keep: self.keep.clone(),
         };
         // A cached preview shows at once; otherwise the job computes one first.
         let cached_preview = jobs::preview_key(&key).and_then(|pk| self.cache.iter().find(|c| c.key == pk).cloned());

@@ -247,8 +247,10 @@ impl CentroidsView {
             for g in names.order(self.layer, groups) {
                 let name = names.name(self.layer, g);
                 let label = rows.get(g).map(|r| format!("{name} {}", r.label)).unwrap_or(name);
-                // The group's colour, except on the selection's highlight (where it would not read).
-                let text = if self.group == g { RichText::new(label).strong() } else { RichText::new(label).color(names.colour(self.layer, g)) };
+                // The group's colour as the label's background with dark text (the pastel colours
+                // do not read as text on the light panel); bold when selected.
+                let text = swatch(label, names.colour(self.layer, g));
+                let text = if self.group == g { text.strong() } else { text };
                 if ui.selectable_label(self.group == g, text).clicked() {
                     self.group = g;
                 }
@@ -299,6 +301,15 @@ impl CentroidsView {
     }
 }
 
+/// A group's name on its colour, in dark text: the group's identity kept (the colour every
+/// view gives it) and readable on the light panel, where the pastel colours as text were not.
+pub fn swatch(text: impl Into<String>, colour: Color32) -> RichText {
+    RichText::new(text).color(SWATCH_TEXT).background_color(colour)
+}
+
+/// The text on a group's colour: dark enough on every colour of the palettes (contrast >= 4.5).
+const SWATCH_TEXT: Color32 = Color32::from_gray(20);
+
 /// Characters of context shown before an example's token (the index keeps more; the right side
 /// is cut to the row's width).
 const SHOWN_LEFT: usize = 36;
@@ -320,7 +331,14 @@ fn example_line(ui: &mut egui::Ui, left: &str, token: &str, right: &str) {
 fn dashboard(d: &CentroidDetail, names: &Names, ui: &mut egui::Ui, pick: &mut Option<(usize, usize)>) {
     ui.horizontal_wrapped(|ui| {
         let centroid = if names.numbered().is_some() { format!(" (centroid {})", d.group) } else { String::new() };
-        ui.heading(RichText::new(format!("layer {} {}{centroid}: {}", d.layer, names.name(d.layer, d.group), d.label)).color(names.colour(d.layer, d.group)));
+        // One heading: the group's name on its colour in dark text, the rest in the panel's.
+        let font = egui::TextStyle::Heading.resolve(ui.style());
+        let plain = egui::TextFormat { font_id: font.clone(), color: ui.visuals().text_color(), ..Default::default() };
+        let mut job = egui::text::LayoutJob::default();
+        job.append(&format!("layer {} ", d.layer), 0.0, plain.clone());
+        job.append(&names.name(d.layer, d.group), 0.0, egui::TextFormat { font_id: font, color: SWATCH_TEXT, background: names.colour(d.layer, d.group), ..Default::default() });
+        job.append(&format!("{centroid}: {}", d.label), 0.0, plain);
+        ui.label(job);
         ui.label(format!("{} members ({:.1}% of the layer), mean membership where held {:.2}", d.members, 100.0 * d.size_share, d.mean_held_membership));
     });
     ui.label(RichText::new(format!("auto-label ({} rule), from:", d.rule)).strong());

@@ -225,7 +225,8 @@ impl GenerateView {
                 } else {
                     "in the newest token's window"
                 };
-                resp.on_hover_text_at_pointer(format!("#{i} {:?} ({part}): layer {layer} groups {groups}; {reach}", run.texts[i]));
+                let text = if run.texts[i] == super::tokens::CONTINUES { "(the character before, continued)".to_string() } else { format!("{:?}", run.texts[i]) };
+                resp.on_hover_text_at_pointer(format!("#{i} {text} ({part}): layer {layer} groups {groups}; {reach}"));
             }
         });
     }

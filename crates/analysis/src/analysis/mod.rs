@@ -137,8 +137,27 @@ pub fn analyze_tokens_keeping(
     enc: &Tokens,
     opts: &AnalyzeOptions,
     keep_bytes: usize,
-    mut progress: impl FnMut(usize, usize) + Send,
+    progress: impl FnMut(usize, usize) + Send,
 ) -> Result<(Analysis, Vec<kept::KeptPass>)> {
+    let (analysis, kept, _) = analyze_tokens_spilling(model, adapter, adapter_name, text, enc, opts, keep_bytes, None, progress)?;
+    Ok((analysis, kept))
+}
+
+/// `analyze_tokens_keeping`, with the segments beyond `keep_bytes` written to `scratch`
+/// (`kept::Scratch`, within its own budget) instead of dropped: what is kept in memory, and
+/// what went to the scratch file.
+#[allow(clippy::too_many_arguments)]
+pub fn analyze_tokens_spilling(
+    model: &Model,
+    adapter: &Adapter,
+    adapter_name: &str,
+    text: &str,
+    enc: &Tokens,
+    opts: &AnalyzeOptions,
+    keep_bytes: usize,
+    scratch: Option<&std::sync::Arc<kept::Scratch>>,
+    mut progress: impl FnMut(usize, usize) + Send,
+) -> Result<(Analysis, Vec<kept::KeptPass>, Vec<kept::SpilledPass>)> {
     let tok = model.tokenizer()?;
     if enc.ids.len() != enc.offsets.len() {
         return Err(Error::Invalid(format!("{} token ids but {} offsets", enc.ids.len(), enc.offsets.len())));
@@ -158,6 +177,7 @@ pub fn analyze_tokens_keeping(
     let mut pairs = vec![PairStats::default(); n_layers];
     let segments: Vec<&[u32]> = enc.ids.chunks(seg).collect();
     let mut kept_passes = Vec::new();
+    let mut spilled = Vec::new();
     let mut kept_bytes = 0usize;
     for (s, ids) in segments.iter().enumerate() {
         let mut fo = ForwardOptions::new(mode, Some(adapter));
@@ -168,17 +188,23 @@ pub fn analyze_tokens_keeping(
         // Segments are kept in order while they fit the budget.
         let bytes = kept::pass_bytes(model.config(), cfg.groups, ids.len());
         let keep = kept_passes.len() == s && kept_bytes + bytes <= keep_bytes;
+        // The others go to the scratch file, when there is one.
+        let spill = !keep && scratch.is_some();
         // The hook sees each layer as it starts: the one place a pass reports where it is.
         let mut report = |l: usize| progress(base + l, total);
-        let mut hook = kept::Keeper { keep, layers: Vec::new(), err: None, progress: &mut report };
+        let mut hook = kept::Keeper { keep: keep || spill, layers: Vec::new(), err: None, progress: &mut report };
         let crate::model::decoder::RunEnd::Finished { x, routing } = model.decoder.run(&[ids], &fo, &mut hook)? else {
             return Err(Error::Invalid("the analysis pass stopped before the last layer".into()));
         };
         // The last position's logits, as a forward pass checks them (broken weights are an error).
         model.decoder.logits(&x.narrow(0, ids.len() - 1, 1)?)?;
-        if let Some(k) = hook.finish(s * seg, mode, cfg.causal_sinkhorn, x)? {
-            kept_bytes += bytes;
-            kept_passes.push(k);
+        match (hook.finish(s * seg, mode, cfg.causal_sinkhorn, x)?, scratch) {
+            (Some(k), Some(sc)) if spill => spilled.extend(sc.spill(&k)),
+            (Some(k), _) => {
+                kept_bytes += bytes;
+                kept_passes.push(k);
+            }
+            (None, _) => {}
         }
         for (l, r) in routing.into_iter().enumerate() {
             // A sliding layer counts the pairs of its own window (and keeps them all when the
@@ -257,7 +283,7 @@ pub fn analyze_tokens_keeping(
         profiles,
         routing,
     };
-    Ok((analysis, kept_passes))
+    Ok((analysis, kept_passes, spilled))
 }
 
 impl Analysis {
