@@ -105,14 +105,14 @@ impl Generated {
 
 /// Appends token `id`'s text as the view shows it (`texts`, one per token of `ids`): a character
 /// split over byte tokens is shown once, whole, by the token that starts it, and the tokens that
-/// continue it show nothing (`views::tokens::CONTINUES`), as in the token view; each piece
+/// continue it show nothing (`paint::token_text::CONTINUES`), as in the token view; each piece
 /// decoded alone was U+FFFD, which drew CJK text as rows of replacement marks. `open`: the first
 /// token of the character still incomplete (`ids.len()` when none); returns the new one. A
 /// sequence that never completes (more than 4 tokens: no UTF-8 character is longer) is shown
 /// as decoded, lossily.
 fn push_piece(tok: &focus_core::model::tokenizer::Tokenizer, ids: &mut Vec<u32>, texts: &mut Vec<String>, open: usize, id: u32) -> usize {
     ids.push(id);
-    texts.push(crate::gui::views::tokens::CONTINUES.to_string());
+    texts.push(crate::gui::paint::token_text::CONTINUES.to_string());
     let n = ids.len();
     let text = tok.decode(&ids[open..]).unwrap_or_default();
     if text.ends_with('\u{FFFD}') && n - open < 4 {

@@ -538,10 +538,11 @@ mod kernel {
                     p.mn[s * 16 + r] = -f16_at::<true>(blk, 2);
                 } else {
                     for (h, v) in sc.iter_mut().enumerate() {
-                        v[r] = (blk[192 + h] as i8 as i16 as u16 as i32) * 0x0001_0001;
+                        v[r] = ((blk[192 + h] as i8 as i16 as u16 as u32) * 0x0001_0001) as i32;
                     }
                     p.d[s * 16 + r] = f16_at::<true>(blk, 208);
-                    p.mn[s * 16 + r] = 0.0;
+                    // No mins (never read): -dmin with dmin 0, as `fill_k` writes it.
+                    p.mn[s * 16 + r] = -0.0;
                 }
             }
             let base = rows.as_ptr().add(s * bsz);
@@ -751,6 +752,50 @@ mod tests {
                         assert_eq!(y[i * out + o].to_bits(), want.to_bits(), "{dtype:?} {m}x{inp}x{out} ({i},{o}): {} vs {want}", y[i * out + o]);
                     }
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod panels {
+    use super::*;
+    use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    /// `fill_k_lanes` writes the bytes `fill_k` (the generic unpacking) writes, for weights of
+    /// arbitrary bytes: every scale and min value, negative Q6_K scales, partial panels.
+    #[test]
+    fn lanes_fill_the_generic_panel() {
+        if !available() {
+            eprintln!("no AMX-INT8 on this CPU: the lane fill is not used here");
+            return;
+        }
+        let mut rng = StdRng::seed_from_u64(3);
+        for ty in [QType::Q4K, QType::Q5K, QType::Q6K] {
+            let bsz = match ty {
+                QType::Q4K => 144,
+                QType::Q5K => 176,
+                _ => 210,
+            };
+            for (n, ns) in [(16, 3), (5, 1), (1, 2)] {
+                let rb = bsz * ns;
+                let mut rows: Vec<u8> = (0..n * rb).map(|_| rng.gen()).collect();
+                // Finite factors (the panels carry them as they are; NaN would not compare).
+                for blk in rows.chunks_exact_mut(bsz) {
+                    let at = if ty == QType::Q6K { 208 } else { 0 };
+                    blk[at..at + 2].copy_from_slice(&0x3800u16.to_le_bytes());
+                    if ty != QType::Q6K {
+                        blk[2..4].copy_from_slice(&0x3400u16.to_le_bytes());
+                    }
+                }
+                let (mut a, mut b) = (KPanel::new(256 * ns), KPanel::new(256 * ns));
+                fill_k(ty, &rows, rb, ns, &mut a);
+                // SAFETY: AVX-512BW is present where AMX is; `rows` holds n rows of ns super-blocks.
+                unsafe { kernel::fill_k_lanes(ty, &rows, rb, n, ns, &mut b) };
+                assert!(a.lo == b.lo && a.hi == b.hi, "{ty:?} {n} rows x {ns}: weight bytes differ");
+                assert!(a.mp == b.mp, "{ty:?} {n} rows x {ns}: mins differ");
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert!(bits(&a.d) == bits(&b.d) && bits(&a.mn) == bits(&b.mn), "{ty:?} {n} rows x {ns}: factors differ");
             }
         }
     }
