@@ -407,6 +407,16 @@ fn a_normalizer_that_grows_text_is_bounded_before_it_allocates() {
 // ---------------------------------------------------------------------------------------------
 // Exports.
 
+/// The tiny chat model (the folder holds it) with a K=4, window-4 adapter at `adapter/`: what
+/// the export tests analyse.
+fn model_with_adapter() -> (tempfile::TempDir, String, PathBuf) {
+    let d = tiny_chat_model(CHATML.into());
+    let m = d.path().to_str().unwrap().to_string();
+    let adapter = d.path().join("adapter");
+    assert!(run(&["adapter", "init", "--model", &m, "--groups", "4", "--window", "4", "--out", adapter.to_str().unwrap()]).status.success());
+    (d, m, adapter)
+}
+
 #[test]
 fn exports_never_replace_a_device_fifo_or_socket() {
     let tmp = tempfile::tempdir().unwrap();
@@ -424,12 +434,10 @@ fn exports_never_replace_a_device_fifo_or_socket() {
     assert!(std::fs::symlink_metadata(&dev).unwrap().file_type().is_symlink());
     assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
     // Through analyze --out (the set of CSVs too).
-    let d = tiny_chat_model(CHATML.into());
-    let m = d.path().to_str().unwrap();
+    let (d, m, adapter) = model_with_adapter();
+    let m = m.as_str();
     let text = d.path().join("text.txt");
     std::fs::write(&text, "the cat sat on the mat. ".repeat(10)).unwrap();
-    let adapter = d.path().join("adapter");
-    assert!(run(&["adapter", "init", "--model", m, "--groups", "4", "--window", "4", "--out", adapter.to_str().unwrap()]).status.success());
     let csv = tmp.path().join("k.csv");
     assert!(Command::new("mkfifo").arg(tmp.path().join("k.tokens.csv")).status().unwrap().success());
     for out in [&fifo, &csv] {
@@ -465,10 +473,7 @@ fn assert_no_leftovers(dir: &Path, names: &[&str]) {
 /// new one comes last), and the next run leaves the new set, its manifest and no temporary.
 #[test]
 fn a_set_killed_at_any_step_shows_the_old_or_the_new_set_and_the_next_run_cleans_up() {
-    let d = tiny_chat_model(CHATML.into());
-    let m = d.path().to_str().unwrap().to_string();
-    let adapter = d.path().join("adapter");
-    assert!(run(&["adapter", "init", "--model", &m, "--groups", "4", "--window", "4", "--out", adapter.to_str().unwrap()]).status.success());
+    let (_d, m, adapter) = model_with_adapter();
     let names = ["k.csv", "k.profiles.csv", "k.tokens.csv", "k.groups.csv", "k.groups.arrow", "k.structure.csv", "k.structure_table.csv"];
     let tmp = tempfile::tempdir().unwrap();
     let text = tmp.path().join("text.txt");
@@ -539,10 +544,8 @@ fn a_set_killed_at_any_step_shows_the_old_or_the_new_set_and_the_next_run_cleans
 /// A read-only folder is not tested: the tests run as root, who may write anywhere.
 #[test]
 fn outputs_into_a_missing_folder_or_a_file_name_the_folder() {
-    let d = tiny_chat_model(CHATML.into());
-    let m = d.path().to_str().unwrap();
-    let adapter = d.path().join("adapter");
-    assert!(run(&["adapter", "init", "--model", m, "--groups", "4", "--window", "4", "--out", adapter.to_str().unwrap()]).status.success());
+    let (_d, m, adapter) = model_with_adapter();
+    let m = m.as_str();
     let tmp = tempfile::tempdir().unwrap();
     let text = tmp.path().join("text.txt");
     std::fs::write(&text, "the cat sat on the mat. ".repeat(10)).unwrap();
@@ -570,10 +573,8 @@ fn outputs_into_a_missing_folder_or_a_file_name_the_folder() {
 /// removes the old folder.
 #[test]
 fn an_old_link_set_pointing_outside_does_not_block_analyze_out() {
-    let d = tiny_chat_model(CHATML.into());
-    let m = d.path().to_str().unwrap();
-    let adapter = d.path().join("adapter");
-    assert!(run(&["adapter", "init", "--model", m, "--groups", "4", "--window", "4", "--out", adapter.to_str().unwrap()]).status.success());
+    let (_d, m, adapter) = model_with_adapter();
+    let m = m.as_str();
     let tmp = tempfile::tempdir().unwrap();
     let text = tmp.path().join("text.txt");
     std::fs::write(&text, "the cat sat on the mat. ".repeat(10)).unwrap();
