@@ -1,8 +1,13 @@
 //! Router training: determinism for a seed, checkpoint/resume equal to an uninterrupted run,
-//! and a frozen base.
+//! and a frozen base; `focus-lens train`'s recipes (its defaults are the shipped adapter's),
+//! their flags, and a run of several stages.
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "../fuzz/common/mod.rs"]
+mod fuzz_common;
+#[path = "common/chat_model.rs"]
+mod chat_model;
 
 use candle_core::Device;
 use focus_core::train::{LogRow, TrainData, TrainOptions, Trainer};
@@ -358,12 +363,19 @@ fn the_cli_states_the_figures_and_keeps_checkpoints() {
         median(last) / median(&log[0])
     );
     assert!(line.ends_with(&want), "{line}\nwant {want}");
+    assert!(err.contains("\nstage 3/3 long: 2 steps x 1 x 80 tokens"), "the stage running is said: {err}");
     // The held-out figure is a number, not Rust's `Some(67.8)` (issue 51).
     assert!(!line.contains("Some(") && line.contains(&format!("PPL {:.2});", last["heldout_ppl"].as_f64().unwrap())), "{line}");
     // The adapter records the objective it was trained with.
     let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("adapter_config.json")).unwrap()).unwrap();
-    assert_eq!((cfg["training"]["sharpen"].as_f64(), cfg["training"]["balance"].as_f64()), (Some(0.05), Some(0.5)), "{}", cfg["training"]);
-    assert_eq!((cfg["training"]["init_gain"].as_f64(), cfg["training"]["freeze_projection"].as_bool()), (Some(0.5), Some(true)), "{}", cfg["training"]);
+    let t = &cfg["training"];
+    assert_eq!(t["recipe"].as_str(), Some("shipped"), "{t}");
+    let stages = t["stages"].as_array().unwrap();
+    assert_eq!(stages.iter().map(|s| s["name"].as_str().unwrap()).collect::<Vec<_>>(), ["train", "balance", "long"], "{t}");
+    for s in stages {
+        assert_eq!((s["sharpen"].as_f64(), s["balance"].as_f64(), s["seq_len"].as_u64(), s["freeze_projection"].as_bool()), (Some(0.05), Some(0.5), Some(80), Some(true)), "{s}");
+    }
+    assert_eq!(t["init_gain"].as_f64(), Some(0.5), "{t}");
     assert!(cfg["init"].as_str().unwrap().contains("principal directions") && cfg["init"].as_str().unwrap().ends_with("then W_g multiplied by 0.5 [ours]"), "{}", cfg["init"]);
     assert!(cfg["init"].as_str().unwrap().contains("(whitened)") && cfg["training"]["pca_whiten"].as_bool() == Some(true), "{} / {}", cfg["init"], cfg["training"]);
     // --whiten qualifies --pca-init: alone it is refused, naming the flag it needs.
@@ -376,7 +388,8 @@ fn the_cli_states_the_figures_and_keeps_checkpoints() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && err.contains("--init-gain"), "--init-gain {bad}: {err}");
     }
-    for step in [1, 2] {
+    // Checkpoints are numbered over the run's three stages of 2 steps.
+    for step in 1..=6 {
         focus_core::Adapter::load(&focus_core::train::checkpoint_dir(&out, step), &common::default_model().identity(), &Device::Cpu).unwrap();
     }
 }
@@ -683,4 +696,152 @@ fn a_fine_tuned_adapter_does_not_carry_its_starts_results() {
     a.config.results = Some(serde_json::json!({"ppl": {"ctx1024": {"soft": 31.65}}}));
     let t = Trainer::from_adapter(&model, a, opts(1)).unwrap();
     assert!(t.adapter.config.results.is_none(), "{:?}", t.adapter.config.results);
+}
+
+/// `focus-lens train`'s flags as the binary parses them.
+fn train_args(extra: &[&str]) -> Result<focus_lens::cli::train::Args, clap::Error> {
+    use clap::{Args as _, FromArgMatches};
+    let mut argv = vec!["train", "--data", "d", "--heldout", "h", "--out", "o"];
+    argv.extend(extra);
+    let m = focus_lens::cli::train::Args::augment_args(clap::Command::new("train")).try_get_matches_from(argv)?;
+    focus_lens::cli::train::Args::from_arg_matches(&m)
+}
+
+/// The recipe `focus-lens train` resolves from `extra`.
+fn recipe_of(extra: &[&str]) -> focus_lens::training::Recipe {
+    train_args(extra).unwrap().recipe().unwrap()
+}
+
+/// `train` with no option is the `shipped` recipe, and that recipe is how the shipped default
+/// adapter was made: each of its first two stages is what the adapter's own record of that
+/// stage (`training.stages[i].same_as`, the equivalent command of the time) resolves to, on a
+/// base with no terms of ours (the `paper` recipe); the last stage is 300 steps of 2 x 4096.
+#[test]
+fn the_defaults_are_the_shipped_adapters_recipe() {
+    use focus_lens::training::{Init, Recipe};
+    let r = recipe_of(&[]);
+    assert_eq!(r, Recipe::shipped());
+    assert_eq!(r.stage_names(), ["train", "balance", "long"]);
+    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::root().join("sample_adapters/smollm2-135m-k8/adapter_config.json")).unwrap()).unwrap();
+    let recorded = cfg["training"]["stages"].as_array().unwrap();
+    assert_eq!(recorded.len(), 2);
+    for (i, st) in recorded.iter().enumerate() {
+        let same_as = st["same_as"].as_str().unwrap();
+        let argv: Vec<&str> = same_as.split_whitespace().skip(2).collect();
+        assert!(same_as.starts_with("focus-lens train ") && argv.iter().all(|a| !a.contains('(')), "{same_as}");
+        let mut with_base = vec!["--recipe", "paper"];
+        with_base.extend(argv.iter().filter(|a| !a.starts_with("corpus/")).copied().filter(|a| !["--data", "--heldout"].contains(a)));
+        let then = recipe_of(&with_base);
+        assert_eq!(then.stages.len(), 1);
+        assert_eq!(then.stages[0].opts, r.stages[i].opts, "stage {i}: {same_as}");
+        if i == 0 {
+            // The first stage made the adapter: its shape and initialisation are the recipe's.
+            assert_eq!((then.spec.clone(), then.init), (r.spec.clone(), Init::Pca), "{same_as}");
+        }
+    }
+    // The adapter's own configuration agrees.
+    let s = &r.spec;
+    assert_eq!((cfg["groups"].as_u64(), cfg["sink"].as_u64(), cfg["gate"].as_str(), cfg["lambda"].as_f64(), cfg["window"].as_u64()), (Some(s.groups as u64), Some(s.sink as u64), Some("paper"), Some(s.lambda), Some(s.window as u64)));
+    let long = &r.stages[2].opts;
+    assert_eq!((long.steps, long.seq_len, long.batch, long.lr, long.sharpen, long.balance), (300, 4096, 2, 1e-3, 0.05, 0.5));
+}
+
+/// Each option given replaces the recipe's value: per-stage ones in every stage, or one per
+/// stage; a count that fits neither is refused naming the stages.
+#[test]
+fn flags_replace_the_recipes_values() {
+    use focus_core::Gate;
+    use focus_lens::training::Init;
+    let r = recipe_of(&["--lr", "1e-3", "--gate", "log", "--sink", "0", "--random-init", "--cosine-decay", "false", "--seed", "7"]);
+    assert!(r.stages.iter().all(|s| s.opts.lr == 1e-3 && !s.opts.cosine_decay && s.opts.seed == 7), "{r:?}");
+    assert_eq!((r.spec.gate, r.spec.sink, r.spec.lambda, r.init), (Gate::Log, 0, 30.0, Init::Random));
+    // The others stay the recipe's.
+    assert_eq!(r.stages.iter().map(|s| (s.opts.steps, s.opts.seq_len, s.opts.balance)).collect::<Vec<_>>(), [(3907, 1024, 0.0), (1000, 1024, 0.5), (300, 4096, 0.5)]);
+    let r = recipe_of(&["--steps", "5,6,7", "--seq-len", "256", "--cosine-decay"]);
+    assert_eq!(r.stages.iter().map(|s| (s.opts.steps, s.opts.seq_len, s.opts.cosine_decay)).collect::<Vec<_>>(), [(5, 256, true), (6, 256, true), (7, 256, true)]);
+    let e = train_args(&["--steps", "5,6"]).unwrap().recipe().unwrap_err().to_string();
+    assert!(e.contains("--steps takes one value or one per stage") && e.contains("train, balance, long"), "{e}");
+    // --stages picks stages by name; --recipe paper is one stage of its own values.
+    let r = recipe_of(&["--stages", "long", "--steps", "9"]);
+    assert_eq!(r.stage_names(), ["long"]);
+    assert_eq!((r.stages[0].opts.steps, r.stages[0].opts.seq_len), (9, 4096));
+    assert!(train_args(&["--stages", "nope"]).unwrap().recipe().unwrap_err().to_string().contains("no stage \"nope\""));
+    let r = recipe_of(&["--recipe", "paper", "--pca-init", "--whiten"]);
+    assert_eq!((r.spec.gate, r.spec.lambda, r.spec.sink, r.init, r.stages.len()), (Gate::Log, 10.0, 0, Init::PcaWhite, 1));
+    assert_eq!((r.stages[0].opts.steps, r.stages[0].opts.lr, r.stages[0].opts.sharpen), (4000, 1e-2, 0.0));
+    // --help lists every recipe's values.
+    use clap::Args as _;
+    let help = focus_lens::cli::train::Args::augment_args(clap::Command::new("train")).render_help().to_string();
+    assert!(help.contains("stage 3 long: 300 steps x 2 x 4096 tokens, lr 0.0003 (cosine to lr/10), sharpen 0.05, balance 0.5") && help.contains("paper: K 8"), "{help}");
+}
+
+/// A run of two stages on the tiny Llama (byte-level tokenizer, context 128): the first trains
+/// 3 steps of 2 x 48 tokens from PCA routers, the second (the recipe's 4096-token stage, capped
+/// at the context) 2 steps of 2 x 128 on the adapter the first left. The log counts steps and
+/// tokens over the whole run and names each row's stage; kept checkpoints are numbered over the
+/// run; the adapter records the recipe and each stage's resolved values; and a run stopped in
+/// the second stage and resumed ends with the same routers as the uninterrupted one.
+#[test]
+fn a_run_of_two_stages_switches_sequence_length() {
+    use focus_lens::training::{self, Plan, Recipe, Start};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let d = chat_model::tiny_chat_model("".into());
+    let model = Model::load(d.path(), &Device::Cpu).unwrap();
+    assert_eq!(model.config().context, 128);
+    let tmp = tempfile::tempdir().unwrap();
+    let p = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
+    let (text, held) = (tmp.path().join("train.txt"), tmp.path().join("held.txt"));
+    std::fs::write(&text, &p[..4000]).unwrap();
+    std::fs::write(&held, &p[40000..41000]).unwrap();
+    let mut recipe = Recipe::shipped();
+    recipe.select(&["train".into(), "long".into()]).unwrap();
+    (recipe.spec.groups, recipe.spec.window) = (4, 8);
+    recipe.set_all(|o| (o.eval_every, o.eval_seqs, o.checkpoint_every, o.lr) = (2, 1, 1, 1e-2));
+    (recipe.stages[0].opts.steps, recipe.stages[0].opts.seq_len, recipe.stages[0].opts.batch, recipe.stages[1].opts.steps) = (3, 48, 2, 2);
+    let plan = |out: &std::path::Path, start: Start| Plan { data: vec![text.clone()], heldout: vec![held.clone()], start, recipe: recipe.clone(), max_seconds: 0.0, out: out.to_path_buf(), keep_checkpoints: true, device: "cpu".into() };
+    let out = tmp.path().join("run");
+    let full = plan(&out, Start::New);
+    let mut notes = Vec::new();
+    let mut prepared = training::prepare(&model, &full, &|| false, &mut |s| notes.push(s)).unwrap();
+    assert!(notes.iter().any(|n| n == "stage long: seq_len 4096 capped at the model's context, 128"), "{notes:?}");
+    assert_eq!(prepared.stages.iter().map(|s| s.opts.seq_len).collect::<Vec<_>>(), [48, 128]);
+    let (mut stages_seen, mut steps_seen) = (Vec::new(), Vec::new());
+    let outcome = prepared.train(&full, &AtomicBool::new(false), |_, f| stages_seen.push(f.stage.clone()), |f| steps_seen.push((f.step, f.steps))).unwrap();
+    assert!(outcome.finished && outcome.step == 5);
+    assert!(stages_seen.first().unwrap().starts_with("stage 1/2 train: 3 steps x 2 x 48 tokens") && stages_seen.last().unwrap().starts_with("stage 2/2 long: 2 steps x 2 x 128 tokens"), "{stages_seen:?}");
+    assert_eq!(steps_seen, [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]);
+    let log: Vec<serde_json::Value> = std::fs::read_to_string(out.join("train_log.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let rows: Vec<(String, u64, u64)> = log.iter().map(|r| (r["stage"].as_str().unwrap().to_string(), r["step"].as_u64().unwrap(), r["tokens_seen"].as_u64().unwrap())).collect();
+    let want: Vec<(String, u64, u64)> = [("train", 0, 0), ("train", 1, 96), ("train", 2, 192), ("train", 3, 288), ("long", 3, 288), ("long", 4, 544), ("long", 5, 800)].iter().map(|&(s, a, b)| (s.to_string(), a, b)).collect();
+    assert_eq!(rows, want, "each stage's step and sequence length");
+    for step in 1..=5 {
+        focus_core::Adapter::load(&focus_core::train::checkpoint_dir(&out, step), &model.identity(), &Device::Cpu).unwrap();
+    }
+    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("adapter_config.json")).unwrap()).unwrap();
+    let t = &cfg["training"];
+    assert_eq!((t["recipe"].as_str(), t["steps"].as_u64(), t["tokens_seen"].as_u64(), t["pca_init"].as_bool()), (Some("shipped"), Some(5), Some(800), Some(true)), "{t}");
+    let st = t["stages"].as_array().unwrap();
+    assert_eq!(st.iter().map(|s| (s["name"].as_str().unwrap(), s["seq_len"].as_u64().unwrap(), s["batch"].as_u64().unwrap(), s["done"]["steps"].as_u64().unwrap())).collect::<Vec<_>>(), [("train", 48, 2, 3), ("long", 128, 2, 2)]);
+    assert_eq!((st[0]["balance"].as_f64(), st[1]["balance"].as_f64(), st[1]["sharpen"].as_f64(), st[1]["lr"].as_f64()), (Some(0.0), Some(0.5), Some(0.05), Some(1e-2)));
+    assert_eq!((cfg["gate"].as_str(), cfg["sink"].as_u64(), cfg["lambda"].as_f64()), (Some("paper"), Some(1), Some(30.0)));
+    let full_routers = focus_core::Adapter::load(&out, &model.identity(), &Device::Cpu).unwrap();
+
+    // Stopped at step 4 (the second stage's first), then resumed from its checkpoint.
+    let out2 = tmp.path().join("run2");
+    let first = plan(&out2, Start::New);
+    let mut prepared = training::prepare(&model, &first, &|| false, &mut |_| {}).unwrap();
+    let stop = AtomicBool::new(false);
+    let o = prepared.train(&first, &stop, |_, _| {}, |f| stop.store(f.step == 4, Ordering::Relaxed)).unwrap();
+    assert!(!o.finished && o.step == 4, "{:?}", (o.finished, o.step));
+    let rest = plan(&out2, Start::Resume(out2.join("checkpoint")));
+    let mut prepared = training::prepare(&model, &rest, &|| false, &mut |_| {}).unwrap();
+    assert_eq!((prepared.stage, prepared.trainer.step, prepared.trainer.opts.seq_len, prepared.recipe.as_deref()), (1, 1, 128, Some("shipped")));
+    assert!(prepared.train(&rest, &AtomicBool::new(false), |_, _| {}, |_| {}).unwrap().finished);
+    let resumed = focus_core::Adapter::load(&out2, &model.identity(), &Device::Cpu).unwrap();
+    for (a, b) in full_routers.layers.iter().zip(&resumed.layers) {
+        assert_eq!(a.proj.flatten_all().unwrap().to_vec1::<f32>().unwrap(), b.proj.flatten_all().unwrap().to_vec1::<f32>().unwrap(), "resumed run diverged");
+        assert_eq!(a.centroids.flatten_all().unwrap().to_vec1::<f32>().unwrap(), b.centroids.flatten_all().unwrap().to_vec1::<f32>().unwrap(), "resumed run diverged");
+    }
+    let cfg2: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out2.join("adapter_config.json")).unwrap()).unwrap();
+    assert_eq!((cfg2["training"]["steps"].as_u64(), cfg2["training"]["stages"].as_array().unwrap().len()), (Some(5), 2));
 }

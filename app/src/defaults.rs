@@ -46,3 +46,7 @@ pub const TRUTHFULQA_MC_NAME: &str = "assets/eval/truthfulqa/task_mc.json";
 /// The last-word cloze items of held-out *Persuasion* (`scripts/make_cloze.py`), 460 KB.
 pub const CLOZE: &str = include_str!("../../assets/eval/cloze_persuasion.jsonl");
 pub const CLOZE_NAME: &str = "assets/eval/cloze_persuasion.jsonl";
+/// The long-context cloze's default text: the first 60,000 bytes of held-out *Persuasion* (the
+/// perplexity fixture), 60 KB.
+pub const LONG_CLOZE_TEXT: &str = include_str!("../../tests/fixtures/ppl_persuasion_60k.txt");
+pub const LONG_CLOZE_TEXT_NAME: &str = "tests/fixtures/ppl_persuasion_60k.txt";

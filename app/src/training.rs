@@ -1,14 +1,18 @@
 //! A training run as `focus-lens train` and the GUI's Train view start it, in one place: a
-//! `Plan` (files, adapter shape, options), `prepare` (the text files read and tokenised, the
-//! trainer made and initialised, the probe passage set), `Prepared::train` (the log, the run,
-//! the finished adapter with its provenance), and the `Figures` both show while it runs (loss,
-//! held-out perplexity, worst-layer dominance against the 1.3/K bar, and the median category NMI
-//! against the untrained twin, which is the run's own step-0 evaluation).
+//! `Recipe` (the adapter's shape, its initialisation and the stages it trains in; `shipped`, the
+//! default, or `paper`), a `Plan` (files, recipe, where to write), `prepare` (the text files read
+//! and tokenised, the trainer made and initialised, every stage checked, the probe passage set),
+//! `Prepared::train` (the log, the stages one after the other, the finished adapter with its
+//! provenance), and the `Figures` both show while it runs (loss, held-out perplexity,
+//! worst-layer dominance against the 1.3/K bar, and the median category NMI against the
+//! untrained twin, which is the run's own step-0 evaluation).
 
 use anyhow::{bail, Context, Result};
 use focus_core::analysis::structure::{LayerStructure, Structure};
-use focus_core::train::{LogRow, TrainData, TrainOptions, Trainer};
-use focus_core::{AdapterSpec, Model};
+use focus_core::focus::sinkhorn::SinkhornGrad;
+use focus_core::train::{Before, LogRow, TrainData, TrainOptions, Trainer};
+use focus_core::{AdapterSpec, Gate, Model, RouterLayers, Score};
+use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -16,11 +20,12 @@ use std::sync::atomic::AtomicBool;
 /// How the routers start.
 #[derive(Debug, Clone)]
 pub enum Start {
-    /// A random adapter of this shape, then `Init`.
-    New(AdapterSpec, Init),
-    /// This adapter's configuration and weights (fine-tuning).
+    /// A random adapter of the recipe's shape, then the recipe's initialisation.
+    New,
+    /// This adapter's configuration and weights (fine-tuning): the recipe's stages only.
     From(PathBuf),
-    /// This checkpoint directory (its options replace the plan's).
+    /// This checkpoint directory: the stages its run recorded, from where it stopped (the
+    /// plan's recipe is not used).
     Resume(PathBuf),
 }
 
@@ -50,6 +55,229 @@ impl Init {
     }
 }
 
+/// One stage of a recipe: a fresh trainer (new AdamW state, its own learning-rate schedule and
+/// batches from step 0) on the adapter the stage before left, with these options.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stage {
+    pub name: String,
+    #[serde(flatten)]
+    pub opts: TrainOptions,
+}
+
+impl Stage {
+    /// The stage in a line: "3907 steps x 4 x 1024 tokens, lr 0.0003 (cosine to lr/10), sharpen
+    /// 0.05, balance 0".
+    pub fn line(&self) -> String {
+        let o = &self.opts;
+        let mut s = format!(
+            "{} steps x {} x {} tokens, lr {}{}, sharpen {}, balance {}",
+            o.steps,
+            o.batch,
+            o.seq_len,
+            o.lr,
+            if o.cosine_decay { " (cosine to lr/10)" } else { "" },
+            o.sharpen,
+            o.balance
+        );
+        if o.weight_decay > 0.0 {
+            s += &format!(", weight decay {}", o.weight_decay);
+        }
+        if o.grad_clip > 0.0 {
+            s += &format!(", gradient clipped at {}", o.grad_clip);
+        }
+        if o.sinkhorn_grad == SinkhornGrad::Detached {
+            s += ", detached Sinkhorn gradient";
+        }
+        if let Some(k) = o.straight_through {
+            s += &format!(", straight-through top-{k}");
+        }
+        if o.freeze_projection {
+            s += ", W_g frozen";
+        }
+        if o.freeze_centroids {
+            s += ", centroids frozen";
+        }
+        s
+    }
+}
+
+/// The recipes by name; the first is the default.
+pub const RECIPES: [&str; 2] = ["shipped", "paper"];
+
+/// A training recipe: the adapter's shape, how its routers start, and the stages they train in.
+/// `focus-lens train --recipe NAME` and the Train view start from one (`Recipe::named`); each
+/// flag or field given replaces its value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Recipe {
+    pub name: String,
+    pub spec: AdapterSpec,
+    pub init: Init,
+    /// [ours] A new adapter's routers read their input scaled per channel to unit RMS
+    /// (`Trainer::init_input_scale`), before `init`.
+    pub input_scale: bool,
+    /// [ours] A new adapter's W_g times this after `init` (`Trainer::scale_projection`); 1 = none.
+    pub init_gain: f64,
+    pub stages: Vec<Stage>,
+}
+
+impl Default for Recipe {
+    fn default() -> Recipe {
+        Recipe::shipped()
+    }
+}
+
+/// The options both recipes share (the CLI's former defaults for the evaluation cadence).
+fn base_options(steps: usize, lr: f64) -> TrainOptions {
+    TrainOptions {
+        steps,
+        seq_len: 1024,
+        batch: 4,
+        lr,
+        weight_decay: 0.0,
+        seed: 0,
+        eval_every: 100,
+        eval_seqs: 8,
+        checkpoint_every: 200,
+        max_seconds: 0.0,
+        sinkhorn_grad: SinkhornGrad::Full,
+        cosine_decay: true,
+        straight_through: None,
+        grad_clip: 0.0,
+        freeze_centroids: false,
+        freeze_projection: false,
+        sharpen: 0.0,
+        balance: 0.0,
+    }
+}
+
+impl Recipe {
+    /// The recipe of this name (`RECIPES`).
+    pub fn named(name: &str) -> Result<Recipe> {
+        match name {
+            "shipped" => Ok(Recipe::shipped()),
+            "paper" => Ok(Recipe::paper()),
+            other => bail!("no training recipe {other:?}: the recipes are {}", RECIPES.join(", ")),
+        }
+    }
+
+    /// How `sample_adapters/smollm2-135m-k8` was trained (its `training.stages`; docs/cli.md has
+    /// the evidence): the paper's sigmoid gate at lambda 30, dot scores, tau 0.1, 10 Sinkhorn
+    /// iterations, w 128, one attention sink [ours], W_g from the principal directions and
+    /// k-means centroids [ours], AdamW lr 3e-4 with a cosine schedule per stage, seed 0, and
+    /// the sharpening term 0.05 [ours] throughout. Stage `train`: 3,907 steps of 4 x 1,024
+    /// tokens (16.0M; experiments/results/long_sharpen_scale_h200/s16_sh05); `balance`: 1,000
+    /// more with the top-group balance term 0.5 [ours] (4.1M; balance_h200/k8_b05, the adapter
+    /// as shipped); `long`: 300 steps of 2 x 4,096 tokens (2.5M) at lr 1e-3, the length
+    /// curriculum of issue 52 (capped at the model's context), measured on the GPU but not yet
+    /// in the shipped adapter (experiments/results/length52_h100).
+    pub fn shipped() -> Recipe {
+        let stage = |name: &str, steps: usize, seq_len: usize, batch: usize, balance: f64, lr: f64| Stage {
+            name: name.into(),
+            opts: TrainOptions { seq_len, batch, sharpen: 0.05, balance, ..base_options(steps, lr) },
+        };
+        Recipe {
+            name: "shipped".into(),
+            spec: AdapterSpec { sink: 1, gate: Gate::Paper, lambda: 30.0, ..paper_spec() },
+            init: Init::Pca,
+            input_scale: false,
+            init_gain: 1.0,
+            // "long": the length stage of issue 52 (experiments/results/length52_h100: lr 1e-3 gave
+            // soft -0.91% at 4,096 tokens where 3e-4 gave -0.21%).
+            stages: vec![stage("train", 3907, 1024, 4, 0.0, 3e-4), stage("balance", 1000, 1024, 4, 0.5, 3e-4), stage("long", 300, 4096, 2, 0.5, 1e-3)],
+        }
+    }
+
+    /// The paper's setting as `core/examples/train_paper.rs`'s defaults give it: dot scores,
+    /// tau 0.1, 10 Sinkhorn iterations with the full gradient, the log gate (lambda 10), random
+    /// init, d_g 16, w 128, no sinks, 4,000 steps of 4 x 1,024 tokens, AdamW lr 1e-2 with cosine
+    /// decay to lr/10, seed 0; no terms of ours. One stage.
+    pub fn paper() -> Recipe {
+        Recipe {
+            name: "paper".into(),
+            spec: paper_spec(),
+            init: Init::Random,
+            input_scale: false,
+            init_gain: 1.0,
+            stages: vec![Stage { name: "train".into(), opts: base_options(4000, 1e-2) }],
+        }
+    }
+
+    /// Steps over every stage.
+    pub fn total_steps(&self) -> usize {
+        self.stages.iter().map(|s| s.opts.steps).sum()
+    }
+
+    /// Keeps only the stages named, in the recipe's order (`--stages`).
+    pub fn select(&mut self, names: &[String]) -> Result<()> {
+        for n in names {
+            if !self.stages.iter().any(|s| &s.name == n) {
+                bail!("recipe {} has no stage {n:?}: its stages are {}", self.name, self.stage_names().join(", "));
+            }
+        }
+        self.stages.retain(|s| names.contains(&s.name));
+        Ok(())
+    }
+
+    pub fn stage_names(&self) -> Vec<String> {
+        self.stages.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// Sets `f` of every stage's options (a value the whole run shares).
+    pub fn set_all(&mut self, mut f: impl FnMut(&mut TrainOptions)) {
+        self.stages.iter_mut().for_each(|s| f(&mut s.opts));
+    }
+
+    /// The recipe's values, one per line (`train --help`, docs/cli.md).
+    pub fn describe(&self) -> String {
+        let s = &self.spec;
+        let gate = match s.gate {
+            Gate::Paper => format!("paper gate (lambda {})", s.lambda),
+            Gate::Log => "log gate".to_string(),
+        };
+        let score = match s.score {
+            Score::Dot => "dot",
+            Score::Cosine => "cosine",
+        };
+        let layers = match s.router_layers {
+            RouterLayers::All => "all layers",
+            RouterLayers::Global => "global layers",
+        };
+        let mut out = format!(
+            "{}: K {}, d_g {}, tau {}, {} Sinkhorn iterations, window {}, sink {}, {gate}, {score} scores, top-k {}, {layers}; init {}{}{}; seed {}\n",
+            self.name,
+            s.groups,
+            s.d_g,
+            s.tau,
+            s.sinkhorn_iters,
+            s.window,
+            s.sink,
+            s.top_k,
+            self.init.label(),
+            if self.input_scale { ", input scale" } else { "" },
+            if self.init_gain != 1.0 { format!(", W_g gain {}", self.init_gain) } else { String::new() },
+            self.stages.first().map_or(0, |st| st.opts.seed),
+        );
+        for (i, st) in self.stages.iter().enumerate() {
+            out += &format!("  stage {} {}: {}\n", i + 1, st.name, st.line());
+        }
+        out
+    }
+}
+
+/// The paper's adapter shape (the CLI's `adapter init` defaults).
+fn paper_spec() -> AdapterSpec {
+    AdapterSpec::default()
+}
+
+/// Every recipe's values (`train --help`'s epilogue).
+pub fn recipes_help() -> String {
+    let mut s = String::from("Recipes (each option given replaces the recipe's value; a per-stage option takes one value for every stage or one per stage, comma-separated):\n");
+    for name in RECIPES {
+        s += &Recipe::named(name).expect("a listed recipe").describe();
+    }
+    s
+}
+
 /// Everything a run needs besides the model.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -58,18 +286,30 @@ pub struct Plan {
     /// Held-out text (whole works that never appear in `data`).
     pub heldout: Vec<PathBuf>,
     pub start: Start,
-    pub opts: TrainOptions,
+    pub recipe: Recipe,
+    /// A wall-clock budget for the whole run in seconds (0 = none): a stage it cuts short is the
+    /// last, evaluated and saved as if it had ended.
+    pub max_seconds: f64,
     /// Where the log, the checkpoints and the finished adapter go.
     pub out: PathBuf,
-    /// [ours] A new adapter's routers read their input scaled per channel to unit RMS
-    /// (`Trainer::init_input_scale`), before `Init`. Ignored by `Start::From` / `Resume`.
-    pub input_scale: bool,
-    /// [ours] A new adapter's W_g times this after `Init` (`Trainer::scale_projection`); 1 = none.
-    pub init_gain: f64,
     /// Keep every checkpoint's adapter (`focus_core::train::checkpoint_dir`).
     pub keep_checkpoints: bool,
     /// The device as the provenance records it.
     pub device: String,
+}
+
+/// What a checkpoint's adapter records of its run while it goes (`training.in_progress`), so
+/// that `Start::Resume` continues with the right stage and the later ones.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct RunState {
+    recipe: Option<String>,
+    stage: usize,
+    stages: Vec<Stage>,
+    before: Before,
+    /// How the routers started (the provenance's init fields).
+    start: serde_json::Value,
+    /// The finished stages' records.
+    done: Vec<serde_json::Value>,
 }
 
 /// The text files of `paths`: files as given, folders' *.txt sorted by name.
@@ -120,7 +360,7 @@ fn tokens(model: &Model, files: &[PathBuf], cancel: &dyn Fn() -> bool, status: &
     Ok(ids)
 }
 
-/// A run ready to go: its trainer and tokens.
+/// A run ready to go: its trainer (that of the stage it is at) and tokens.
 pub struct Prepared<'m> {
     pub trainer: Trainer<'m>,
     pub data: TrainData,
@@ -128,46 +368,124 @@ pub struct Prepared<'m> {
     pub heldout_files: Vec<PathBuf>,
     /// The held-out file whose start is the probe passage (category structure per evaluation).
     pub probe_file: PathBuf,
+    /// The run's recipe (None: a checkpoint written before recipes), its stages as run (each
+    /// seq_len fitted to the model) and the index of the one `trainer` runs.
+    pub recipe: Option<String>,
+    pub stages: Vec<Stage>,
+    pub stage: usize,
+    /// How the routers started (the provenance's init fields).
+    start: serde_json::Value,
+    /// The finished stages' records.
+    done: Vec<serde_json::Value>,
 }
 
-/// Reads and tokenises the plan's files and makes its trainer (initialised as planned).
-/// `cancel` is polled between files; `status` hears what is being done.
+/// The recipe's stages fitted to `model`: each seq_len capped at its context (`note` hears of
+/// every cap).
+pub fn fit_stages(model: &Model, recipe: &Recipe, note: &mut dyn FnMut(String)) -> Result<Vec<Stage>> {
+    if recipe.stages.is_empty() {
+        bail!("recipe {} has no stage to run", recipe.name);
+    }
+    let context = model.config().context;
+    let mut stages = recipe.stages.clone();
+    for s in stages.iter_mut().filter(|s| s.opts.seq_len > context) {
+        note(format!("stage {}: seq_len {} capped at the model's context, {context}", s.name, s.opts.seq_len));
+        s.opts.seq_len = context;
+    }
+    Ok(stages)
+}
+
+/// Checks every stage against the adapter it will train, as the trainer does (sequence length
+/// against the window, sinks and context; memory; straight-through's k against K), so that a
+/// setting a late stage cannot run is refused before the first step.
+pub fn check_stages(model: &Model, adapter: &focus_core::Adapter, stages: &[Stage]) -> Result<()> {
+    for s in stages {
+        // A throwaway trainer: its variables share the adapter's tensors and nothing runs.
+        Trainer::from_adapter(model, adapter.clone(), s.opts.clone()).with_context(|| format!("stage {}", s.name))?;
+    }
+    Ok(())
+}
+
+/// Checks that the text holds a sequence of every stage's length, training and held out (the
+/// trainer would fail on it only when the stage starts).
+fn check_text(data: &TrainData, stages: &[Stage]) -> Result<()> {
+    for s in stages {
+        let t = s.opts.seq_len;
+        for (what, n) in [("training", data.train.len()), ("held-out", data.heldout.len())] {
+            if n <= t {
+                bail!("stage {}: sequences of {t} tokens need more {what} text than its {n} tokens (more text, or a shorter --seq-len)", s.name);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads and tokenises the plan's files, makes the trainer of the first stage to run
+/// (initialised as planned) and checks every stage; a resumed run takes its stages from the
+/// checkpoint. `cancel` is polled between files; `status` hears what is being done.
 pub fn prepare<'m>(model: &'m Model, plan: &Plan, cancel: &dyn Fn() -> bool, status: &mut dyn FnMut(String)) -> Result<Prepared<'m>> {
     let (train_files, heldout_files) = (text_files(&plan.data)?, text_files(&plan.heldout)?);
     let data = TrainData { train: tokens(model, &train_files, cancel, status)?, heldout: tokens(model, &heldout_files, cancel, status)? };
-    let mut trainer = match &plan.start {
-        Start::Resume(dir) => Trainer::resume(model, dir).with_context(|| format!("resuming from {}", dir.display()))?,
+    let r = &plan.recipe;
+    let (mut trainer, recipe, stages, stage, start, done) = match &plan.start {
+        Start::Resume(dir) => {
+            let mut t = Trainer::resume(model, dir).with_context(|| format!("resuming from {}", dir.display()))?;
+            let state = t.adapter.config.training.as_ref().and_then(|v| v.get("in_progress")).and_then(|v| serde_json::from_value::<RunState>(v.clone()).ok());
+            match state {
+                Some(s) if s.stage < s.stages.len() => {
+                    t.before = s.before;
+                    (t, s.recipe, s.stages, s.stage, s.start, s.done)
+                }
+                // A checkpoint from before recipes: one stage, its own options.
+                _ => {
+                    let stages = vec![Stage { name: "resumed".into(), opts: t.opts.clone() }];
+                    (t, None, stages, 0, serde_json::Value::Null, Vec::new())
+                }
+            }
+        }
         Start::From(dir) => {
-            let mut adapter = focus_core::Adapter::load(dir, &model.identity(), model.device()).with_context(|| format!("loading the initial adapter {}", dir.display()))?;
-            // Its measured results describe the initial weights, not the trained ones.
-            adapter.config.results = None;
-            Trainer::from_adapter(model, adapter, plan.opts.clone())?
+            let stages = fit_stages(model, r, status)?;
+            let adapter = focus_core::Adapter::load(dir, &model.identity(), model.device()).with_context(|| format!("loading the initial adapter {}", dir.display()))?;
+            // (Trainer::from_adapter drops the results it measured: they describe its start.)
+            let t = Trainer::from_adapter(model, adapter, stages[0].opts.clone()).with_context(|| format!("stage {}", stages[0].name))?;
+            (t, Some(r.name.clone()), stages, 0, serde_json::json!({ "init": dir.display().to_string() }), Vec::new())
         }
-        Start::New(spec, _) => Trainer::new(model, spec, plan.opts.clone())?,
+        Start::New => {
+            let stages = fit_stages(model, r, status)?;
+            let t = Trainer::new(model, &r.spec, stages[0].opts.clone()).with_context(|| format!("stage {}", stages[0].name))?;
+            let start = serde_json::json!({
+                "init": r.init.label(), "kmeans_init": r.init == Init::KMeans, "pca_init": matches!(r.init, Init::Pca | Init::PcaWhite),
+                "pca_whiten": r.init == Init::PcaWhite, "init_gain": r.init_gain, "input_scale": r.input_scale,
+            });
+            (t, Some(r.name.clone()), stages, 0, start, Vec::new())
+        }
     };
+    check_stages(model, &trainer.adapter, &stages[stage + 1..])?;
+    check_text(&data, &stages[stage..])?;
     trainer.keep_checkpoints = plan.keep_checkpoints;
-    if plan.input_scale && matches!(plan.start, Start::New(..)) {
-        status("scaling each router input channel to unit RMS".into());
-        trainer.init_input_scale(&data, 8)?;
-    }
-    match plan.start {
-        Start::New(_, Init::KMeans) => {
-            status("k-means initialisation of the centroids".into());
-            trainer.init_kmeans(&data, 8, 50)?
+    if matches!(plan.start, Start::New) {
+        if r.input_scale {
+            status("scaling each router input channel to unit RMS".into());
+            trainer.init_input_scale(&data, 8)?;
         }
-        Start::New(_, init @ (Init::Pca | Init::PcaWhite)) => {
-            let whiten = init == Init::PcaWhite;
-            status(format!("{}PCA initialisation of W_g, then k-means", if whiten { "whitened " } else { "" }));
-            trainer.init_pca(&data, 8, whiten, 50)?
+        match r.init {
+            Init::KMeans => {
+                status("k-means initialisation of the centroids".into());
+                trainer.init_kmeans(&data, 8, 50)?
+            }
+            Init::Pca | Init::PcaWhite => {
+                let whiten = r.init == Init::PcaWhite;
+                status(format!("{}PCA initialisation of W_g, then k-means", if whiten { "whitened " } else { "" }));
+                trainer.init_pca(&data, 8, whiten, 50)?
+            }
+            Init::Random => {}
         }
-        _ => {}
-    }
-    if plan.init_gain != 1.0 && matches!(plan.start, Start::New(..)) {
-        trainer.scale_projection(plan.init_gain)?;
+        if r.init_gain != 1.0 {
+            trainer.scale_projection(r.init_gain)?;
+        }
     }
     let probe_file = heldout_files[0].clone();
     trainer.probe = Some(focus_core::train::probe_passage(&focus_core::io::text::read_text(&probe_file)?).to_string());
-    Ok(Prepared { trainer, data, train_files, heldout_files, probe_file })
+    Ok(Prepared { trainer, data, train_files, heldout_files, probe_file, recipe, stages, stage, start, done })
 }
 
 /// How a run ended.
@@ -175,74 +493,131 @@ pub fn prepare<'m>(model: &'m Model, plan: &Plan, cancel: &dyn Fn() -> bool, sta
 pub struct Outcome {
     /// False: stopped early (the checkpoint of the last step is saved).
     pub finished: bool,
+    /// The run's step (over every stage).
     pub step: usize,
     pub figures: Figures,
 }
 
 impl Prepared<'_> {
-    /// What the run trains, in a line.
+    /// What the run trains: a line, then a line per stage.
     pub fn describe(&self) -> String {
         let (m, c) = (self.trainer.model.config(), &self.trainer.adapter.config);
-        format!(
-            "training {} layers x (W_g {}x{} + {} centroids) on {} tokens ({} files), held out {} tokens ({} files)",
-            m.n_layers, m.d_model, c.d_g, c.groups, self.data.train.len(), self.train_files.len(), self.data.heldout.len(), self.heldout_files.len()
-        )
+        let mut s = format!(
+            "training {} layers x (W_g {}x{} + {} centroids) on {} tokens ({} files), held out {} tokens ({} files); recipe {}, {} stage{}",
+            m.n_layers,
+            m.d_model,
+            c.d_g,
+            c.groups,
+            self.data.train.len(),
+            self.train_files.len(),
+            self.data.heldout.len(),
+            self.heldout_files.len(),
+            self.recipe.as_deref().unwrap_or("(none: a checkpoint from before recipes)"),
+            self.stages.len(),
+            if self.stages.len() == 1 { "" } else { "s" }
+        );
+        for i in 0..self.stages.len() {
+            s += &format!("\n  {}{}", self.stage_line(i), if i < self.stage { " (done)" } else { "" });
+        }
+        s
     }
 
-    /// Runs to the plan's last step, or until `stop` is set (a checkpoint is then saved):
-    /// every log row goes to OUT/train_log.jsonl and to `on_row` with the figures so far, and
-    /// each step's figures to `on_step`. A finished run's adapter, with its provenance, is
-    /// written to OUT.
+    /// "stage 2/3 balance: 1000 steps x 4 x 1024 tokens, ..."
+    pub fn stage_line(&self, i: usize) -> String {
+        format!("stage {}/{} {}: {}", i + 1, self.stages.len(), self.stages[i].name, self.stages[i].line())
+    }
+
+    /// Steps over every stage (as planned).
+    pub fn total_steps(&self) -> usize {
+        self.stages.iter().map(|s| s.opts.steps).sum()
+    }
+
+    /// Runs the stages to the last one's last step, or until `stop` is set (a checkpoint, which
+    /// records the stage, is then saved): each stage a fresh trainer on the adapter the one
+    /// before left (`Stage`). Every log row goes to OUT/train_log.jsonl with its stage's name and
+    /// to `on_row` with the figures so far, and each step's figures to `on_step`. A finished
+    /// run's adapter, with its provenance (`training.recipe`, `training.stages`), is written to
+    /// OUT. A whole-run time limit (`Plan::max_seconds`) that cuts a stage short makes it the
+    /// last.
     pub fn train(&mut self, plan: &Plan, stop: &AtomicBool, mut on_row: impl FnMut(&LogRow, &Figures), mut on_step: impl FnMut(&Figures)) -> Result<Outcome> {
         let out = &plan.out;
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         let log_path = out.join("train_log.jsonl");
         let mut log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).with_context(|| format!("opening {}", log_path.display()))?;
         let t0 = std::time::Instant::now();
-        let mut figures = Figures::new(&self.trainer);
-        let fig = std::cell::RefCell::new(&mut figures);
-        let trainer = &mut self.trainer;
-        let finished = trainer.run(
-            &self.data,
-            out,
-            Some(stop),
-            |row| {
-                fig.borrow_mut().update(row);
-                writeln!(log, "{}", serde_json::to_string(row)?).map_err(|e| focus_core::Error::io(&log_path, e))?;
-                on_row(row, &fig.borrow());
-                Ok(())
-            },
-            |step, loss| {
-                let mut f = fig.borrow_mut();
-                f.step = step;
-                f.loss = loss;
-                on_step(&f);
-            },
-        )?;
-        let step = self.trainer.step;
-        if finished {
-            let names = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
-            let t = &mut self.trainer;
-            let init = match &plan.start {
-                Start::From(p) => Some(p.display().to_string()),
-                _ => None,
-            };
-            t.adapter.config.training = Some(serde_json::json!({
-                "data": names(&self.train_files), "heldout": names(&self.heldout_files),
-                "steps": t.step, "seq_len": t.opts.seq_len, "batch": t.opts.batch,
-                "lr": t.opts.lr, "weight_decay": t.opts.weight_decay, "grad_clip": t.opts.grad_clip, "seed": t.opts.seed,
-                "tokens_seen": t.tokens_seen, "seconds_this_run": t0.elapsed().as_secs_f64(),
-                "device": plan.device, "time_limit_min": t.opts.max_seconds / 60.0, "heldout_ppl": figures.heldout_ppl, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
-                "sinkhorn_grad": t.opts.sinkhorn_grad, "cosine_decay": t.opts.cosine_decay,
-                "straight_through": t.opts.straight_through, "heldout_mode": t.eval_mode().to_string(),
-                "sharpen": t.opts.sharpen, "balance": t.opts.balance, "freeze_centroids": t.opts.freeze_centroids, "freeze_projection": t.opts.freeze_projection,
-                "init": init, "kmeans_init": matches!(plan.start, Start::New(_, Init::KMeans)),
-                "pca_init": matches!(plan.start, Start::New(_, Init::Pca | Init::PcaWhite)), "pca_whiten": matches!(plan.start, Start::New(_, Init::PcaWhite)), "init_gain": plan.init_gain,
-                "probe": self.probe_file.display().to_string(),
-            }));
-            t.adapter.save(out)?;
+        let mut figures = Figures::new(&self.trainer, self.total_steps());
+        loop {
+            let i = self.stage;
+            figures.stage = self.stage_line(i);
+            if plan.max_seconds > 0.0 {
+                // What is left of this invocation's budget (at least a step's worth of nothing).
+                self.trainer.opts.max_seconds = (plan.max_seconds - t0.elapsed().as_secs_f64()).max(1e-9);
+            }
+            // Checkpoints carry where the run is, for Start::Resume.
+            let state = RunState { recipe: self.recipe.clone(), stage: i, stages: self.stages.clone(), before: self.trainer.before, start: self.start.clone(), done: self.done.clone() };
+            self.trainer.adapter.config.training = Some(serde_json::json!({ "in_progress": state }));
+            let name = self.stages[i].name.clone();
+            let fig = std::cell::RefCell::new(&mut figures);
+            let finished = self.trainer.run(
+                &self.data,
+                out,
+                Some(stop),
+                |row| {
+                    fig.borrow_mut().update(row);
+                    let mut v = serde_json::to_value(row)?;
+                    v["stage"] = name.clone().into();
+                    writeln!(log, "{v}").map_err(|e| focus_core::Error::io(&log_path, e))?;
+                    on_row(row, &fig.borrow());
+                    Ok(())
+                },
+                |step, loss| {
+                    let mut f = fig.borrow_mut();
+                    f.step = step;
+                    f.loss = loss;
+                    on_step(&f);
+                },
+            )?;
+            let t = &self.trainer;
+            let step = t.before.steps + t.step;
+            if !finished {
+                return Ok(Outcome { finished, step, figures });
+            }
+            let mut record = serde_json::to_value(&self.stages[i])?;
+            record["done"] = serde_json::json!({
+                "steps": t.step, "tokens_seen": t.tokens_seen, "seconds": figures.seconds - t.before.seconds,
+                "heldout_ppl": figures.heldout_ppl, "heldout_mode": t.eval_mode().to_string(),
+            });
+            self.done.push(record);
+            let cut = t.step < self.stages[i].opts.steps;
+            if cut || i + 1 == self.stages.len() {
+                break;
+            }
+            // The next stage: a fresh trainer on this one's adapter (the old one goes).
+            let before = Before { steps: step, tokens: t.before.tokens + t.tokens_seen, seconds: figures.seconds };
+            let mut next = Trainer::from_adapter(t.model, t.adapter.clone(), self.stages[i + 1].opts.clone()).with_context(|| format!("stage {}", self.stages[i + 1].name))?;
+            next.before = before;
+            next.probe = t.probe.clone();
+            next.keep_checkpoints = t.keep_checkpoints;
+            self.trainer = next;
+            self.stage = i + 1;
         }
-        Ok(Outcome { finished, step, figures })
+        let names = |v: &[PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>();
+        let t = &mut self.trainer;
+        let step = t.before.steps + t.step;
+        let mut record = serde_json::json!({
+            "recipe": self.recipe, "stages": self.done,
+            "data": names(&self.train_files), "heldout": names(&self.heldout_files),
+            "steps": step, "tokens_seen": t.before.tokens + t.tokens_seen, "seconds_this_run": t0.elapsed().as_secs_f64(),
+            "device": plan.device, "time_limit_min": plan.max_seconds / 60.0, "heldout_ppl": figures.heldout_ppl,
+            "heldout_mode": t.eval_mode().to_string(), "optimizer": "AdamW(0.9, 0.999, 1e-8)",
+            "probe": self.probe_file.display().to_string(),
+        });
+        if let (Some(r), Some(s)) = (record.as_object_mut(), self.start.as_object()) {
+            r.extend(s.clone());
+        }
+        t.adapter.config.training = Some(record);
+        t.adapter.save(out)?;
+        Ok(Outcome { finished: true, step, figures })
     }
 }
 
@@ -269,15 +644,19 @@ pub struct Figures {
     pub nmi_ratio: Option<f64>,
     /// Seconds since the run started, at the last row.
     pub seconds: f64,
-    /// The step the run (re)started at and when the last row came.
+    /// The stage running, in a line (`Prepared::stage_line`).
+    pub stage: String,
+    /// The step and the seconds the run (re)started at.
     first_step: usize,
+    first_seconds: f64,
 }
 
 impl Figures {
-    pub fn new(t: &Trainer) -> Figures {
+    /// The figures of a run at `t`'s step, of `steps` in all (every stage).
+    pub fn new(t: &Trainer, steps: usize) -> Figures {
         Figures {
-            step: t.step,
-            steps: t.opts.steps,
+            step: t.before.steps + t.step,
+            steps,
             loss: f64::NAN,
             heldout_ppl: None,
             worst_dominance: None,
@@ -286,8 +665,10 @@ impl Figures {
             twin_median_nmi: None,
             twin: None,
             nmi_ratio: None,
-            seconds: 0.0,
-            first_step: t.step,
+            seconds: t.before.seconds,
+            stage: String::new(),
+            first_step: t.before.steps + t.step,
+            first_seconds: t.before.seconds,
         }
     }
 
@@ -321,7 +702,8 @@ impl Figures {
     /// Seconds left at the pace so far (None before the first step).
     pub fn seconds_left(&self) -> Option<f64> {
         let done = self.step.saturating_sub(self.first_step);
-        (done > 0 && self.seconds > 0.0).then(|| self.seconds / done as f64 * self.steps.saturating_sub(self.step) as f64)
+        let secs = self.seconds - self.first_seconds;
+        (done > 0 && secs > 0.0).then(|| secs / done as f64 * self.steps.saturating_sub(self.step) as f64)
     }
 
     /// The figures in a line: "loss 3.412 · held-out PPL 25.31 · worst dominance 0.310 (bar

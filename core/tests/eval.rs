@@ -71,3 +71,40 @@ fn bad_eval_files_are_named() -> TestResult {
     assert!(eval::load_truthfulqa(&q).unwrap_err().to_string().contains("one true answer"));
     Ok(())
 }
+
+/// The long-context cloze's construction on a small text: filler of stopwords (never a target)
+/// with names planted at known word positions. A name whose last earlier occurrence is at least
+/// half the item back and inside it is an item (Zebulon, Ashdown); one repeated within that
+/// distance (Quimby) or with its evidence beyond the item (Marchbank) is not, nor is any first
+/// occurrence. Every item fits the context, holds its evidence at least min_distance tokens
+/// back (checked by tokenising the item itself), never in its last 128 tokens, ends just before
+/// the target's later occurrence in the text, and the construction is deterministic.
+#[test]
+fn long_cloze_items_have_only_distant_evidence() -> TestResult {
+    let model = Model::load(&common::model_path(), &Device::Cpu)?;
+    let tok = model.tokenizer()?;
+    let filler = ["the", "and", "of", "was", "in", "it", "to", "he"];
+    let planted = [(300, "Zebulon"), (650, "Zebulon"), (700, "Quimby"), (760, "Quimby"), (800, "Marchbank"), (1000, "Ashdown"), (1300, "Ashdown"), (1500, "Marchbank")];
+    let words: Vec<&str> = (0..1600).map(|i| planted.iter().find(|p| p.0 == i).map_or(filler[i % filler.len()], |p| p.1)).collect();
+    let text = words.join(" ");
+    let spec = eval::LongCloze::new(512);
+    assert_eq!((spec.min_distance, eval::LONG_CLOZE_NEAR), (256, 128));
+    let items = eval::long_cloze_items(tok, &text, "small.txt", spec)?;
+    assert_eq!(items.iter().map(|i| i.target.as_str()).collect::<Vec<_>>(), ["Zebulon", "Ashdown"]);
+    assert_eq!(items, eval::long_cloze_items(tok, &text, "small.txt", spec)?, "deterministic");
+    for (it, at) in items.iter().zip([650, 1300]) {
+        // The item is the text up to just before the target's later occurrence.
+        assert!(text[..text.find(&format!(" {}", words[at..].join(" "))).unwrap()].ends_with(&it.context), "{}", it.target);
+        let enc = tok.encode(&it.context, false)?;
+        let total = enc.ids.len() + tok.encode(&format!(" {}", it.target), false)?.ids.len();
+        assert!(total <= spec.context && total > spec.context - 40, "{}: {total} tokens", it.target);
+        let at_byte = it.context.rfind(&it.target).unwrap();
+        let evidence = enc.offsets.partition_point(|o| o.1 <= at_byte);
+        let back = enc.ids.len() - evidence;
+        assert!(back >= spec.min_distance && back > eval::LONG_CLOZE_NEAR, "{}: evidence {back} tokens back", it.target);
+        assert!(it.distance.unwrap() >= back && it.source == "small.txt", "{it:?}");
+    }
+    // Too short a context for evidence that far back is refused.
+    assert!(eval::long_cloze_items(tok, &text, "small.txt", eval::LongCloze { context: 140, min_distance: 128, spacing: 1 }).is_err());
+    Ok(())
+}

@@ -167,7 +167,10 @@ fn the_train_view_keeps_its_run_with_its_model() -> TestResult {
         f.data = train.display().to_string();
         f.heldout = held.display().to_string();
         f.out = dir.path().join("run").display().to_string();
-        (f.groups, f.window, f.seq_len, f.batch, f.steps, f.eval_every, f.checkpoint_every, f.lr) = (4, 16, 64, 1, 2, 1, 1, 5e-2);
+        // One stage (the paper's recipe) of 2 steps, small.
+        f.recipe = focus_lens::training::Recipe::paper();
+        (f.recipe.spec.groups, f.recipe.spec.window) = (4, 16);
+        f.recipe.set_all(|o| (o.seq_len, o.batch, o.steps, o.eval_every, o.checkpoint_every, o.lr) = (64, 1, 2, 1, 1, 5e-2));
     }
     h.step();
     h.get_by_label("Start training").click();
@@ -248,14 +251,17 @@ fn views_remember_their_folders_and_the_train_form() {
     app.views.centroids.corpus = "/data/corpus".into();
     app.views.centroids.index_path = "/data/corpus.focus-index".into();
     app.views.train.form.data = "/data/train".into();
-    app.views.train.form.steps = 1234;
+    app.views.train.form.recipe.stages[1].opts.steps = 1234;
+    app.views.train.form.recipe.spec.lambda = 7.5;
     app.remember_views();
     // Through the settings' stored form (serde), as eframe keeps them.
     let stored: focus_lens::gui::state::Settings = serde_json::from_str(&serde_json::to_string(&app.settings).unwrap()).unwrap();
     let back = focus_lens::gui::FocusLensApp::new(stored);
     assert_eq!(back.views.files.export_folder.as_deref(), Some(dir.path()));
     assert_eq!((back.views.centroids.corpus.as_str(), back.views.centroids.index_path.as_str()), ("/data/corpus", "/data/corpus.focus-index"));
-    assert_eq!((back.views.train.form.data.as_str(), back.views.train.form.steps), ("/data/train", 1234));
+    assert_eq!((back.views.train.form.data.as_str(), back.views.train.form.recipe.stages[1].opts.steps), ("/data/train", 1234));
+    // The whole form, its recipe's stages and adapter shape included.
+    assert_eq!(back.views.train.form, app.views.train.form);
 }
 
 /// A model switch lets the old model go (issue 50: memory grew over switches, 1.47 GB -> 2.85 GB

@@ -81,8 +81,10 @@ fn start_watch_stop_and_open_a_checkpoint() -> TestResult {
     // A sequence inside the window: the trainer's own rule, said before anything runs.
     type_into(&mut h, "training text", &train.display().to_string(), |a| a.views.train.form.data.clear());
     {
-        let f = &mut h.state_mut().views.train.form;
-        (f.groups, f.window, f.seq_len, f.batch, f.steps, f.eval_every, f.checkpoint_every, f.lr) = (4, 16, 16, 1, 1000, 2, 2, 5e-2);
+        // The default recipe's stages, small and long, from random routers.
+        let r = &mut h.state_mut().views.train.form.recipe;
+        (r.spec.groups, r.spec.window, r.init) = (4, 16, focus_lens::training::Init::Random);
+        r.set_all(|o| (o.seq_len, o.batch, o.steps, o.eval_every, o.checkpoint_every, o.lr) = (16, 1, 1000, 2, 2, 5e-2));
     }
     h.get_by_label("Start training").click();
     h.step();
@@ -92,13 +94,12 @@ fn start_watch_stop_and_open_a_checkpoint() -> TestResult {
     assert!(h.state().views.train.run.is_none());
 
     // A small run: seq 64, K = 4, w = 16, evaluations and checkpoints every 2 steps.
-    h.state_mut().views.train.form.seq_len = 64;
+    let r = &mut h.state_mut().views.train.form.recipe;
     // The sharpening and balance terms [ours] reach the trainer (its checkpoint keeps its options).
-    h.state_mut().views.train.form.sharpen = 0.05;
-    h.state_mut().views.train.form.balance = 0.5;
+    r.set_all(|o| (o.seq_len, o.sharpen, o.balance) = (64, 0.05, 0.5));
     // So do the projection gain and the frozen projection [ours].
-    h.state_mut().views.train.form.init_gain = 0.5;
-    h.state_mut().views.train.form.freeze_projection = true;
+    r.init_gain = 0.5;
+    r.set_all(|o| o.freeze_projection = true);
     type_into(&mut h, "output folder", &out.display().to_string(), |a| a.views.train.form.out.clear());
     h.get_by_label("Start training").click();
     h.step();
@@ -117,6 +118,7 @@ fn start_watch_stop_and_open_a_checkpoint() -> TestResult {
         assert!(has(&h, "held-out PPL") && has(&h, "x twin") && has(&h, "worst dominance"), "the figures line");
     }
     assert!(has(&h, "training: step"), "progress with the step");
+    assert!(has(&h, "stage 1/3 train: 1000 steps x 1 x 64 tokens"), "the stage running");
     assert!(h.state().is_running(TaskKind::Train), "1000 steps: still running");
 
     // Stop: the run ends after its current step with a checkpoint.
@@ -168,5 +170,34 @@ fn start_watch_stop_and_open_a_checkpoint() -> TestResult {
         "the analysis routes with the checkpoint's weights"
     );
     assert!(has(&h, "step-000002"), "the menu bar names the checkpoint");
+    Ok(())
+}
+
+/// The Train view starts from the CLI's defaults: the recipe `focus-lens train` resolves with no
+/// option given (`shipped`, its stages and adapter shape), on the default model unchanged by
+/// the view's fitting; a recipe picked in the view replaces every value with that recipe's.
+#[test]
+fn the_train_views_defaults_are_the_clis() -> TestResult {
+    use clap::{Args as _, FromArgMatches};
+    use focus_lens::cli::train::Args;
+    let tmp = tempfile::tempdir()?;
+    let mut h = harness(settings(64), tmp.path());
+    settle(&mut h);
+    h.get_by_label("Train").click();
+    h.step();
+    let m = Args::augment_args(clap::Command::new("train")).try_get_matches_from(["train", "--data", "d", "--heldout", "h", "--out", "o"])?;
+    let cli = Args::from_arg_matches(&m)?.recipe()?;
+    assert_eq!(h.state().views.train.form.recipe, cli);
+    assert_eq!(cli, focus_lens::training::Recipe::shipped());
+    assert!(has(&h, "stage train") && has(&h, "stage long"), "the recipe's stages are shown");
+    // Picking `paper` gives the CLI's `--recipe paper`.
+    h.get_by_label("recipe").click();
+    h.step();
+    h.step();
+    h.get_by_label("paper").click();
+    h.step();
+    let m = Args::augment_args(clap::Command::new("train")).try_get_matches_from(["train", "--recipe", "paper", "--data", "d", "--heldout", "h", "--out", "o"])?;
+    assert_eq!(h.state().views.train.form.recipe, Args::from_arg_matches(&m)?.recipe()?);
+    assert!(!has(&h, "stage long"), "one stage");
     Ok(())
 }

@@ -225,59 +225,68 @@ pub fn print_json(v: &impl serde::Serialize) -> Result<()> {
 /// Adapter hyper-parameters shared by `adapter init` and `train`.
 #[derive(ClapArgs, Clone)]
 pub struct SpecArgs {
-    /// K, the number of groups per layer.
-    #[arg(long, default_value_t = 8, value_parser = count::<1, 64>)]
-    pub groups: usize,
-    /// Routing dimension d_g, 1..=4096.
-    #[arg(long, default_value_t = 16, value_parser = count::<1, 4096>)]
-    pub dg: usize,
-    /// Sinkhorn temperature, [1e-4, 1e4].
-    #[arg(long, default_value_t = 0.1, value_parser = temperature)]
-    pub tau: f64,
-    #[arg(long, default_value_t = 10, value_parser = count::<0, 1000>)]
-    pub sinkhorn_iters: usize,
-    /// Local window w (pairs with i - j <= w always attend), 0..=16777216.
-    #[arg(long, default_value_t = 128, value_parser = count::<0, 16777216>)]
-    pub window: usize,
-    #[arg(long, value_parser = ["paper", "log"], default_value = "log")]
-    pub gate: String,
-    #[arg(long, default_value_t = 10.0, value_parser = slope)]
-    pub lambda: f64,
-    /// Default k for hard top-k inference, 1..=K.
-    #[arg(long, default_value_t = 2, value_parser = count::<1, 64>)]
-    pub top_k: usize,
+    /// K, the number of groups per layer, 1..=64 [default: 8; `train`: the recipe's].
+    #[arg(long, value_parser = count::<1, 64>)]
+    pub groups: Option<usize>,
+    /// Routing dimension d_g, 1..=4096 [default: 16; `train`: the recipe's].
+    #[arg(long, value_parser = count::<1, 4096>)]
+    pub dg: Option<usize>,
+    /// Sinkhorn temperature, [1e-4, 1e4] [default: 0.1; `train`: the recipe's].
+    #[arg(long, value_parser = temperature)]
+    pub tau: Option<f64>,
+    /// Sinkhorn iterations, 0..=1000 [default: 10; `train`: the recipe's].
+    #[arg(long, value_parser = count::<0, 1000>)]
+    pub sinkhorn_iters: Option<usize>,
+    /// Local window w (pairs with i - j <= w always attend), 0..=16777216 [default: 128;
+    /// `train`: the recipe's].
+    #[arg(long, value_parser = count::<0, 16777216>)]
+    pub window: Option<usize>,
+    /// The distant-pair gate [default: log; `train`: the recipe's].
+    #[arg(long, value_parser = ["paper", "log"])]
+    pub gate: Option<String>,
+    /// The paper gate's slope [default: 10; `train`: the recipe's].
+    #[arg(long, value_parser = slope)]
+    pub lambda: Option<f64>,
+    /// Default k for hard top-k inference, 1..=K [default: 2; `train`: the recipe's].
+    #[arg(long, value_parser = count::<1, 64>)]
+    pub top_k: Option<usize>,
     #[arg(long)]
     pub causal_sinkhorn: bool,
     /// Router scores: `dot` (the paper's S = h W_g C^T) or `cosine` (unit-norm vectors and
-    /// centroids, so S / tau stays bounded and Sinkhorn keeps the groups balanced).
-    #[arg(long, value_parser = ["dot", "cosine"], default_value = "dot")]
-    pub score: String,
+    /// centroids, so S / tau stays bounded and Sinkhorn keeps the groups balanced) [default:
+    /// dot; `train`: the recipe's].
+    #[arg(long, value_parser = ["dot", "cosine"])]
+    pub score: Option<String>,
     /// On models with sliding-window layers (Gemma 2/3): route `all` layers (the Focus mask
-    /// composes with each sliding layer's window) or only the `global` ones.
-    #[arg(long, value_parser = ["all", "global"], default_value = "all")]
-    pub router_layers: String,
+    /// composes with each sliding layer's window) or only the `global` ones [default: all;
+    /// `train`: the recipe's].
+    #[arg(long, value_parser = ["all", "global"])]
+    pub router_layers: Option<String>,
     /// [ours] Attention sinks: the first N tokens of a sequence are always attendable by every
-    /// later query, like local pairs (0: none, the paper's mask).
-    #[arg(long, default_value_t = 0, value_parser = count::<0, 1024>)]
-    pub sink: usize,
+    /// later query, like local pairs (0: none, the paper's mask) [default: 0; `train`: the
+    /// recipe's].
+    #[arg(long, value_parser = count::<0, 1024>)]
+    pub sink: Option<usize>,
 }
 
 impl SpecArgs {
-    pub fn spec(&self) -> focus_core::AdapterSpec {
+    /// `base` with each value given replaced (`adapter init`: `AdapterSpec::default()`; `train`:
+    /// the recipe's).
+    pub fn spec(&self, base: focus_core::AdapterSpec) -> focus_core::AdapterSpec {
         focus_core::AdapterSpec {
-            groups: self.groups,
-            d_g: self.dg,
-            tau: self.tau,
-            sinkhorn_iters: self.sinkhorn_iters,
-            window: self.window,
-            gate: if self.gate == "paper" { focus_core::Gate::Paper } else { focus_core::Gate::Log },
-            lambda: self.lambda,
+            groups: self.groups.unwrap_or(base.groups),
+            d_g: self.dg.unwrap_or(base.d_g),
+            tau: self.tau.unwrap_or(base.tau),
+            sinkhorn_iters: self.sinkhorn_iters.unwrap_or(base.sinkhorn_iters),
+            window: self.window.unwrap_or(base.window),
+            gate: self.gate.as_deref().map_or(base.gate, |g| if g == "paper" { focus_core::Gate::Paper } else { focus_core::Gate::Log }),
+            lambda: self.lambda.unwrap_or(base.lambda),
             // Not clamped: a top_k above K is refused by the adapter check, with both named.
-            top_k: self.top_k,
-            causal_sinkhorn: self.causal_sinkhorn,
-            score: if self.score == "cosine" { focus_core::Score::Cosine } else { focus_core::Score::Dot },
-            router_layers: self.router_layers.parse().expect("clap checked the value"),
-            sink: self.sink,
+            top_k: self.top_k.unwrap_or(base.top_k),
+            causal_sinkhorn: self.causal_sinkhorn || base.causal_sinkhorn,
+            score: self.score.as_deref().map_or(base.score, |s| if s == "cosine" { focus_core::Score::Cosine } else { focus_core::Score::Dot }),
+            router_layers: self.router_layers.as_deref().map_or(base.router_layers, |r| r.parse().expect("clap checked the value")),
+            sink: self.sink.unwrap_or(base.sink),
         }
     }
 }

@@ -1,6 +1,7 @@
-//! `eval`: the zero-degradation suites (TruthfulQA multiple choice, last-word cloze), base
-//! model vs Focus in one run, with paired per-item agreement. The suites' data are built into the
-//! binary (`defaults`); `--truthfulqa` and `--cloze` read other files.
+//! `eval`: the zero-degradation suites (TruthfulQA multiple choice, last-word cloze, the
+//! long-context cloze), base model vs Focus in one run, with paired per-item agreement. The
+//! suites' data are built into the binary (`defaults`); `--truthfulqa`, `--cloze` and
+//! `--long-cloze-text` read other files.
 
 use super::common::{print_json, progress, FocusArgs, ModelArgs};
 use anyhow::{Context, Result};
@@ -13,6 +14,8 @@ use std::path::{Path, PathBuf};
 pub enum Suite {
     TruthfulqaMc,
     Cloze,
+    /// The long-context cloze: targets whose evidence is at least half of --long-ctx back.
+    LongCloze,
     All,
 }
 
@@ -32,6 +35,15 @@ pub struct Args {
     /// assets/eval/cloze_persuasion.jsonl, built into the binary].
     #[arg(long)]
     pub cloze: Option<PathBuf>,
+    /// Held-out texts the long-context cloze is built from (whole books, e.g. corpus/heldout/
+    /// of scripts/fetch_corpus.py) [default: the first 60,000 bytes of held-out *Persuasion*,
+    /// tests/fixtures/ppl_persuasion_60k.txt, built into the binary].
+    #[arg(long, num_args = 1..)]
+    pub long_cloze_text: Vec<PathBuf>,
+    /// Tokens of each long-context cloze item (context and target), at most the model's
+    /// context; the target's last earlier occurrence is at least half of it back.
+    #[arg(long, default_value_t = 4096, value_parser = super::common::count::<512, 1048576>)]
+    pub long_ctx: usize,
     /// Prepend the task's six-shot prefix to every TruthfulQA question (longer inputs, beyond
     /// the local window: Focus can change these scores).
     #[arg(long)]
@@ -84,6 +96,31 @@ pub fn run(a: Args) -> Result<()> {
             pb.finish_and_clear();
         }
     }
+    if matches!(a.suite, Suite::LongCloze | Suite::All) {
+        if a.long_ctx > model.config().context {
+            anyhow::bail!("--long-ctx {} exceeds the model's context, {}", a.long_ctx, model.config().context);
+        }
+        let tok = model.tokenizer()?;
+        let spec = eval::LongCloze::new(a.long_ctx);
+        let mut items = Vec::new();
+        if a.long_cloze_text.is_empty() {
+            items = eval::long_cloze_items(tok, defaults::LONG_CLOZE_TEXT, defaults::LONG_CLOZE_TEXT_NAME, spec)?;
+        }
+        for p in &a.long_cloze_text {
+            let text = focus_core::io::text::read_text(p)?;
+            let name = p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned());
+            items.extend(eval::long_cloze_items(tok, &text, &name, spec)?);
+        }
+        if items.is_empty() {
+            anyhow::bail!("no long-context cloze item of {} tokens in the text: give longer held-out books (--long-cloze-text) or a shorter --long-ctx", a.long_ctx);
+        }
+        let items = &items[..limit(items.len())];
+        for &m in &modes {
+            let pb = progress(items.len() as u64, &format!("long-cloze {m}"), a.json);
+            results.push(eval::long_cloze(&model, items, m, adapter.as_ref(), window, None, |d, _| pb.set_position(d as u64))?);
+            pb.finish_and_clear();
+        }
+    }
     let comparisons = against_base(&results);
     if a.json {
         return print_json(&serde_json::json!({
@@ -91,10 +128,10 @@ pub fn run(a: Args) -> Result<()> {
         }));
     }
     for r in &results {
-        let (acc, score) = if r.suite == "cloze" { ("accuracy", "mean target log-lik") } else { ("MC1", "MC2") };
+        let (acc, score) = if r.suite.ends_with("cloze") { ("accuracy", "mean target log-lik") } else { ("MC1", "MC2") };
         crate::outln!(
-            "{:<14} {:<8} {acc} {:.4}  {score} {:.4}  ({} items, {} within the window, max {} tokens, {:.1} s)",
-            r.suite, r.mode, r.accuracy, r.score, r.items, r.items_within_window, r.max_tokens, r.seconds
+            "{:<14} {:<8} {acc} {:.4} ± {:.4}  {score} {:.4} ± {:.4}  ({} items, {} within the window, max {} tokens, {:.1} s)",
+            r.suite, r.mode, r.accuracy, r.accuracy_se, r.score, r.score_se, r.items, r.items_within_window, r.max_tokens, r.seconds
         )?;
     }
     for c in &comparisons {

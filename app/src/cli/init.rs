@@ -19,8 +19,9 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let model = a.model.load()?;
-    let adapter = Adapter::random(&model.identity(), model.device(), &a.spec.spec(), a.seed)?;
+    let spec = a.spec.spec(focus_core::AdapterSpec::default());
+    let adapter = Adapter::random(&model.identity(), model.device(), &spec, a.seed)?;
     adapter.save(&a.out)?;
-    eprintln!("wrote a random K={} adapter for {} ({} layers) to {}", a.spec.groups, model.config().name, model.config().n_layers, a.out.display());
+    eprintln!("wrote a random K={} adapter for {} ({} layers) to {}", spec.groups, model.config().name, model.config().n_layers, a.out.display());
     Ok(())
 }

@@ -19,7 +19,7 @@ mod intervene;
 pub mod out;
 mod ppl;
 mod tokenize;
-mod train;
+pub mod train;
 
 use clap::{Parser, Subcommand};
 
@@ -66,7 +66,7 @@ enum Command {
     /// Zero-degradation suites (TruthfulQA MC, last-word cloze): base vs Focus.
     Eval(eval::Args),
     /// Train a centroid adapter (routers only; the base model stays frozen).
-    Train(train::Args),
+    Train(Box<train::Args>),
     /// Manage centroid adapters.
     Adapter {
         #[command(subcommand)]
@@ -115,7 +115,7 @@ pub fn run() -> anyhow::Result<()> {
         Command::Intervene(a) => intervene::run(a),
         Command::Index(a) => index::run(a),
         Command::Centroids(a) => index::centroids(a),
-        Command::Train(a) => train::run(a),
+        Command::Train(a) => train::run(*a),
         Command::Eval(a) => eval::run(a),
         Command::Adapter { command: AdapterCommand::Init(a) } => init::run(a),
         Command::Bench { command: BenchCommand::Forward(a) } => bench::forward(a),

@@ -31,7 +31,7 @@ pub enum TrainUpdate {
     /// Before the first step: what is being done.
     Status(String),
     /// A log row, the figures so far and the checkpoints on disk.
-    Row(Box<LogRow>, Figures, Vec<Checkpoint>),
+    Row(Box<LogRow>, Box<Figures>, Vec<Checkpoint>),
 }
 
 /// A checkpoint that opens as an adapter.
@@ -87,12 +87,12 @@ impl TrainJob {
         let mut prepared = training::prepare(&model, &self.plan, &stopped, &mut |s| status(s)).map_err(failed)?;
         status(format!("{}; step 0: evaluating the untrained routers (the twin)", prepared.describe()));
         let out = self.plan.out.clone();
-        let steps = self.plan.opts.steps;
+        let steps = prepared.total_steps();
         let outcome = prepared
             .train(
                 &self.plan,
                 &self.stop,
-                |row, f| interim(TrainUpdate::Row(Box::new(row.clone()), f.clone(), checkpoints(&out, None))),
+                |row, f| interim(TrainUpdate::Row(Box::new(row.clone()), Box::new(f.clone()), checkpoints(&out, None))),
                 |f| {
                     // The window closing cancels the task: the run stops as on Stop.
                     if h.cancelled() {

@@ -4,19 +4,21 @@
 //! the untrained twin over time), stop it (the checkpoint of its last step is kept), and open
 //! any checkpoint as the app's adapter (the same path as File > Open adapter).
 //!
-//! The settings are the view's own (not persisted); defaults are the CLI's, fitted to the
-//! loaded model's context. Start checks them as the trainer does (`Trainer::new` on the loaded
-//! model), so that a bad setting is one error under the button rather than a failed run.
+//! The settings are the view's own (remembered between runs of the app); they start as the
+//! CLI's default recipe (`training::Recipe`, stages and all), with the window fitted to the
+//! loaded model's context. Start checks every stage as the run does (`training::check_stages`
+//! on the loaded model), so that a bad setting is one error under the button rather than a
+//! failed run.
 
 use super::view::{Command, View, ViewCtx};
 use crate::gui::jobs::train::{duration, Checkpoint, TrainEnd, TrainJob, TrainUpdate};
 use crate::gui::state::{DeviceChoice, InputKind, Setting, Tab};
 use crate::gui::worker::TaskKind;
-use crate::training::{self, Figures, Init, Plan, Start};
+use crate::training::{self, Figures, Init, Plan, Recipe, Start};
 use egui::Color32;
 use egui_plot::{Bar, BarChart, HLine, Legend, Line, Plot, PlotPoints, Points};
-use focus_core::train::{LogRow, TrainOptions, Trainer};
-use focus_core::{AdapterSpec, Gate};
+use focus_core::train::LogRow;
+use focus_core::Gate;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -33,88 +35,22 @@ pub struct TrainForm {
     pub heldout: String,
     /// Empty: a new folder under the cache's `runs/`.
     pub out: String,
-    pub groups: usize,
-    pub window: usize,
-    pub sink: usize,
-    pub gate: Gate,
-    pub init: Init,
-    /// [ours] `Plan::input_scale`.
-    pub input_scale: bool,
-    /// [ours] `Plan::init_gain` (1 = as initialised) and `TrainOptions::freeze_projection`.
-    pub init_gain: f64,
-    pub freeze_projection: bool,
-    /// [ours] `TrainOptions::sharpen` and `TrainOptions::balance` (0 = the paper's loss).
-    pub sharpen: f64,
-    pub balance: f64,
-    pub steps: usize,
-    pub lr: f64,
-    pub seq_len: usize,
-    pub batch: usize,
-    pub eval_every: usize,
-    pub checkpoint_every: usize,
+    /// The recipe as edited: it starts as `Recipe::default()`, the CLI's default, and a recipe
+    /// picked replaces every value (the CLI's `--recipe`).
+    pub recipe: Recipe,
     pub device: DeviceChoice,
 }
 
 impl Default for TrainForm {
-    /// The CLI's defaults, with the shipped corpus (when fetched) as training and held-out text.
+    /// The CLI's defaults (its recipe), with the shipped corpus (when fetched) as training and
+    /// held-out text.
     fn default() -> Self {
         let corpus = crate::defaults::cache_dir().join("corpus");
         let dir = |name: &str| {
             let p = corpus.join(name);
             if p.is_dir() { p.display().to_string() } else { String::new() }
         };
-        TrainForm {
-            data: dir("train"),
-            heldout: dir("heldout"),
-            out: String::new(),
-            groups: 8,
-            window: 128,
-            sink: 0,
-            gate: Gate::Log,
-            init: Init::Random,
-            input_scale: false,
-            init_gain: 1.0,
-            freeze_projection: false,
-            sharpen: 0.0,
-            balance: 0.0,
-            steps: 1000,
-            lr: 1e-2,
-            seq_len: 512,
-            batch: 4,
-            eval_every: 100,
-            checkpoint_every: 200,
-            device: DeviceChoice::Cpu,
-        }
-    }
-}
-
-impl TrainForm {
-    /// The adapter's shape: the CLI's defaults with the form's K, window, sink and gate.
-    pub fn spec(&self) -> AdapterSpec {
-        AdapterSpec { groups: self.groups, window: self.window, sink: self.sink, gate: self.gate, top_k: 2.min(self.groups), ..Default::default() }
-    }
-
-    pub fn options(&self) -> TrainOptions {
-        TrainOptions {
-            steps: self.steps,
-            seq_len: self.seq_len,
-            batch: self.batch,
-            lr: self.lr,
-            weight_decay: 0.0,
-            seed: 0,
-            eval_every: self.eval_every,
-            eval_seqs: 8,
-            checkpoint_every: self.checkpoint_every,
-            max_seconds: 0.0,
-            sinkhorn_grad: Default::default(),
-            cosine_decay: false,
-            straight_through: None,
-            grad_clip: 0.0,
-            freeze_centroids: false,
-            freeze_projection: self.freeze_projection,
-            sharpen: self.sharpen,
-            balance: self.balance,
-        }
+        TrainForm { data: dir("train"), heldout: dir("heldout"), out: String::new(), recipe: Recipe::default(), device: DeviceChoice::Cpu }
     }
 }
 
@@ -220,8 +156,8 @@ impl TrainView {
         }
     }
 
-    /// Fits the defaults to a newly loaded model: the sequence within its context, the window
-    /// within the sequence, the device it is on.
+    /// Fits the form to a newly loaded model: the window within the shortest stage's sequence
+    /// (as the run caps it at the context), the device it is on.
     fn fit(&mut self, cx: &ViewCtx) {
         let Some(m) = cx.session.model.as_ref() else { return };
         if self.fitted_to == Some(m.gen) {
@@ -229,8 +165,10 @@ impl TrainView {
         }
         self.fitted_to = Some(m.gen);
         let f = &mut self.form;
-        f.seq_len = f.seq_len.min(m.model.config().context);
-        f.window = f.window.min(f.seq_len / 4);
+        let context = m.model.config().context;
+        if let Some(seq) = f.recipe.stages.iter().map(|s| s.opts.seq_len.min(context)).min() {
+            f.recipe.spec.window = f.recipe.spec.window.min(seq / 4);
+        }
         f.device = m.device;
     }
 
@@ -251,8 +189,14 @@ impl TrainView {
         if data == heldout {
             return Err("the held-out text must not be the training text: choose another folder".into());
         }
-        // The trainer's own checks (sequence length against the context and the window, K).
-        Trainer::new(&m.model, &f.spec(), f.options()).map_err(|e| e.to_string())?;
+        let mut recipe = f.recipe.clone();
+        // The default k of top-k inference within a K picked below it.
+        recipe.spec.top_k = recipe.spec.top_k.min(recipe.spec.groups);
+        // The run's own checks, every stage (sequence length against the context and the
+        // window, memory, K), on a random adapter of the recipe's shape.
+        let stages = training::fit_stages(&m.model, &recipe, &mut |_| {}).map_err(|e| format!("{e:#}"))?;
+        let adapter = focus_core::Adapter::random(&m.model.identity(), m.model.device(), &recipe.spec, 0).map_err(|e| e.to_string())?;
+        training::check_stages(&m.model, &adapter, &stages).map_err(|e| format!("{e:#}"))?;
         let out = match f.out.trim() {
             "" => {
                 let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis());
@@ -266,11 +210,10 @@ impl TrainView {
         let plan = Plan {
             data: vec![data],
             heldout: vec![heldout],
-            start: Start::New(f.spec(), f.init),
-            opts: f.options(),
+            start: Start::New,
+            recipe,
+            max_seconds: 0.0,
             out,
-            input_scale: f.input_scale,
-            init_gain: f.init_gain,
             keep_checkpoints: true,
             device: f.device.label().to_string(),
         };
@@ -296,33 +239,63 @@ impl TrainView {
                     ui.radio_value(&mut f.device, d, d.label());
                 }
             });
+            let r = &mut f.recipe;
             ui.horizontal_wrapped(|ui| {
-                ui.add(egui::DragValue::new(&mut f.groups).range(1..=64).prefix("K ")).on_hover_text("groups (centroids) per layer");
-                ui.add(egui::DragValue::new(&mut f.window).range(0..=1 << 20).prefix("window ")).on_hover_text("local window w: pairs with i - j <= w always attend");
-                ui.add(egui::DragValue::new(&mut f.sink).range(0..=1024).prefix("sink ")).on_hover_text("[ours] the first N tokens are always attendable");
-                egui::ComboBox::from_id_salt("train_gate").selected_text(format!("gate {}", gate_label(f.gate))).show_ui(ui, |ui| {
-                    ui.selectable_value(&mut f.gate, Gate::Log, "log");
-                    ui.selectable_value(&mut f.gate, Gate::Paper, "paper");
+                egui::ComboBox::from_label("recipe").selected_text(r.name.clone()).show_ui(ui, |ui| {
+                    for name in training::RECIPES {
+                        if ui.selectable_label(r.name == name, name).clicked() && r.name != name {
+                            *r = Recipe::named(name).expect("a listed recipe");
+                        }
+                    }
+                })
+                .response
+                .on_hover_text("the values below start from this recipe (the CLI's --recipe): shipped, how the shipped SmolLM2 adapters were trained; paper, the paper's setting");
+                let s = &mut r.spec;
+                ui.add(egui::DragValue::new(&mut s.groups).range(1..=64).prefix("K ")).on_hover_text("groups (centroids) per layer");
+                ui.add(egui::DragValue::new(&mut s.window).range(0..=1 << 20).prefix("window ")).on_hover_text("local window w: pairs with i - j <= w always attend");
+                ui.add(egui::DragValue::new(&mut s.sink).range(0..=1024).prefix("sink ")).on_hover_text("[ours] the first N tokens are always attendable");
+                egui::ComboBox::from_id_salt("train_gate").selected_text(format!("gate {}", gate_label(s.gate))).show_ui(ui, |ui| {
+                    ui.selectable_value(&mut s.gate, Gate::Log, "log");
+                    ui.selectable_value(&mut s.gate, Gate::Paper, "paper");
                 });
-                egui::ComboBox::from_id_salt("train_init").selected_text(format!("init {}", f.init.label())).show_ui(ui, |ui| {
+                if s.gate == Gate::Paper {
+                    ui.add(egui::DragValue::new(&mut s.lambda).range(0.0..=1e6).speed(0.1).prefix("lambda ")).on_hover_text("the paper gate's slope");
+                }
+                egui::ComboBox::from_id_salt("train_init").selected_text(format!("init {}", r.init.label())).show_ui(ui, |ui| {
                     for i in Init::ALL {
-                        ui.selectable_value(&mut f.init, i, i.label());
+                        ui.selectable_value(&mut r.init, i, i.label());
                     }
                 });
-                ui.checkbox(&mut f.input_scale, "scale input").on_hover_text("[ours] each channel of the router's input scaled to unit RMS first (models with huge hidden-state channels, e.g. Gemma 3)");
-                ui.add(egui::DragValue::new(&mut f.init_gain).range(1e-3..=100.0).speed(1e-3).max_decimals(3).prefix("W_g gain "))
+                ui.checkbox(&mut r.input_scale, "scale input").on_hover_text("[ours] each channel of the router's input scaled to unit RMS first (models with huge hidden-state channels, e.g. Gemma 3)");
+                ui.add(egui::DragValue::new(&mut r.init_gain).range(1e-3..=100.0).speed(1e-3).max_decimals(3).prefix("W_g gain "))
                     .on_hover_text("[ours] W_g times this after the initialisation: softer memberships with the same top groups (Gemma 3's PCA-initialised routers train from 0.033)");
-                ui.checkbox(&mut f.freeze_projection, "freeze W_g").on_hover_text("[ours] train the centroids only: W_g stays at its initial directions");
-                ui.add(egui::DragValue::new(&mut f.sharpen).range(0.0..=10.0).speed(1e-3).max_decimals(3).prefix("sharpen ")).on_hover_text("[ours] weight of the memberships' mean row entropy in the loss (the shipped SmolLM2 adapters: 0.05)");
-                ui.add(egui::DragValue::new(&mut f.balance).range(0.0..=100.0).speed(1e-2).max_decimals(3).prefix("balance ")).on_hover_text("[ours] weight of the top-group balance term, K * sum of squared top-group shares - 1, in the loss");
+                // Values every stage shares: shown as the first stage's, set in all of them.
+                let mut frozen = r.stages.first().is_some_and(|s| s.opts.freeze_projection);
+                if ui.checkbox(&mut frozen, "freeze W_g").on_hover_text("[ours] train the centroids only: W_g stays at its initial directions").changed() {
+                    r.set_all(|o| o.freeze_projection = frozen);
+                }
             });
+            for st in r.stages.iter_mut() {
+                let o = &mut st.opts;
+                ui.horizontal_wrapped(|ui| {
+                    ui.label(format!("stage {}", st.name)).on_hover_text("each stage trains on the adapter the one before left, with a fresh optimiser and its own learning-rate schedule");
+                    ui.add(egui::DragValue::new(&mut o.steps).range(1..=10_000_000).prefix("steps "));
+                    ui.add(egui::DragValue::new(&mut o.lr).range(1e-6..=10.0).speed(1e-4).max_decimals(5).prefix("lr ")).on_hover_text("AdamW learning rate");
+                    ui.checkbox(&mut o.cosine_decay, "cosine").on_hover_text("the learning rate decays along a cosine to lr/10 at the stage's last step");
+                    ui.add(egui::DragValue::new(&mut o.seq_len).range(2..=1 << 20).prefix("seq len ")).on_hover_text("tokens per training sequence (capped at the model's context)");
+                    ui.add(egui::DragValue::new(&mut o.batch).range(1..=4096).prefix("batch "));
+                    ui.add(egui::DragValue::new(&mut o.sharpen).range(0.0..=10.0).speed(1e-3).max_decimals(3).prefix("sharpen ")).on_hover_text("[ours] weight of the memberships' mean row entropy in the loss (the shipped SmolLM2 adapters: 0.05)");
+                    ui.add(egui::DragValue::new(&mut o.balance).range(0.0..=100.0).speed(1e-2).max_decimals(3).prefix("balance ")).on_hover_text("[ours] weight of the top-group balance term, K * sum of squared top-group shares - 1, in the loss");
+                });
+            }
             ui.horizontal_wrapped(|ui| {
-                ui.add(egui::DragValue::new(&mut f.steps).range(1..=10_000_000).prefix("steps "));
-                ui.add(egui::DragValue::new(&mut f.lr).range(1e-6..=10.0).speed(1e-4).max_decimals(5).prefix("lr ")).on_hover_text("AdamW learning rate");
-                ui.add(egui::DragValue::new(&mut f.seq_len).range(2..=1 << 20).prefix("seq len ")).on_hover_text("tokens per training sequence");
-                ui.add(egui::DragValue::new(&mut f.batch).range(1..=4096).prefix("batch "));
-                ui.add(egui::DragValue::new(&mut f.eval_every).range(1..=10_000_000).prefix("evaluate every ")).on_hover_text("held-out perplexity, dominance and structure every this many steps");
-                ui.add(egui::DragValue::new(&mut f.checkpoint_every).range(1..=10_000_000).prefix("checkpoint every "));
+                let (mut every, mut ckpt) = r.stages.first().map_or((100, 200), |s| (s.opts.eval_every, s.opts.checkpoint_every));
+                if ui.add(egui::DragValue::new(&mut every).range(1..=10_000_000).prefix("evaluate every ")).on_hover_text("held-out perplexity, dominance and structure every this many steps of a stage").changed() {
+                    r.set_all(|o| o.eval_every = every);
+                }
+                if ui.add(egui::DragValue::new(&mut ckpt).range(1..=10_000_000).prefix("checkpoint every ")).changed() {
+                    r.set_all(|o| o.checkpoint_every = ckpt);
+                }
             });
         });
     }
@@ -347,6 +320,7 @@ impl TrainView {
         }
         if let Some(f) = &run.figures {
             ui.label(format!("step {} of {}: {}", f.step, f.steps, f.line()));
+            ui.weak(&f.stage);
         }
     }
 

@@ -116,8 +116,9 @@ pub struct AdapterConfig {
     pub results: Option<serde_json::Value>,
 }
 
-/// The hyper-parameters a user picks; everything else comes from the model.
-#[derive(Debug, Clone)]
+/// The hyper-parameters a user picks; everything else comes from the model. Serialisable so
+/// that a training recipe (the app's `training::Recipe`) can be recorded and remembered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AdapterSpec {
     pub groups: usize,
     pub d_g: usize,

@@ -20,5 +20,5 @@ mod trainer;
 mod weights;
 
 pub use step::{forward, TrainPath};
-pub use trainer::{checkpoint_dir, probe_from_books, probe_passage, sharpening_term, top_group_balance_term, LayerCategories, BALANCE_TEMPERATURE, LogRow, RouterSize, TrainData, TrainKernels, TrainOptions, Trainer, PROBE_BYTES, PURE_MIN_TOKENS};
+pub use trainer::{checkpoint_dir, Before, probe_from_books, probe_passage, sharpening_term, top_group_balance_term, LayerCategories, BALANCE_TEMPERATURE, LogRow, RouterSize, TrainData, TrainKernels, TrainOptions, Trainer, PROBE_BYTES, PURE_MIN_TOKENS};
 pub use weights::TrainWeights;

@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TrainOptions {
     pub steps: usize,
     pub seq_len: usize,
@@ -312,6 +312,20 @@ pub struct Trainer<'m> {
     /// Besides `OUT/checkpoint` (overwritten, for `resume`), keep every checkpoint's adapter in
     /// `OUT/checkpoints/step-NNNNNN` (`checkpoint_dir`), so that any of them can be opened later.
     pub keep_checkpoints: bool,
+    /// The stages of the same run before this trainer's (`Before`); zero for a run of one.
+    pub before: Before,
+}
+
+/// Where a trainer's stage starts within a run of several (the app's recipe stages, each a
+/// fresh `Trainer::from_adapter` of the last one's adapter): the steps, tokens and seconds of the
+/// stages before it. Log rows, `run`'s progress and kept checkpoints count from there, so that
+/// they number the whole run; the learning-rate schedule and the batches count from the stage's
+/// own start (`Trainer::step`), as a run of that stage alone would.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Before {
+    pub steps: usize,
+    pub tokens: usize,
+    pub seconds: f64,
 }
 
 /// Where `Trainer::run` keeps the adapter of the checkpoint at `step` (with `keep_checkpoints`).
@@ -405,7 +419,7 @@ impl<'m> Trainer<'m> {
             vars.push(c);
         }
         let opt = AdamW::new(&vars)?;
-        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), straight_through, weights: None, probe: None, grad_norm: f64::NAN, keep_checkpoints: false })
+        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), straight_through, weights: None, probe: None, grad_norm: f64::NAN, keep_checkpoints: false, before: Before::default() })
     }
 
     /// Continues from a checkpoint directory written by `save_checkpoint`.
@@ -840,11 +854,11 @@ impl<'m> Trainer<'m> {
             None => (None, None),
         };
         Ok(LogRow {
-            step: self.step,
+            step: self.before.steps + self.step,
             loss,
             train_ppl: loss.exp(),
-            tokens_seen: self.tokens_seen,
-            seconds,
+            tokens_seen: self.before.tokens + self.tokens_seen,
+            seconds: self.before.seconds + seconds,
             heldout_ppl: Some(ppl),
             dominance: Some(dom),
             group_mass: Some(mass),
@@ -860,13 +874,13 @@ impl<'m> Trainer<'m> {
     fn checkpoint(&self, out: &Path) -> Result<()> {
         self.save_checkpoint(&out.join("checkpoint"))?;
         if self.keep_checkpoints {
-            self.adapter.save(&checkpoint_dir(out, self.step))?;
+            self.adapter.save(&checkpoint_dir(out, self.before.steps + self.step))?;
         }
         Ok(())
     }
 
-    /// Runs to `opts.steps`, calling `log` for every row and `progress(step)`. Stops early,
-    /// after saving a checkpoint, when `stop` is set.
+    /// Runs to `opts.steps`, calling `log` for every row and `progress(step)` (rows and steps
+    /// counted from `before`). Stops early, after saving a checkpoint, when `stop` is set.
     pub fn run(
         &mut self,
         data: &TrainData,
@@ -897,10 +911,10 @@ impl<'m> Trainer<'m> {
             let row = if eval_now {
                 self.evaluation_row(data, loss, seconds)?
             } else {
-                LogRow { step: self.step, loss, train_ppl: loss.exp(), tokens_seen: self.tokens_seen, seconds, heldout_ppl: None, dominance: None, group_mass: None, categories: None, structure: None, routers: None, grad_norm: Some(self.grad_norm) }
+                LogRow { step: self.before.steps + self.step, loss, train_ppl: loss.exp(), tokens_seen: self.before.tokens + self.tokens_seen, seconds: self.before.seconds + seconds, heldout_ppl: None, dominance: None, group_mass: None, categories: None, structure: None, routers: None, grad_norm: Some(self.grad_norm) }
             };
             log(&row)?;
-            progress(self.step, loss);
+            progress(self.before.steps + self.step, loss);
             if self.opts.checkpoint_every > 0 && self.step.is_multiple_of(self.opts.checkpoint_every) {
                 self.checkpoint(out)?;
             }
