@@ -109,13 +109,15 @@ struct BenchWeight {
 /// `bench matmul`: one layer's projections and the LM head of a GGUF model (or random weights
 /// of `--shapes` in each of `--types`), timed alternately in one run five ways, each over the
 /// same X of `--tokens` rows: candle's QMatMul on the quantized tensor; candle's f32 matmul with
-/// the dequantized weight; `qmatmul` (the blocks dequantized into cache-resident f32 panels fed
-/// to gemm's f32 kernel: the float types' prefill product); the integer route (llama.cpp's: X
+/// the dequantized weight; `qmatmul` (the blocks dequantized into cache-resident f32 panels: the
+/// exact prefill product) with each f32 kernel, the gemm crate's and ours on AVX-512F (where the
+/// CPU has it); the integer route (llama.cpp's: X
 /// quantized to Q8_0, or Q8_K for K-quants, integer dot products; block types only; the time
 /// includes quantizing X) on the VNNI panels (`qmatmul_int8`) and on the AMX tiles (`qmatmul_amx`, where the CPU has
 /// them); and, with `--tokens 1`, the one-row kernels: `QMatrix::times` (exact f32) and
 /// `qmatvec_int8` (the integer route's).
 pub fn matmul(a: MatmulArgs) -> Result<()> {
+    use focus_core::model::qmatmul::F32Kernel;
     use focus_core::model::{int8, qmatmul, qmatmul_amx, qmatmul_int8, qmatvec_int8};
     let dev = candle_core::Device::Cpu;
     let mut weights = Vec::new();
@@ -146,9 +148,10 @@ pub fn matmul(a: MatmulArgs) -> Result<()> {
     }
     let x = |inp: usize| Tensor::randn(0f32, 1.0, (a.tokens, inp), &dev);
     let mut rows = Vec::new();
-    const WAYS: [&str; 7] = ["candle_quantized", "candle_f32", "panels", "int8", "amx", "one_row", "one_row_int8"];
-    let mut total = [0.0f64; 7];
+    const WAYS: [&str; 8] = ["candle_quantized", "candle_f32", "panels_gemm", "panels_avx512", "int8", "amx", "one_row", "one_row_int8"];
+    let mut total = [0.0f64; 8];
     let amx = qmatmul_amx::available();
+    let avx512 = focus_core::model::qmatmul_avx512::supported();
     for bw in weights {
         let dtype = format!("{:?}", bw.qt.dtype());
         let (out, inp) = (bw.blocks.rows, bw.blocks.cols);
@@ -160,46 +163,49 @@ pub fn matmul(a: MatmulArgs) -> Result<()> {
         let int8 = qmatmul_int8::supports(bw.blocks.ty);
         let one_row = a.tokens == 1;
         let mut y = vec![0f32; a.tokens * out];
-        let mut times: [Vec<f64>; 7] = Default::default();
+        let mut times: [Vec<f64>; 8] = Default::default();
         for rep in 0..=a.repeats {
-            let mut t = [f64::NAN; 7];
+            let mut t = [f64::NAN; 8];
             let t0 = Instant::now();
             qm.forward(&x)?;
             t[0] = t0.elapsed().as_secs_f64();
             let t0 = Instant::now();
             let yf = x.matmul(&wt)?;
             t[1] = t0.elapsed().as_secs_f64();
-            let t0 = Instant::now();
-            qmatmul::matmul(&bw.blocks, &xv, a.tokens, &mut y);
-            t[2] = t0.elapsed().as_secs_f64();
-            if rep == 0 {
-                // The panels' product is the f32 one up to the order of summation.
-                let y_ref = yf.flatten_all()?.to_vec1::<f32>()?;
-                let err = y.iter().zip(&y_ref).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                let mag = y_ref.iter().map(|v| v.abs()).fold(0f32, f32::max);
-                anyhow::ensure!(err <= 1e-4 * mag.max(1e-6), "{}: panels differ from candle's f32 product by {err} (max |y| {mag})", bw.name);
+            let kernels = if avx512 { &[F32Kernel::Gemm, F32Kernel::Avx512][..] } else { &[F32Kernel::Gemm] };
+            for (j, &kernel) in kernels.iter().enumerate() {
+                let t0 = Instant::now();
+                qmatmul::matmul_by(&bw.blocks, &xv, a.tokens, &mut y, kernel);
+                t[2 + j] = t0.elapsed().as_secs_f64();
+                if rep == 0 {
+                    // The panels' product is the f32 one up to the order of summation.
+                    let y_ref = yf.flatten_all()?.to_vec1::<f32>()?;
+                    let err = y.iter().zip(&y_ref).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                    let mag = y_ref.iter().map(|v| v.abs()).fold(0f32, f32::max);
+                    anyhow::ensure!(err <= 1e-4 * mag.max(1e-6), "{}: panels ({kernel:?}) differ from candle's f32 product by {err} (max |y| {mag})", bw.name);
+                }
             }
             if int8 {
                 let t0 = Instant::now();
                 let xq = qmatmul_int8::Q8Rows::quantize_for(bw.blocks.ty, &xv, a.tokens, inp);
                 int8::matmul(&bw.blocks, &xq, &mut y);
-                t[3] = t0.elapsed().as_secs_f64();
+                t[4] = t0.elapsed().as_secs_f64();
                 if amx {
                     let t0 = Instant::now();
                     let xq = qmatmul_int8::Q8Rows::quantize_for(bw.blocks.ty, &xv, a.tokens, inp);
                     qmatmul_amx::matmul(&bw.blocks, &xq, &mut y);
-                    t[4] = t0.elapsed().as_secs_f64();
+                    t[5] = t0.elapsed().as_secs_f64();
                 }
             }
             if one_row {
                 let t0 = Instant::now();
                 bw.blocks.times(&xv, &mut y);
-                t[5] = t0.elapsed().as_secs_f64();
+                t[6] = t0.elapsed().as_secs_f64();
                 if int8 {
                     let t0 = Instant::now();
                     let xq = qmatmul_int8::Q8Rows::quantize_for(bw.blocks.ty, &xv, 1, inp);
                     qmatvec_int8::times(&bw.blocks, &xq, &mut y);
-                    t[6] = t0.elapsed().as_secs_f64();
+                    t[7] = t0.elapsed().as_secs_f64();
                 }
             }
             if rep > 0 {
@@ -218,16 +224,16 @@ pub fn matmul(a: MatmulArgs) -> Result<()> {
         if !a.json {
             let ms = |m: f64| if m.is_nan() { "       -".to_string() } else { format!("{:>8.3}", m * 1e3) };
             eprintln!(
-                "{:<26} {dtype:>5} {out:>6}x{inp:<6} ms: candle quantized {}  candle f32 {}  panels {}  int8 vnni {}  int8 amx {}  one-row f32 {}  one-row int8 {}",
-                bw.name, ms(med[0]), ms(med[1]), ms(med[2]), ms(med[3]), ms(med[4]), ms(med[5]), ms(med[6])
+                "{:<26} {dtype:>5} {out:>6}x{inp:<6} ms: candle quantized {}  candle f32 {}  panels gemm {}  panels avx512 {}  int8 vnni {}  int8 amx {}  one-row f32 {}  one-row int8 {}",
+                bw.name, ms(med[0]), ms(med[1]), ms(med[2]), ms(med[3]), ms(med[4]), ms(med[5]), ms(med[6]), ms(med[7])
             );
         }
     }
     if !a.json {
         let ms = |m: f64| if m.is_nan() { "-".to_string() } else { format!("{:.2} ms", m * 1e3) };
         eprintln!(
-            "all, {} token(s), {} thread(s): candle quantized {}, candle f32 {}, panels {}, int8 vnni {}, int8 amx {}, one-row f32 {}, one-row int8 {}",
-            a.tokens, rayon::current_num_threads(), ms(total[0]), ms(total[1]), ms(total[2]), ms(total[3]), ms(total[4]), ms(total[5]), ms(total[6])
+            "all, {} token(s), {} thread(s): candle quantized {}, candle f32 {}, panels gemm {}, panels avx512 {}, int8 vnni {}, int8 amx {}, one-row f32 {}, one-row int8 {}",
+            a.tokens, rayon::current_num_threads(), ms(total[0]), ms(total[1]), ms(total[2]), ms(total[3]), ms(total[4]), ms(total[5]), ms(total[6]), ms(total[7])
         );
     } else {
         let mut report = serde_json::json!({"bench": "matmul", "tokens": a.tokens, "threads": rayon::current_num_threads(), "rows": rows});

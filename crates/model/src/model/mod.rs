@@ -6,7 +6,8 @@
 //! projection over it), `step` and `fused` (a generation step's forward, and its fused form on a GPU),
 //! `matvec` / `qmatvec` (one-row products, plain and over GGUF blocks of every storage type,
 //! which `qmatvec` dequantizes; `row_pool` the threads they run on), `qmatmul` (many rows times GGUF blocks: the prefill's product;
-//! `qmatmul_int8` the integer route it was measured against), `memory` (what a run will need,
+//! `qmatmul_avx512` its f32 kernel on AVX-512F; `qmatmul_int8` the integer route it was measured
+//! against), `memory` (what a run will need,
 //! from the header alone, and what is available); `tests` (tests that load a whole `Model`).
 
 pub mod block;
@@ -25,6 +26,7 @@ pub mod int8;
 pub mod kquants;
 pub mod qmatmul;
 pub mod qmatmul_amx;
+pub mod qmatmul_avx512;
 pub mod qmatmul_int8;
 pub mod qmatvec_int8;
 pub mod qmatvec;

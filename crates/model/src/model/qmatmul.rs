@@ -3,8 +3,9 @@
 //! prefill's product; one row goes to `qmatvec`'s kernels instead.
 //!
 //! The route: a panel of a few dozen rows of W is dequantized into an f32 buffer that stays in
-//! the core's L2 cache, and multiplied into Y's columns of that panel by the `gemm` crate's f32
-//! micro-kernel (the one candle's f32 matmul calls); panels run in parallel (rayon). Each
+//! the core's L2 cache, and multiplied into Y's columns of that panel by an f32 micro-kernel:
+//! ours on AVX-512F (`qmatmul_avx512`), else the `gemm` crate's (the one candle's f32 matmul
+//! calls); panels run in parallel (rayon). Each
 //! weight is dequantized once per call, which is cheap against the m multiply-adds it feeds, so
 //! the product runs at f32 matmul speed while W stays in its blocks. The other route the issue
 //! names, llama.cpp's 8-bit activations with integer dot products, is `qmatmul_int8`, which
@@ -84,13 +85,42 @@ pub fn int8_route(q: &QMatrix) -> bool {
     q.products == Products::Int8 && super::qmatmul_int8::supports(q.ty) && super::qmatmul_int8::available()
 }
 
+/// The f32 micro-kernel of `matmul`'s panels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum F32Kernel {
+    /// Ours on AVX-512F (`qmatmul_avx512`).
+    Avx512,
+    /// The `gemm` crate's (its AVX2 or portable kernel on stable Rust).
+    Gemm,
+}
+
+impl F32Kernel {
+    /// The kernel `matmul` takes here: `Avx512` where `qmatmul_avx512::available()`.
+    pub fn chosen() -> F32Kernel {
+        if super::qmatmul_avx512::available() {
+            F32Kernel::Avx512
+        } else {
+            F32Kernel::Gemm
+        }
+    }
+}
+
 /// Y = X W^T by the f32 panels: `x` is (m, q.cols) row-major, `y` (m, q.rows) row-major,
 /// overwritten.
 pub fn matmul(q: &QMatrix, x: &[f32], m: usize, y: &mut [f32]) {
+    matmul_by(q, x, m, y, F32Kernel::chosen())
+}
+
+/// `matmul` by the given kernel (`Avx512` only where the CPU has AVX-512F): for the tests and
+/// `focus-lens bench matmul`, which compare the two.
+pub fn matmul_by(q: &QMatrix, x: &[f32], m: usize, y: &mut [f32], kernel: F32Kernel) {
     let (out, inp) = (q.rows, q.cols);
     assert!(x.len() == m * inp && y.len() == m * out, "{q:?}: X has {} values for {m} rows, Y {}", x.len(), y.len());
     if m == 0 || out == 0 {
         return;
+    }
+    if kernel == F32Kernel::Avx512 {
+        return super::qmatmul_avx512::matmul(q, x, m, y);
     }
     // At least two panels per thread where W is small (a K/V projection), so both cores work.
     let spread = out.div_ceil(2 * rayon::current_num_threads()).next_multiple_of(16);
@@ -234,11 +264,18 @@ pub(crate) mod tests {
 
     /// Y equals candle's dequantized W times X, computed in f64, up to f32 summation error
     /// (1e-5 of the sum of |products|): every type, odd row counts and output widths that are
-    /// not multiples of the panel.
+    /// not multiples of the panel, by each f32 kernel this CPU has (the gemm crate's always,
+    /// ours where it has AVX-512F).
     #[test]
     fn equals_dequantize_then_matmul() {
+        let mut kernels = vec![F32Kernel::Gemm];
+        if super::super::qmatmul_avx512::supported() {
+            kernels.push(F32Kernel::Avx512);
+        } else {
+            eprintln!("no AVX-512F here: only the gemm crate's kernel is tested");
+        }
         let mut rng = StdRng::seed_from_u64(12);
-        for dtype in ALL {
+        for (dtype, &kernel) in ALL.iter().flat_map(|d| kernels.iter().map(move |k| (*d, k))) {
             // Panels of at most 160 rows at 768 columns and 80 at 1536 (fewer where that gives a
             // thread fewer than two): 161 and 300 rows end in a partial one.
             assert_eq!((panel_rows(768), panel_rows(1536)), (160, 80));
@@ -247,14 +284,14 @@ pub(crate) mod tests {
                 let q = QMatrix::new(dtype, &raw, out, inp).unwrap();
                 let x: Vec<f32> = (0..m * inp).map(|_| rng.gen_range(-1f32..1.0)).collect();
                 let mut y = vec![f32::NAN; m * out];
-                matmul(&q, &x, m, &mut y);
+                matmul_by(&q, &x, m, &mut y, kernel);
                 // Row 0 through QMatrix::times too (the one-row kernels, or dequantized chunks).
                 let mut y1 = vec![0f32; out];
                 q.times(&x[..inp], &mut y1);
-                // The gradient's product, dX = dY W, with Y's values as dY.
+                // The gradient's product, dX = dY W, with Y's values as dY (gemm's only: once).
                 let mut dx = vec![f32::NAN; m * inp];
                 matmul_t(&q, &y, m, &mut dx);
-                for i in 0..m {
+                for i in (0..m).filter(|_| kernel == F32Kernel::Gemm) {
                     for c in 0..inp {
                         let want: f64 = (0..out).map(|o| y[i * out + o] as f64 * w[o * inp + c] as f64).sum();
                         let mag: f64 = (0..out).map(|o| (y[i * out + o] as f64 * w[o * inp + c] as f64).abs()).sum();
@@ -268,7 +305,7 @@ pub(crate) mod tests {
                         let want: f64 = xr.iter().zip(wr).map(|(&a, &b)| a as f64 * b as f64).sum();
                         let mag: f64 = xr.iter().zip(wr).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
                         let got = y[i * out + o] as f64;
-                        assert!((got - want).abs() <= 1e-5 * mag + 1e-30, "{dtype:?} {m}x{inp}x{out} ({i}, {o}): {got} vs {want} (|.| {mag})");
+                        assert!((got - want).abs() <= 1e-5 * mag + 1e-30, "{dtype:?} {kernel:?} {m}x{inp}x{out} ({i}, {o}): {got} vs {want} (|.| {mag})");
                         if i == 0 {
                             let got = y1[o] as f64;
                             assert!((got - want).abs() <= 1e-5 * mag + 1e-30, "{dtype:?} times, {inp}x{out} ({o}): {got} vs {want} (|.| {mag})");
