@@ -177,3 +177,24 @@ fn analyze_out_and_the_gui_export_write_the_same_files() {
     assert!(a == b, "the JSON of analyze --out and of the GUI's export differ beyond the provenance");
     assert!(a["group_numbers"].as_str().unwrap().starts_with("shown"));
 }
+
+/// `ppl` scores a chunk's second half `SCORE_ROWS` rows of logits at a time (issue 52: the whole
+/// half's logits were 19.9 GB at ctx 32K on Qwen2.5): at ctx 4096 (two slices of 1024 rows on
+/// SmolLM2-135M) the perplexity is the whole half's, scored at once from the model's own logits.
+#[test]
+fn perplexity_scored_in_slices_is_the_whole_halfs() {
+    use focus_core::eval::ppl::perplexity_chunks;
+    use focus_core::model::memory::SCORE_ROWS;
+    let model = common::default_model();
+    let ctx = 4096;
+    assert!(ctx / 2 > SCORE_ROWS, "more than one slice");
+    let ids = common::persuasion_ids(model, 0, ctx);
+    let got = perplexity_chunks(model, &ids, ctx, Some(1), Mode::Dense, None, None, |_, _| {}).unwrap();
+    let first = ctx / 2;
+    let opts = ForwardOptions { logits_from: first, ..ForwardOptions::new(Mode::Dense, None) };
+    let logits = model.decoder.forward(&ids, &opts).unwrap().logits;
+    let nll = Decoder::nll(&logits.narrow(0, 0, ctx - 1 - first).unwrap(), &ids[first + 1..]).unwrap();
+    let want = (nll.iter().map(|&x| x as f64).sum::<f64>() / nll.len() as f64).exp();
+    assert_eq!(got.scored_tokens, nll.len());
+    assert!((got.ppl - want).abs() < 1e-5 * want, "sliced {} vs whole {want}", got.ppl);
+}

@@ -249,6 +249,98 @@ fn adapter_init_and_focus_modes() {
     has(&fails(&args), &["k = 5", "1..=4"]);
 }
 
+/// `ppl --ctx A,B,C --modes ...` (issue 52): the table of quality and speed against length. Its
+/// dense and top-2 figures are `ppl`'s own at the same length and chunks; a length above the
+/// model's context is skipped and said (all of them: an error); a run that would not fit in the
+/// memory available is skipped and said with both figures; the JSON's shape.
+#[test]
+fn ppl_table_of_quality_and_speed_against_length() {
+    let tmp = tempfile::tempdir().unwrap();
+    // ~1,300 tokens: two chunks of 256 and one of 512 (and ctx 16384 above SmolLM2's 8192).
+    let f = persuasion(tmp.path(), "p.txt", 5200);
+    let adapter = common::root().join("sample_adapters/smollm2-135m-k8");
+    let table = |extra: &[&str]| -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = vec!["ppl".into(), "--adapter".into(), adapter.clone().into()];
+        args.extend(extra.iter().map(|s| s.into()));
+        args.push(f.clone().into());
+        args
+    };
+    let v = ok_json(table(&["--ctx", "256,512,16384", "--modes", "dense,top2,soft,top1", "--chunks", "2", "--json"]));
+    assert_eq!(v["table"], "ppl_lengths");
+    assert_eq!(v["context"], 8192);
+    assert_eq!(v["max_chunks"], 2);
+    assert_eq!(v["tokens"].as_u64().unwrap() as usize, token_count(&f));
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.iter().map(|r| r["ctx"].as_u64().unwrap()).collect::<Vec<_>>(), vec![256, 512, 16384]);
+    // Dense first, then the modes in the order asked.
+    let labels = |r: &Value| r["modes"].as_array().unwrap().iter().map(|m| m["mode"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    assert_eq!(labels(&rows[0]), ["dense", "top-2", "soft", "top-1"]);
+    assert_eq!((rows[0]["chunks"].as_u64(), rows[1]["chunks"].as_u64()), (Some(2), Some(2)), "at most 2 chunks per length");
+    for r in &rows[..2] {
+        assert!(r["skipped"].is_null(), "{r}");
+        let ctx = r["ctx"].as_u64().unwrap() as usize;
+        assert_eq!(r["scored_tokens"].as_u64().unwrap() as usize, 2 * (ctx - 1 - ctx / 2));
+        let dense = &r["modes"][0];
+        assert_eq!(num(dense, "vs_dense_pct"), 0.0);
+        assert_eq!(num(dense, "speed_vs_dense"), 1.0);
+        for m in r["modes"].as_array().unwrap() {
+            assert!(m["skipped"].is_null(), "{m}");
+            let (p, t) = (num(m, "ppl"), num(m, "tokens_per_s"));
+            assert!((5.0..500.0).contains(&p) && t > 0.0 && t.is_finite(), "{m}");
+            assert!((num(m, "vs_dense_pct") - 100.0 * (p / num(dense, "ppl") - 1.0)).abs() < 1e-9, "{m}");
+            assert!((num(m, "speed_vs_dense") - t / num(dense, "tokens_per_s")).abs() < 1e-9, "{m}");
+            assert!((num(m, "tokens_per_s") * num(m, "prefill_s") - (2 * ctx) as f64).abs() < 1e-6 * (2 * ctx) as f64, "{m}");
+            assert_eq!(m["per_chunk_nll"].as_array().unwrap().len(), 2);
+        }
+        // Routing changes distant pairs: top-2 and soft are not dense.
+        assert!((num(&r["modes"][1], "ppl") - num(dense, "ppl")).abs() > 1e-9 * num(dense, "ppl"), "{r}");
+        assert_eq!(r["modes"][1]["k"], 2);
+        assert_eq!(r["modes"][2]["k"], Value::Null);
+    }
+    // The table's dense and top-2 perplexities are `ppl`'s at that length and those chunks.
+    for (row, ctx) in [(&rows[0], "256"), (&rows[1], "512")] {
+        let single = ok_json(table(&["--ctx", ctx, "--chunks", "2", "--json"]));
+        assert_eq!(single["chunks"], 2);
+        assert_eq!(num(&row["modes"][0], "ppl"), num(&single, "ppl"), "dense at ctx {ctx}");
+        let top2 = ok_json(table(&["--ctx", ctx, "--chunks", "2", "--mode", "topk", "--k", "2", "--json"]));
+        assert_eq!(num(&row["modes"][1], "ppl"), num(&top2, "ppl"), "top-2 at ctx {ctx}");
+    }
+    // Above the model's context: skipped and said, every mode with it.
+    let long = &rows[2];
+    assert!(long["skipped"].as_str().unwrap().contains("above the model's context (8192 tokens)"), "{long}");
+    assert_eq!(long["chunks"], 0);
+    assert!(long["modes"].as_array().unwrap().iter().all(|m| m["ppl"].is_null() && m["skipped"].is_string()));
+    // The text table says the same.
+    let text = ok(table(&["--ctx", "256,16384", "--modes", "dense,top2", "--chunks", "1"]));
+    has(&text, &["quality and speed against length", "prefill tok/s", "top-2", "16384 skipped: above the model's context (8192 tokens)"]);
+    assert!(text.lines().any(|l| l.trim_start().starts_with("256") && l.contains("dense")), "{text}");
+    // Every length refused: an error naming why; a k beyond K: an error.
+    has(&fails(table(&["--ctx", "9000,16384", "--modes", "dense,top2"])), &["no length could run", "ctx 9000: above the model's context (8192 tokens)"]);
+    has(&fails(table(&["--ctx", "256,512", "--modes", "dense,top9"])), &["top9", "k = 9"]);
+    let none = fails([OsStr::new("ppl"), OsStr::new("--ctx"), OsStr::new("256,512"), OsStr::new("--modes"), OsStr::new("dense,soft"), f.as_os_str()]);
+    has(&none, &["--modes soft needs --adapter"]);
+
+    // A memory cap between dense's and soft's estimate at ctx 1024: soft is skipped with both
+    // figures, dense runs.
+    use focus_core::model::memory::{ModelHeader, Workload};
+    let h = ModelHeader::open(&common::model_path()).unwrap();
+    let need = |soft| h.estimate(&Workload::perplexity(1024, soft)).total();
+    let (d, s) = (need(false), need(true));
+    assert!(d < s, "soft holds T x T scores: {d} < {s}");
+    let f2 = persuasion(tmp.path(), "p2.txt", 5200);
+    let mut args: Vec<&OsStr> = vec![OsStr::new("ppl"), OsStr::new("--adapter"), adapter.as_os_str()];
+    args.extend(["--ctx", "1024", "--modes", "soft,top2", "--chunks", "1", "--json"].map(OsStr::new));
+    args.push(f2.as_os_str());
+    let o = Command::new(env!("CARGO_BIN_EXE_focus-lens")).args(&args).env("FOCUS_LENS_MODEL", common::model_path()).env("FOCUS_LENS_MEMORY", ((d + s) / 2).to_string()).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let r = &v["rows"][0];
+    assert_eq!(labels(r), ["dense", "soft", "top-2"]);
+    let soft = r["modes"][1]["skipped"].as_str().unwrap_or_else(|| panic!("soft runs under the cap: {r}"));
+    has(soft, &["soft at ctx 1024 needs about", "is available (FOCUS_LENS_MEMORY)"]);
+    assert!(r["modes"][0]["ppl"].is_number() && r["modes"][2]["ppl"].is_number(), "{r}");
+}
+
 #[test]
 fn analyze_writes_json_and_csv() {
     let tmp = tempfile::tempdir().unwrap();
@@ -627,4 +719,27 @@ fn info_json_states_llama3_rope_divisors() {
     let s = &v["config"]["rope_scaling"];
     assert_eq!(s["type"], "divisors", "{s}");
     assert!(s["divisors"].as_array().is_some_and(|d| !d.is_empty()), "{s}");
+}
+
+/// `eval --suite long-cloze` builds its items from the texts given, at the context length given:
+/// on a small text with two names repeated 350 and 300 words apart (and stopword filler, never a
+/// target) at --long-ctx 512, two items of at most 512 tokens, scored dense and top-k with
+/// standard errors; a context beyond the model's is refused.
+#[test]
+fn eval_long_cloze_from_a_text() {
+    let tmp = tempfile::tempdir().unwrap();
+    let filler = ["the", "and", "of", "was", "in", "it", "to", "he"];
+    let words: Vec<&str> = (0..1400).map(|i| match i { 300 | 650 => "Zebulon", 1000 | 1300 => "Ashdown", _ => filler[i % filler.len()] }).collect();
+    let text = tmp.path().join("small.txt");
+    std::fs::write(&text, words.join(" ")).unwrap();
+    let adapter = common::root().join("sample_adapters/smollm2-135m-k8");
+    let v = ok_json(["eval", "--suite", "long-cloze", "--long-cloze-text", text.to_str().unwrap(), "--long-ctx", "512", "--adapter", adapter.to_str().unwrap(), "--mode", "topk", "--k", "2", "--json"]);
+    let r = v["results"].as_array().unwrap();
+    assert_eq!(r.iter().map(|r| (r["suite"].as_str().unwrap(), r["mode"].as_str().unwrap(), r["items"].as_u64().unwrap())).collect::<Vec<_>>(), [("long-cloze", "dense", 2), ("long-cloze", "topk(2)", 2)]);
+    for r in r {
+        assert!(r["max_tokens"].as_u64().unwrap() <= 512 && r["items_within_window"] == 0, "{r}");
+        assert!(r["accuracy_se"].as_f64().is_some() && r["score_se"].as_f64().unwrap() >= 0.0, "{r}");
+    }
+    let e = fails(["eval", "--suite", "long-cloze", "--long-ctx", "100000"]);
+    assert!(e.contains("--long-ctx 100000 exceeds the model's context"), "{e}");
 }

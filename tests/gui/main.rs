@@ -13,6 +13,7 @@
 //! - `compare`, `mask`, `categories`, `speed`, `balance`, `head`: those views
 //! - `export`: PNG, statistics, the tidy CSV and Arrow IPC
 //! - `jobs`: time left, the analyses kept on disk, the heavy views' timings (ignored)
+//! - `long_segment`: one 8,192-token segment (the model's context): partners, mask, head view
 //! - `generate`, `train`, `intervene`, `centroids`: the Generate and Train views, the Intervene
 //!   window, the Centroids view
 //! - `gemma3`: the app on Gemma 3 270M
@@ -41,6 +42,7 @@ mod identity;
 mod inputs;
 mod intervene;
 mod jobs;
+mod long_segment;
 mod mask;
 mod partners;
 mod provenance;

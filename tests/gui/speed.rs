@@ -106,3 +106,119 @@ fn speed_panel_attention_kernels() {
     assert_eq!(b.error.as_deref(), Some("benchmark cancelled"));
     assert!(b.rows.is_empty() && b.current_rows().len() < 4, "{:?}", b.current_rows().len());
 }
+
+/// Quality against length (issue 52) in the Speed view: run in the background with progress on
+/// the loaded text, its table and both plots drawn from the result (the top-2 line has a point
+/// per length that ran), a length above the model's context skipped and said, the dense
+/// perplexity `ppl`'s own at that length; the SVG; a table loaded from `focus-lens ppl ... --json`
+/// drawn the same way; and a run cancelled midway says so and keeps no finished table.
+#[test]
+fn quality_against_length_runs_draws_loads_and_cancels() {
+    use crate::harness::{has, same_rgb, shapes};
+    use egui::epaint::Shape;
+    use focus_core::eval::ppl::perplexity_chunks;
+    let (dir, mut h) = started(200);
+    no_errors(&h);
+    h.get_by_label("Speed").click();
+    h.step();
+    h.get_by_label("quality vs length").click();
+    h.step();
+    assert_eq!(h.state().settings.prefs.bench_kind, BenchKind::Quality);
+    assert!(has(&h, "Run the benchmark, or load a table"));
+    h.state_mut().settings.prefs.quality_lengths = "128,256,16384".into();
+    h.state_mut().settings.prefs.quality_chunks = 1;
+    h.step();
+    h.get_by_label("Run benchmark").click();
+    h.step();
+    assert!(h.state().is_running(TaskKind::Bench), "the run is in the background");
+    settle(&mut h);
+    no_errors(&h);
+    let table = h.state().views.speed.quality.as_ref().and_then(|q| q.table.clone()).expect("a finished table");
+    assert_eq!(table.rows.iter().map(|r| r.ctx).collect::<Vec<_>>(), vec![128, 256, 16384]);
+    let modes: Vec<&str> = table.rows[0].modes.iter().map(|m| m.mode.as_str()).collect();
+    assert_eq!(modes, ["dense", "soft", "top-1", "top-2", "top-3"], "K = 8: k = 1, 2, 3");
+    assert!(table.rows[2].skipped.as_deref().is_some_and(|s| s.contains("above the model's context (8192 tokens)")), "{:?}", table.rows[2]);
+    // The dense figure is `ppl`'s at that length, on the loaded text as `ppl` reads it.
+    let (model, text) = {
+        let s = &h.state().session;
+        (s.model.as_ref().unwrap().model.clone(), s.text.as_ref().unwrap().text.clone())
+    };
+    let ids = model.tokenizer().unwrap().encode(text.strip_suffix('\n').unwrap_or(&text), false).unwrap().ids;
+    assert_eq!(table.tokens, ids.len(), "the whole loaded text, not only the analysed 200 tokens");
+    let dense = perplexity_chunks(&model, &ids, 256, Some(1), focus_core::Mode::Dense, None, None, |_, _| {}).unwrap();
+    assert_eq!(table.rows[1].mode("dense").unwrap().ppl, Some(dense.ppl));
+    for r in &table.rows[..2] {
+        for m in &r.modes {
+            assert!(m.ppl.is_some_and(|p| p.is_finite()) && m.tokens_per_s.is_some_and(|t| t > 0.0), "{m:?}");
+        }
+    }
+    // Drawn from the result: the table's cells and the plots' lines.
+    h.step();
+    for label in ["top-2 ppl", "top-2 tok/s", "skipped: above the model's context (8192 tokens)", "perplexity vs dense (%): + is worse", "prefill tokens/s (the same runs)", "focus-lens ppl"] {
+        assert!(has(&h, label), "{label:?} on screen");
+    }
+    let pct = table.rows[1].mode("top-2").unwrap().vs_dense_pct.unwrap();
+    assert!(has(&h, &format!("({pct:+.2}%)")), "top-2's % vs dense in the table");
+    let top2 = egui::Color32::from_rgb(0xff, 0x7f, 0x0e);
+    // Top-2's lines (a path of a point per length that ran, in its colour).
+    let lines = |h: &Harness<'static, FocusLensApp>, points: usize| {
+        shapes(h).into_iter().filter(|s| matches!(s, Shape::Path(p) if matches!(p.stroke.color, egui::epaint::ColorMode::Solid(c) if same_rgb(c, top2)) && p.points.len() == points)).count()
+    };
+    assert!(lines(&h, 2) >= 2, "top-2's line in both plots");
+    click_menu(&mut h, "Export", "Current view as SVG…");
+    no_errors(&h);
+    let layer = h.state().settings.setup.layer;
+    let svg = std::fs::read_to_string(dir.path().join(format!("focus-lens-speed-layer{layer}.svg"))).unwrap();
+    assert!(svg.contains("perplexity vs dense (%)") && svg.contains("prefill tokens/s") && svg.contains("top-2"), "the quality plots are exported");
+
+    // A table from the command's JSON, loaded by its path.
+    let mut loaded = table.clone();
+    for (r, ctx) in loaded.rows.iter_mut().zip([1024, 4096, 8192]) {
+        r.ctx = ctx;
+        r.skipped = None;
+        r.chunks = 1;
+        r.modes = table.rows[1].modes.clone();
+    }
+    // A figure no run gave, so that the screen shows this table's.
+    loaded.rows[2].modes[3].vs_dense_pct = Some(9.99);
+    let path = dir.path().join("lengths.json");
+    let json = serde_json::to_string_pretty(&loaded).unwrap();
+    std::fs::write(&path, &json).unwrap();
+    // As read back (serde_json's float parsing may move a last digit).
+    let loaded: focus_core::eval::ppl::LengthTable = serde_json::from_str(&json).unwrap();
+    h.state_mut().views.speed.quality_json = path.display().to_string();
+    h.step();
+    h.get_by_label("Load table").click();
+    h.step();
+    h.step();
+    no_errors(&h);
+    let q = h.state().views.speed.quality.as_ref().unwrap();
+    assert_eq!(q.table.as_ref(), Some(&loaded));
+    assert!(q.source.starts_with("loaded from"), "{}", q.source);
+    assert!(has(&h, "loaded from") && has(&h, "+9.99%"), "the loaded table is drawn");
+    assert!(lines(&h, 3) >= 2, "and plotted: three lengths");
+    // Not a table: one error, the loaded table stays.
+    std::fs::write(&path, "{\"bench\": \"forward\"}").unwrap();
+    h.get_by_label("Load table").click();
+    h.step();
+    assert!(h.state().errors.iter().any(|e| e.contains("lengths.json") && e.contains("not a table")), "{:?}", h.state().errors);
+    assert_eq!(h.state().views.speed.quality.as_ref().unwrap().table.as_ref(), Some(&loaded));
+    h.state_mut().errors.clear();
+
+    // Cancelled midway: said, no finished table, fewer lengths than asked.
+    h.state_mut().settings.prefs.quality_lengths = "512,1024,2048".into();
+    h.state_mut().settings.prefs.quality_chunks = 2;
+    h.step();
+    h.get_by_label("Run benchmark").click();
+    h.step();
+    assert!(h.state().is_running(TaskKind::Bench));
+    h.step();
+    h.get_by_label("Cancel benchmark").click();
+    h.step();
+    settle(&mut h);
+    let q = h.state().views.speed.quality.as_ref().unwrap();
+    assert_eq!(q.error.as_deref(), Some("benchmark cancelled"));
+    assert!(q.table.is_none() && q.current_rows().len() < 3, "{}", q.current_rows().len());
+    h.step();
+    assert!(h.query_by_label("benchmark cancelled").is_some());
+}

@@ -70,11 +70,20 @@ pub struct RunParams {
     /// Causal (prefix) Sinkhorn; `None` keeps the adapter's.
     pub causal: Option<bool>,
     pub max_tokens: usize,
+    /// Tokens per analysis segment (each runs from position 0; pairs never cross one), capped at
+    /// the model's context when the analysis runs (issue 52: up to 8192 on SmolLM2, 32K on
+    /// Qwen2.5). Settings and sessions saved before it existed read as `DEFAULT_SEGMENT`.
+    #[serde(default = "default_segment")]
+    pub segment: usize,
+}
+
+fn default_segment() -> usize {
+    focus_core::analysis::DEFAULT_SEGMENT
 }
 
 impl Default for RunParams {
     fn default() -> Self {
-        RunParams { device: DeviceChoice::Cpu, mode: ModeKind::TopK, k: 2, window: None, causal: None, max_tokens: 2048 }
+        RunParams { device: DeviceChoice::Cpu, mode: ModeKind::TopK, k: 2, window: None, causal: None, max_tokens: 2048, segment: default_segment() }
     }
 }
 
@@ -87,6 +96,11 @@ impl RunParams {
             ModeKind::Soft => Mode::Soft,
             ModeKind::TopK => Mode::TopK(self.topk(groups)?),
         })
+    }
+
+    /// The segment length an analysis of `model` runs in: `segment`, within 1..=its context.
+    pub fn segment_for(&self, model: &Model) -> usize {
+        self.segment.clamp(1, model.config().context.max(1))
     }
 
     /// `k` checked against an adapter of `groups` groups.
@@ -262,6 +276,9 @@ pub struct Prefs {
     pub attn_bench_lengths: String,
     /// Device of the attention-kernel benchmark.
     pub attn_bench_device: DeviceChoice,
+    /// Lengths of the quality-against-length run, and at most how many chunks per length.
+    pub quality_lengths: String,
+    pub quality_chunks: usize,
     /// The Generate view's settings.
     pub generate: GenSettings,
     /// The last export's folder (the next export starts there), the Centroids view's corpus
@@ -322,6 +339,8 @@ impl Default for Prefs {
             bench_kind: BenchKind::Attention,
             attn_bench_lengths: "1024,2048,4096,8192".into(),
             attn_bench_device: DeviceChoice::Cpu,
+            quality_lengths: "1024,2048,4096,8192".into(),
+            quality_chunks: 1,
             generate: GenSettings::default(),
             export_folder: None,
             index_corpus: String::new(),
@@ -364,6 +383,8 @@ impl Settings {
             Setting::AttnBenchLengths(s) => self.prefs.attn_bench_lengths = s,
             Setting::BenchRepeats(n) => self.prefs.bench_repeats = n,
             Setting::AttnBenchDevice(d) => self.prefs.attn_bench_device = d,
+            Setting::QualityLengths(s) => self.prefs.quality_lengths = s,
+            Setting::QualityChunks(n) => self.prefs.quality_chunks = n,
             Setting::Generate(g) => self.prefs.generate = g,
         }
     }
@@ -387,6 +408,8 @@ pub enum Setting {
     AttnBenchLengths(String),
     BenchRepeats(usize),
     AttnBenchDevice(DeviceChoice),
+    QualityLengths(String),
+    QualityChunks(usize),
     Generate(GenSettings),
 }
 
@@ -535,21 +558,25 @@ pub struct Partners {
     pub local_mass: f32,
 }
 
-/// The speed view's two benchmarks.
+/// The speed view's benchmarks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum BenchKind {
     /// `focus_core::bench::run_attention_bench`: one attention call, dense vs Focus top-k.
     Attention,
     /// `focus_core::bench::forward_bench`: prefill of the whole model.
     WholeModel,
+    /// `focus_core::eval::ppl::length_table`: perplexity and prefill speed of each mode against
+    /// length (`focus-lens ppl --ctx A,B --modes ...`).
+    Quality,
 }
 
 impl BenchKind {
-    pub const ALL: [BenchKind; 2] = [BenchKind::Attention, BenchKind::WholeModel];
+    pub const ALL: [BenchKind; 3] = [BenchKind::Attention, BenchKind::WholeModel, BenchKind::Quality];
     pub fn label(self) -> &'static str {
         match self {
             BenchKind::Attention => "attention kernels",
             BenchKind::WholeModel => "whole model",
+            BenchKind::Quality => "quality vs length",
         }
     }
 }

@@ -55,6 +55,10 @@ impl FocusLensApp {
                 let cache = self.heads.clone();
                 self.worker.spawn(TaskKind::HeadPattern, move |h| Msg::HeadPattern(jobs::head_pattern(&res, range, layer, head, &cache, h)));
             }
+            Command::BuildHeadOverview(res, layer, head, token) => {
+                let cache = self.heads.clone();
+                self.worker.spawn(TaskKind::HeadPattern, move |h| Msg::HeadOverview(jobs::head_overview(&res, token, layer, head, crate::gui::views::head::OVERVIEW_SIDE, &cache, h)));
+            }
             Command::BuildBaseline(res) => self.build_baseline(res),
             Command::BuildMask(res, layer) => {
                 self.worker.spawn(TaskKind::Mask, move |h| Msg::Mask(jobs::mask_image(&res, layer, mask::MAX_SIDE, h)));

@@ -28,7 +28,9 @@ impl FocusLensApp {
             Msg::Compare(r) => self.views.compare.receive(r),
             Msg::AttnGrid(r) => self.views.attention.receive(r),
             Msg::HeadPattern(r) => self.views.head.receive(r),
+            Msg::HeadOverview(r) => self.views.head.receive_overview(r),
             Msg::AttnBench(r) => self.views.speed.receive_attention(r),
+            Msg::Quality(r) => self.views.speed.receive_quality(r),
             Msg::GenStep(g) => self.views.generate.receive(g),
             Msg::Generated(r) => match r {
                 Ok(g) => self.views.generate.receive(g),

@@ -10,7 +10,7 @@ use crate::gui::state::*;
 use crate::gui::worker::Handle;
 use focus_core::analysis::shown::ShownAnalysis;
 use focus_core::analysis::kept::{KeptPass, Scratch, SpilledPass};
-use focus_core::analysis::{analyze_tokens_spilling, AnalyzeOptions, Tokens, DEFAULT_SEGMENT};
+use focus_core::analysis::{analyze_tokens_spilling, AnalyzeOptions, Tokens};
 use focus_core::{Adapter, Mode, Model};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
@@ -147,6 +147,27 @@ fn analyze_run(job: &AnalysisJob, mode: Mode, preview: bool, h: &Handle, interim
     analyze_prefix(job, job.key.clone(), mode, &enc.ids, &enc.offsets, take, &kept, h, "")
 }
 
+/// Refuses, before the model runs, an analysis whose memory estimate exceeds what is available
+/// (CPU; on a GPU the passes live in device memory), naming both figures: the segment's
+/// activations (they grow with the segment: issue 52 lets it reach the model's context), the
+/// routing of every token, and the kept passes: the memory budget, the segment being written
+/// to the scratch file beside it, and the segment a first look reads back (`HeadsCache`), each
+/// `pass` bytes (~750 MB for an 8192-token segment of SmolLM2-135M).
+fn check_memory(job: &AnalysisJob, take: usize, seg: usize, mode: Mode, pass: usize) -> Result<(), JobError> {
+    use focus_core::model::memory::{self, ModelHeader, RoutingKept, Workload};
+    if !job.model.device().is_cpu() {
+        return Ok(());
+    }
+    // A model whose header cannot be read again (moved since it loaded) is not checked.
+    let Ok(header) = ModelHeader::open(&job.model.path) else { return Ok(()) };
+    let c = &job.adapter.config;
+    let routing = RoutingKept { tokens: take, groups: c.groups, d_g: c.d_g, copies: 1 };
+    let kept = (job.keep.memory + 2 * pass) as u64;
+    let w = Workload::analysis(take, seg, mode == Mode::Soft, routing, kept);
+    let what = format!("an analysis of {take} tokens in segments of {seg}");
+    memory::check_fits(&what, &header.estimate(&w), memory::available().as_ref()).map_err(|e| JobError::Failed(e.to_string()))
+}
+
 /// What an analysis keeps of its own passes (`AnalysisResult::kept`), at most: two 2048-token
 /// segments of SmolLM2-135M, Qwen2.5-0.5B or Gemma 3 270M (~190-200 MB each) and the preview's
 /// 512 tokens (~47 MB). Longer texts keep their first segments; the others' first look runs a
@@ -175,12 +196,14 @@ fn analyze_prefix(
     if h.cancelled() {
         return Err(JobError::Cancelled);
     }
-    let seg = DEFAULT_SEGMENT.min(job.model.config().context);
+    let seg = params.segment_for(&job.model);
     let label = if what.is_empty() { format!("{take} tokens") } else { format!("{take} tokens ({what})") };
     h.set_progress(0, 0, label.clone());
     let k = params.topk(job.adapter.config.groups).map_err(|e| JobError::Failed(e.to_string()))?;
     let opts = AnalyzeOptions { mode: mode.kind(), k, segment_len: seg, keep_tokens: true, cancel: Some(&h.cancel) };
     let layers = job.model.config().n_layers;
+    let pass = focus_core::analysis::kept::pass_bytes(job.model.config(), job.adapter.config.groups, take.min(seg));
+    check_memory(job, take, seg, mode, pass)?;
     let tokens = Tokens { ids: &ids[..take], offsets: &offsets[..take] };
     let budget = job.keep.memory.saturating_sub(kept_before.iter().map(|k| k.bytes()).sum());
     // Only a text longer than the memory budget needs a scratch file.

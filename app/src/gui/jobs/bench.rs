@@ -1,11 +1,16 @@
 //! The speed view's benchmarks on the worker: whole-model prefill and the attention kernels
-//! alone, one length (and repeat) at a time so that they report progress and can stop.
+//! alone, one length (and repeat) at a time so that they report progress and can stop; and
+//! quality against length (`quality`: perplexity and prefill speed of each mode at each length,
+//! `focus-lens ppl --ctx ... --modes ...`'s table).
 
 use super::error::JobError;
 use super::msg::Msg;
 use crate::gui::state::*;
 use crate::gui::worker::Handle;
 use focus_core::bench::{forward_bench, AttentionBench, AttentionRow, BenchOptions, BenchRow};
+use focus_core::eval::ppl::{length_table, mode_label, LengthOptions, LengthRow, LengthTable};
+use focus_core::model::memory::{self, ModelHeader, Workload};
+use focus_core::{Adapter, Mode, Model};
 use std::sync::{Arc, Mutex};
 
 /// CPU model name for the speed view.
@@ -183,12 +188,82 @@ pub fn attention_bench(
     Ok(rows)
 }
 
+/// Quality against length as the speed view asks for it: the loaded model, adapter and text
+/// (the whole text, not only the analysed tokens: long lengths need long texts).
+pub struct QualityJob {
+    pub model: Arc<Model>,
+    pub adapter: Arc<Adapter>,
+    /// The adapter's path (`None`: the embedded default), for the table and the command line.
+    pub adapter_path: Option<String>,
+    pub text: Arc<String>,
+    pub text_label: String,
+    pub ctxs: Vec<usize>,
+    /// Dense is added first by `length_table` when missing.
+    pub modes: Vec<Mode>,
+    pub max_chunks: usize,
+    pub device: DeviceChoice,
+}
+
+impl QualityJob {
+    /// The same run from the command line.
+    pub fn cli(&self) -> String {
+        let modes: Vec<String> = focus_core::eval::ppl::table_modes(&self.modes).iter().map(|m| mode_label(*m).replace('-', "")).collect();
+        let ctxs: Vec<String> = self.ctxs.iter().map(|c| c.to_string()).collect();
+        format!(
+            "focus-lens ppl --model {} --adapter {} --device {} --ctx {} --modes {} --chunks {} {}",
+            self.model.path.display(),
+            self.adapter_path.as_deref().unwrap_or("sample_adapters/smollm2-135m-k8"),
+            if self.device == DeviceChoice::Cuda { "cuda" } else { "cpu" },
+            ctxs.join(","),
+            modes.join(","),
+            self.max_chunks,
+            self.text_label
+        )
+    }
+}
+
+/// Perplexity and prefill speed of each mode at each length (`length_table`, as `focus-lens ppl
+/// --ctx A,B --modes ...` runs it): the text prepared as `ppl` prepares it (one trailing
+/// newline stripped), each run's memory checked before it is spent (CPU: a run that does not
+/// fit is skipped and said), each finished length pushed to `live`.
+pub fn quality(job: QualityJob, live: &Mutex<Vec<LengthRow>>, h: &Handle) -> Result<LengthTable, JobError> {
+    h.set_progress(0, 0, "tokenising the text");
+    let text = job.text.strip_suffix('\n').unwrap_or(&job.text);
+    let ids = job.model.tokenizer()?.encode(text, false)?.ids;
+    let header = if job.model.device().is_cpu() { ModelHeader::open(&job.model.path).ok() } else { None };
+    let avail = memory::available();
+    let fits = |ctx: usize, mode: Mode| -> Option<String> {
+        let e = header.as_ref()?.estimate(&Workload::perplexity(ctx, mode == Mode::Soft));
+        memory::check_fits(&format!("{} at ctx {ctx}", mode_label(mode)), &e, avail.as_ref()).err().map(|e| e.to_string())
+    };
+    let opts = LengthOptions { ctxs: job.ctxs.clone(), modes: job.modes.clone(), max_chunks: Some(job.max_chunks.max(1)), cancel: Some(&h.cancel) };
+    let rows = length_table(&job.model, &ids, Some(&job.adapter), &opts, fits, |d, t, what| h.set_progress(d, t, what), |r| {
+        if let Ok(mut v) = live.lock() {
+            v.push(r.clone());
+        }
+    })?;
+    Ok(LengthTable {
+        table: "ppl_lengths".into(),
+        model: job.model.path.display().to_string(),
+        adapter: Some(job.adapter_path.clone().unwrap_or_else(|| "the embedded sample adapter".into())),
+        text: job.text_label.clone(),
+        tokens: ids.len(),
+        device: job.device.label().to_string(),
+        threads: rayon::current_num_threads(),
+        context: job.model.config().context,
+        max_chunks: Some(job.max_chunks.max(1)),
+        rows,
+    })
+}
+
 /// A benchmark as the speed view prepares it, run by `run` on the worker.
 pub enum BenchJob {
     /// The attention kernels alone (`attention_bench`).
     Attention { cfg: AttentionBench, device: DeviceChoice, live: Arc<Mutex<Vec<AttentionRow>>>, spreads: Arc<Mutex<Vec<Spread>>> },
     /// Prefill of the whole model (`bench`).
     WholeModel { res: Arc<AnalysisResult>, lengths: Vec<usize>, repeats: usize, device: DeviceChoice, live: Arc<Mutex<Vec<BenchRow>>> },
+    /// Quality and speed against length (`quality`).
+    Quality { job: QualityJob, live: Arc<Mutex<Vec<LengthRow>>> },
 }
 
 impl BenchJob {
@@ -196,6 +271,7 @@ impl BenchJob {
         match self {
             BenchJob::Attention { cfg, device, live, spreads } => Msg::AttnBench(attention_bench(cfg, device, &live, &spreads, h)),
             BenchJob::WholeModel { res, lengths, repeats, device, live } => Msg::Bench(bench(&res, lengths, repeats, device, &live, h)),
+            BenchJob::Quality { job, live } => Msg::Quality(quality(job, &live, h)),
         }
     }
 }

@@ -16,11 +16,16 @@ pub struct MaskImage {
     /// Tokens per block side.
     pub block: usize,
     pub side: usize,
-    /// Per block: (local, same_group, pruned) pair counts, row-major (query block, key block).
-    pub counts: Vec<[u32; 3]>,
+    /// Per block: (local, same_group, pruned) pair counts, row-major (query block, key block);
+    /// shared, so that the view's tooltip holds them without a copy per frame (3 MB at 512 x 512).
+    pub counts: std::sync::Arc<Vec<[u32; 3]>>,
     pub local: u64,
     pub same_group: u64,
     pub pruned: u64,
+    /// The blocks' colours (`color`; `palette::NONE` where a block has no causal pair), made here
+    /// so that the frame that shows the image only uploads it (512 x 512 mixes took that frame
+    /// 4-5 ms on an 8K segment).
+    pub pixels: Vec<egui::Color32>,
 }
 
 impl MaskImage {
@@ -79,5 +84,7 @@ pub fn mask_image(res: &AnalysisResult, layer: usize, max_side: usize, h: &Handl
             counts[row + j / block][c] += 1;
         }
     }
-    Ok(MaskImage { key: res.key.clone(), layer, tokens: t, block, side, counts, local, same_group: same, pruned })
+    let mut img = MaskImage { key: res.key.clone(), layer, tokens: t, block, side, counts: std::sync::Arc::new(counts), local, same_group: same, pruned, pixels: Vec::new() };
+    img.pixels = (0..side * side).map(|b| if img.counts[b].iter().any(|&n| n > 0) { img.color(b) } else { crate::gui::paint::palette::NONE }).collect();
+    Ok(img)
 }

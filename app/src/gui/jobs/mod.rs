@@ -16,7 +16,8 @@
 //! - `partners`: a token's or range's attention row and partners, and `HeadsCache` (the
 //!   captured layers of one segment, shared with `grid` and `head_pattern`);
 //! - `grid`: one token's attention in every layer and head (the attention view);
-//! - `head_pattern`: one head's pattern over a range (the head view);
+//! - `head_pattern`: one head's pattern over a range, or over a whole segment in blocks (the
+//!   head view);
 //! - `compare`: run A beside run B (the compare view);
 //! - `intervene`: the Intervene window's run, shown as a comparison;
 //! - `baseline`: the untrained twin's analysis (the categories view);
@@ -50,7 +51,7 @@ pub use baseline::{baseline, untrained_twin, Baseline};
 pub use compare::{CompareJob, CompareRun};
 pub use error::JobError;
 pub use grid::{attention_grid, AttnGrid};
-pub use head_pattern::{head_pattern, HeadPattern};
+pub use head_pattern::{head_overview, head_pattern, HeadOverview, HeadPattern};
 pub use load::{adapter_fingerprint, fetch_hint, load_adapter, load_model, load_text, read_text, read_text_as};
 pub use mask::{mask_image, MaskImage};
 pub use msg::Msg;

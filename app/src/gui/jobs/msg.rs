@@ -6,7 +6,7 @@ use super::baseline::Baseline;
 use super::dialogs::{Answer, Purpose};
 use super::error::JobError;
 use super::grid::AttnGrid;
-use super::head_pattern::HeadPattern;
+use super::head_pattern::{HeadOverview, HeadPattern};
 use super::mask::MaskImage;
 use super::{index, streaming, train};
 use crate::gui::compared::Compared;
@@ -33,7 +33,11 @@ pub enum Msg {
     Compare(Result<Compared, JobError>),
     AttnGrid(Result<AttnGrid, JobError>),
     HeadPattern(Result<HeadPattern, JobError>),
+    /// One head over a whole segment in blocks (the head view's "whole segment").
+    HeadOverview(Result<HeadOverview, JobError>),
     AttnBench(Result<Vec<AttentionRow>, JobError>),
+    /// Quality and speed against length (`bench::quality`).
+    Quality(Result<focus_core::eval::ppl::LengthTable, JobError>),
     /// The running generation's state as it grows, and its last.
     GenStep(streaming::Generated),
     Generated(Result<streaming::Generated, JobError>),

@@ -54,6 +54,17 @@ impl View for ControlsView {
                 p.causal = Some(causal);
             }
             ui.add(egui::Slider::new(&mut p.max_tokens, 16..=MAX_TOKENS_LIMIT).logarithmic(true).text("tokens"));
+            // Segments up to the model's context (issue 52): each runs from position 0, so a
+            // longer one lets pairs reach further back; its kept pass grows with it (an 8K
+            // segment of SmolLM2-135M holds ~750 MB, beyond the memory budget: the scratch file).
+            let context = session.model.as_ref().map_or(focus_core::analysis::DEFAULT_SEGMENT, |m| m.model.config().context);
+            let mut seg = p.segment.min(context);
+            let resp = ui
+                .add(egui::Slider::new(&mut seg, 128.min(context)..=context).logarithmic(true).text("segment"))
+                .on_hover_text(format!("tokens per analysis segment, up to the model's context ({context}): each segment runs from position 0 and pairs never cross one; a segment's kept layers grow with its length (memory first, then the scratch file)"));
+            if resp.changed() {
+                p.segment = seg;
+            }
             let wanted = session.wanted_key(&p);
             let stopped = wanted.is_some() && session.result.as_ref().map(|r| Some(&r.key) != wanted.as_ref()).unwrap_or(true) && !cx.worker.is_running(TaskKind::Analyze) && !cx.pending_full;
             if stopped && ui.button("Run analysis").clicked() {

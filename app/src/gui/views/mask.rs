@@ -165,19 +165,15 @@ impl View for MaskView {
             ui.label(format!("one pair = {}", px(1.0)));
         }
         let tex = self.texture.get_or_insert_with(|| {
-            let mut pixels = vec![palette::NONE; img.side * img.side];
-            for (b, c) in img.counts.iter().enumerate() {
-                if c.iter().any(|&n| n > 0) {
-                    pixels[b] = img.color(b);
-                }
-            }
-            let ci = egui::ColorImage::new([img.side, img.side], pixels);
+            // The colours come made (`MaskImage::pixels`, in the job): this frame only uploads.
+            let ci = egui::ColorImage::new([img.side, img.side], img.pixels.clone());
             ui.ctx().load_texture("mask", ci, egui::TextureOptions::NEAREST)
         });
         let t = img.tokens as f64;
         let (block, side) = (img.block, img.side);
+        // Shared with the tooltip, not copied: each frame used to copy the block counts and
+        // every token's text (8,192 strings on an 8K segment).
         let counts = img.counts.clone();
-        let tokens = res.analysis.tokens.clone();
         let res2 = res.clone();
         let raw = cx.settings.setup.raw_groups;
         let mut plot = Plot::new(MASK_PLOT).id(egui::Id::unique(MASK_PLOT));
@@ -201,7 +197,7 @@ impl View for MaskView {
                 }
                 let (i, j) = (i as usize, j as usize);
                 let [l, s, pr] = counts[(i / block) * side + j / block];
-                let tok = |n: usize| tokens.get(n).map(|x| format!("{:?}", x.text)).unwrap_or_default();
+                let tok = |n: usize| res2.analysis.tokens.get(n).map(|x| format!("{:?}", x.text)).unwrap_or_default();
                 let why = pair_reason(&res2, layer, i, j, raw);
                 // Inside the full-resolution region a pixel is one pair: no block to describe.
                 let exact = zoomed.is_some_and(|(i0, j0, n, _)| (i0..i0 + n).contains(&i) && (j0..j0 + n).contains(&j));

@@ -1,17 +1,21 @@
 //! Speed: dense vs Focus top-k over lengths, run in the background, either as attention kernels
 //! alone (`jobs::bench::attention_bench`, `focus_core::bench::run_attention_bench`, the default) or as
 //! prefill of the whole model (`jobs::bench::bench`), with the speedup against its theoretical bound;
-//! and both benchmarks' charts as SVG. The view owns its benchmarks' state: it prepares a run
-//! (`jobs::bench::BenchJob`) for the app to start, and receives its rows.
+//! or quality and speed against length (`jobs::bench::quality`, `focus-lens ppl --ctx A,B --modes
+//! ...`'s table: each mode's perplexity against dense and the prefill speed of the same runs), run
+//! here or loaded from that command's JSON; and the charts as SVG. The view owns its benchmarks'
+//! state: it prepares a run (`jobs::bench::BenchJob`) for the app to start, and receives its rows.
 
 use super::view::{Command, View, ViewCtx};
 use crate::gui::export::svg::{line_chart, stack, Series};
-use crate::gui::jobs::bench::{self as jobs, BenchJob};
+use crate::gui::jobs::bench::{self as jobs, BenchJob, QualityJob};
 use crate::gui::jobs::JobError;
 use crate::gui::state::{AnalysisResult, BenchKind, DeviceChoice, Setting};
 use crate::gui::worker::TaskKind;
 use egui_plot::{Corner, HLine, Legend, Line, LineStyle, Plot, PlotPoints, Points};
 use focus_core::bench::{AttentionRow, BenchRow};
+use focus_core::eval::ppl::{LengthRow, LengthTable};
+use focus_core::Mode;
 use std::sync::Arc;
 
 const DENSE_C: egui::Color32 = egui::Color32::from_rgb(0x1f, 0x77, 0xb4);
@@ -27,6 +31,10 @@ pub struct SpeedView {
     pub bench: Option<BenchState>,
     /// The attention-kernel benchmark.
     pub attn_bench: Option<AttnBenchState>,
+    /// Quality against length: a run started here, or a table loaded from `ppl`'s JSON.
+    pub quality: Option<QualityState>,
+    /// The path field of "Load table" (a `focus-lens ppl --ctx ... --modes ... --json` file).
+    pub quality_json: String,
 }
 
 /// The benchmark settings as this frame edits them.
@@ -36,6 +44,8 @@ struct Edited {
     attn_lengths: String,
     repeats: usize,
     attn_device: DeviceChoice,
+    quality_lengths: String,
+    quality_chunks: usize,
 }
 
 impl SpeedView {
@@ -58,6 +68,7 @@ impl SpeedView {
                 // cancels a running one.
                 Ok(BenchJob::Attention { cfg, device, live, spreads })
             }
+            BenchKind::Quality => Err("quality against length is prepared with the loaded inputs (prepare_quality)".into()),
             BenchKind::WholeModel => {
                 let lengths: Result<Vec<usize>, _> = e.bench_lengths.split(',').map(|s| s.trim().parse::<usize>()).collect();
                 let lengths = match lengths {
@@ -72,8 +83,67 @@ impl SpeedView {
         }
     }
 
+    /// The quality-against-length run of the loaded model, adapter and whole text: dense, soft
+    /// and top-k with k = 1, 2, 3 (those within the adapter's K) at each length.
+    fn prepare_quality(&mut self, cx: &ViewCtx, res: &AnalysisResult, e: &Edited) -> Result<BenchJob, String> {
+        let Some(ctxs) = parse_lengths(&e.quality_lengths) else {
+            return Err(format!("lengths {:?}: expected positive numbers separated by commas", e.quality_lengths));
+        };
+        let (Some(m), Some(a), Some(t)) = (&cx.session.model, &cx.session.adapter, &cx.session.text) else {
+            return Err("quality against length needs a model, an adapter and a text loaded".into());
+        };
+        let groups = a.adapter.config.groups;
+        let mut modes = vec![Mode::Dense, Mode::Soft];
+        modes.extend((1..=3).filter_map(|k| focus_core::focus::mask::TopK::new(k, groups).ok()).map(Mode::TopK));
+        let job = QualityJob {
+            model: m.model.clone(),
+            adapter: a.adapter.clone(),
+            adapter_path: a.path.as_ref().map(|p| p.display().to_string()),
+            text: t.text.clone(),
+            // The text's path where it has one (the command line reads it), else its label.
+            text_label: cx.settings.inputs.text.as_ref().map_or_else(|| res.text_label.clone(), |p| p.display().to_string()),
+            ctxs,
+            modes,
+            max_chunks: e.quality_chunks.max(1),
+            device: m.device,
+        };
+        let live = Arc::new(std::sync::Mutex::new(Vec::new()));
+        self.quality = Some(QualityState { live: live.clone(), cli: job.cli(), source: "run in the app".into(), ..Default::default() });
+        Ok(BenchJob::Quality { job, live })
+    }
+
+    /// A table from `focus-lens ppl --ctx ... --modes ... --json` (read with a size cap; a
+    /// FIFO or device is refused before it is opened).
+    pub fn load_quality(&mut self, path: &std::path::Path) -> Result<(), String> {
+        let text = focus_core::io::read_capped_string(path, 16 << 20, "quality table").map_err(|e| e.to_string())?;
+        let table: LengthTable = serde_json::from_str(&text).map_err(|e| format!("{}: not a table of `focus-lens ppl --ctx ... --modes ... --json` ({e})", path.display()))?;
+        if table.table != "ppl_lengths" {
+            return Err(format!("{}: not a quality-against-length table (\"table\": {:?})", path.display(), table.table));
+        }
+        self.quality = Some(QualityState { table: Some(table), source: format!("loaded from {}", path.display()), ..Default::default() });
+        Ok(())
+    }
+
+    /// The quality run's result.
+    pub fn receive_quality(&mut self, r: Result<LengthTable, JobError>) {
+        let b = self.quality.get_or_insert_with(QualityState::default);
+        match r {
+            Ok(t) => {
+                b.table = Some(t);
+                b.error = None;
+            }
+            Err(JobError::Cancelled) => b.error = Some("benchmark cancelled".into()),
+            Err(JobError::Failed(e)) => b.error = Some(e),
+        }
+    }
+
     /// The benchmark was cancelled from this view: say so where no run has finished.
     fn cancelled(&mut self) {
+        if let Some(b) = &mut self.quality {
+            if b.table.is_none() {
+                b.error = Some("benchmark cancelled".into());
+            }
+        }
         if let Some(b) = &mut self.bench {
             if b.rows.is_empty() {
                 b.error = Some("benchmark cancelled".into());
@@ -124,6 +194,10 @@ impl SpeedView {
                 Some(b) if !b.current_rows().is_empty() => Ok(speed_svg(b, res)),
                 _ => Err("no benchmark results yet: run the benchmark first".into()),
             },
+            BenchKind::Quality => match &self.quality {
+                Some(b) if !b.current_rows().is_empty() => Ok(quality_svg(&b.current_rows())),
+                _ => Err("no benchmark results yet: run the benchmark (or load a table) first".into()),
+            },
         }
     }
 }
@@ -140,6 +214,8 @@ impl View for SpeedView {
             attn_lengths: s.attn_bench_lengths.clone(),
             repeats: s.bench_repeats,
             attn_device: s.attn_bench_device,
+            quality_lengths: s.quality_lengths.clone(),
+            quality_chunks: s.quality_chunks,
         };
         ui.horizontal(|ui| {
             ui.label("benchmark:");
@@ -157,9 +233,14 @@ impl View for SpeedView {
             let (text, salt) = match kind {
                 BenchKind::Attention => (&mut e.attn_lengths, "attn_bench_lengths"),
                 BenchKind::WholeModel => (&mut e.bench_lengths, "model_bench_lengths"),
+                BenchKind::Quality => (&mut e.quality_lengths, "quality_lengths"),
             };
             ui.add(egui::TextEdit::singleline(text).id_salt(salt).desired_width(200.0)).labelled_by(lengths_label.id);
-            ui.add(egui::DragValue::new(&mut e.repeats).range(1..=10).prefix("repeats "));
+            if kind == BenchKind::Quality {
+                ui.add(egui::DragValue::new(&mut e.quality_chunks).range(1..=64).prefix("chunks per length ")).on_hover_text("perplexity is scored on this many chunks of each length at most (llama-perplexity's chunks: the second half of each scored); each mode runs the same chunks");
+            } else {
+                ui.add(egui::DragValue::new(&mut e.repeats).range(1..=10).prefix("repeats "));
+            }
             if kind == BenchKind::Attention && DeviceChoice::available().len() > 1 {
                 egui::ComboBox::from_id_salt("attn_bench_device").selected_text(e.attn_device.label()).show_ui(ui, |ui| {
                     for d in DeviceChoice::available() {
@@ -175,7 +256,8 @@ impl View for SpeedView {
                     self.cancelled();
                 }
             } else if ui.button("Run benchmark").clicked() {
-                out.push(match self.prepare(res, &e, cx.settings.setup.params.device) {
+                let job = if kind == BenchKind::Quality { self.prepare_quality(cx, res, &e) } else { self.prepare(res, &e, cx.settings.setup.params.device) };
+                out.push(match job {
                     Ok(job) => Command::StartBench(job),
                     Err(msg) => Command::Error(msg),
                 });
@@ -196,10 +278,28 @@ impl View for SpeedView {
         if e.attn_device != s.attn_bench_device {
             out.push(Command::Set(Setting::AttnBenchDevice(e.attn_device)));
         }
-        if e.kind == BenchKind::Attention {
-            attention(self.attn_bench.as_ref(), res, ui);
-        } else {
-            whole_model(self.bench.as_ref(), res, ui);
+        if e.quality_lengths != s.quality_lengths {
+            out.push(Command::Set(Setting::QualityLengths(e.quality_lengths.clone())));
+        }
+        if e.quality_chunks != s.quality_chunks {
+            out.push(Command::Set(Setting::QualityChunks(e.quality_chunks)));
+        }
+        match e.kind {
+            BenchKind::Attention => attention(self.attn_bench.as_ref(), res, ui),
+            BenchKind::WholeModel => whole_model(self.bench.as_ref(), res, ui),
+            BenchKind::Quality => {
+                ui.horizontal(|ui| {
+                    let l = ui.label("or a table from `focus-lens ppl --ctx … --modes … --json`:");
+                    ui.add(egui::TextEdit::singleline(&mut self.quality_json).id_salt("quality_json").hint_text("path to the JSON").desired_width(320.0)).labelled_by(l.id);
+                    if ui.button("Load table").clicked() {
+                        let path = std::path::PathBuf::from(self.quality_json.trim());
+                        if let Err(msg) = self.load_quality(&path) {
+                            out.push(Command::Error(msg));
+                        }
+                    }
+                });
+                quality(self.quality.as_ref(), ui);
+            }
         }
         out
     }
@@ -528,6 +628,198 @@ fn time_and_speedup(res: &AnalysisResult, (title, unit): (&str, &str), dense: Ve
         &[(format!("limit = {limit:.2}"), limit), (format!("theoretical K/k = {kk:.1}"), kk), ("1".into(), 1.0)],
     );
     stack(&[time, speed], 640.0, &[400.0, 400.0])
+}
+
+/// A mode's colour in the quality plots (dense blue, soft purple, top-1/2/3 green, orange, red),
+/// and in their SVG.
+fn mode_colour(mode: &str) -> egui::Color32 {
+    match mode {
+        "dense" => DENSE_C,
+        "soft" => CANDLE_C,
+        "top-1" => SPEED_C,
+        "top-2" => TOPK_C,
+        "top-3" => BOUND_C,
+        _ => egui::Color32::from_rgb(0x8c, 0x56, 0x4b),
+    }
+}
+
+/// The modes of a table's rows, in their order (the first row that ran names them).
+fn table_mode_names(rows: &[LengthRow]) -> Vec<String> {
+    rows.iter().find(|r| r.skipped.is_none()).or(rows.first()).map(|r| r.modes.iter().map(|m| m.mode.clone()).collect()).unwrap_or_default()
+}
+
+/// Per mode, (ctx, value) where `f` has one: the points of a quality plot.
+fn mode_points(rows: &[LengthRow], f: fn(&focus_core::eval::ppl::ModeAtLength) -> Option<f64>) -> Vec<(String, Vec<[f64; 2]>)> {
+    table_mode_names(rows)
+        .into_iter()
+        .map(|name| {
+            let pts = rows.iter().filter_map(|r| r.mode(&name).and_then(f).map(|y| [r.ctx as f64, y])).collect();
+            (name, pts)
+        })
+        .collect()
+}
+
+/// Quality and speed against length: what was run, the table (perplexity with % vs dense, then
+/// prefill tokens/s with the ratio to dense, per mode; skipped lengths and runs said), and two
+/// plots against length: perplexity vs dense (%) per mode, and prefill tokens/s per mode.
+fn quality(state: Option<&QualityState>, ui: &mut egui::Ui) {
+    ui.label("Perplexity (llama-perplexity's convention: chunks of each length from position 0, the second half scored) of dense, soft and top-k (k = 1, 2, 3) at each length, on the loaded text (all of it, not only the analysed tokens), with the prefill speed of the same runs (tokens/s of the layers; the modes run one after another on each chunk). Lengths above the model's context, beyond the text, or (CPU) whose run would not fit in memory are skipped and said.");
+    let Some(b) = state else {
+        ui.weak("Run the benchmark, or load a table, to see quality and speed against length.");
+        return;
+    };
+    if let Some(e) = &b.error {
+        ui.colored_label(egui::Color32::from_rgb(200, 30, 30), e);
+    }
+    if let Some(t) = &b.table {
+        ui.weak(format!(
+            "{}: {}, adapter {}, {} ({} tokens), {} ({} threads), at most {} chunk(s) per length",
+            b.source,
+            t.model,
+            t.adapter.as_deref().unwrap_or("none"),
+            t.text,
+            t.tokens,
+            t.device,
+            t.threads,
+            t.max_chunks.map_or("every".into(), |n| n.to_string())
+        ));
+    }
+    if !b.cli.is_empty() {
+        ui.horizontal(|ui| {
+            ui.weak("Same run from the command line:");
+            ui.add(egui::Label::new(egui::RichText::new(&b.cli).monospace()).wrap());
+        });
+    }
+    let rows = b.current_rows();
+    if rows.is_empty() {
+        return;
+    }
+    if b.table.is_none() {
+        ui.label(format!("{} length(s) measured so far", rows.len()));
+    }
+    // Two columns per mode: wider than the panel with five modes, so it scrolls on its own
+    // (the plots below keep the panel's width).
+    egui::ScrollArea::horizontal().id_salt("quality_table_scroll").show(ui, |ui| quality_table(ui, &rows));
+    let h = (ui.available_height() - 20.0).max(150.0);
+    let xs: Vec<f64> = rows.iter().filter(|r| r.skipped.is_none()).map(|r| r.ctx as f64).collect();
+    let legend = || Legend::default().position(Corner::LeftTop);
+    // Headroom above the highest point, so the legend (top left) covers no data.
+    let top = |f: fn(&focus_core::eval::ppl::ModeAtLength) -> Option<f64>| mode_points(&rows, f).iter().flat_map(|(_, pts)| pts.iter().map(|p| p[1])).fold(0.0, f64::max) * 1.7;
+    let (ppl_top, speed_top) = (top(|m| m.vs_dense_pct), top(|m| m.tokens_per_s));
+    ui.columns(2, |cols| {
+        cols[0].label("perplexity vs dense (%): + is worse");
+        Plot::new("quality_ppl").height(h).x_grid_spacer(length_marks(xs.clone())).legend(legend()).x_axis_label("context (tokens)").y_axis_label("%").include_y(0.0).include_y(ppl_top).show(&mut cols[0], |p| {
+            for (name, pts) in mode_points(&rows, |m| m.vs_dense_pct) {
+                if name == "dense" || pts.is_empty() {
+                    continue;
+                }
+                let c = mode_colour(&name);
+                p.line(Line::new(name.clone(), PlotPoints::from(pts.clone())).color(c).width(2.0));
+                p.points(Points::new(name, PlotPoints::from(pts)).radius(3.5).color(c));
+            }
+            p.hline(HLine::new("dense (0%)", 0.0).color(DENSE_C).width(1.5).style(LineStyle::dashed_loose()));
+        });
+        cols[1].label("prefill tokens/s (the same runs)");
+        Plot::new("quality_speed").height(h).x_grid_spacer(length_marks(xs.clone())).legend(legend()).x_axis_label("context (tokens)").y_axis_label("tok/s").include_y(0.0).include_y(speed_top).show(&mut cols[1], |p| {
+            for (name, pts) in mode_points(&rows, |m| m.tokens_per_s) {
+                if pts.is_empty() {
+                    continue;
+                }
+                let c = mode_colour(&name);
+                p.line(Line::new(name.clone(), PlotPoints::from(pts.clone())).color(c).width(2.0));
+                p.points(Points::new(name, PlotPoints::from(pts)).radius(3.5).color(c));
+            }
+        });
+    });
+}
+
+/// The quality table: a row per length; per mode its perplexity (and % vs dense), then per mode
+/// its prefill tokens/s (and the ratio to dense); a skipped length or run says why.
+fn quality_table(ui: &mut egui::Ui, rows: &[LengthRow]) {
+    let names = table_mode_names(rows);
+    let mut notes = Vec::new();
+    egui::Grid::new("quality_table").striped(true).show(ui, |ui| {
+        ui.strong("ctx");
+        ui.strong("chunks");
+        for n in &names {
+            ui.strong(format!("{n} ppl"));
+        }
+        for n in &names {
+            ui.strong(format!("{n} tok/s"));
+        }
+        ui.end_row();
+        for r in rows {
+            ui.label(r.ctx.to_string());
+            if let Some(why) = &r.skipped {
+                ui.weak(format!("skipped: {why}"));
+                ui.end_row();
+                continue;
+            }
+            ui.label(r.chunks.to_string());
+            for n in &names {
+                match r.mode(n) {
+                    Some(m) if m.skipped.is_some() => {
+                        notes.push(format!("{n} at ctx {}: {}", r.ctx, m.skipped.as_deref().unwrap_or_default()));
+                        ui.weak("skipped")
+                    }
+                    Some(m) => match (m.ppl, m.vs_dense_pct) {
+                        (Some(p), Some(d)) if n != "dense" => ui.label(format!("{p:.3} ({d:+.2}%)")),
+                        (Some(p), _) => ui.label(format!("{p:.3}")),
+                        _ => ui.weak("-"),
+                    },
+                    None => ui.weak("-"),
+                };
+            }
+            for n in &names {
+                match r.mode(n).and_then(|m| m.tokens_per_s.map(|t| (t, m.speed_vs_dense))) {
+                    Some((t, Some(x))) if n != "dense" => ui.label(format!("{t:.0} ({x:.2}x)")),
+                    Some((t, _)) => ui.label(format!("{t:.0}")),
+                    None => ui.weak("-"),
+                };
+            }
+            ui.end_row();
+        }
+    });
+    for n in notes {
+        ui.colored_label(egui::Color32::from_rgb(190, 80, 0), n);
+    }
+}
+
+/// The quality plots as SVG: perplexity vs dense (%) and prefill tokens/s against length.
+pub fn quality_svg(rows: &[LengthRow]) -> String {
+    let series = |f: fn(&focus_core::eval::ppl::ModeAtLength) -> Option<f64>, skip_dense: bool| -> Vec<Series> {
+        mode_points(rows, f)
+            .into_iter()
+            .filter(|(n, p)| !(skip_dense && n == "dense") && !p.is_empty())
+            .map(|(name, pts)| Series { color: crate::gui::paint::palette::hex(mode_colour(&name)), name, points: pts.into_iter().map(|[x, y]| (x, y)).collect(), dashed: false })
+            .collect()
+    };
+    let ppl = line_chart("perplexity vs dense (%)", "context (tokens)", "%", &series(|m| m.vs_dense_pct, true), &[("dense".into(), 0.0)]);
+    let speed = line_chart("prefill tokens/s", "context (tokens)", "tok/s", &series(|m| m.tokens_per_s, false), &[]);
+    stack(&[ppl, speed], 640.0, &[400.0, 400.0])
+}
+
+/// Quality against length: the finished (or loaded) table, rows so far, and what was run.
+#[derive(Default)]
+pub struct QualityState {
+    pub table: Option<LengthTable>,
+    /// Lengths as they finish, shared with the running task.
+    pub live: Arc<std::sync::Mutex<Vec<LengthRow>>>,
+    /// The equivalent `focus-lens ppl` command (empty for a loaded table).
+    pub cli: String,
+    /// "run in the app", or "loaded from PATH".
+    pub source: String,
+    pub error: Option<String>,
+}
+
+impl QualityState {
+    /// The rows to show: the finished run's (or the loaded table's), else those so far.
+    pub fn current_rows(&self) -> Vec<LengthRow> {
+        match &self.table {
+            Some(t) => t.rows.clone(),
+            None => self.live.lock().map(|v| v.clone()).unwrap_or_default(),
+        }
+    }
 }
 
 /// The attention-kernel benchmark: finished rows, rows so far, and what was run.

@@ -120,6 +120,9 @@ pub enum Command {
     BuildAttnGrid(Arc<AnalysisResult>, usize),
     /// Compute one head's attention pattern over a range of tokens (layer, head, range).
     BuildHeadPattern(Arc<AnalysisResult>, usize, usize, (usize, usize)),
+    /// Compute one head's pattern over the whole segment holding a token, in blocks (layer,
+    /// head, token).
+    BuildHeadOverview(Arc<AnalysisResult>, usize, usize, usize),
     /// Open the Intervene window (on this token: force it into a group).
     ShowIntervene(Option<usize>),
     /// Run an intervention; its comparison goes to the Compare view.

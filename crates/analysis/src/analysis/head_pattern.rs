@@ -120,6 +120,111 @@ pub fn head_pattern(heads: &Heads, routing: &LayerRouting, cfg: &AdapterConfig, 
     Ok(HeadPattern { layer, head, a, b, k, dense, focus, kind, before, mass_dense: mean(md), mass_focus: mean(mf) })
 }
 
+/// One head's attention over a whole segment at level of detail, for the head view on long
+/// segments (issue 52: an 8192-token segment is 33.5M causal pairs, far past `MAX_RANGE`'s one
+/// pixel per pair): the segment's queries and keys in blocks of `block` x `block` tokens, each
+/// block with the summed weight its queries give its keys, dense and under Focus, and its pairs
+/// counted by the mask's class. Every row is computed exactly as `head_pattern`'s (the same
+/// `Heads::row`), so a block of one token is that pattern's cell.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeadOverview {
+    pub layer: usize,
+    pub head: usize,
+    pub k: usize,
+    pub tokens: usize,
+    /// Tokens per block side, and blocks per side.
+    pub block: usize,
+    pub side: usize,
+    /// Per block (row-major: query block, key block), the summed dense and Focus weights.
+    pub dense: Vec<f32>,
+    pub focus: Vec<f32>,
+    /// Per block, its causal pairs by class: (local, group, pruned).
+    pub counts: Vec<[u32; 3]>,
+    /// The mean over every query of the share of its row on (local, group, pruned) pairs.
+    pub mass_dense: [f32; 3],
+    pub mass_focus: [f32; 3],
+}
+
+/// `HeadOverview` of `head` over every token of `heads` in at most `max_side` blocks a side.
+/// Rows run in parallel, a band of `block` queries at a time; `cancel` is checked between rows.
+#[allow(clippy::too_many_arguments)]
+pub fn head_overview(
+    heads: &Heads,
+    routing: &LayerRouting,
+    cfg: &AdapterConfig,
+    mode: Mode,
+    k: usize,
+    layer: usize,
+    head: usize,
+    max_side: usize,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<HeadOverview> {
+    use rayon::prelude::*;
+    use std::sync::atomic::Ordering;
+    let t = heads.tokens();
+    if t == 0 || head >= heads.heads() {
+        return Err(Error::Invalid(format!("head {head} of {} heads over {t} tokens", heads.heads())));
+    }
+    if routing.t != t {
+        return Err(Error::Invalid(format!("the routing has {} tokens, the heads {t}", routing.t)));
+    }
+    let masks = routing.topk_masks(TopK::new(k, cfg.groups)?.k());
+    let focus_mode = match mode {
+        Mode::Dense => Mode::TopK(TopK::new(k, cfg.groups)?),
+        m => m,
+    };
+    let run_masks = match focus_mode {
+        Mode::TopK(kk) => Some(routing.topk_masks(kk.k())),
+        _ => None,
+    };
+    let focus_distant = distant(focus_mode, Some(cfg), Some(routing), run_masks.as_deref(), t)?;
+    let block = t.div_ceil(max_side.max(1)).max(1);
+    let side = t.div_ceil(block);
+    // One band of query blocks: (dense, focus, counts) of its `side` blocks, and its masses.
+    type Band = (Vec<f32>, Vec<f32>, Vec<[u32; 3]>, [f64; 3], [f64; 3]);
+    let bands: Vec<Band> = (0..side)
+        .into_par_iter()
+        .map(|bi| -> Result<Band> {
+            let (mut dense, mut focus, mut counts) = (vec![0f32; side], vec![0f32; side], vec![[0u32; 3]; side]);
+            let (mut md, mut mf) = ([0f64; 3], [0f64; 3]);
+            for i in bi * block..((bi + 1) * block).min(t) {
+                if cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+                    return Err(Error::Cancelled);
+                }
+                let d = heads.row(Distant::Attend, head, i)?;
+                let f = heads.row(focus_distant, head, i)?;
+                for j in 0..=i {
+                    let c = match mask::classify(i, j, masks[i], masks[j], cfg.window, cfg.sink) {
+                        PairClass::Local => 0,
+                        PairClass::SharedGroup(_) => 1,
+                        _ => 2,
+                    };
+                    let b = j / block;
+                    dense[b] += d[j];
+                    focus[b] += f[j];
+                    counts[b][c] += 1;
+                    md[c] += d[j] as f64;
+                    mf[c] += f[j] as f64;
+                }
+            }
+            Ok((dense, focus, counts, md, mf))
+        })
+        .collect::<Result<_>>()?;
+    let (mut dense, mut focus, mut counts) = (Vec::with_capacity(side * side), Vec::with_capacity(side * side), Vec::with_capacity(side * side));
+    let (mut md, mut mf) = ([0f64; 3], [0f64; 3]);
+    for (d, f, c, bd, bf) in bands {
+        dense.extend(d);
+        focus.extend(f);
+        counts.extend(c);
+        for x in 0..3 {
+            md[x] += bd[x];
+            mf[x] += bf[x];
+        }
+    }
+    let mean = |m: [f64; 3]| m.map(|x| (x / t as f64) as f32);
+    Ok(HeadOverview { layer, head, k, tokens: t, block, side, dense, focus, counts, mass_dense: mean(md), mass_focus: mean(mf) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +233,66 @@ mod tests {
     use crate::focus::adapter::AdapterSpec;
     use candle_core::{Device, Tensor};
     use rand::{rngs::StdRng, Rng, SeedableRng};
+
+    /// The whole-segment overview is the pattern in blocks: with blocks of one token each cell
+    /// is the pattern's (weights and class), with larger blocks each is the sum of its cells;
+    /// its masses are the pattern's over every query.
+    #[test]
+    fn overview_is_the_pattern_in_blocks() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let (heads, kv_heads, t, d, groups) = (2usize, 1usize, 37usize, 8usize, 4usize);
+        let id = crate::focus::identity::BaseModel { arch: "llama".into(), name: "t".into(), n_layers: 1, d_model: 8, n_heads: 1, n_kv_heads: 1, vocab: 8, fingerprint: String::new() };
+        let cfg = crate::focus::adapter::Adapter::random(&id, &Device::Cpu, &AdapterSpec { groups, window: 5, sink: 1, ..Default::default() }, 1).unwrap().config;
+        let q: Vec<f32> = (0..heads * t * d).map(|_| rng.gen::<f32>() * 2.0 - 1.0).collect();
+        let kk: Vec<f32> = (0..kv_heads * t * d).map(|_| rng.gen::<f32>() * 2.0 - 1.0).collect();
+        let memberships: Vec<f32> = (0..t * groups).map(|_| rng.gen::<f32>()).collect();
+        let routing = LayerRouting { t, groups, scores: memberships.clone(), memberships, vectors: None, d_g: 0 };
+        let dev = Device::Cpu;
+        let hq = Heads::new(&Tensor::from_vec(q, (heads, t, d), &dev).unwrap(), &Tensor::from_vec(kk, (kv_heads, t, d), &dev).unwrap()).unwrap();
+        let mode = Mode::TopK(TopK::new(2, groups).unwrap());
+        let p = head_pattern(&hq, &routing, &cfg, mode, 2, 3, 1, (0, t - 1)).unwrap();
+        let one = head_overview(&hq, &routing, &cfg, mode, 2, 3, 1, t, None).unwrap();
+        assert_eq!((one.block, one.side), (1, t));
+        for i in 0..t {
+            for j in 0..t {
+                let b = i * t + j;
+                if j > i {
+                    assert_eq!((one.dense[b], one.focus[b], one.counts[b]), (0.0, 0.0, [0, 0, 0]), "future pair {i},{j}");
+                    continue;
+                }
+                assert_eq!((one.dense[b], one.focus[b]), (p.dense[i][j], p.focus[i][j]), "{i},{j}");
+                let c = match p.kind[i][j] {
+                    Kind::Local => 0,
+                    Kind::Group => 1,
+                    Kind::Pruned => 2,
+                };
+                assert_eq!(one.counts[b].iter().sum::<u32>(), 1);
+                assert_eq!(one.counts[b][c], 1, "{i},{j}");
+            }
+        }
+        for c in 0..3 {
+            assert!((one.mass_dense[c] - p.mass_dense[c]).abs() < 1e-5 && (one.mass_focus[c] - p.mass_focus[c]).abs() < 1e-5, "class {c}");
+        }
+        // Blocks of 4 x 4 (37 tokens: 10 a side, the last of one token): sums of the cells.
+        let o = head_overview(&hq, &routing, &cfg, mode, 2, 3, 1, 10, None).unwrap();
+        assert_eq!((o.block, o.side), (4, 10));
+        for bi in 0..10 {
+            for bj in 0..10 {
+                let (mut dsum, mut fsum, mut n) = (0f32, 0f32, 0u32);
+                for i in bi * 4..((bi + 1) * 4).min(t) {
+                    for j in bj * 4..((bj + 1) * 4).min(i + 1) {
+                        dsum += p.dense[i][j];
+                        fsum += p.focus[i][j];
+                        n += 1;
+                    }
+                }
+                let b = bi * 10 + bj;
+                assert!((o.dense[b] - dsum).abs() < 1e-5 && (o.focus[b] - fsum).abs() < 1e-5, "block {bi},{bj}");
+                assert_eq!(o.counts[b].iter().sum::<u32>(), n, "block {bi},{bj}");
+            }
+        }
+        assert!(o.counts.iter().map(|c| c[2]).sum::<u32>() > 0 && o.counts.iter().map(|c| c[1]).sum::<u32>() > 0, "pruned and kept distant pairs");
+    }
 
     /// Dense and top-k patterns equal the masked dense reference's attention weights (read out
     /// through one-hot values: with V = I, a query's output is its weight row), pair classes

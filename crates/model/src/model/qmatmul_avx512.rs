@@ -333,13 +333,13 @@ mod tests {
 #[cfg(test)]
 mod speed {
     use super::*;
-    use crate::model::qmatmul::{matmul_by, F32Kernel};
     use crate::model::qmatvec::tests::random;
     use rand::{rngs::StdRng, Rng, SeedableRng};
     use std::time::Instant;
 
-    /// SmolLM2-135M's prefill products at 2048 rows (a segment): the gemm crate's kernel, this
-    /// one, and this one with other panel and k-block sizes, alternated, each the fastest of 7.
+    /// SmolLM2-135M's prefill products at 2048 rows (a segment): this kernel as `matmul` sizes
+    /// it and with other panel and k-block sizes, alternated, each the fastest of 7 (against the
+    /// gemm crate's kernel: `focus-lens bench matmul`, which times both).
     /// `cargo test --release -p focus-model --lib qmatmul_avx512::speed -- --ignored --nocapture`.
     #[test]
     #[ignore]
@@ -358,22 +358,20 @@ mod speed {
             let x: Vec<f32> = (0..m * inp).map(|_| rng.gen_range(-1f32..1.0)).collect();
             let mut y = vec![0f32; m * out];
             let variants = [(PANEL_BYTES, 384), (PANEL_BYTES, inp), (PANEL_BYTES, 1024), (PANEL_BYTES / 2, k_block(inp, KC))];
-            let mut best = [f64::INFINITY; 6];
+            let mut best = [f64::INFINITY; 5];
             for _ in 0..7 {
-                for (j, kernel) in [F32Kernel::Gemm, F32Kernel::Avx512].into_iter().enumerate() {
-                    let t0 = Instant::now();
-                    matmul_by(&q, &x, m, &mut y, kernel);
-                    best[j] = best[j].min(t0.elapsed().as_secs_f64());
-                }
+                let t0 = Instant::now();
+                matmul(&q, &x, m, &mut y);
+                best[0] = best[0].min(t0.elapsed().as_secs_f64());
                 for (j, &(bytes, kc)) in variants.iter().enumerate() {
                     let t0 = Instant::now();
                     matmul_with(&q, &x, m, &mut y, panel_rows(out, inp, t, bytes), kc);
-                    best[2 + j] = best[2 + j].min(t0.elapsed().as_secs_f64());
+                    best[1 + j] = best[1 + j].min(t0.elapsed().as_secs_f64());
                 }
             }
             let gf = |t: f64| (m * out * inp) as f64 / t / 1e9;
-            let mut line = format!("{out}x{inp}, {m} rows: gemm {:.2} ms ({:.0} G FMA/s), avx512 {:.2} ms ({:.0})", best[0] * 1e3, gf(best[0]), best[1] * 1e3, gf(best[1]));
-            for (&(bytes, kc), b) in variants.iter().zip(&best[2..]) {
+            let mut line = format!("{out}x{inp}, {m} rows: as matmul sizes it {:.2} ms ({:.0} G FMA/s)", best[0] * 1e3, gf(best[0]));
+            for (&(bytes, kc), b) in variants.iter().zip(&best[1..]) {
                 line += &format!("; panels {} rows, kc {kc}: {:.2} ms ({:.0})", panel_rows(out, inp, t, bytes), b * 1e3, gf(*b));
             }
             eprintln!("{line}");
