@@ -14,7 +14,8 @@ use std::process::Command;
 type TestResult = Result<(), Box<dyn Error>>;
 
 /// `eval` with its default data, run by a copy of the binary in an empty folder, from another
-/// empty folder: both suites load and score their first items.
+/// empty folder: the three suites (TruthfulQA MC, the cloze, the long-context cloze) load and
+/// score their first items.
 #[test]
 fn eval_runs_from_a_copied_binary_on_its_built_in_data() -> TestResult {
     let bin_dir = tempfile::tempdir()?;
@@ -31,7 +32,7 @@ fn eval_runs_from_a_copied_binary_on_its_built_in_data() -> TestResult {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     let results = json["results"].as_array().ok_or("no results array")?;
     let suites: Vec<(&str, u64)> = results.iter().map(|r| (r["suite"].as_str().unwrap_or_default(), r["items"].as_u64().unwrap_or(0))).collect();
-    assert_eq!(suites, [("truthfulqa-mc", 2), ("cloze", 2)], "both built-in suites, 2 items each");
+    assert_eq!(suites, [("truthfulqa-mc", 2), ("cloze", 2), ("long-cloze", 2)], "the three built-in suites, 2 items each");
     for r in results {
         let acc = r["accuracy"].as_f64().ok_or("no accuracy")?;
         assert!((0.0..=1.0).contains(&acc), "accuracy {acc}");

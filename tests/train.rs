@@ -772,7 +772,7 @@ fn flags_replace_the_recipes_values() {
     // --help lists every recipe's values.
     use clap::Args as _;
     let help = focus_lens::cli::train::Args::augment_args(clap::Command::new("train")).render_help().to_string();
-    assert!(help.contains("stage 3 long: 300 steps x 2 x 4096 tokens, lr 0.0003 (cosine to lr/10), sharpen 0.05, balance 0.5") && help.contains("paper: K 8"), "{help}");
+    assert!(help.contains("stage 3 long: 300 steps x 2 x 4096 tokens, lr 0.001 (cosine to lr/10), sharpen 0.05, balance 0.5") && help.contains("paper: K 8"), "{help}");
 }
 
 /// A run of two stages on the tiny Llama (byte-level tokenizer, context 128): the first trains
