@@ -805,9 +805,22 @@ fn a_run_of_two_stages_switches_sequence_length() {
     let mut prepared = training::prepare(&model, &full, &|| false, &mut |s| notes.push(s)).unwrap();
     assert!(notes.iter().any(|n| n == "stage long: seq_len 4096 capped at the model's context, 128"), "{notes:?}");
     assert_eq!(prepared.stages.iter().map(|s| s.opts.seq_len).collect::<Vec<_>>(), [48, 128]);
-    let (mut stages_seen, mut steps_seen) = (Vec::new(), Vec::new());
-    let outcome = prepared.train(&full, &AtomicBool::new(false), |_, f| stages_seen.push(f.stage.clone()), |f| steps_seen.push((f.step, f.steps))).unwrap();
+    let (mut stages_seen, mut steps_seen, mut paces) = (Vec::new(), Vec::new(), Vec::new());
+    let outcome = prepared
+        .train(&full, &AtomicBool::new(false), |_, f| stages_seen.push(f.stage.clone()), |f| {
+            steps_seen.push((f.step, f.steps));
+            paces.push((f.tokens_per_s, f.memory, f.line()));
+        })
+        .unwrap();
     assert!(outcome.finished && outcome.step == 5);
+    // Every step's figures carry the stage's pace and the memory in use (this process's
+    // resident memory on the CPU), and the bar's line says both.
+    for (rate, mem, line) in &paces {
+        assert!(rate.is_some_and(|r| r > 0.0 && r.is_finite()), "tokens/s {rate:?}");
+        let m = mem.expect("memory read on the CPU");
+        assert!(m.used > 1 << 20 && m.peak >= m.used && m.total > m.used, "{m:?}");
+        assert!(line.contains(" tok/s") && line.contains("memory ") && line.contains("GiB"), "{line}");
+    }
     assert!(stages_seen.first().unwrap().starts_with("stage 1/2 train: 3 steps x 2 x 48 tokens") && stages_seen.last().unwrap().starts_with("stage 2/2 long: 2 steps x 2 x 128 tokens"), "{stages_seen:?}");
     assert_eq!(steps_seen, [(1, 5), (2, 5), (3, 5), (4, 5), (5, 5)]);
     let log: Vec<serde_json::Value> = std::fs::read_to_string(out.join("train_log.jsonl")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();

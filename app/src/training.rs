@@ -557,6 +557,10 @@ impl Prepared<'_> {
             let state = RunState { recipe: self.recipe.clone(), stage: i, stages: self.stages.clone(), before: self.trainer.before, start: self.start.clone(), done: self.done.clone() };
             self.trainer.adapter.config.training = Some(serde_json::json!({ "in_progress": state }));
             let name = self.stages[i].name.clone();
+            // The stage's pace: tokens a step, and where and when its first step starts.
+            let per_step = self.trainer.opts.batch * self.trainer.opts.seq_len;
+            let (step0, started) = (self.trainer.before.steps + self.trainer.step, std::time::Instant::now());
+            let device = self.trainer.model.device().clone();
             let fig = std::cell::RefCell::new(&mut figures);
             let finished = self.trainer.run(
                 &self.data,
@@ -574,6 +578,9 @@ impl Prepared<'_> {
                     let mut f = fig.borrow_mut();
                     f.step = step;
                     f.loss = loss;
+                    let secs = started.elapsed().as_secs_f64();
+                    f.tokens_per_s = (step > step0 && secs > 0.0).then(|| ((step - step0) * per_step) as f64 / secs);
+                    f.memory = focus_core::device::memory_use(&device);
                     on_step(&f);
                 },
             )?;
@@ -646,6 +653,12 @@ pub struct Figures {
     pub seconds: f64,
     /// The stage running, in a line (`Prepared::stage_line`).
     pub stage: String,
+    /// Training tokens a second in the stage running, over its steps so far (None before its
+    /// first step).
+    pub tokens_per_s: Option<f64>,
+    /// Memory in use where the model runs, read at each step (`device::memory_use`: the GPU's
+    /// on CUDA, this process's resident memory on the CPU).
+    pub memory: Option<focus_core::device::MemoryUse>,
     /// The step and the seconds the run (re)started at.
     first_step: usize,
     first_seconds: f64,
@@ -667,6 +680,8 @@ impl Figures {
             nmi_ratio: None,
             seconds: t.before.seconds,
             stage: String::new(),
+            tokens_per_s: None,
+            memory: None,
             first_step: t.before.steps + t.step,
             first_seconds: t.before.seconds,
         }
@@ -706,10 +721,16 @@ impl Figures {
         (done > 0 && secs > 0.0).then(|| secs / done as f64 * self.steps.saturating_sub(self.step) as f64)
     }
 
-    /// The figures in a line: "loss 3.412 · held-out PPL 25.31 · worst dominance 0.310 (bar
-    /// 0.163) · NMI 1.84x twin".
+    /// The figures in a line: "loss 3.412 · 5321 tok/s · memory 1.20 GiB (peak 1.43) of 23.4 GiB
+    /// · held-out PPL 25.31 · worst dominance 0.310 (bar 0.163) · NMI 1.84x twin".
     pub fn line(&self) -> String {
         let mut s = format!("loss {:.3}", self.loss);
+        if let Some(r) = self.tokens_per_s {
+            s += &format!(" · {r:.0} tok/s");
+        }
+        if let Some(m) = &self.memory {
+            s += &format!(" · memory {}", m.line());
+        }
         if let Some(p) = self.heldout_ppl {
             s += &format!(" · held-out PPL {p:.2}");
         }

@@ -35,6 +35,57 @@ fn default_pool(ctx: &candle_core::cuda_backend::cudarc::driver::CudaContext) ->
     Ok(Some(pool))
 }
 
+/// Memory in use where a computation runs, for progress displays (bytes): on CUDA the device's
+/// used memory (every process's, as nvidia-smi counts it), the larger of that and the pool's
+/// peak of live allocations, and the card's total; on the CPU this process's resident memory, its peak (VmHWM) and the
+/// machine's total. None where it cannot be read (a CPU without /proc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryUse {
+    pub used: u64,
+    pub peak: u64,
+    pub total: u64,
+}
+
+impl MemoryUse {
+    /// "1.23 GiB (peak 1.50) of 24.0 GiB".
+    pub fn line(&self) -> String {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        format!("{:.2} GiB (peak {:.2}) of {:.1} GiB", gib(self.used), gib(self.peak), gib(self.total))
+    }
+}
+
+/// The memory `device` uses now (`MemoryUse`). On CUDA it synchronises the stream first.
+pub fn memory_use(device: &Device) -> Option<MemoryUse> {
+    #[cfg(feature = "cuda")]
+    if let Device::Cuda(dev) = device {
+        use candle_core::cuda_backend::cudarc::driver::sys;
+        let stream = dev.cuda_stream();
+        stream.synchronize().ok()?;
+        let ctx = stream.context();
+        let (free, total) = ctx.mem_get_info().ok()?;
+        let used = (total - free) as u64;
+        let peak = match default_pool(ctx).ok()? {
+            Some(pool) => {
+                let mut v: u64 = 0;
+                // SAFETY: an attribute query of a valid pool into a u64 that lives here.
+                unsafe { sys::cuMemPoolGetAttribute(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH, &mut v as *mut u64 as *mut std::ffi::c_void) };
+                v
+            }
+            None => used,
+        };
+        return Some(MemoryUse { used, peak: peak.max(used), total: total as u64 });
+    }
+    if !matches!(device, Device::Cpu) {
+        return None;
+    }
+    // /proc/self/status: "VmRSS:  123456 kB", "VmHWM: ..."; /proc/meminfo: "MemTotal: ... kB".
+    let kb = |text: &str, key: &str| text.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok()).map(|k| k * 1024);
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let used = kb(&status, "VmRSS:")?;
+    Some(MemoryUse { used, peak: kb(&status, "VmHWM:").unwrap_or(used).max(used), total: kb(&meminfo, "MemTotal:")? })
+}
+
 /// After a synchronisation, the pool's live allocations, the peak of live allocations since the
 /// last call (the watermark is reset), its reservation and the device's used memory, in MiB, as
 /// one line; None on the CPU. For tracing memory per training step (`train_paper --mem-trace`).
