@@ -355,14 +355,16 @@ fn the_cli_states_the_figures_and_keeps_checkpoints() {
         if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 }
     };
     let line = err.lines().last().unwrap();
+    // "loss L · R tok/s · memory M · held-out PPL P · worst dominance D (bar B) · NMI Nx twin".
     let want = format!(
-        "loss {:.3} · held-out PPL {:.2} · worst dominance {worst:.3} (bar {:.3}) · NMI {:.2}x twin",
-        last["loss"].as_f64().unwrap(),
+        "held-out PPL {:.2} · worst dominance {worst:.3} (bar {:.3}) · NMI {:.2}x twin",
         last["heldout_ppl"].as_f64().unwrap(),
         1.3 / 4.0,
         median(last) / median(&log[0])
     );
     assert!(line.ends_with(&want), "{line}\nwant {want}");
+    let head = format!("loss {:.3} · ", last["loss"].as_f64().unwrap());
+    assert!(line.contains(&head) && line.contains(" tok/s · memory ") && line.contains(" GiB · held-out"), "{line}\nwant {head}... tok/s · memory ... GiB");
     assert!(err.contains("\nstage 3/3 long: 2 steps x 1 x 80 tokens"), "the stage running is said: {err}");
     // The held-out figure is a number, not Rust's `Some(67.8)` (issue 51).
     assert!(!line.contains("Some(") && line.contains(&format!("PPL {:.2});", last["heldout_ppl"].as_f64().unwrap())), "{line}");
