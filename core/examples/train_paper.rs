@@ -32,15 +32,6 @@ use focus_core::{AdapterSpec, Gate, Mode, Model, Score};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-/// The GPU's name as nvidia-smi gives it (recorded in the adapter's provenance), or "cuda".
-fn gpu_name() -> String {
-    let smi = std::process::Command::new("nvidia-smi").args(["--query-gpu=name", "--format=csv,noheader", "--id=0"]).output();
-    match smi {
-        Ok(o) if o.status.success() => format!("cuda ({})", String::from_utf8_lossy(&o.stdout).trim()),
-        _ => "cuda".to_string(),
-    }
-}
-
 fn arg(args: &[String], name: &str, default: &str) -> String {
     args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| default.to_string())
 }
@@ -218,7 +209,7 @@ fn main() -> focus_core::Result<()> {
     trainer.adapter.config.training = Some(serde_json::json!({
         "data": train_files, "heldout": heldout_files, "steps": trainer.step, "seq_len": seq, "batch": batch,
         "lr": lr, "weight_decay": trainer.opts.weight_decay, "grad_clip": trainer.opts.grad_clip, "seed": seed, "tokens_seen": trainer.tokens_seen, "seconds_this_run": secs,
-        "device": if dev.is_cuda() { gpu_name() } else { "cpu".to_string() }, "time_limit_min": minutes, "heldout_ppl": last, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
+        "device": focus_core::device::named(if dev.is_cuda() { "cuda" } else { "cpu" }), "time_limit_min": minutes, "heldout_ppl": last, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
         "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": cosine_decay, "straight_through": null,
         "heldout_mode": trainer.eval_mode().to_string(), "init": if from.is_empty() { init.clone() } else { format!("from {from}") }, "sharpen": trainer.opts.sharpen, "balance": trainer.opts.balance, "kmeans_init": kmeans,
         "freeze_centroids": trainer.opts.freeze_centroids, "freeze_projection": trainer.opts.freeze_projection, "init_gain": gain, "trainer": format!("core/examples/train_paper.rs ({step_form} step)"),

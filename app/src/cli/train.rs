@@ -217,7 +217,7 @@ impl Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let plan = a.plan(device_name(&a.model.device))?;
+    let plan = a.plan(focus_core::device::named(&a.model.device))?;
     let model = a.model.load()?;
     let stop = Arc::new(AtomicBool::new(false));
     {
@@ -263,15 +263,4 @@ pub fn run(a: Args) -> Result<()> {
     let ppl = outcome.figures.heldout_ppl.map_or_else(|| "not measured".to_string(), |p| format!("{p:.2}"));
     eprintln!("wrote {} (held-out {} PPL {ppl}); {}", a.out.display(), prepared.trainer.eval_mode(), outcome.figures.line());
     Ok(())
-}
-
-/// The device as recorded in provenance: the CLI name plus the GPU model when on CUDA.
-fn device_name(dev: &str) -> String {
-    if dev.starts_with("cuda") {
-        let gpu = std::process::Command::new("nvidia-smi").args(["--query-gpu=name", "--format=csv,noheader"]).output();
-        if let Ok(o) = gpu {
-            return format!("{dev} ({})", String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or("").trim());
-        }
-    }
-    dev.to_string()
 }

@@ -35,10 +35,34 @@ fn default_pool(ctx: &candle_core::cuda_backend::cudarc::driver::CudaContext) ->
     Ok(Some(pool))
 }
 
+/// "cuda (NVIDIA H100 80GB HBM3)": `dev` with the first GPU's name as nvidia-smi gives it, for
+/// provenance; `dev` alone on the CPU or where nvidia-smi does not answer.
+pub fn named(dev: &str) -> String {
+    if dev.starts_with("cuda") {
+        let smi = std::process::Command::new("nvidia-smi").args(["--query-gpu=name", "--format=csv,noheader", "--id=0"]).output();
+        if let Ok(o) = smi {
+            let name = String::from_utf8_lossy(&o.stdout).trim().to_string();
+            if o.status.success() && !name.is_empty() {
+                return format!("{dev} ({name})");
+            }
+        }
+    }
+    dev.to_string()
+}
+
+/// One u64 attribute of a memory pool (cuda.h: every attribute read here is a cuuint64_t).
+#[cfg(feature = "cuda")]
+fn pool_attribute(pool: candle_core::cuda_backend::cudarc::driver::sys::CUmemoryPool, attribute: candle_core::cuda_backend::cudarc::driver::sys::CUmemPool_attribute) -> u64 {
+    let mut v: u64 = 0;
+    // SAFETY: an attribute query of a valid pool into a u64 that lives here.
+    unsafe { candle_core::cuda_backend::cudarc::driver::sys::cuMemPoolGetAttribute(pool, attribute, &mut v as *mut u64 as *mut std::ffi::c_void) };
+    v
+}
+
 /// Memory in use where a computation runs, for progress displays (bytes): on CUDA the device's
 /// used memory (every process's, as nvidia-smi counts it), the larger of that and the pool's
-/// peak of live allocations, and the card's total; on the CPU this process's resident memory, its peak (VmHWM) and the
-/// machine's total. None where it cannot be read (a CPU without /proc).
+/// peak of live allocations, and the card's total; on the CPU this process's resident memory,
+/// its peak (VmHWM) and the machine's total. None where it cannot be read (no /proc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryUse {
     pub used: u64,
@@ -64,15 +88,7 @@ pub fn memory_use(device: &Device) -> Option<MemoryUse> {
         let ctx = stream.context();
         let (free, total) = ctx.mem_get_info().ok()?;
         let used = (total - free) as u64;
-        let peak = match default_pool(ctx).ok()? {
-            Some(pool) => {
-                let mut v: u64 = 0;
-                // SAFETY: an attribute query of a valid pool into a u64 that lives here.
-                unsafe { sys::cuMemPoolGetAttribute(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH, &mut v as *mut u64 as *mut std::ffi::c_void) };
-                v
-            }
-            None => used,
-        };
+        let peak = default_pool(ctx).ok()?.map_or(used, |pool| pool_attribute(pool, sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH));
         return Some(MemoryUse { used, peak: peak.max(used), total: total as u64 });
     }
     if !matches!(device, Device::Cpu) {
@@ -99,15 +115,10 @@ pub fn pool_memory(device: &Device) -> Option<String> {
         let ctx = stream.context();
         let (free, total) = ctx.mem_get_info().ok()?;
         let pool = default_pool(ctx).ok()??;
-        // SAFETY: attribute queries of a valid pool into u64s that live here (cuda.h types).
-        let get = |a: sys::CUmemPool_attribute| unsafe {
-            let mut v: u64 = 0;
-            sys::cuMemPoolGetAttribute(pool, a, &mut v as *mut u64 as *mut std::ffi::c_void);
-            v
-        };
+        let get = |a| pool_attribute(pool, a);
         let (used, high, reserved) = (get(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), get(CU_MEMPOOL_ATTR_USED_MEM_HIGH), get(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
         let mut zero: u64 = 0;
-        // SAFETY: as above; resetting the high watermark takes a zero u64.
+        // SAFETY: a valid pool; resetting the high watermark takes a zero u64 (cuda.h types).
         unsafe { sys::cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &mut zero as *mut u64 as *mut std::ffi::c_void) };
         let mib = |b: u64| b >> 20;
         return Some(format!("used {} peak {} reserved {} device-used {} MiB", mib(used), mib(high), mib(reserved), mib((total - free) as u64)));

@@ -153,17 +153,7 @@ impl HeadView {
                 self.error = None;
                 out.push(Command::BuildHeadOverview(res.clone(), layer, head, token));
             }
-            match &self.error {
-                Some(e) => {
-                    ui.colored_label(egui::Color32::from_rgb(200, 30, 30), e);
-                }
-                None => {
-                    ui.horizontal(|ui| {
-                        crate::gui::paint::busy::busy(ui);
-                        ui.label(format!("computing layer {layer}, head {head} over tokens {start}-{} (every row of the segment)…", end - 1));
-                    });
-                }
-            }
+            waiting(ui, self.error.as_deref(), format!("computing layer {layer}, head {head} over tokens {start}-{} (every row of the segment)…", end - 1));
             return out;
         };
         let o = &ov.overview;
@@ -256,17 +246,7 @@ impl View for HeadView {
                 self.error = None;
                 out.push(Command::BuildHeadPattern(res.clone(), layer, head, asked));
             }
-            match &self.error {
-                Some(e) => {
-                    ui.colored_label(egui::Color32::from_rgb(200, 30, 30), e);
-                }
-                None => {
-                    ui.horizontal(|ui| {
-                        crate::gui::paint::busy::busy(ui);
-                        ui.label(format!("computing layer {layer}, head {head} over tokens {}-{}…", asked.0, asked.1));
-                    });
-                }
-            }
+            waiting(ui, self.error.as_deref(), format!("computing layer {layer}, head {head} over tokens {}-{}…", asked.0, asked.1));
             return out;
         }
         let Self { pattern, textures, .. } = self;
@@ -326,5 +306,20 @@ impl View for HeadView {
             resp.on_hover_text_at_pointer(t);
         }
         out
+    }
+}
+
+/// While a pattern is computed: the job's error in red, else a spinner and what is computed.
+fn waiting(ui: &mut egui::Ui, error: Option<&str>, what: String) {
+    match error {
+        Some(e) => {
+            ui.colored_label(egui::Color32::from_rgb(200, 30, 30), e);
+        }
+        None => {
+            ui.horizontal(|ui| {
+                crate::gui::paint::busy::busy(ui);
+                ui.label(what);
+            });
+        }
     }
 }

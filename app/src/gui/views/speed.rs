@@ -446,10 +446,7 @@ fn attention(bench: Option<&AttnBenchState>, res: &AnalysisResult, ui: &mut egui
         ui.colored_label(egui::Color32::from_rgb(200, 30, 30), e);
     }
     ui.weak(format!("Measured on {}", b.settings));
-    ui.horizontal(|ui| {
-        ui.weak("Same run from the command line:");
-        ui.add(egui::Label::new(egui::RichText::new(&b.cli).monospace()).wrap());
-    });
+    command_line(ui, &b.cli);
     let rows = b.current_rows();
     if rows.is_empty() {
         return;
@@ -685,10 +682,7 @@ fn quality(state: Option<&QualityState>, ui: &mut egui::Ui) {
         ));
     }
     if !b.cli.is_empty() {
-        ui.horizontal(|ui| {
-            ui.weak("Same run from the command line:");
-            ui.add(egui::Label::new(egui::RichText::new(&b.cli).monospace()).wrap());
-        });
+        command_line(ui, &b.cli);
     }
     let rows = b.current_rows();
     if rows.is_empty() {
@@ -863,6 +857,14 @@ impl BenchState {
         }
         self.live.lock().map(|v| v.clone()).unwrap_or_default()
     }
+}
+
+/// "Same run from the command line:" and the command, copyable.
+fn command_line(ui: &mut egui::Ui, cli: &str) {
+    ui.horizontal(|ui| {
+        ui.weak("Same run from the command line:");
+        ui.add(egui::Label::new(egui::RichText::new(cli).monospace()).wrap());
+    });
 }
 
 #[cfg(test)]

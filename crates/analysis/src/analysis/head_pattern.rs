@@ -63,6 +63,37 @@ impl HeadPattern {
     }
 }
 
+/// What both views of a head compare: per token its top-`k` groups (`masks`, which class the
+/// pairs), and the Focus side, the run's own attention (a dense run is shown against top-k at
+/// k) with its masks where it is top-k.
+struct Sides {
+    masks: Vec<u64>,
+    focus_mode: Mode,
+    run_masks: Option<Vec<u64>>,
+}
+
+impl Sides {
+    fn new(routing: &LayerRouting, cfg: &AdapterConfig, mode: Mode, k: usize, t: usize) -> Result<Sides> {
+        if routing.t != t {
+            return Err(Error::Invalid(format!("the routing has {} tokens, the heads {t}", routing.t)));
+        }
+        let focus_mode = match mode {
+            Mode::Dense => Mode::TopK(TopK::new(k, cfg.groups)?),
+            m => m,
+        };
+        let run_masks = match focus_mode {
+            Mode::TopK(kk) => Some(routing.topk_masks(kk.k())),
+            _ => None,
+        };
+        Ok(Sides { masks: routing.topk_masks(TopK::new(k, cfg.groups)?.k()), focus_mode, run_masks })
+    }
+
+    /// The Focus side's distant pairs (`Heads::row`'s rule).
+    fn focus_distant<'a>(&'a self, cfg: &AdapterConfig, routing: &'a LayerRouting, t: usize) -> Result<Distant<'a>> {
+        distant(self.focus_mode, Some(cfg), Some(routing), self.run_masks.as_deref(), t)
+    }
+}
+
 /// The pattern of `head` over `a..=b` from a layer's queries and keys and its routing, for a
 /// run of `mode` with adapter `cfg`; pairs classed by the top-`k` groups.
 #[allow(clippy::too_many_arguments)]
@@ -77,28 +108,16 @@ pub fn head_pattern(heads: &Heads, routing: &LayerRouting, cfg: &AdapterConfig, 
     if head >= heads.heads() {
         return Err(Error::Invalid(format!("head {head} is out of range (the layer has {} heads)", heads.heads())));
     }
-    if routing.t != t {
-        return Err(Error::Invalid(format!("the routing has {} tokens, the heads {t}", routing.t)));
-    }
-    let masks = routing.topk_masks(TopK::new(k, cfg.groups)?.k());
-    // The Focus side: the run's own attention; a dense run is shown against top-k at k.
-    let focus_mode = match mode {
-        Mode::Dense => Mode::TopK(TopK::new(k, cfg.groups)?),
-        m => m,
-    };
-    let run_masks = match focus_mode {
-        Mode::TopK(kk) => Some(routing.topk_masks(kk.k())),
-        _ => None,
-    };
-    let focus_distant = distant(focus_mode, Some(cfg), Some(routing), run_masks.as_deref(), t)?;
+    let sides = Sides::new(routing, cfg, mode, k, t)?;
+    let (masks, focus_distant) = (&sides.masks, sides.focus_distant(cfg, routing, t)?);
     let n = b + 1 - a;
     let (mut dense, mut focus, mut kind, mut before) = (Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n), Vec::with_capacity(n));
     let (mut md, mut mf) = ([0f64; 3], [0f64; 3]);
     for i in a..=b {
         let d = heads.row(Distant::Attend, head, i)?;
         let f = heads.row(focus_distant, head, i)?;
-        let sd = split(&d, &masks, cfg.window, cfg.sink, i);
-        let sf = split(&f, &masks, cfg.window, cfg.sink, i);
+        let sd = split(&d, masks, cfg.window, cfg.sink, i);
+        let sf = split(&f, masks, cfg.window, cfg.sink, i);
         for c in 0..3 {
             md[c] += sd[c] as f64;
             mf[c] += sf[c] as f64;
@@ -165,19 +184,8 @@ pub fn head_overview(
     if t == 0 || head >= heads.heads() {
         return Err(Error::Invalid(format!("head {head} of {} heads over {t} tokens", heads.heads())));
     }
-    if routing.t != t {
-        return Err(Error::Invalid(format!("the routing has {} tokens, the heads {t}", routing.t)));
-    }
-    let masks = routing.topk_masks(TopK::new(k, cfg.groups)?.k());
-    let focus_mode = match mode {
-        Mode::Dense => Mode::TopK(TopK::new(k, cfg.groups)?),
-        m => m,
-    };
-    let run_masks = match focus_mode {
-        Mode::TopK(kk) => Some(routing.topk_masks(kk.k())),
-        _ => None,
-    };
-    let focus_distant = distant(focus_mode, Some(cfg), Some(routing), run_masks.as_deref(), t)?;
+    let sides = Sides::new(routing, cfg, mode, k, t)?;
+    let (masks, focus_distant) = (&sides.masks, sides.focus_distant(cfg, routing, t)?);
     let block = t.div_ceil(max_side.max(1)).max(1);
     let side = t.div_ceil(block);
     // One band of query blocks: (dense, focus, counts) of its `side` blocks, and its masses.
