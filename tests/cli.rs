@@ -2,6 +2,9 @@
 
 #[path = "common/mod.rs"]
 mod common;
+/// The fuzz targets' helpers: the byte-level tokenizer that lets the tiny Llama read a text.
+#[path = "../fuzz/common/mod.rs"]
+mod fuzz_common;
 
 use serde_json::Value;
 use std::ffi::OsStr;
@@ -540,6 +543,132 @@ fn adapter_for_another_model_is_refused() {
     let line = fails([OsStr::new("analyze"), OsStr::new("--adapter"), ad.as_os_str(), f.as_os_str(), OsStr::new("--out"), out.as_os_str()]);
     has(&line, &["adapter does not fit the model", "base_model.n_layers"]);
     assert!(!out.exists(), "a failed analyze wrote {}", out.display());
+}
+
+/// The config of an adapter folder.
+fn adapter_config(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("adapter_config.json")).unwrap()).unwrap()
+}
+
+/// Every file of a folder (name, bytes), sorted by name.
+fn folder_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap()).map(|e| (e.file_name().to_string_lossy().into_owned(), std::fs::read(e.path()).unwrap())).collect();
+    v.sort();
+    v
+}
+
+/// `adapter rebase`: an adapter of the tiny Llama A is refused on B (A with one byte of one
+/// weight changed: the same shape, other weights' bytes, as a quantization of the same model
+/// is) by the fingerprint; rebased onto B it runs there (top-k ppl, which differs from dense),
+/// records where it came from, has lost its results, keeps its training record, every other
+/// setting and its weights file byte for byte, and no longer fits A. A model of another shape
+/// (another architecture, another layer count) is still refused with the field named; an
+/// existing non-empty --out, or the adapter's own folder, is refused and left as it was.
+#[test]
+fn adapter_rebase_moves_an_adapter_to_other_weights_of_the_same_shape() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("model-a");
+    std::fs::create_dir(&a).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(common::fixture("hf_tiny/llama").join(f), a.join(f)).unwrap();
+    }
+    std::fs::write(a.join("tokenizer.json"), fuzz_common::byte_tokenizer_json()).unwrap();
+    let b = tmp.path().join("model-b");
+    std::fs::create_dir(&b).unwrap();
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(a.join(f), b.join(f)).unwrap();
+    }
+    // The lowest byte of the first float of the data (the start of a tensor: fingerprinted).
+    let mut weights = std::fs::read(a.join("model.safetensors")).unwrap();
+    let header = u64::from_le_bytes(weights[..8].try_into().unwrap()) as usize;
+    weights[8 + header] ^= 1;
+    std::fs::write(b.join("model.safetensors"), &weights).unwrap();
+    let (info_a, info_b) = (ok_json([OsStr::new("info"), a.as_os_str(), OsStr::new("--json")]), ok_json([OsStr::new("info"), b.as_os_str(), OsStr::new("--json")]));
+    let (fp_a, fp_b) = (info_a["fingerprint"].as_str().unwrap(), info_b["fingerprint"].as_str().unwrap());
+    assert_ne!(fp_a, fp_b, "the changed byte must change the fingerprint");
+
+    let ad = tmp.path().join("adapter-a");
+    fn args(v: &[&OsStr]) -> Vec<std::ffi::OsString> {
+        v.iter().map(|s| s.to_os_string()).collect()
+    }
+    ok(args(&["adapter".as_ref(), "init".as_ref(), "--groups".as_ref(), "4".as_ref(), "--window".as_ref(), "4".as_ref(), "--seed".as_ref(), "3".as_ref(), "--model".as_ref(), a.as_os_str(), "--out".as_ref(), ad.as_os_str()]));
+    // As a trained and evaluated adapter carries them.
+    let mut cfg = adapter_config(&ad);
+    cfg["training"] = serde_json::json!({ "steps": 100, "data": ["train.txt"] });
+    cfg["results"] = serde_json::json!({ "heldout_ppl": 12.5 });
+    std::fs::write(ad.join("adapter_config.json"), serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    let adapter_before = folder_files(&ad);
+
+    let text = tmp.path().join("text.txt");
+    std::fs::write(&text, "the cat sat on the mat. ".repeat(12)).unwrap();
+    let ppl = |model: &Path, adapter: &Path, mode: &str| -> Vec<std::ffi::OsString> {
+        ["ppl", "--json", "--ctx", "32", "--mode", mode, "--model"].iter().map(|s| s.into()).chain([model.into(), "--adapter".into(), adapter.into(), text.as_os_str().into()]).collect()
+    };
+    let on_a = ok_json(ppl(&a, &ad, "topk"));
+    assert_eq!(on_a["mode"], "topk");
+    has(&fails(ppl(&b, &ad, "topk")), &["adapter-a", "base_model.fingerprint (the base weights differ)", fp_a, fp_b]);
+
+    let out = tmp.path().join("adapter-b");
+    let (shown, o) = run_shown(args(&["adapter".as_ref(), "rebase".as_ref(), ad.as_os_str(), "--model".as_ref(), b.as_os_str(), "--out".as_ref(), out.as_os_str()]));
+    assert!(o.status.success(), "{shown:?}: {}", stderr(&o));
+    let line = stderr(&o);
+    assert_eq!(line.lines().count(), 1, "{line:?}");
+    has(&line, &["rebased", "adapter-a", &fp_a[..12], "->", &fp_b[..12], "adapter-b", info_a["config"]["name"].as_str().unwrap(), info_b["config"]["name"].as_str().unwrap()]);
+    assert_eq!(folder_files(&ad), adapter_before, "the adapter's folder was changed");
+
+    // It runs on B, routing (top-k differs from dense), and no longer fits A.
+    let topk = ok_json(ppl(&b, &out, "topk"));
+    let dense = ok_json(ppl(&b, &out, "dense"));
+    assert_eq!(topk["mode"], "topk");
+    let (t, d) = (num(&topk, "ppl"), num(&dense, "ppl"));
+    assert!(t.is_finite() && (t - d).abs() > 1e-6 * d, "top-k {t} vs dense {d}");
+    has(&fails(ppl(&a, &out, "topk")), &["adapter-b", "base_model.fingerprint (the base weights differ)"]);
+
+    let new = adapter_config(&out);
+    assert_eq!(new["base_model"]["fingerprint"], fp_b);
+    assert_eq!(new["base_model"]["name"], info_b["config"]["name"]);
+    let from = &new["rebased_from"];
+    assert_eq!(from["base_model"], cfg["base_model"]);
+    assert_eq!(from["adapter"], std::fs::canonicalize(&ad).unwrap().to_str().unwrap());
+    let date = from["date"].as_str().unwrap();
+    assert!(date.len() == 10 && date.starts_with("20") && date.as_bytes()[4] == b'-' && date.as_bytes()[7] == b'-', "{date}");
+    assert!(new.get("results").is_none(), "results kept: {new}");
+    assert_eq!(new["training"], cfg["training"]);
+    // Every other field is the old adapter's.
+    let strip = |v: &Value| {
+        let mut m = v.as_object().unwrap().clone();
+        for k in ["base_model", "rebased_from", "results"] {
+            m.remove(k);
+        }
+        m
+    };
+    assert_eq!(strip(&new), strip(&cfg));
+    assert_eq!(std::fs::read(out.join("adapter_model.safetensors")).unwrap(), std::fs::read(ad.join("adapter_model.safetensors")).unwrap());
+    assert_eq!(folder_files(&out).len(), 2);
+
+    // Another shape is refused by rebase as by loading, naming the field; nothing is written.
+    let refused = tmp.path().join("refused");
+    let rebase_onto = |model: &Path, out: &Path| fails(args(&["adapter".as_ref(), "rebase".as_ref(), ad.as_os_str(), "--model".as_ref(), model.as_os_str(), "--out".as_ref(), out.as_os_str()]));
+    has(&rebase_onto(&common::fixture("hf_tiny/qwen2"), &refused), &["adapter-a", "adapter does not fit the model", "base_model.arch", "adapter has llama, model has qwen2"]);
+    has(&rebase_onto(&common::model_path(), &refused), &["base_model.n_layers", "adapter has 2, model has 30"]);
+    assert!(!refused.exists());
+    // An existing folder that holds anything is refused and left as it was, the adapter's own
+    // folder included; so is a folder inside the adapter's.
+    let full = tmp.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    std::fs::write(full.join("notes.txt"), "keep me").unwrap();
+    let out_before = folder_files(&out);
+    for o in [&full, &out] {
+        has(&rebase_onto(&b, o), &["not empty"]);
+    }
+    has(&rebase_onto(&b, &ad), &["inside it"]);
+    has(&rebase_onto(&b, &ad.join("sub")), &["inside it"]);
+    assert_eq!(folder_files(&full), vec![("notes.txt".to_string(), b"keep me".to_vec())]);
+    assert_eq!(folder_files(&out), out_before);
+    assert_eq!(folder_files(&ad), adapter_before);
+    // Onto the weights it already fits: nothing to rebase.
+    has(&rebase_onto(&a, &refused), &["nothing to rebase"]);
+    assert!(!refused.exists());
 }
 
 /// `bench attention --json`: one JSON object per (length, K, k) row with the documented keys;

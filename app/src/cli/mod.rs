@@ -2,9 +2,10 @@
 //! module and prints either a human-readable summary or, with `--json`, one JSON object.
 //!
 //! Files: `info`, `tokenize`, `generate`, `ppl`, `analyze`, `intervene`, `index` (`index` and
-//! `centroids`, and `bench centroids`), `eval`, `train`, `init` (`adapter init`), `demo`, `bench`
-//! (the other `bench` subcommands); `common` (the flags they share and the range checks), `out`
-//! (the one writer of stdout). `gui` takes the GUI's `StartArgs` (`crate::gui`).
+//! `centroids`, and `bench centroids`), `eval`, `train`, `init` (`adapter init`), `rebase`
+//! (`adapter rebase`), `demo`, `bench` (the other `bench` subcommands); `common` (the flags they
+//! share and the range checks), `out` (the one writer of stdout). `gui` takes the GUI's
+//! `StartArgs` (`crate::gui`).
 
 mod analyze;
 pub mod bench;
@@ -18,6 +19,7 @@ mod init;
 mod intervene;
 pub mod out;
 mod ppl;
+mod rebase;
 mod tokenize;
 pub mod train;
 
@@ -83,6 +85,10 @@ enum Command {
 enum AdapterCommand {
     /// Make a randomly initialised adapter for a model.
     Init(init::Args),
+    /// Copy an adapter to a new folder for other weights of the same shape (the same model
+    /// quantized, or a stand-in): its base_model becomes this model's, rebased_from records
+    /// the old one, results are dropped, the router weights are copied unchanged.
+    Rebase(rebase::Args),
 }
 
 #[derive(Subcommand)]
@@ -118,6 +124,7 @@ pub fn run() -> anyhow::Result<()> {
         Command::Train(a) => train::run(*a),
         Command::Eval(a) => eval::run(a),
         Command::Adapter { command: AdapterCommand::Init(a) } => init::run(a),
+        Command::Adapter { command: AdapterCommand::Rebase(a) } => rebase::run(a),
         Command::Bench { command: BenchCommand::Forward(a) } => bench::forward(a),
         Command::Bench { command: BenchCommand::Matmul(a) } => bench::matmul(a),
         Command::Bench { command: BenchCommand::Attention(a) } => bench::attention(a),

@@ -106,6 +106,11 @@ pub struct AdapterConfig {
     #[serde(default)]
     pub router_layers: RouterLayers,
     pub base_model: BaseModel,
+    /// Set by `Adapter::rebase` [ours]: the router weights were made for another model of the
+    /// same shape (`rebased_from.base_model`) and moved to `base_model` without retraining.
+    /// Absent in adapters never rebased.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebased_from: Option<RebasedFrom>,
     /// How the router weights were initialised.
     pub init: String,
     /// Training provenance (data, split, steps, tokens, seed, time, device), once trained.
@@ -114,6 +119,33 @@ pub struct AdapterConfig {
     /// Measured results, once evaluated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub results: Option<serde_json::Value>,
+}
+
+/// Where a rebased adapter came from (`Adapter::rebase`): the base model its router weights were
+/// made (trained) for, which loading checked until the rebase, and the folder it was copied from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RebasedFrom {
+    /// The `base_model` the adapter recorded before the rebase.
+    pub base_model: BaseModel,
+    /// The adapter folder it was copied from (absolute when it could be resolved).
+    pub adapter: String,
+    /// The day of the rebase, UTC (YYYY-MM-DD).
+    #[serde(default)]
+    pub date: String,
+    /// The rebase before this one, when the adapter had been rebased already: the chain leads
+    /// back to the model the weights were made for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebased_from: Option<Box<RebasedFrom>>,
+}
+
+/// How much of the model's identity loading checks. `Shape` is for `Adapter::rebase` only: the
+/// weights' fingerprint may differ; the architecture and every dimension may not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BaseCheck {
+    /// Everything, the weights' fingerprint included (`Adapter::load`).
+    Exact,
+    /// Everything but the fingerprint.
+    Shape,
 }
 
 /// The hyper-parameters a user picks; everything else comes from the model. Serialisable so
@@ -228,6 +260,41 @@ impl AdapterConfig {
     }
 }
 
+/// The first 12 hex digits of a weights' fingerprint, for messages (`-` when none is recorded).
+pub fn short_fingerprint(fingerprint: &str) -> &str {
+    match fingerprint.get(..12) {
+        Some(s) => s,
+        None if fingerprint.is_empty() => "-",
+        None => fingerprint,
+    }
+}
+
+/// Whether `path` is the folder `dir` or lies inside it (links resolved, as far as `path` exists).
+fn inside(path: &Path, dir: &Path) -> bool {
+    let (Ok(dir), Ok(path)) = (std::fs::canonicalize(dir), std::path::absolute(path)) else { return false };
+    path.ancestors().find_map(|a| std::fs::canonicalize(a).ok()).is_some_and(|a| a.starts_with(&dir))
+}
+
+/// Today's date, UTC, as YYYY-MM-DD (the civil date of the days since 1970-01-01: H. Hinnant's
+/// `civil_from_days`).
+fn today_utc() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    civil_date((secs / 86_400) as i64)
+}
+
+fn civil_date(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + (m <= 2) as i64;
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
 fn mismatch(field: &str, adapter: impl ToString, model: impl ToString) -> Error {
     Error::AdapterMismatch { field: field.into(), adapter: adapter.to_string(), model: model.to_string() }
 }
@@ -268,6 +335,7 @@ impl Adapter {
             input_scale: false,
             router_layers: spec.router_layers,
             base_model: base.clone(),
+            rebased_from: None,
             init: format!("random: W_g ~ N(0, 1/d_model), centroids ~ N(0, 1) rows normalised to 1; seed {seed}"),
             training: None,
             results: None,
@@ -313,16 +381,60 @@ impl Adapter {
     /// Loads an adapter directory onto `dev` and checks it against the model `base`. The config
     /// is checked before the weights are read, so an adapter for another model is named as such.
     pub fn load(dir: &Path, base: &BaseModel, dev: &Device) -> Result<Adapter> {
-        let cfg_path = dir.join(CONFIG_FILE);
-        let text = crate::io::read_capped_string(&cfg_path, crate::io::MAX_JSON_BYTES, "adapter config")?;
-        Self::parse_config(&text, base, dir)?;
-        let w_path = dir.join(WEIGHTS_FILE);
-        let bytes = crate::io::read_capped(&w_path, MAX_WEIGHTS_BYTES, "adapter weights")?;
-        Self::from_bytes(&text, &bytes, base, dev, dir)
+        let (text, bytes) = Self::read(dir, base, BaseCheck::Exact)?;
+        Self::from_bytes_checked(&text, &bytes, base, dev, dir, BaseCheck::Exact)
     }
 
-    /// Parses a config and checks that it fits the model `want`.
-    fn parse_config(config_json: &str, want: &BaseModel, origin: &Path) -> Result<AdapterConfig> {
+    /// An adapter folder's two files, the config checked against `base` (as `check` says)
+    /// before the weights are read.
+    fn read(dir: &Path, base: &BaseModel, check: BaseCheck) -> Result<(String, Vec<u8>)> {
+        let cfg_path = dir.join(CONFIG_FILE);
+        let text = crate::io::read_capped_string(&cfg_path, crate::io::MAX_JSON_BYTES, "adapter config")?;
+        Self::parse_config(&text, base, dir, check)?;
+        let w_path = dir.join(WEIGHTS_FILE);
+        let bytes = crate::io::read_capped(&w_path, MAX_WEIGHTS_BYTES, "adapter weights")?;
+        Ok((text, bytes))
+    }
+
+    /// Copies the adapter folder `from` to the new folder `out` as an adapter of the model `base`:
+    /// for weights of the same model in other bytes (a GGUF quantization of the safetensors
+    /// the routers were trained on) or a stand-in of the same shape, which `load` refuses by
+    /// the weights' fingerprint. Everything else is checked as `load` checks it (the
+    /// architecture and every dimension must match; the weights must be a valid adapter's).
+    /// The copy's `base_model` is `base`; `rebased_from` records the old one (and any earlier
+    /// rebase), the folder and the day; `results` go (they were measured on the other weights);
+    /// `training` stays; the weights file is copied byte for byte. `out` is written at once
+    /// (`io::write_new_dir`): it must not exist or be an empty folder, and may not be `from` or
+    /// lie inside it. Returns the new adapter (on the CPU).
+    pub fn rebase(from: &Path, base: &BaseModel, out: &Path) -> Result<Adapter> {
+        if inside(out, from) {
+            return Err(Error::write(out, std::io::Error::other(format!("it is the adapter folder {} or inside it: a rebase writes a new folder, never into the adapter's", from.display()))));
+        }
+        let (text, bytes) = Self::read(from, base, BaseCheck::Shape)?;
+        let mut adapter = Self::from_bytes_checked(&text, &bytes, base, &Device::Cpu, from, BaseCheck::Shape)?;
+        let old = adapter.config.base_model.clone();
+        if old.fingerprint == base.fingerprint {
+            return Err(Error::Invalid(format!(
+                "{} already fits {} (the same weights' fingerprint {}): there is nothing to rebase",
+                from.display(),
+                base.name,
+                short_fingerprint(&base.fingerprint)
+            )));
+        }
+        let earlier = adapter.config.rebased_from.take().map(Box::new);
+        let source = std::fs::canonicalize(from).unwrap_or_else(|_| from.to_path_buf());
+        adapter.config.rebased_from = Some(RebasedFrom { base_model: old, adapter: source.display().to_string(), date: today_utc(), rebased_from: earlier });
+        adapter.config.base_model = base.clone();
+        // Measured results describe the weights they were measured on (as in
+        // `Trainer::from_adapter`): a rebased adapter must not carry them as its own.
+        adapter.config.results = None;
+        let config = serde_json::to_string_pretty(&adapter.config)?;
+        crate::io::write_new_dir(out, &[(WEIGHTS_FILE, &bytes), (CONFIG_FILE, config.as_bytes())])?;
+        Ok(adapter)
+    }
+
+    /// Parses a config and checks that it fits the model `want` (all of it, or as `check` says).
+    fn parse_config(config_json: &str, want: &BaseModel, origin: &Path, check: BaseCheck) -> Result<AdapterConfig> {
         let cfg_path = origin.join(CONFIG_FILE);
         let config: AdapterConfig = serde_json::from_str(config_json).map_err(|e| {
             let field = crate::io::json_key_at(config_json, e.line(), e.column()).map_or(String::new(), |k| format!("field {k:?}: "));
@@ -344,7 +456,7 @@ impl Adapter {
                 return Err(mismatch(field, a, m));
             }
         }
-        if have.fingerprint != want.fingerprint {
+        if check == BaseCheck::Exact && have.fingerprint != want.fingerprint {
             return Err(mismatch("base_model.fingerprint (the base weights differ)", &have.fingerprint, &want.fingerprint));
         }
         Ok(config)
@@ -352,7 +464,11 @@ impl Adapter {
 
     /// Parses an adapter from its two files' contents (`origin` names them in errors).
     pub fn from_bytes(config_json: &str, weights: &[u8], want: &BaseModel, dev: &Device, origin: &Path) -> Result<Adapter> {
-        let config = Self::parse_config(config_json, want, origin)?;
+        Self::from_bytes_checked(config_json, weights, want, dev, origin, BaseCheck::Exact)
+    }
+
+    fn from_bytes_checked(config_json: &str, weights: &[u8], want: &BaseModel, dev: &Device, origin: &Path, check: BaseCheck) -> Result<Adapter> {
+        let config = Self::parse_config(config_json, want, origin, check)?;
         let w_path = origin.join(WEIGHTS_FILE);
         let st = safetensors::SafeTensors::deserialize(weights)
             .map_err(|e| Error::bad_file(&w_path, format!("invalid safetensors file: {e}")))?;
@@ -508,11 +624,102 @@ mod tests {
         let mut json: serde_json::Value = serde_json::to_value(&a.config).unwrap();
         assert_eq!(json["sink"], 4);
         json.as_object_mut().unwrap().remove("sink");
-        let old = Adapter::parse_config(&json.to_string(), &base(), Path::new("x")).unwrap();
+        let old = Adapter::parse_config(&json.to_string(), &base(), Path::new("x"), BaseCheck::Exact).unwrap();
         assert_eq!(old.sink, 0);
         json["sink"] = serde_json::json!(crate::focus::mask::MAX_SINK + 1);
-        let e = Adapter::parse_config(&json.to_string(), &base(), Path::new("x")).unwrap_err().to_string();
+        let e = Adapter::parse_config(&json.to_string(), &base(), Path::new("x"), BaseCheck::Exact).unwrap_err().to_string();
         assert!(e.contains("sink"), "{e}");
         assert!(Adapter::random(&base(), &Device::Cpu, &AdapterSpec { sink: crate::focus::mask::MAX_SINK + 1, ..Default::default() }, 1).is_err());
+    }
+
+    /// A fresh folder of this process's own under the temporary directory.
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("focus-adapter-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// `rebase` moves an adapter to other weights of the same shape: the fingerprint is the one
+    /// check it skips (an arch or dimension mismatch is refused as `load` refuses it, naming the
+    /// field); the copy records where it came from (chained over two rebases), loses `results`,
+    /// keeps `training` and the weights' bytes; an old config without `rebased_from` parses
+    /// and is written back without it.
+    #[test]
+    fn rebase_skips_only_the_fingerprint_and_records_where_it_came_from() {
+        let d = scratch("rebase");
+        let a_id = BaseModel { fingerprint: "aaaaaaaaaaaaaaaaaaaaaaaa".into(), ..base() };
+        let b_id = BaseModel { name: "b".into(), fingerprint: "bbbbbbbbbbbbbbbbbbbbbbbb".into(), ..base() };
+        let mut a = Adapter::random(&a_id, &Device::Cpu, &AdapterSpec { groups: 4, ..Default::default() }, 7).unwrap();
+        a.config.training = Some(serde_json::json!({ "steps": 10 }));
+        a.config.results = Some(serde_json::json!({ "ppl": 12.5 }));
+        let src = d.join("a");
+        a.save(&src).unwrap();
+        let json = std::fs::read_to_string(src.join(CONFIG_FILE)).unwrap();
+        assert!(!json.contains("rebased_from"), "a config never rebased writes no rebased_from: {json}");
+        let e = Adapter::load(&src, &b_id, &Device::Cpu).unwrap_err().to_string();
+        assert!(e.contains("base_model.fingerprint (the base weights differ)"), "{e}");
+
+        let out = d.join("b");
+        let r = Adapter::rebase(&src, &b_id, &out).unwrap();
+        assert_eq!(r.config.base_model, b_id);
+        let loaded = Adapter::load(&out, &b_id, &Device::Cpu).unwrap();
+        assert_eq!(loaded.config.base_model, b_id);
+        let from = loaded.config.rebased_from.as_ref().expect("rebased_from");
+        assert_eq!(from.base_model, a_id);
+        assert_eq!(from.adapter, std::fs::canonicalize(&src).unwrap().display().to_string());
+        assert_eq!(from.date.len(), 10);
+        assert!(from.rebased_from.is_none());
+        assert!(loaded.config.results.is_none());
+        assert_eq!(loaded.config.training, a.config.training);
+        assert_eq!(std::fs::read(out.join(WEIGHTS_FILE)).unwrap(), std::fs::read(src.join(WEIGHTS_FILE)).unwrap());
+        assert_eq!(loaded.config.spec(), a.config.spec());
+        assert!(Adapter::load(&out, &a_id, &Device::Cpu).is_err(), "the rebased adapter fits b, no longer a");
+
+        // Back again: the chain leads to a.
+        let back = Adapter::rebase(&out, &a_id, &d.join("c")).unwrap();
+        let from = back.config.rebased_from.as_ref().unwrap();
+        assert_eq!(from.base_model, b_id);
+        assert_eq!(from.rebased_from.as_ref().unwrap().base_model, a_id);
+        let text = std::fs::read_to_string(d.join("c").join(CONFIG_FILE)).unwrap();
+        let again: AdapterConfig = serde_json::from_str(&text).unwrap();
+        assert_eq!(again.rebased_from, back.config.rebased_from);
+
+        // Nothing to rebase onto the same weights; a dimension or arch that differs is refused.
+        let e = Adapter::rebase(&src, &a_id, &d.join("same")).unwrap_err().to_string();
+        assert!(e.contains("nothing to rebase"), "{e}");
+        let wide = BaseModel { d_model: 16, ..b_id.clone() };
+        let e = Adapter::rebase(&src, &wide, &d.join("wide")).unwrap_err().to_string();
+        assert!(e.contains("base_model.d_model") && e.contains("adapter has 8, model has 16"), "{e}");
+        let other = BaseModel { arch: "qwen2".into(), ..b_id.clone() };
+        let e = Adapter::rebase(&src, &other, &d.join("other")).unwrap_err().to_string();
+        assert!(e.contains("base_model.arch"), "{e}");
+        for refused in ["same", "wide", "other"] {
+            assert!(!d.join(refused).exists(), "a refused rebase made {refused}");
+        }
+        // Never into the adapter's own folder, nor over a folder that holds anything.
+        let before = std::fs::read(src.join(CONFIG_FILE)).unwrap();
+        for o in [src.clone(), src.join("sub")] {
+            let e = Adapter::rebase(&src, &b_id, &o).unwrap_err().to_string();
+            assert!(e.contains("inside it"), "{e}");
+        }
+        assert_eq!(std::fs::read(src.join(CONFIG_FILE)).unwrap(), before);
+        assert!(!src.join("sub").exists());
+        let e = Adapter::rebase(&src, &b_id, &out).unwrap_err().to_string();
+        assert!(e.contains("not empty"), "{e}");
+        // An empty folder is taken.
+        std::fs::create_dir(d.join("empty")).unwrap();
+        Adapter::rebase(&src, &b_id, &d.join("empty")).unwrap();
+        Adapter::load(&d.join("empty"), &b_id, &Device::Cpu).unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_date(0), "1970-01-01");
+        assert_eq!(civil_date(-1), "1969-12-31");
+        assert_eq!(civil_date(11_016), "2000-02-29");
+        assert_eq!(civil_date(19_782), "2024-02-29");
+        assert_eq!(civil_date(20_453), "2025-12-31");
     }
 }

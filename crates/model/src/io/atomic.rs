@@ -1,5 +1,6 @@
 //! One file written atomically (`write_atomic`: a temporary file beside it, flushed, then
-//! renamed over it), and the helpers `export_set` shares.
+//! renamed over it), a new folder of files written at once (`write_new_dir`), and the helpers
+//! `export_set` shares.
 
 use crate::error::{Error, Result};
 use std::io::Write;
@@ -75,6 +76,70 @@ pub(crate) fn replace(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// Writes a new folder `dir` holding `files` (name, bytes) at once: each file is written and
+/// flushed in a temporary folder beside it (`temp_path`), which is then renamed to `dir`. A
+/// crash leaves no `dir` or all of it (and at most the temporary folder, which the next write to
+/// `dir` clears). Never over anything: `dir` must be absent or an empty folder, and the rename
+/// itself fails, leaving it as it was, if something was put there in the meantime. Missing
+/// parent folders are created.
+pub fn write_new_dir(dir: &Path, files: &[(&str, &[u8])]) -> Result<()> {
+    let refuse = |why: &str| Err(Error::write(dir, std::io::Error::other(why.to_string())));
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_symlink() => return refuse("it is a symbolic link; a new folder is written only where none is (or an empty one)"),
+        Ok(m) if !m.is_dir() => return refuse("it exists and is not a folder"),
+        Ok(_) => {
+            if std::fs::read_dir(dir).map_err(|e| Error::write(dir, e))?.next().is_some() {
+                return refuse("the folder exists and is not empty; a new folder is written, never into or over one that holds files");
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::write(dir, e)),
+    }
+    if dir.file_name().is_none() {
+        return refuse("it names no folder");
+    }
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(|e| Error::write(parent, e))?;
+    let tmp = temp_path(dir);
+    clear_temp_dir(&tmp, files)?;
+    let written = std::fs::create_dir(&tmp).and_then(|_| {
+        for (name, bytes) in files {
+            write_temp(&tmp.join(name), bytes)?;
+        }
+        std::fs::File::open(&tmp)?.sync_all()?;
+        std::fs::rename(&tmp, dir)
+    });
+    if let Err(e) = written {
+        let _ = clear_temp_dir(&tmp, files);
+        return Err(Error::write(dir, e));
+    }
+    // The rename reaches the disk with its folder's entry (best effort: not every file system
+    // syncs a folder).
+    let _ = std::fs::File::open(parent).and_then(|f| f.sync_all());
+    Ok(())
+}
+
+/// Removes what a killed `write_new_dir` left at its temporary name: a file or link, or the
+/// folder with the files it writes (only those: a folder holding anything else is named, never
+/// emptied).
+fn clear_temp_dir(tmp: &Path, files: &[(&str, &[u8])]) -> Result<()> {
+    match std::fs::symlink_metadata(tmp) {
+        Err(_) => Ok(()),
+        Ok(m) if !m.is_dir() => std::fs::remove_file(tmp).map_err(|e| Error::write(tmp, e)),
+        Ok(_) => {
+            for (name, _) in files {
+                let p = tmp.join(name);
+                for f in [temp_path(&p), p] {
+                    if std::fs::symlink_metadata(&f).is_ok() {
+                        std::fs::remove_file(&f).map_err(|e| Error::write(&f, e))?;
+                    }
+                }
+            }
+            std::fs::remove_dir(tmp).map_err(|e| Error::write(tmp, std::io::Error::other(format!("a temporary folder left by an earlier write, which holds other files too ({e}): remove it"))))
+        }
+    }
+}
+
 /// Creates (or truncates) a file for writing without following a link at its name and without
 /// blocking on a FIFO there; what is opened must be a regular file. For temporaries and lock
 /// files, whose names are ours.
@@ -136,5 +201,53 @@ pub fn check_target(path: &Path) -> Result<()> {
         Ok(m) if m.is_dir() => refuse("it is a directory"),
         Ok(m) if !m.is_file() => refuse("it is not a regular file (a device, FIFO or socket?); exports are written to regular files only"),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `write_new_dir` writes a new folder or fills an empty one, refuses one that holds
+    /// anything (leaving it as it was) and a link, and clears what a killed write left at its
+    /// temporary name, but never a temporary folder holding files it does not write.
+    #[test]
+    fn write_new_dir_never_writes_over_anything() {
+        let d = std::env::temp_dir().join(format!("focus-new-dir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let files: &[(&str, &[u8])] = &[("a.json", b"{}"), ("b.bin", b"\x01\x02")];
+        let out = d.join("deep").join("out");
+        write_new_dir(&out, files).unwrap();
+        assert_eq!(std::fs::read(out.join("b.bin")).unwrap(), b"\x01\x02");
+        assert!(!temp_path(&out).exists());
+        let e = write_new_dir(&out, &[("a.json", b"[]")]).unwrap_err().to_string();
+        assert!(e.contains("not empty"), "{e}");
+        assert_eq!(std::fs::read(out.join("a.json")).unwrap(), b"{}");
+        std::os::unix::fs::symlink(&out, d.join("link")).unwrap();
+        let e = write_new_dir(&d.join("link"), files).unwrap_err().to_string();
+        assert!(e.contains("symbolic link"), "{e}");
+        std::fs::write(d.join("file"), b"x").unwrap();
+        assert!(write_new_dir(&d.join("file"), files).is_err());
+        assert_eq!(std::fs::read(d.join("file")).unwrap(), b"x");
+        // An empty folder is filled; a killed write's leftovers go.
+        let empty = d.join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        let tmp = temp_path(&empty);
+        std::fs::create_dir(&tmp).unwrap();
+        std::fs::write(tmp.join("a.json"), b"half").unwrap();
+        write_new_dir(&empty, files).unwrap();
+        assert_eq!(std::fs::read(empty.join("a.json")).unwrap(), b"{}");
+        assert!(!tmp.exists());
+        // A temporary folder holding something else is named, and kept.
+        let other = d.join("other");
+        let tmp = temp_path(&other);
+        std::fs::create_dir(&tmp).unwrap();
+        std::fs::write(tmp.join("mine.txt"), b"keep").unwrap();
+        let e = write_new_dir(&other, files).unwrap_err().to_string();
+        assert!(e.contains("other files too"), "{e}");
+        assert_eq!(std::fs::read(tmp.join("mine.txt")).unwrap(), b"keep");
+        assert!(!other.exists());
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }

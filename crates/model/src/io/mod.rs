@@ -2,7 +2,8 @@
 //! refuse what is not a regular file (a FIFO would block forever, `/dev/zero` never ends), by
 //! name and again on the opened file, and cap the bytes read (`read_opened`); a file found in a
 //! folder (a corpus's text) through `open_within`, which also refuses a link out of the folder.
-//! Writing: `write_atomic` (`atomic`: one file, a temporary renamed over it) and `write_set`
+//! Writing: `write_atomic` (`atomic`: one file, a temporary renamed over it; `write_new_dir`: a
+//! new folder, written beside it and renamed into place) and `write_set`
 //! (`export_set`: the one writer of a set of files, plain files and a manifest written last),
 //! whose temporaries have short names beside the target (`short_name`: at most 255 bytes); files of our own that are opened in place (locks, an unfinished index) through
 //! `open_own` (no link followed, no FIFO waited on). Reading a user's text:
@@ -14,7 +15,7 @@ pub mod csv;
 pub mod export_set;
 pub mod text;
 
-pub use atomic::{check_target, open_own, short_name, short_name_within, temp_path, write_atomic, NAME_MAX};
+pub use atomic::{check_target, open_own, short_name, short_name_within, temp_path, write_atomic, write_new_dir, NAME_MAX};
 pub use export_set::write_set;
 
 use crate::error::{Error, Result};
