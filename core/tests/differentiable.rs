@@ -9,7 +9,7 @@ use candle_core::{backprop::GradStore, Device, Tensor, Var};
 use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
 use focus_core::focus::router::Router;
 use focus_core::model::{decoder::Decoder, ForwardOptions};
-use focus_core::train::{self, TrainPath};
+use focus_core::train::{self, TrainOptions, TrainPath, Trainer};
 use focus_core::{Adapter, AdapterSpec, Gate, Mode, Model};
 
 fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
@@ -100,14 +100,66 @@ fn check(model: &Model, ids: &[u32], window: usize, tol: f32) {
 
 #[test]
 fn tiny_models() {
-    // gemma2: soft-capping and sliding windows (composed path); olmo2: QK-norm over the whole
-    // projection and post-norms only (fused path). Gemma 2's sliding layers keep 8 keys, so a
+    // gemma2: soft-capping and sliding windows; olmo2: QK-norm over the whole projection and
+    // post-norms only (both through the fused step). Gemma 2's sliding layers keep 8 keys, so a
     // Focus window below 7 leaves them distant pairs to gate.
     for name in ["llama", "gpt2", "qwen2", "gemma2", "olmo2"] {
         let w = if name == "gemma2" { 3 } else { 8 };
         let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu).unwrap();
         let ids: Vec<u32> = (0..60).map(|i| (i * 37 % 500) as u32).collect();
         check(&model, &ids[..60.min(model.config().context)], w, 1e-4);
+    }
+}
+
+/// Gemma 2's soft-capped attention, with its sliding layers, trains through the fused step:
+/// the trainer runs it fused, with the logits of the composed ops and of inference and the
+/// composed ops' router gradients, for both gates, at the checkpoint's cap (5) and at one near
+/// the tiny model's scores (0.05), where the check sees the cap: without it the logits move
+/// 50 times the tolerance (and without its derivative the gradients 3 times).
+#[test]
+fn soft_capped_attention_trains_through_the_fused_step() {
+    let mut model = Model::load(&common::fixture("hf_tiny/gemma2"), &Device::Cpu).unwrap();
+    assert!(model.decoder.blocks.iter().all(|b| b.attn.softcap == Some(5.0)), "the fixture soft-caps every layer");
+    let ids: Vec<u32> = (0..60).map(|i| (i * 37 % 500) as u32).collect();
+    let spec = |gate| AdapterSpec { groups: 4, window: 3, gate, ..Default::default() };
+    let opts: TrainOptions = serde_json::from_str(r#"{"steps": 1, "seq_len": 60, "batch": 1, "lr": 0.01, "weight_decay": 0.0, "seed": 3, "eval_every": 0, "eval_seqs": 1, "checkpoint_every": 0}"#).unwrap();
+    assert!(Trainer::new(&model, &spec(Gate::Log), opts).unwrap().runs_fused(), "Gemma 2 trains through the composed ops");
+    let composed_path = TrainPath { fused: false, ..TrainPath::default() };
+    for cap in [5.0, 0.05] {
+        for b in model.decoder.blocks.iter_mut() {
+            b.attn.softcap = Some(cap);
+        }
+        let mut capped = Vec::new();
+        for gate in [Gate::Log, Gate::Paper] {
+            let what = format!("cap {cap} {gate:?}");
+            let mut adapter = Adapter::random(&model.identity(), model.device(), &spec(gate), 3).unwrap();
+            let vars = trainable(&mut adapter);
+            let o = ForwardOptions::new(Mode::Soft, Some(&adapter));
+            let inference = model.decoder.forward(&ids, &o).unwrap().logits;
+            let fused = train_forward(&model.decoder, &[&ids], &o).unwrap();
+            let composed = train::forward(&model.decoder, &[&ids], &o, composed_path).unwrap();
+            let (ef, ei) = (max_abs_diff(&fused, &composed), max_abs_diff(&fused, &inference));
+            assert!(ef <= 1e-4 && ei <= 1e-4, "{what}: fused vs composed {ef}, fused vs inference {ei}");
+            let gf = router_only_gradients(&model, &ids, &fused, &vars, &format!("{what} fused"));
+            let gc = router_only_gradients(&model, &ids, &composed, &vars, &format!("{what} composed"));
+            for (i, v) in vars.iter().enumerate() {
+                let (a, b) = (gf.get(v.as_tensor()).unwrap(), gc.get(v.as_tensor()).unwrap());
+                let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+                let err = max_abs_diff(a, b) / scale;
+                assert!(err <= 1e-3, "{what}: parameter {i}: fused gradient differs by {err} (relative)");
+            }
+            capped.push((adapter, fused));
+        }
+        if cap < 1.0 {
+            for b in model.decoder.blocks.iter_mut() {
+                b.attn.softcap = None;
+            }
+            for (adapter, fused) in &capped {
+                let uncapped = model.decoder.forward(&ids, &ForwardOptions::new(Mode::Soft, Some(adapter))).unwrap().logits;
+                let d = max_abs_diff(fused, &uncapped);
+                assert!(d > 5e-3, "cap {cap} {:?}: the soft-cap leaves the logits as they were ({d})", adapter.config.gate);
+            }
+        }
     }
 }
 
@@ -163,8 +215,8 @@ fn check_batched(model: &Model, seqs: &[&[u32]], window: usize, tol: f32) {
 
 #[test]
 fn batched_training_forward_tiny_models() {
-    // gemma2: soft-capping and sliding windows (composed path); olmo2: QK-norm over the whole
-    // projection and post-norms only (fused path). Gemma 2's sliding layers keep 8 keys, so a
+    // gemma2: soft-capping and sliding windows; olmo2: QK-norm over the whole projection and
+    // post-norms only (both through the fused step). Gemma 2's sliding layers keep 8 keys, so a
     // Focus window below 7 leaves them distant pairs to gate.
     for name in ["llama", "gpt2", "qwen2", "gemma2", "olmo2"] {
         let w = if name == "gemma2" { 3 } else { 8 };
@@ -188,9 +240,9 @@ fn batched_training_forward_real_model() -> TestResult {
 /// the base gets none; for either gate.
 #[test]
 fn straight_through_forward_is_hard_topk_inference() -> TestResult {
-    // gemma2: soft-capping and sliding windows (composed path); olmo2: QK-norm over the whole
-    // projection and post-norms only (fused path). Gemma 2's sliding layers keep 8 keys, so a
-    // Focus window below 7 leaves them distant pairs to gate.
+    // gemma2: soft-capping and sliding windows; olmo2: QK-norm over the whole projection and
+    // post-norms only (straight-through runs the composed ops). Gemma 2's sliding layers keep 8
+    // keys, so a Focus window below 7 leaves them distant pairs to gate.
     for name in ["llama", "gpt2", "qwen2", "gemma2", "olmo2"] {
         let w = if name == "gemma2" { 3 } else { 8 };
         let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu)?;

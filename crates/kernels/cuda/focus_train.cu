@@ -16,7 +16,11 @@
 //   s_ij = u_ij * (distant ? sigmoid(lambda a_ij) : 1) paper gate (GATE_PAPER)
 //   s_ij = u_ij                                        no gate    (GATE_NONE, dense)
 // with u_ij = q_i . k_j / sqrt(D), a_ij = g_i . g_j and distant = i - j > window and j >= sink
-// (the first `sink` tokens are attention sinks [ours], ungated like local pairs). `span` is the
+// (the first `sink` tokens are attention sinks [ours], ungated like local pairs). The `_cap`
+// kernels soft-cap u first (Gemma 2: u <- c tanh(u / c), before gate and mask, as the composed
+// path does): a template parameter, so that the others compile exactly as without it, and built
+// as a module of their own (focus_train_cap.cu, this file with FOCUS_TRAIN_CAP defined: only
+// those entry points), so that only a soft-capped model pays for JIT-compiling them. `span` is the
 // model's own sliding window (Gemma 2/3's local layers; INT_MAX on global layers): pairs with
 // i - j >= span do not exist, sinks included, as in the composed path. The gate is computed
 // inside each tile from g: no T x T tensor exists. The kernels work in log2 units
@@ -28,7 +32,9 @@
 //   attn_bwd_dkdv  (one block per key tile):   dK = dU^T Q / sqrt(D), dV = P^T dO, and
 //                                              dg_j += sum_i dA_ij g_i;
 // where dU = dS (log gate) or dS * f (paper gate, f the gate factor), dA = dS / (a + eps) (log)
-// or dS * u * lambda f (1 - f) (paper) on distant pairs, 0 on local ones. Each kernel writes
+// or dS * u * lambda f (1 - f) (paper) on distant pairs, 0 on local ones; soft-capped, u is the
+// capped score and dU is multiplied by 1 - tanh^2(u_raw / c), tanh recomputed from the raw score
+// (lse is the capped scores'). Each kernel writes
 // per-head partials; attn_bwd_finish sums dK, dV over the query heads of each kv head, undoes
 // RoPE and writes d(qkv); attn_dg_reduce sums dg over heads and the two kernels.
 //
@@ -210,14 +216,24 @@ __device__ __forceinline__ bool gated_pair(int qp, int kp, int window, int sink)
     return qp - kp > window && kp >= sink;
 }
 
-// Scores of one tile after gate and mask, in log2 units, for this thread's two rows at positions
-// rp[0..1] and columns c0 + nt*8 + 2t + (e&1). `ROWS_ARE_QUERIES`: the rows are the queries
-// (forward, dq) or the keys (dkdv, whose tile is S^T). Masked: future pairs, pairs outside the
-// sliding window (qp - kp >= span) and columns >= T.
-template <int KM, int GATE, bool ROWS_ARE_QUERIES, int BN>
+// tanh (MUFU, max relative error 2^-11: below the bf16 rounding of q and k).
+__device__ __forceinline__ float tanh_fast(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Scores of one tile after soft-cap, gate and mask, in log2 units, for this thread's two rows at
+// positions rp[0..1] and columns c0 + nt*8 + 2t + (e&1). `ROWS_ARE_QUERIES`: the rows are the
+// queries (forward, dq) or the keys (dkdv, whose tile is S^T). Masked: future pairs, pairs outside
+// the sliding window (qp - kp >= span) and columns >= T. `CAP`: u <- cap tanh(u / cap) first
+// (cap_log2 = cap * log2 e), tanh(u / cap) left in `th` for the backward.
+template <int KM, int GATE, bool CAP, bool ROWS_ARE_QUERIES, int BN>
 __device__ __forceinline__ void gate_tile(float (&s)[BN / 8][4], const float (&gr)[2][KM], const float* gcol,
                                           const int (&rp)[2], int c0, int T, int window, int sink, int span,
-                                          float scale_log2, float gparam, int t) {
+                                          float scale_log2, float gparam, float cap_log2, float (&th)[BN / 8][4],
+                                          int t) {
+    const float inv_cap = CAP ? 1.f / cap_log2 : 0.f;
 #pragma unroll
     for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
@@ -226,6 +242,10 @@ __device__ __forceinline__ void gate_tile(float (&s)[BN / 8][4], const float (&g
             const int qp = ROWS_ARE_QUERIES ? rp[half] : cp;
             const int kp = ROWS_ARE_QUERIES ? cp : rp[half];
             float x = s[nt][e] * scale_log2;
+            if constexpr (CAP) {
+                th[nt][e] = tanh_fast(x * inv_cap);
+                x = cap_log2 * th[nt][e];
+            }
             if (kp > qp || cp >= T || qp - kp >= span) {
                 x = -INFINITY;
             } else if (GATE != GATE_NONE && gated_pair(qp, kp, window, sink)) {
@@ -288,6 +308,7 @@ __device__ void rope_split(const TI* __restrict__ qkv, const float* __restrict__
     dst[d1] = __float2bfloat16(x1);
 }
 
+#ifndef FOCUS_TRAIN_CAP
 extern "C" __global__ void rope_split_f32(const float* qkv, const float* cs, const float* sn, bf16* qr, bf16* kr,
                                           bf16* vr, int B, int T, int H, int HKV, int HD, int interleaved) {
     rope_split<float>(qkv, cs, sn, qr, kr, vr, B, T, H, HKV, HD, interleaved);
@@ -296,6 +317,7 @@ extern "C" __global__ void rope_split_bf16(const bf16* qkv, const float* cs, con
                                            bf16* vr, int B, int T, int H, int HKV, int HD, int interleaved) {
     rope_split<bf16>(qkv, cs, sn, qr, kr, vr, B, T, H, HKV, HD, interleaved);
 }
+#endif
 
 // Dynamic shared memory of the attention kernels in bytes; attention.rs's `smem_bytes` computes
 // the same numbers (kernel 0: forward, 1: dq, 2: dkdv).
@@ -313,10 +335,11 @@ static_assert(smem_bytes<256, 16, 2>() <= 227 * 1024, "d = 256 fits a block's sh
 // Forward: grid (ceil(T/64), H, B), 128 threads. Writes out (B*T, H*D) and lse (B, H, T) in
 // log2 units.
 
-template <int HD, int KM, int GATE, typename TO>
+template <int HD, int KM, int GATE, bool CAP, typename TO>
 __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                          const float* __restrict__ gm, TO* __restrict__ out, float* __restrict__ lse, int T, int H,
-                         int HKV, int K, int window, int sink, int span, float scale_log2, float gparam) {
+                         int HKV, int K, int window, int sink, int span, float scale_log2, float gparam,
+                         float softcap) {
     constexpr int BN = Cfg<HD>::BN, L = lds<HD>();
     constexpr bool AREG = Cfg<HD>::AREG;
     bf16* Qs = reinterpret_cast<bf16*>(dyn_smem);   // BT rows (smem A operands only)
@@ -332,6 +355,7 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
     const bf16* kb = k + ((size_t)b * HKV + kh) * T * HD;
     const bf16* vb = v + ((size_t)b * HKV + kh) * T * HD;
     const float* gb = gm + (size_t)b * T * K;
+    const float cap_log2 = softcap * 1.4426950408889634f;
 
     if (!AREG) tile_async<HD, BT>(Qs, qb, row0, T, tid);  // joins the first tile's group
     AOp<HD, AREG> qa;
@@ -368,10 +392,11 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
             cp_async_wait<0>();
         }
         __syncthreads();
-        float sc[BN / 8][4];
+        float sc[BN / 8][4], th[BN / 8][4];  // th: unused here
         zero(sc);
         mma_abt<HD, BN>(sc, qa, Ks + buf * BN * L, lane);
-        gate_tile<KM, GATE, true, BN>(sc, gr, Gs + buf * BN * KM, rp, j0, T, window, sink, span, scale_log2, gparam, t);
+        gate_tile<KM, GATE, CAP, true, BN>(sc, gr, Gs + buf * BN * KM, rp, j0, T, window, sink, span, scale_log2,
+                                           gparam, cap_log2, th, t);
         float alpha[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -416,13 +441,15 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
 
 // ---------------------------------------------------------------------------------------------
 // Backward, step 0: dO (B*T, H*D) -> dOt (B, H, T, D) bf16 and D = rowsum(dO * O) (B, H, T).
-// One thread per (token, head).
+// One warp per (token, head), lanes along D: a thread a row read rows HD apart across its
+// warp (2.9 ms a layer at Llama 3 8B's shape, 4 x 2,048 tokens, on an H100).
 
 template <typename TG, typename TO>
 __device__ void attn_bwd_prep(const TG* __restrict__ dout, const TO* __restrict__ out, bf16* __restrict__ dot,
                               float* __restrict__ dd, int B, int T, int H, int HD) {
-    const long n = (long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (n >= (long)B * T * H) return;
+    const long n = ((long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int lane = threadIdx.x & 31;
+    if (n >= (long)B * T * H) return;  // whole warps: n is the warp's
     const int h = (int)(n % H);
     const long row = n / H;
     const int b = (int)(row / T), tt = (int)(row % T);
@@ -430,23 +457,25 @@ __device__ void attn_bwd_prep(const TG* __restrict__ dout, const TO* __restrict_
     const TO* o = out + (size_t)row * H * HD + (size_t)h * HD;
     bf16* dst = dot + (((size_t)b * H + h) * T + tt) * HD;
     float s = 0.f;
-#pragma unroll 8
-    for (int d = 0; d < HD; ++d) {
+    for (int d = lane; d < HD; d += 32) {
         const float x = to_f(a[d]);
         s = fmaf(x, to_f(o[d]), s);
         dst[d] = __float2bfloat16(x);
     }
-    dd[((size_t)b * H + h) * T + tt] = s;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffff, s, off);
+    if (lane == 0) dd[((size_t)b * H + h) * T + tt] = s;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Backward, dQ and the query side of dg: grid (ceil(T/64), H, B), 128 threads.
 
-template <int HD, int KM, int GATE>
+template <int HD, int KM, int GATE, bool CAP>
 __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                             const float* __restrict__ gm, const bf16* __restrict__ dot, const float* __restrict__ lse,
                             const float* __restrict__ dd, float* __restrict__ dq, float* __restrict__ dg, int T,
-                            int H, int HKV, int K, int window, int sink, int span, float scale_log2, float gparam) {
+                            int H, int HKV, int K, int window, int sink, int span, float scale_log2, float gparam,
+                            float softcap) {
     constexpr int BN = Cfg<HD>::BN, L = lds<HD>();
     constexpr bool AREG = Cfg<HD>::AREG;
     bf16* Qs = reinterpret_cast<bf16*>(dyn_smem);  // BT rows of q, then BT of dO (smem A only)
@@ -466,6 +495,7 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
     const bf16* vb = v + ((size_t)b * HKV + kh) * T * HD;
     const float* gb = gm + (size_t)b * T * K;
     const float scale = scale_log2 * 0.69314718055994531f;  // 1 / sqrt(D)
+    const float cap_log2 = softcap * 1.4426950408889634f;
 
     if (!AREG) {
         tile_async<HD, BT>(Qs, qb, row0, T, tid);
@@ -513,13 +543,15 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
         float s[BN / 8][4], dp[BN / 8][4], raw[BN / 8][4];
         zero(s);
         mma_abt<HD, BN>(s, qa, kt, lane);
-        if (GATE == GATE_PAPER) {
+        // raw: u for the paper gate's dA; soft-capped, tanh(u / cap) (gate_tile writes it).
+        if constexpr (GATE == GATE_PAPER && !CAP) {
 #pragma unroll
             for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) raw[nt][e] = s[nt][e] * scale;
         }
-        gate_tile<KM, GATE, true, BN>(s, gr, gt, rp, j0, T, window, sink, span, scale_log2, gparam, t);
+        gate_tile<KM, GATE, CAP, true, BN>(s, gr, gt, rp, j0, T, window, sink, span, scale_log2, gparam, cap_log2,
+                                           raw, t);
         zero(dp);
         mma_abt<HD, BN>(dp, oa, Vs + buf * BN * L, lane);
 #pragma unroll
@@ -532,8 +564,9 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
                 const int cl = nt * 8 + 2 * t + (e & 1), kp = j0 + cl;
                 float du = ds;
                 if (GATE != GATE_NONE && gated_pair(rp[half], kp, window, sink) && kp < T)
-                    du = gate_bwd<KM, GATE>(ds, GATE == GATE_PAPER ? raw[nt][e] : 0.f, gr[half], gt + cl * KM,
-                                            dga[half], gparam);
+                    du = gate_bwd<KM, GATE>(ds, GATE == GATE_PAPER ? (CAP ? softcap * raw[nt][e] : raw[nt][e]) : 0.f,
+                                            gr[half], gt + cl * KM, dga[half], gparam);
+                if constexpr (CAP) du *= 1.f - raw[nt][e] * raw[nt][e];
                 s[nt][e] = du;  // reuse: the A operand of dQ += dU K
             }
         mma_pb<HD, BN>(acc, s, kt, lane);
@@ -565,12 +598,12 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
 // 128 threads. The tile is S^T: rows are keys, columns queries. With PARTS = 2 (D >= 128) part
 // 0 computes dV, part 1 dK and dg (dK writes nothing else, so dg's partials are whole).
 
-template <int HD, int KM, int GATE>
+template <int HD, int KM, int GATE, bool CAP>
 __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
                               const float* __restrict__ gm, const bf16* __restrict__ dot,
                               const float* __restrict__ lse, const float* __restrict__ dd, float* __restrict__ dk,
                               float* __restrict__ dv, float* __restrict__ dg, int T, int H, int HKV, int K,
-                              int window, int sink, int span, float scale_log2, float gparam) {
+                              int window, int sink, int span, float scale_log2, float gparam, float softcap) {
     constexpr int BN = Cfg<HD>::BN, L = lds<HD>(), PARTS = Cfg<HD>::PARTS;
     constexpr bool AREG = Cfg<HD>::AREG;
     bf16* Ksm = reinterpret_cast<bf16*>(dyn_smem);  // BT rows of k, then BT of v (smem A only)
@@ -594,6 +627,7 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
     const bf16* vb = v + ((size_t)b * HKV + kh) * T * HD;
     const float* gb = gm + (size_t)b * T * K;
     const float scale = scale_log2 * 0.69314718055994531f;
+    const float cap_log2 = softcap * 1.4426950408889634f;
 
     if (!AREG) {
         tile_async<HD, BT>(Ksm, kb, row0, T, tid);
@@ -650,13 +684,15 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
         float s[BN / 8][4], dp[BN / 8][4], raw[BN / 8][4];
         zero(s);
         mma_abt<HD, BN>(s, ka, qt, lane);
-        if (GATE == GATE_PAPER) {
+        // raw: as in attn_bwd_dq.
+        if constexpr (GATE == GATE_PAPER && !CAP) {
 #pragma unroll
             for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) raw[nt][e] = s[nt][e] * scale;
         }
-        gate_tile<KM, GATE, false, BN>(s, gr, gt, rp, i0, T, window, sink, span, scale_log2, gparam, t);
+        gate_tile<KM, GATE, CAP, false, BN>(s, gr, gt, rp, i0, T, window, sink, span, scale_log2, gparam, cap_log2,
+                                            raw, t);
         zero(dp);
         if (want_dk) mma_abt<HD, BN>(dp, va, ot, lane);
 #pragma unroll
@@ -670,8 +706,10 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
                     const float ds = p * (dp[nt][e] - dt[cl]);
                     float du = ds;
                     if (GATE != GATE_NONE && gated_pair(qp, rp[half], window, sink) && qp < T)
-                        du = gate_bwd<KM, GATE>(ds, GATE == GATE_PAPER ? raw[nt][e] : 0.f, gr[half], gt + cl * KM,
-                                                dga[half], gparam);
+                        du = gate_bwd<KM, GATE>(ds,
+                                                GATE == GATE_PAPER ? (CAP ? softcap * raw[nt][e] : raw[nt][e]) : 0.f,
+                                                gr[half], gt + cl * KM, dga[half], gparam);
+                    if constexpr (CAP) du *= 1.f - raw[nt][e] * raw[nt][e];
                     dp[nt][e] = du;  // the A operand of dK += dU^T Q
                 }
                 s[nt][e] = p;  // the A operand of dV += P^T dO
@@ -758,6 +796,7 @@ __device__ void attn_bwd_finish(const float* __restrict__ dq, const float* __res
     dst[d1] = from_f<TO>(y1);
 }
 
+#ifndef FOCUS_TRAIN_CAP
 extern "C" __global__ void attn_dg_reduce(const float* __restrict__ dga, const float* __restrict__ dgb,
                                           float* __restrict__ dg, int B, int T, int H, int K) {
     const long n = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -772,38 +811,52 @@ extern "C" __global__ void attn_dg_reduce(const float* __restrict__ dga, const f
     }
     dg[n] = s;
 }
+#endif
 
 // ---------------------------------------------------------------------------------------------
-// Attention entry points: name_<gate>_k<KM>_d<D>[_<out type>].
+// Attention entry points: name_<gate>[_cap]_k<KM>_d<D>[_<out type>] (`_cap`: soft-capped by
+// `softcap`, which the others ignore).
 
 #define ATTN_ARGS const bf16 *q, const bf16 *k, const bf16 *v, const float *gm
-#define ATTN_TAIL int T, int H, int HKV, int K, int window, int sink, int span, float scale_log2, float gparam
-#define ATTN_PASS T, H, HKV, K, window, sink, span, scale_log2, gparam
-#define ATTN_ENTRIES(GN, GATE, KM, HD)                                                                              \
+#define ATTN_TAIL int T, int H, int HKV, int K, int window, int sink, int span, float scale_log2, float gparam, \
+                  float softcap
+#define ATTN_PASS T, H, HKV, K, window, sink, span, scale_log2, gparam, softcap
+#define ATTN_ENTRIES(GN, GATE, CAP, KM, HD)                                                                         \
     extern "C" __global__ void __launch_bounds__(128) attn_fwd_##GN##_k##KM##_d##HD##_bf16(ATTN_ARGS, bf16* out,    \
                                                                                            float* lse, ATTN_TAIL) { \
-        attn_fwd<HD, KM, GATE, bf16>(q, k, v, gm, out, lse, ATTN_PASS);                                             \
+        attn_fwd<HD, KM, GATE, CAP, bf16>(q, k, v, gm, out, lse, ATTN_PASS);                                        \
     }                                                                                                               \
     extern "C" __global__ void __launch_bounds__(128) attn_fwd_##GN##_k##KM##_d##HD##_f32(ATTN_ARGS, float* out,    \
                                                                                           float* lse, ATTN_TAIL) {  \
-        attn_fwd<HD, KM, GATE, float>(q, k, v, gm, out, lse, ATTN_PASS);                                            \
+        attn_fwd<HD, KM, GATE, CAP, float>(q, k, v, gm, out, lse, ATTN_PASS);                                       \
     }                                                                                                               \
     extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq_##GN##_k##KM##_d##HD(                             \
         ATTN_ARGS, const bf16* dot, const float* lse, const float* dd, float* dq, float* dg, ATTN_TAIL) {           \
-        attn_bwd_dq<HD, KM, GATE>(q, k, v, gm, dot, lse, dd, dq, dg, ATTN_PASS);                                    \
+        attn_bwd_dq<HD, KM, GATE, CAP>(q, k, v, gm, dot, lse, dd, dq, dg, ATTN_PASS);                               \
     }                                                                                                               \
     extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkdv_##GN##_k##KM##_d##HD(                           \
         ATTN_ARGS, const bf16* dot, const float* lse, const float* dd, float* dk, float* dv, float* dg,             \
         ATTN_TAIL) {                                                                                                \
-        attn_bwd_dkdv<HD, KM, GATE>(q, k, v, gm, dot, lse, dd, dk, dv, dg, ATTN_PASS);                              \
+        attn_bwd_dkdv<HD, KM, GATE, CAP>(q, k, v, gm, dot, lse, dd, dk, dv, dg, ATTN_PASS);                         \
     }
-#define ATTN_DIMS(GN, GATE, KM) \
-    ATTN_ENTRIES(GN, GATE, KM, 64) ATTN_ENTRIES(GN, GATE, KM, 128) ATTN_ENTRIES(GN, GATE, KM, 256)
-ATTN_DIMS(none, GATE_NONE, 8)
-ATTN_DIMS(log, GATE_LOG, 8)
-ATTN_DIMS(log, GATE_LOG, 16)
-ATTN_DIMS(paper, GATE_PAPER, 8)
-ATTN_DIMS(paper, GATE_PAPER, 16)
+#define ATTN_DIMS(GN, GATE, CAP, KM)                                                  \
+    ATTN_ENTRIES(GN, GATE, CAP, KM, 64) ATTN_ENTRIES(GN, GATE, CAP, KM, 128) ATTN_ENTRIES(GN, GATE, CAP, KM, 256)
+#ifndef FOCUS_TRAIN_CAP
+ATTN_DIMS(none, GATE_NONE, false, 8)
+ATTN_DIMS(log, GATE_LOG, false, 8)
+ATTN_DIMS(log, GATE_LOG, false, 16)
+ATTN_DIMS(paper, GATE_PAPER, false, 8)
+ATTN_DIMS(paper, GATE_PAPER, false, 16)
+#else
+ATTN_DIMS(none_cap, GATE_NONE, true, 8)
+ATTN_DIMS(log_cap, GATE_LOG, true, 8)
+ATTN_DIMS(log_cap, GATE_LOG, true, 16)
+ATTN_DIMS(paper_cap, GATE_PAPER, true, 8)
+ATTN_DIMS(paper_cap, GATE_PAPER, true, 16)
+#endif
+
+// Everything below is of the main module only.
+#ifndef FOCUS_TRAIN_CAP
 
 extern "C" __global__ void attn_bwd_prep_bf16(const bf16* dout, const bf16* out, bf16* dot, float* dd, int B, int T,
                                               int H, int HD) {
@@ -1208,3 +1261,4 @@ extern "C" __global__ void ce_bwd_f32(const float* x, const uint32_t* tgt, const
 extern "C" __global__ void ce_bwd_bf16(const bf16* x, const uint32_t* tgt, const float* dloss, bf16* dx, int V) {
     ce_bwd<bf16>(x, tgt, dloss, dx, V);
 }
+#endif  // FOCUS_TRAIN_CAP

@@ -7,7 +7,8 @@
 //! - `focus_decode.cu`: a generation step's attention over a cached context;
 //! - `focus_route.cu`: that step's routing (score, Sinkhorn, top-k of the newest token);
 //! - `focus_rows.cu`: the fused one-row products and norms of `model::fused`;
-//! - `focus_train.cu`: the fused training step's ops.
+//! - `focus_train.cu`: the fused training step's ops; `focus_train_cap.cu`: its soft-capped
+//!   attention (Gemma 2), a module of its own so that other models do not JIT-compile it.
 
 #[cfg(feature = "cuda")]
 pub const ATTENTION_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_attention.ptx"));
@@ -19,3 +20,5 @@ pub const ROUTE_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_route.
 pub const ROWS_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_rows.ptx"));
 #[cfg(feature = "cuda")]
 pub const TRAIN_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_train.ptx"));
+#[cfg(feature = "cuda")]
+pub const TRAIN_CAP_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_train_cap.ptx"));

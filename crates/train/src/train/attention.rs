@@ -13,7 +13,9 @@
 //! sequences and heads), any head dim; on CUDA the kernels of `crates/kernels/cuda/focus_train.cu`
 //! (bf16 tensor-core tiles with f32 accumulation and softmax, head dims 64, 128 and 256,
 //! K <= 16). A model's own sliding window (Gemma 2/3's local layers) is applied as the composed
-//! path applies it: pairs with i - j >= W do not exist, attention sinks included.
+//! path applies it: pairs with i - j >= W do not exist, attention sinks included; and so is its
+//! soft-capping (Gemma 2): u = q.k / sqrt(D) becomes cap * tanh(u / cap) before the gate and the
+//! mask.
 
 use crate::error::{Error, Result};
 use crate::focus::gate::GateFn;
@@ -41,6 +43,9 @@ pub struct SoftAttention {
     /// The layer's own sliding window W when it removes pairs (`LayerAttention::span`): keys
     /// with i - j >= W are never attended; `None`: every causal pair exists.
     pub span: Option<usize>,
+    /// The layer's soft-cap c (`LayerAttention::softcap`, Gemma 2): the scaled score u becomes
+    /// c * tanh(u / c) before the gate and the mask.
+    pub softcap: Option<f32>,
 }
 
 /// Largest K the CUDA kernels take.
@@ -76,6 +81,9 @@ impl SoftAttention {
         }
         if self.span == Some(0) {
             return Err(Error::Invalid("fused attention: a sliding window of 0 keys".into()));
+        }
+        if self.softcap.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
+            return Err(Error::Invalid(format!("fused attention: soft-cap {:?} is not a positive number", self.softcap)));
         }
         let op = AttnOp { cfg: self.clone(), saved: Arc::new(Mutex::new(None)) };
         let qkv = qkv.contiguous()?;
@@ -313,10 +321,14 @@ mod cpu {
         }
     }
 
-    /// The score, gate factor and affinity of pair (i, j) of sequence `bi`.
+    /// The score, gate factor, scaled (and soft-capped) q.k and affinity of pair (i, j) of
+    /// sequence `bi`.
     #[inline(always)]
     fn pair(c: &SoftAttention, qi: &[f32], kj: &[f32], g: Option<&[f32]>, kk: usize, bi: usize, i: usize, j: usize) -> (f32, f32, f32, f32, bool) {
-        let u = dot(qi, kj) / (c.head_dim as f32).sqrt();
+        let mut u = dot(qi, kj) / (c.head_dim as f32).sqrt();
+        if let Some(cap) = c.softcap {
+            u = cap * (u / cap).tanh();
+        }
         let distant = !crate::focus::mask::always(i, j, c.window, c.sink) && c.gate != GateFn::None;
         let a = match (distant, g) {
             (true, Some(g)) => dot(&g[(bi * c.t + i) * kk..][..kk], &g[(bi * c.t + j) * kk..][..kk]),
@@ -419,6 +431,11 @@ mod cpu {
                             }
                         }
                     }
+                    if let Some(cap) = c.softcap {
+                        // Through the cap: d(c tanh(x / c))/dx = 1 - tanh^2, u = c tanh.
+                        let th = u / cap;
+                        du *= 1.0 - th * th;
+                    }
                     axpy(&mut dq[(r * t + i) * d..][..d], du * scale, kj);
                     axpy(&mut dk[j * d..(j + 1) * d], du * scale, qi);
                     axpy(&mut dv[j * d..(j + 1) * d], p, doi);
@@ -476,7 +493,7 @@ mod cpu {
 #[cfg(feature = "cuda")]
 mod cuda {
     use super::*;
-    use crate::train::device::cuda::{grid1, launch, view};
+    use crate::train::device::cuda::{grid1, grid_rows, launch, view};
     use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchConfig};
     use candle_core::cuda_backend::CudaDevice;
     use candle_core::{CudaStorage, Storage};
@@ -521,11 +538,17 @@ mod cuda {
         std::f32::consts::LOG2_E / (c.head_dim as f32).sqrt()
     }
 
-    fn gate_name(g: GateFn) -> (&'static str, f32) {
-        match g {
+    /// The kernels' name part of the gate and soft-cap (`log`, `log_cap`, ...), the gate's
+    /// parameter and the soft-cap argument (0 for the kernels without one, which ignore it).
+    fn gate_name(c: &SoftAttention) -> (String, f32, f32) {
+        let (name, param) = match c.gate {
             GateFn::None => ("none", 0.0),
             GateFn::Log { eps } => ("log", eps),
             GateFn::Paper { lambda } => ("paper", lambda),
+        };
+        match c.softcap {
+            Some(cap) => (format!("{name}_cap"), param, cap),
+            None => (name.to_string(), param, 0.0),
         }
     }
 
@@ -596,7 +619,7 @@ mod cuda {
             let dev = s.device().clone();
             let (qr, kr, vr) = rope_split(c, &dev, s, l)?;
             let k = g.map_or(0, |(_, gl)| gl.dims()[2]);
-            let (gname, gparam) = gate_name(c.gate);
+            let (gname, gparam, cap) = gate_name(c);
             let kmv = km(c.gate, k)?;
             let name = format!("attn_fwd_{gname}_k{kmv}_d{}_{}", c.head_dim, dname(s.dtype())?);
             let lse = unsafe { dev.alloc::<f32>(c.b * c.heads * c.t)? };
@@ -611,9 +634,9 @@ mod cuda {
                     match g {
                         Some((gs, gl)) => {
                             let gv = view::<f32>(gs, gl)?;
-                            launch!(&dev, &name, cfg, &qr, &kr, &vr, &gv, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sp, &sl2, &gparam);
+                            launch!(&dev, &name, cfg, &qr, &kr, &vr, &gv, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
                         }
-                        None => launch!(&dev, &name, cfg, &qr, &kr, &vr, &null, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sp, &sl2, &gparam),
+                        None => launch!(&dev, &name, cfg, &qr, &kr, &vr, &null, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sp, &sl2, &gparam, &cap),
                     }
                     CudaStorage::wrap_cuda_slice(out, dev.clone())
                 }};
@@ -646,11 +669,11 @@ mod cuda {
         match s2.dtype() {
             DType::BF16 => {
                 let (o, dg) = (view::<half::bf16>(s2, l2)?, view::<half::bf16>(s3, l3)?);
-                launch!(&dev, "attn_bwd_prep_bf16", grid1(b * t * h), &dg, &o, &dot, &dd, &bi, &ti, &hi, &di);
+                launch!(&dev, "attn_bwd_prep_bf16", grid_rows(b * t * h), &dg, &o, &dot, &dd, &bi, &ti, &hi, &di);
             }
             DType::F32 => {
                 let (o, dg) = (view::<f32>(s2, l2)?, view::<f32>(s3, l3)?);
-                launch!(&dev, "attn_bwd_prep_f32", grid1(b * t * h), &dg, &o, &dot, &dd, &bi, &ti, &hi, &di);
+                launch!(&dev, "attn_bwd_prep_f32", grid_rows(b * t * h), &dg, &o, &dot, &dd, &bi, &ti, &hi, &di);
             }
             other => candle_core::bail!("fused attention: gradient dtype {other:?}"),
         }
@@ -663,7 +686,7 @@ mod cuda {
             None => None,
         };
         let k = op.g.as_ref().map_or(0, |g| g.dims()[2]);
-        let (gname, gparam) = gate_name(c.gate);
+        let (gname, gparam, cap) = gate_name(c);
         let kmv = km(c.gate, k)?;
         let part = b * h * t * d;
         let dq = unsafe { dev.alloc::<f32>(part)? };
@@ -681,12 +704,12 @@ mod cuda {
         let (cq, ckv) = (tiles(c, kmv, 1), tiles(c, kmv, 2));
         match &gv {
             Some(gv) => {
-                launch!(&dev, &dq_name, cq, &qr, &kr, &vr, gv, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam);
-                launch!(&dev, &kv_name, ckv, &qr, &kr, &vr, gv, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam);
+                launch!(&dev, &dq_name, cq, &qr, &kr, &vr, gv, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
+                launch!(&dev, &kv_name, ckv, &qr, &kr, &vr, gv, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
             }
             None => {
-                launch!(&dev, &dq_name, cq, &qr, &kr, &vr, &null, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam);
-                launch!(&dev, &kv_name, ckv, &qr, &kr, &vr, &null, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam);
+                launch!(&dev, &dq_name, cq, &qr, &kr, &vr, &null, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
+                launch!(&dev, &kv_name, ckv, &qr, &kr, &vr, &null, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
             }
         }
         // d(qkv), RoPE undone, in the dtype of qkv.
@@ -727,7 +750,7 @@ pub(crate) mod tests {
     //! The fused op against the composed reference (RoPE by candle's `rope_slow` /
     //! `rope_i_slow`, `soft::soft_plan`, `attend_batch`): forward values and gradients with
     //! respect to qkv (so q, k and v) and g, for both gates and no gate, several windows, GQA,
-    //! both RoPE layouts and none.
+    //! both RoPE layouts and none, sliding windows and soft-caps of the model's own.
     use super::*;
     use crate::focus::adapter::AdapterConfig;
     use crate::attention::{attend_batch, soft::soft_plan, LayerPlan};
@@ -751,6 +774,8 @@ pub(crate) mod tests {
         pub rope: Option<bool>,
         /// The layer's own sliding window (keys i - j < W), as Gemma 2/3's local layers.
         pub span: Option<usize>,
+        /// The layer's soft-cap (Gemma 2).
+        pub softcap: Option<f32>,
     }
 
     pub(crate) fn adapter_cfg(k: usize, window: usize, sink: usize, gate: Gate) -> AdapterConfig {
@@ -784,8 +809,8 @@ pub(crate) mod tests {
         });
         let cfg = c.gate.map(|gt| adapter_cfg(c.k, c.window, c.sink, gt));
         let gate = cfg.as_ref().map_or(GateFn::None, GateFn::of);
-        let own = crate::attention::LayerAttention { window: c.span, ..Default::default() };
-        let attn = SoftAttention { b: c.b, t: c.t, heads: c.h, kv_heads: c.hkv, head_dim: c.d, rope: rope.clone(), gate, window: c.window, sink: c.sink, span: own.span(c.t) };
+        let own = crate::attention::LayerAttention { window: c.span, softcap: c.softcap.map(f64::from), ..Default::default() };
+        let attn = SoftAttention { b: c.b, t: c.t, heads: c.h, kv_heads: c.hkv, head_dim: c.d, rope: rope.clone(), gate, window: c.window, sink: c.sink, span: own.span(c.t), softcap: c.softcap };
         let grads = |out: &Tensor| {
             let gs = (out.to_dtype(DType::F32).unwrap() * &w).unwrap().sum_all().unwrap().backward().unwrap();
             let v = |t: &Tensor| t.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
@@ -823,36 +848,45 @@ pub(crate) mod tests {
     }
 
     pub(crate) const CASES: &[Case] = &[
-        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None },
-        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None },
-        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None },
-        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, sink: 0, gate: Some(Gate::Paper), rope: None, span: None },
-        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 40, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None },
-        Case { b: 2, t: 29, h: 6, hkv: 3, d: 8, k: 4, window: 3, sink: 0, gate: None, rope: Some(true), span: None },
+        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
+        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None },
+        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None },
+        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, sink: 0, gate: Some(Gate::Paper), rope: None, span: None, softcap: None },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 40, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
+        Case { b: 2, t: 29, h: 6, hkv: 3, d: 8, k: 4, window: 3, sink: 0, gate: None, rope: Some(true), span: None, softcap: None },
         // Attention sinks [ours]: small windows, so that the first tokens are distant.
-        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 1, gate: Some(Gate::Log), rope: Some(false), span: None },
-        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, sink: 4, gate: Some(Gate::Log), rope: Some(true), span: None },
-        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, sink: 4, gate: Some(Gate::Paper), rope: Some(true), span: None },
-        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, sink: 1, gate: Some(Gate::Paper), rope: None, span: None },
-        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 4, sink: 40, gate: Some(Gate::Log), rope: Some(false), span: None },
+        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 1, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
+        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, sink: 4, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None },
+        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, sink: 4, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None },
+        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, sink: 1, gate: Some(Gate::Paper), rope: None, span: None, softcap: None },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 4, sink: 40, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
         // A sliding window of the model's own (Gemma 2/3's local layers), with and without a
         // gate, and sinks that fall outside it.
-        Case { b: 2, t: 45, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 2, gate: Some(Gate::Log), rope: Some(false), span: Some(17) },
-        Case { b: 1, t: 40, h: 2, hkv: 1, d: 8, k: 3, window: 3, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: Some(9) },
-        Case { b: 2, t: 30, h: 2, hkv: 1, d: 12, k: 4, window: 3, sink: 0, gate: None, rope: Some(true), span: Some(7) },
+        Case { b: 2, t: 45, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 2, gate: Some(Gate::Log), rope: Some(false), span: Some(17), softcap: None },
+        Case { b: 1, t: 40, h: 2, hkv: 1, d: 8, k: 3, window: 3, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: Some(9), softcap: None },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 12, k: 4, window: 3, sink: 0, gate: None, rope: Some(true), span: Some(7), softcap: None },
         // The head dims of Gemma 2/3 and Qwen (128, 256), GQA, sinks, both gates and none.
-        Case { b: 2, t: 45, h: 4, hkv: 1, d: 128, k: 8, window: 6, sink: 1, gate: Some(Gate::Log), rope: Some(false), span: Some(20) },
-        Case { b: 1, t: 37, h: 4, hkv: 2, d: 128, k: 4, window: 4, sink: 4, gate: Some(Gate::Paper), rope: Some(true), span: None },
-        Case { b: 2, t: 40, h: 2, hkv: 1, d: 256, k: 4, window: 5, sink: 4, gate: Some(Gate::Paper), rope: Some(false), span: Some(16) },
-        Case { b: 1, t: 33, h: 4, hkv: 1, d: 256, k: 8, window: 3, sink: 1, gate: Some(Gate::Log), rope: Some(true), span: None },
-        Case { b: 1, t: 30, h: 2, hkv: 1, d: 256, k: 4, window: 3, sink: 0, gate: None, rope: Some(false), span: Some(11) },
+        Case { b: 2, t: 45, h: 4, hkv: 1, d: 128, k: 8, window: 6, sink: 1, gate: Some(Gate::Log), rope: Some(false), span: Some(20), softcap: None },
+        Case { b: 1, t: 37, h: 4, hkv: 2, d: 128, k: 4, window: 4, sink: 4, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None },
+        Case { b: 2, t: 40, h: 2, hkv: 1, d: 256, k: 4, window: 5, sink: 4, gate: Some(Gate::Paper), rope: Some(false), span: Some(16), softcap: None },
+        Case { b: 1, t: 33, h: 4, hkv: 1, d: 256, k: 8, window: 3, sink: 1, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None },
+        Case { b: 1, t: 30, h: 2, hkv: 1, d: 256, k: 4, window: 3, sink: 0, gate: None, rope: Some(false), span: Some(11), softcap: None },
+        // Soft-capping (Gemma 2), with and without its sliding window, both gates and none, GQA,
+        // caps near the scores (about 0.75 here) so that tanh bends them; all-local; Gemma 2's
+        // own cap of 50 at its head dim.
+        Case { b: 2, t: 45, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 2, gate: Some(Gate::Log), rope: Some(false), span: Some(17), softcap: Some(1.0) },
+        Case { b: 1, t: 40, h: 2, hkv: 1, d: 8, k: 3, window: 3, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: Some(0.7) },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 12, k: 4, window: 3, sink: 0, gate: None, rope: Some(true), span: Some(7), softcap: Some(1.5) },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 40, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: Some(1.0) },
+        Case { b: 1, t: 41, h: 4, hkv: 2, d: 256, k: 8, window: 4, sink: 1, gate: Some(Gate::Paper), rope: Some(false), span: Some(16), softcap: Some(2.0) },
+        Case { b: 2, t: 37, h: 4, hkv: 2, d: 256, k: 4, window: 3, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: Some(50.0) },
     ];
 
     #[test]
     fn fused_attention_matches_the_composed_reference_with_gradients() {
         for (n, c) in CASES.iter().enumerate() {
             let [(fo, fq, fg), (co, cq, cg)] = both(c, &Device::Cpu, 7 + n as u64);
-            let what = format!("case {n} (d {}, {:?}, window {}, sink {}, span {:?}, rope {:?})", c.d, c.gate, c.window, c.sink, c.span, c.rope);
+            let what = format!("case {n} (d {}, {:?}, window {}, sink {}, span {:?}, rope {:?}, softcap {:?})", c.d, c.gate, c.window, c.sink, c.span, c.rope, c.softcap);
             assert!(rel_err(&fo, &co) < 1e-5, "{what}: output {}", rel_err(&fo, &co));
             assert!(norm(&cq) > 1e-3, "{what}: the reference d qkv vanishes");
             assert!(rel_err(&fq, &cq) < 1e-4, "{what}: d qkv {}", rel_err(&fq, &cq));
@@ -879,7 +913,7 @@ pub(crate) mod tests {
             let c = &c;
             for dtype in [DType::F32, DType::BF16] {
                 let [(fo, fq, fg), (co, cq, cg)] = both_in(c, &dev, seed + n as u64, dtype);
-                let what = format!("case {n} {dtype:?} (d {}, {:?}, T {}, H {}/{}, K {}, window {}, sink {}, span {:?}, rope {:?})", c.d, c.gate, c.t, c.h, c.hkv, c.k, c.window, c.sink, c.span, c.rope);
+                let what = format!("case {n} {dtype:?} (d {}, {:?}, T {}, H {}/{}, K {}, window {}, sink {}, span {:?}, rope {:?}, softcap {:?})", c.d, c.gate, c.t, c.h, c.hkv, c.k, c.window, c.sink, c.span, c.rope, c.softcap);
                 let (eo, eq) = (rel_err(&fo, &co), rel_err(&fq, &cq));
                 let eg = match (&fg, &cg) {
                     (Some(fg), Some(cg)) if c.window + 1 < c.t => rel_err(fg, cg),
@@ -901,13 +935,13 @@ pub(crate) mod tests {
     fn cuda_fused_attention_matches_the_composed_reference_with_gradients() {
         cuda_matches_the_reference(
             &[
-                Case { b: 2, t: 200, h: 6, hkv: 2, d: 64, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None },
-                Case { b: 1, t: 130, h: 3, hkv: 3, d: 64, k: 4, window: 0, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: None },
-                Case { b: 2, t: 64, h: 2, hkv: 1, d: 64, k: 16, window: 20, sink: 0, gate: Some(Gate::Log), rope: None, span: None },
-                Case { b: 1, t: 333, h: 4, hkv: 2, d: 64, k: 12, window: 128, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None },
-                Case { b: 2, t: 100, h: 4, hkv: 1, d: 64, k: 8, window: 5, sink: 0, gate: None, rope: Some(true), span: None },
-                Case { b: 1, t: 257, h: 2, hkv: 2, d: 64, k: 3, window: 300, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None },
-                Case { b: 2, t: 230, h: 4, hkv: 2, d: 64, k: 8, window: 12, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: Some(90) },
+                Case { b: 2, t: 200, h: 6, hkv: 2, d: 64, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None },
+                Case { b: 1, t: 130, h: 3, hkv: 3, d: 64, k: 4, window: 0, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: None, softcap: None },
+                Case { b: 2, t: 64, h: 2, hkv: 1, d: 64, k: 16, window: 20, sink: 0, gate: Some(Gate::Log), rope: None, span: None, softcap: None },
+                Case { b: 1, t: 333, h: 4, hkv: 2, d: 64, k: 12, window: 128, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None },
+                Case { b: 2, t: 100, h: 4, hkv: 1, d: 64, k: 8, window: 5, sink: 0, gate: None, rope: Some(true), span: None, softcap: None },
+                Case { b: 1, t: 257, h: 2, hkv: 2, d: 64, k: 3, window: 300, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
+                Case { b: 2, t: 230, h: 4, hkv: 2, d: 64, k: 8, window: 12, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: Some(90), softcap: None },
             ],
             40,
         );
@@ -922,22 +956,45 @@ pub(crate) mod tests {
     fn cuda_fused_attention_head_dims_128_and_256_match_the_composed_reference_with_gradients() {
         cuda_matches_the_reference(
             &[
-                Case { b: 2, t: 200, h: 4, hkv: 1, d: 256, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None },
-                Case { b: 1, t: 130, h: 2, hkv: 2, d: 256, k: 4, window: 0, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None },
-                Case { b: 2, t: 96, h: 4, hkv: 1, d: 256, k: 16, window: 20, sink: 0, gate: Some(Gate::Log), rope: None, span: Some(40) },
-                Case { b: 1, t: 333, h: 4, hkv: 1, d: 256, k: 12, window: 128, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(150) },
-                Case { b: 2, t: 100, h: 4, hkv: 1, d: 256, k: 8, window: 5, sink: 0, gate: None, rope: Some(false), span: Some(33) },
-                Case { b: 1, t: 257, h: 2, hkv: 1, d: 256, k: 3, window: 300, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None },
-                Case { b: 2, t: 200, h: 6, hkv: 2, d: 128, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: Some(70) },
-                Case { b: 1, t: 150, h: 4, hkv: 4, d: 128, k: 16, window: 10, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: None },
-                Case { b: 1, t: 77, h: 2, hkv: 1, d: 128, k: 5, window: 3, sink: 0, gate: None, rope: None, span: None },
+                Case { b: 2, t: 200, h: 4, hkv: 1, d: 256, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
+                Case { b: 1, t: 130, h: 2, hkv: 2, d: 256, k: 4, window: 0, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None },
+                Case { b: 2, t: 96, h: 4, hkv: 1, d: 256, k: 16, window: 20, sink: 0, gate: Some(Gate::Log), rope: None, span: Some(40), softcap: None },
+                Case { b: 1, t: 333, h: 4, hkv: 1, d: 256, k: 12, window: 128, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(150), softcap: None },
+                Case { b: 2, t: 100, h: 4, hkv: 1, d: 256, k: 8, window: 5, sink: 0, gate: None, rope: Some(false), span: Some(33), softcap: None },
+                Case { b: 1, t: 257, h: 2, hkv: 1, d: 256, k: 3, window: 300, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
+                Case { b: 2, t: 200, h: 6, hkv: 2, d: 128, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: Some(70), softcap: None },
+                Case { b: 1, t: 150, h: 4, hkv: 4, d: 128, k: 16, window: 10, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: None, softcap: None },
+                Case { b: 1, t: 77, h: 2, hkv: 1, d: 128, k: 5, window: 3, sink: 0, gate: None, rope: None, span: None, softcap: None },
             ],
             140,
         );
     }
 
+    /// Soft-capping (Gemma 2; the `_cap` kernels) at every head dim, both gates and none, with
+    /// and without a sliding window of the model's own, caps near the scores (about 0.75 at
+    /// these inputs) so that tanh bends them, and Gemma 2's shape (2 query heads a kv head, head
+    /// dim 256) with its cap of 50.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_fused_attention_soft_capped_matches_the_composed_reference_with_gradients() {
+        cuda_matches_the_reference(
+            &[
+                Case { b: 2, t: 200, h: 6, hkv: 2, d: 64, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: Some(1.0) },
+                Case { b: 1, t: 230, h: 4, hkv: 2, d: 64, k: 12, window: 12, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(90), softcap: Some(0.7) },
+                Case { b: 2, t: 100, h: 4, hkv: 1, d: 64, k: 8, window: 5, sink: 0, gate: None, rope: Some(true), span: Some(40), softcap: Some(1.5) },
+                Case { b: 2, t: 200, h: 6, hkv: 2, d: 128, k: 8, window: 16, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: Some(70), softcap: Some(1.0) },
+                Case { b: 1, t: 150, h: 4, hkv: 4, d: 128, k: 16, window: 10, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: Some(2.0) },
+                Case { b: 1, t: 333, h: 4, hkv: 2, d: 256, k: 16, window: 128, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: Some(150), softcap: Some(1.0) },
+                Case { b: 2, t: 130, h: 4, hkv: 2, d: 256, k: 4, window: 20, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: None, softcap: Some(0.8) },
+                Case { b: 2, t: 100, h: 4, hkv: 1, d: 256, k: 8, window: 5, sink: 0, gate: None, rope: Some(false), span: Some(33), softcap: Some(1.0) },
+                Case { b: 1, t: 257, h: 4, hkv: 2, d: 256, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: Some(64), softcap: Some(50.0) },
+            ],
+            240,
+        );
+    }
+
     /// The comparison above can fail: the same inputs with the other gate (or another
-    /// window) give outputs and gradients far outside its tolerances.
+    /// window, or a soft-cap) give outputs and gradients far outside its tolerances.
     #[test]
     fn fused_attention_check_detects_a_wrong_gate_or_window() {
         let c = &CASES[0];
@@ -958,5 +1015,10 @@ pub(crate) mod tests {
         let [(lo, lq, lg), (lco, _, _)] = both(&slid, &Device::Cpu, 7);
         assert!(rel_err(&lo, &fo) > 1e-3 && rel_err(&lq, &fq) > 1e-3 && rel_err(lg.as_ref().unwrap(), fg.as_ref().unwrap()) > 1e-2);
         assert!(rel_err(&lco, &fo) > 1e-3, "the composed reference honours the sliding window too");
+        // And so does a soft-cap.
+        let capped = Case { softcap: Some(1.0), ..*c };
+        let [(ko, kq, kg), (kco, _, _)] = both(&capped, &Device::Cpu, 7);
+        assert!(rel_err(&ko, &fo) > 1e-3 && rel_err(&kq, &fq) > 1e-3 && rel_err(kg.as_ref().unwrap(), fg.as_ref().unwrap()) > 1e-2);
+        assert!(rel_err(&kco, &fo) > 1e-3, "the composed reference caps too");
     }
 }

@@ -1,6 +1,7 @@
 //! The small device helpers of the training ops: CPU storages as f32 values and back, and the
 //! launch plumbing for the CUDA kernels of `crates/kernels/cuda/focus_train.cu` (module
-//! `focus_train`, compiled to PTX by build.rs): loading a function, device views of storages
+//! `focus_train`, and `focus_train_cap` for its soft-capped attention, compiled to PTX by
+//! build.rs): loading a function, device views of storages
 //! and tensors, launch shapes. The ops themselves are in `attention.rs`, `sinkhorn.rs` and
 //! `ops.rs` beside this file.
 
@@ -38,10 +39,15 @@ pub mod cuda {
 
     const PTX: &str = focus_kernels::TRAIN_PTX;
     const MODULE: &str = "focus_train";
+    /// The soft-capped attention kernels (`_cap_` in their names; focus_train_cap.cu), apart so
+    /// that only a model that soft-caps pays for their JIT compilation.
+    const CAP_PTX: &str = focus_kernels::TRAIN_CAP_PTX;
+    const CAP_MODULE: &str = "focus_train_cap";
 
-    /// The kernel `name` of the training module on `dev` (the module is loaded once per device).
+    /// The kernel `name` of the training modules on `dev` (each loaded once per device).
     pub fn func(dev: &CudaDevice, name: &str) -> candle_core::Result<CudaFunction> {
-        Ok(dev.get_or_load_custom_func(name, MODULE, PTX)?.into_cuda_function())
+        let (module, ptx) = if name.contains("_cap_") { (CAP_MODULE, CAP_PTX) } else { (MODULE, PTX) };
+        Ok(dev.get_or_load_custom_func(name, module, ptx)?.into_cuda_function())
     }
 
     /// Launches kernel `$name` of the training module on `$dev`'s stream with `$cfg` and the

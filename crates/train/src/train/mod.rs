@@ -19,6 +19,6 @@ mod step;
 mod trainer;
 mod weights;
 
-pub use step::{forward, TrainPath};
-pub use trainer::{checkpoint_dir, Before, probe_from_books, probe_passage, sharpening_term, top_group_balance_term, LayerCategories, BALANCE_TEMPERATURE, LogRow, RouterSize, TrainData, TrainKernels, TrainOptions, Trainer, PROBE_BYTES, PURE_MIN_TOKENS};
+pub use step::{forward, layer_gradients, layer_graph_bytes, Objective, TrainPath};
+pub use trainer::{checkpoint_dir, Before, probe_from_books, probe_passage, sharpening_term, top_group_balance_term, LayerCategories, BALANCE_TEMPERATURE, LogRow, Recompute, RouterSize, TrainData, TrainKernels, TrainOptions, Trainer, PROBE_BYTES, PURE_MIN_TOKENS};
 pub use weights::TrainWeights;

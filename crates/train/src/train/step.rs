@@ -20,15 +20,16 @@ use crate::focus::gate::GateFn;
 use crate::focus::mask;
 use crate::model::block::Pass;
 use crate::model::decoder::{Decoder, ForwardOptions};
-use candle_core::{Device, Tensor};
+use super::ops::{cross_entropy_rows, seeded};
+use candle_core::{DType, Device, Tensor, Var};
 use std::sync::atomic::Ordering;
 
 /// Which form of the training step runs (both compute the same function).
 #[derive(Clone, Copy)]
 pub struct TrainPath<'a> {
-    /// The fused step; else the composed ops. The straight-through objective, models whose
-    /// attention soft-caps, and on CUDA the shapes its kernels do not take (head dims other
-    /// than 64, 128 and 256, more than 16 groups), always run composed.
+    /// The fused step; else the composed ops. The straight-through objective and on CUDA the
+    /// shapes its kernels do not take (head dims other than 64, 128 and 256, more than 16
+    /// groups) always run composed.
     pub fused: bool,
     /// Sinkhorn as one op each way (`sinkhorn::sinkhorn_fused`), in either form.
     pub fused_sinkhorn: bool,
@@ -67,9 +68,9 @@ pub fn forward(dec: &Decoder, seqs: &[&[u32]], opts: &ForwardOptions, path: Trai
     fused(dec, seqs, &opts, tw)
 }
 
-/// Whether the fused step runs. Its attention op applies a layer's sliding window but not
-/// soft-capping, so a model with soft-capped attention (Gemma 2) trains through the composed
-/// ops.
+/// Whether the fused step runs. Its attention op applies a layer's sliding window and
+/// soft-capping (Gemma 2) as the composed ops do, so only the objective and, on CUDA, the
+/// kernels' shapes decide.
 pub(crate) fn takes_fused(dec: &Decoder, opts: &ForwardOptions, path: TrainPath) -> bool {
     let cfg = &dec.config;
     let groups = opts.adapter.map_or(0, |a| a.config.groups);
@@ -77,41 +78,184 @@ pub(crate) fn takes_fused(dec: &Decoder, opts: &ForwardOptions, path: TrainPath)
         Device::Cpu => true,
         _ => CUDA_HEAD_DIMS.contains(&cfg.head_dim) && groups <= CUDA_MAX_GROUPS,
     };
-    let softcap = dec.blocks.iter().any(|b| b.attn.softcap.is_some());
-    path.fused && opts.straight_through.is_none() && kernels_take_it && !softcap
+    path.fused && opts.straight_through.is_none() && kernels_take_it
 }
 
 /// The fused step's layer loop.
 fn fused(dec: &Decoder, seqs: &[&[u32]], opts: &ForwardOptions, tw: &TrainWeights) -> Result<Tensor> {
     dec.check(seqs, opts)?;
-    let cfg = &dec.config;
     let (b, t) = (seqs.len(), seqs[0].len());
-    let pass = Pass::new(cfg, b, t, true, &dec.device)?;
+    let pass = Pass::new(&dec.config, b, t, true, &dec.device)?;
     let mut x = dec.embed_at(seqs, 0)?;
-    for (l, blk) in dec.blocks.iter().enumerate() {
-        if opts.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
-            return Err(Error::Cancelled);
+    for l in 0..dec.blocks.len() {
+        let (y, g) = layer(dec, l, &x, (b, t), opts, tw, &pass)?;
+        if let (Some(m), Some(g)) = (opts.memberships, g) {
+            m.lock().expect("memberships collector").push(g);
         }
-        let tb = &tw.blocks[l];
-        let (h, qkv) = block::attention_inputs(blk, &x, tb, cfg)?;
-        // The adapter, where it routes this layer (`RouterLayers`).
-        let routed = opts.adapter.filter(|a| a.config.router_layers.routes(cfg.is_sliding(l)));
-        let (gate, g, window, sink) = match routed {
-            Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
-                let g = a.route_tensor(l, &h, b, opts.sinkhorn_grad, opts.balance)?;
-                if let Some(m) = opts.memberships {
-                    m.lock().expect("memberships collector").push(g.clone());
-                }
-                (GateFn::of(&a.config), Some(g), a.config.window, a.config.sink)
-            }
-            _ => (GateFn::None, None, 0, 0),
-        };
-        let span = blk.attn.span(t);
-        let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope(&blk.attn), gate, window, sink, span };
-        x = block::finish(blk, &x, &attn.forward(&qkv, g.as_ref())?, tb)?;
+        x = y;
     }
-    let logits = tw.lm_head.forward(&block::final_norm(&dec.final_norm, &x)?, tw.dtype)?;
+    head(dec, &x, tw)
+}
+
+/// Layer `l` of the fused step on the f32 residual stream `x` ((B*T, d_model)): its output,
+/// and the memberships (B, T, K) where the adapter routes the layer.
+fn layer(dec: &Decoder, l: usize, x: &Tensor, (b, t): (usize, usize), opts: &ForwardOptions, tw: &TrainWeights, pass: &Pass) -> Result<(Tensor, Option<Tensor>)> {
+    if opts.cancel.is_some_and(|c| c.load(Ordering::Relaxed)) {
+        return Err(Error::Cancelled);
+    }
+    let (cfg, blk, tb) = (&dec.config, &dec.blocks[l], &tw.blocks[l]);
+    let (h, qkv) = block::attention_inputs(blk, x, tb, cfg)?;
+    // The adapter, where it routes this layer (`RouterLayers`).
+    let routed = opts.adapter.filter(|a| a.config.router_layers.routes(cfg.is_sliding(l)));
+    let (gate, g, window, sink) = match routed {
+        Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
+            let g = a.route_tensor(l, &h, b, opts.sinkhorn_grad, opts.balance)?;
+            (GateFn::of(&a.config), Some(g), a.config.window, a.config.sink)
+        }
+        _ => (GateFn::None, None, 0, 0),
+    };
+    let span = blk.attn.span(t);
+    let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope(&blk.attn), gate, window, sink, span, softcap: blk.attn.softcap.map(|c| c as f32) };
+    let y = block::finish(blk, x, &attn.forward(&qkv, g.as_ref())?, tb)?;
+    Ok((y, g))
+}
+
+/// The logits of the final residual stream rows `x`.
+fn head(dec: &Decoder, x: &Tensor, tw: &TrainWeights) -> Result<Tensor> {
+    let logits = tw.lm_head.forward(&block::final_norm(&dec.final_norm, x)?, tw.dtype)?;
     dec.softcap_logits(logits)
+}
+
+/// Rows of logits the recomputing step scores at a time: 2^28 logits a chunk (Llama 3's
+/// 128,256-token vocabulary: 2,092 rows, 0.5 GB in bf16, its gradient as much), so that the
+/// head's memory does not grow with batch x length (4 x 2,048 tokens of Llama 3 would be
+/// 2.1 GB of bf16 logits and 4.2 GB in f32). Fewer rows left the cross-entropy kernels (a
+/// block a row) too few blocks: 512-row chunks took 4x the time a row on an H100.
+fn head_rows(vocab: usize) -> usize {
+    ((1usize << 28) / vocab.max(1)).clamp(64, 8192)
+}
+
+/// The auxiliary objective of one routed layer, given its memberships (B, T, K) and the number
+/// of layers the adapter routes: a scalar added to the loss (the trainer's sharpening and
+/// balance terms, each a mean over routed layers, so a sum of per-layer parts); `None`: none.
+pub type LayerTerm<'a> = &'a dyn Fn(&Tensor, usize) -> Result<Option<Tensor>>;
+
+/// What a training step differentiates: the mean next-token loss over `targets` ((B*T,) u32),
+/// plus each routed layer's `term`, with respect to `vars`.
+pub struct Objective<'a> {
+    pub targets: &'a Tensor,
+    pub term: LayerTerm<'a>,
+    pub vars: &'a [Var],
+}
+
+/// The fused step's mean next-token loss and the gradient of every variable of `obj` (None
+/// where one gets none), a layer at a time, with activation memory bounded: the forward keeps
+/// each layer's input (B*T x d_model f32) and the graphs of the last `keep` layers only; the
+/// loss is scored `head_rows` rows at a time; the backward runs layer by layer, last first,
+/// recomputing the forward of each layer whose graph was not kept, and differentiates it
+/// against the gradient of its output. `keep` = the layer count is the whole graph (no
+/// recomputation), 0 recomputes every layer (one more forward's work): the same function and
+/// gradients either way (tests below). Needs the fused step (`takes_fused`).
+pub fn layer_gradients(dec: &Decoder, seqs: &[&[u32]], opts: &ForwardOptions, tw: &TrainWeights, obj: &Objective, keep: usize) -> Result<(Tensor, Vec<Option<Tensor>>)> {
+    layer_gradients_in(dec, seqs, opts, tw, obj, keep, head_rows(dec.config.vocab))
+}
+
+/// `layer_gradients` with the head scored `rows` rows at a time.
+fn layer_gradients_in(dec: &Decoder, seqs: &[&[u32]], opts: &ForwardOptions, tw: &TrainWeights, obj: &Objective, keep: usize, rows: usize) -> Result<(Tensor, Vec<Option<Tensor>>)> {
+    let opts = ForwardOptions { differentiable: true, memberships: None, ..*opts };
+    dec.check(seqs, &opts)?;
+    let (b, t) = (seqs.len(), seqs[0].len());
+    let (n, layers) = (b * t, dec.blocks.len());
+    if obj.targets.dims() != [n] {
+        return Err(Error::Invalid(format!("training step: {} targets for {n} positions", obj.targets.elem_count())));
+    }
+    let pass = Pass::new(&dec.config, b, t, true, &dec.device)?;
+    // The forward: each layer's input, detached; a kept layer's input as a variable, with its
+    // output's graph.
+    let first_kept = layers - keep.min(layers);
+    let mut inputs = vec![dec.embed_at(seqs, 0)?.detach()];
+    let mut kept = Vec::new();
+    let mut routed = 0;
+    for l in 0..layers {
+        let (y, g) = if l >= first_kept {
+            let xv = Var::from_tensor(&inputs[l])?;
+            let (y, g) = layer(dec, l, xv.as_tensor(), (b, t), &opts, tw, &pass)?;
+            kept.push((xv, y.clone(), g.clone()));
+            (y, g)
+        } else {
+            layer(dec, l, &inputs[l], (b, t), &opts, tw, &pass)?
+        };
+        routed += g.is_some() as usize;
+        inputs.push(y.detach());
+    }
+    let mut grads: Vec<Option<Tensor>> = vec![None; obj.vars.len()];
+    let mut add = |store: &candle_core::backprop::GradStore| -> Result<()> {
+        for (acc, v) in grads.iter_mut().zip(obj.vars) {
+            if let Some(g) = store.get(v.as_tensor()) {
+                *acc = Some(match acc.take() {
+                    Some(a) => (a + g)?,
+                    None => g.detach(),
+                });
+            }
+        }
+        Ok(())
+    };
+    // The head, in row chunks: the mean loss and its gradient with respect to the last layer's
+    // output.
+    let x = inputs.pop().expect("the final residual stream");
+    let (mut loss, mut dx) = (Tensor::zeros((), DType::F32, &dec.device)?, Vec::new());
+    for r0 in (0..n).step_by(rows.max(1)) {
+        let m = rows.min(n - r0);
+        let xv = Var::from_tensor(&x.narrow(0, r0, m)?)?;
+        let ce = cross_entropy_rows(&head(dec, xv.as_tensor(), tw)?, &obj.targets.narrow(0, r0, m)?)?;
+        let part = (ce.to_dtype(DType::F32)?.sum_all()? / n as f64)?;
+        let store = part.backward()?;
+        dx.push(store.get(xv.as_tensor()).map(|g| g.detach()).ok_or_else(|| Error::Invalid("training step: the head gave no gradient".into()))?);
+        loss = (loss + part.detach())?;
+    }
+    drop(x);
+    let mut dy = Tensor::cat(&dx, 0)?;
+    drop(dx);
+    // The backward, a layer at a time: y = layer(x) (kept, or recomputed with its graph), then
+    // d/dx of <y, dy> (+ the layer's auxiliary term) is dx, and the routers' gradients.
+    for l in (0..layers).rev() {
+        let x = inputs.pop().expect("a layer's input");
+        let (xv, y, g) = if l >= first_kept {
+            kept.pop().expect("a kept layer")
+        } else {
+            let xv = Var::from_tensor(&x)?;
+            let (y, g) = layer(dec, l, xv.as_tensor(), (b, t), &opts, tw, &pass)?;
+            (xv, y, g)
+        };
+        drop(x);
+        let mut o = seeded(&y, &dy)?;
+        if let Some(g) = &g {
+            if let Some(extra) = (obj.term)(g, routed)? {
+                o = (o + extra.to_dtype(DType::F32)?)?;
+            }
+        }
+        let store = o.backward()?;
+        add(&store)?;
+        if l > 0 {
+            dy = store.get(xv.as_tensor()).map(|g| g.detach()).ok_or_else(|| Error::Invalid(format!("training step: layer {l} gave its input no gradient")))?;
+        }
+    }
+    Ok((loss, grads))
+}
+
+/// Bytes a layer's graph holds for the backward of `tokens` positions in the fused step (the
+/// f32 residual stream and norms, the projections' outputs in the compute dtype `dtype`, the
+/// attention's inputs and output), by count of the step's ops; how many layers' graphs fit
+/// (`Recompute::Auto`) is read against it.
+pub fn layer_graph_bytes(cfg: &crate::model::ModelConfig, tokens: usize, dtype: DType) -> u64 {
+    let c = dtype.size_in_bytes() as u64;
+    let (d, f) = (cfg.d_model as u64, cfg.ffn_dim as u64);
+    let qkv = ((cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim) as u64;
+    let o = (cfg.n_heads * cfg.head_dim) as u64;
+    // Six f32 copies of the stream (input, norm, attention output projected, sum, MLP norm,
+    // MLP output), the norms' casts, Q/K/V and its rotated copy, the attention output,
+    // [gate; up], the activation.
+    tokens as u64 * (4 * 6 * d + c * (2 * d + 2 * qkv + o + 3 * f))
 }
 
 #[cfg(test)]
@@ -210,5 +354,106 @@ mod tests {
                 assert!(d > 1e-4, "the sliding window leaves the logits as they were ({d})");
             }
         }
+    }
+
+    /// The layer-by-layer step (layers kept or recomputed in the backward, the head in row
+    /// chunks) gives the loss and router gradients of the whole graph's backward, with the auxiliary
+    /// per-layer terms, two sequences, sinks and a model's own sliding window on some layers.
+    #[test]
+    fn layer_gradients_equal_the_whole_graphs() {
+        use super::super::trainer::{sharpening_term, top_group_balance_term};
+        let mut model = Model::load(&fixture("llama"), &Device::Cpu).unwrap();
+        for (l, b) in model.decoder.blocks.iter_mut().enumerate() {
+            if l % 2 == 0 {
+                b.attn.window = Some(20);
+            }
+        }
+        let spec = AdapterSpec { groups: 4, window: 4, sink: 1, gate: Gate::Log, ..Default::default() };
+        let mut adapter = Adapter::random(&model.identity(), &Device::Cpu, &spec, 5).unwrap();
+        let mut vars = Vec::new();
+        for r in adapter.layers.iter_mut() {
+            let (p, c) = (Var::from_tensor(&r.proj).unwrap(), Var::from_tensor(&r.centroids).unwrap());
+            *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone(), input_scale: r.input_scale.clone() };
+            vars.extend([p, c]);
+        }
+        let ids: Vec<u32> = (0..81).map(|i| (i * 37 % 500) as u32).collect();
+        let seqs: Vec<&[u32]> = vec![&ids[0..40], &ids[40..80]];
+        let targets: Vec<u32> = ids[1..41].iter().chain(&ids[41..81]).copied().collect();
+        let targets = Tensor::from_vec(targets, 80, &Device::Cpu).unwrap();
+        let tw = TrainWeights::new(&model.decoder, DType::F32).unwrap();
+        let (sharpen, balance) = (0.3, 0.7);
+        // The whole graph, as the trainer builds it.
+        let memberships = std::sync::Mutex::new(Vec::new());
+        let mut o = ForwardOptions::new(Mode::Soft, Some(&adapter));
+        o.memberships = Some(&memberships);
+        let logits = forward(&model.decoder, &seqs, &o, TrainPath { weights: Some(&tw), ..TrainPath::default() }).unwrap();
+        let loss = cross_entropy_rows(&logits, &targets).unwrap().mean_all().unwrap();
+        let m = memberships.into_inner().unwrap();
+        assert_eq!(m.len(), model.decoder.blocks.len(), "every layer routes");
+        let objective = ((&loss + (sharpening_term(&m).unwrap().unwrap() * sharpen).unwrap()).unwrap() + (top_group_balance_term(&m).unwrap().unwrap() * balance).unwrap()).unwrap();
+        let store = objective.backward().unwrap();
+        let whole: Vec<Tensor> = vars.iter().map(|v| store.get(v.as_tensor()).unwrap().clone()).collect();
+        let term = |g: &Tensor, n: usize| -> Result<Option<Tensor>> {
+            let s = (sharpening_term(std::slice::from_ref(g))?.unwrap() * (sharpen / n as f64))?;
+            let b = (top_group_balance_term(std::slice::from_ref(g))?.unwrap() * (balance / n as f64))?;
+            Ok(Some((s + b)?))
+        };
+        let o = ForwardOptions::new(Mode::Soft, Some(&adapter));
+        let layers = model.decoder.blocks.len();
+        assert!(layers >= 2, "the fixture has layers to keep and to recompute");
+        // Every layer recomputed, the last kept, all kept; 80 rows in chunks of 7 (a last
+        // chunk of 3) and in one chunk.
+        for keep in [0, 1, layers] {
+            for rows in [7, 4096] {
+                let obj = Objective { targets: &targets, term: &term, vars: &vars };
+                let (rloss, rgrads) = layer_gradients_in(&model.decoder, &seqs, &o, &tw, &obj, keep, rows).unwrap();
+                let (a, b) = (loss.to_scalar::<f32>().unwrap(), rloss.to_scalar::<f32>().unwrap());
+                assert!((a - b).abs() <= 1e-5 * a.abs(), "keep {keep}, rows {rows}: loss {b} vs the whole graph's {a}");
+                for (i, (w, r)) in whole.iter().zip(&rgrads).enumerate() {
+                    let r = r.as_ref().expect("every router parameter gets a gradient");
+                    let scale = w.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+                    assert!(scale > 0.0, "parameter {i}: zero gradient");
+                    let err = max_abs_diff(w, r) / scale;
+                    assert!(err <= 1e-4, "keep {keep}, rows {rows}: parameter {i}: gradient differs by {err} (relative)");
+                }
+            }
+        }
+        // Without the auxiliary terms the gradients differ (the check above sees them).
+        let none = |_: &Tensor, _: usize| -> Result<Option<Tensor>> { Ok(None) };
+        let obj = Objective { targets: &targets, term: &none, vars: &vars };
+        let (_, plain) = layer_gradients_in(&model.decoder, &seqs, &o, &tw, &obj, 0, 7).unwrap();
+        let d = max_abs_diff(&whole[0], plain[0].as_ref().unwrap());
+        assert!(d > 1e-6, "the auxiliary terms change no gradient ({d})");
+    }
+
+    /// Through the trainer: two steps with `Recompute::On` and with `Off` leave the same
+    /// routers and losses (sharpening and balance terms on); `Auto` keeps a tiny model's graph.
+    #[test]
+    fn trainer_recomputing_trains_as_the_whole_graph() {
+        use super::super::trainer::{Recompute, TrainData, TrainOptions, Trainer};
+        let model = Model::load(&fixture("llama"), &Device::Cpu).unwrap();
+        let spec = AdapterSpec { groups: 4, window: 4, sink: 1, gate: Gate::Log, ..Default::default() };
+        // Every field the trainer needs, as a saved run's options read.
+        let opts: TrainOptions = serde_json::from_str(r#"{"steps":2,"seq_len":32,"batch":2,"lr":0.01,"weight_decay":0,"seed":0,"eval_every":0,"eval_seqs":1,"checkpoint_every":0,"sharpen":0.2,"balance":0.5}"#).unwrap();
+        let ids: Vec<u32> = (0..400).map(|i| (i * 37 % 500) as u32).collect();
+        let data = TrainData { train: ids.clone(), heldout: ids };
+        let mut runs = Vec::new();
+        for r in [Recompute::Off, Recompute::On, Recompute::Auto] {
+            let mut tr = Trainer::new(&model, &spec, opts.clone()).unwrap();
+            tr.kernels.recompute = r;
+            let losses: Vec<f64> = (0..2).map(|_| tr.train_step(&data).unwrap()).collect();
+            let w: Vec<f32> = tr.adapter.layers.iter().flat_map(|l| l.proj.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect();
+            runs.push((losses, w));
+        }
+        let (l0, w0) = &runs[0];
+        for (r, (l, w)) in runs.iter().enumerate().skip(1) {
+            for (a, b) in l0.iter().zip(l) {
+                assert!((a - b).abs() <= 1e-5 * a.abs(), "run {r}: loss {b} vs {a}");
+            }
+            let d = w0.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(d <= 1e-5, "run {r}: routers differ by {d}");
+        }
+        let moved = runs[0].1.iter().zip(&Trainer::new(&model, &spec, opts.clone()).unwrap().adapter.layers.iter().flat_map(|l| l.proj.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect::<Vec<_>>()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(moved > 1e-4, "two steps left the routers where they started ({moved})");
     }
 }

@@ -144,11 +144,28 @@ pub struct TrainKernels {
     /// On CUDA, the fused step's frozen weights and matmul activations in bf16 (f32
     /// accumulation; the residual stream, norms, routers and softmax stay f32); else f32.
     pub bf16: bool,
+    /// The fused step's activation memory (`step::layer_gradients`): which layers' graphs
+    /// are kept for the backward and which are recomputed in it.
+    pub recompute: Recompute,
+}
+
+/// Which layers the fused step recomputes in the backward (`TrainKernels::recompute`); the
+/// gradients are the same either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Recompute {
+    /// The graphs of as many of the last layers as fit the memory free once the weights are
+    /// loaded (`Trainer::kept_layers`), the others recomputed.
+    #[default]
+    Auto,
+    /// Every layer (only the layers' inputs are kept): the least memory.
+    On,
+    /// None: every layer's graph is kept.
+    Off,
 }
 
 impl Default for TrainKernels {
     fn default() -> Self {
-        TrainKernels { fused: true, fused_sinkhorn: true, bf16: true }
+        TrainKernels { fused: true, fused_sinkhorn: true, bf16: true, recompute: Recompute::Auto }
     }
 }
 
@@ -304,6 +321,9 @@ pub struct Trainer<'m> {
     straight_through: Option<TopK>,
     /// The frozen weights as the fused step reads them, built at the first fused step.
     weights: Option<TrainWeights>,
+    /// `Recompute::Auto`'s choice of kept layers, made at the first fused step (the device's
+    /// free memory is read once: afterwards the pool holds what steps freed).
+    auto_kept: Option<usize>,
     /// A fixed held-out passage on which each evaluation logs category structure (None: not
     /// logged).
     pub probe: Option<String>,
@@ -419,7 +439,7 @@ impl<'m> Trainer<'m> {
             vars.push(c);
         }
         let opt = AdamW::new(&vars)?;
-        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), straight_through, weights: None, probe: None, grad_norm: f64::NAN, keep_checkpoints: false, before: Before::default() })
+        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), straight_through, weights: None, auto_kept: None, probe: None, grad_norm: f64::NAN, keep_checkpoints: false, before: Before::default() })
     }
 
     /// Continues from a checkpoint directory written by `save_checkpoint`.
@@ -701,6 +721,7 @@ impl<'m> Trainer<'m> {
                 self.weights = Some(TrainWeights::new(&self.model.decoder, dtype)?);
             }
         }
+        let keep = if k.fused { self.kept_layers() } else { 0 };
         // The whole batch is one graph and one backward pass: the mean loss over its tokens.
         let b = self.opts.batch;
         let starts = self.batch_starts(data.train.len() - 1, self.step);
@@ -715,8 +736,34 @@ impl<'m> Trainer<'m> {
             o.memberships = Some(&memberships);
         }
         let path = TrainPath { fused: k.fused, fused_sinkhorn: k.fused_sinkhorn, weights: if k.fused { self.weights.as_ref() } else { None } };
-        let logits = step::forward(&self.model.decoder, &inputs, &o, path)?;
         let targets = Tensor::from_vec(targets, b * t, dev)?;
+        if k.fused && step::takes_fused(&self.model.decoder, &o, path) {
+            let (sharpen, balance) = (self.opts.sharpen, self.opts.balance);
+            // The trainer's terms are means over routed layers: a layer's part is its term / n.
+            let term = |g: &Tensor, n: usize| -> Result<Option<Tensor>> {
+                let mut sum: Option<Tensor> = None;
+                for (w, f) in [(sharpen, sharpening_term as fn(&[Tensor]) -> Result<Option<Tensor>>), (balance, top_group_balance_term)] {
+                    if w > 0.0 {
+                        if let Some(v) = f(std::slice::from_ref(g))? {
+                            let v = (v * (w / n as f64))?;
+                            sum = Some(match sum {
+                                Some(s) => (s + v)?,
+                                None => v,
+                            });
+                        }
+                    }
+                }
+                Ok(sum)
+            };
+            let tw = self.weights.as_ref().expect("the fused step's weights");
+            if k.fused_sinkhorn {
+                o.balance = super::sinkhorn::sinkhorn_fused;
+            }
+            let obj = step::Objective { targets: &targets, term: &term, vars: &self.vars };
+            let (loss, grads) = step::layer_gradients(&self.model.decoder, &inputs, &o, tw, &obj, keep)?;
+            return Ok((loss.to_dtype(DType::F64)?.to_scalar::<f64>()?, grads));
+        }
+        let logits = step::forward(&self.model.decoder, &inputs, &o, path)?;
         let loss = if k.fused { cross_entropy_rows(&logits, &targets)?.mean_all()? } else { candle_nn::loss::cross_entropy(&logits, &targets)? };
         // The logged loss stays the next-token loss; the gradient also carries the sharpening
         // and balance terms [ours].
@@ -738,6 +785,34 @@ impl<'m> Trainer<'m> {
         let grads: Vec<Option<Tensor>> = self.vars.iter().map(|v| store.get(v.as_tensor()).map(|g| g.detach())).collect();
         let mean = loss.to_dtype(DType::F64)?.to_scalar::<f64>()?;
         Ok((mean, grads))
+    }
+
+    /// How many of the last layers keep their graphs in a fused step (`TrainKernels::recompute`;
+    /// the others are recomputed in the backward). `Auto` reads the memory free at the first
+    /// step (once the weights are loaded) and keeps as many graphs as fit in four fifths of it
+    /// beside the layers' inputs, the head's chunk and one recomputed layer, each graph
+    /// counted twice over (`step::layer_graph_bytes` counts the step's ops, not the kernels'
+    /// temporaries or the pool's fragmentation).
+    pub fn kept_layers(&mut self) -> usize {
+        let layers = self.model.config().n_layers;
+        match self.kernels.recompute {
+            Recompute::On => 0,
+            Recompute::Off => layers,
+            Recompute::Auto => *self.auto_kept.get_or_insert_with(|| {
+                let dev = &self.model.decoder.device;
+                let room = match dev {
+                    Device::Cpu => crate::model::memory::available().map(|a| a.bytes),
+                    _ => crate::device::memory_use(dev).map(|m| m.total.saturating_sub(m.used)),
+                };
+                let cfg = self.model.config();
+                let tokens = (self.opts.batch * self.opts.seq_len) as u64;
+                let dtype = self.weights.as_ref().map_or(DType::F32, |w| w.dtype);
+                let graph = 2 * step::layer_graph_bytes(cfg, tokens as usize, dtype);
+                let inputs = (layers as u64 + 1) * tokens * cfg.d_model as u64 * 4;
+                let head = 2u64 << 30;
+                room.map_or(layers, |room| ((room / 5 * 4).saturating_sub(inputs + head + graph) / graph.max(1)).min(layers as u64) as usize)
+            }),
+        }
     }
 
     /// Whether a step runs the fused step (`Trainer::kernels` asks for it and the model and
