@@ -1,42 +1,60 @@
 #!/usr/bin/env python3
-"""Paper-scale stand-ins: models with the real shapes of Llama-3.2-1B and Llama-3.1-8B and random
-weights, for measuring memory and speed at those sizes (no real 1B-8B weights are reachable from
-this project's machines). Their routers learn nothing worth showing. Never commit their output.
+"""Paper-scale stand-ins: models with the real shapes of Llama-3.2-1B, Llama-3.1-8B, Qwen2.5-7B and
+Gemma-2-9B and random weights, for measuring memory and speed at those sizes (no real 1B-9B weights
+are reachable from this project's machines). Their routers learn nothing worth showing. Never commit
+their output.
 
     make-standin.py SHAPE --type Q4_0|Q4_1|Q5_0|Q8_0|F16 --tokenizer-from REAL.gguf --out FILE.gguf
     make-standin.py SHAPE --type Q4_K_M --llama-quantize BIN --tokenizer-from REAL.gguf --out FILE.gguf
-    make-standin.py SHAPE --hf-bf16 DIR --tokenizer-from REAL.gguf
+    make-standin.py SHAPE --hf-bf16 DIR --tokenizer-from REAL.gguf|tokenizer.json [--layers N]
+    make-standin.py --write-tokenizer tokenizer.json --tokenizer-from REAL.gguf
 
-SHAPE is `llama-3.2-1b` or `llama-3.1-8b` (the table SHAPES below: layer count, widths, heads,
-vocabulary 128256, RoPE base 500000 with Llama 3's `llama3` frequency scaling).
+SHAPE (the table SHAPES below, from each model's Hugging Face config.json):
+  llama-3.2-1b, llama-3.1-8b  LlamaForCausalLM: vocabulary 128256, RoPE base 500000 with Llama 3's
+                              `llama3` frequency scaling;
+  qwen2.5-7b                  Qwen2ForCausalLM: 28 layers, d 3584, 28/4 heads of 128, FFN 18944,
+                              vocabulary 152064, biases on Q, K and V, RoPE base 1e6, untied;
+  gemma2-9b                   Gemma2ForCausalLM: 42 layers, d 3584, 16/8 heads of 256, FFN 14336
+                              (GeGLU, gelu tanh), vocabulary 256000, norms before and after attention
+                              and the MLP, query_pre_attn_scalar 256, soft-caps 50 (attention) and 30
+                              (logits), a 4096-token window on every other layer (from layer 0),
+                              embeddings scaled by sqrt(d) and tied to the head.
+`--layers N` writes the first N layers only (a quick local check of the format; the name says so).
 
-GGUF (`--out`): architecture `llama`, tensors named and laid out as llama.cpp's converter writes
-them, including `rope_freqs.weight` (the per-frequency divisors of the `llama3` scaling, computed
-as convert_hf_to_gguf.py computes them). Q4_0, Q4_1, Q5_0, Q8_0 and F16 are quantized here in numpy
-(the `gguf` package's `gguf.quants.quantize`); norms and `rope_freqs` stay F32, as the converter
-leaves them. Q4_K_M (the mix users download: Q4_K with Q6_K for the output and half of the
-attn_v/ffn_down tensors) is made by llama.cpp's `llama-quantize` from a Q8_0 stand-in written
-beside the output and deleted afterwards (scripts/build-llama-cpp.sh builds llama-quantize).
+GGUF (`--out`): architecture `llama`, `qwen2` or `gemma2`, tensors named and laid out as llama.cpp's
+converter writes them, including for Llama 3 `rope_freqs.weight` (the per-frequency divisors of the
+`llama3` scaling, computed as convert_hf_to_gguf.py computes them). Q4_0, Q4_1, Q5_0, Q8_0 and F16
+are quantized here in numpy (the `gguf` package's `gguf.quants.quantize`); norms, biases and
+`rope_freqs` stay F32, as the converter leaves them. Q4_K_M (the mix users download: Q4_K with Q6_K
+for the output and half of the attn_v/ffn_down tensors) is made by llama.cpp's `llama-quantize` from
+a Q8_0 stand-in written beside the output and deleted afterwards (scripts/build-llama-cpp.sh builds
+llama-quantize).
 
-HF (`--hf-bf16 DIR`): config.json (LlamaForCausalLM, rope_scaling llama3), the weights in bf16 as
-sharded model-0000N-of-0000M.safetensors (at most 5 GB a shard) with model.safetensors.index.json,
-and tokenizer.json. Written by hand (a safetensors file is a JSON header and raw bytes), so no
-torch is needed.
+HF (`--hf-bf16 DIR`): config.json (the real model's keys, as transformers' config class writes
+them), the weights in bf16 as sharded model-0000N-of-0000M.safetensors (at most 5 GB a shard) with
+model.safetensors.index.json, and tokenizer.json. Written by hand (a safetensors file is a JSON
+header and raw bytes), so no torch is needed; with a tokenizer.json as `--tokenizer-from`, numpy is
+all it needs (a GPU machine without the gguf package).
 
-Weights: normal with std 0.02 (seeded, `--seed`), norms 1 + normal(0, 0.02), so activations stay
-finite through 32 layers. One layer's arrays are reused for every layer (the file holds as many
-layers as the real model, each identical), so the 8B takes minutes, not hours, to write; the
-embedding and output matrices are random over all rows.
+Weights: normal with std 0.02 (seeded, `--seed`), norms 1 + normal(0, 0.02) as the model applies
+them (Gemma's RMSNorm scales by 1 + w and Hugging Face stores w: its HF norms are normal(0, 0.02),
+its GGUF norms 1 + w as llama.cpp's converter stores them), so activations stay finite through 42
+layers. One layer's arrays are reused for every layer (the file holds as many layers as the real
+model, each identical), so the 8B takes minutes, not hours, to write; the embedding and output
+matrices are random over all rows, made a few thousand rows at a time.
 
 Tokenizer: the `tokenizer.ggml.*` metadata of a real GGUF (`--tokenizer-from`, e.g. the default
 model SmolLM2-135M-Instruct, byte-level BPE, 49152 tokens), padded to the stand-in's vocabulary
-of 128256 with unused tokens `<|reserved_special_token_N|>` (token type 5, UNUSED, which no merge
-produces) so that llama.cpp, whose vocabulary size is the token count, accepts the embedding's
-shape. Text is tokenized as SmolLM2 would; ids >= 49152 never occur. For `--hf-bf16` the same
-vocabulary is written as a tokenizer.json (the same document focus-lens builds from the GGUF).
+with unused tokens `<|reserved_special_token_N|>` (token type 5, UNUSED, which no merge produces) so
+that llama.cpp, whose vocabulary size is the token count, accepts the embedding's shape. Text is
+tokenized as SmolLM2 would; ids >= 49152 never occur. For `--hf-bf16` the same vocabulary is
+written as a tokenizer.json (the same document focus-lens builds from the GGUF). A tokenizer.json
+given as `--tokenizer-from` (one `--write-tokenizer` wrote, unpadded, about 2 MB, or one an earlier
+`--hf-bf16` run wrote) is padded or cut (its reserved tokens only) to the shape's vocabulary.
 
-Needs: python3 >= 3.9, `pip install gguf==0.19.0 numpy` (a venv outside the repository), and for
-Q4_K_M a built `llama-quantize`. Writes about 1 GB (1B) to 8.5 GB (8B Q8_0 intermediate) of disk.
+Needs: python3 >= 3.9, `pip install gguf==0.19.0 numpy` (a venv outside the repository; numpy alone
+for `--hf-bf16` from a tokenizer.json), and for Q4_K_M a built `llama-quantize`. Writes about 1 GB
+(1B) to 18.5 GB (Gemma-2-9B bf16) of disk.
 """
 
 from __future__ import annotations
@@ -61,19 +79,34 @@ except ImportError:  # pragma: no cover - the header says what to install
     # `--hf-bf16` with a tokenizer.json needs numpy alone (a GPU machine without the package).
     gguf = QT = None
 
-# The real models' shapes (their Hugging Face config.json).
+# The real models' shapes (their Hugging Face config.json). `arch`: the GGUF architecture and the
+# config.json / tensor layout; `eps`: rms_norm_eps.
 SHAPES = {
     "llama-3.2-1b": dict(
-        name="Llama-3.2-1B", n_layers=16, d_model=2048, n_heads=32, n_kv_heads=8, head_dim=64,
-        ffn=8192, vocab=128256, tied=True, rope_theta=500000.0, context=131072,
+        arch="llama", name="Llama-3.2-1B", n_layers=16, d_model=2048, n_heads=32, n_kv_heads=8, head_dim=64,
+        ffn=8192, vocab=128256, tied=True, rope_theta=500000.0, context=131072, eps=1e-5, qkv_bias=False,
         rope_scaling=dict(factor=32.0, low_freq_factor=1.0, high_freq_factor=4.0,
                           original_max_position_embeddings=8192),
     ),
     "llama-3.1-8b": dict(
-        name="Llama-3.1-8B", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8, head_dim=128,
-        ffn=14336, vocab=128256, tied=False, rope_theta=500000.0, context=131072,
+        arch="llama", name="Llama-3.1-8B", n_layers=32, d_model=4096, n_heads=32, n_kv_heads=8, head_dim=128,
+        ffn=14336, vocab=128256, tied=False, rope_theta=500000.0, context=131072, eps=1e-5, qkv_bias=False,
         rope_scaling=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
                           original_max_position_embeddings=8192),
+    ),
+    # Qwen/Qwen2.5-7B: Llama's blocks with biases on Q, K and V; no RoPE scaling; the config's
+    # sliding window is off (use_sliding_window false).
+    "qwen2.5-7b": dict(
+        arch="qwen2", name="Qwen2.5-7B", n_layers=28, d_model=3584, n_heads=28, n_kv_heads=4, head_dim=128,
+        ffn=18944, vocab=152064, tied=False, rope_theta=1000000.0, context=131072, eps=1e-6, qkv_bias=True,
+        rope_scaling=None,
+    ),
+    # google/gemma-2-9b: GeGLU (gelu_pytorch_tanh), four norms a block, soft-caps, every other
+    # layer (0, 2, ...) sliding over 4096 tokens, embeddings x sqrt(d) and tied.
+    "gemma2-9b": dict(
+        arch="gemma2", name="Gemma-2-9B", n_layers=42, d_model=3584, n_heads=16, n_kv_heads=8, head_dim=256,
+        ffn=14336, vocab=256000, tied=True, rope_theta=10000.0, context=8192, eps=1e-6, qkv_bias=False,
+        rope_scaling=None, query_pre_attn_scalar=256, attn_softcap=50.0, final_softcap=30.0, sliding_window=4096,
     ),
 }
 
@@ -134,19 +167,56 @@ def big_matrix(rng, rows: int, cols: int, qt) -> np.ndarray:
 
 
 def layer_arrays(rng, s: dict) -> dict[str, np.ndarray]:
-    """One layer's f32 weights, (out, in) as the converter lays them out, keyed by GGUF name."""
+    """One layer's f32 arrays, (out, in) as the converter lays them out, keyed by llama.cpp's
+    name under `blk.N.` (`attn_q.weight`, `attn_q.bias`, ...). Norms are the factor the model
+    applies (1 + w for Gemma: `hf_value` stores w)."""
     d, hd, ffn = s["d_model"], s["head_dim"], s["ffn"]
-    return {
-        "attn_norm": norm_weight(rng, d),
-        "attn_q": normal(rng, (s["n_heads"] * hd, d)),
-        "attn_k": normal(rng, (s["n_kv_heads"] * hd, d)),
-        "attn_v": normal(rng, (s["n_kv_heads"] * hd, d)),
-        "attn_output": normal(rng, (d, s["n_heads"] * hd)),
-        "ffn_norm": norm_weight(rng, d),
-        "ffn_gate": normal(rng, (ffn, d)),
-        "ffn_up": normal(rng, (ffn, d)),
-        "ffn_down": normal(rng, (d, ffn)),
+    nq, nkv = s["n_heads"] * hd, s["n_kv_heads"] * hd
+    out = {
+        "attn_norm.weight": norm_weight(rng, d),
+        "attn_q.weight": normal(rng, (nq, d)),
+        "attn_k.weight": normal(rng, (nkv, d)),
+        "attn_v.weight": normal(rng, (nkv, d)),
+        "attn_output.weight": normal(rng, (d, nq)),
+        "ffn_norm.weight": norm_weight(rng, d),
+        "ffn_gate.weight": normal(rng, (ffn, d)),
+        "ffn_up.weight": normal(rng, (ffn, d)),
+        "ffn_down.weight": normal(rng, (d, ffn)),
     }
+    if s["qkv_bias"]:
+        out.update({"attn_q.bias": normal(rng, (nq,)), "attn_k.bias": normal(rng, (nkv,)), "attn_v.bias": normal(rng, (nkv,))})
+    if s["arch"] == "gemma2":
+        out.update({"post_attention_norm.weight": norm_weight(rng, d), "post_ffw_norm.weight": norm_weight(rng, d)})
+    return out
+
+
+def stays_f32(name: str) -> bool:
+    """Tensors llama.cpp's converter leaves in F32: norms, biases (and rope_freqs)."""
+    return name.endswith("norm.weight") or name.endswith(".bias")
+
+
+# llama.cpp's block names -> Hugging Face's, by layout. Gemma's post_attention_layernorm
+# normalises the attention output; Llama's is the pre-MLP norm.
+HF_BLOCK = {
+    "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
+    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
+}
+HF_BLOCK_GEMMA = {
+    **HF_BLOCK, "post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}
+
+
+def hf_name(s: dict, gguf_name: str) -> str:
+    stem, _, kind = gguf_name.rpartition(".")
+    table = HF_BLOCK_GEMMA if s["arch"] == "gemma2" else HF_BLOCK
+    return f"{table[stem]}.{kind}"
+
+
+def hf_value(s: dict, name: str, a: np.ndarray) -> np.ndarray:
+    """A norm as Hugging Face stores it: Gemma's w of 1 + w."""
+    return a - np.float32(1.0) if s["arch"] == "gemma2" and name.endswith("norm.weight") else a
 
 
 def read_tokenizer(path: Path, vocab: int) -> list[tuple[str, object, object]]:
@@ -184,7 +254,7 @@ def write_gguf(s: dict, qname: str, tok_from: Path, out: Path, seed: int, final_
     qt, ftype = numpy_types()[qname]
     rng = np.random.default_rng(seed)
     t0 = time.time()
-    w = gguf.GGUFWriter(str(out), "llama")
+    w = gguf.GGUFWriter(str(out), s["arch"])
     w.add_name(f"standin-{s['name']} (random weights, {final_type or qname})")
     w.add_file_type(ftype)
     w.add_context_length(s["context"])
@@ -194,22 +264,28 @@ def write_gguf(s: dict, qname: str, tok_from: Path, out: Path, seed: int, final_
     w.add_head_count(s["n_heads"])
     w.add_head_count_kv(s["n_kv_heads"])
     w.add_rope_freq_base(s["rope_theta"])
-    w.add_layer_norm_rms_eps(1e-5)
+    w.add_layer_norm_rms_eps(s["eps"])
     w.add_vocab_size(s["vocab"])
     w.add_rope_dimension_count(s["head_dim"])
     w.add_key_length(s["head_dim"])
     w.add_value_length(s["head_dim"])
+    if s["arch"] == "gemma2":
+        # As convert_hf_to_gguf.py's Gemma2Model (llama.cpp reads every other layer as sliding).
+        w.add_attn_logit_softcapping(s["attn_softcap"])
+        w.add_final_logit_softcapping(s["final_softcap"])
+        w.add_sliding_window(s["sliding_window"])
     for key, val, main, sub in read_tokenizer(tok_from, s["vocab"]):
         w.add_key_value(key, val, main, sub_type=sub)
 
     w.add_tensor("token_embd.weight", big_matrix(rng, s["vocab"], s["d_model"], qt), raw_dtype=qt)
-    w.add_tensor("rope_freqs.weight", llama3_rope_factors(s))
+    if s["rope_scaling"]:
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(s))
     layer = layer_arrays(rng, s)
-    stored = {k: (v if k.endswith("norm") else quantize(v, qt)) for k, v in layer.items()}
+    stored = {k: (v if stays_f32(k) else quantize(v, qt)) for k, v in layer.items()}
     del layer
     for i in range(s["n_layers"]):
         for k, v in stored.items():
-            w.add_tensor(f"blk.{i}.{k}.weight", v, raw_dtype=None if k.endswith("norm") else qt)
+            w.add_tensor(f"blk.{i}.{k}", v, raw_dtype=None if stays_f32(k) else qt)
     w.add_tensor("output_norm.weight", norm_weight(rng, s["d_model"]))
     if not s["tied"]:
         w.add_tensor("output.weight", big_matrix(rng, s["vocab"], s["d_model"], qt), raw_dtype=qt)
@@ -274,27 +350,103 @@ def tokenizer_json(tok: list) -> dict:
     }
 
 
+def hf_config(s: dict) -> dict:
+    """config.json: the real model's keys (transformers' LlamaConfig, Qwen2Config, Gemma2Config as
+    the published checkpoints have them); token ids left out (the tokenizer is SmolLM2's)."""
+    common = {
+        "hidden_size": s["d_model"], "intermediate_size": s["ffn"], "num_hidden_layers": s["n_layers"],
+        "num_attention_heads": s["n_heads"], "num_key_value_heads": s["n_kv_heads"], "vocab_size": s["vocab"],
+        "max_position_embeddings": s["context"], "rms_norm_eps": s["eps"], "rope_theta": s["rope_theta"],
+        "tie_word_embeddings": s["tied"], "torch_dtype": "bfloat16", "initializer_range": 0.02,
+        "attention_dropout": 0.0, "bos_token_id": None, "eos_token_id": None,
+    }
+    if s["arch"] == "llama":
+        return {
+            "architectures": ["LlamaForCausalLM"], "model_type": "llama", **common, "head_dim": s["head_dim"],
+            "rope_scaling": {"rope_type": "llama3", **s["rope_scaling"]}, "hidden_act": "silu",
+            "attention_bias": False, "mlp_bias": False,
+        }
+    if s["arch"] == "qwen2":
+        # Qwen2Config has no head_dim: hidden_size / num_attention_heads (128).
+        assert s["d_model"] // s["n_heads"] == s["head_dim"]
+        return {
+            "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", **common, "hidden_act": "silu",
+            "rope_scaling": None, "use_sliding_window": False, "sliding_window": s["context"], "max_window_layers": 28,
+        }
+    if s["arch"] == "gemma2":
+        return {
+            "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", **common, "head_dim": s["head_dim"],
+            "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh",
+            "query_pre_attn_scalar": s["query_pre_attn_scalar"], "attn_logit_softcapping": s["attn_softcap"],
+            "final_logit_softcapping": s["final_softcap"], "sliding_window": s["sliding_window"],
+            "attention_bias": False, "cache_implementation": "hybrid", "pad_token_id": None,
+        }
+    raise ValueError(s["arch"])
+
+
+RESERVED = "<|reserved_special_token_"
+
+
+def fit_tokenizer_json(doc: dict, vocab: int, path: Path) -> dict:
+    """A byte-level BPE tokenizer.json with as many tokens as `vocab`: unused tokens
+    `<|reserved_special_token_N|>` added (as `read_tokenizer` pads a GGUF's) or, where it has
+    more, its trailing reserved tokens dropped."""
+    v = doc["model"]["vocab"]
+    n = len(v)
+    if sorted(v.values()) != list(range(n)):
+        sys.exit(f"{path}: the vocabulary's ids are not 0..{n - 1}")
+    if n < vocab:
+        first = min((i for t, i in v.items() if t.startswith(RESERVED)), default=n)
+        for i in range(n, vocab):
+            v[f"{RESERVED}{i - first}|>"] = i
+    elif n > vocab:
+        extra = [t for t, i in v.items() if i >= vocab]
+        if not all(t.startswith(RESERVED) for t in extra):
+            sys.exit(f"{path}: {n} tokens do not fit a vocabulary of {vocab}")
+        for t in extra:
+            del v[t]
+        if any(a["id"] >= vocab for a in doc.get("added_tokens", [])):
+            sys.exit(f"{path}: an added token lies beyond a vocabulary of {vocab}")
+    return doc
+
+
+def write_tokenizer(tok_from: Path, out: Path, vocab: int | None) -> None:
+    """tokenizer.json of a GGUF's vocabulary (or of a tokenizer.json), padded to `vocab` tokens
+    (None: as it is)."""
+    if tok_from.suffix == ".json":
+        doc = json.loads(tok_from.read_text())
+        if vocab is not None:
+            doc = fit_tokenizer_json(doc, vocab, tok_from)
+    else:
+        need_gguf()
+        r = gguf.GGUFReader(tok_from)
+        n = len(r.fields["tokenizer.ggml.tokens"].contents())
+        doc = tokenizer_json(read_tokenizer(tok_from, vocab or n))
+    out.write_text(json.dumps(doc, ensure_ascii=False))
+
+
+def hf_chunks(rng, rows: int, cols: int):
+    """The bf16 bytes of a random rows x cols matrix, CHUNK_ROWS rows at a time."""
+    for r in range(0, rows, CHUNK_ROWS):
+        yield bf16_bytes(normal(rng, (min(CHUNK_ROWS, rows - r), cols)))
+
+
 def write_hf_bf16(s: dict, tok_from: Path, out: Path, seed: int, shard_bytes: int = 5 * 10**9) -> None:
     rng = np.random.default_rng(seed)
     t0 = time.time()
     out.mkdir(parents=True, exist_ok=True)
     d, v = s["d_model"], s["vocab"]
-    layer = {k: bf16_bytes(a) for k, a in layer_arrays(rng, s).items()}
-    hf_names = {
-        "attn_norm": ("input_layernorm", None), "ffn_norm": ("post_attention_layernorm", None),
-        "attn_q": ("self_attn.q_proj", None), "attn_k": ("self_attn.k_proj", None), "attn_v": ("self_attn.v_proj", None),
-        "attn_output": ("self_attn.o_proj", None), "ffn_gate": ("mlp.gate_proj", None),
-        "ffn_up": ("mlp.up_proj", None), "ffn_down": ("mlp.down_proj", None),
-    }
-    shapes = {k: a.shape for k, a in layer_arrays(np.random.default_rng(0), s).items()}
-    # (name, shape, a function giving the bytes): the big matrices are made when written.
-    tensors = [("model.embed_tokens.weight", (v, d), lambda: bf16_bytes(normal(rng, (v, d))))]
+    arrays = layer_arrays(rng, s)
+    layer = {hf_name(s, k): (a.shape, bf16_bytes(hf_value(s, k, a))) for k, a in arrays.items()}
+    del arrays
+    # (name, shape, a function giving the bytes, in pieces): the big matrices are made when written.
+    tensors = [("model.embed_tokens.weight", (v, d), lambda: hf_chunks(rng, v, d))]
     for i in range(s["n_layers"]):
-        for k, (hf, _) in hf_names.items():
-            tensors.append((f"model.layers.{i}.{hf}.weight", shapes[k], (lambda b=layer[k]: b)))
-    tensors.append(("model.norm.weight", (d,), lambda: bf16_bytes(norm_weight(rng, d))))
+        for k, (shape, b) in layer.items():
+            tensors.append((f"model.layers.{i}.{k}", shape, (lambda b=b: [b])))
+    tensors.append(("model.norm.weight", (d,), lambda: [bf16_bytes(hf_value(s, "output_norm.weight", norm_weight(rng, d)))]))
     if not s["tied"]:
-        tensors.append(("lm_head.weight", (v, d), lambda: bf16_bytes(normal(rng, (v, d)))))
+        tensors.append(("lm_head.weight", (v, d), lambda: hf_chunks(rng, v, d)))
     # Shards: consecutive tensors while they fit shard_bytes.
     shards, cur, size = [], [], 0
     for t in tensors:
@@ -320,43 +472,43 @@ def write_hf_bf16(s: dict, tok_from: Path, out: Path, seed: int, shard_bytes: in
             f.write(struct.pack("<Q", len(hb)))
             f.write(hb)
             for name, shape, data in shard:
-                b = data()
-                assert len(b) == 2 * int(np.prod(shape)), name
-                f.write(b)
+                n = 0
+                for b in data():
+                    f.write(b)
+                    n += len(b)
+                assert n == 2 * int(np.prod(shape)), name
         total += off
     (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=1))
-    sc = s["rope_scaling"]
-    config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": "bfloat16",
-        "hidden_size": d, "intermediate_size": s["ffn"], "num_hidden_layers": s["n_layers"],
-        "num_attention_heads": s["n_heads"], "num_key_value_heads": s["n_kv_heads"], "head_dim": s["head_dim"],
-        "vocab_size": v, "max_position_embeddings": s["context"], "rms_norm_eps": 1e-5,
-        "rope_theta": s["rope_theta"], "rope_scaling": {"rope_type": "llama3", **sc},
-        "tie_word_embeddings": s["tied"], "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
-        "bos_token_id": None, "eos_token_id": None,
-    }
-    (out / "config.json").write_text(json.dumps(config, indent=1))
-    if tok_from.suffix == ".json":
-        # A tokenizer.json written earlier from the GGUF (the document below), copied as it is.
-        shutil.copyfile(tok_from, out / "tokenizer.json")
-    else:
-        tok = read_tokenizer(tok_from, v)
-        (out / "tokenizer.json").write_text(json.dumps(tokenizer_json(tok), ensure_ascii=False))
+    (out / "config.json").write_text(json.dumps(hf_config(s), indent=1))
+    write_tokenizer(tok_from, out / "tokenizer.json", v)
     print(f"wrote {out} ({total / 1e9:.2f} GB bf16 in {len(shards)} shards) in {time.time() - t0:.0f} s", file=sys.stderr)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("shape", choices=sorted(SHAPES))
+    p.add_argument("shape", nargs="?", choices=sorted(SHAPES))
     p.add_argument("--type", choices=[*NUMPY_TYPE_NAMES, "Q4_K_M"], help="GGUF tensor type (with --out)")
     p.add_argument("--out", type=Path, help="the GGUF file to write")
     p.add_argument("--hf-bf16", type=Path, metavar="DIR", help="write a Hugging Face bf16 safetensors directory instead")
-    p.add_argument("--tokenizer-from", type=Path, required=True, help="a real GGUF whose tokenizer.ggml.* to copy (byte-level BPE); with --hf-bf16 also a tokenizer.json that an earlier --hf-bf16 run wrote")
+    p.add_argument("--tokenizer-from", type=Path, required=True, help="a real GGUF whose tokenizer.ggml.* to copy (byte-level BPE); with --hf-bf16 also a tokenizer.json (--write-tokenizer's, or one an earlier --hf-bf16 run wrote), padded to the shape's vocabulary")
+    p.add_argument("--write-tokenizer", type=Path, metavar="FILE", help="write only the tokenizer.json of --tokenizer-from's vocabulary, unpadded (the --tokenizer-from of a later --hf-bf16 run without the gguf package)")
+    p.add_argument("--layers", type=int, help="write only this many layers (a quick check of the format; default: the real model's count)")
     p.add_argument("--llama-quantize", default=os.environ.get("LLAMA_QUANTIZE", "llama-quantize"), help="llama.cpp's llama-quantize (for Q4_K_M)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
+    if a.write_tokenizer:
+        write_tokenizer(a.tokenizer_from, a.write_tokenizer, None)
+        print(f"wrote {a.write_tokenizer} ({a.write_tokenizer.stat().st_size / 1e6:.1f} MB)", file=sys.stderr)
+        return
+    if a.shape is None:
+        p.error("give a SHAPE (or --write-tokenizer FILE)")
     s = SHAPES[a.shape]
+    if a.layers is not None:
+        if not 1 <= a.layers <= s["n_layers"]:
+            p.error(f"--layers: 1..={s['n_layers']} for {a.shape}")
+        if a.layers != s["n_layers"]:
+            s = dict(s, n_layers=a.layers, name=f"{s['name']}-{a.layers}-layers")
     if a.hf_bf16:
         write_hf_bf16(s, a.tokenizer_from, a.hf_bf16, a.seed)
     elif a.out and a.type:

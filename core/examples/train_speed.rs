@@ -1,10 +1,19 @@
 //! The training step's speed and its CPU/CUDA agreement on a SmolLM2-135M-shaped model with
 //! random frozen weights (speed does not depend on their values; `train_anchor.py`, the
-//! PyTorch anchor it is compared with, uses random weights too): K=8, d_g 16, Sinkhorn 10
-//! iterations, log gate, w 128, AdamW on the routers, `Trainer::train_step` on random tokens.
+//! PyTorch anchor it is compared with, uses random weights too), or on a model loaded from a
+//! file (`--model`: e.g. the paper-scale stand-ins of scripts/make-standin.py): K=8, d_g 16,
+//! Sinkhorn 10 iterations, log gate, w 128, AdamW on the routers, `Trainer::train_step` on
+//! random tokens.
 //!
-//!   train_speed step  [--device cuda] [--batch 4] [--seq 1024] [--steps 10] [--variants LIST]
-//!       ms/step of each variant (LIST, comma-separated; default: all):
+//!   train_speed step  [--device cuda] [--batch 4] [--seq 1024] [--steps 10] [--warmup 3]
+//!                     [--model PATH | --layers 30] [--variants LIST] [--mem]
+//!       ms/step, tokens/s and the peak memory of each variant (LIST, comma-separated; default:
+//!       all). `--model PATH`: a .gguf file or Hugging Face directory (on CUDA its weight
+//!       matrices in bf16, as `Model::load` keeps them), else a random SmolLM2-135M-shaped
+//!       model of `--layers` layers. The peak is, on CUDA, the memory pool's peak of live
+//!       allocations during the variant (the model's weights included, as PyTorch's
+//!       `max_memory_allocated`), on the CPU this process's peak resident memory (reset per
+//!       variant where /proc/self/clear_refs allows). Variants:
 //!         composed          the composed ops, f32 (the step before issue 15)
 //!         composed-detached the same with the detached Sinkhorn gradient
 //!         composed-fwd      its forward pass alone (no backward)
@@ -12,10 +21,14 @@
 //!         sinkhorn          composed attention + the fused Sinkhorn op
 //!         fused-f32         the fused step, frozen weights and activations f32
 //!         fused             the fused step, bf16 weights (f32 accumulation): the default
-//!         fused-detached    the same with the detached Sinkhorn gradient
+//!                           (recomputation `Recompute::Auto`: where the whole graph would
+//!                           not fit the device)
+//!         fused-recompute   the same, each layer recomputed in the backward (`Recompute::On`)
+//!         fused-full        the same, the whole graph kept (`Recompute::Off`)
+//!         fused-detached    the same as fused with the detached Sinkhorn gradient
 //!         fused-fwd         its forward pass alone
 //!         fused-dense       dense attention, no router
-//!       --mem: the device memory in use afterwards (the pool's peak)
+//!       --mem: the device memory in use afterwards (every process's, as nvidia-smi counts it)
 //!   train_speed agree [--batch 2] [--seq 256] [--steps 3]
 //!       the same short training on the CPU (f32) and on CUDA (bf16): per-step losses, the
 //!       first step's router gradient (cosine, relative error) and the final routers.
@@ -32,7 +45,7 @@ use focus_core::model::config::{Arch, MlpKind, ModelConfig, NormKind, Positions}
 use focus_core::model::decoder::{Decoder, ForwardOptions};
 use focus_core::train::ops::cross_entropy_rows;
 use focus_core::model::Model;
-use focus_core::train::{TrainData, TrainKernels, TrainOptions, TrainPath, TrainWeights, Trainer};
+use focus_core::train::{Recompute, TrainData, TrainKernels, TrainOptions, TrainPath, TrainWeights, Trainer};
 use std::time::Instant;
 
 fn arg<T: std::str::FromStr>(args: &[String], name: &str, default: T) -> T {
@@ -128,11 +141,16 @@ fn time_variant(model: &Model, name: &str, batch: usize, seq: usize, warm: usize
         "composed-detached" => (false, false, false, SinkhornGrad::Detached),
         "sinkhorn" => (false, true, false, SinkhornGrad::Full),
         "fused-f32" => (true, true, false, SinkhornGrad::Full),
-        "fused" | "fused-fwd" | "fused-dense" => (true, true, true, SinkhornGrad::Full),
+        "fused" | "fused-fwd" | "fused-dense" | "fused-recompute" | "fused-full" => (true, true, true, SinkhornGrad::Full),
         "fused-detached" => (true, true, true, SinkhornGrad::Detached),
         other => return Err(focus_core::Error::Invalid(format!("unknown variant {other}"))),
     };
-    let kernels = TrainKernels { fused, fused_sinkhorn: fused_sk, bf16 };
+    let recompute = match name {
+        "fused-recompute" => Recompute::On,
+        "fused-full" => Recompute::Off,
+        _ => Recompute::Auto,
+    };
+    let kernels = TrainKernels { fused, fused_sinkhorn: fused_sk, bf16, recompute };
     let dev = model.device().clone();
     let d = data(model.config().vocab, (batch * seq * 4).max(200_000));
     let mut times = Vec::new();
@@ -187,14 +205,29 @@ fn step_cmd(args: &[String]) -> focus_core::Result<()> {
     let dev = device(args);
     let (batch, seq, steps) = (arg(args, "--batch", 4usize), arg(args, "--seq", 1024usize), arg(args, "--steps", 10usize));
     let warm = arg(args, "--warmup", 3usize);
-    let all = "composed,composed-detached,composed-fwd,composed-dense,sinkhorn,fused-f32,fused,fused-detached,fused-fwd,fused-dense";
+    let all = "composed,composed-detached,composed-fwd,composed-dense,sinkhorn,fused-f32,fused,fused-recompute,fused-full,fused-detached,fused-fwd,fused-dense";
     let list = arg(args, "--variants", all.to_string());
-    let model = random_model(smollm2_config(arg(args, "--layers", 30usize)), &dev, 1)?;
+    let model = match args.iter().position(|a| a == "--model").and_then(|i| args.get(i + 1)) {
+        Some(path) => {
+            let t0 = Instant::now();
+            let m = Model::load(std::path::Path::new(path), &dev)?;
+            println!("loaded {path} in {:.1} s ({} weights)", t0.elapsed().as_secs_f64(), m.format);
+            m
+        }
+        None => random_model(smollm2_config(arg(args, "--layers", 30usize)), &dev, 1)?,
+    };
+    println!("{}", shape_line(model.config()));
     println!("device {:?}, batch {batch} x {seq} tokens, {} layers, {warm} warm-up + {steps} timed steps", dev.location(), model.config().n_layers);
+    if let Some(g) = peak_gib(&dev) {
+        println!("MEM after loading: peak {g:.1} GiB (the model, and on the CPU the process)");
+    }
     for v in list.split(',') {
-        match time_variant(&model, v, batch, seq, warm, steps) {
-            Ok((med, lo, hi)) => println!("RESULT {v:18} {med:9.1} ms/step (min {lo:.1}, max {hi:.1}), {:9.0} tokens/s", (batch * seq) as f64 / med * 1e3),
-            Err(e) => println!("RESULT {v:18} failed: {e}"),
+        reset_peak(&dev);
+        let r = time_variant(&model, v, batch, seq, warm, steps);
+        let peak = peak_gib(&dev).map_or("n/a".to_string(), |g| format!("{g:.1} GiB"));
+        match r {
+            Ok((med, lo, hi)) => println!("RESULT {v:18} {med:9.1} ms/step (min {lo:.1}, max {hi:.1}), {:9.0} tokens/s, peak device memory {peak}", (batch * seq) as f64 / med * 1e3),
+            Err(e) => println!("RESULT {v:18} failed: {e} (peak device memory {peak})"),
         }
     }
     if args.iter().any(|a| a == "--mem") {
@@ -205,6 +238,63 @@ fn step_cmd(args: &[String]) -> focus_core::Result<()> {
         }
     }
     Ok(())
+}
+
+/// "MODEL name (arch): 32 layers, d_model 4096, 32 heads, 8 kv heads, head dim 128, ffn 14336,
+/// vocab 128256, ...": the shape of the model the step trains, and its frozen parameters.
+fn shape_line(c: &ModelConfig) -> String {
+    let (d, hd, l) = (c.d_model, c.head_dim, c.n_layers);
+    let (nq, nkv) = (c.n_heads * hd, c.n_kv_heads * hd);
+    let mats = if matches!(c.mlp, MlpKind::GeluTanh) { 2 } else { 3 };
+    let norms = if c.post_norms { 4 } else { 2 };
+    let per_layer = d * (nq + 2 * nkv) + nq * d + mats * d * c.ffn_dim + norms * d + if c.qkv_bias { nq + 2 * nkv } else { 0 };
+    let params = l * per_layer + c.vocab * d * if c.tied_embeddings { 1 } else { 2 } + d;
+    let mut extra = Vec::new();
+    if c.qkv_bias {
+        extra.push("QKV bias".to_string());
+    }
+    if let Some(s) = &c.sliding {
+        extra.push(format!("window {} on {} layers", s.window, s.layers.iter().filter(|&&x| x).count()));
+    }
+    if let Some(x) = c.attn_softcap {
+        extra.push(format!("attention soft-cap {x}"));
+    }
+    if let Some(x) = c.final_softcap {
+        extra.push(format!("logit soft-cap {x}"));
+    }
+    extra.push(format!("head {}", if c.tied_embeddings { "tied" } else { "untied" }));
+    format!(
+        "MODEL {} ({:?}, {:?}): {l} layers, d_model {d}, {} heads, {} kv heads, head dim {hd}, ffn {}, vocab {}, {}; {:.2}B frozen parameters",
+        c.name, c.arch, c.mlp, c.n_heads, c.n_kv_heads, c.ffn_dim, c.vocab, extra.join(", "), params as f64 / 1e9
+    )
+}
+
+/// Resets the peak `peak_gib` reads: on CUDA the pool's high watermark of live allocations, on
+/// the CPU this process's peak resident memory (VmHWM, where the kernel allows it).
+fn reset_peak(dev: &Device) {
+    match dev {
+        Device::Cpu => {
+            let _ = std::fs::write("/proc/self/clear_refs", "5");
+        }
+        _ => {
+            let _ = focus_core::device::pool_memory(dev);
+        }
+    }
+}
+
+/// The peak since `reset_peak` (GiB): on CUDA the pool's peak of live allocations (None where
+/// the driver allocates without a pool), on the CPU the process's peak resident memory.
+fn peak_gib(dev: &Device) -> Option<f64> {
+    match dev {
+        Device::Cpu => focus_core::device::memory_use(dev).map(|m| m.peak as f64 / (1u64 << 30) as f64),
+        _ => {
+            // "used U peak P reserved R device-used D MiB"
+            let line = focus_core::device::pool_memory(dev)?;
+            let mut words = line.split_whitespace();
+            words.position(|w| w == "peak")?;
+            Some(words.next()?.parse::<f64>().ok()? / 1024.0)
+        }
+    }
 }
 
 fn device_memory() -> Option<(f64, f64)> {
