@@ -997,3 +997,118 @@ impl<'m> Trainer<'m> {
         Ok(true)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The layer-by-layer step (`step::layer_gradients`) against the whole graph's backward,
+    //! directly and through the trainer.
+    use super::*;
+    use crate::focus::adapter::Gate;
+
+    fn fixture(arch: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/hf_tiny").join(arch)
+    }
+
+    fn max_abs_diff(a: &Tensor, b: &Tensor) -> f32 {
+        (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap()
+    }
+
+    /// The layer-by-layer step (layers kept or recomputed in the backward, the head in row
+    /// chunks) gives the loss and router gradients of the whole graph's backward, with the auxiliary
+    /// per-layer terms, two sequences, sinks and a model's own sliding window on some layers.
+    #[test]
+    fn layer_gradients_equal_the_whole_graphs() {
+                let mut model = Model::load(&fixture("llama"), &Device::Cpu).unwrap();
+        for (l, b) in model.decoder.blocks.iter_mut().enumerate() {
+            if l % 2 == 0 {
+                b.attn.window = Some(20);
+            }
+        }
+        let spec = AdapterSpec { groups: 4, window: 4, sink: 1, gate: Gate::Log, ..Default::default() };
+        let mut adapter = Adapter::random(&model.identity(), &Device::Cpu, &spec, 5).unwrap();
+        let mut vars = Vec::new();
+        for r in adapter.layers.iter_mut() {
+            let (p, c) = (Var::from_tensor(&r.proj).unwrap(), Var::from_tensor(&r.centroids).unwrap());
+            *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone(), input_scale: r.input_scale.clone() };
+            vars.extend([p, c]);
+        }
+        let ids: Vec<u32> = (0..81).map(|i| (i * 37 % 500) as u32).collect();
+        let seqs: Vec<&[u32]> = vec![&ids[0..40], &ids[40..80]];
+        let targets: Vec<u32> = ids[1..41].iter().chain(&ids[41..81]).copied().collect();
+        let targets = Tensor::from_vec(targets, 80, &Device::Cpu).unwrap();
+        let tw = TrainWeights::new(&model.decoder, DType::F32).unwrap();
+        let (sharpen, balance) = (0.3, 0.7);
+        // The whole graph, as the trainer builds it.
+        let memberships = std::sync::Mutex::new(Vec::new());
+        let mut o = ForwardOptions::new(Mode::Soft, Some(&adapter));
+        o.memberships = Some(&memberships);
+        let logits = step::forward(&model.decoder, &seqs, &o, TrainPath { weights: Some(&tw), ..TrainPath::default() }).unwrap();
+        let loss = cross_entropy_rows(&logits, &targets).unwrap().mean_all().unwrap();
+        let m = memberships.into_inner().unwrap();
+        assert_eq!(m.len(), model.decoder.blocks.len(), "every layer routes");
+        let objective = ((&loss + (sharpening_term(&m).unwrap().unwrap() * sharpen).unwrap()).unwrap() + (top_group_balance_term(&m).unwrap().unwrap() * balance).unwrap()).unwrap();
+        let store = objective.backward().unwrap();
+        let whole: Vec<Tensor> = vars.iter().map(|v| store.get(v.as_tensor()).unwrap().clone()).collect();
+        let term = |g: &Tensor, n: usize| -> Result<Option<Tensor>> {
+            let s = (sharpening_term(std::slice::from_ref(g))?.unwrap() * (sharpen / n as f64))?;
+            let b = (top_group_balance_term(std::slice::from_ref(g))?.unwrap() * (balance / n as f64))?;
+            Ok(Some((s + b)?))
+        };
+        let o = ForwardOptions::new(Mode::Soft, Some(&adapter));
+        let layers = model.decoder.blocks.len();
+        assert!(layers >= 2, "the fixture has layers to keep and to recompute");
+        // Every layer recomputed, the last kept, all kept; 80 rows in chunks of 7 (a last
+        // chunk of 3) and in one chunk.
+        for keep in [0, 1, layers] {
+            for rows in [7, 4096] {
+                let obj = step::Objective { targets: &targets, term: &term, vars: &vars };
+                let (rloss, rgrads) = step::layer_gradients_in(&model.decoder, &seqs, &o, &tw, &obj, keep, rows).unwrap();
+                let (a, b) = (loss.to_scalar::<f32>().unwrap(), rloss.to_scalar::<f32>().unwrap());
+                assert!((a - b).abs() <= 1e-5 * a.abs(), "keep {keep}, rows {rows}: loss {b} vs the whole graph's {a}");
+                for (i, (w, r)) in whole.iter().zip(&rgrads).enumerate() {
+                    let r = r.as_ref().expect("every router parameter gets a gradient");
+                    let scale = w.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+                    assert!(scale > 0.0, "parameter {i}: zero gradient");
+                    let err = max_abs_diff(w, r) / scale;
+                    assert!(err <= 1e-4, "keep {keep}, rows {rows}: parameter {i}: gradient differs by {err} (relative)");
+                }
+            }
+        }
+        // Without the auxiliary terms the gradients differ (the check above sees them).
+        let none = |_: &Tensor, _: usize| -> Result<Option<Tensor>> { Ok(None) };
+        let obj = step::Objective { targets: &targets, term: &none, vars: &vars };
+        let (_, plain) = step::layer_gradients_in(&model.decoder, &seqs, &o, &tw, &obj, 0, 7).unwrap();
+        let d = max_abs_diff(&whole[0], plain[0].as_ref().unwrap());
+        assert!(d > 1e-6, "the auxiliary terms change no gradient ({d})");
+    }
+
+    /// Through the trainer: two steps with `Recompute::On` and with `Off` leave the same
+    /// routers and losses (sharpening and balance terms on); `Auto` keeps a tiny model's graph.
+    #[test]
+    fn trainer_recomputing_trains_as_the_whole_graph() {
+                let model = Model::load(&fixture("llama"), &Device::Cpu).unwrap();
+        let spec = AdapterSpec { groups: 4, window: 4, sink: 1, gate: Gate::Log, ..Default::default() };
+        // Every field the trainer needs, as a saved run's options read.
+        let opts: TrainOptions = serde_json::from_str(r#"{"steps":2,"seq_len":32,"batch":2,"lr":0.01,"weight_decay":0,"seed":0,"eval_every":0,"eval_seqs":1,"checkpoint_every":0,"sharpen":0.2,"balance":0.5}"#).unwrap();
+        let ids: Vec<u32> = (0..400).map(|i| (i * 37 % 500) as u32).collect();
+        let data = TrainData { train: ids.clone(), heldout: ids };
+        let mut runs = Vec::new();
+        for r in [Recompute::Off, Recompute::On, Recompute::Auto] {
+            let mut tr = Trainer::new(&model, &spec, opts.clone()).unwrap();
+            tr.kernels.recompute = r;
+            let losses: Vec<f64> = (0..2).map(|_| tr.train_step(&data).unwrap()).collect();
+            let w: Vec<f32> = tr.adapter.layers.iter().flat_map(|l| l.proj.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect();
+            runs.push((losses, w));
+        }
+        let (l0, w0) = &runs[0];
+        for (r, (l, w)) in runs.iter().enumerate().skip(1) {
+            for (a, b) in l0.iter().zip(l) {
+                assert!((a - b).abs() <= 1e-5 * a.abs(), "run {r}: loss {b} vs {a}");
+            }
+            let d = w0.iter().zip(w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(d <= 1e-5, "run {r}: routers differ by {d}");
+        }
+        let moved = runs[0].1.iter().zip(&Trainer::new(&model, &spec, opts.clone()).unwrap().adapter.layers.iter().flat_map(|l| l.proj.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect::<Vec<_>>()).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        assert!(moved > 1e-4, "two steps left the routers where they started ({moved})");
+    }
+}
