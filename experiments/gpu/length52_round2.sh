@@ -6,7 +6,8 @@
 #            so 2 x 2,048 tokens, about 50 GB), from the length-trained K=8 (LEN8, an adapter
 #            folder carried in the working tree: /work/length52/runs/k8_s4k_lr1e3 here, copied
 #            into an ignored folder that `carry` names), then its perplexities at 4096 and 8192;
-#   q8_s8k   Qwen2.5-Coder's K=8 at 8,192-token sequences for MIN minutes alone, then 4K/16K/32K;
+#   q8_s16k  Qwen2.5-Coder's K=8 at 16,384-token sequences (QSEQ; they fit since the fused step
+#            recomputes the layers that do not: step::layer_gradients) for MIN minutes, then 4K/16K/32K;
 #   g8_s4k   Gemma 3's all-layer adapter at 4,096 with its own recipe (lr 3e-4, no balance).
 # Then `ppl --ctx ... --modes ...` (quality and prefill speed against length, the table of
 # issue 52) for each, and `eval` (all suites) for the adapters to ship. Everything detached;
@@ -25,9 +26,9 @@ if [ "$what" = start ]; then
       --straight-through 2 --seq-len 2048 --batch 2 --steps 400 --lr 1e-3 --sharpen 0.05 --balance 0.5 --eval-every 100 \
       --time-limit-min ${MIN:-6} --out $R/k8_st2 && $B ppl --model $SMOL --device cuda --adapter $R/k8_st2 --ctx 1024,4096,8192 \
       --modes dense,soft,top1,top2,top3 --json $BOOK > $R/k8_st2.ppl.json" > $R/k8_st2.log 2>&1 < /dev/null &
-  setsid nohup bash -c "$T --model $QWEN --data $S/corpus/train --heldout $S/corpus/heldout --out $R/q8_s8k --from $R/from_q8 \
-      --seq 8192 --batch 1 --steps 2000 --minutes ${MIN:-6} --eval-every 200 --lr 1e-3 && $B ppl --model $QWEN --device cuda \
-      --adapter $R/q8_s8k --ctx 4096,16384,32768 --modes dense,soft,top1,top2,top3 --json $BOOK > $R/q8_s8k.ppl.json" > $R/q8_s8k.log 2>&1 < /dev/null &
+  setsid nohup bash -c "$T --model $QWEN --data $S/corpus/train --heldout $S/corpus/heldout --out $R/q8_s16k --from $R/from_q8 \
+      --seq ${QSEQ:-16384} --batch 1 --steps 2000 --minutes ${MIN:-6} --eval-every 200 --lr 1e-3 && $B ppl --model $QWEN --device cuda \
+      --adapter $R/q8_s16k --ctx 4096,16384,32768 --modes dense,soft,top1,top2,top3 --json $BOOK > $R/q8_s16k.ppl.json" > $R/q8_s16k.log 2>&1 < /dev/null &
   setsid nohup bash -c "$T --model $GEMMA --data $S/corpus/train --heldout $S/corpus/heldout --out $R/g8_s4k --from $R/from_g8 \
       --seq 4096 --batch 2 --steps 2000 --minutes ${MIN:-6} --eval-every 200 --lr 3e-4 && $B ppl --model $GEMMA --device cuda \
       --adapter $R/g8_s4k --ctx 4096,8192,16384,32768 --modes dense,soft,top1,top2,top3 --json $BOOK > $R/g8_s4k.ppl.json" > $R/g8_s4k.log 2>&1 < /dev/null &
