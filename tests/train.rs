@@ -800,7 +800,7 @@ fn a_run_of_two_stages_switches_sequence_length() {
     (recipe.spec.groups, recipe.spec.window) = (4, 8);
     recipe.set_all(|o| (o.eval_every, o.eval_seqs, o.checkpoint_every, o.lr) = (2, 1, 1, 1e-2));
     (recipe.stages[0].opts.steps, recipe.stages[0].opts.seq_len, recipe.stages[0].opts.batch, recipe.stages[1].opts.steps) = (3, 48, 2, 2);
-    let plan = |out: &std::path::Path, start: Start| Plan { data: vec![text.clone()], heldout: vec![held.clone()], start, recipe: recipe.clone(), max_seconds: 0.0, out: out.to_path_buf(), keep_checkpoints: true, device: "cpu".into() };
+    let plan = |out: &std::path::Path, start: Start| Plan { data: vec![text.clone()], heldout: vec![held.clone()], start, recipe: recipe.clone(), max_seconds: 0.0, out: out.to_path_buf(), keep_checkpoints: true, device: "cpu".into(), recompute: Default::default() };
     let out = tmp.path().join("run");
     let full = plan(&out, Start::New);
     let mut notes = Vec::new();
@@ -859,4 +859,24 @@ fn a_run_of_two_stages_switches_sequence_length() {
     }
     let cfg2: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out2.join("adapter_config.json")).unwrap()).unwrap();
     assert_eq!((cfg2["training"]["steps"].as_u64(), cfg2["training"]["stages"].as_array().unwrap().len()), (Some(5), 2));
+
+    // Every layer recomputed in the backward (`--recompute on`), in both stages: the same routers.
+    let out3 = tmp.path().join("run3");
+    let on = Plan { recompute: focus_core::train::Recompute::On, ..plan(&out3, Start::New) };
+    let mut prepared = training::prepare(&model, &on, &|| false, &mut |_| {}).unwrap();
+    assert_eq!(prepared.trainer.kernels.recompute, focus_core::train::Recompute::On);
+    assert!(prepared.train(&on, &AtomicBool::new(false), |_, _| {}, |_| {}).unwrap().finished);
+    assert_eq!(prepared.trainer.kernels.recompute, focus_core::train::Recompute::On, "the second stage's trainer keeps the plan's setting");
+    let recomputed = focus_core::Adapter::load(&out3, &model.identity(), &Device::Cpu).unwrap();
+    for (a, b) in full_routers.layers.iter().zip(&recomputed.layers) {
+        for (x, y) in [(&a.proj, &b.proj), (&a.centroids, &b.centroids)] {
+            let d = (x - y).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+            assert!(d <= 1e-5, "recomputing every layer trained other routers ({d})");
+        }
+    }
+    // The flag: auto by default, on and off by name, anything else refused.
+    let r = |extra: &[&str]| train_args(extra).map(|a| a.recompute);
+    assert_eq!(r(&[]).unwrap(), "auto");
+    assert_eq!(r(&["--recompute", "on"]).unwrap(), "on");
+    assert!(r(&["--recompute", "sometimes"]).is_err());
 }

@@ -296,6 +296,9 @@ pub struct Plan {
     pub keep_checkpoints: bool,
     /// The device as the provenance records it.
     pub device: String,
+    /// Which layers the fused step recomputes in the backward (the same gradients either way;
+    /// `Auto` keeps the graphs that fit).
+    pub recompute: focus_core::train::Recompute,
 }
 
 /// What a checkpoint's adapter records of its run while it goes (`training.in_progress`), so
@@ -462,6 +465,7 @@ pub fn prepare<'m>(model: &'m Model, plan: &Plan, cancel: &dyn Fn() -> bool, sta
     check_stages(model, &trainer.adapter, &stages[stage + 1..])?;
     check_text(&data, &stages[stage..])?;
     trainer.keep_checkpoints = plan.keep_checkpoints;
+    trainer.kernels.recompute = plan.recompute;
     if matches!(plan.start, Start::New) {
         if r.input_scale {
             status("scaling each router input channel to unit RMS".into());
@@ -605,6 +609,7 @@ impl Prepared<'_> {
             next.before = before;
             next.probe = t.probe.clone();
             next.keep_checkpoints = t.keep_checkpoints;
+            next.kernels = t.kernels;
             self.trainer = next;
             self.stage = i + 1;
         }

@@ -147,6 +147,12 @@ pub struct Args {
     /// --resume).
     #[arg(long)]
     pub keep_checkpoints: bool,
+    /// Activation memory of the fused step: `auto` keeps the graphs of as many of the last
+    /// layers as fit the device's free memory and recomputes the others' forward in the
+    /// backward; `on` recomputes every layer (least memory, one more forward's work); `off`
+    /// keeps every layer's graph. The gradients are the same.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "on", "off"])]
+    pub recompute: String,
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -212,7 +218,11 @@ impl Args {
             (None, Some(dir)) => Start::From(dir.clone()),
             (None, None) => Start::New,
         };
-        Ok(Plan { data: self.data.clone(), heldout: self.heldout.clone(), start, recipe: self.recipe()?, max_seconds: self.time_limit_min * 60.0, out: self.out.clone(), keep_checkpoints: self.keep_checkpoints, device })
+        Ok(Plan { data: self.data.clone(), heldout: self.heldout.clone(), start, recipe: self.recipe()?, max_seconds: self.time_limit_min * 60.0, out: self.out.clone(), keep_checkpoints: self.keep_checkpoints, device, recompute: match self.recompute.as_str() {
+            "on" => focus_core::train::Recompute::On,
+            "off" => focus_core::train::Recompute::Off,
+            _ => focus_core::train::Recompute::Auto,
+        } })
     }
 }
 

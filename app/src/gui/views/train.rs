@@ -216,6 +216,7 @@ impl TrainView {
             out,
             keep_checkpoints: true,
             device: f.device.label().to_string(),
+            recompute: Default::default(),
         };
         let model_path = m.path.clone().unwrap_or_else(crate::defaults::default_model_path);
         Ok(TrainJob { model: m.model.clone(), model_path, model_device: m.device, device: f.device, plan, stop: Arc::new(AtomicBool::new(false)) })
