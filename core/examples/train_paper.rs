@@ -192,7 +192,7 @@ fn main() -> focus_core::Result<()> {
             }
             if mem_trace {
                 if let Some(m) = focus_core::device::pool_memory(&dev) {
-                    eprintln!("mem step {} {m}", row.step);
+                    eprintln!("mem step {} {}", row.step, m.line());
                 }
             }
             writeln!(log, "{}", serde_json::to_string(row).unwrap()).map_err(|e| focus_core::Error::io(&log_path, e))

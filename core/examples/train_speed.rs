@@ -232,8 +232,8 @@ fn step_cmd(args: &[String]) -> focus_core::Result<()> {
     }
     if args.iter().any(|a| a == "--mem") {
         // Freed blocks stay in the pool (focus_core::device), so this is the peak the pool reached.
-        match device_memory() {
-            Some((used, total)) => println!("MEM batch {batch} x {seq}: {used:.1} GiB of {total:.1} GiB in use on the device"),
+        match focus_core::device::memory_use(model.device()) {
+            Some(m) => println!("MEM batch {batch} x {seq}: {:.1} GiB of {:.1} GiB in use on the device", m.used as f64 / (1u64 << 30) as f64, m.total as f64 / (1u64 << 30) as f64),
             None => println!("MEM unavailable"),
         }
     }
@@ -287,25 +287,8 @@ fn reset_peak(dev: &Device) {
 fn peak_gib(dev: &Device) -> Option<f64> {
     match dev {
         Device::Cpu => focus_core::device::memory_use(dev).map(|m| m.peak as f64 / (1u64 << 30) as f64),
-        _ => {
-            // "used U peak P reserved R device-used D MiB"
-            let line = focus_core::device::pool_memory(dev)?;
-            let mut words = line.split_whitespace();
-            words.position(|w| w == "peak")?;
-            Some(words.next()?.parse::<f64>().ok()? / 1024.0)
-        }
+        _ => focus_core::device::pool_memory(dev).map(|m| m.peak as f64 / (1u64 << 30) as f64),
     }
-}
-
-fn device_memory() -> Option<(f64, f64)> {
-    #[cfg(feature = "cuda")]
-    {
-        let (free, total) = candle_core::cuda_backend::cudarc::driver::result::mem_get_info().ok()?;
-        let g = (1u64 << 30) as f64;
-        Some(((total - free) as f64 / g, total as f64 / g))
-    }
-    #[cfg(not(feature = "cuda"))]
-    None
 }
 
 fn flat(t: &Tensor) -> Vec<f32> {

@@ -102,10 +102,28 @@ pub fn memory_use(device: &Device) -> Option<MemoryUse> {
     Some(MemoryUse { used, peak: kb(&status, "VmHWM:").unwrap_or(used).max(used), total: kb(&meminfo, "MemTotal:")? })
 }
 
-/// After a synchronisation, the pool's live allocations, the peak of live allocations since the
-/// last call (the watermark is reset), its reservation and the device's used memory, in MiB, as
-/// one line; None on the CPU. For tracing memory per training step (`train_paper --mem-trace`).
-pub fn pool_memory(device: &Device) -> Option<String> {
+/// The CUDA memory pool after a synchronisation (bytes): its live allocations, their peak since
+/// the last `pool_memory` call, its reservation, and the device's used memory (every process's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolMemory {
+    pub used: u64,
+    pub peak: u64,
+    pub reserved: u64,
+    pub device_used: u64,
+}
+
+impl PoolMemory {
+    /// "used U peak P reserved R device-used D MiB".
+    pub fn line(&self) -> String {
+        let mib = |b: u64| b >> 20;
+        format!("used {} peak {} reserved {} device-used {} MiB", mib(self.used), mib(self.peak), mib(self.reserved), mib(self.device_used))
+    }
+}
+
+/// The pool's figures (`PoolMemory`), its peak watermark reset for the next call; None on the
+/// CPU or where the driver allocates without a pool. For memory per training step
+/// (`train_paper --mem-trace`) and per benchmark variant (`train_speed`).
+pub fn pool_memory(device: &Device) -> Option<PoolMemory> {
     #[cfg(feature = "cuda")]
     if let Device::Cuda(dev) = device {
         use candle_core::cuda_backend::cudarc::driver::sys;
@@ -116,12 +134,11 @@ pub fn pool_memory(device: &Device) -> Option<String> {
         let (free, total) = ctx.mem_get_info().ok()?;
         let pool = default_pool(ctx).ok()??;
         let get = |a| pool_attribute(pool, a);
-        let (used, high, reserved) = (get(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), get(CU_MEMPOOL_ATTR_USED_MEM_HIGH), get(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT));
+        let m = PoolMemory { used: get(CU_MEMPOOL_ATTR_USED_MEM_CURRENT), peak: get(CU_MEMPOOL_ATTR_USED_MEM_HIGH), reserved: get(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT), device_used: (total - free) as u64 };
         let mut zero: u64 = 0;
         // SAFETY: a valid pool; resetting the high watermark takes a zero u64 (cuda.h types).
         unsafe { sys::cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &mut zero as *mut u64 as *mut std::ffi::c_void) };
-        let mib = |b: u64| b >> 20;
-        return Some(format!("used {} peak {} reserved {} device-used {} MiB", mib(used), mib(high), mib(reserved), mib((total - free) as u64)));
+        return Some(m);
     }
     let _ = device;
     None

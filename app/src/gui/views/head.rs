@@ -181,40 +181,20 @@ impl HeadView {
             self.overview_textures = Some((id, [ctx.load_texture("head-overview-dense", overview_image(o, false), opts), ctx.load_texture("head-overview-focus", overview_image(o, true), opts)]));
         }
         let tex = &self.overview_textures.as_ref().expect("made").1;
-        let side = ((ui.available_width() - 30.0) / 2.0).min(ui.available_height() - 24.0).max(64.0);
-        let mut tip = None;
-        ui.horizontal(|ui| {
-            for (s, name) in [(0, "dense"), (1, focus_name.as_str())] {
-                ui.vertical(|ui| {
-                    ui.label(name);
-                    let (rect, resp) = ui.allocate_exact_size(egui::vec2(side, side), egui::Sense::hover());
-                    ui.painter().image(tex[s].id(), rect, egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)), egui::Color32::WHITE);
-                    ui.painter().rect_stroke(rect, 0.0, egui::Stroke::new(1.0, egui::Color32::GRAY), egui::StrokeKind::Outside);
-                    if let Some(q) = resp.hover_pos() {
-                        let bi = (((q.y - rect.min.y) / side * o.side as f32) as usize).min(o.side - 1);
-                        let bj = (((q.x - rect.min.x) / side * o.side as f32) as usize).min(o.side - 1);
-                        let [l, g, p] = o.counts[bi * o.side + bj];
-                        if l + g + p > 0 {
-                            let rows = (o.block.min(o.tokens - bi * o.block)) as f32;
-                            let (q0, k0) = (start + bi * o.block, start + bj * o.block);
-                            tip = Some((
-                                resp,
-                                format!(
-                                    "queries #{q0}-#{} to keys #{k0}-#{}: {l} local, {g} shared-group, {p} pruned pairs; weight per query: dense {:.4}, {focus_name} {:.4}",
-                                    (q0 + o.block).min(end) - 1,
-                                    (k0 + o.block).min(end) - 1,
-                                    o.dense[bi * o.side + bj] / rows,
-                                    o.focus[bi * o.side + bj] / rows
-                                ),
-                            ));
-                        }
-                    }
-                });
-            }
+        side_by_side(ui, tex, &focus_name, o.side, |bi, bj| {
+            let [l, g, p] = o.counts[bi * o.side + bj];
+            (l + g + p > 0).then(|| {
+                let rows = (o.block.min(o.tokens - bi * o.block)) as f32;
+                let (q0, k0) = (start + bi * o.block, start + bj * o.block);
+                format!(
+                    "queries #{q0}-#{} to keys #{k0}-#{}: {l} local, {g} shared-group, {p} pruned pairs; weight per query: dense {:.4}, {focus_name} {:.4}",
+                    (q0 + o.block).min(end) - 1,
+                    (k0 + o.block).min(end) - 1,
+                    o.dense[bi * o.side + bj] / rows,
+                    o.focus[bi * o.side + bj] / rows
+                )
+            })
         });
-        if let Some((resp, t)) = tip {
-            resp.on_hover_text_at_pointer(t);
-        }
         out
     }
 
@@ -276,36 +256,45 @@ impl View for HeadView {
             *textures = Some((id, [ctx.load_texture("head-dense", image(p, false), opts), ctx.load_texture("head-focus", image(p, true), opts)]));
         }
         let tex = &textures.as_ref().expect("made").1;
-        let side = ((ui.available_width() - 30.0) / 2.0).min(ui.available_height() - 24.0).max(64.0);
-        let n = p.len();
-        let mut tip = None;
-        ui.horizontal(|ui| {
-            for (s, name) in [(0, "dense"), (1, focus_name.as_str())] {
-                ui.vertical(|ui| {
-                    ui.label(name);
-                    let (rect, resp) = ui.allocate_exact_size(egui::vec2(side, side), egui::Sense::hover());
-                    ui.painter().image(tex[s].id(), rect, egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)), egui::Color32::WHITE);
-                    ui.painter().rect_stroke(rect, 0.0, egui::Stroke::new(1.0, egui::Color32::GRAY), egui::StrokeKind::Outside);
-                    if let Some(q) = resp.hover_pos() {
-                        let r = (((q.y - rect.min.y) / side * n as f32) as usize).min(n - 1);
-                        let c = (((q.x - rect.min.x) / side * n as f32) as usize).min(n - 1);
-                        if c <= r {
-                            let kind = match p.kind[r][c] {
-                                Kind::Local => "kept local",
-                                Kind::Group => "kept: shares a group",
-                                Kind::Pruned => "pruned",
-                            };
-                            let text = |i: usize| res.analysis.tokens[i].text.clone();
-                            tip = Some((resp, format!("query #{} {:?} to key #{} {:?}: {kind}; dense {:.4}, {focus_name} {:.4}", a + r, text(a + r), a + c, text(a + c), p.dense[r][c], p.focus[r][c])));
-                        }
-                    }
-                });
-            }
+        side_by_side(ui, tex, &focus_name, p.len(), |r, c| {
+            (c <= r).then(|| {
+                let kind = match p.kind[r][c] {
+                    Kind::Local => "kept local",
+                    Kind::Group => "kept: shares a group",
+                    Kind::Pruned => "pruned",
+                };
+                let text = |i: usize| res.analysis.tokens[i].text.clone();
+                format!("query #{} {:?} to key #{} {:?}: {kind}; dense {:.4}, {focus_name} {:.4}", a + r, text(a + r), a + c, text(a + c), p.dense[r][c], p.focus[r][c])
+            })
         });
-        if let Some((resp, t)) = tip {
-            resp.on_hover_text_at_pointer(t);
-        }
         out
+    }
+}
+
+/// The dense (left) and Focus (right) squares of a head view, side by side, as large as the
+/// panel allows; `tip(row, col)` of the `n` x `n` cell under the pointer (None: no tip).
+fn side_by_side(ui: &mut egui::Ui, tex: &[egui::TextureHandle; 2], focus_name: &str, n: usize, tip: impl Fn(usize, usize) -> Option<String>) {
+    let side = ((ui.available_width() - 30.0) / 2.0).min(ui.available_height() - 24.0).max(64.0);
+    let mut shown = None;
+    ui.horizontal(|ui| {
+        for (s, name) in [(0, "dense"), (1, focus_name)] {
+            ui.vertical(|ui| {
+                ui.label(name);
+                let (rect, resp) = ui.allocate_exact_size(egui::vec2(side, side), egui::Sense::hover());
+                ui.painter().image(tex[s].id(), rect, egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)), egui::Color32::WHITE);
+                ui.painter().rect_stroke(rect, 0.0, egui::Stroke::new(1.0, egui::Color32::GRAY), egui::StrokeKind::Outside);
+                if let Some(q) = resp.hover_pos() {
+                    let r = (((q.y - rect.min.y) / side * n as f32) as usize).min(n - 1);
+                    let c = (((q.x - rect.min.x) / side * n as f32) as usize).min(n - 1);
+                    if let Some(t) = tip(r, c) {
+                        shown = Some((resp, t));
+                    }
+                }
+            });
+        }
+    });
+    if let Some((resp, t)) = shown {
+        resp.on_hover_text_at_pointer(t);
     }
 }
 
