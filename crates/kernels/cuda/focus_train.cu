@@ -26,6 +26,16 @@
 // inside each tile from g: no T x T tensor exists. The kernels work in log2 units
 // (s2 = s * log2 e) as flash-attention 2 does.
 //
+// The gate's work per pair, which every head repeats, is kept off the SIMT pipes (at Llama 3
+// 8B's shape it had been as much as the pair's two tensor-core products, and the three kernels
+// took 10.5 ms a layer; now 5.3): the affinities a_ij of a tile are an mma of the memberships
+// (`affinity`, bf16 split hi + lo, ~16 bits), the backward's dg += dA g likewise (`dg_mma`);
+// the log gate multiplies the probability by a + eps instead of adding log(a + eps) to the
+// score (the running max is the ungated scores'), so no pair takes a logarithm, nor in the
+// backward a division (dA = exp2(x - lse) dP'); and a warp decides per tile whether all its
+// pairs are gated, all ungated, or mixed (`tile_class`), so that only mixed tiles test
+// positions pair by pair.
+//
 // Backward (flash-attention 2 with two kernels, no atomics): with P = softmax(s), dP = dO V^T,
 // D_i = dO_i . O_i and dS = P (dP - D):
 //   attn_bwd_dq    (one block per query tile): dQ = dU K / sqrt(D), and dg_i += sum_j dA_ij g_j;
@@ -189,23 +199,94 @@ __device__ __forceinline__ void tile_async(bf16* dst, const bf16* src, int r0, i
     }
 }
 
-// Memberships of rows [r0, r0 + ROWS) into smem, KM per row (zero past `rows` and past K).
+// Memberships of rows [r0, r0 + ROWS) into smem, KM per row (zero past `rows` and past K), as
+// two bf16 arrays of ROWS * KM: hi = rn(x), then lo = rn(x - hi). Products of memberships on the
+// bf16 tensor cores as hi*hi + lo*hi + hi*lo keep about 16 bits (lo*lo, 2^-16 relative, dropped).
 template <int KM, int ROWS>
-__device__ __forceinline__ void g_tile(float* dst, const float* g, int r0, int rows, int K, int tid) {
+__device__ __forceinline__ void g_tile(bf16* dst, const float* g, int r0, int rows, int K, int tid) {
     for (int n = tid; n < ROWS * KM; n += 128) {
         const int r = n / KM, k = n % KM;
-        dst[n] = (r0 + r < rows && k < K) ? g[(size_t)(r0 + r) * K + k] : 0.f;
+        const float x = (r0 + r < rows && k < K) ? g[(size_t)(r0 + r) * K + k] : 0.f;
+        const bf16 hi = __float2bfloat16_rn(x);
+        dst[n] = hi;
+        dst[ROWS * KM + n] = __float2bfloat16_rn(x - __bfloat162float(hi));
     }
 }
 
-// The gate of one pair, given its affinity a: what is added to (log) or multiplies (paper) the
-// log2-domain score.
+// x0, x1 split as g_tile splits: their hi halves in one register, their lo halves in another.
+__device__ __forceinline__ void split2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+    hi = *reinterpret_cast<const uint32_t*>(&h);
+    lo = pack_bf16(x0 - __low2float(h), x1 - __high2float(h));
+}
+
+// The memberships of this thread's two rows (rp: rows g and g + 8 of the warp's 16) as the A
+// operand of `affinity`: per 8 memberships (ks), k = [hi of the 8 | lo of the 8].
 template <int KM>
-__device__ __forceinline__ float dot_g(const float (&gr)[KM], const float* gc) {
-    float a = 0.f;
+__device__ __forceinline__ void g_rows(uint32_t (&ga)[KM / 8][4], const float* gb, const int (&rp)[2], int T, int K,
+                                       int t) {
 #pragma unroll
-    for (int k = 0; k < KM; ++k) a = fmaf(gr[k], gc[k], a);
-    return a;
+    for (int ks = 0; ks < KM / 8; ++ks)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = rp[half], c = ks * 8 + 2 * t;
+            const float x0 = (r < T && c < K) ? gb[(size_t)r * K + c] : 0.f;
+            const float x1 = (r < T && c + 1 < K) ? gb[(size_t)r * K + c + 1] : 0.f;
+            split2(x0, x1, ga[ks][half], ga[ks][2 + half]);
+        }
+}
+
+// The affinities a_ij = g_i . g_j of a tile (16 rows x BN columns, the C layout of the scores) on
+// the tensor cores: per n8 tile and 8 memberships, [hi|lo]_rows [hi;hi]_cols + [hi|lo]_rows
+// [lo;0]_cols. `gcol`: the columns' g_tile (hi, then lo).
+template <int KM, int BN>
+__device__ __forceinline__ void affinity(float (&a)[BN / 8][4], const uint32_t (&ga)[KM / 8][4], const bf16* gcol,
+                                         int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t* hi = reinterpret_cast<const uint32_t*>(gcol);
+    const uint32_t* lo = reinterpret_cast<const uint32_t*>(gcol + BN * KM);
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a[nt][e] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < KM / 8; ++ks) {
+            const int w = ((nt * 8 + g) * KM + ks * 8 + 2 * t) / 2;
+            mma_bf16(a[nt], ga[ks], hi[w], hi[w]);
+            mma_bf16(a[nt], ga[ks], lo[w], 0u);
+        }
+    }
+}
+
+// dG (the warp's 16 rows x KM, C layout: row g, columns n2*8 + 2t, +1; row g + 8 likewise) +=
+// dA (16 x BN, the scores' C layout) G (the tile's BN rows of memberships, `gcol` as g_tile
+// wrote it), on the tensor cores with dA and G split hi/lo (hi*hi + lo*hi + hi*lo).
+template <int KM, int BN>
+__device__ __forceinline__ void dg_mma(float (&dg)[KM / 8][4], const float (&da)[BN / 8][4], const bf16* gcol,
+                                       int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    const unsigned short* hi = reinterpret_cast<const unsigned short*>(gcol);
+    const unsigned short* lo = hi + BN * KM;
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+        uint32_t ah[4], al[4];
+        split2(da[2 * kk][0], da[2 * kk][1], ah[0], al[0]);
+        split2(da[2 * kk][2], da[2 * kk][3], ah[1], al[1]);
+        split2(da[2 * kk + 1][0], da[2 * kk + 1][1], ah[2], al[2]);
+        split2(da[2 * kk + 1][2], da[2 * kk + 1][3], ah[3], al[3]);
+        const int r = kk * 16 + 2 * t;
+#pragma unroll
+        for (int n2 = 0; n2 < KM / 8; ++n2) {
+            const int c = n2 * 8 + g;
+            const uint32_t bh0 = hi[r * KM + c] | ((uint32_t)hi[(r + 1) * KM + c] << 16);
+            const uint32_t bh1 = hi[(r + 8) * KM + c] | ((uint32_t)hi[(r + 9) * KM + c] << 16);
+            const uint32_t bl0 = lo[r * KM + c] | ((uint32_t)lo[(r + 1) * KM + c] << 16);
+            const uint32_t bl1 = lo[(r + 8) * KM + c] | ((uint32_t)lo[(r + 9) * KM + c] << 16);
+            mma_bf16(dg[n2], ah, bh0, bh1);
+            mma_bf16(dg[n2], al, bh0, bh1);
+            mma_bf16(dg[n2], ah, bl0, bl1);
+        }
+    }
 }
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.f / (1.f + __expf(-x)); }
@@ -223,57 +304,116 @@ __device__ __forceinline__ float tanh_fast(float x) {
     return y;
 }
 
+// What a warp's tile (its 16 rows from r0, columns c0..c0 + BN - 1) needs, decided once a tile:
+// at 2,048 tokens and a window of 128 most tiles are wholly distant, and they skip the per-pair
+// position tests (about as many instructions as the rest of a pair's work).
+#define TILE_GENERAL 0  // pairs of several kinds, or masked ones: tested pair by pair
+#define TILE_GATED 1    // every pair causal, inside the model's span, columns < T, and gated
+#define TILE_LOCAL 2    // every pair causal, inside the span, columns < T, and ungated (local or sink)
+template <bool ROWS_ARE_QUERIES, int BN>
+__device__ __forceinline__ int tile_class(int r0, int c0, int T, int window, int sink, int span) {
+    const int rl = r0 + 15, cl = c0 + BN - 1;
+    const int qmin = ROWS_ARE_QUERIES ? r0 : c0, qmax = ROWS_ARE_QUERIES ? rl : cl;
+    const int kmin = ROWS_ARE_QUERIES ? c0 : r0, kmax = ROWS_ARE_QUERIES ? cl : rl;
+    if (cl >= T || kmax > qmin || qmax - kmin >= span) return TILE_GENERAL;
+    if (qmin - kmax > window && kmin >= sink) return TILE_GATED;
+    if (qmax - kmin <= window || kmax < sink) return TILE_LOCAL;
+    return TILE_GENERAL;
+}
+
 // Scores of one tile after soft-cap, gate and mask, in log2 units, for this thread's two rows at
 // positions rp[0..1] and columns c0 + nt*8 + 2t + (e&1). `ROWS_ARE_QUERIES`: the rows are the
 // queries (forward, dq) or the keys (dkdv, whose tile is S^T). Masked: future pairs, pairs outside
 // the sliding window (qp - kp >= span) and columns >= T. `CAP`: u <- cap tanh(u / cap) first
 // (cap_log2 = cap * log2 e), tanh(u / cap) left in `th` for the backward.
-template <int KM, int GATE, bool CAP, bool ROWS_ARE_QUERIES, int BN>
-__device__ __forceinline__ void gate_tile(float (&s)[BN / 8][4], const float (&gr)[2][KM], const float* gcol,
-                                          const int (&rp)[2], int c0, int T, int window, int sink, int span,
-                                          float scale_log2, float gparam, float cap_log2, float (&th)[BN / 8][4],
-                                          int t) {
+// `a` holds the tile's affinities (`affinity`; not read on a TILE_LOCAL tile). The log gate is
+// applied as a factor of the probability, exp2(x) (a + eps) = exp2(x + log2(a + eps)): `a` is
+// left holding that factor (1 on ungated pairs) and `s` the ungated score, so that no pair takes
+// a logarithm, nor in the backward a division (dA = dS / (a + eps) = exp2(x - lse) dP'). The paper
+// gate multiplies the score by sigmoid(lambda a) here and leaves `a` as it was.
+template <int GATE, bool CAP, bool ROWS_ARE_QUERIES, int BN>
+__device__ __forceinline__ void gate_tile(float (&s)[BN / 8][4], float (&a)[BN / 8][4], int cls, const int (&rp)[2],
+                                          int c0, int T, int window, int sink, int span, float scale_log2,
+                                          float gparam, float cap_log2, float (&th)[BN / 8][4], int t) {
     const float inv_cap = CAP ? 1.f / cap_log2 : 0.f;
-#pragma unroll
-    for (int nt = 0; nt < BN / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int half = e >> 1, cl = nt * 8 + 2 * t + (e & 1), cp = c0 + cl;
-            const int qp = ROWS_ARE_QUERIES ? rp[half] : cp;
-            const int kp = ROWS_ARE_QUERIES ? cp : rp[half];
-            float x = s[nt][e] * scale_log2;
-            if constexpr (CAP) {
-                th[nt][e] = tanh_fast(x * inv_cap);
-                x = cap_log2 * th[nt][e];
-            }
-            if (kp > qp || cp >= T || qp - kp >= span) {
-                x = -INFINITY;
-            } else if (GATE != GATE_NONE && gated_pair(qp, kp, window, sink)) {
-                const float a = dot_g<KM>(gr[half], gcol + cl * KM);
-                if (GATE == GATE_LOG) x += __log2f(a + gparam);
-                else x *= sigmoidf_(gparam * a);
-            }
-            s[nt][e] = x;
+    auto score = [&](int nt, int e) {
+        float x = s[nt][e] * scale_log2;
+        if constexpr (CAP) {
+            th[nt][e] = tanh_fast(x * inv_cap);
+            x = cap_log2 * th[nt][e];
         }
+        return x;
+    };
+    auto gate = [&](int nt, int e, float x) {
+        if (GATE == GATE_LOG) a[nt][e] += gparam;
+        else if (GATE == GATE_PAPER) x *= sigmoidf_(gparam * a[nt][e]);
+        return x;
+    };
+    if (GATE != GATE_NONE && cls == TILE_GATED) {
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[nt][e] = gate(nt, e, score(nt, e));
+    } else if (cls != TILE_GENERAL) {
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                s[nt][e] = score(nt, e);
+                if (GATE == GATE_LOG) a[nt][e] = 1.f;
+            }
+    } else {
+#pragma unroll
+        for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int half = e >> 1, cp = c0 + nt * 8 + 2 * t + (e & 1);
+                const int qp = ROWS_ARE_QUERIES ? rp[half] : cp;
+                const int kp = ROWS_ARE_QUERIES ? cp : rp[half];
+                float x = score(nt, e);
+                const bool gated = GATE != GATE_NONE && gated_pair(qp, kp, window, sink);
+                if (kp > qp || cp >= T || qp - kp >= span) x = -INFINITY;
+                else if (gated) x = gate(nt, e, x);
+                if (GATE == GATE_LOG && !gated) a[nt][e] = 1.f;
+                s[nt][e] = x;
+            }
+    }
 }
 
-// The backward through the gate of one distant pair with natural-log score gradient ds:
-// returns dU (the gradient of u = q.k / sqrt(D)) and adds dA g_col to the row's dg.
-template <int KM, int GATE>
-__device__ __forceinline__ float gate_bwd(float ds, float raw, const float (&gr)[KM], const float* gc, float (&dga)[KM],
+// The backward of one pair. x2 = s - lse (log2 units; s the score gate_tile left), dpd = dP - D,
+// `a` what gate_tile left (the log gate's factor, the paper gate's affinity), `raw` u (paper) or
+// tanh(u / cap) (soft-capped). Returns dU, the gradient of u = q.k / sqrt(D); `a` becomes dA, the
+// gradient of the affinity, on gated pairs and 0 elsewhere (dg_mma's operand).
+template <int GATE, bool CAP>
+__device__ __forceinline__ float pair_bwd(float x2, float dpd, float& a, bool gated, float raw, float softcap,
                                           float gparam) {
-    const float a = dot_g<KM>(gr, gc);
-    float du = ds, da;
+    const float ex = ex2(x2);
+    float du = ex * dpd;  // dS = P (dP - D)
     if (GATE == GATE_LOG) {
-        da = ds / (a + gparam);
-    } else {
-        const float f = sigmoidf_(gparam * a);
-        du = ds * f;
-        da = ds * raw * gparam * f * (1.f - f);
+        du *= a;                     // P = exp2(x - lse) (a + eps)
+        a = gated ? ex * dpd : 0.f;  // dA = dS / (a + eps)
+    } else if (GATE == GATE_PAPER) {
+        float da = 0.f;
+        if (gated) {
+            const float f = sigmoidf_(gparam * a);
+            da = du * (CAP ? softcap * raw : raw) * gparam * f * (1.f - f);
+            du *= f;
+        }
+        a = da;
     }
-#pragma unroll
-    for (int kk = 0; kk < KM; ++kk) dga[kk] = fmaf(da, gc[kk], dga[kk]);
+    if constexpr (CAP) du *= 1.f - raw * raw;
     return du;
+}
+
+// Writes one of this thread's rows of dg (half: row g or g + 8) from dg_mma's accumulators.
+template <int KM>
+__device__ __forceinline__ void dg_store(float* row, const float (&dga)[KM / 8][4], int half, int K, int t) {
+#pragma unroll
+    for (int n2 = 0; n2 < KM / 8; ++n2) {
+        const int c = n2 * 8 + 2 * t;
+        if (c < K) row[c] = dga[n2][2 * half];
+        if (c + 1 < K) row[c + 1] = dga[n2][2 * half + 1];
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -345,7 +485,7 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
     bf16* Qs = reinterpret_cast<bf16*>(dyn_smem);   // BT rows (smem A operands only)
     bf16* Ks = Qs + (AREG ? 0 : BT * L);             // 2 x BN rows
     bf16* Vs = Ks + 2 * BN * L;                      // 2 x BN rows
-    float* Gs = reinterpret_cast<float*>(Vs + 2 * BN * L);  // 2 x BN * KM
+    float* Gs = reinterpret_cast<float*>(Vs + 2 * BN * L);  // 2 x BN * KM (bf16 hi, lo)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int b = blockIdx.z, h = blockIdx.y, kh = h / (H / HKV);
@@ -360,15 +500,9 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
     if (!AREG) tile_async<HD, BT>(Qs, qb, row0, T, tid);  // joins the first tile's group
     AOp<HD, AREG> qa;
     qa.init(qb, Qs + warp * 16 * L, wrow, T, lane);
-    int rp[2];
-    float gr[2][KM];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        rp[half] = wrow + g + half * 8;
-#pragma unroll
-        for (int kk = 0; kk < KM; ++kk)
-            gr[half][kk] = (GATE != GATE_NONE && rp[half] < T && kk < K) ? gb[(size_t)rp[half] * K + kk] : 0.f;
-    }
+    const int rp[2] = {wrow + g, wrow + g + 8};
+    uint32_t ga[KM / 8][4];
+    if (GATE != GATE_NONE) g_rows<KM>(ga, gb, rp, T, K, t);
 
     float o[HD / 8][4];
     zero(o);
@@ -380,7 +514,7 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
         tile_async<HD, BN>(Ks + buf * BN * L, kb, j0, T, tid);
         tile_async<HD, BN>(Vs + buf * BN * L, vb, j0, T, tid);
         cp_async_commit();
-        if (GATE != GATE_NONE) g_tile<KM, BN>(Gs + buf * BN * KM, gb, j0, T, K, tid);
+        if (GATE != GATE_NONE) g_tile<KM, BN>(reinterpret_cast<bf16*>(Gs + buf * BN * KM), gb, j0, T, K, tid);
     };
     load(0, first * BN);
     for (int it = first; it < last; ++it) {
@@ -392,11 +526,14 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
             cp_async_wait<0>();
         }
         __syncthreads();
-        float sc[BN / 8][4], th[BN / 8][4];  // th: unused here
+        float sc[BN / 8][4], th[BN / 8][4], af[BN / 8][4];  // th: unused here
         zero(sc);
         mma_abt<HD, BN>(sc, qa, Ks + buf * BN * L, lane);
-        gate_tile<KM, GATE, CAP, true, BN>(sc, gr, Gs + buf * BN * KM, rp, j0, T, window, sink, span, scale_log2,
-                                           gparam, cap_log2, th, t);
+        const int cls = tile_class<true, BN>(wrow, j0, T, window, sink, span);
+        if (GATE != GATE_NONE && cls != TILE_LOCAL)
+            affinity<KM, BN>(af, ga, reinterpret_cast<const bf16*>(Gs + buf * BN * KM), lane);
+        gate_tile<GATE, CAP, true, BN>(sc, af, cls, rp, j0, T, window, sink, span, scale_log2, gparam, cap_log2, th,
+                                       t);
         float alpha[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -412,6 +549,10 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
             for (int nt = 0; nt < BN / 8; ++nt) {
                 sc[nt][half * 2] = ex2(sc[nt][half * 2] - base);
                 sc[nt][half * 2 + 1] = ex2(sc[nt][half * 2 + 1] - base);
+                if (GATE == GATE_LOG) {  // the gate's factor (the max above is of the ungated scores)
+                    sc[nt][half * 2] *= af[nt][half * 2];
+                    sc[nt][half * 2 + 1] *= af[nt][half * 2 + 1];
+                }
                 sum += sc[nt][half * 2] + sc[nt][half * 2 + 1];
             }
             l[half] = fmaf(l[half], alpha[half], sum);
@@ -504,20 +645,18 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
     AOp<HD, AREG> qa, oa;
     qa.init(qb, Qs + warp * 16 * L, wrow, T, lane);
     oa.init(ob, Dos + warp * 16 * L, wrow, T, lane);
-    int rp[2];
-    float gr[2][KM], lr[2], dr[2], dga[2][KM];
+    const int rp[2] = {wrow + g, wrow + g + 8};
+    float lr[2], dr[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-        const int r = wrow + g + half * 8;
-        rp[half] = r;
+        const int r = rp[half];
         lr[half] = r < T ? lse[bh * T + r] : 0.f;
         dr[half] = r < T ? dd[bh * T + r] : 0.f;
-#pragma unroll
-        for (int kk = 0; kk < KM; ++kk) {
-            gr[half][kk] = (GATE != GATE_NONE && r < T && kk < K) ? gb[(size_t)r * K + kk] : 0.f;
-            dga[half][kk] = 0.f;
-        }
     }
+    uint32_t ga[KM / 8][4];
+    if (GATE != GATE_NONE) g_rows<KM>(ga, gb, rp, T, K, t);
+    float dga[KM / 8][4];  // dg of the warp's rows (dg_mma's layout)
+    zero(dga);
     float acc[HD / 8][4];
     zero(acc);
     const int first = max(0, row0 - span + 1) / BN;
@@ -526,7 +665,7 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
         tile_async<HD, BN>(Ks + buf * BN * L, kb, j0, T, tid);
         tile_async<HD, BN>(Vs + buf * BN * L, vb, j0, T, tid);
         cp_async_commit();
-        if (GATE != GATE_NONE) g_tile<KM, BN>(Gs + buf * BN * KM, gb, j0, T, K, tid);
+        if (GATE != GATE_NONE) g_tile<KM, BN>(reinterpret_cast<bf16*>(Gs + buf * BN * KM), gb, j0, T, K, tid);
     };
     load(0, first * BN);
     for (int it = first; it < last; ++it) {
@@ -539,10 +678,12 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
         }
         __syncthreads();
         const bf16* kt = Ks + buf * BN * L;
-        const float* gt = Gs + buf * BN * KM;
-        float s[BN / 8][4], dp[BN / 8][4], raw[BN / 8][4];
+        const bf16* gt = reinterpret_cast<const bf16*>(Gs + buf * BN * KM);
+        float s[BN / 8][4], dp[BN / 8][4], raw[BN / 8][4], af[BN / 8][4];
         zero(s);
         mma_abt<HD, BN>(s, qa, kt, lane);
+        const int cls = tile_class<true, BN>(wrow, j0, T, window, sink, span);
+        if (GATE != GATE_NONE && cls != TILE_LOCAL) affinity<KM, BN>(af, ga, gt, lane);
         // raw: u for the paper gate's dA; soft-capped, tanh(u / cap) (gate_tile writes it).
         if constexpr (GATE == GATE_PAPER && !CAP) {
 #pragma unroll
@@ -550,33 +691,26 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
 #pragma unroll
                 for (int e = 0; e < 4; ++e) raw[nt][e] = s[nt][e] * scale;
         }
-        gate_tile<KM, GATE, CAP, true, BN>(s, gr, gt, rp, j0, T, window, sink, span, scale_log2, gparam, cap_log2,
-                                           raw, t);
+        gate_tile<GATE, CAP, true, BN>(s, af, cls, rp, j0, T, window, sink, span, scale_log2, gparam, cap_log2, raw,
+                                       t);
         zero(dp);
         mma_abt<HD, BN>(dp, oa, Vs + buf * BN * L, lane);
 #pragma unroll
         for (int nt = 0; nt < BN / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int half = e >> 1;
-                const float p = ex2(s[nt][e] - lr[half]);
-                const float ds = p * (dp[nt][e] - dr[half]);
-                const int cl = nt * 8 + 2 * t + (e & 1), kp = j0 + cl;
-                float du = ds;
-                if (GATE != GATE_NONE && gated_pair(rp[half], kp, window, sink) && kp < T)
-                    du = gate_bwd<KM, GATE>(ds, GATE == GATE_PAPER ? (CAP ? softcap * raw[nt][e] : raw[nt][e]) : 0.f,
-                                            gr[half], gt + cl * KM, dga[half], gparam);
-                if constexpr (CAP) du *= 1.f - raw[nt][e] * raw[nt][e];
-                s[nt][e] = du;  // reuse: the A operand of dQ += dU K
+                const int half = e >> 1, kp = j0 + nt * 8 + 2 * t + (e & 1);
+                const bool gated = GATE != GATE_NONE && (cls == TILE_GATED || (cls == TILE_GENERAL &&
+                                                         gated_pair(rp[half], kp, window, sink) && kp < T));
+                s[nt][e] = pair_bwd<GATE, CAP>(s[nt][e] - lr[half], dp[nt][e] - dr[half], af[nt][e], gated,
+                                               raw[nt][e], softcap, gparam);  // dU: the A operand of dQ += dU K
             }
+        if (GATE != GATE_NONE && cls != TILE_LOCAL) dg_mma<KM, BN>(dga, af, gt, lane);
         mma_pb<HD, BN>(acc, s, kt, lane);
         __syncthreads();
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-        float part[KM];
-#pragma unroll
-        for (int kk = 0; kk < KM; ++kk) part[kk] = quad_sum(dga[half][kk]);
         const int r = rp[half];
         if (r >= T) continue;
         float* dst = dq + (bh * T + r) * HD;
@@ -585,11 +719,7 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
             dst[dn * 8 + 2 * t] = acc[dn][half * 2] * scale;
             dst[dn * 8 + 2 * t + 1] = acc[dn][half * 2 + 1] * scale;
         }
-        if (GATE != GATE_NONE && t == 0) {
-#pragma unroll
-            for (int kk = 0; kk < KM; ++kk)
-                if (kk < K) dg[(bh * T + r) * K + kk] = part[kk];
-        }
+        if (GATE != GATE_NONE) dg_store<KM>(dg + (bh * T + r) * K, dga, half, K, t);
     }
 }
 
@@ -636,18 +766,11 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
     AOp<HD, AREG> ka, va;
     ka.init(kb, Ksm + warp * 16 * L, wrow, T, lane);
     if (want_dk) va.init(vb, Vsm + warp * 16 * L, wrow, T, lane);
-    int rp[2];
-    float gr[2][KM], dga[2][KM];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int r = wrow + g + half * 8;
-        rp[half] = r;
-#pragma unroll
-        for (int kk = 0; kk < KM; ++kk) {
-            gr[half][kk] = (GATE != GATE_NONE && r < T && kk < K) ? gb[(size_t)r * K + kk] : 0.f;
-            dga[half][kk] = 0.f;
-        }
-    }
+    const int rp[2] = {wrow + g, wrow + g + 8};
+    uint32_t ga[KM / 8][4];
+    if (GATE != GATE_NONE) g_rows<KM>(ga, gb, rp, T, K, t);
+    float dga[KM / 8][4];  // dg of the warp's rows (dg_mma's layout)
+    zero(dga);
     // acc0: dV (part 0, or both in one block) or dK (part 1); acc1: dK when one block does both.
     float acc0[HD / 8][4], acc1[PARTS == 1 ? HD / 8 : 1][4];
     zero(acc0);
@@ -659,7 +782,7 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
         tile_async<HD, BN>(Qs + buf * BN * L, qb, i0, T, tid);
         tile_async<HD, BN>(Os + buf * BN * L, ob, i0, T, tid);
         cp_async_commit();
-        if (GATE != GATE_NONE) g_tile<KM, BN>(Gs + buf * BN * KM, gb, i0, T, K, tid);
+        if (GATE != GATE_NONE) g_tile<KM, BN>(reinterpret_cast<bf16*>(Gs + buf * BN * KM), gb, i0, T, K, tid);
         if (tid < BN) {
             const bool ok = i0 + tid < T;
             Ls[buf * BN + tid] = ok ? lse[bh * T + i0 + tid] : 0.f;
@@ -678,12 +801,14 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
         __syncthreads();
         const bf16* qt = Qs + buf * BN * L;
         const bf16* ot = Os + buf * BN * L;
-        const float* gt = Gs + buf * BN * KM;
+        const bf16* gt = reinterpret_cast<const bf16*>(Gs + buf * BN * KM);
         const float* lt = Ls + buf * BN;
         const float* dt = Ds + buf * BN;
-        float s[BN / 8][4], dp[BN / 8][4], raw[BN / 8][4];
+        float s[BN / 8][4], dp[BN / 8][4], raw[BN / 8][4], af[BN / 8][4];
         zero(s);
         mma_abt<HD, BN>(s, ka, qt, lane);
+        const int cls = tile_class<false, BN>(wrow, i0, T, window, sink, span);
+        if (GATE != GATE_NONE && cls != TILE_LOCAL) affinity<KM, BN>(af, ga, gt, lane);
         // raw: as in attn_bwd_dq.
         if constexpr (GATE == GATE_PAPER && !CAP) {
 #pragma unroll
@@ -691,8 +816,8 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
 #pragma unroll
                 for (int e = 0; e < 4; ++e) raw[nt][e] = s[nt][e] * scale;
         }
-        gate_tile<KM, GATE, CAP, false, BN>(s, gr, gt, rp, i0, T, window, sink, span, scale_log2, gparam, cap_log2,
-                                            raw, t);
+        gate_tile<GATE, CAP, false, BN>(s, af, cls, rp, i0, T, window, sink, span, scale_log2, gparam, cap_log2, raw,
+                                        t);
         zero(dp);
         if (want_dk) mma_abt<HD, BN>(dp, va, ot, lane);
 #pragma unroll
@@ -701,19 +826,18 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
             for (int e = 0; e < 4; ++e) {
                 const int half = e >> 1;
                 const int cl = nt * 8 + 2 * t + (e & 1), qp = i0 + cl;
-                const float p = ex2(s[nt][e] - lt[cl]);
+                const float x2 = s[nt][e] - lt[cl];
+                // P, the A operand of dV += P^T dO (af: the log gate's factor, read before pair_bwd)
+                if (PARTS == 1 || !want_dk) s[nt][e] = GATE == GATE_LOG ? ex2(x2) * af[nt][e] : ex2(x2);
                 if (want_dk) {
-                    const float ds = p * (dp[nt][e] - dt[cl]);
-                    float du = ds;
-                    if (GATE != GATE_NONE && gated_pair(qp, rp[half], window, sink) && qp < T)
-                        du = gate_bwd<KM, GATE>(ds,
-                                                GATE == GATE_PAPER ? (CAP ? softcap * raw[nt][e] : raw[nt][e]) : 0.f,
-                                                gr[half], gt + cl * KM, dga[half], gparam);
-                    if constexpr (CAP) du *= 1.f - raw[nt][e] * raw[nt][e];
-                    dp[nt][e] = du;  // the A operand of dK += dU^T Q
+                    const bool gated = GATE != GATE_NONE && (cls == TILE_GATED || (cls == TILE_GENERAL &&
+                                                             gated_pair(qp, rp[half], window, sink) && qp < T));
+                    // dU, the A operand of dK += dU^T Q
+                    dp[nt][e] = pair_bwd<GATE, CAP>(x2, dp[nt][e] - dt[cl], af[nt][e], gated, raw[nt][e], softcap,
+                                                    gparam);
                 }
-                s[nt][e] = p;  // the A operand of dV += P^T dO
             }
+        if (GATE != GATE_NONE && want_dk && cls != TILE_LOCAL) dg_mma<KM, BN>(dga, af, gt, lane);
         if constexpr (PARTS == 1) {
             mma_pb<HD, BN>(acc0, s, ot, lane);
             mma_pb<HD, BN>(acc1, dp, qt, lane);
@@ -726,9 +850,6 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
     }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-        float pg[KM];
-#pragma unroll
-        for (int kk = 0; kk < KM; ++kk) pg[kk] = quad_sum(dga[half][kk]);
         const int r = rp[half];
         if (r >= T) continue;
         float* dkr = dk + (bh * T + r) * HD;
@@ -747,11 +868,7 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
                     dkr[col] = acc0[dn][half * 2 + x] * scale;
                 }
             }
-        if (GATE != GATE_NONE && want_dk && t == 0) {
-#pragma unroll
-            for (int kk = 0; kk < KM; ++kk)
-                if (kk < K) dg[(bh * T + r) * K + kk] = pg[kk];
-        }
+        if (GATE != GATE_NONE && want_dk) dg_store<KM>(dg + (bh * T + r) * K, dga, half, K, t);
     }
 }
 
@@ -1260,5 +1377,20 @@ extern "C" __global__ void ce_bwd_f32(const float* x, const uint32_t* tgt, const
 }
 extern "C" __global__ void ce_bwd_bf16(const bf16* x, const uint32_t* tgt, const float* dloss, bf16* dx, int V) {
     ce_bwd<bf16>(x, tgt, dloss, dx, V);
+}
+
+// bf16 -> f32, 8 values a thread: a 16-byte load and two 16-byte stores. The frozen projections'
+// f32 outputs and their inputs' gradients (4 to 6 casts of 8,192 x 4,096 a layer in Llama 3 8B's
+// step); candle's cast of this pair stores a float at a time, 32 bytes apart across a warp, and
+// took 0.35 ms for one on an H100, 3.5x its f32 -> bf16.
+extern "C" __global__ void cast_bf16_f32_x8(const uint4* __restrict__ x, float4* __restrict__ y, long n8) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n8) return;
+    const uint4 v = x[i];
+    const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&v);
+    const float2 f0 = __bfloat1622float2(b[0]), f1 = __bfloat1622float2(b[1]);
+    const float2 f2 = __bfloat1622float2(b[2]), f3 = __bfloat1622float2(b[3]);
+    y[2 * i] = make_float4(f0.x, f0.y, f1.x, f1.y);
+    y[2 * i + 1] = make_float4(f2.x, f2.y, f3.x, f3.y);
 }
 #endif  // FOCUS_TRAIN_CAP

@@ -942,6 +942,10 @@ pub(crate) mod tests {
                 Case { b: 2, t: 100, h: 4, hkv: 1, d: 64, k: 8, window: 5, sink: 0, gate: None, rope: Some(true), span: None, softcap: None },
                 Case { b: 1, t: 257, h: 2, hkv: 2, d: 64, k: 3, window: 300, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
                 Case { b: 2, t: 230, h: 4, hkv: 2, d: 64, k: 8, window: 12, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: Some(90), softcap: None },
+                // Long enough that most tiles are wholly distant or wholly local (the kernels'
+                // tile classes skip the per-pair position tests there).
+                Case { b: 1, t: 700, h: 4, hkv: 1, d: 64, k: 8, window: 100, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None },
+                Case { b: 1, t: 600, h: 2, hkv: 1, d: 64, k: 16, window: 70, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(400), softcap: None },
             ],
             40,
         );
@@ -965,6 +969,9 @@ pub(crate) mod tests {
                 Case { b: 2, t: 200, h: 6, hkv: 2, d: 128, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: Some(70), softcap: None },
                 Case { b: 1, t: 150, h: 4, hkv: 4, d: 128, k: 16, window: 10, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: None, softcap: None },
                 Case { b: 1, t: 77, h: 2, hkv: 1, d: 128, k: 5, window: 3, sink: 0, gate: None, rope: None, span: None, softcap: None },
+                // Llama 3's head dim and GQA 4:1 at a length where most tiles are wholly distant.
+                Case { b: 1, t: 700, h: 8, hkv: 2, d: 128, k: 8, window: 100, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None },
+                Case { b: 1, t: 520, h: 4, hkv: 1, d: 128, k: 16, window: 40, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(300), softcap: None },
             ],
             140,
         );

@@ -151,12 +151,58 @@ impl CustomOp1 for LinearOp {
             },
             None => None,
         };
+        // bf16 products wanted in f32: our cast (`cast_bf16_f32`), not candle's.
+        if self.out == DType::F32 && w.dtype() == DType::BF16 {
+            let (y, shape) = linear(s, l, w, wl, b, DType::BF16)?;
+            return Ok((cast_bf16_f32(&y, &shape)?, shape));
+        }
         linear(s, l, w, wl, b, self.out)
     }
 
     fn bwd(&self, x: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(grad.to_dtype(self.w.dtype())?.matmul(&self.w)?.to_dtype(x.dtype())?))
+        let dx = grad.to_dtype(self.w.dtype())?.matmul(&self.w)?;
+        Ok(Some(if dx.dtype() == DType::BF16 && x.dtype() == DType::F32 { dx.apply_op1_no_bwd(&ToF32)? } else { dx.to_dtype(x.dtype())? }))
     }
+}
+
+/// A contiguous bf16 tensor in f32: candle's cast on the CPU; on CUDA the training module's
+/// `cast_bf16_f32_x8` (see `cast_bf16_f32`).
+struct ToF32;
+
+impl CustomOp1 for ToF32 {
+    fn name(&self) -> &'static str {
+        "focus-bf16-to-f32"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        Ok((cpu_out(cpu_f32(s, l)?, DType::F32)?, l.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(&self, s: &candle_core::CudaStorage, l: &Layout) -> candle_core::Result<(candle_core::CudaStorage, Shape)> {
+        match l.contiguous_offsets() {
+            Some((0, _)) => Ok((cast_bf16_f32(s, l.shape())?, l.shape().clone())),
+            _ => Ok((s.to_dtype(l, DType::F32)?, l.shape().clone())),
+        }
+    }
+}
+
+/// A whole contiguous bf16 storage of `shape` in f32, 8 values a thread with 16-byte loads and
+/// stores (candle's cast of this pair ran at a quarter of the bandwidth); candle's cast where
+/// the count is not a multiple of 8.
+#[cfg(feature = "cuda")]
+fn cast_bf16_f32(s: &candle_core::CudaStorage, shape: &Shape) -> candle_core::Result<candle_core::CudaStorage> {
+    use crate::train::device::cuda::{grid1, launch};
+    let n = shape.elem_count();
+    if n % 8 != 0 {
+        return s.to_dtype(&Layout::contiguous(shape), DType::F32);
+    }
+    let dev = s.device().clone();
+    let x = s.as_cuda_slice::<half::bf16>()?.slice(0..n);
+    let y = unsafe { dev.alloc::<f32>(n)? };
+    let n8 = (n / 8) as i64;
+    launch!(&dev, "cast_bf16_f32_x8", grid1(n / 8), &x, &y, &n8);
+    Ok(candle_core::CudaStorage::wrap_cuda_slice(y, dev.clone()))
 }
 
 /// RMSNorm of f32 rows, y = x / sqrt(mean(x^2) + eps) * w, returned in `out` (what
