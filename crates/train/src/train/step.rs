@@ -19,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::focus::gate::GateFn;
 use crate::focus::mask;
 use crate::model::block::Pass;
+use crate::model::config::MlpKind;
 use crate::model::decoder::{Decoder, ForwardOptions};
 use super::ops::{cross_entropy_rows, seeded};
 use candle_core::{DType, Device, Tensor, Var};
@@ -253,9 +254,25 @@ pub fn layer_graph_bytes(cfg: &crate::model::ModelConfig, tokens: usize, dtype: 
     let qkv = ((cfg.n_heads + 2 * cfg.n_kv_heads) * cfg.head_dim) as u64;
     let o = (cfg.n_heads * cfg.head_dim) as u64;
     // Six f32 copies of the stream (input, norm, attention output projected, sum, MLP norm,
-    // MLP output), the norms' casts, Q/K/V and its rotated copy, the attention output,
-    // [gate; up], the activation.
-    tokens as u64 * (4 * 6 * d + c * (2 * d + 2 * qkv + o + 3 * f))
+    // MLP output), two more with Gemma 2's post-norms, the norms' casts, Q/K/V and its rotated
+    // copy, the attention output, and the MLP's: SwiGLU [gate; up] and the activation in the
+    // compute dtype (one op each way); GeGLU and GELU composed in f32 ([gate; up], gelu(gate)
+    // and the product; fc's output and its gelu). Counting GeGLU as SwiGLU ran Gemma-2-9B out
+    // of an H100's memory (3.3 GB a layer against 1.9 counted).
+    let post = if cfg.post_norms { 2 * 4 * d } else { 0 };
+    let mlp = match cfg.mlp {
+        MlpKind::SwiGlu => c * 3 * f,
+        MlpKind::GeGlu => 4 * 4 * f,
+        MlpKind::GeluTanh => 4 * 2 * f,
+    };
+    tokens as u64 * (4 * 6 * d + post + c * (2 * d + 2 * qkv + o) + mlp)
+}
+
+/// Bytes the head's chunk of `step::head_rows` rows holds at its peak: the logits and their
+/// gradient in the compute dtype, with the final soft-cap's three composed ops and theirs.
+pub fn head_chunk_bytes(cfg: &crate::model::ModelConfig, dtype: DType) -> u64 {
+    let logits = (head_rows(cfg.vocab) * cfg.vocab) as u64 * dtype.size_in_bytes() as u64;
+    logits * if cfg.final_softcap.is_some() { 10 } else { 4 }
 }
 
 #[cfg(test)]
