@@ -9,6 +9,13 @@
 #
 # SECTIONS, comma-separated (default: standins,step,run1m: more than one call's 600 s, so give a
 # few a call; each section writes the stand-ins it needs when they are not on disk already):
+#   tests         the CUDA tests of the training kernels (fused attention, Sinkhorn, small ops:
+#                 `cuda_fused` in the focus-train test binary, $G/focus_train_test[.xz], built
+#                 with `cargo test --release --features cuda -p focus-train --lib --no-run`)
+#   agree         CPU and CUDA training agree (`train_speed agree`: losses, router gradients)
+#   ncu           every kernel's time (ncu, clocks left alone) in one step of a 2-layer model of
+#                 $NCU_SHAPE's shapes (default llama-3.1-8b; `make-standin.py --layers 2`), 4 x 2,048 tokens, Recompute
+#                 On (every layer recomputed, as most of the 32 are): $O/ncu_summary.txt
 #   standins      the three stand-ins as bf16 Hugging Face directories under $STANDINS (default
 #                 /root/standins), each timed (16.1, 15.2 and 18.5 GB: 46 GiB with the three; the
 #                 8B took 23 s on an H200 host). Where the disk is short, the oldest stand-in
@@ -37,6 +44,7 @@
 # unstage.py over several calls for the two binaries; then STAGE_DIR is /root/stage.
 # The binaries get the CUDA libraries through scripts/cuda/gpu-prelude.sh, and LD_PRELOAD=$PRELOAD
 # (default those the stub-linked builds of scripts/cuda/cuda-env.sh need; PRELOAD= to skip it).
+# ANCHOR=0: ours only in a shape's section (no anchor, no second run of ours).
 # MARGIN_GB (default 3): disk left free beside a stand-in being written.
 # BUDGET (default 570 s): a section that cannot get its minimum of what is left is skipped (SKIP
 # line), and every command's timeout is cut to what is left. Writes $OUT/*.log; a summary last.
@@ -61,7 +69,7 @@ for f in "$G"/*.xz; do
     *) [ "${f%.xz}" -nt "$f" ] || xz -dkf "$f" ;;
   esac
 done
-for b in train_speed focus-lens; do [ -f "$G/$b" ] && chmod +x "$G/$b"; done
+for b in train_speed focus-lens focus_train_test; do [ -f "$G/$b" ] && chmod +x "$G/$b"; done
 TOK=${TOKENIZER:-$G/tokenizer-smollm2.json}
 CORPUS=${CORPUS:-$G/corpus}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used,memory.total --format=csv | tee "$O/gpu.txt"
@@ -138,12 +146,47 @@ step_shape() {
   [ -x "$G/train_speed" ] || { echo "no $G/train_speed" | tee -a "$log"; return; }
   echo "== $s: ours ($(date +%T))" | tee -a "$log"
   ours "$(cap 150 200)" "$G/train_speed" step --model "$SD/$s" --batch 4 --seq 2048 --steps 5 --variants "$VARIANTS" 2>&1 | tee -a "$log"
+  [ "${ANCHOR:-1}" = 1 ] || return 0
   echo "== $s: anchor, train_anchor.py --shape $(anchor_shape "$s") ($(date +%T))" | tee -a "$log"
   PYTHONUNBUFFERED=1 timeout -k 10 "$(cap 330 90)" python3 experiments/gpu/train_anchor.py --shape "$(anchor_shape "$s")" --batch 4 --seq 2048 --steps 5 --compile 2>&1 | grep -v Warning | tee -a "$log"
   echo "== $s: ours again ($(date +%T))" | tee -a "$log"
   ours "$(cap 150)" "$G/train_speed" step --model "$SD/$s" --batch 4 --seq 2048 --steps 5 --variants "$VARIANTS" 2>&1 | tee -a "$log"
 }
 
+if has tests 60; then
+  if [ -x "$G/focus_train_test" ]; then
+    timeout -k 10 "$(cap 240)" env LD_PRELOAD="$PRELOAD" "$G/focus_train_test" cuda_fused --test-threads 1 --nocapture > "$O/tests.log" 2>&1
+    echo "tests: exit $? ($(grep -E '^test result' "$O/tests.log" | tail -1))" | tee -a "$O/tests.log"
+  else
+    echo "tests: no $G/focus_train_test" | tee -a "$O/tests.log"
+  fi
+fi
+if has agree 60 && [ -x "$G/train_speed" ]; then
+  ours "$(cap 150)" "$G/train_speed" agree 2>&1 | tee "$O/agree.log" | grep -E "AGREE|rror"
+fi
+if has ncu 100 && [ -x "$G/train_speed" ] && [ -f "$TOK" ]; then
+  ns=${NCU_SHAPE:-llama-3.1-8b}
+  d2=$SD/$ns-2layers
+  [ -f "$d2/config.json" ] || python3 scripts/make-standin.py "$ns" --layers 2 --hf-bf16 "$d2" --tokenizer-from "$TOK" > "$O/standin_2layers.err" 2>&1
+  timeout -k 10 "$(cap 200)" env LD_PRELOAD="$PRELOAD" ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+    "$G/train_speed" step --model "$d2" --batch 4 --seq 2048 --steps 1 --warmup 1 --variants fused-recompute > "$O/ncu.csv" 2> "$O/ncu.err"
+  python3 - "$O/ncu.csv" "$ns" <<'PY' | tee "$O/ncu_summary.txt"
+import collections, csv, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
+r = csv.reader(lines)
+hdr = next(r)
+ki, vi, mi = hdr.index("Kernel Name"), hdr.index("Metric Value"), hdr.index("Metric Name")
+rows = [(x[ki], float(x[vi].replace(",", ""))) for x in r if len(x) > vi and x[mi] == "gpu__time_duration.sum"]
+rows = rows[len(rows) // 2:]  # the timed step (the second half of the launches: warm-up, then the step)
+agg = collections.defaultdict(lambda: [0.0, 0])
+for k, v in rows:
+    agg[k[:100]][0] += v / 1e6
+    agg[k[:100]][1] += 1
+print(f"# NCU kernels of one step, 2 layers of {sys.argv[2]}'s shapes, 4 x 2048, every layer recomputed: total {sum(v for _, v in rows) / 1e6:.1f} ms")
+for k, (t, n) in sorted(agg.items(), key=lambda kv: -kv[1][0])[:40]:
+    print(f"{t:9.2f} ms {n:5d}  {k}")
+PY
+fi
 if has standins 60; then
   for s in llama-3.1-8b qwen2.5-7b gemma2-9b; do
     [ "$(left)" -gt 40 ] || { echo "SKIP standin $s: $(left) s left" | tee -a "$O/skipped.log"; break; }
@@ -151,7 +194,7 @@ if has standins 60; then
   done
 fi
 for s in llama-3.1-8b qwen2.5-7b gemma2-9b; do
-  if has "$s" 300; then step_shape "$s"; fi
+  if has "$s" "$([ "${ANCHOR:-1}" = 1 ] && echo 300 || echo 100)"; then step_shape "$s"; fi
 done
 if has run1m 240; then
   STEPS1M=${STEPS1M:-123}
@@ -178,5 +221,5 @@ if has run1m 240; then
 fi
 echo "== summary ($(($(date +%s) - T0)) s)"
 cat "$O/gpu.txt"
-grep -hE "STANDIN|^MODEL|^==|RESULT|^MEM|ms/step|compile failed|SKIP|^run1m|^wrote|rror" "$O"/standins.log "$O"/step_*.log "$O"/run1m.log "$O"/skipped.log 2>/dev/null
+grep -hE "^tests|FAILED|panicked|AGREE|STANDIN|^MODEL|^==|RESULT|^MEM|ms/step|compile|SKIP|^run1m|^wrote|rror" "$O"/tests.log "$O"/agree.log "$O"/standins.log "$O"/step_*.log "$O"/run1m.log "$O"/skipped.log 2>/dev/null
 exit 0
