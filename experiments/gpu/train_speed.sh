@@ -46,7 +46,7 @@ head, sep, tail = s.partition("cm = torch.compile(model)")
 tail = tail.replace('[("f32", torch.float32), ("bf16 autocast", torch.bfloat16)]', '[("bf16 autocast", torch.bfloat16)]', 1)
 open("/tmp/anchor.py", "w").write(head + sep + tail)
 EOF
-  PYTHONUNBUFFERED=1 timeout 330 python3 /tmp/anchor.py --compile 2>&1 | grep -v Warning | tee $O/anchor.log
+  PYTHONUNBUFFERED=1 timeout 330 python3 /tmp/anchor.py --compile --compile-scope model 2>&1 | grep -v Warning | tee $O/anchor.log
   timeout 60 $G/train_speed step --batch 4 --seq 1024 --steps 10 --variants fused,fused-detached 2>&1 | tee -a $O/anchor.log
 fi
 if has long 40; then
