@@ -12,6 +12,7 @@
 #   tests         the CUDA tests of the training kernels (fused attention, Sinkhorn, small ops:
 #                 `cuda_fused` in the focus-train test binary, $G/focus_train_test[.xz], built
 #                 with `cargo test --release --features cuda -p focus-train --lib --no-run`)
+#                 (TESTS_FILTER: another name filter for the test binary)
 #   agree         CPU and CUDA training agree (`train_speed agree`: losses, router gradients)
 #   ncu           every kernel's time (ncu, clocks left alone) in one step of a 2-layer model of
 #                 $NCU_SHAPE's shapes (default llama-3.1-8b; `make-standin.py --layers 2`), 4 x 2,048 tokens, Recompute
@@ -155,7 +156,7 @@ step_shape() {
 
 if has tests 60; then
   if [ -x "$G/focus_train_test" ]; then
-    timeout -k 10 "$(cap 240)" env LD_PRELOAD="$PRELOAD" "$G/focus_train_test" cuda_fused --test-threads 1 --nocapture > "$O/tests.log" 2>&1
+    timeout -k 10 "$(cap 240)" env LD_PRELOAD="$PRELOAD" "$G/focus_train_test" "${TESTS_FILTER:-cuda_fused}" --test-threads 1 --nocapture > "$O/tests.log" 2>&1
     echo "tests: exit $? ($(grep -E '^test result' "$O/tests.log" | tail -1))" | tee -a "$O/tests.log"
   else
     echo "tests: no $G/focus_train_test" | tee -a "$O/tests.log"
