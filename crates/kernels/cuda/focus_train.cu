@@ -1297,46 +1297,75 @@ extern "C" __global__ void rms_bwd_bf16(const float* x, const float* w, const bf
 // SwiGLU on the concatenated gate/up projection: gu (rows, 2F) = [gate | up] -> silu(gate) * up
 // (rows, F); backward dgate = da up silu'(gate), dup = da silu(gate).
 
-template <typename T>
-__device__ void swiglu_fwd(const T* __restrict__ gu, T* __restrict__ a, long rows, int F) {
+// The gated MLP's activation act(gate) and its derivative: silu (SwiGLU) or GELU's tanh form
+// (GeGLU, Gemma's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+template <bool GELU>
+__device__ __forceinline__ float2 act_and_grad(float x) {
+    if constexpr (GELU) {
+        const float k = 0.7978845608028654f, u = k * (x + 0.044715f * x * x * x);
+        const float th = tanhf(u);
+        return make_float2(0.5f * x * (1.f + th), 0.5f * (1.f + th) + 0.5f * x * (1.f - th * th) * k * (1.f + 0.134145f * x * x));
+    } else {
+        const float sg = 1.f / (1.f + __expf(-x));
+        return make_float2(x * sg, sg * (1.f + x * (1.f - sg)));
+    }
+}
+
+template <typename T, bool GELU>
+__device__ void glu_fwd(const T* __restrict__ gu, T* __restrict__ a, long rows, int F) {
     const long n = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= rows * F) return;
     const long r = n / F;
     const int c = (int)(n % F);
     const float gt = to_f(gu[r * 2 * F + c]), up = to_f(gu[r * 2 * F + F + c]);
-    a[n] = from_f<T>(gt / (1.f + __expf(-gt)) * up);
+    a[n] = from_f<T>(act_and_grad<GELU>(gt).x * up);
 }
 
-template <typename T>
-__device__ void swiglu_bwd(const T* __restrict__ gu, const T* __restrict__ da, T* __restrict__ dgu, long rows, int F) {
+template <typename T, bool GELU>
+__device__ void glu_bwd(const T* __restrict__ gu, const T* __restrict__ da, T* __restrict__ dgu, long rows, int F) {
     const long n = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= rows * F) return;
     const long r = n / F;
     const int c = (int)(n % F);
     const float gt = to_f(gu[r * 2 * F + c]), up = to_f(gu[r * 2 * F + F + c]), d = to_f(da[n]);
-    const float sg = 1.f / (1.f + __expf(-gt));
-    dgu[r * 2 * F + c] = from_f<T>(d * up * sg * (1.f + gt * (1.f - sg)));
-    dgu[r * 2 * F + F + c] = from_f<T>(d * gt * sg);
+    const float2 ag = act_and_grad<GELU>(gt);
+    dgu[r * 2 * F + c] = from_f<T>(d * up * ag.y);
+    dgu[r * 2 * F + F + c] = from_f<T>(d * ag.x);
 }
 
-extern "C" __global__ void swiglu_fwd_f32(const float* gu, float* a, long rows, int F) { swiglu_fwd<float>(gu, a, rows, F); }
-extern "C" __global__ void swiglu_fwd_bf16(const bf16* gu, bf16* a, long rows, int F) { swiglu_fwd<bf16>(gu, a, rows, F); }
-extern "C" __global__ void swiglu_bwd_f32(const float* gu, const float* da, float* dgu, long rows, int F) {
-    swiglu_bwd<float>(gu, da, dgu, rows, F);
-}
-extern "C" __global__ void swiglu_bwd_bf16(const bf16* gu, const bf16* da, bf16* dgu, long rows, int F) {
-    swiglu_bwd<bf16>(gu, da, dgu, rows, F);
-}
+#define GLU_ENTRIES(NAME, GELU)                                                                                    \
+    extern "C" __global__ void NAME##_fwd_f32(const float* gu, float* a, long rows, int F) {                          \
+        glu_fwd<float, GELU>(gu, a, rows, F);                                                                          \
+    }                                                                                                                  \
+    extern "C" __global__ void NAME##_fwd_bf16(const bf16* gu, bf16* a, long rows, int F) {                           \
+        glu_fwd<bf16, GELU>(gu, a, rows, F);                                                                           \
+    }                                                                                                                  \
+    extern "C" __global__ void NAME##_bwd_f32(const float* gu, const float* da, float* dgu, long rows, int F) {       \
+        glu_bwd<float, GELU>(gu, da, dgu, rows, F);                                                                    \
+    }                                                                                                                  \
+    extern "C" __global__ void NAME##_bwd_bf16(const bf16* gu, const bf16* da, bf16* dgu, long rows, int F) {         \
+        glu_bwd<bf16, GELU>(gu, da, dgu, rows, F);                                                                     \
+    }
+GLU_ENTRIES(swiglu, false)
+GLU_ENTRIES(geglu, true)
 
 // ---------------------------------------------------------------------------------------------
-// Cross-entropy per row: loss[r] = logsumexp(x[r]) - x[r, tgt[r]]; backward
-// dx[r, c] = (softmax(x[r])[c] - [c == tgt[r]]) * dloss[r]. One block of 256 per row.
+// Cross-entropy per row: loss[r] = logsumexp(z[r]) - z[r, tgt[r]]; backward
+// dx[r, c] = (softmax(z[r])[c] - [c == tgt[r]]) * dloss[r] * dz/dx. One block of 256 per row.
+// z = x, or with a final soft-cap `cap` > 0 (Gemma 2's logits) z = cap tanh(x / cap) and
+// dz/dx = 1 - tanh^2: the cap inside the kernels, not three composed ops over the head's chunk
+// and three more in their backward (~75 ms a step at Gemma-2-9B's 256,000-word vocabulary).
 
 template <typename T>
-__device__ LseAcc row_lse(const T* x, int V) {
+__device__ __forceinline__ float capped(T x, float cap) {
+    return cap > 0.f ? cap * tanhf(to_f(x) / cap) : to_f(x);
+}
+
+template <typename T>
+__device__ LseAcc row_lse(const T* x, int V, float cap) {
     __shared__ LseAcc red[8];
     LseAcc acc = {-INFINITY, 0.f};
-    for (int c = threadIdx.x; c < V; c += blockDim.x) acc = lse_push(acc, to_f(x[c]));
+    for (int c = threadIdx.x; c < V; c += blockDim.x) acc = lse_push(acc, capped(x[c], cap));
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         LseAcc other = {__shfl_xor_sync(0xffffffff, acc.m, o), __shfl_xor_sync(0xffffffff, acc.s, o)};
@@ -1350,33 +1379,48 @@ __device__ LseAcc row_lse(const T* x, int V) {
 }
 
 template <typename T>
-__device__ void ce_fwd(const T* __restrict__ x, const uint32_t* __restrict__ tgt, float* __restrict__ loss, int V) {
+__device__ void ce_fwd(const T* __restrict__ x, const uint32_t* __restrict__ tgt, float* __restrict__ loss, int V,
+                       float cap) {
     const long r = blockIdx.x;
     const T* xr = x + (size_t)r * V;
-    const float z = lse_val(row_lse(xr, V));
-    if (threadIdx.x == 0) loss[r] = z - to_f(xr[tgt[r]]);
+    const float z = lse_val(row_lse(xr, V, cap));
+    if (threadIdx.x == 0) loss[r] = z - capped(xr[tgt[r]], cap);
 }
 
 template <typename T>
 __device__ void ce_bwd(const T* __restrict__ x, const uint32_t* __restrict__ tgt, const float* __restrict__ dloss,
-                       T* __restrict__ dx, int V) {
+                       T* __restrict__ dx, int V, float cap) {
     const long r = blockIdx.x;
     const T* xr = x + (size_t)r * V;
-    const float z = lse_val(row_lse(xr, V));
+    const float z = lse_val(row_lse(xr, V, cap));
     const float d = dloss[r];
     const uint32_t y = tgt[r];
     T* out = dx + (size_t)r * V;
-    for (int c = threadIdx.x; c < V; c += blockDim.x)
-        out[c] = from_f<T>((__expf(to_f(xr[c]) - z) - (c == (int)y ? 1.f : 0.f)) * d);
+    for (int c = threadIdx.x; c < V; c += blockDim.x) {
+        const float xc = to_f(xr[c]);
+        float zc = xc, dz = 1.f;
+        if (cap > 0.f) {
+            const float th = tanhf(xc / cap);
+            zc = cap * th;
+            dz = 1.f - th * th;
+        }
+        out[c] = from_f<T>((__expf(zc - z) - (c == (int)y ? 1.f : 0.f)) * d * dz);
+    }
 }
 
-extern "C" __global__ void ce_fwd_f32(const float* x, const uint32_t* tgt, float* loss, int V) { ce_fwd<float>(x, tgt, loss, V); }
-extern "C" __global__ void ce_fwd_bf16(const bf16* x, const uint32_t* tgt, float* loss, int V) { ce_fwd<bf16>(x, tgt, loss, V); }
-extern "C" __global__ void ce_bwd_f32(const float* x, const uint32_t* tgt, const float* dloss, float* dx, int V) {
-    ce_bwd<float>(x, tgt, dloss, dx, V);
+extern "C" __global__ void ce_fwd_f32(const float* x, const uint32_t* tgt, float* loss, int V, float cap) {
+    ce_fwd<float>(x, tgt, loss, V, cap);
 }
-extern "C" __global__ void ce_bwd_bf16(const bf16* x, const uint32_t* tgt, const float* dloss, bf16* dx, int V) {
-    ce_bwd<bf16>(x, tgt, dloss, dx, V);
+extern "C" __global__ void ce_fwd_bf16(const bf16* x, const uint32_t* tgt, float* loss, int V, float cap) {
+    ce_fwd<bf16>(x, tgt, loss, V, cap);
+}
+extern "C" __global__ void ce_bwd_f32(const float* x, const uint32_t* tgt, const float* dloss, float* dx, int V,
+                                      float cap) {
+    ce_bwd<float>(x, tgt, dloss, dx, V, cap);
+}
+extern "C" __global__ void ce_bwd_bf16(const bf16* x, const uint32_t* tgt, const float* dloss, bf16* dx, int V,
+                                       float cap) {
+    ce_bwd<bf16>(x, tgt, dloss, dx, V, cap);
 }
 
 // bf16 -> f32, 8 values a thread: a 16-byte load and two 16-byte stores. The frozen projections'

@@ -1,10 +1,10 @@
 //! The block's training entry points: what `Block::attention_inputs` and `Block::finish`
 //! compute, for the fused training step, with the frozen weights in the form of `TrainBlock`
 //! (concatenated projections in the compute dtype, no weight gradients), the residual stream in
-//! f32 and the fused norms and SwiGLU of `ops.rs`. tests/differentiable.rs checks that it
+//! f32 and the fused norms, SwiGLU and GeGLU of `ops.rs`. tests/differentiable.rs checks that it
 //! computes the same function as the inference block.
 
-use super::ops::{rms_norm, swiglu};
+use super::ops::{geglu, rms_norm, swiglu};
 use super::weights::TrainBlock;
 use crate::error::Result;
 use crate::model::block::{q_mult, Block, Norm};
@@ -65,7 +65,7 @@ pub fn finish(blk: &Block, x: &Tensor, o: &Tensor, tb: &TrainBlock) -> Result<Te
     let a = match blk.mlp.kind {
         MlpKind::SwiGlu => swiglu(&tb.mlp_in.forward(&h, tb.mlp_in.dtype())?)?,
         MlpKind::GeluTanh => tb.mlp_in.forward(&h, DType::F32)?.gelu()?,
-        MlpKind::GeGlu => geglu(&tb.mlp_in.forward(&h, DType::F32)?)?,
+        MlpKind::GeGlu => geglu(&tb.mlp_in.forward(&h, tb.mlp_in.dtype())?)?,
     };
     Ok((&x + maybe(&blk.post_mlp_norm, &tb.down.forward(&a, DType::F32)?)?)?)
 }
@@ -73,10 +73,4 @@ pub fn finish(blk: &Block, x: &Tensor, o: &Tensor, tb: &TrainBlock) -> Result<Te
 /// The final norm of the fused step, in f32.
 pub fn final_norm(n: &Norm, x: &Tensor) -> Result<Tensor> {
     norm_in(n, x, DType::F32)
-}
-
-/// gelu_tanh(gate) * up of the concatenated projection gu (rows, 2F) = [gate | up].
-fn geglu(gu: &Tensor) -> Result<Tensor> {
-    let f = gu.dim(1)? / 2;
-    Ok((gu.narrow(1, 0, f)?.gelu()? * gu.narrow(1, f, f)?)?)
 }

@@ -329,15 +329,33 @@ impl CustomOp2 for RmsBwd {
 
 /// silu(gate) * up on the concatenated projection gu (rows, 2F) = [gate | up] -> (rows, F).
 pub fn swiglu(gu: &Tensor) -> Result<Tensor> {
-    Ok(gu.contiguous()?.apply_op1(SwiGluOp)?)
+    Ok(gu.contiguous()?.apply_op1(SwiGluOp { gelu: false })?)
 }
 
-struct SwiGluOp;
-struct SwiGluBwd;
+/// gelu_tanh(gate) * up (Gemma's GeGLU) on gu (rows, 2F) = [gate | up] -> (rows, F), in gu's
+/// dtype, one op each way as `swiglu`.
+pub fn geglu(gu: &Tensor) -> Result<Tensor> {
+    Ok(gu.contiguous()?.apply_op1(SwiGluOp { gelu: true })?)
+}
 
-fn silu_parts(g: f32) -> (f32, f32) {
-    let sg = 1.0 / (1.0 + (-g).exp());
-    (g * sg, sg)
+/// The gated MLP's activation: silu (SwiGLU) or GELU's tanh form (GeGLU).
+struct SwiGluOp {
+    gelu: bool,
+}
+struct SwiGluBwd {
+    gelu: bool,
+}
+
+/// act(g) and its derivative (what the kernels' `act_and_grad` computes).
+fn act_parts(g: f32, gelu: bool) -> (f32, f32) {
+    if gelu {
+        let k = 0.797_884_6_f32;
+        let th = (k * (g + 0.044715 * g * g * g)).tanh();
+        (0.5 * g * (1.0 + th), 0.5 * (1.0 + th) + 0.5 * g * (1.0 - th * th) * k * (1.0 + 0.134145 * g * g))
+    } else {
+        let sg = 1.0 / (1.0 + (-g).exp());
+        (g * sg, sg * (1.0 + g * (1.0 - sg)))
+    }
 }
 
 impl CustomOp1 for SwiGluOp {
@@ -349,7 +367,8 @@ impl CustomOp1 for SwiGluOp {
         let (rows, f2) = rows_of(l);
         let f = f2 / 2;
         let x = cpu_f32(s, l)?;
-        let y: Vec<f32> = x.chunks(f2).flat_map(|r| (0..f).map(move |c| silu_parts(r[c]).0 * r[f + c])).collect();
+        let gelu = self.gelu;
+        let y: Vec<f32> = x.chunks(f2).flat_map(|r| (0..f).map(move |c| act_parts(r[c], gelu).0 * r[f + c])).collect();
         Ok((cpu_out(y, s.dtype())?, Shape::from((rows, f))))
     }
 
@@ -368,16 +387,18 @@ impl CustomOp1 for SwiGluOp {
                 candle_core::CudaStorage::wrap_cuda_slice(y, dev.clone())
             }};
         }
-        let y = match s.dtype() {
-            DType::BF16 => go!(half::bf16, "swiglu_fwd_bf16"),
-            DType::F32 => go!(f32, "swiglu_fwd_f32"),
-            d => candle_core::bail!("SwiGLU dtype {d:?}"),
+        let y = match (s.dtype(), self.gelu) {
+            (DType::BF16, false) => go!(half::bf16, "swiglu_fwd_bf16"),
+            (DType::F32, false) => go!(f32, "swiglu_fwd_f32"),
+            (DType::BF16, true) => go!(half::bf16, "geglu_fwd_bf16"),
+            (DType::F32, true) => go!(f32, "geglu_fwd_f32"),
+            (d, _) => candle_core::bail!("gated MLP dtype {d:?}"),
         };
         Ok((y, Shape::from((rows, f))))
     }
 
     fn bwd(&self, gu: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(gu.apply_op2_no_bwd(&grad.to_dtype(gu.dtype())?.contiguous()?, &SwiGluBwd)?))
+        Ok(Some(gu.apply_op2_no_bwd(&grad.to_dtype(gu.dtype())?.contiguous()?, &SwiGluBwd { gelu: self.gelu })?))
     }
 }
 
@@ -393,9 +414,9 @@ impl CustomOp2 for SwiGluBwd {
         let mut dx = vec![0f32; x.len()];
         for ((r, d), out) in x.chunks(f2).zip(da.chunks(f)).zip(dx.chunks_mut(f2)) {
             for c in 0..f {
-                let (si, sg) = silu_parts(r[c]);
-                out[c] = d[c] * r[f + c] * sg * (1.0 + r[c] * (1.0 - sg));
-                out[f + c] = d[c] * si;
+                let (a, da) = act_parts(r[c], self.gelu);
+                out[c] = d[c] * r[f + c] * da;
+                out[f + c] = d[c] * a;
             }
         }
         Ok((cpu_out(dx, s1.dtype())?, l1.shape().clone()))
@@ -416,10 +437,12 @@ impl CustomOp2 for SwiGluBwd {
                 candle_core::CudaStorage::wrap_cuda_slice(dx, dev.clone())
             }};
         }
-        let dx = match s1.dtype() {
-            DType::BF16 => go!(half::bf16, "swiglu_bwd_bf16"),
-            DType::F32 => go!(f32, "swiglu_bwd_f32"),
-            d => candle_core::bail!("SwiGLU dtype {d:?}"),
+        let dx = match (s1.dtype(), self.gelu) {
+            (DType::BF16, false) => go!(half::bf16, "swiglu_bwd_bf16"),
+            (DType::F32, false) => go!(f32, "swiglu_bwd_f32"),
+            (DType::BF16, true) => go!(half::bf16, "geglu_bwd_bf16"),
+            (DType::F32, true) => go!(f32, "geglu_bwd_f32"),
+            (d, _) => candle_core::bail!("gated MLP dtype {d:?}"),
         };
         Ok((dx, l1.shape().clone()))
     }
@@ -428,14 +451,32 @@ impl CustomOp2 for SwiGluBwd {
 /// Per-row cross-entropy (N) of logits (N, V) against `targets` (N, u32, on the logits'
 /// device): logsumexp(x) - x[target], in f32 whatever the logits' dtype.
 pub fn cross_entropy_rows(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    Ok(logits.contiguous()?.apply_op1(CeOp { targets: targets.to_dtype(DType::U32)?.contiguous()? })?)
+    cross_entropy_capped(logits, targets, None)
 }
 
+/// `cross_entropy_rows` of the soft-capped logits z = cap tanh(x / cap) (Gemma 2's final
+/// soft-cap) where `cap` is given, the cap computed inside the op each way.
+pub fn cross_entropy_capped(logits: &Tensor, targets: &Tensor, cap: Option<f64>) -> Result<Tensor> {
+    let cap = cap.map_or(0.0, |c| c as f32);
+    Ok(logits.contiguous()?.apply_op1(CeOp { targets: targets.to_dtype(DType::U32)?.contiguous()?, cap })?)
+}
+
+/// `cap` > 0: the logits soft-capped first; 0: none.
 struct CeOp {
     targets: Tensor,
+    cap: f32,
 }
 struct CeBwd {
     targets: Tensor,
+    cap: f32,
+}
+
+/// A row's capped logits (as the kernels' `capped`), and their logsumexp.
+fn capped_row(row: &[f32], cap: f32) -> (Vec<f32>, f32) {
+    let z: Vec<f32> = if cap > 0.0 { row.iter().map(|&a| cap * (a / cap).tanh()).collect() } else { row.to_vec() };
+    let m = z.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let lse = m + z.iter().map(|&a| ((a - m) as f64).exp()).sum::<f64>().ln() as f32;
+    (z, lse)
 }
 
 impl CustomOp1 for CeOp {
@@ -449,10 +490,8 @@ impl CustomOp1 for CeOp {
         let tg = self.targets.to_vec1::<u32>()?;
         let loss: Vec<f32> = (0..n)
             .map(|r| {
-                let row = &x[r * v..(r + 1) * v];
-                let m = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-                let z = m + row.iter().map(|&a| ((a - m) as f64).exp()).sum::<f64>().ln() as f32;
-                z - row[tg[r] as usize]
+                let (z, lse) = capped_row(&x[r * v..(r + 1) * v], self.cap);
+                lse - z[tg[r] as usize]
             })
             .collect();
         Ok((CpuStorage::F32(loss), Shape::from(n)))
@@ -473,11 +512,11 @@ impl CustomOp1 for CeOp {
         match s.dtype() {
             DType::BF16 => {
                 let x = view::<half::bf16>(s, l)?;
-                launch!(&dev, "ce_fwd_bf16", cfg, &x, &t, &loss, &vi);
+                launch!(&dev, "ce_fwd_bf16", cfg, &x, &t, &loss, &vi, &self.cap);
             }
             DType::F32 => {
                 let x = view::<f32>(s, l)?;
-                launch!(&dev, "ce_fwd_f32", cfg, &x, &t, &loss, &vi);
+                launch!(&dev, "ce_fwd_f32", cfg, &x, &t, &loss, &vi, &self.cap);
             }
             d => candle_core::bail!("cross-entropy dtype {d:?}"),
         }
@@ -485,7 +524,7 @@ impl CustomOp1 for CeOp {
     }
 
     fn bwd(&self, logits: &Tensor, _res: &Tensor, grad: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(logits.apply_op2_no_bwd(&grad.to_dtype(DType::F32)?.contiguous()?, &CeBwd { targets: self.targets.clone() })?))
+        Ok(Some(logits.apply_op2_no_bwd(&grad.to_dtype(DType::F32)?.contiguous()?, &CeBwd { targets: self.targets.clone(), cap: self.cap })?))
     }
 }
 
@@ -500,11 +539,11 @@ impl CustomOp2 for CeBwd {
         let tg = self.targets.to_vec1::<u32>()?;
         let mut dx = vec![0f32; n * v];
         for r in 0..n {
-            let row = &x[r * v..(r + 1) * v];
-            let m = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-            let z = m + row.iter().map(|&a| ((a - m) as f64).exp()).sum::<f64>().ln() as f32;
+            let (z, lse) = capped_row(&x[r * v..(r + 1) * v], self.cap);
             for c in 0..v {
-                dx[r * v + c] = ((row[c] - z).exp() - if c == tg[r] as usize { 1.0 } else { 0.0 }) * dl[r];
+                // dz/dx = 1 - tanh^2 = 1 - (z / cap)^2 under the cap.
+                let dz = if self.cap > 0.0 { 1.0 - (z[c] / self.cap) * (z[c] / self.cap) } else { 1.0 };
+                dx[r * v + c] = ((z[c] - lse).exp() - if c == tg[r] as usize { 1.0 } else { 0.0 }) * dl[r] * dz;
             }
         }
         Ok((cpu_out(dx, s1.dtype())?, l1.shape().clone()))
@@ -526,7 +565,7 @@ impl CustomOp2 for CeBwd {
             ($t:ty, $name:expr) => {{
                 let x = view::<$t>(s1, l1)?;
                 let dx = unsafe { dev.alloc::<$t>(n * v)? };
-                launch!(&dev, $name, cfg, &x, &t, &dl, &dx, &vi);
+                launch!(&dev, $name, cfg, &x, &t, &dl, &dx, &vi, &self.cap);
                 candle_core::CudaStorage::wrap_cuda_slice(dx, dev.clone())
             }};
         }
@@ -625,6 +664,11 @@ pub(crate) mod tests {
         let composed = (candle_nn::ops::silu(&gu.as_tensor().narrow(1, 0, nout).unwrap()).unwrap() * gu.as_tensor().narrow(1, nout, nout).unwrap()).unwrap();
         let (b, db) = grad_of(&gu, &w3, composed);
         out.push(("swiglu", rel_err(&a, &b), rel_err(&da, &db)));
+        // GeGLU against gelu_tanh(gate) * up (candle's gelu is the tanh form).
+        let (a, da) = grad_of(&gd, &w3, geglu(gd.as_tensor()).unwrap());
+        let composed = (gu.as_tensor().narrow(1, 0, nout).unwrap().gelu().unwrap() * gu.as_tensor().narrow(1, nout, nout).unwrap()).unwrap();
+        let (b, db) = grad_of(&gu, &w3, composed);
+        out.push(("geglu", rel_err(&a, &b), rel_err(&da, &db)));
         // Cross-entropy rows against log_softmax + gather.
         let (n, vv) = (33, 300);
         let lg = Var::from_tensor(&rand_t(&mut rng, &[n, vv], 4.0, dev)).unwrap();
@@ -634,9 +678,18 @@ pub(crate) mod tests {
         let ld = Var::from_tensor(&lg.as_tensor().to_dtype(dtype).unwrap()).unwrap();
         let (a, da) = grad_of(&ld, &w4, cross_entropy_rows(ld.as_tensor(), &tgt).unwrap());
         let lsm = candle_nn::ops::log_softmax(lg.as_tensor(), D::Minus1).unwrap();
-        let composed = lsm.gather(&Tensor::from_vec(tg, (n, 1), dev).unwrap(), 1).unwrap().squeeze(1).unwrap().neg().unwrap();
+        let composed = lsm.gather(&Tensor::from_vec(tg.clone(), (n, 1), dev).unwrap(), 1).unwrap().squeeze(1).unwrap().neg().unwrap();
         let (b, db) = grad_of(&lg, &w4, composed);
         out.push(("cross-entropy", rel_err(&a, &b), rel_err(&da, &db)));
+        // Soft-capped (a cap near the logits' scale, so that tanh bends them) against the cap
+        // composed as the decoder composes it, then log_softmax + gather.
+        let cap = 3.0;
+        let (a, da) = grad_of(&ld, &w4, cross_entropy_capped(ld.as_tensor(), &tgt, Some(cap)).unwrap());
+        let z = ((lg.as_tensor() / cap).unwrap().tanh().unwrap() * cap).unwrap();
+        let lsm = candle_nn::ops::log_softmax(&z, D::Minus1).unwrap();
+        let composed = lsm.gather(&Tensor::from_vec(tg, (n, 1), dev).unwrap(), 1).unwrap().squeeze(1).unwrap().neg().unwrap();
+        let (b, db) = grad_of(&lg, &w4, composed);
+        out.push(("cross-entropy, soft-capped", rel_err(&a, &b), rel_err(&da, &db)));
         out
     }
 

@@ -21,7 +21,7 @@ use crate::focus::mask;
 use crate::model::block::Pass;
 use crate::model::config::MlpKind;
 use crate::model::decoder::{Decoder, ForwardOptions};
-use super::ops::{cross_entropy_rows, seeded};
+use super::ops::{cross_entropy_capped, seeded};
 use candle_core::{DType, Device, Tensor, Var};
 use std::sync::atomic::Ordering;
 
@@ -123,8 +123,13 @@ fn layer(dec: &Decoder, l: usize, x: &Tensor, (b, t): (usize, usize), opts: &For
 
 /// The logits of the final residual stream rows `x`.
 fn head(dec: &Decoder, x: &Tensor, tw: &TrainWeights) -> Result<Tensor> {
-    let logits = tw.lm_head.forward(&block::final_norm(&dec.final_norm, x)?, tw.dtype)?;
-    dec.softcap_logits(logits)
+    dec.softcap_logits(head_uncapped(x, dec, tw)?)
+}
+
+/// The logits before the final soft-cap (the training loss applies the cap inside the
+/// cross-entropy op, `ops::cross_entropy_capped`).
+fn head_uncapped(x: &Tensor, dec: &Decoder, tw: &TrainWeights) -> Result<Tensor> {
+    tw.lm_head.forward(&block::final_norm(&dec.final_norm, x)?, tw.dtype)
 }
 
 /// Rows of logits the recomputing step scores at a time: 2^28 logits a chunk (Llama 3's
@@ -208,7 +213,7 @@ pub(super) fn layer_gradients_in(dec: &Decoder, seqs: &[&[u32]], opts: &ForwardO
     for r0 in (0..n).step_by(rows.max(1)) {
         let m = rows.min(n - r0);
         let xv = Var::from_tensor(&x.narrow(0, r0, m)?)?;
-        let ce = cross_entropy_rows(&head(dec, xv.as_tensor(), tw)?, &obj.targets.narrow(0, r0, m)?)?;
+        let ce = cross_entropy_capped(&head_uncapped(xv.as_tensor(), dec, tw)?, &obj.targets.narrow(0, r0, m)?, dec.config.final_softcap)?;
         let part = (ce.to_dtype(DType::F32)?.sum_all()? / n as f64)?;
         let store = part.backward()?;
         dx.push(store.get(xv.as_tensor()).map(|g| g.detach()).ok_or_else(|| Error::Invalid("training step: the head gave no gradient".into()))?);
@@ -255,24 +260,22 @@ pub fn layer_graph_bytes(cfg: &crate::model::ModelConfig, tokens: usize, dtype: 
     let o = (cfg.n_heads * cfg.head_dim) as u64;
     // Six f32 copies of the stream (input, norm, attention output projected, sum, MLP norm,
     // MLP output), two more with Gemma 2's post-norms, the norms' casts, Q/K/V and its rotated
-    // copy, the attention output, and the MLP's: SwiGLU [gate; up] and the activation in the
-    // compute dtype (one op each way); GeGLU and GELU composed in f32 ([gate; up], gelu(gate)
-    // and the product; fc's output and its gelu). Counting GeGLU as SwiGLU ran Gemma-2-9B out
-    // of an H100's memory (3.3 GB a layer against 1.9 counted).
+    // copy, the attention output, and the MLP's: SwiGLU's and GeGLU's [gate; up] and the
+    // activation in the compute dtype (one op each way); GELU composed in f32 (fc's output and
+    // its gelu).
     let post = if cfg.post_norms { 2 * 4 * d } else { 0 };
     let mlp = match cfg.mlp {
-        MlpKind::SwiGlu => c * 3 * f,
-        MlpKind::GeGlu => 4 * 4 * f,
+        MlpKind::SwiGlu | MlpKind::GeGlu => c * 3 * f,
         MlpKind::GeluTanh => 4 * 2 * f,
     };
     tokens as u64 * (4 * 6 * d + post + c * (2 * d + 2 * qkv + o) + mlp)
 }
 
-/// Bytes the head's chunk of `step::head_rows` rows holds at its peak: the logits and their
-/// gradient in the compute dtype, with the final soft-cap's three composed ops and theirs.
+/// Bytes the head's chunk of `head_rows` rows holds at its peak: the logits and their gradient
+/// in the compute dtype, and as much again for the kernels' and the pool's slack (the final
+/// soft-cap is computed inside the cross-entropy op).
 pub fn head_chunk_bytes(cfg: &crate::model::ModelConfig, dtype: DType) -> u64 {
-    let logits = (head_rows(cfg.vocab) * cfg.vocab) as u64 * dtype.size_in_bytes() as u64;
-    logits * if cfg.final_softcap.is_some() { 10 } else { 4 }
+    (head_rows(cfg.vocab) * cfg.vocab) as u64 * dtype.size_in_bytes() as u64 * 4
 }
 
 #[cfg(test)]

@@ -1085,6 +1085,62 @@ mod tests {
         assert!(d > 1e-6, "the auxiliary terms change no gradient ({d})");
     }
 
+    /// Gemma 2 (GeGLU as one op, post-norms, soft-capped attention, and the final logit
+    /// soft-cap, which the layer-by-layer step applies inside its cross-entropy rather than on
+    /// the logits) gives the loss and router gradients of the whole graph's backward, whose
+    /// loss is the cross-entropy of the capped logits.
+    #[test]
+    fn layer_gradients_of_gemma2_equal_the_whole_graphs() {
+        let mut model = Model::load(&fixture("gemma2"), &Device::Cpu).unwrap();
+        let cfg = model.config().clone();
+        assert!(cfg.final_softcap.is_some() && cfg.mlp == crate::model::config::MlpKind::GeGlu && cfg.post_norms, "the fixture is Gemma 2's shape");
+        let spec = AdapterSpec { groups: 4, window: 3, gate: Gate::Log, ..Default::default() };
+        let mut adapter = Adapter::random(&model.identity(), &Device::Cpu, &spec, 7).unwrap();
+        let mut vars = Vec::new();
+        for r in adapter.layers.iter_mut() {
+            let (p, c) = (Var::from_tensor(&r.proj).unwrap(), Var::from_tensor(&r.centroids).unwrap());
+            *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone(), input_scale: r.input_scale.clone() };
+            vars.extend([p, c]);
+        }
+        let ids: Vec<u32> = (0..61).map(|i| (i * 37 % 500) as u32).collect();
+        let seqs: Vec<&[u32]> = vec![&ids[0..30], &ids[30..60]];
+        let targets = Tensor::from_vec(ids[1..61].to_vec(), 60, &Device::Cpu).unwrap();
+        let none = |_: &Tensor, _: usize| -> Result<Option<Tensor>> { Ok(None) };
+        // The whole graph's loss (the cross-entropy of the capped logits) and router gradients.
+        let whole = |model: &Model| {
+            let tw = TrainWeights::new(&model.decoder, DType::F32).unwrap();
+            let o = ForwardOptions::new(Mode::Soft, Some(&adapter));
+            let logits = step::forward(&model.decoder, &seqs, &o, TrainPath { weights: Some(&tw), ..TrainPath::default() }).unwrap();
+            let loss = cross_entropy_rows(&logits, &targets).unwrap().mean_all().unwrap();
+            let store = loss.backward().unwrap();
+            (loss.to_scalar::<f32>().unwrap(), vars.iter().map(|v| store.get(v.as_tensor()).unwrap().clone()).collect::<Vec<_>>())
+        };
+        // The fixture's cap (3: it barely bends this tiny model's logits) and one that does.
+        let mut losses = Vec::new();
+        for cap in [cfg.final_softcap.unwrap(), 0.05] {
+            model.decoder.config.final_softcap = Some(cap);
+            let (a, grads) = whole(&model);
+            let tw = TrainWeights::new(&model.decoder, DType::F32).unwrap();
+            let o = ForwardOptions::new(Mode::Soft, Some(&adapter));
+            let obj = step::Objective { targets: &targets, term: &none, vars: &vars };
+            let (rloss, rgrads) = step::layer_gradients_in(&model.decoder, &seqs, &o, &tw, &obj, 1, 7).unwrap();
+            let b = rloss.to_scalar::<f32>().unwrap();
+            assert!((a - b).abs() <= 1e-5 * a.abs(), "cap {cap}: loss {b} vs the whole graph's {a}");
+            for (i, (w, r)) in grads.iter().zip(&rgrads).enumerate() {
+                let r = r.as_ref().expect("every router parameter gets a gradient");
+                let scale = w.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f32>().unwrap();
+                assert!(scale > 0.0, "cap {cap}: parameter {i}: zero gradient");
+                let err = max_abs_diff(w, r) / scale;
+                assert!(err <= 1e-4, "cap {cap}: parameter {i}: gradient differs by {err} (relative)");
+            }
+            losses.push(a);
+        }
+        // The check sees the cap: at 0.05 the loss is another number than without one.
+        model.decoder.config.final_softcap = None;
+        let (plain, _) = whole(&model);
+        assert!((losses[1] - plain).abs() > 1e-3 * plain.abs(), "the cap leaves the loss as it was ({} vs {plain})", losses[1]);
+    }
+
     /// Through the trainer: two steps with `Recompute::On` and with `Off` leave the same
     /// routers and losses (sharpening and balance terms on); `Auto` keeps a tiny model's graph.
     #[test]
