@@ -7,7 +7,6 @@ mod common;
 use common::TestResult;
 use candle_core::{backprop::GradStore, Device, Tensor, Var};
 use candle_nn::optim::{AdamW, Optimizer, ParamsAdamW};
-use focus_core::focus::router::Router;
 use focus_core::model::{decoder::Decoder, ForwardOptions};
 use focus_core::train::{self, TrainOptions, TrainPath, Trainer};
 use focus_core::{Adapter, AdapterSpec, Gate, Mode, Model};
@@ -28,19 +27,6 @@ fn run(model: &Model, ids: &[u32], mode: Mode, adapter: Option<&Adapter>, differ
 /// `train::forward` in its default form (the fused step where it applies).
 fn train_forward(d: &Decoder, seqs: &[&[u32]], o: &ForwardOptions) -> focus_core::Result<Tensor> {
     train::forward(d, seqs, o, TrainPath::default())
-}
-
-/// Replaces the adapter's router tensors with trainable variables.
-fn trainable(adapter: &mut Adapter) -> Vec<Var> {
-    let mut vars = Vec::new();
-    for r in adapter.layers.iter_mut() {
-        let p = Var::from_tensor(&r.proj).unwrap();
-        let c = Var::from_tensor(&r.centroids).unwrap();
-        *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone(), input_scale: r.input_scale.clone() };
-        vars.push(p);
-        vars.push(c);
-    }
-    vars
 }
 
 /// The base's tensors. (Weights kept in their stored blocks are no tensors: read-only bytes of
@@ -85,7 +71,7 @@ fn check(model: &Model, ids: &[u32], window: usize, tol: f32) {
             assert!(err <= tol, "{mode} {gate:?} causal {causal_sinkhorn}: differentiable path differs by {err}");
         }
         // Gradients reach every router parameter and nothing else; a step leaves the base bitwise unchanged.
-        let vars = trainable(&mut adapter);
+        let vars = adapter.trainable_vars().unwrap();
         let before: Vec<Vec<f32>> = base_weights(&model.decoder).iter().map(|w| w.flatten_all().unwrap().to_vec1().unwrap()).collect();
         let logits = run(model, ids, Mode::Soft, Some(&adapter), true);
         let grads = router_only_gradients(model, ids, &logits, &vars, &format!("{gate:?} causal {causal_sinkhorn}"));
@@ -133,7 +119,7 @@ fn soft_capped_attention_trains_through_the_fused_step() {
         for gate in [Gate::Log, Gate::Paper] {
             let what = format!("cap {cap} {gate:?}");
             let mut adapter = Adapter::random(&model.identity(), model.device(), &spec(gate), 3).unwrap();
-            let vars = trainable(&mut adapter);
+            let vars = adapter.trainable_vars().unwrap();
             let o = ForwardOptions::new(Mode::Soft, Some(&adapter));
             let inference = model.decoder.forward(&ids, &o).unwrap().logits;
             let fused = train_forward(&model.decoder, &[&ids], &o).unwrap();
@@ -178,7 +164,7 @@ fn real_model() -> TestResult {
 fn check_batched(model: &Model, seqs: &[&[u32]], window: usize, tol: f32) {
     for (gate, causal_sinkhorn) in [(Gate::Log, false), (Gate::Paper, false), (Gate::Log, true)] {
         let mut adapter = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window, gate, causal_sinkhorn, ..Default::default() }, 5).unwrap();
-        let vars = trainable(&mut adapter);
+        let vars = adapter.trainable_vars().unwrap();
         let mut o = ForwardOptions::new(Mode::Soft, Some(&adapter));
         o.differentiable = true;
         let batched = train_forward(&model.decoder, seqs, &o).unwrap();
@@ -248,7 +234,7 @@ fn straight_through_forward_is_hard_topk_inference() -> TestResult {
         let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu)?;
         let ids: Vec<u32> = (0..60).map(|i| (i * 37 % 500) as u32).collect();
         let mut adapter = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window: w, ..Default::default() }, 11)?;
-        let vars = trainable(&mut adapter);
+        let vars = adapter.trainable_vars().unwrap();
         for k in [1, 2] {
             let mut o = ForwardOptions::new(Mode::Soft, Some(&adapter));
             o.differentiable = true;

@@ -312,6 +312,20 @@ pub fn recorded_base_model(dir: &Path) -> Result<BaseModel> {
 }
 
 impl Adapter {
+    /// Makes every router's W_g and centroids trainable: each is replaced by a variable over the
+    /// same values, returned in layer order (W_g, C, W_g, C, ...), the tensors the trainer's
+    /// optimiser updates and the tests differentiate against.
+    pub fn trainable_vars(&mut self) -> Result<Vec<candle_core::Var>> {
+        let mut vars = Vec::with_capacity(2 * self.layers.len());
+        for r in self.layers.iter_mut() {
+            let (p, c) = (candle_core::Var::from_tensor(&r.proj)?, candle_core::Var::from_tensor(&r.centroids)?);
+            r.proj = p.as_tensor().clone();
+            r.centroids = c.as_tensor().clone();
+            vars.extend([p, c]);
+        }
+        Ok(vars)
+    }
+
     /// A randomly initialised adapter for the model `base` on `dev`: W_g ~ N(0, 1/d_model),
     /// C ~ N(0, 1/d_g) with unit-norm rows. Everything works with it before any training.
     pub fn random(base: &BaseModel, dev: &Device, spec: &AdapterSpec, seed: u64) -> Result<Adapter> {

@@ -346,6 +346,17 @@ struct SwiGluBwd {
     gelu: bool,
 }
 
+/// The CUDA kernel of the gated MLP's `pass` ("fwd" or "bwd") for `dtype`.
+#[cfg(feature = "cuda")]
+fn glu_kernel(gelu: bool, pass: &str, dtype: DType) -> candle_core::Result<String> {
+    let t = match dtype {
+        DType::BF16 => "bf16",
+        DType::F32 => "f32",
+        d => candle_core::bail!("gated MLP dtype {d:?}"),
+    };
+    Ok(format!("{}_{pass}_{t}", if gelu { "geglu" } else { "swiglu" }))
+}
+
 /// act(g) and its derivative (what the kernels' `act_and_grad` computes).
 fn act_parts(g: f32, gelu: bool) -> (f32, f32) {
     if gelu {
@@ -387,12 +398,10 @@ impl CustomOp1 for SwiGluOp {
                 candle_core::CudaStorage::wrap_cuda_slice(y, dev.clone())
             }};
         }
-        let y = match (s.dtype(), self.gelu) {
-            (DType::BF16, false) => go!(half::bf16, "swiglu_fwd_bf16"),
-            (DType::F32, false) => go!(f32, "swiglu_fwd_f32"),
-            (DType::BF16, true) => go!(half::bf16, "geglu_fwd_bf16"),
-            (DType::F32, true) => go!(f32, "geglu_fwd_f32"),
-            (d, _) => candle_core::bail!("gated MLP dtype {d:?}"),
+        let name = glu_kernel(self.gelu, "fwd", s.dtype())?;
+        let y = match s.dtype() {
+            DType::BF16 => go!(half::bf16, &name),
+            _ => go!(f32, &name),
         };
         Ok((y, Shape::from((rows, f))))
     }
@@ -437,12 +446,10 @@ impl CustomOp2 for SwiGluBwd {
                 candle_core::CudaStorage::wrap_cuda_slice(dx, dev.clone())
             }};
         }
-        let dx = match (s1.dtype(), self.gelu) {
-            (DType::BF16, false) => go!(half::bf16, "swiglu_bwd_bf16"),
-            (DType::F32, false) => go!(f32, "swiglu_bwd_f32"),
-            (DType::BF16, true) => go!(half::bf16, "geglu_bwd_bf16"),
-            (DType::F32, true) => go!(f32, "geglu_bwd_f32"),
-            (d, _) => candle_core::bail!("gated MLP dtype {d:?}"),
+        let name = glu_kernel(self.gelu, "bwd", s1.dtype())?;
+        let dx = match s1.dtype() {
+            DType::BF16 => go!(half::bf16, &name),
+            _ => go!(f32, &name),
         };
         Ok((dx, l1.shape().clone()))
     }

@@ -123,12 +123,12 @@ fn layer(dec: &Decoder, l: usize, x: &Tensor, (b, t): (usize, usize), opts: &For
 
 /// The logits of the final residual stream rows `x`.
 fn head(dec: &Decoder, x: &Tensor, tw: &TrainWeights) -> Result<Tensor> {
-    dec.softcap_logits(head_uncapped(x, dec, tw)?)
+    dec.softcap_logits(head_uncapped(dec, x, tw)?)
 }
 
 /// The logits before the final soft-cap (the training loss applies the cap inside the
 /// cross-entropy op, `ops::cross_entropy_capped`).
-fn head_uncapped(x: &Tensor, dec: &Decoder, tw: &TrainWeights) -> Result<Tensor> {
+fn head_uncapped(dec: &Decoder, x: &Tensor, tw: &TrainWeights) -> Result<Tensor> {
     tw.lm_head.forward(&block::final_norm(&dec.final_norm, x)?, tw.dtype)
 }
 
@@ -213,7 +213,7 @@ pub(super) fn layer_gradients_in(dec: &Decoder, seqs: &[&[u32]], opts: &ForwardO
     for r0 in (0..n).step_by(rows.max(1)) {
         let m = rows.min(n - r0);
         let xv = Var::from_tensor(&x.narrow(0, r0, m)?)?;
-        let ce = cross_entropy_capped(&head_uncapped(xv.as_tensor(), dec, tw)?, &obj.targets.narrow(0, r0, m)?, dec.config.final_softcap)?;
+        let ce = cross_entropy_capped(&head_uncapped(dec, xv.as_tensor(), tw)?, &obj.targets.narrow(0, r0, m)?, dec.config.final_softcap)?;
         let part = (ce.to_dtype(DType::F32)?.sum_all()? / n as f64)?;
         let store = part.backward()?;
         dx.push(store.get(xv.as_tensor()).map(|g| g.detach()).ok_or_else(|| Error::Invalid("training step: the head gave no gradient".into()))?);
@@ -285,7 +285,6 @@ mod tests {
     //! s = 0, 1 and 4 on a window small enough that the first tokens are distant.
     use super::*;
     use crate::focus::adapter::{Adapter, AdapterSpec, Gate};
-    use crate::focus::router::Router;
     use crate::model::Model;
     use candle_core::Var;
 
@@ -309,12 +308,7 @@ mod tests {
     /// `spec`: the same logits and the same router gradients. Returns the composed logits.
     fn paths_agree(model: &Model, ids: &[u32], spec: &AdapterSpec, what: &str) -> Tensor {
         let mut adapter = Adapter::random(&model.identity(), &Device::Cpu, spec, 3).unwrap();
-        let mut vars = Vec::new();
-        for r in adapter.layers.iter_mut() {
-            let (p, c) = (Var::from_tensor(&r.proj).unwrap(), Var::from_tensor(&r.centroids).unwrap());
-            *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone(), input_scale: r.input_scale.clone() };
-            vars.extend([p, c]);
-        }
+        let vars = adapter.trainable_vars().unwrap();
         let o = ForwardOptions::new(Mode::Soft, Some(&adapter));
         let inference = model.decoder.forward(ids, &o).unwrap().logits;
         let fused = forward(&model.decoder, &[ids], &o, TrainPath::default()).unwrap();

@@ -11,7 +11,6 @@
 
 use crate::focus::adapter::{Adapter, AdapterSpec};
 use crate::focus::mask::TopK;
-use crate::focus::router::Router;
 use crate::attention::Mode;
 use crate::error::{Error, Result};
 use super::ops::cross_entropy_rows;
@@ -430,14 +429,7 @@ impl<'m> Trainer<'m> {
         // Measured results describe the weights they were measured on, which training changes:
         // a fine-tuned adapter must not carry its start's figures as its own.
         adapter.config.results = None;
-        let mut vars = Vec::new();
-        for r in adapter.layers.iter_mut() {
-            let p = Var::from_tensor(&r.proj)?;
-            let c = Var::from_tensor(&r.centroids)?;
-            *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone(), input_scale: r.input_scale.clone() };
-            vars.push(p);
-            vars.push(c);
-        }
+        let vars = adapter.trainable_vars()?;
         let opt = AdamW::new(&vars)?;
         Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), straight_through, weights: None, auto_kept: None, probe: None, grad_norm: f64::NAN, keep_checkpoints: false, before: Before::default() })
     }
@@ -1029,12 +1021,7 @@ mod tests {
         }
         let spec = AdapterSpec { groups: 4, window: 4, sink: 1, gate: Gate::Log, ..Default::default() };
         let mut adapter = Adapter::random(&model.identity(), &Device::Cpu, &spec, 5).unwrap();
-        let mut vars = Vec::new();
-        for r in adapter.layers.iter_mut() {
-            let (p, c) = (Var::from_tensor(&r.proj).unwrap(), Var::from_tensor(&r.centroids).unwrap());
-            *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone(), input_scale: r.input_scale.clone() };
-            vars.extend([p, c]);
-        }
+        let vars = adapter.trainable_vars().unwrap();
         let ids: Vec<u32> = (0..81).map(|i| (i * 37 % 500) as u32).collect();
         let seqs: Vec<&[u32]> = vec![&ids[0..40], &ids[40..80]];
         let targets: Vec<u32> = ids[1..41].iter().chain(&ids[41..81]).copied().collect();
@@ -1096,12 +1083,7 @@ mod tests {
         assert!(cfg.final_softcap.is_some() && cfg.mlp == crate::model::config::MlpKind::GeGlu && cfg.post_norms, "the fixture is Gemma 2's shape");
         let spec = AdapterSpec { groups: 4, window: 3, gate: Gate::Log, ..Default::default() };
         let mut adapter = Adapter::random(&model.identity(), &Device::Cpu, &spec, 7).unwrap();
-        let mut vars = Vec::new();
-        for r in adapter.layers.iter_mut() {
-            let (p, c) = (Var::from_tensor(&r.proj).unwrap(), Var::from_tensor(&r.centroids).unwrap());
-            *r = Router { proj: p.as_tensor().clone(), centroids: c.as_tensor().clone(), input_scale: r.input_scale.clone() };
-            vars.extend([p, c]);
-        }
+        let vars = adapter.trainable_vars().unwrap();
         let ids: Vec<u32> = (0..61).map(|i| (i * 37 % 500) as u32).collect();
         let seqs: Vec<&[u32]> = vec![&ids[0..30], &ids[30..60]];
         let targets = Tensor::from_vec(ids[1..61].to_vec(), 60, &Device::Cpu).unwrap();
