@@ -8,7 +8,7 @@
 //!       [--seq 1024] [--batch 4] [--score dot|cosine] [--iters 10] [--init random|kmeans|pca|pca-white]
 //!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--router-layers all|global] [--cpu]
 //!       [--wd 0] [--clip 0] [--lambda 10] [--probe FILE,FILE] [--composed] [--mem-trace]
-//!       [--sink 0] [--freeze-centroids] [--freeze-projection] [--sharpen 0] [--balance 0] [--input-scale] [--from ADAPTER]
+//!       [--sink 0] [--freeze-centroids] [--freeze-projection] [--sharpen 0] [--balance 0] [--input-scale] [--from ADAPTER] [--straight-through 0]
 //!       [--init-gain 1]
 //!
 //! Defaults are the paper's setting: dot scores, tau 0.1, Sinkhorn 10 iterations with the full
@@ -92,7 +92,8 @@ fn main() -> focus_core::Result<()> {
         max_seconds: minutes * 60.0,
         sinkhorn_grad: SinkhornGrad::Full,
         cosine_decay,
-        straight_through: None,
+        // --straight-through k: train through the hard top-k mask (0: the soft objective).
+        straight_through: Some(arg(&args, "--straight-through", "0").parse::<usize>().unwrap()).filter(|&k| k > 0),
         grad_clip: arg(&args, "--clip", "0").parse().unwrap(),
         freeze_centroids: args.iter().any(|a| a == "--freeze-centroids"),
         freeze_projection: args.iter().any(|a| a == "--freeze-projection"),
@@ -210,7 +211,7 @@ fn main() -> focus_core::Result<()> {
         "data": train_files, "heldout": heldout_files, "steps": trainer.step, "seq_len": seq, "batch": batch,
         "lr": lr, "weight_decay": trainer.opts.weight_decay, "grad_clip": trainer.opts.grad_clip, "seed": seed, "tokens_seen": trainer.tokens_seen, "seconds_this_run": secs,
         "device": focus_core::device::named(if dev.is_cuda() { "cuda" } else { "cpu" }), "time_limit_min": minutes, "heldout_ppl": last, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
-        "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": cosine_decay, "straight_through": null,
+        "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": cosine_decay, "straight_through": trainer.opts.straight_through,
         "heldout_mode": trainer.eval_mode().to_string(), "init": if from.is_empty() { init.clone() } else { format!("from {from}") }, "sharpen": trainer.opts.sharpen, "balance": trainer.opts.balance, "kmeans_init": kmeans,
         "freeze_centroids": trainer.opts.freeze_centroids, "freeze_projection": trainer.opts.freeze_projection, "init_gain": gain, "trainer": format!("core/examples/train_paper.rs ({step_form} step)"),
         "ms_per_step": if timed_steps > 0 { Some(ms_step) } else { None }, "us_per_token": if timed_steps > 0 { Some(us_token) } else { None },

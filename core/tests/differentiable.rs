@@ -223,12 +223,13 @@ fn batched_training_forward_real_model() -> TestResult {
 
 /// Straight-through training (`--straight-through k`): the training forward computes exactly what
 /// hard top-k inference computes, and the routers still get (finite, non-zero) gradients while
-/// the base gets none; for either gate.
+/// the base gets none; for either gate. The fused step (its `hard` attention) and the composed
+/// ops (`attention::soft::straight_through_plan`) give the routers the same gradients.
 #[test]
 fn straight_through_forward_is_hard_topk_inference() -> TestResult {
     // gemma2: soft-capping and sliding windows; olmo2: QK-norm over the whole projection and
-    // post-norms only (straight-through runs the composed ops). Gemma 2's sliding layers keep 8
-    // keys, so a Focus window below 7 leaves them distant pairs to gate.
+    // post-norms only. Gemma 2's sliding layers keep 8 keys, so a Focus window below 7 leaves
+    // them distant pairs to gate.
     for name in ["llama", "gpt2", "qwen2", "gemma2", "olmo2"] {
         let w = if name == "gemma2" { 3 } else { 8 };
         let model = Model::load(&common::fixture(&format!("hf_tiny/{name}")), &Device::Cpu)?;
@@ -245,7 +246,16 @@ fn straight_through_forward_is_hard_topk_inference() -> TestResult {
             let err = max_abs_diff(&st, &hard);
             assert!(err <= 1e-4, "{name} k={k}: straight-through forward differs from top-k inference by {err}");
             assert!(max_abs_diff(&st, &soft) > 1e-2, "{name} k={k}: the forward should not be the soft one");
-            router_only_gradients(&model, &ids, &st, &vars, &format!("{name} k={k}"));
+            let fused = router_only_gradients(&model, &ids, &st, &vars, &format!("{name} k={k}"));
+            let composed_logits = train::forward(&model.decoder, &[&ids], &o, TrainPath { fused: false, ..Default::default() })?;
+            assert!(max_abs_diff(&composed_logits, &st) <= 1e-4, "{name} k={k}: fused and composed straight-through forwards differ");
+            let composed = router_only_gradients(&model, &ids, &composed_logits, &vars, &format!("{name} k={k} composed"));
+            for (i, v) in vars.iter().enumerate() {
+                let (f, c) = (fused.get(v.as_tensor()).unwrap(), composed.get(v.as_tensor()).unwrap());
+                let scale = c.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?.max(1e-6);
+                let err = max_abs_diff(f, c) / scale;
+                assert!(err <= 1e-3, "{name} k={k}: router parameter {i}: fused straight-through gradient differs from the composed one by {err} (relative)");
+            }
         }
         // The forward uses no gate: a paper-gate adapter trains through the same hard mask.
         let paper = Adapter::random(&model.identity(), model.device(), &AdapterSpec { groups: 4, window: w, gate: Gate::Paper, ..Default::default() }, 11)?;

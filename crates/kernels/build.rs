@@ -1,6 +1,7 @@
 //! Under the `cuda` feature, compiles cuda/*.cu to PTX with nvcc: focus_attention.cu (the
-//! inference kernels), focus_train.cu (the training step's) and focus_train_cap.cu (its
-//! soft-capped attention, a module of its own), focus_decode.cu (a generation
+//! inference kernels), focus_train.cu (the training step's), focus_train_cap.cu and
+//! focus_train_hard.cu (its soft-capped and straight-through attention, modules of their own),
+//! focus_decode.cu (a generation
 //! step's attention over a cache on the GPU), focus_route.cu (that step's routing) and
 //! focus_rows.cu (the fused row ops of model::fused), all including cuda/focus_common.cuh.
 //! Without the feature it does nothing, so CPU builds need no CUDA toolchain.
@@ -13,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const KERNELS: [&str; 6] = ["focus_attention", "focus_train", "focus_train_cap", "focus_decode", "focus_route", "focus_rows"];
+const KERNELS: [&str; 7] = ["focus_attention", "focus_train", "focus_train_cap", "focus_train_hard", "focus_decode", "focus_route", "focus_rows"];
 const TOOLKIT_VARS: [&str; 3] = ["CUDA_ROOT", "CUDA_PATH", "CUDA_TOOLKIT_ROOT_DIR"];
 
 fn main() {

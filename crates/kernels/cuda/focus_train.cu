@@ -15,6 +15,7 @@
 //   s_ij = u_ij + (distant ? log(a_ij + eps) : 0)      log gate   (GATE_LOG)
 //   s_ij = u_ij * (distant ? sigmoid(lambda a_ij) : 1) paper gate (GATE_PAPER)
 //   s_ij = u_ij                                        no gate    (GATE_NONE, dense)
+//   s_ij = u_ij if (distant ? m_i & m_j : 1) else -inf  straight-through (GATE_HARD)
 // with u_ij = q_i . k_j / sqrt(D), a_ij = g_i . g_j and distant = i - j > window and j >= sink
 // (the first `sink` tokens are attention sinks [ours], ungated like local pairs). The `_cap`
 // kernels soft-cap u first (Gemma 2: u <- c tanh(u / c), before gate and mask, as the composed
@@ -22,7 +23,12 @@
 // as a module of their own (focus_train_cap.cu, this file with FOCUS_TRAIN_CAP defined: only
 // those entry points), so that only a soft-capped model pays for JIT-compiling them. `span` is the
 // model's own sliding window (Gemma 2/3's local layers; INT_MAX on global layers): pairs with
-// i - j >= span do not exist, sinks included, as in the composed path. The gate is computed
+// i - j >= span do not exist, sinks included, as in the composed path. GATE_HARD trains through
+// the hard top-k mask (attention::soft::straight_through_plan): m_i is token i's top-k groups as
+// a bit mask (`topk_bits`, from the f32 memberships, as inference chooses them), a distant pair is
+// kept where the two meet, ungated, and the backward is the log gate's (dA = dS / (a + eps) on
+// kept pairs); its kernels are a module of their own too (focus_train_hard.cu: the `_hard` entry
+// points), JIT-compiled only for a straight-through run. The gate is computed
 // inside each tile from g: no T x T tensor exists. The kernels work in log2 units
 // (s2 = s * log2 e) as flash-attention 2 does.
 //
@@ -65,6 +71,13 @@
 #define GATE_NONE 0
 #define GATE_LOG 1
 #define GATE_PAPER 2
+#define GATE_HARD 3
+
+// The attention-only modules (focus_train_cap.cu, focus_train_hard.cu) hold their entry points
+// and nothing else.
+#if defined(FOCUS_TRAIN_CAP) || defined(FOCUS_TRAIN_HARD)
+#define FOCUS_TRAIN_ATTN_ONLY
+#endif
 
 typedef __nv_bfloat16 bf16;
 
@@ -330,11 +343,14 @@ __device__ __forceinline__ int tile_class(int r0, int c0, int T, int window, int
 // applied as a factor of the probability, exp2(x) (a + eps) = exp2(x + log2(a + eps)): `a` is
 // left holding that factor (1 on ungated pairs) and `s` the ungated score, so that no pair takes
 // a logarithm, nor in the backward a division (dA = dS / (a + eps) = exp2(x - lse) dP'). The paper
-// gate multiplies the score by sigmoid(lambda a) here and leaves `a` as it was.
+// gate multiplies the score by sigmoid(lambda a) here and leaves `a` as it was. GATE_HARD masks
+// the gated pairs whose rows' and columns' top-k bits (mr; tkb, the sequence's) do not meet, and
+// leaves `a` holding 1 / (a + eps) on the pairs it keeps, 0 on those it prunes (pair_bwd's dA).
 template <int GATE, bool CAP, bool ROWS_ARE_QUERIES, int BN>
 __device__ __forceinline__ void gate_tile(float (&s)[BN / 8][4], float (&a)[BN / 8][4], int cls, const int (&rp)[2],
                                           int c0, int T, int window, int sink, int span, float scale_log2,
-                                          float gparam, float cap_log2, float (&th)[BN / 8][4], int t) {
+                                          float gparam, float cap_log2, float (&th)[BN / 8][4], int t,
+                                          const unsigned (&mr)[2], const unsigned short* __restrict__ tkb) {
     const float inv_cap = CAP ? 1.f / cap_log2 : 0.f;
     auto score = [&](int nt, int e) {
         float x = s[nt][e] * scale_log2;
@@ -347,6 +363,11 @@ __device__ __forceinline__ void gate_tile(float (&s)[BN / 8][4], float (&a)[BN /
     auto gate = [&](int nt, int e, float x) {
         if (GATE == GATE_LOG) a[nt][e] += gparam;
         else if (GATE == GATE_PAPER) x *= sigmoidf_(gparam * a[nt][e]);
+        else if (GATE == GATE_HARD) {  // the column is < T here (a gated pair)
+            const bool keep = (mr[e >> 1] & tkb[c0 + nt * 8 + 2 * t + (e & 1)]) != 0;
+            a[nt][e] = keep ? 1.f / (a[nt][e] + gparam) : 0.f;
+            if (!keep) x = -INFINITY;
+        }
         return x;
     };
     if (GATE != GATE_NONE && cls == TILE_GATED) {
@@ -400,6 +421,8 @@ __device__ __forceinline__ float pair_bwd(float x2, float dpd, float& a, bool ga
             du *= f;
         }
         a = da;
+    } else if (GATE == GATE_HARD) {
+        a = gated ? du * a : 0.f;  // dA = dS / (a + eps) on kept pairs (a: 1 / (a + eps) or 0)
     }
     if constexpr (CAP) du *= 1.f - raw * raw;
     return du;
@@ -448,7 +471,7 @@ __device__ void rope_split(const TI* __restrict__ qkv, const float* __restrict__
     dst[d1] = __float2bfloat16(x1);
 }
 
-#ifndef FOCUS_TRAIN_CAP
+#ifndef FOCUS_TRAIN_ATTN_ONLY
 extern "C" __global__ void rope_split_f32(const float* qkv, const float* cs, const float* sn, bf16* qr, bf16* kr,
                                           bf16* vr, int B, int T, int H, int HKV, int HD, int interleaved) {
     rope_split<float>(qkv, cs, sn, qr, kr, vr, B, T, H, HKV, HD, interleaved);
@@ -477,7 +500,7 @@ static_assert(smem_bytes<256, 16, 2>() <= 227 * 1024, "d = 256 fits a block's sh
 
 template <int HD, int KM, int GATE, bool CAP, typename TO>
 __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
-                         const float* __restrict__ gm, TO* __restrict__ out, float* __restrict__ lse, int T, int H,
+                         const float* __restrict__ gm, const unsigned short* __restrict__ tk, TO* __restrict__ out, float* __restrict__ lse, int T, int H,
                          int HKV, int K, int window, int sink, int span, float scale_log2, float gparam,
                          float softcap) {
     constexpr int BN = Cfg<HD>::BN, L = lds<HD>();
@@ -503,6 +526,13 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
     const int rp[2] = {wrow + g, wrow + g + 8};
     uint32_t ga[KM / 8][4];
     if (GATE != GATE_NONE) g_rows<KM>(ga, gb, rp, T, K, t);
+    // GATE_HARD: the top-k bits of the sequence's tokens, and of this thread's two rows.
+    const unsigned short* tkb = GATE == GATE_HARD ? tk + (size_t)b * T : nullptr;
+    unsigned mr[2] = {0u, 0u};
+    if (GATE == GATE_HARD) {
+        mr[0] = rp[0] < T ? tkb[rp[0]] : 0u;
+        mr[1] = rp[1] < T ? tkb[rp[1]] : 0u;
+    }
 
     float o[HD / 8][4];
     zero(o);
@@ -530,10 +560,11 @@ __device__ void attn_fwd(const bf16* __restrict__ q, const bf16* __restrict__ k,
         zero(sc);
         mma_abt<HD, BN>(sc, qa, Ks + buf * BN * L, lane);
         const int cls = tile_class<true, BN>(wrow, j0, T, window, sink, span);
-        if (GATE != GATE_NONE && cls != TILE_LOCAL)
+        if (GATE == GATE_HARD) zero(af);  // the forward keeps or prunes: no affinity needed
+        else if (GATE != GATE_NONE && cls != TILE_LOCAL)
             affinity<KM, BN>(af, ga, reinterpret_cast<const bf16*>(Gs + buf * BN * KM), lane);
         gate_tile<GATE, CAP, true, BN>(sc, af, cls, rp, j0, T, window, sink, span, scale_log2, gparam, cap_log2, th,
-                                       t);
+                                       t, mr, tkb);
         float alpha[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -613,7 +644,8 @@ __device__ void attn_bwd_prep(const TG* __restrict__ dout, const TO* __restrict_
 
 template <int HD, int KM, int GATE, bool CAP>
 __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
-                            const float* __restrict__ gm, const bf16* __restrict__ dot, const float* __restrict__ lse,
+                            const float* __restrict__ gm, const unsigned short* __restrict__ tk,
+                            const bf16* __restrict__ dot, const float* __restrict__ lse,
                             const float* __restrict__ dd, float* __restrict__ dq, float* __restrict__ dg, int T,
                             int H, int HKV, int K, int window, int sink, int span, float scale_log2, float gparam,
                             float softcap) {
@@ -655,6 +687,13 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
     }
     uint32_t ga[KM / 8][4];
     if (GATE != GATE_NONE) g_rows<KM>(ga, gb, rp, T, K, t);
+    // GATE_HARD: the top-k bits of the sequence's tokens, and of this thread's two rows.
+    const unsigned short* tkb = GATE == GATE_HARD ? tk + (size_t)b * T : nullptr;
+    unsigned mr[2] = {0u, 0u};
+    if (GATE == GATE_HARD) {
+        mr[0] = rp[0] < T ? tkb[rp[0]] : 0u;
+        mr[1] = rp[1] < T ? tkb[rp[1]] : 0u;
+    }
     float dga[KM / 8][4];  // dg of the warp's rows (dg_mma's layout)
     zero(dga);
     float acc[HD / 8][4];
@@ -692,7 +731,7 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
                 for (int e = 0; e < 4; ++e) raw[nt][e] = s[nt][e] * scale;
         }
         gate_tile<GATE, CAP, true, BN>(s, af, cls, rp, j0, T, window, sink, span, scale_log2, gparam, cap_log2, raw,
-                                       t);
+                                       t, mr, tkb);
         zero(dp);
         mma_abt<HD, BN>(dp, oa, Vs + buf * BN * L, lane);
 #pragma unroll
@@ -730,7 +769,8 @@ __device__ void attn_bwd_dq(const bf16* __restrict__ q, const bf16* __restrict__
 
 template <int HD, int KM, int GATE, bool CAP>
 __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict__ k, const bf16* __restrict__ v,
-                              const float* __restrict__ gm, const bf16* __restrict__ dot,
+                              const float* __restrict__ gm, const unsigned short* __restrict__ tk,
+                              const bf16* __restrict__ dot,
                               const float* __restrict__ lse, const float* __restrict__ dd, float* __restrict__ dk,
                               float* __restrict__ dv, float* __restrict__ dg, int T, int H, int HKV, int K,
                               int window, int sink, int span, float scale_log2, float gparam, float softcap) {
@@ -769,6 +809,13 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
     const int rp[2] = {wrow + g, wrow + g + 8};
     uint32_t ga[KM / 8][4];
     if (GATE != GATE_NONE) g_rows<KM>(ga, gb, rp, T, K, t);
+    // GATE_HARD: the top-k bits of the sequence's tokens, and of this thread's two rows.
+    const unsigned short* tkb = GATE == GATE_HARD ? tk + (size_t)b * T : nullptr;
+    unsigned mr[2] = {0u, 0u};
+    if (GATE == GATE_HARD) {
+        mr[0] = rp[0] < T ? tkb[rp[0]] : 0u;
+        mr[1] = rp[1] < T ? tkb[rp[1]] : 0u;
+    }
     float dga[KM / 8][4];  // dg of the warp's rows (dg_mma's layout)
     zero(dga);
     // acc0: dV (part 0, or both in one block) or dK (part 1); acc1: dK when one block does both.
@@ -817,7 +864,7 @@ __device__ void attn_bwd_dkdv(const bf16* __restrict__ q, const bf16* __restrict
                 for (int e = 0; e < 4; ++e) raw[nt][e] = s[nt][e] * scale;
         }
         gate_tile<GATE, CAP, false, BN>(s, af, cls, rp, i0, T, window, sink, span, scale_log2, gparam, cap_log2, raw,
-                                        t);
+                                        t, mr, tkb);
         zero(dp);
         if (want_dk) mma_abt<HD, BN>(dp, va, ot, lane);
 #pragma unroll
@@ -913,7 +960,7 @@ __device__ void attn_bwd_finish(const float* __restrict__ dq, const float* __res
     dst[d1] = from_f<TO>(y1);
 }
 
-#ifndef FOCUS_TRAIN_CAP
+#ifndef FOCUS_TRAIN_ATTN_ONLY
 extern "C" __global__ void attn_dg_reduce(const float* __restrict__ dga, const float* __restrict__ dgb,
                                           float* __restrict__ dg, int B, int T, int H, int K) {
     const long n = (long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -928,37 +975,58 @@ extern "C" __global__ void attn_dg_reduce(const float* __restrict__ dga, const f
     }
     dg[n] = s;
 }
+
+// GATE_HARD's top-k bits: each of n rows of memberships g (K <= 16 f32) -> the bit mask of its
+// k largest entries, ties to the lower index (mask::top_k_indices' stable descending sort).
+extern "C" __global__ void topk_bits(const float* __restrict__ g, unsigned short* __restrict__ out, int n, int K,
+                                     int k) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const float* r = g + (size_t)i * K;
+    unsigned m = 0;
+    for (int x = 0; x < K; ++x) {
+        int rank = 0;
+        for (int y = 0; y < K; ++y) rank += r[y] > r[x] || (r[y] == r[x] && y < x);
+        if (rank < k) m |= 1u << x;
+    }
+    out[i] = (unsigned short)m;
+}
 #endif
 
 // ---------------------------------------------------------------------------------------------
 // Attention entry points: name_<gate>[_cap]_k<KM>_d<D>[_<out type>] (`_cap`: soft-capped by
 // `softcap`, which the others ignore).
 
-#define ATTN_ARGS const bf16 *q, const bf16 *k, const bf16 *v, const float *gm
+#define ATTN_ARGS const bf16 *q, const bf16 *k, const bf16 *v, const float *gm, const unsigned short *tk
 #define ATTN_TAIL int T, int H, int HKV, int K, int window, int sink, int span, float scale_log2, float gparam, \
                   float softcap
 #define ATTN_PASS T, H, HKV, K, window, sink, span, scale_log2, gparam, softcap
 #define ATTN_ENTRIES(GN, GATE, CAP, KM, HD)                                                                         \
     extern "C" __global__ void __launch_bounds__(128) attn_fwd_##GN##_k##KM##_d##HD##_bf16(ATTN_ARGS, bf16* out,    \
                                                                                            float* lse, ATTN_TAIL) { \
-        attn_fwd<HD, KM, GATE, CAP, bf16>(q, k, v, gm, out, lse, ATTN_PASS);                                        \
+        attn_fwd<HD, KM, GATE, CAP, bf16>(q, k, v, gm, tk, out, lse, ATTN_PASS);                                        \
     }                                                                                                               \
     extern "C" __global__ void __launch_bounds__(128) attn_fwd_##GN##_k##KM##_d##HD##_f32(ATTN_ARGS, float* out,    \
                                                                                           float* lse, ATTN_TAIL) {  \
-        attn_fwd<HD, KM, GATE, CAP, float>(q, k, v, gm, out, lse, ATTN_PASS);                                       \
+        attn_fwd<HD, KM, GATE, CAP, float>(q, k, v, gm, tk, out, lse, ATTN_PASS);                                       \
     }                                                                                                               \
     extern "C" __global__ void __launch_bounds__(128) attn_bwd_dq_##GN##_k##KM##_d##HD(                             \
         ATTN_ARGS, const bf16* dot, const float* lse, const float* dd, float* dq, float* dg, ATTN_TAIL) {           \
-        attn_bwd_dq<HD, KM, GATE, CAP>(q, k, v, gm, dot, lse, dd, dq, dg, ATTN_PASS);                               \
+        attn_bwd_dq<HD, KM, GATE, CAP>(q, k, v, gm, tk, dot, lse, dd, dq, dg, ATTN_PASS);                               \
     }                                                                                                               \
     extern "C" __global__ void __launch_bounds__(128) attn_bwd_dkdv_##GN##_k##KM##_d##HD(                           \
         ATTN_ARGS, const bf16* dot, const float* lse, const float* dd, float* dk, float* dv, float* dg,             \
         ATTN_TAIL) {                                                                                                \
-        attn_bwd_dkdv<HD, KM, GATE, CAP>(q, k, v, gm, dot, lse, dd, dk, dv, dg, ATTN_PASS);                         \
+        attn_bwd_dkdv<HD, KM, GATE, CAP>(q, k, v, gm, tk, dot, lse, dd, dk, dv, dg, ATTN_PASS);                         \
     }
 #define ATTN_DIMS(GN, GATE, CAP, KM)                                                  \
     ATTN_ENTRIES(GN, GATE, CAP, KM, 64) ATTN_ENTRIES(GN, GATE, CAP, KM, 128) ATTN_ENTRIES(GN, GATE, CAP, KM, 256)
-#ifndef FOCUS_TRAIN_CAP
+#if defined(FOCUS_TRAIN_HARD)
+ATTN_DIMS(hard, GATE_HARD, false, 8)
+ATTN_DIMS(hard, GATE_HARD, false, 16)
+ATTN_DIMS(hard_cap, GATE_HARD, true, 8)
+ATTN_DIMS(hard_cap, GATE_HARD, true, 16)
+#elif !defined(FOCUS_TRAIN_CAP)
 ATTN_DIMS(none, GATE_NONE, false, 8)
 ATTN_DIMS(log, GATE_LOG, false, 8)
 ATTN_DIMS(log, GATE_LOG, false, 16)
@@ -973,7 +1041,7 @@ ATTN_DIMS(paper_cap, GATE_PAPER, true, 16)
 #endif
 
 // Everything below is of the main module only.
-#ifndef FOCUS_TRAIN_CAP
+#ifndef FOCUS_TRAIN_ATTN_ONLY
 
 extern "C" __global__ void attn_bwd_prep_bf16(const bf16* dout, const bf16* out, bf16* dot, float* dd, int B, int T,
                                               int H, int HD) {
@@ -1437,4 +1505,4 @@ extern "C" __global__ void cast_bf16_f32_x8(const uint4* __restrict__ x, float4*
     y[2 * i] = make_float4(f0.x, f0.y, f1.x, f1.y);
     y[2 * i + 1] = make_float4(f2.x, f2.y, f3.x, f3.y);
 }
-#endif  // FOCUS_TRAIN_CAP
+#endif  // FOCUS_TRAIN_ATTN_ONLY

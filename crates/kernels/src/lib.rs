@@ -8,7 +8,8 @@
 //! - `focus_route.cu`: that step's routing (score, Sinkhorn, top-k of the newest token);
 //! - `focus_rows.cu`: the fused one-row products and norms of `model::fused`;
 //! - `focus_train.cu`: the fused training step's ops; `focus_train_cap.cu`: its soft-capped
-//!   attention (Gemma 2), a module of its own so that other models do not JIT-compile it.
+//!   attention (Gemma 2), a module of its own so that other models do not JIT-compile it;
+//!   `focus_train_hard.cu`: its straight-through attention (the hard top-k mask), likewise.
 
 #[cfg(feature = "cuda")]
 pub const ATTENTION_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_attention.ptx"));
@@ -22,3 +23,5 @@ pub const ROWS_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_rows.pt
 pub const TRAIN_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_train.ptx"));
 #[cfg(feature = "cuda")]
 pub const TRAIN_CAP_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_train_cap.ptx"));
+#[cfg(feature = "cuda")]
+pub const TRAIN_HARD_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/focus_train_hard.ptx"));

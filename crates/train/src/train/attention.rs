@@ -8,7 +8,8 @@
 //! Output: (B*T, H*D), per token the heads in order (what the output projection takes).
 //!
 //! It computes exactly what the composed reference computes: RoPE on q and k, then
-//! `attention::attend_batch` with `attention::soft::soft_plan(g)` (tested, forward and
+//! `attention::attend_batch` with `attention::soft::soft_plan(g)`, or for straight-through
+//! training (`hard`) `attention::soft::straight_through_plan(g, k)` (tested, forward and
 //! gradients, in `tests` below). On the CPU it runs plain loops in f32 (multi-threaded over
 //! sequences and heads), any head dim; on CUDA the kernels of `crates/kernels/cuda/focus_train.cu`
 //! (bf16 tensor-core tiles with f32 accumulation and softmax, head dims 64, 128 and 256,
@@ -46,10 +47,25 @@ pub struct SoftAttention {
     /// The layer's soft-cap c (`LayerAttention::softcap`, Gemma 2): the scaled score u becomes
     /// c * tanh(u / c) before the gate and the mask.
     pub softcap: Option<f32>,
+    /// Straight-through training through the hard top-k mask of this k
+    /// (`attention::soft::straight_through_plan`): the forward keeps a distant pair only where
+    /// the two tokens' top-k groups (as inference chooses them from the memberships) meet, with
+    /// no gate on the pairs it keeps; the backward is the log gate's, dA = dS / (a + eps), so
+    /// `gate` must be `GateFn::Log`. `None`: the soft gate.
+    pub hard: Option<usize>,
 }
 
 /// Largest K the CUDA kernels take.
 pub const CUDA_MAX_GROUPS: usize = 16;
+
+/// Largest K of the straight-through mask (its top-k sets are bit masks: 16 bits on CUDA).
+pub const MAX_HARD_GROUPS: usize = 16;
+
+/// Each token's top-k groups as a bit mask, chosen as inference chooses them
+/// (`mask::topk_mask`), from memberships `g` (rows of `kk`).
+fn topk_bits(g: &[f32], kk: usize, k: usize) -> Vec<u32> {
+    g.chunks_exact(kk).map(|row| crate::focus::mask::topk_mask(row, k) as u32).collect()
+}
 
 /// Head dims the CUDA kernels take.
 pub const CUDA_HEAD_DIMS: [usize; 3] = [64, 128, 256];
@@ -84,6 +100,15 @@ impl SoftAttention {
         }
         if self.softcap.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
             return Err(Error::Invalid(format!("fused attention: soft-cap {:?} is not a positive number", self.softcap)));
+        }
+        if let Some(k) = self.hard {
+            if !matches!(self.gate, GateFn::Log { .. }) {
+                return Err(Error::Invalid("fused attention: the straight-through mask takes the log gate's backward (GateFn::Log)".into()));
+            }
+            let groups = g.map_or(0, |g| g.dim(g.rank() - 1).unwrap_or(0));
+            if !(1..=groups.min(MAX_HARD_GROUPS)).contains(&k) {
+                return Err(Error::Invalid(format!("fused attention: straight-through top-{k} of {groups} groups (1 <= k <= K <= {MAX_HARD_GROUPS})")));
+            }
         }
         let op = AttnOp { cfg: self.clone(), saved: Arc::new(Mutex::new(None)) };
         let qkv = qkv.contiguous()?;
@@ -324,7 +349,8 @@ mod cpu {
     /// The score, gate factor, scaled (and soft-capped) q.k and affinity of pair (i, j) of
     /// sequence `bi`.
     #[inline(always)]
-    fn pair(c: &SoftAttention, qi: &[f32], kj: &[f32], g: Option<&[f32]>, kk: usize, bi: usize, i: usize, j: usize) -> (f32, f32, f32, f32, bool) {
+    #[allow(clippy::too_many_arguments)]
+    fn pair(c: &SoftAttention, qi: &[f32], kj: &[f32], g: Option<&[f32]>, bits: Option<&[u32]>, kk: usize, bi: usize, i: usize, j: usize) -> (f32, f32, f32, f32, bool) {
         let mut u = dot(qi, kj) / (c.head_dim as f32).sqrt();
         if let Some(cap) = c.softcap {
             u = cap * (u / cap).tanh();
@@ -334,13 +360,18 @@ mod cpu {
             (true, Some(g)) => dot(&g[(bi * c.t + i) * kk..][..kk], &g[(bi * c.t + j) * kk..][..kk]),
             _ => 0.0,
         };
-        let (s, f) = c.gate.score(u, a, distant);
+        let (s, f) = match (bits, distant) {
+            // Straight-through: the hard mask, no gate on the pairs it keeps.
+            (Some(m), true) => (if m[bi * c.t + i] & m[bi * c.t + j] != 0 { u } else { f32::NEG_INFINITY }, 1.0),
+            _ => c.gate.score(u, a, distant),
+        };
         (s, f, u, a, distant)
     }
 
     /// One head of one sequence: its output (T, D) and each row's log-sum-exp.
     #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
-    fn forward_head(c: &SoftAttention, q: &[f32], k: &[f32], v: &[f32], g: Option<&[f32]>, kk: usize, bi: usize) -> (Vec<f32>, Vec<f32>) {
+    #[allow(clippy::too_many_arguments)]
+    fn forward_head(c: &SoftAttention, q: &[f32], k: &[f32], v: &[f32], g: Option<&[f32]>, bits: Option<&[u32]>, kk: usize, bi: usize) -> (Vec<f32>, Vec<f32>) {
         let (t, d) = (c.t, c.head_dim);
         let mut o = vec![0f32; t * d];
         let mut lse = vec![0f32; t];
@@ -350,7 +381,7 @@ mod cpu {
             let mut m = f32::NEG_INFINITY;
             let j0 = c.first_key(i);
             for j in j0..=i {
-                s[j] = pair(c, qi, &k[j * d..(j + 1) * d], g, kk, bi, i, j).0;
+                s[j] = pair(c, qi, &k[j * d..(j + 1) * d], g, bits, kk, bi, i, j).0;
                 m = m.max(s[j]);
             }
             let mut l = 0f32;
@@ -370,12 +401,16 @@ mod cpu {
     pub fn forward(c: &SoftAttention, q: &[f32], k: &[f32], v: &[f32], g: Option<&[f32]>, kk: usize) -> (Vec<f32>, Vec<f32>) {
         let (b, t, h, d) = (c.b, c.t, c.heads, c.head_dim);
         let rep = h / c.kv_heads;
+        let bits = match (c.hard, g) {
+            (Some(k), Some(g)) => Some(topk_bits(g, kk, k)),
+            _ => None,
+        };
         let parts: Vec<(Vec<f32>, Vec<f32>)> = (0..b * h)
             .into_par_iter()
             .map(|bh| {
                 let (bi, hi) = (bh / h, bh % h);
                 let kvo = (bi * c.kv_heads + hi / rep) * t * d;
-                forward_head(c, &q[bh * t * d..(bh + 1) * t * d], &k[kvo..kvo + t * d], &v[kvo..kvo + t * d], g, kk, bi)
+                forward_head(c, &q[bh * t * d..(bh + 1) * t * d], &k[kvo..kvo + t * d], &v[kvo..kvo + t * d], g, bits.as_deref(), kk, bi)
             })
             .collect();
         let mut out = vec![0f32; b * t * h * d];
@@ -394,7 +429,7 @@ mod cpu {
     /// head, and the sequence's dg from these heads.
     #[multiversion::multiversion(targets("x86_64+avx512f+avx512vl", "x86_64+avx2+fma"))]
     #[allow(clippy::too_many_arguments)]
-    fn backward_kv_head(c: &SoftAttention, q: &[f32], k: &[f32], v: &[f32], g: Option<&[f32]>, kk: usize, out: &[f32], dout: &[f32], lse: &[f32], bk: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    fn backward_kv_head(c: &SoftAttention, q: &[f32], k: &[f32], v: &[f32], g: Option<&[f32]>, bits: Option<&[u32]>, kk: usize, out: &[f32], dout: &[f32], lse: &[f32], bk: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
         let (t, h, hkv, d) = (c.t, c.heads, c.kv_heads, c.head_dim);
         let rep = h / hkv;
         let scale = 1.0 / (d as f32).sqrt();
@@ -411,7 +446,7 @@ mod cpu {
                 let di = dot(doi, oi);
                 for j in c.first_key(i)..=i {
                     let kj = &k[kvo + j * d..][..d];
-                    let (s, f, u, a, distant) = pair(c, qi, kj, g, kk, bi, i, j);
+                    let (s, f, u, a, distant) = pair(c, qi, kj, g, bits, kk, bi, i, j);
                     let p = (s - lse[bh * t + i]).exp();
                     let ds = p * (dot(doi, &v[kvo + j * d..][..d]) - di);
                     let mut du = ds;
@@ -451,11 +486,15 @@ mod cpu {
     pub fn backward(c: &SoftAttention, q: &[f32], k: &[f32], v: &[f32], g: Option<&[f32]>, kk: usize, out: &[f32], dout: &[f32], lse: &[f32]) -> candle_core::Result<(Vec<f32>, Vec<f32>)> {
         let (b, t, h, hkv, d, nh) = (c.b, c.t, c.heads, c.kv_heads, c.head_dim, c.nh());
         let rep = h / hkv;
+        let bits = match (c.hard, g) {
+            (Some(k), Some(g)) => Some(topk_bits(g, kk, k)),
+            _ => None,
+        };
         // One task per (sequence, kv head): it owns dK and dV of that head and dQ of its query
         // heads, and a partial dg of its sequence.
         let parts: Vec<(Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>)> = (0..b * hkv)
             .into_par_iter()
-            .map(|bk| backward_kv_head(c, q, k, v, g, kk, out, dout, lse, bk))
+            .map(|bk| backward_kv_head(c, q, k, v, g, bits.as_deref(), kk, out, dout, lse, bk))
             .collect();
         let tab = tables(c)?;
         let mut dqkv = vec![0f32; b * t * nh * d];
@@ -494,7 +533,7 @@ mod cpu {
 mod cuda {
     use super::*;
     use crate::train::device::cuda::{grid1, grid_rows, launch, view};
-    use candle_core::cuda_backend::cudarc::driver::{CudaSlice, LaunchConfig};
+    use candle_core::cuda_backend::cudarc::driver::{CudaSlice, CudaView, LaunchConfig};
     use candle_core::cuda_backend::CudaDevice;
     use candle_core::{CudaStorage, Storage};
 
@@ -541,10 +580,11 @@ mod cuda {
     /// The kernels' name part of the gate and soft-cap (`log`, `log_cap`, ...), the gate's
     /// parameter and the soft-cap argument (0 for the kernels without one, which ignore it).
     fn gate_name(c: &SoftAttention) -> (String, f32, f32) {
-        let (name, param) = match c.gate {
-            GateFn::None => ("none", 0.0),
-            GateFn::Log { eps } => ("log", eps),
-            GateFn::Paper { lambda } => ("paper", lambda),
+        let (name, param) = match (c.gate, c.hard) {
+            (GateFn::None, _) => ("none", 0.0),
+            (GateFn::Log { eps }, Some(_)) => ("hard", eps),
+            (GateFn::Log { eps }, None) => ("log", eps),
+            (GateFn::Paper { lambda }, _) => ("paper", lambda),
         };
         match c.softcap {
             Some(cap) => (format!("{name}_cap"), param, cap),
@@ -559,6 +599,16 @@ mod cuda {
             (_, 9..=16) => 16,
             _ => candle_core::bail!("the CUDA training attention takes K <= {CUDA_MAX_GROUPS} groups, not {k}"),
         })
+    }
+
+    /// GATE_HARD's top-k bits (B*T u16) of the f32 memberships `g`, or `None` for the soft gate.
+    fn topk_bits(c: &SoftAttention, dev: &CudaDevice, g: Option<&CudaView<f32>>, groups: usize) -> candle_core::Result<Option<CudaSlice<u16>>> {
+        let (Some(top), Some(g)) = (c.hard, g) else { return Ok(None) };
+        let n = c.b * c.t;
+        let bits = unsafe { dev.alloc::<u16>(n)? };
+        let (ni, gi, ti) = (n as i32, groups as i32, top as i32);
+        launch!(dev, "topk_bits", grid1(n), g, &bits, &ni, &gi, &ti);
+        Ok(Some(bits))
     }
 
     fn dname(dt: DType) -> candle_core::Result<&'static str> {
@@ -634,9 +684,12 @@ mod cuda {
                     match g {
                         Some((gs, gl)) => {
                             let gv = view::<f32>(gs, gl)?;
-                            launch!(&dev, &name, cfg, &qr, &kr, &vr, &gv, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
+                            match topk_bits(c, &dev, Some(&gv), k)? {
+                                Some(bits) => launch!(&dev, &name, cfg, &qr, &kr, &vr, &gv, &bits, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sp, &sl2, &gparam, &cap),
+                                None => launch!(&dev, &name, cfg, &qr, &kr, &vr, &gv, &null, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sp, &sl2, &gparam, &cap),
+                            }
                         }
-                        None => launch!(&dev, &name, cfg, &qr, &kr, &vr, &null, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sp, &sl2, &gparam, &cap),
+                        None => launch!(&dev, &name, cfg, &qr, &kr, &vr, &null, &null, &out, &lse, &t, &h, &hkv, &kk, &w, &sk, &sp, &sl2, &gparam, &cap),
                     }
                     CudaStorage::wrap_cuda_slice(out, dev.clone())
                 }};
@@ -702,14 +755,18 @@ mod cuda {
         let dq_name = format!("attn_bwd_dq_{gname}_k{kmv}_d{d}");
         let kv_name = format!("attn_bwd_dkdv_{gname}_k{kmv}_d{d}");
         let (cq, ckv) = (tiles(c, kmv, 1), tiles(c, kmv, 2));
-        match &gv {
-            Some(gv) => {
-                launch!(&dev, &dq_name, cq, &qr, &kr, &vr, gv, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
-                launch!(&dev, &kv_name, ckv, &qr, &kr, &vr, gv, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
+        match (&gv, topk_bits(c, &dev, gv.as_ref(), k)?) {
+            (Some(gv), Some(bits)) => {
+                launch!(&dev, &dq_name, cq, &qr, &kr, &vr, gv, &bits, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
+                launch!(&dev, &kv_name, ckv, &qr, &kr, &vr, gv, &bits, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
             }
-            None => {
-                launch!(&dev, &dq_name, cq, &qr, &kr, &vr, &null, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
-                launch!(&dev, &kv_name, ckv, &qr, &kr, &vr, &null, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
+            (Some(gv), None) => {
+                launch!(&dev, &dq_name, cq, &qr, &kr, &vr, gv, &null, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
+                launch!(&dev, &kv_name, ckv, &qr, &kr, &vr, gv, &null, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
+            }
+            (None, _) => {
+                launch!(&dev, &dq_name, cq, &qr, &kr, &vr, &null, &null, &dot, &lse, &dd, &dq, &dga, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
+                launch!(&dev, &kv_name, ckv, &qr, &kr, &vr, &null, &null, &dot, &lse, &dd, &dk, &dv, &dgb, &ti, &hi, &hk, &kk, &w, &sk, &sp, &sl2, &gparam, &cap);
             }
         }
         // d(qkv), RoPE undone, in the dtype of qkv.
@@ -753,7 +810,8 @@ pub(crate) mod tests {
     //! both RoPE layouts and none, sliding windows and soft-caps of the model's own.
     use super::*;
     use crate::focus::adapter::AdapterConfig;
-    use crate::attention::{attend_batch, soft::soft_plan, LayerPlan};
+    use crate::attention::{attend_batch, soft::{soft_plan, straight_through_plan}, LayerPlan};
+    use crate::focus::mask::TopK;
     use crate::focus::adapter::{AdapterSpec, Gate};
     use crate::focus::mask::causal_bias;
     use candle_core::{Device, Var, D};
@@ -776,6 +834,8 @@ pub(crate) mod tests {
         pub span: Option<usize>,
         /// The layer's soft-cap (Gemma 2).
         pub softcap: Option<f32>,
+        /// Straight-through through the hard top-k mask of this k (log gate backward).
+        pub hard: Option<usize>,
     }
 
     pub(crate) fn adapter_cfg(k: usize, window: usize, sink: usize, gate: Gate) -> AdapterConfig {
@@ -808,9 +868,13 @@ pub(crate) mod tests {
             (cs, sn, il)
         });
         let cfg = c.gate.map(|gt| adapter_cfg(c.k, c.window, c.sink, gt));
-        let gate = cfg.as_ref().map_or(GateFn::None, GateFn::of);
+        // Straight-through: the log gate's backward, whatever the adapter's gate (as step.rs).
+        let gate = match (&cfg, c.hard) {
+            (Some(cfg), Some(_)) => GateFn::Log { eps: cfg.log_eps as f32 },
+            _ => cfg.as_ref().map_or(GateFn::None, GateFn::of),
+        };
         let own = crate::attention::LayerAttention { window: c.span, softcap: c.softcap.map(f64::from), ..Default::default() };
-        let attn = SoftAttention { b: c.b, t: c.t, heads: c.h, kv_heads: c.hkv, head_dim: c.d, rope: rope.clone(), gate, window: c.window, sink: c.sink, span: own.span(c.t), softcap: c.softcap };
+        let attn = SoftAttention { b: c.b, t: c.t, heads: c.h, kv_heads: c.hkv, head_dim: c.d, rope: rope.clone(), gate, window: c.window, sink: c.sink, span: own.span(c.t), softcap: c.softcap, hard: c.hard };
         let grads = |out: &Tensor| {
             let gs = (out.to_dtype(DType::F32).unwrap() * &w).unwrap().sum_all().unwrap().backward().unwrap();
             let v = |t: &Tensor| t.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
@@ -827,8 +891,9 @@ pub(crate) mod tests {
             q = rot(&q);
             k = rot(&k);
         }
-        let plan = match &cfg {
-            Some(cfg) if !crate::focus::mask::all_local(c.t, c.window) => soft_plan(&g, cfg).unwrap(),
+        let plan = match (&cfg, c.hard) {
+            (Some(cfg), Some(k)) if !crate::focus::mask::all_local(c.t, c.window) => straight_through_plan(&g, cfg, TopK::new(k, c.k).unwrap()).unwrap(),
+            (Some(cfg), None) if !crate::focus::mask::all_local(c.t, c.window) => soft_plan(&g, cfg).unwrap(),
             _ => LayerPlan::Dense,
         };
         let o = attend_batch(&q, &k, &v, &plan, &own, &causal_bias(c.t, dev).unwrap()).unwrap();
@@ -848,45 +913,53 @@ pub(crate) mod tests {
     }
 
     pub(crate) const CASES: &[Case] = &[
-        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
-        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None },
-        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None },
-        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, sink: 0, gate: Some(Gate::Paper), rope: None, span: None, softcap: None },
-        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 40, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
-        Case { b: 2, t: 29, h: 6, hkv: 3, d: 8, k: 4, window: 3, sink: 0, gate: None, rope: Some(true), span: None, softcap: None },
+        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None, hard: None },
+        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None, hard: None },
+        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None, hard: None },
+        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, sink: 0, gate: Some(Gate::Paper), rope: None, span: None, softcap: None, hard: None },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 40, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None, hard: None },
+        Case { b: 2, t: 29, h: 6, hkv: 3, d: 8, k: 4, window: 3, sink: 0, gate: None, rope: Some(true), span: None, softcap: None, hard: None },
         // Attention sinks [ours]: small windows, so that the first tokens are distant.
-        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 1, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
-        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, sink: 4, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None },
-        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, sink: 4, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None },
-        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, sink: 1, gate: Some(Gate::Paper), rope: None, span: None, softcap: None },
-        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 4, sink: 40, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
+        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 1, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None, hard: None },
+        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 3, window: 0, sink: 4, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None, hard: None },
+        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 5, window: 9, sink: 4, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None, hard: None },
+        Case { b: 1, t: 33, h: 4, hkv: 1, d: 16, k: 8, window: 2, sink: 1, gate: Some(Gate::Paper), rope: None, span: None, softcap: None, hard: None },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 4, sink: 40, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None, hard: None },
         // A sliding window of the model's own (Gemma 2/3's local layers), with and without a
         // gate, and sinks that fall outside it.
-        Case { b: 2, t: 45, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 2, gate: Some(Gate::Log), rope: Some(false), span: Some(17), softcap: None },
-        Case { b: 1, t: 40, h: 2, hkv: 1, d: 8, k: 3, window: 3, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: Some(9), softcap: None },
-        Case { b: 2, t: 30, h: 2, hkv: 1, d: 12, k: 4, window: 3, sink: 0, gate: None, rope: Some(true), span: Some(7), softcap: None },
+        Case { b: 2, t: 45, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 2, gate: Some(Gate::Log), rope: Some(false), span: Some(17), softcap: None, hard: None },
+        Case { b: 1, t: 40, h: 2, hkv: 1, d: 8, k: 3, window: 3, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: Some(9), softcap: None, hard: None },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 12, k: 4, window: 3, sink: 0, gate: None, rope: Some(true), span: Some(7), softcap: None, hard: None },
         // The head dims of Gemma 2/3 and Qwen (128, 256), GQA, sinks, both gates and none.
-        Case { b: 2, t: 45, h: 4, hkv: 1, d: 128, k: 8, window: 6, sink: 1, gate: Some(Gate::Log), rope: Some(false), span: Some(20), softcap: None },
-        Case { b: 1, t: 37, h: 4, hkv: 2, d: 128, k: 4, window: 4, sink: 4, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None },
-        Case { b: 2, t: 40, h: 2, hkv: 1, d: 256, k: 4, window: 5, sink: 4, gate: Some(Gate::Paper), rope: Some(false), span: Some(16), softcap: None },
-        Case { b: 1, t: 33, h: 4, hkv: 1, d: 256, k: 8, window: 3, sink: 1, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None },
-        Case { b: 1, t: 30, h: 2, hkv: 1, d: 256, k: 4, window: 3, sink: 0, gate: None, rope: Some(false), span: Some(11), softcap: None },
+        Case { b: 2, t: 45, h: 4, hkv: 1, d: 128, k: 8, window: 6, sink: 1, gate: Some(Gate::Log), rope: Some(false), span: Some(20), softcap: None, hard: None },
+        Case { b: 1, t: 37, h: 4, hkv: 2, d: 128, k: 4, window: 4, sink: 4, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None, hard: None },
+        Case { b: 2, t: 40, h: 2, hkv: 1, d: 256, k: 4, window: 5, sink: 4, gate: Some(Gate::Paper), rope: Some(false), span: Some(16), softcap: None, hard: None },
+        Case { b: 1, t: 33, h: 4, hkv: 1, d: 256, k: 8, window: 3, sink: 1, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None, hard: None },
+        Case { b: 1, t: 30, h: 2, hkv: 1, d: 256, k: 4, window: 3, sink: 0, gate: None, rope: Some(false), span: Some(11), softcap: None, hard: None },
         // Soft-capping (Gemma 2), with and without its sliding window, both gates and none, GQA,
         // caps near the scores (about 0.75 here) so that tanh bends them; all-local; Gemma 2's
         // own cap of 50 at its head dim.
-        Case { b: 2, t: 45, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 2, gate: Some(Gate::Log), rope: Some(false), span: Some(17), softcap: Some(1.0) },
-        Case { b: 1, t: 40, h: 2, hkv: 1, d: 8, k: 3, window: 3, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: Some(0.7) },
-        Case { b: 2, t: 30, h: 2, hkv: 1, d: 12, k: 4, window: 3, sink: 0, gate: None, rope: Some(true), span: Some(7), softcap: Some(1.5) },
-        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 40, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: Some(1.0) },
-        Case { b: 1, t: 41, h: 4, hkv: 2, d: 256, k: 8, window: 4, sink: 1, gate: Some(Gate::Paper), rope: Some(false), span: Some(16), softcap: Some(2.0) },
-        Case { b: 2, t: 37, h: 4, hkv: 2, d: 256, k: 4, window: 3, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: Some(50.0) },
+        Case { b: 2, t: 45, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 2, gate: Some(Gate::Log), rope: Some(false), span: Some(17), softcap: Some(1.0), hard: None },
+        Case { b: 1, t: 40, h: 2, hkv: 1, d: 8, k: 3, window: 3, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: Some(0.7), hard: None },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 12, k: 4, window: 3, sink: 0, gate: None, rope: Some(true), span: Some(7), softcap: Some(1.5), hard: None },
+        Case { b: 2, t: 30, h: 2, hkv: 1, d: 8, k: 4, window: 40, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: Some(1.0), hard: None },
+        Case { b: 1, t: 41, h: 4, hkv: 2, d: 256, k: 8, window: 4, sink: 1, gate: Some(Gate::Paper), rope: Some(false), span: Some(16), softcap: Some(2.0), hard: None },
+        Case { b: 2, t: 37, h: 4, hkv: 2, d: 256, k: 4, window: 3, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: Some(50.0), hard: None },
+        // Straight-through (the hard top-k mask forward, the log gate's gradient back), from
+        // adapters of either gate: k of 1 to 3 of K 3 to 8, sinks, GQA, a sliding window of the
+        // model's own, a soft-cap.
+        Case { b: 2, t: 37, h: 4, hkv: 2, d: 16, k: 4, window: 5, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None, hard: Some(2) },
+        Case { b: 1, t: 50, h: 3, hkv: 1, d: 8, k: 8, window: 3, sink: 1, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None, hard: Some(2) },
+        Case { b: 2, t: 41, h: 2, hkv: 2, d: 12, k: 3, window: 0, sink: 4, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None, hard: Some(1) },
+        Case { b: 2, t: 45, h: 4, hkv: 2, d: 16, k: 5, window: 5, sink: 2, gate: Some(Gate::Paper), rope: Some(false), span: Some(17), softcap: None, hard: Some(3) },
+        Case { b: 1, t: 40, h: 4, hkv: 1, d: 128, k: 8, window: 4, sink: 1, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: Some(1.0), hard: Some(2) },
     ];
 
     #[test]
     fn fused_attention_matches_the_composed_reference_with_gradients() {
         for (n, c) in CASES.iter().enumerate() {
             let [(fo, fq, fg), (co, cq, cg)] = both(c, &Device::Cpu, 7 + n as u64);
-            let what = format!("case {n} (d {}, {:?}, window {}, sink {}, span {:?}, rope {:?}, softcap {:?})", c.d, c.gate, c.window, c.sink, c.span, c.rope, c.softcap);
+            let what = format!("case {n} (d {}, {:?}, window {}, sink {}, span {:?}, rope {:?}, softcap {:?}, hard {:?})", c.d, c.gate, c.window, c.sink, c.span, c.rope, c.softcap, c.hard);
             assert!(rel_err(&fo, &co) < 1e-5, "{what}: output {}", rel_err(&fo, &co));
             assert!(norm(&cq) > 1e-3, "{what}: the reference d qkv vanishes");
             assert!(rel_err(&fq, &cq) < 1e-4, "{what}: d qkv {}", rel_err(&fq, &cq));
@@ -913,7 +986,7 @@ pub(crate) mod tests {
             let c = &c;
             for dtype in [DType::F32, DType::BF16] {
                 let [(fo, fq, fg), (co, cq, cg)] = both_in(c, &dev, seed + n as u64, dtype);
-                let what = format!("case {n} {dtype:?} (d {}, {:?}, T {}, H {}/{}, K {}, window {}, sink {}, span {:?}, rope {:?}, softcap {:?})", c.d, c.gate, c.t, c.h, c.hkv, c.k, c.window, c.sink, c.span, c.rope, c.softcap);
+                let what = format!("case {n} {dtype:?} (d {}, {:?}, T {}, H {}/{}, K {}, window {}, sink {}, span {:?}, rope {:?}, softcap {:?}, hard {:?})", c.d, c.gate, c.t, c.h, c.hkv, c.k, c.window, c.sink, c.span, c.rope, c.softcap, c.hard);
                 let (eo, eq) = (rel_err(&fo, &co), rel_err(&fq, &cq));
                 let eg = match (&fg, &cg) {
                     (Some(fg), Some(cg)) if c.window + 1 < c.t => rel_err(fg, cg),
@@ -935,17 +1008,17 @@ pub(crate) mod tests {
     fn cuda_fused_attention_matches_the_composed_reference_with_gradients() {
         cuda_matches_the_reference(
             &[
-                Case { b: 2, t: 200, h: 6, hkv: 2, d: 64, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None },
-                Case { b: 1, t: 130, h: 3, hkv: 3, d: 64, k: 4, window: 0, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: None, softcap: None },
-                Case { b: 2, t: 64, h: 2, hkv: 1, d: 64, k: 16, window: 20, sink: 0, gate: Some(Gate::Log), rope: None, span: None, softcap: None },
-                Case { b: 1, t: 333, h: 4, hkv: 2, d: 64, k: 12, window: 128, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None },
-                Case { b: 2, t: 100, h: 4, hkv: 1, d: 64, k: 8, window: 5, sink: 0, gate: None, rope: Some(true), span: None, softcap: None },
-                Case { b: 1, t: 257, h: 2, hkv: 2, d: 64, k: 3, window: 300, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
-                Case { b: 2, t: 230, h: 4, hkv: 2, d: 64, k: 8, window: 12, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: Some(90), softcap: None },
+                Case { b: 2, t: 200, h: 6, hkv: 2, d: 64, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None, hard: None },
+                Case { b: 1, t: 130, h: 3, hkv: 3, d: 64, k: 4, window: 0, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: None, softcap: None, hard: None },
+                Case { b: 2, t: 64, h: 2, hkv: 1, d: 64, k: 16, window: 20, sink: 0, gate: Some(Gate::Log), rope: None, span: None, softcap: None, hard: None },
+                Case { b: 1, t: 333, h: 4, hkv: 2, d: 64, k: 12, window: 128, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None, hard: None },
+                Case { b: 2, t: 100, h: 4, hkv: 1, d: 64, k: 8, window: 5, sink: 0, gate: None, rope: Some(true), span: None, softcap: None, hard: None },
+                Case { b: 1, t: 257, h: 2, hkv: 2, d: 64, k: 3, window: 300, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None, hard: None },
+                Case { b: 2, t: 230, h: 4, hkv: 2, d: 64, k: 8, window: 12, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: Some(90), softcap: None, hard: None },
                 // Long enough that most tiles are wholly distant or wholly local (the kernels'
                 // tile classes skip the per-pair position tests there).
-                Case { b: 1, t: 700, h: 4, hkv: 1, d: 64, k: 8, window: 100, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None },
-                Case { b: 1, t: 600, h: 2, hkv: 1, d: 64, k: 16, window: 70, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(400), softcap: None },
+                Case { b: 1, t: 700, h: 4, hkv: 1, d: 64, k: 8, window: 100, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None, hard: None },
+                Case { b: 1, t: 600, h: 2, hkv: 1, d: 64, k: 16, window: 70, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(400), softcap: None, hard: None },
             ],
             40,
         );
@@ -960,18 +1033,18 @@ pub(crate) mod tests {
     fn cuda_fused_attention_head_dims_128_and_256_match_the_composed_reference_with_gradients() {
         cuda_matches_the_reference(
             &[
-                Case { b: 2, t: 200, h: 4, hkv: 1, d: 256, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
-                Case { b: 1, t: 130, h: 2, hkv: 2, d: 256, k: 4, window: 0, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None },
-                Case { b: 2, t: 96, h: 4, hkv: 1, d: 256, k: 16, window: 20, sink: 0, gate: Some(Gate::Log), rope: None, span: Some(40), softcap: None },
-                Case { b: 1, t: 333, h: 4, hkv: 1, d: 256, k: 12, window: 128, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(150), softcap: None },
-                Case { b: 2, t: 100, h: 4, hkv: 1, d: 256, k: 8, window: 5, sink: 0, gate: None, rope: Some(false), span: Some(33), softcap: None },
-                Case { b: 1, t: 257, h: 2, hkv: 1, d: 256, k: 3, window: 300, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None },
-                Case { b: 2, t: 200, h: 6, hkv: 2, d: 128, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: Some(70), softcap: None },
-                Case { b: 1, t: 150, h: 4, hkv: 4, d: 128, k: 16, window: 10, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: None, softcap: None },
-                Case { b: 1, t: 77, h: 2, hkv: 1, d: 128, k: 5, window: 3, sink: 0, gate: None, rope: None, span: None, softcap: None },
+                Case { b: 2, t: 200, h: 4, hkv: 1, d: 256, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None, hard: None },
+                Case { b: 1, t: 130, h: 2, hkv: 2, d: 256, k: 4, window: 0, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None, hard: None },
+                Case { b: 2, t: 96, h: 4, hkv: 1, d: 256, k: 16, window: 20, sink: 0, gate: Some(Gate::Log), rope: None, span: Some(40), softcap: None, hard: None },
+                Case { b: 1, t: 333, h: 4, hkv: 1, d: 256, k: 12, window: 128, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(150), softcap: None, hard: None },
+                Case { b: 2, t: 100, h: 4, hkv: 1, d: 256, k: 8, window: 5, sink: 0, gate: None, rope: Some(false), span: Some(33), softcap: None, hard: None },
+                Case { b: 1, t: 257, h: 2, hkv: 1, d: 256, k: 3, window: 300, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: None, hard: None },
+                Case { b: 2, t: 200, h: 6, hkv: 2, d: 128, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: Some(70), softcap: None, hard: None },
+                Case { b: 1, t: 150, h: 4, hkv: 4, d: 128, k: 16, window: 10, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: None, softcap: None, hard: None },
+                Case { b: 1, t: 77, h: 2, hkv: 1, d: 128, k: 5, window: 3, sink: 0, gate: None, rope: None, span: None, softcap: None, hard: None },
                 // Llama 3's head dim and GQA 4:1 at a length where most tiles are wholly distant.
-                Case { b: 1, t: 700, h: 8, hkv: 2, d: 128, k: 8, window: 100, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None },
-                Case { b: 1, t: 520, h: 4, hkv: 1, d: 128, k: 16, window: 40, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(300), softcap: None },
+                Case { b: 1, t: 700, h: 8, hkv: 2, d: 128, k: 8, window: 100, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: None, hard: None },
+                Case { b: 1, t: 520, h: 4, hkv: 1, d: 128, k: 16, window: 40, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(300), softcap: None, hard: None },
             ],
             140,
         );
@@ -986,17 +1059,38 @@ pub(crate) mod tests {
     fn cuda_fused_attention_soft_capped_matches_the_composed_reference_with_gradients() {
         cuda_matches_the_reference(
             &[
-                Case { b: 2, t: 200, h: 6, hkv: 2, d: 64, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: Some(1.0) },
-                Case { b: 1, t: 230, h: 4, hkv: 2, d: 64, k: 12, window: 12, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(90), softcap: Some(0.7) },
-                Case { b: 2, t: 100, h: 4, hkv: 1, d: 64, k: 8, window: 5, sink: 0, gate: None, rope: Some(true), span: Some(40), softcap: Some(1.5) },
-                Case { b: 2, t: 200, h: 6, hkv: 2, d: 128, k: 8, window: 16, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: Some(70), softcap: Some(1.0) },
-                Case { b: 1, t: 150, h: 4, hkv: 4, d: 128, k: 16, window: 10, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: Some(2.0) },
-                Case { b: 1, t: 333, h: 4, hkv: 2, d: 256, k: 16, window: 128, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: Some(150), softcap: Some(1.0) },
-                Case { b: 2, t: 130, h: 4, hkv: 2, d: 256, k: 4, window: 20, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: None, softcap: Some(0.8) },
-                Case { b: 2, t: 100, h: 4, hkv: 1, d: 256, k: 8, window: 5, sink: 0, gate: None, rope: Some(false), span: Some(33), softcap: Some(1.0) },
-                Case { b: 1, t: 257, h: 4, hkv: 2, d: 256, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: Some(64), softcap: Some(50.0) },
+                Case { b: 2, t: 200, h: 6, hkv: 2, d: 64, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(true), span: None, softcap: Some(1.0), hard: None },
+                Case { b: 1, t: 230, h: 4, hkv: 2, d: 64, k: 12, window: 12, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(90), softcap: Some(0.7), hard: None },
+                Case { b: 2, t: 100, h: 4, hkv: 1, d: 64, k: 8, window: 5, sink: 0, gate: None, rope: Some(true), span: Some(40), softcap: Some(1.5), hard: None },
+                Case { b: 2, t: 200, h: 6, hkv: 2, d: 128, k: 8, window: 16, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: Some(70), softcap: Some(1.0), hard: None },
+                Case { b: 1, t: 150, h: 4, hkv: 4, d: 128, k: 16, window: 10, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: None, softcap: Some(2.0), hard: None },
+                Case { b: 1, t: 333, h: 4, hkv: 2, d: 256, k: 16, window: 128, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: Some(150), softcap: Some(1.0), hard: None },
+                Case { b: 2, t: 130, h: 4, hkv: 2, d: 256, k: 4, window: 20, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: None, softcap: Some(0.8), hard: None },
+                Case { b: 2, t: 100, h: 4, hkv: 1, d: 256, k: 8, window: 5, sink: 0, gate: None, rope: Some(false), span: Some(33), softcap: Some(1.0), hard: None },
+                Case { b: 1, t: 257, h: 4, hkv: 2, d: 256, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: Some(64), softcap: Some(50.0), hard: None },
             ],
             240,
+        );
+    }
+
+    /// Straight-through (the `_hard` kernels): the hard top-k mask forward, the log gate's
+    /// gradient back, at every head dim, K 3 to 16, k 1 to 3, from adapters of either gate,
+    /// with a sliding window of the model's own and a soft-cap, at lengths where most tiles are
+    /// wholly distant.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_fused_attention_straight_through_matches_the_composed_reference_with_gradients() {
+        cuda_matches_the_reference(
+            &[
+                Case { b: 2, t: 200, h: 6, hkv: 2, d: 64, k: 8, window: 16, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None, hard: Some(2) },
+                Case { b: 1, t: 600, h: 4, hkv: 1, d: 64, k: 16, window: 70, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: Some(400), softcap: None, hard: Some(3) },
+                Case { b: 2, t: 130, h: 2, hkv: 1, d: 64, k: 3, window: 0, sink: 0, gate: Some(Gate::Log), rope: None, span: None, softcap: None, hard: Some(1) },
+                Case { b: 1, t: 700, h: 8, hkv: 2, d: 128, k: 8, window: 100, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: None, hard: Some(2) },
+                Case { b: 2, t: 200, h: 4, hkv: 1, d: 256, k: 4, window: 16, sink: 0, gate: Some(Gate::Paper), rope: Some(false), span: Some(90), softcap: None, hard: Some(2) },
+                Case { b: 1, t: 257, h: 4, hkv: 2, d: 256, k: 8, window: 16, sink: 0, gate: Some(Gate::Log), rope: Some(false), span: Some(64), softcap: Some(50.0), hard: Some(2) },
+                Case { b: 2, t: 100, h: 6, hkv: 2, d: 64, k: 8, window: 12, sink: 0, gate: Some(Gate::Paper), rope: Some(true), span: None, softcap: Some(1.0), hard: Some(2) },
+            ],
+            340,
         );
     }
 
@@ -1027,5 +1121,13 @@ pub(crate) mod tests {
         let [(ko, kq, kg), (kco, _, _)] = both(&capped, &Device::Cpu, 7);
         assert!(rel_err(&ko, &fo) > 1e-3 && rel_err(&kq, &fq) > 1e-3 && rel_err(kg.as_ref().unwrap(), fg.as_ref().unwrap()) > 1e-2);
         assert!(rel_err(&kco, &fo) > 1e-3, "the composed reference caps too");
+        // And the straight-through mask is not the soft gate, nor top-1 top-2.
+        let hard = Case { hard: Some(2), ..*c };
+        let [(ho, hq, hg), (hco, _, _)] = both(&hard, &Device::Cpu, 7);
+        assert!(rel_err(&ho, &fo) > 1e-2 && rel_err(&hq, &fq) > 1e-2 && rel_err(hg.as_ref().unwrap(), fg.as_ref().unwrap()) > 1e-2);
+        assert!(rel_err(&hco, &fo) > 1e-2, "the composed reference masks too");
+        let top1 = Case { hard: Some(1), ..*c };
+        let [(to, tq, tg), _] = both(&top1, &Device::Cpu, 7);
+        assert!(rel_err(&to, &ho) > 1e-2 && rel_err(&tq, &hq) > 1e-2 && rel_err(tg.as_ref().unwrap(), hg.as_ref().unwrap()) > 1e-2);
     }
 }

@@ -1,6 +1,7 @@
 //! The small device helpers of the training ops: CPU storages as f32 values and back, and the
 //! launch plumbing for the CUDA kernels of `crates/kernels/cuda/focus_train.cu` (module
-//! `focus_train`, and `focus_train_cap` for its soft-capped attention, compiled to PTX by
+//! `focus_train`, and `focus_train_cap` / `focus_train_hard` for its soft-capped and
+//! straight-through attention, compiled to PTX by
 //! build.rs): loading a function, device views of storages
 //! and tensors, launch shapes. The ops themselves are in `attention.rs`, `sinkhorn.rs` and
 //! `ops.rs` beside this file.
@@ -43,10 +44,20 @@ pub mod cuda {
     /// that only a model that soft-caps pays for their JIT compilation.
     const CAP_PTX: &str = focus_kernels::TRAIN_CAP_PTX;
     const CAP_MODULE: &str = "focus_train_cap";
+    /// The straight-through attention kernels (`_hard_`, soft-capped or not; focus_train_hard.cu),
+    /// apart likewise: only a straight-through run compiles them.
+    const HARD_PTX: &str = focus_kernels::TRAIN_HARD_PTX;
+    const HARD_MODULE: &str = "focus_train_hard";
 
     /// The kernel `name` of the training modules on `dev` (each loaded once per device).
     pub fn func(dev: &CudaDevice, name: &str) -> candle_core::Result<CudaFunction> {
-        let (module, ptx) = if name.contains("_cap_") { (CAP_MODULE, CAP_PTX) } else { (MODULE, PTX) };
+        let (module, ptx) = if name.contains("_hard_") {
+            (HARD_MODULE, HARD_PTX)
+        } else if name.contains("_cap_") {
+            (CAP_MODULE, CAP_PTX)
+        } else {
+            (MODULE, PTX)
+        };
         Ok(dev.get_or_load_custom_func(name, module, ptx)?.into_cuda_function())
     }
 

@@ -6,11 +6,11 @@
 //!   (`attention::SoftAttention`) and the block's fused rest (`block.rs`), with the frozen
 //!   weights in bf16 on CUDA (`weights.rs`) and no T x T tensor;
 //! - the composed ops: `Decoder::forward_differentiable`, the inference layer loop with
-//!   candle's ops (f32, explicit T x T scores and gates), which the straight-through objective
-//!   and the shapes the fused kernels do not take use.
+//!   candle's ops (f32, explicit T x T scores and gates), which the shapes the fused kernels
+//!   do not take use.
 //! tests/differentiable.rs checks that both compute what inference computes.
 
-use super::attention::{SoftAttention, CUDA_HEAD_DIMS, CUDA_MAX_GROUPS};
+use super::attention::{SoftAttention, CUDA_HEAD_DIMS, CUDA_MAX_GROUPS, MAX_HARD_GROUPS};
 use super::block;
 use super::sinkhorn::sinkhorn_fused;
 use super::weights::TrainWeights;
@@ -28,9 +28,9 @@ use std::sync::atomic::Ordering;
 /// Which form of the training step runs (both compute the same function).
 #[derive(Clone, Copy)]
 pub struct TrainPath<'a> {
-    /// The fused step; else the composed ops. The straight-through objective and on CUDA the
-    /// shapes its kernels do not take (head dims other than 64, 128 and 256, more than 16
-    /// groups) always run composed.
+    /// The fused step; else the composed ops. On CUDA the shapes its kernels do not take (head
+    /// dims other than 64, 128 and 256, more than 16 groups) always run composed, and so does
+    /// the straight-through objective with more than 16 groups (its top-k sets are 16-bit masks).
     pub fused: bool,
     /// Sinkhorn as one op each way (`sinkhorn::sinkhorn_fused`), in either form.
     pub fused_sinkhorn: bool,
@@ -79,7 +79,8 @@ pub(crate) fn takes_fused(dec: &Decoder, opts: &ForwardOptions, path: TrainPath)
         Device::Cpu => true,
         _ => CUDA_HEAD_DIMS.contains(&cfg.head_dim) && groups <= CUDA_MAX_GROUPS,
     };
-    path.fused && opts.straight_through.is_none() && kernels_take_it
+    let hard_ok = opts.straight_through.is_none() || groups <= MAX_HARD_GROUPS;
+    path.fused && hard_ok && kernels_take_it
 }
 
 /// The fused step's layer loop.
@@ -108,15 +109,20 @@ fn layer(dec: &Decoder, l: usize, x: &Tensor, (b, t): (usize, usize), opts: &For
     let (h, qkv) = block::attention_inputs(blk, x, tb, cfg)?;
     // The adapter, where it routes this layer (`RouterLayers`).
     let routed = opts.adapter.filter(|a| a.config.router_layers.routes(cfg.is_sliding(l)));
-    let (gate, g, window, sink) = match routed {
+    let (gate, hard, g, window, sink) = match routed {
         Some(a) if opts.mode == Mode::Soft && !mask::all_local(t, a.config.window) => {
             let g = a.route_tensor(l, &h, b, opts.sinkhorn_grad, opts.balance)?;
-            (GateFn::of(&a.config), Some(g), a.config.window, a.config.sink)
+            match opts.straight_through {
+                // The hard top-k mask forward, the log gate's gradient back, whatever the
+                // adapter's gate (`attention::soft::straight_through_plan`).
+                Some(k) => (GateFn::Log { eps: a.config.log_eps as f32 }, Some(k.of(a.config.groups)?), Some(g), a.config.window, a.config.sink),
+                None => (GateFn::of(&a.config), None, Some(g), a.config.window, a.config.sink),
+            }
         }
-        _ => (GateFn::None, None, 0, 0),
+        _ => (GateFn::None, None, None, 0, 0),
     };
     let span = blk.attn.span(t);
-    let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope(&blk.attn), gate, window, sink, span, softcap: blk.attn.softcap.map(|c| c as f32) };
+    let attn = SoftAttention { b, t, heads: cfg.n_heads, kv_heads: cfg.n_kv_heads, head_dim: cfg.head_dim, rope: pass.rope(&blk.attn), gate, window, sink, span, softcap: blk.attn.softcap.map(|c| c as f32), hard };
     let y = block::finish(blk, x, &attn.forward(&qkv, g.as_ref())?, tb)?;
     Ok((y, g))
 }
