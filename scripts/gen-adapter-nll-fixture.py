@@ -5,9 +5,9 @@ after a retrained adapter replaced the weights of sample_adapters/smollm2-135m-k
 
 Usage (from the repository root):
   scripts/gen-adapter-nll-fixture.py ADAPTER_DIR --ppl-json RUN/ppl.json
-      copies the first 2 chunks of the soft and top-2 rows of the training run's ppl.json
-      (train_paper's held-out perplexity on the GPU, ctx 1024 on the whole Persuasion
-      fixture): an independent reference (other kernels, other device). Preferred.
+      copies the first 2 chunks of the soft and top-2 rows at ctx 1024 of the training run's
+      ppl.json (train_paper's held-out perplexity on the GPU, on the Persuasion fixture or the
+      whole book it begins): an independent reference (other kernels, other device). Preferred.
   scripts/gen-adapter-nll-fixture.py ADAPTER_DIR --measure [--bin target/release/focus-lens]
       measures them on this CPU with `focus-lens ppl --ctx 1024 --json` on the first 12,000
       characters of the fixture (the first 2 chunks; for a run without a ppl.json).
@@ -28,7 +28,9 @@ FIXTURE = "tests/fixtures/trained_adapters_nll.json"
 
 
 def from_ppl_json(path, ctx, chunks):
-    rows = {r["mode"]: r for r in json.load(open(path))}
+    # A run may measure several contexts (train_paper --ctx 1024,4096,8192): the rows at ctx.
+    every = json.load(open(path))
+    rows = {r["mode"]: r for r in every if r["ctx"] == ctx} or {r["mode"]: r for r in every}
     out = {}
     for key, mode in (("soft", "soft"), ("topk2", "topk(2)")):
         r = rows.get(mode)
@@ -39,7 +41,7 @@ def from_ppl_json(path, ctx, chunks):
         out[key] = r["per_chunk_nll"][:chunks]
     return out, {
         "measured_on": "the GPU (train_paper's held-out perplexity after training): the CPU must reproduce the CUDA kernels",
-        "from": f"{path}, ctx {ctx} on the whole fixture (first {chunks} of {len(rows['soft']['per_chunk_nll'])} chunks)",
+        "from": f"{path}, ctx {ctx}: the first {chunks} of its {len(rows['soft']['per_chunk_nll'])} chunks (the fixture, or a text it begins)",
     }
 
 

@@ -30,6 +30,8 @@ for f in train_paper.xz focus-lens.xz corpus.tar.xz $(basename $M); do
 done
 chmod +x $S/train_paper $S/focus-lens
 source scripts/cuda/gpu-prelude.sh
+# The binaries of scripts/cuda/cuda-env.sh's stub-linked builds load the CUDA libraries so.
+export LD_PRELOAD="${PRELOAD-libcuda.so.1 libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libnvrtc.so.13 libcudart.so.13}"
 mkdir -p $R
 cp -rn sample_adapters $S/
 

@@ -7,7 +7,10 @@ perplexities (the run's ppl.json, H200), the last evaluation's dominance and cat
 RUN may also be a path to a run's folder (another model's sweep, e.g.
 experiments/results/gemma3_h200/g3all); MODEL (env) names the base model's file in the command,
 SHARED (env) how many other runs shared the GPU (default two), DATE the run's date, PROBE_NOTE
-what the training log's probe was.
+what the training log's probe was, PPL_FILE what the run's ppl.json measured (default the
+60,000-byte Persuasion fixture) and PPL_ARGS its train_paper flags, LAUNCHER the script that
+started it (default experiments/gpu/launch.sh). A ppl.json of several contexts (--ctx
+1024,4096,8192) gives results.ppl one entry per context.
 A run that fine-tuned a saved adapter (`train_paper --from`, its config's training.init "from
 /root/stage/X") is recorded as the last stage of a chain: X is either a run of RUN's folder
 (`runs/NAME`, the stage before, recorded the same way) or a shipped adapter, whose training
@@ -62,12 +65,13 @@ cfg["training"] = {
 # A fine-tuning run (train_paper --from): the chain of stages back to a shipped adapter.
 def stages_of(run_dir):
     """The stages that made run_dir's adapter, first to last (the first: the shipped adapter's
-    own training record, read from git), and a line naming that adapter."""
+    own training record, read from git, or its stages where it was itself a chain), a line
+    naming what they start from, and how many of the stages that line already names."""
     c = json.load(open(run_dir / "adapter_config.json"))["training"]
     parent = c["init"][len("from "):].split("/root/stage/", 1)[-1]
     if parent.startswith("runs/"):
         # The output of an earlier stage of the same session: its configs are beside this run's.
-        before, origin = stages_of(run_dir.parent / parent[len("runs/"):])
+        before, origin, named = stages_of(run_dir.parent / parent[len("runs/"):])
     else:
         at = os.environ.get("FROM_COMMIT", "HEAD")
         git = lambda *a: subprocess.run(["git", *a], check=True, capture_output=True, text=True).stdout.strip()
@@ -75,28 +79,38 @@ def stages_of(run_dir):
         shipped = json.loads(git("show", f"{commit}:{parent}/adapter_config.json"))["training"]
         run_note = f": {os.environ['FROM_RUN']}" if os.environ.get("FROM_RUN") else ""
         origin = f"{parent} as shipped by commit {commit} ({shipped['tokens_seen']:,} tokens{run_note})"
-        before = [{"adapter": f"{parent} as shipped by commit {commit}", "run": os.environ.get("FROM_RUN"),
-                   **{k: v for k, v in shipped.items() if k not in ("data", "data_files", "heldout_files", "split")}}]
+        if shipped.get("stages"):
+            # The shipped adapter was a chain itself: its stages, and the line naming them.
+            before, origin = shipped["stages"], shipped["from"] + f" (as shipped by commit {commit})"
+        else:
+            before = [{"adapter": f"{parent} as shipped by commit {commit}", "run": os.environ.get("FROM_RUN"),
+                       **{k: v for k, v in shipped.items() if k not in ("data", "data_files", "heldout_files", "split")}}]
+        named = len(before)
     probe = f" --probe {os.environ['PROBE_FILES']}" if os.environ.get("PROBE_FILES") else ""
     terms = (f" --sharpen {c['sharpen']:g}" if c.get("sharpen") else "") + (f" --balance {c['balance']:g}" if c.get("balance") else "")
+    shape = (f" --seq {c['seq_len']}" if c["seq_len"] != 1024 else "") + (f" --batch {c['batch']}" if c["batch"] != 4 else "")
+    extra = f" --straight-through {c['straight_through']}" if c.get("straight_through") else ""
     this = {
         "run": str(run_dir), "from": parent + (f" (the output of {run_dir.parent / parent[len('runs/'):]})" if parent.startswith("runs/") else ""), "steps": c["steps"], "tokens_seen": c["tokens_seen"], "lr": c["lr"], "cosine_decay": c["cosine_decay"],
         "sharpen": c.get("sharpen", 0.0), "balance": c.get("balance", 0.0), "seconds": c["seconds_this_run"], "time_limit_min": c.get("time_limit_min"),
         "heldout_ppl_final": c["heldout_ppl"], "heldout_mode": c["heldout_mode"],
         "command": (f"train_paper --model {os.environ.get('MODEL', 'SmolLM2-135M-Instruct.Q4_1.gguf')} --data corpus/train --heldout corpus/heldout "
-                    f"--out runs/{run_dir.name} --from {parent} --steps {c['steps']} --minutes {c['time_limit_min']:g} --eval-every {c['steps'] // 4} "
-                    f"--ppl tests/fixtures/ppl_persuasion_60k.txt --ctx 1024{probe} --lr {c['lr']:g}{terms} (started by experiments/gpu/launch.sh)"),
+                    f"--out runs/{run_dir.name} --from {parent}{shape} --steps {os.environ.get('PLANNED_STEPS', c['steps'])} --minutes {c['time_limit_min']:g} "
+                    f"--eval-every {int(os.environ.get('PLANNED_STEPS', c['steps'])) // 4} {os.environ.get('PPL_ARGS', '--ppl tests/fixtures/ppl_persuasion_60k.txt --ctx 1024')}{probe} "
+                    f"--lr {c['lr']:g}{terms}{extra} (started by {os.environ.get('LAUNCHER', 'experiments/gpu/launch.sh')})"),
         "same_as": (f"focus-lens train --device cuda --init {parent} --data corpus/train --heldout corpus/heldout --seq-len {c['seq_len']} "
-                    f"--batch {c['batch']} --lr {c['lr']:g}{' --cosine-decay' if c['cosine_decay'] else ''} --steps {c['steps']} --seed {c['seed']}{terms}"),
+                    f"--batch {c['batch']} --lr {c['lr']:g}{' --cosine-decay' if c['cosine_decay'] else ''} --steps {os.environ.get('PLANNED_STEPS', c['steps'])} --seed {c['seed']}{terms}"
+                    f"{' --straight-through ' + str(c['straight_through']) if c.get('straight_through') else ''}"
+                    f"{' --time-limit-min ' + format(c['time_limit_min'], 'g') if os.environ.get('PLANNED_STEPS') and c.get('time_limit_min') else ''}"),
     }
-    return before + [this], origin
+    return before + [this], origin, named
 
 if t.get("init", "").startswith("from "):
-    stages, origin = stages_of(src)
+    stages, origin, named = stages_of(src)
     for k in ("seconds", "command", "same_as", "time_limit_min", "date"):
         cfg["training"].pop(k)
     cfg["training"].update({
-        "from": f"{origin}, then " + ", then ".join(f"{s['run']} ({s['tokens_seen']:,} tokens)" for s in stages[1:]),
+        "from": f"{origin}, then " + ", then ".join(f"{s['run']} ({s['tokens_seen']:,} tokens)" for s in stages[named:]),
         "stages": stages,
         "steps": sum(s["steps"] for s in stages), "tokens_seen": sum(s["tokens_seen"] for s in stages),
         "tokens_this_run": t["tokens_seen"], "sharpen": t.get("sharpen", 0.0), "balance": t.get("balance", 0.0),
@@ -105,7 +119,10 @@ if t.get("init", "").startswith("from "):
         "command": stages[-1]["command"], "same_as": stages[-1]["same_as"],
         "date": os.environ.get("DATE", "2026-12-01"),
     })
-ppl = {p["mode"]: p["ppl"] for p in json.load(open(src / "ppl.json"))}
+ppl_rows = json.load(open(src / "ppl.json"))
+ppl_by_ctx = {}
+for p in ppl_rows:
+    ppl_by_ctx.setdefault(p["ctx"], {})[p["mode"]] = p["ppl"]
 st = json.load(open(stats))
 # Only the layers the adapter routes (router_layers: global leaves the others dense).
 routed = [L.get("routed", True) for L in st["layers"]]
@@ -118,9 +135,10 @@ for L, r in zip(st["profiles"], routed):
     cs = L["centroids"]; tot = sum(c["tokens"] for c in cs)
     pur.append(sum(c["tokens"] * (c["purity"] or 0) for c in cs) / max(tot, 1))
 cfg["results"] = {
-    "ppl_file": "tests/fixtures/ppl_persuasion_60k.txt (held-out Persuasion; llama-perplexity convention)",
-    "ppl": {"ctx1024": {"dense": ppl["dense"], "soft": ppl["soft"]} | {f"topk{k}": ppl[f"topk({k})"] for k in (1, 2, 3) if f"topk({k})" in ppl}},
-    "measured_on": "ppl: NVIDIA H200, CUDA build (the CPU reproduces per-chunk NLL: tests/trained_adapters.rs); analysis: this project's 2-core CPU",
+    "ppl_file": os.environ.get("PPL_FILE", "tests/fixtures/ppl_persuasion_60k.txt (held-out Persuasion; llama-perplexity convention)"),
+    "ppl": {f"ctx{ctx}": {"dense": ppl["dense"], "soft": ppl["soft"]} | {f"topk{k}": ppl[f"topk({k})"] for k in (1, 2, 3) if f"topk({k})" in ppl}
+            for ctx, ppl in sorted(ppl_by_ctx.items())},
+    "measured_on": f"ppl: {cfg['training']['device'].removeprefix('cuda (').removesuffix(')')}, CUDA build (the CPU reproduces per-chunk NLL: tests/trained_adapters.rs); analysis: this project's 2-core CPU",
     "probe_categories_last_eval": last["categories"],
     "probe_note": (os.environ.get("PROBE_NOTE") or "train_log.jsonl's last evaluation: the first 4,000 bytes of Persuasion, soft mode; pure = >= 20 tokens"),
     "analysis": {
