@@ -29,8 +29,10 @@ fn file_window_without_a_system_dialog() -> TestResult {
     // retrained adapter needs no change here).
     let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::root().join("sample_adapters/smollm2-135m-k4/adapter_config.json"))?)?;
     let ppl = &cfg["results"]["ppl"]["ctx1024"];
+    // The text's file name, as the picker shows it (`results.ppl_file` up to its first " (").
+    let file = cfg["results"]["ppl_file"].as_str().unwrap().split(" (").next().unwrap().rsplit('/').next().unwrap();
     let line = format!(
-        "K = 4, k = 2 · {:.2}M training tokens · held-out PPL on ppl_persuasion_60k.txt, ctx 1024: dense {:.2}, soft {:.2}, top-2 {:.2}",
+        "K = 4, k = 2 · {:.2}M training tokens · held-out PPL on {file}, ctx 1024: dense {:.2}, soft {:.2}, top-2 {:.2}",
         cfg["training"]["tokens_seen"].as_f64().unwrap() / 1e6,
         ppl["dense"].as_f64().unwrap(),
         ppl["soft"].as_f64().unwrap(),
