@@ -1,8 +1,8 @@
 // Device helpers that several kernel files use (included by focus_attention.cu and
 // focus_train.cu; build.rs passes nvcc -I of this folder): cp.async copies into shared memory,
 // the m16n8k16 bf16 tensor-core product and its ldmatrix fragment loads, bf16 packing, the
-// hardware 2^x, and reductions over the four lanes (a quad) that hold one row of an mma tile.
-// All are force-inlined, so a kernel file's PTX is what it was with its own copies.
+// hardware 2^x, reductions over the four lanes (a quad) that hold one row of an mma tile, and
+// the top-k rank of a membership (included by focus_route.cu too). All are force-inlined, so a kernel file's PTX is what it was with its own copies.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -62,4 +62,13 @@ __device__ __forceinline__ float quad_max(float x) {
 __device__ __forceinline__ float quad_sum(float x) {
     x += __shfl_xor_sync(0xffffffff, x, 1);
     return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+// How many of row[0..n) rank before entry g: larger, or equal with a lower index (the order of
+// focus::mask::top_k_indices); entry g is in the top k when this is below k.
+__device__ __forceinline__ int rank_in_row(const float* row, int n, int g) {
+    const float x = row[g];
+    int before = 0;
+    for (int j = 0; j < n; ++j) before += (row[j] > x) || (row[j] == x && j < g);
+    return before;
 }

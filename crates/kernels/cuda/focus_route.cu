@@ -24,7 +24,7 @@
 // step record `rec` (f64): [scores K][memberships K][run iters x K], which the host copies once
 // per step, for all layers at once, to fill its mirror of the routing.
 
-#include <stdint.h>
+#include "focus_common.cuh"  // rank_in_row
 
 #define ROUTE_THREADS 1024
 // Groups per lane in the Sinkhorn warp (K <= 64).
@@ -217,12 +217,7 @@ extern "C" __global__ void route_newest(
         // with a lower index).
         for (int e = 0; e < GPL; e++) {
             const int g = lane + 32 * e;
-            if (g < groups) {
-                const float x = s_memb[g];
-                int before = 0;
-                for (int j = 0; j < groups; j++) before += (s_memb[j] > x) || (s_memb[j] == x && j < g);
-                if (before < k) atomicOr(&s_mask, 1ull << g);
-            }
+            if (g < groups && rank_in_row(s_memb, groups, g) < k) atomicOr(&s_mask, 1ull << g);
         }
         __syncwarp();
         for (int e = 0; e < GPL; e++) {

@@ -977,18 +977,15 @@ extern "C" __global__ void attn_dg_reduce(const float* __restrict__ dga, const f
 }
 
 // GATE_HARD's top-k bits: each of n rows of memberships g (K <= 16 f32) -> the bit mask of its
-// k largest entries, ties to the lower index (mask::top_k_indices' stable descending sort).
+// k largest entries, ties to the lower index (`rank_in_row`, as focus_route.cu chooses them).
 extern "C" __global__ void topk_bits(const float* __restrict__ g, unsigned short* __restrict__ out, int n, int K,
                                      int k) {
     const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const float* r = g + (size_t)i * K;
     unsigned m = 0;
-    for (int x = 0; x < K; ++x) {
-        int rank = 0;
-        for (int y = 0; y < K; ++y) rank += r[y] > r[x] || (r[y] == r[x] && y < x);
-        if (rank < k) m |= 1u << x;
-    }
+    for (int x = 0; x < K; ++x)
+        if (rank_in_row(r, K, x) < k) m |= 1u << x;
     out[i] = (unsigned short)m;
 }
 #endif

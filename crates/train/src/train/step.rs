@@ -28,9 +28,9 @@ use std::sync::atomic::Ordering;
 /// Which form of the training step runs (both compute the same function).
 #[derive(Clone, Copy)]
 pub struct TrainPath<'a> {
-    /// The fused step; else the composed ops. On CUDA the shapes its kernels do not take (head
-    /// dims other than 64, 128 and 256, more than 16 groups) always run composed, and so does
-    /// the straight-through objective with more than 16 groups (its top-k sets are 16-bit masks).
+    /// The fused step; else the composed ops. The straight-through objective with more than 16
+    /// groups (its top-k sets are 16-bit masks) and, on CUDA, the shapes the kernels do not take
+    /// (head dims other than 64, 128 and 256, more than 16 groups) always run composed.
     pub fused: bool,
     /// Sinkhorn as one op each way (`sinkhorn::sinkhorn_fused`), in either form.
     pub fused_sinkhorn: bool,
