@@ -9,7 +9,7 @@
 //!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--router-layers all|global] [--cpu]
 //!       [--wd 0] [--clip 0] [--lambda 10] [--probe FILE,FILE] [--composed] [--mem-trace]
 //!       [--sink 0] [--freeze-centroids] [--freeze-projection] [--sharpen 0] [--balance 0] [--input-scale] [--from ADAPTER] [--straight-through 0]
-//!       [--init-gain 1]
+//!       [--init-gain 1] [--recompute auto|on|off]
 //!
 //! Defaults are the paper's setting: dot scores, tau 0.1, Sinkhorn 10 iterations with the full
 //! gradient, log gate, random init; and ours: d_g 16, w 128, 4 x 1024 tokens per step, AdamW lr
@@ -136,6 +136,15 @@ fn main() -> focus_core::Result<()> {
     if args.iter().any(|a| a == "--composed") {
         trainer.kernels.fused = false;
     }
+    // --recompute auto|on|off: which layers the fused step recomputes in the backward (auto:
+    // as many graphs kept as fit the memory free at the first step; `on` for runs that share a
+    // GPU, whose free memory at the start says nothing of the others' peaks).
+    trainer.kernels.recompute = match arg(&args, "--recompute", "auto").as_str() {
+        "auto" => focus_core::train::Recompute::Auto,
+        "on" => focus_core::train::Recompute::On,
+        "off" => focus_core::train::Recompute::Off,
+        other => return Err(focus_core::Error::Invalid(format!("--recompute {other}: auto, on or off"))),
+    };
     let mem_trace = args.iter().any(|a| a == "--mem-trace");
     let step_form = if trainer.runs_fused() { "fused" } else { "composed" };
     // --probe FILE,...: 15K bytes of each held-out book (issue 28's probe); else the start of
