@@ -232,6 +232,28 @@ fn straight_through_training_optimises_top_k() {
     assert!(Trainer::new(&model, &spec(), TrainOptions { straight_through: Some(5), ..opts(1) }).is_err(), "k > K");
 }
 
+/// `alternate_soft` (train_paper `--alternate-soft`): with straight-through, even steps take the
+/// top-k mask's gradient and odd steps the soft objective's, on the same batches.
+#[test]
+fn alternate_soft_takes_the_soft_gradient_on_odd_steps() {
+    let (model, data) = setup();
+    let flat = |g: Vec<candle_core::Tensor>| -> Vec<f32> { g.iter().flat_map(|t| t.flatten_all().unwrap().to_vec1::<f32>().unwrap()).collect() };
+    let grads = |st: Option<usize>, alternate: bool, step: usize| {
+        let mut t = Trainer::new(&model, &spec(), TrainOptions { straight_through: st, ..opts(4) }).unwrap();
+        t.alternate_soft = alternate;
+        t.step = step;
+        flat(t.router_gradients(&data).unwrap())
+    };
+    let gap = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    for step in [0, 1, 2, 3] {
+        let (mixed, hard, soft) = (grads(Some(2), true, step), grads(Some(2), false, step), grads(None, false, step));
+        assert!(gap(&hard, &soft) > 1e-4, "step {step}: the top-2 and soft gradients coincide, the test tells nothing");
+        let (same, other) = if step % 2 == 0 { (&hard, &soft) } else { (&soft, &hard) };
+        assert_eq!(gap(&mixed, same), 0.0, "step {step}");
+        assert!(gap(&mixed, other) > 1e-4, "step {step}");
+    }
+}
+
 /// A learning rate that blows the routers up stops the run with one error naming the step and
 /// the learning rate, instead of writing an adapter full of NaN.
 #[test]

@@ -9,7 +9,7 @@
 //!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--router-layers all|global] [--cpu]
 //!       [--wd 0] [--clip 0] [--lambda 10] [--probe FILE,FILE] [--composed] [--mem-trace]
 //!       [--sink 0] [--freeze-centroids] [--freeze-projection] [--sharpen 0] [--balance 0] [--input-scale] [--from ADAPTER] [--straight-through 0]
-//!       [--init-gain 1] [--recompute auto|on|off]
+//!       [--init-gain 1] [--recompute auto|on|off] [--alternate-soft]
 //!
 //! Defaults are the paper's setting: dot scores, tau 0.1, Sinkhorn 10 iterations with the full
 //! gradient, log gate, random init; and ours: d_g 16, w 128, 4 x 1024 tokens per step, AdamW lr
@@ -145,6 +145,12 @@ fn main() -> focus_core::Result<()> {
         "off" => focus_core::train::Recompute::Off,
         other => return Err(focus_core::Error::Invalid(format!("--recompute {other}: auto, on or off"))),
     };
+    // --alternate-soft [ours, experimental]: with --straight-through, odd steps train the soft
+    // objective (the soft mode kept while the top-k mask trains).
+    trainer.alternate_soft = args.iter().any(|a| a == "--alternate-soft");
+    if trainer.alternate_soft && trainer.opts.straight_through.is_none() {
+        return Err(focus_core::Error::Invalid("--alternate-soft needs --straight-through K".into()));
+    }
     let mem_trace = args.iter().any(|a| a == "--mem-trace");
     let step_form = if trainer.runs_fused() { "fused" } else { "composed" };
     // --probe FILE,...: 15K bytes of each held-out book (issue 28's probe); else the start of
@@ -220,7 +226,7 @@ fn main() -> focus_core::Result<()> {
         "data": train_files, "heldout": heldout_files, "steps": trainer.step, "seq_len": seq, "batch": batch,
         "lr": lr, "weight_decay": trainer.opts.weight_decay, "grad_clip": trainer.opts.grad_clip, "seed": seed, "tokens_seen": trainer.tokens_seen, "seconds_this_run": secs,
         "device": focus_core::device::named(if dev.is_cuda() { "cuda" } else { "cpu" }), "time_limit_min": minutes, "heldout_ppl": last, "optimizer": "AdamW(0.9, 0.999, 1e-8)",
-        "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": cosine_decay, "straight_through": trainer.opts.straight_through,
+        "sinkhorn_grad": trainer.opts.sinkhorn_grad, "cosine_decay": cosine_decay, "straight_through": trainer.opts.straight_through, "alternate_soft": trainer.alternate_soft,
         "heldout_mode": trainer.eval_mode().to_string(), "init": if from.is_empty() { init.clone() } else { format!("from {from}") }, "sharpen": trainer.opts.sharpen, "balance": trainer.opts.balance, "kmeans_init": kmeans,
         "freeze_centroids": trainer.opts.freeze_centroids, "freeze_projection": trainer.opts.freeze_projection, "init_gain": gain, "trainer": format!("core/examples/train_paper.rs ({step_form} step)"),
         "ms_per_step": if timed_steps > 0 { Some(ms_step) } else { None }, "us_per_token": if timed_steps > 0 { Some(us_token) } else { None },

@@ -318,6 +318,9 @@ pub struct Trainer<'m> {
     pub kernels: TrainKernels,
     /// `opts.straight_through`, checked against the adapter's K.
     straight_through: Option<TopK>,
+    /// [ours, experimental] With `straight_through`: every other step trains the soft objective
+    /// instead (odd steps), so that the soft mode is trained beside the hard top-k mask.
+    pub alternate_soft: bool,
     /// The frozen weights as the fused step reads them, built at the first fused step.
     weights: Option<TrainWeights>,
     /// `Recompute::Auto`'s choice of kept layers, made at the first fused step (the device's
@@ -431,7 +434,7 @@ impl<'m> Trainer<'m> {
         adapter.config.results = None;
         let vars = adapter.trainable_vars()?;
         let opt = AdamW::new(&vars)?;
-        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), straight_through, weights: None, auto_kept: None, probe: None, grad_norm: f64::NAN, keep_checkpoints: false, before: Before::default() })
+        Ok(Trainer { model, adapter, vars, opt, opts, step: 0, tokens_seen: 0, kernels: TrainKernels::default(), straight_through, alternate_soft: false, weights: None, auto_kept: None, probe: None, grad_norm: f64::NAN, keep_checkpoints: false, before: Before::default() })
     }
 
     /// Continues from a checkpoint directory written by `save_checkpoint`.
@@ -722,7 +725,7 @@ impl<'m> Trainer<'m> {
         let mut o = ForwardOptions::new(Mode::Soft, Some(&self.adapter));
         o.differentiable = true;
         o.sinkhorn_grad = self.opts.sinkhorn_grad;
-        o.straight_through = self.straight_through;
+        o.straight_through = self.straight_through.filter(|_| !(self.alternate_soft && self.step % 2 == 1));
         let memberships = std::sync::Mutex::new(Vec::new());
         if self.opts.sharpen > 0.0 || self.opts.balance > 0.0 {
             o.memberships = Some(&memberships);

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# On the GPU machine (issue 52, third round): several models at once, started as they arrive.
+# Stages one call folder (pack.py pieces) into /root/stage like length52.sh; then:
+#
+#   length52_round3.sh CALL stage           reassemble what has arrived (unstage.py)
+#   length52_round3.sh CALL tests           the CUDA tests: `cuda_fused` of the focus-train test
+#                                           binary, `cuda` of focus-model's (decode, routing)
+#   length52_round3.sh CALL start           launch, detached, every run of $RUNS and every eval of
+#                                           $EVALS whose model is staged and that has not started
+#                                           yet (call again as more models arrive)
+#   length52_round3.sh CALL collect [WAIT]  wait up to WAIT s (default 470) for the runs and evals,
+#                                           print their summaries, bring back $OUT/runs.tgz
+#   length52_round3.sh CALL table           `focus-lens ppl --ctx ... --modes ...` of $TABLES, one
+#                                           at a time on the otherwise idle GPU (the speed figures)
+#
+# RUNS (default experiments/gpu/length52_round3.txt): one run a line,
+#   NAME MODEL FROM SEQ BATCH STEPS LR BALANCE MINUTES CTX [train_paper flags...]
+#   MODEL a staged GGUF's file name; FROM `-` (a new adapter: the flags say how), a shipped
+#   adapter (sample_adapters/NAME), adapters/NAME (prepared by `prep` below) or runs/NAME (another
+#   run of the table: it starts once that one saved its adapter); CTX the held-out perplexity
+#   lengths (whole of Persuasion, dense, soft, top-1..3) or `-` for none. The flags come first
+#   on train_paper's line, so a flag there wins over the columns' (`--eval-every N`).
+# EVALS: MODEL:ADAPTER ... (`focus-lens eval`, soft and top-2, every suite with the long cloze on
+#   Persuasion, then TruthfulQA with the few-shot prefix; the base model's scores with the soft
+#   runs only: the top-2 runs take --no-base, their base is the soft run's).
+# TABLES: MODEL:ADAPTER:CTX,CTX,... ...
+set -uo pipefail
+F=${1:?call folder}; what=${2:?stage|tests|start|collect|table}
+S=/root/stage; R=$S/runs
+BOOK=$S/corpus/heldout/austen__persuasion.txt
+PROBE=$S/corpus/heldout/austen__persuasion.txt,$S/corpus/heldout/shakespeare__hamlet.txt
+RUNS=${RUNS:-experiments/gpu/length52_round3.txt}
+python3 experiments/gpu/unstage.py $F || exit 1
+[ "$what" = stage ] && exit 0
+source scripts/cuda/gpu-prelude.sh
+# The binaries of scripts/cuda/cuda-env.sh's stub-linked builds load the CUDA libraries so.
+export LD_PRELOAD="${PRELOAD-libcuda.so.1 libcublas.so.13 libcublasLt.so.13 libcurand.so.10 libnvrtc.so.13 libcudart.so.13}"
+mkdir -p $R
+for b in train_paper focus-lens focus_train_test focus_model_test; do [ -f $S/$b ] && chmod +x $S/$b; done
+staged() { [ -f $S/$1.ok ]; }
+
+if [ "$what" = tests ]; then
+  staged focus_train_test.xz && (cd crates/train && $S/focus_train_test --test-threads 1 cuda_fused 2>&1 | tail -40 | tee $OUT/cuda_train_tests.log)
+  staged focus_model_test.xz && (cd crates/model && $S/focus_model_test --test-threads 1 cuda 2>&1 | tail -40 | tee $OUT/cuda_model_tests.log)
+  exit 0
+fi
+
+cp -rn sample_adapters $S/
+# Adapters the tables start from that are a shipped one with its routing changed: K=8 with a
+# local window of 256 and of 512 tokens (the config's `window`; the weights are the same).
+mkdir -p $S/adapters
+for w in 256 512; do
+  d=$S/adapters/smollm2-135m-k8-w$w
+  [ -d $d ] || { cp -r sample_adapters/smollm2-135m-k8 $d; python3 - $d/adapter_config.json $w <<'EOF'
+import json, sys
+p, w = sys.argv[1], int(sys.argv[2])
+c = json.load(open(p)); c["window"] = w; json.dump(c, open(p, "w"), indent=2)
+EOF
+  }
+done
+where() { case $1 in runs/*|adapters/*) echo $S/$1 ;; *) echo $S/sample_adapters/$1 ;; esac; }
+
+if [ "$what" = start ]; then
+  pgrep -f "nvidia-smi --query" > /dev/null || setsid bash -c "while sleep 20; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done" >> $R/smi.txt 2>&1 < /dev/null &
+  grep -v '^#' "$RUNS" | while read -r name model from seq batch steps lr balance minutes ctx extra; do
+    [ -n "$name" ] || continue
+    [ -f $R/$name.log ] && continue
+    staged $model || { echo "waiting for $model: $name"; continue; }
+    fromflag=""; wait_for=""
+    [ "$from" != - ] && { fromflag="--from $(where $from)"; wait_for="$(where $from)/adapter_model.safetensors"; }
+    pplflags=""; [ "$ctx" != - ] && pplflags="--ppl $BOOK --ctx $ctx"
+    setsid nohup bash -c "
+      while [ -n '$wait_for' ] && [ ! -f '$wait_for' ]; do sleep 5; done
+      exec $S/train_paper --model $S/$model --data $S/corpus/train --heldout $S/corpus/heldout --out $R/$name $extra \
+        $fromflag --seq $seq --batch $batch --steps $steps --minutes $minutes \
+        --eval-every $((steps / 4)) --lr $lr --sharpen 0.05 --balance $balance $pplflags --probe $PROBE" > $R/$name.log 2>&1 < /dev/null &
+    echo "started $name: $model from $from, seq $seq x $batch, $steps steps ($minutes min at most), lr $lr, balance $balance $extra"
+  done
+  for e in ${EVALS:-}; do
+    model=${e%%:*}; a=${e#*:}; tag=${a##*/}
+    [ -f $R/eval_${tag}.started ] && continue
+    staged $model || { echo "waiting for $model: eval $a"; continue; }
+    touch $R/eval_${tag}.started
+    setsid nohup bash -c "
+      while [ ! -f $(where $a)/adapter_model.safetensors ]; do sleep 5; done
+      for mode in soft topk; do for shot in '' --few-shot; do
+        name=eval_${tag}_\${mode}\${shot:+_fewshot}
+        suite=all; [ -n \"\$shot\" ] && suite=truthfulqa-mc
+        base=''; [ \$mode = topk ] && base=--no-base
+        $S/focus-lens eval --model $S/$model --device cuda --adapter $(where $a) --mode \$mode --k 2 --suite \$suite \
+          \$shot \$base --long-cloze-text $BOOK --json > $R/\$name.json 2> $R/\$name.log
+        echo \"\$name: exit \$?\" >> $R/eval_done.txt
+      done; done" > $R/eval_${tag}.driver.log 2>&1 < /dev/null &
+    echo "started evals of $a on $model"
+  done
+  sleep ${SETTLE:-20}
+  for f in $R/*.log; do echo "== $f"; tail -2 $f; done
+  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader
+  exit 0
+fi
+
+if [ "$what" = table ]; then
+  for t in ${TABLES:-}; do
+    IFS=: read -r model a ctx <<< "$t"; tag=${a##*/}
+    echo "== table $tag ($model, ctx $ctx)"
+    timeout ${TABLE_TIMEOUT:-560} $S/focus-lens ppl --model $S/$model --device cuda --adapter $(where $a) --ctx $ctx \
+      --modes dense,soft,top1,top2,top3 --json $BOOK > $R/table_$tag.json 2> $R/table_$tag.log
+    echo "exit $?"; tail -3 $R/table_$tag.log
+    python3 experiments/gpu/length_table.py $R/table_$tag.json
+  done
+  nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv,noheader
+  tar czf $OUT/tables.tgz -C $S runs/table_*
+  exit 0
+fi
+
+WAIT=${3:-470}; end=$((SECONDS + WAIT))
+while { pgrep -x train_paper > /dev/null || pgrep -x focus-lens > /dev/null; } && [ $SECONDS -lt $end ]; do sleep 10; done
+echo "running: $(pgrep -x train_paper | wc -l) train_paper, $(pgrep -x focus-lens | wc -l) focus-lens"
+for log in $R/*.log; do
+  case $log in *eval_*|*table_*) continue ;; esac
+  echo "== $(basename $log .log)"
+  grep -E "^(training|starting|TRAINED|PPL|TIMING|step [0-9]+ loss)|rror|panick" $log | tail -14
+done
+cat $R/eval_done.txt 2>/dev/null
+tail -2 $R/smi.txt
+tar czf $OUT/runs.tgz -C $S --exclude='*.pid' runs
