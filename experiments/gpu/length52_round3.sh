@@ -11,7 +11,9 @@
 #   length52_round3.sh CALL collect [WAIT]  wait up to WAIT s (default 470) for the runs and evals,
 #                                           print their summaries, bring back $OUT/runs.tgz
 #   length52_round3.sh CALL table           `focus-lens ppl --ctx ... --modes ...` of $TABLES, one
-#                                           at a time on the otherwise idle GPU (the speed figures)
+#                                           at a time on the otherwise idle GPU (the speed figures;
+#                                           TABLE_MODES: the runs' --modes, default
+#                                           `dense,top1,top2,top3 soft`)
 #
 # RUNS (default experiments/gpu/length52_round3.txt): one run a line,
 #   NAME MODEL FROM SEQ BATCH STEPS LR BALANCE MINUTES CTX [train_paper flags...]
@@ -103,10 +105,15 @@ if [ "$what" = table ]; then
   for t in ${TABLES:-}; do
     IFS=: read -r model a ctx <<< "$t"; tag=${a##*/}
     echo "== table $tag ($model, ctx $ctx)"
-    timeout ${TABLE_TIMEOUT:-560} $S/focus-lens ppl --model $S/$model --device cuda --adapter $(where $a) --ctx $ctx \
-      --modes dense,soft,top1,top2,top3 --json $BOOK > $R/table_$tag.json 2> $R/table_$tag.log
-    echo "exit $?"; tail -3 $R/table_$tag.log
-    python3 experiments/gpu/length_table.py $R/table_$tag.json
+    # Soft in a run of its own (dense again beside it): its 32K pass may not fit, and a mode
+    # that fails ends its table.
+    for modes in ${TABLE_MODES:-dense,top1,top2,top3 soft}; do
+      t=table_${tag}_${modes//,/-}
+      timeout ${TABLE_TIMEOUT:-400} $S/focus-lens ppl --model $S/$model --device cuda --adapter $(where $a) --ctx $ctx \
+        --modes $modes --json $BOOK > $R/$t.json 2> $R/$t.log
+      echo "$t: exit $?"; tail -2 $R/$t.log
+      python3 experiments/gpu/length_table.py $R/$t.json
+    done
   done
   nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv,noheader
   tar czf $OUT/tables.tgz -C $S runs/table_*
