@@ -557,6 +557,62 @@ fn folder_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     v
 }
 
+/// `adapter derive`: a copy of an adapter with its local window changed runs exactly as the
+/// same adapter with the window edited in its config by hand (top-k ppl equal, and unequal to
+/// the source's), has lost its results, keeps its training record and weights, and says what
+/// changed in one line; a call that changes nothing writes nothing and says so.
+#[test]
+fn adapter_derive_changes_the_window_and_nothing_else() {
+    let tmp = tempfile::tempdir().unwrap();
+    let m = tmp.path().join("model");
+    std::fs::create_dir(&m).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(common::fixture("hf_tiny/llama").join(f), m.join(f)).unwrap();
+    }
+    std::fs::write(m.join("tokenizer.json"), fuzz_common::byte_tokenizer_json()).unwrap();
+    let os = |v: &[&str]| -> Vec<std::ffi::OsString> { v.iter().map(|s| s.into()).collect() };
+    let (m, ad, out) = (m.to_str().unwrap(), tmp.path().join("ad"), tmp.path().join("w12"));
+    let (ad, out) = (ad.to_str().unwrap(), out.to_str().unwrap());
+    ok(os(&["adapter", "init", "--groups", "4", "--window", "4", "--seed", "3", "--model", m, "--out", ad]));
+    let mut cfg = adapter_config(Path::new(ad));
+    cfg["training"] = serde_json::json!({ "steps": 100 });
+    cfg["results"] = serde_json::json!({ "heldout_ppl": 12.5 });
+    std::fs::write(Path::new(ad).join("adapter_config.json"), serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+
+    let (shown, o) = run_shown(os(&["adapter", "derive", ad, "--model", m, "--out", out, "--window", "12"]));
+    assert!(o.status.success(), "{shown:?}: {}", stderr(&o));
+    let line = stderr(&o);
+    assert_eq!(line.lines().count(), 1, "{line:?}");
+    has(&line, &["derived", "window 4 -> 12", "no measured results carried over"]);
+    let derived = adapter_config(Path::new(out));
+    assert_eq!(derived["window"], 12);
+    assert!(derived.get("results").is_none());
+    assert_eq!(derived["training"], cfg["training"]);
+    assert_eq!(derived["derived_from"]["changed"], serde_json::json!(["window 4 -> 12"]));
+    assert_eq!(std::fs::read(Path::new(out).join("adapter_model.safetensors")).unwrap(), std::fs::read(Path::new(ad).join("adapter_model.safetensors")).unwrap());
+
+    // The same window edited by hand into a copy.
+    let hand = tmp.path().join("hand");
+    std::fs::create_dir(&hand).unwrap();
+    std::fs::copy(Path::new(ad).join("adapter_model.safetensors"), hand.join("adapter_model.safetensors")).unwrap();
+    cfg["window"] = serde_json::json!(12);
+    std::fs::write(hand.join("adapter_config.json"), serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    let text = tmp.path().join("text.txt");
+    std::fs::write(&text, "the cat sat on the mat, and the dog lay by the door. ".repeat(8)).unwrap();
+    let ppl = |adapter: &str| ok_json(os(&["ppl", "--json", "--ctx", "64", "--mode", "topk", "--k", "1", "--model", m, "--adapter", adapter, text.to_str().unwrap()]))["ppl"].as_f64().unwrap();
+    let (src, der, by_hand) = (ppl(ad), ppl(out), ppl(hand.to_str().unwrap()));
+    assert_eq!(der, by_hand);
+    assert!((der - src).abs() > 1e-6 * src, "window 12 ran as window 4: {der} vs {src}");
+
+    for (extra, phrase) in [(vec![], "nothing to change"), (vec!["--window", "4"], "nothing to change"), (vec!["--top-k", "9"], "top_k = 9")] {
+        let again = tmp.path().join("again");
+        let mut a = os(&["adapter", "derive", ad, "--model", m, "--out", again.to_str().unwrap()]);
+        a.extend(os(&extra));
+        has(&fails(a), &[phrase]);
+        assert!(!again.exists(), "{extra:?} wrote {}", again.display());
+    }
+}
+
 /// `adapter rebase`: an adapter of the tiny Llama A is refused on B (A with one byte of one
 /// weight changed: the same shape, other weights' bytes, as a quantization of the same model
 /// is) by the fingerprint; rebased onto B it runs there (top-k ppl, which differs from dense),

@@ -3,14 +3,15 @@
 //!
 //! Files: `info`, `tokenize`, `generate`, `ppl`, `analyze`, `intervene`, `index` (`index` and
 //! `centroids`, and `bench centroids`), `eval`, `train`, `init` (`adapter init`), `rebase`
-//! (`adapter rebase`), `demo`, `bench` (the other `bench` subcommands); `common` (the flags they
-//! share and the range checks), `out` (the one writer of stdout). `gui` takes the GUI's
-//! `StartArgs` (`crate::gui`).
+//! (`adapter rebase`), `derive` (`adapter derive`), `demo`, `bench` (the other `bench`
+//! subcommands); `common` (the flags they share and the range checks), `out` (the one writer of
+//! stdout). `gui` takes the GUI's `StartArgs` (`crate::gui`).
 
 mod analyze;
 pub mod bench;
 pub mod common;
 pub mod demo;
+mod derive;
 mod eval;
 mod generate;
 mod index;
@@ -89,6 +90,10 @@ enum AdapterCommand {
     /// quantized, or a stand-in): its base_model becomes this model's, rebased_from records
     /// the old one, results are dropped, the router weights are copied unchanged.
     Rebase(rebase::Args),
+    /// Copy an adapter to a new folder with inference settings changed (--window, --sink,
+    /// --top-k, --sinkhorn-iters): derived_from records the source and each change, results
+    /// are dropped, the router weights are copied unchanged.
+    Derive(derive::Args),
 }
 
 #[derive(Subcommand)]
@@ -125,6 +130,7 @@ pub fn run() -> anyhow::Result<()> {
         Command::Eval(a) => eval::run(a),
         Command::Adapter { command: AdapterCommand::Init(a) } => init::run(a),
         Command::Adapter { command: AdapterCommand::Rebase(a) } => rebase::run(a),
+        Command::Adapter { command: AdapterCommand::Derive(a) } => derive::run(a),
         Command::Bench { command: BenchCommand::Forward(a) } => bench::forward(a),
         Command::Bench { command: BenchCommand::Matmul(a) } => bench::matmul(a),
         Command::Bench { command: BenchCommand::Attention(a) } => bench::attention(a),

@@ -111,6 +111,10 @@ pub struct AdapterConfig {
     /// Absent in adapters never rebased.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebased_from: Option<RebasedFrom>,
+    /// Set by `Adapter::derive` [ours]: the router weights are another adapter's, copied
+    /// unchanged, with inference settings changed (the local window, say). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub derived_from: Option<DerivedFrom>,
     /// How the router weights were initialised.
     pub init: String,
     /// Training provenance (data, split, steps, tokens, seed, time, device), once trained.
@@ -136,6 +140,35 @@ pub struct RebasedFrom {
     /// back to the model the weights were made for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebased_from: Option<Box<RebasedFrom>>,
+}
+
+/// Where a derived adapter came from (`Adapter::derive`): the folder its router weights were
+/// copied from and which settings changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DerivedFrom {
+    /// The adapter folder it was copied from (absolute when it could be resolved).
+    pub adapter: String,
+    /// The day it was derived, UTC (YYYY-MM-DD).
+    pub date: String,
+    /// What changed, one entry a setting: "window 128 -> 512".
+    pub changed: Vec<String>,
+    /// The derivation before this one, when the source was derived already.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub derived_from: Option<Box<DerivedFrom>>,
+}
+
+/// The inference settings `Adapter::derive` may change (`None`: kept as they are). Each is
+/// read where the adapter runs, so the router weights stay valid under any of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// The local window w: pairs with i - j <= w always attend.
+    pub window: Option<usize>,
+    /// Attention sinks: the first N tokens stay attendable by every query.
+    pub sink: Option<usize>,
+    /// The default k of top-k inference.
+    pub top_k: Option<usize>,
+    /// Sinkhorn iterations at inference.
+    pub sinkhorn_iters: Option<usize>,
 }
 
 /// How much of the model's identity loading checks. `Shape` is for `Adapter::rebase` only: the
@@ -350,6 +383,7 @@ impl Adapter {
             router_layers: spec.router_layers,
             base_model: base.clone(),
             rebased_from: None,
+            derived_from: None,
             init: format!("random: W_g ~ N(0, 1/d_model), centroids ~ N(0, 1) rows normalised to 1; seed {seed}"),
             training: None,
             results: None,
@@ -442,6 +476,43 @@ impl Adapter {
         // Measured results describe the weights they were measured on (as in
         // `Trainer::from_adapter`): a rebased adapter must not carry them as its own.
         adapter.config.results = None;
+        let config = serde_json::to_string_pretty(&adapter.config)?;
+        crate::io::write_new_dir(out, &[(WEIGHTS_FILE, &bytes), (CONFIG_FILE, config.as_bytes())])?;
+        Ok(adapter)
+    }
+
+    /// Copies the adapter folder `from` (an adapter of the model `base`, checked as `load`
+    /// checks it) to the new folder `out` with the inference settings `set` changed: the local
+    /// window, the sinks, the default k or the Sinkhorn iterations. The router weights are
+    /// copied byte for byte; `derived_from` records the source, the day and what changed (and
+    /// any earlier derivation); `results` go (they were measured at the old settings);
+    /// `training` stays (how the weights were trained). A setting given at its current value
+    /// is no change, and a copy that changes nothing is refused. `out` is written at once
+    /// (`io::write_new_dir`): it must not exist or be an empty folder, and may not be `from` or
+    /// lie inside it. Returns the new adapter (on the CPU).
+    pub fn derive(from: &Path, base: &BaseModel, set: Settings, out: &Path) -> Result<Adapter> {
+        if inside(out, from) {
+            return Err(Error::write(out, std::io::Error::other(format!("it is the adapter folder {} or inside it: a derived adapter is a new folder, never the adapter's", from.display()))));
+        }
+        let (text, bytes) = Self::read(from, base, BaseCheck::Exact)?;
+        let mut adapter = Self::from_bytes_checked(&text, &bytes, base, &Device::Cpu, from, BaseCheck::Exact)?;
+        let c = &mut adapter.config;
+        let mut changed = Vec::new();
+        for (name, field, new) in [("window", &mut c.window, set.window), ("sink", &mut c.sink, set.sink), ("top_k", &mut c.top_k, set.top_k), ("sinkhorn_iters", &mut c.sinkhorn_iters, set.sinkhorn_iters)] {
+            if let Some(v) = new.filter(|v| *v != *field) {
+                changed.push(format!("{name} {field} -> {v}"));
+                *field = v;
+            }
+        }
+        if changed.is_empty() {
+            return Err(Error::Invalid(format!("{}: every setting given is the adapter's already: there is nothing to change", from.display())));
+        }
+        c.check()?;
+        let earlier = c.derived_from.take().map(Box::new);
+        let source = std::fs::canonicalize(from).unwrap_or_else(|_| from.to_path_buf());
+        c.derived_from = Some(DerivedFrom { adapter: source.display().to_string(), date: today_utc(), changed, derived_from: earlier });
+        // Measured results describe the settings they were measured at (as in `rebase`).
+        c.results = None;
         let config = serde_json::to_string_pretty(&adapter.config)?;
         crate::io::write_new_dir(out, &[(WEIGHTS_FILE, &bytes), (CONFIG_FILE, config.as_bytes())])?;
         Ok(adapter)
@@ -725,6 +796,54 @@ mod tests {
         std::fs::create_dir(d.join("empty")).unwrap();
         Adapter::rebase(&src, &b_id, &d.join("empty")).unwrap();
         Adapter::load(&d.join("empty"), &b_id, &Device::Cpu).unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// `derive` copies an adapter with inference settings changed: the weights' bytes and
+    /// `training` kept, `results` dropped, `derived_from` naming the source and each change
+    /// (chained over two derivations); a setting at its current value is no change, a copy
+    /// that changes nothing or sets an invalid value is refused and writes nothing, and so is
+    /// one into the source's folder.
+    #[test]
+    fn derive_changes_only_the_settings_given_and_records_them() {
+        let d = scratch("derive");
+        let mut a = Adapter::random(&base(), &Device::Cpu, &AdapterSpec { groups: 8, window: 128, ..Default::default() }, 3).unwrap();
+        a.config.training = Some(serde_json::json!({ "steps": 10 }));
+        a.config.results = Some(serde_json::json!({ "ppl": 12.5 }));
+        let src = d.join("a");
+        a.save(&src).unwrap();
+        assert!(!std::fs::read_to_string(src.join(CONFIG_FILE)).unwrap().contains("derived_from"));
+
+        let w512 = Settings { window: Some(512), top_k: Some(a.config.top_k), ..Default::default() };
+        let out = d.join("w512");
+        Adapter::derive(&src, &base(), w512, &out).unwrap();
+        let b = Adapter::load(&out, &base(), &Device::Cpu).unwrap();
+        assert_eq!(b.config.window, 512);
+        assert_eq!((b.config.top_k, b.config.sink, b.config.sinkhorn_iters, b.config.groups), (a.config.top_k, a.config.sink, a.config.sinkhorn_iters, 8));
+        let from = b.config.derived_from.as_ref().expect("derived_from");
+        assert_eq!(from.changed, vec!["window 128 -> 512".to_string()], "top_k at its own value is no change");
+        assert_eq!(from.adapter, std::fs::canonicalize(&src).unwrap().display().to_string());
+        assert!(from.derived_from.is_none());
+        assert!(b.config.results.is_none());
+        assert_eq!(b.config.training, a.config.training);
+        assert_eq!(std::fs::read(out.join(WEIGHTS_FILE)).unwrap(), std::fs::read(src.join(WEIGHTS_FILE)).unwrap());
+
+        let c = Adapter::derive(&out, &base(), Settings { sink: Some(4), top_k: Some(3), ..Default::default() }, &d.join("c")).unwrap();
+        let from = c.config.derived_from.as_ref().unwrap();
+        assert_eq!(from.changed, vec![format!("sink {} -> 4", a.config.sink), format!("top_k {} -> 3", a.config.top_k)]);
+        assert_eq!(from.derived_from.as_ref().unwrap().changed, vec!["window 128 -> 512".to_string()]);
+        assert_eq!(Adapter::load(&d.join("c"), &base(), &Device::Cpu).unwrap().config.window, 512);
+
+        let e = Adapter::derive(&src, &base(), Settings { window: Some(128), ..Default::default() }, &d.join("same")).unwrap_err().to_string();
+        assert!(e.contains("nothing to change"), "{e}");
+        let e = Adapter::derive(&src, &base(), Settings { top_k: Some(9), ..Default::default() }, &d.join("k9")).unwrap_err().to_string();
+        assert!(e.contains("top_k = 9"), "{e}");
+        let e = Adapter::derive(&src, &base(), w512, &src.join("sub")).unwrap_err().to_string();
+        assert!(e.contains("inside it"), "{e}");
+        for refused in ["same", "k9"] {
+            assert!(!d.join(refused).exists(), "a refused derive made {refused}");
+        }
+        assert!(!src.join("sub").exists());
         std::fs::remove_dir_all(&d).unwrap();
     }
 
