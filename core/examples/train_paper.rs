@@ -9,7 +9,7 @@
 //!       [--lr 1e-2] [--schedule cosine|constant] [--seed 0] [--router-layers all|global] [--cpu]
 //!       [--wd 0] [--clip 0] [--lambda 10] [--probe FILE,FILE] [--composed] [--mem-trace]
 //!       [--sink 0] [--freeze-centroids] [--freeze-projection] [--sharpen 0] [--balance 0] [--input-scale] [--from ADAPTER] [--straight-through 0]
-//!       [--init-gain 1] [--recompute auto|on|off] [--alternate-soft]
+//!       [--init-gain 1] [--recompute auto|on|off] [--alternate-soft] [--window 128]
 //!
 //! Defaults are the paper's setting: dot scores, tau 0.1, Sinkhorn 10 iterations with the full
 //! gradient, log gate, random init; and ours: d_g 16, w 128, 4 x 1024 tokens per step, AdamW lr
@@ -77,7 +77,10 @@ fn main() -> focus_core::Result<()> {
     let router_layers = arg(&args, "--router-layers", "all").parse().map_err(focus_core::Error::Invalid)?;
     let lambda: f64 = arg(&args, "--lambda", "10").parse().unwrap();
     let sink: usize = arg(&args, "--sink", "0").parse().unwrap();
-    let spec = AdapterSpec { groups, d_g: 16, tau, sinkhorn_iters: iters, window: 128, sink, gate, lambda, score, router_layers, ..Default::default() };
+    // --window W [ours beyond the paper's 128]: the local window of a new adapter (512 for
+    // 4K-32K-token inputs: docs/RESULTS.md, "Focus at length").
+    let window: usize = arg(&args, "--window", "128").parse().map_err(|_| focus_core::Error::Invalid("--window takes a whole number".into()))?;
+    let spec = AdapterSpec { groups, d_g: 16, tau, sinkhorn_iters: iters, window, sink, gate, lambda, score, router_layers, ..Default::default() };
     let minutes: f64 = arg(&args, "--minutes", "0").parse().unwrap();
     let opts = TrainOptions {
         steps: arg(&args, "--steps", "4000").parse().unwrap(),

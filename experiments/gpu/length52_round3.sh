@@ -49,21 +49,19 @@ fi
 
 cp -rn sample_adapters $S/
 # Adapters the tables start from that are a shipped one with its routing changed: K=8 with a
-# local window of 256 and of 512 tokens (the config's `window`; the weights are the same).
+# local window of 256 and of 512 tokens (`focus-lens adapter derive`: the weights the same).
 mkdir -p $S/adapters
+SMOL=SmolLM2-135M-Instruct.Q4_1.gguf
 for w in 256 512; do
   d=$S/adapters/smollm2-135m-k8-w$w
-  [ -d $d ] || { cp -r sample_adapters/smollm2-135m-k8 $d; python3 - $d/adapter_config.json $w <<'EOF'
-import json, sys
-p, w = sys.argv[1], int(sys.argv[2])
-c = json.load(open(p)); c["window"] = w; json.dump(c, open(p, "w"), indent=2)
-EOF
-  }
+  [ -d $d ] || ! staged $SMOL || $S/focus-lens adapter derive $S/sample_adapters/smollm2-135m-k8 --model $S/$SMOL --out $d --window $w
 done
 where() { case $1 in runs/*|adapters/*) echo $S/$1 ;; *) echo $S/sample_adapters/$1 ;; esac; }
 
 if [ "$what" = start ]; then
-  pgrep -f "nvidia-smi --query" > /dev/null || setsid bash -c "while sleep 20; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done" >> $R/smi.txt 2>&1 < /dev/null &
+  # (The whole list detached from the call's output: a `a || b &` subshell kept the pipe of
+  # `start | grep` open, and the call ran to its time limit.)
+  { pgrep -f "nvidia-smi --query" > /dev/null || exec setsid bash -c "while sleep 20; do nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader; done"; } >> $R/smi.txt 2>&1 < /dev/null &
   grep -v '^#' "$RUNS" | while read -r name model from seq batch steps lr balance minutes ctx extra; do
     [ -n "$name" ] || continue
     [ -f $R/$name.log ] && continue
