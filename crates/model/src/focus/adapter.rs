@@ -505,7 +505,7 @@ impl Adapter {
             }
         }
         if changed.is_empty() {
-            return Err(Error::Invalid(format!("{}: every setting given is the adapter's already: there is nothing to change", from.display())));
+            return Err(Error::Invalid("every setting given is the adapter's already: there is nothing to change".into()));
         }
         c.check()?;
         let earlier = c.derived_from.take().map(Box::new);
