@@ -557,6 +557,17 @@ fn folder_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     v
 }
 
+/// A copy of the tiny Llama fixture with a byte-level tokenizer, in `dir/name`.
+fn tiny_llama(dir: &Path, name: &str) -> std::path::PathBuf {
+    let m = dir.join(name);
+    std::fs::create_dir(&m).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(common::fixture("hf_tiny/llama").join(f), m.join(f)).unwrap();
+    }
+    std::fs::write(m.join("tokenizer.json"), fuzz_common::byte_tokenizer_json()).unwrap();
+    m
+}
+
 /// `adapter derive`: a copy of an adapter with its local window changed runs exactly as the
 /// same adapter with the window edited in its config by hand (top-k ppl equal, and unequal to
 /// the source's), has lost its results, keeps its training record and weights, and says what
@@ -564,12 +575,7 @@ fn folder_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
 #[test]
 fn adapter_derive_changes_the_window_and_nothing_else() {
     let tmp = tempfile::tempdir().unwrap();
-    let m = tmp.path().join("model");
-    std::fs::create_dir(&m).unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(common::fixture("hf_tiny/llama").join(f), m.join(f)).unwrap();
-    }
-    std::fs::write(m.join("tokenizer.json"), fuzz_common::byte_tokenizer_json()).unwrap();
+    let m = tiny_llama(tmp.path(), "model");
     let os = |v: &[&str]| -> Vec<std::ffi::OsString> { v.iter().map(|s| s.into()).collect() };
     let (m, ad, out) = (m.to_str().unwrap(), tmp.path().join("ad"), tmp.path().join("w12"));
     let (ad, out) = (ad.to_str().unwrap(), out.to_str().unwrap());
@@ -623,12 +629,7 @@ fn adapter_derive_changes_the_window_and_nothing_else() {
 #[test]
 fn adapter_rebase_moves_an_adapter_to_other_weights_of_the_same_shape() {
     let tmp = tempfile::tempdir().unwrap();
-    let a = tmp.path().join("model-a");
-    std::fs::create_dir(&a).unwrap();
-    for f in ["config.json", "model.safetensors"] {
-        std::fs::copy(common::fixture("hf_tiny/llama").join(f), a.join(f)).unwrap();
-    }
-    std::fs::write(a.join("tokenizer.json"), fuzz_common::byte_tokenizer_json()).unwrap();
+    let a = tiny_llama(tmp.path(), "model-a");
     let b = tmp.path().join("model-b");
     std::fs::create_dir(&b).unwrap();
     for f in ["config.json", "tokenizer.json"] {

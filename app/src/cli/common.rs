@@ -68,6 +68,19 @@ pub fn positive(s: &str) -> Result<f64, String> {
     real_in(s, 0.0, 1e6, true)
 }
 
+/// The source and destination of `adapter rebase` and `adapter derive`: an adapter copied to a
+/// new folder (`Adapter::rebase`, `Adapter::derive`).
+#[derive(clap::Args)]
+pub struct CopyArgs {
+    /// The adapter folder (read only: never written to).
+    pub adapter: PathBuf,
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The new adapter folder: must not exist, or be empty.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
 #[derive(ClapArgs, Clone)]
 pub struct ModelArgs {
     /// A .gguf file or a Hugging Face directory (config.json + *.safetensors). Default: the

@@ -3,21 +3,15 @@
 //! Editing the config by hand would keep its measured `results`, taken at the old settings;
 //! `Adapter::derive` drops them and records what changed.
 
-use super::common::ModelArgs;
+use super::common::CopyArgs;
 use anyhow::{Context, Result};
 use focus_core::focus::adapter::Settings;
 use focus_core::Adapter;
-use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The adapter folder (read only: never written to).
-    pub adapter: PathBuf,
     #[command(flatten)]
-    pub model: ModelArgs,
-    /// The new adapter folder: must not exist, or be empty.
-    #[arg(long)]
-    pub out: PathBuf,
+    pub copy: CopyArgs,
     /// Local window w: pairs with i - j <= w always attend (at 4,096-8,192 tokens a window of
     /// 512 takes SmolLM2 K=8's top-2 within 2% of dense: docs/RESULTS.md, "Focus at length").
     #[arg(long, value_parser = super::common::count::<0, 16777216>)]
@@ -38,9 +32,9 @@ pub fn run(a: Args) -> Result<()> {
     if set == Settings::default() {
         anyhow::bail!("nothing to change: give --window, --sink, --top-k or --sinkhorn-iters");
     }
-    let model = a.model.load()?;
-    let derived = Adapter::derive(&a.adapter, &model.identity(), set, &a.out).with_context(|| format!("adapter {}", a.adapter.display()))?;
+    let model = a.copy.model.load()?;
+    let derived = Adapter::derive(&a.copy.adapter, &model.identity(), set, &a.copy.out).with_context(|| format!("adapter {}", a.copy.adapter.display()))?;
     let changed = derived.config.derived_from.as_ref().map(|d| d.changed.join(", ")).unwrap_or_default();
-    eprintln!("derived {} -> {}: {changed} (router weights copied unchanged; no measured results carried over)", a.adapter.display(), a.out.display());
+    eprintln!("derived {} -> {}: {changed} (router weights copied unchanged; no measured results carried over)", a.copy.adapter.display(), a.copy.out.display());
     Ok(())
 }

@@ -89,7 +89,7 @@ enum AdapterCommand {
     /// Copy an adapter to a new folder for other weights of the same shape (the same model
     /// quantized, or a stand-in): its base_model becomes this model's, rebased_from records
     /// the old one, results are dropped, the router weights are copied unchanged.
-    Rebase(rebase::Args),
+    Rebase(common::CopyArgs),
     /// Copy an adapter to a new folder with inference settings changed (--window, --sink,
     /// --top-k, --sinkhorn-iters): derived_from records the source and each change, results
     /// are dropped, the router weights are copied unchanged.

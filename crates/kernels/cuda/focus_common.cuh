@@ -2,7 +2,8 @@
 // focus_train.cu; build.rs passes nvcc -I of this folder): cp.async copies into shared memory,
 // the m16n8k16 bf16 tensor-core product and its ldmatrix fragment loads, bf16 packing, the
 // hardware 2^x, reductions over the four lanes (a quad) that hold one row of an mma tile, and
-// the top-k rank of a membership (included by focus_route.cu too). All are force-inlined, so a kernel file's PTX is what it was with its own copies.
+// the top-k rank of a membership (included by focus_route.cu too). All are force-inlined, so a
+// kernel file's PTX is what it was with its own copies.
 #pragma once
 
 #include <cuda_bf16.h>
