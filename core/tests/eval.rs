@@ -108,3 +108,21 @@ fn long_cloze_items_have_only_distant_evidence() -> TestResult {
     assert!(eval::long_cloze_items(tok, &text, "small.txt", eval::LongCloze { context: 140, min_distance: 128, spacing: 1 }).is_err());
     Ok(())
 }
+
+#[test]
+fn a_continuation_is_scored_without_the_bos_that_starts_its_prompt() -> TestResult {
+    // Gemma 3's tokenizer puts BOS first in every encoding: the prompt keeps it, the
+    // continuation that follows the prompt must not (scoring a BOS mid-text costs ~30 nats,
+    // which once made every Gemma 3 cloze item score about -37).
+    let model = Model::load(&common::gemma3_model_path(), &Device::Cpu)?;
+    let tok = model.tokenizer()?;
+    assert!(tok.add_bos() && tok.bos_id().is_some(), "the test needs a model that adds BOS");
+    let prompt = "The capital of France is";
+    let alone = tok.encode(" Paris", false)?.ids;
+    assert_eq!(alone.first(), tok.bos_id().as_ref());
+    let c = eval::score_continuation(&model, prompt, " Paris", Mode::Dense, None)?;
+    assert_eq!(c.tokens, alone.len() - 1, "the continuation's tokens are scored, not BOS");
+    assert_eq!(c.total_tokens, tok.encode(prompt, false)?.ids.len() + c.tokens);
+    assert!(c.logprob > -8.0, "log p(' Paris' | '{prompt}') = {:.2}", c.logprob);
+    Ok(())
+}
