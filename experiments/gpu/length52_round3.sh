@@ -18,8 +18,9 @@
 # RUNS (default experiments/gpu/length52_round3.txt): one run a line,
 #   NAME MODEL FROM SEQ BATCH STEPS LR BALANCE MINUTES CTX [train_paper flags...]
 #   MODEL a staged GGUF's file name; FROM `-` (a new adapter: the flags say how), a shipped
-#   adapter (sample_adapters/NAME), adapters/NAME (prepared by `prep` below) or runs/NAME (another
-#   run of the table: it starts once that one saved its adapter); CTX the held-out perplexity
+#   adapter (sample_adapters/NAME), adapters/NAME (prepared by `prep` below), runs/NAME (another
+#   run of the table: it starts once that one saved its adapter) or a stored adapter's folder in
+#   the checkout (experiments/results/...); CTX the held-out perplexity
 #   lengths (whole of Persuasion, dense, soft, top-1..3) or `-` for none. The flags come first
 #   on train_paper's line, so a flag there wins over the columns' (`--eval-every N`).
 # EVALS: MODEL:ADAPTER ... (`focus-lens eval`, soft and top-2, every suite with the long cloze on
@@ -56,7 +57,9 @@ for w in 256 512; do
   d=$S/adapters/smollm2-135m-k8-w$w
   [ -d $d ] || ! staged $SMOL || $S/focus-lens adapter derive $S/sample_adapters/smollm2-135m-k8 --model $S/$SMOL --out $d --window $w
 done
-where() { case $1 in runs/*|adapters/*) echo $S/$1 ;; *) echo $S/sample_adapters/$1 ;; esac; }
+# runs/NAME, adapters/NAME (staged here), experiments/... (a stored adapter in the checkout), or a
+# shipped adapter's name.
+where() { case $1 in runs/*|adapters/*) echo $S/$1 ;; experiments/*) echo $PWD/$1 ;; *) echo $S/sample_adapters/$1 ;; esac; }
 
 if [ "$what" = start ]; then
   # (The whole list detached from the call's output: a `a || b &` subshell kept the pipe of

@@ -67,8 +67,18 @@ def stages_of(run_dir):
     """The stages that made run_dir's adapter, first to last (the first: the shipped adapter's
     own training record, read from git, or its stages where it was itself a chain), a line
     naming what they start from, and how many of the stages that line already names."""
-    c = json.load(open(run_dir / "adapter_config.json"))["training"]
+    full = json.load(open(run_dir / "adapter_config.json"))
+    c = full["training"]
     parent = c["init"][len("from "):].split("/root/stage/", 1)[-1]
+    derived, started_from, derive_cmd = "", parent, ""
+    if parent.startswith("adapters/") and full.get("derived_from"):
+        # A shipped adapter with its settings changed (`focus-lens adapter derive`, the weights
+        # the same): the chain goes on from the shipped one, the change named in the stage.
+        d = full["derived_from"]
+        derived = f" with {', '.join(d['changed'])} (focus-lens adapter derive)"
+        parent = d["adapter"].split("/root/stage/", 1)[-1]
+        flags = " ".join("--" + ch.split(" ")[0].replace("_", "-") + " " + ch.split(" -> ")[1] for ch in d["changed"])
+        derive_cmd = f"focus-lens adapter derive {parent} --out {started_from} {flags}; "
     if parent.startswith("runs/"):
         # The output of an earlier stage of the same session: its configs are beside this run's.
         before, origin, named = stages_of(run_dir.parent / parent[len("runs/"):])
@@ -78,10 +88,10 @@ def stages_of(run_dir):
         commit = git("log", "-1", "--format=%h", at, "--", f"{parent}/adapter_config.json")
         shipped = json.loads(git("show", f"{commit}:{parent}/adapter_config.json"))["training"]
         run_note = f": {os.environ['FROM_RUN']}" if os.environ.get("FROM_RUN") else ""
-        origin = f"{parent} as shipped by commit {commit} ({shipped['tokens_seen']:,} tokens{run_note})"
+        origin = f"{parent} as shipped by commit {commit} ({shipped['tokens_seen']:,} tokens{run_note}){derived}"
         if shipped.get("stages"):
             # The shipped adapter was a chain itself: its stages, and the line naming them.
-            before, origin = shipped["stages"], shipped["from"] + f" (as shipped by commit {commit})"
+            before, origin = shipped["stages"], shipped["from"] + f" (as shipped by commit {commit}){derived}"
         else:
             before = [{"adapter": f"{parent} as shipped by commit {commit}", "run": os.environ.get("FROM_RUN"),
                        **{k: v for k, v in shipped.items() if k not in ("data", "data_files", "heldout_files", "split")}}]
@@ -91,14 +101,14 @@ def stages_of(run_dir):
     shape = (f" --seq {c['seq_len']}" if c["seq_len"] != 1024 else "") + (f" --batch {c['batch']}" if c["batch"] != 4 else "")
     extra = f" --straight-through {c['straight_through']}" if c.get("straight_through") else ""
     this = {
-        "run": str(run_dir), "from": parent + (f" (the output of {run_dir.parent / parent[len('runs/'):]})" if parent.startswith("runs/") else ""), "steps": c["steps"], "tokens_seen": c["tokens_seen"], "lr": c["lr"], "cosine_decay": c["cosine_decay"],
+        "run": str(run_dir), "from": parent + derived + (f" (the output of {run_dir.parent / parent[len('runs/'):]})" if parent.startswith("runs/") else ""), "steps": c["steps"], "tokens_seen": c["tokens_seen"], "lr": c["lr"], "cosine_decay": c["cosine_decay"],
         "sharpen": c.get("sharpen", 0.0), "balance": c.get("balance", 0.0), "seconds": c["seconds_this_run"], "time_limit_min": c.get("time_limit_min"),
         "heldout_ppl_final": c["heldout_ppl"], "heldout_mode": c["heldout_mode"],
-        "command": (f"train_paper --model {os.environ.get('MODEL', 'SmolLM2-135M-Instruct.Q4_1.gguf')} --data corpus/train --heldout corpus/heldout "
-                    f"--out runs/{run_dir.name} --from {parent}{shape} --steps {os.environ.get('PLANNED_STEPS', c['steps'])} --minutes {c['time_limit_min']:g} "
+        "command": (f"{derive_cmd}train_paper --model {os.environ.get('MODEL', 'SmolLM2-135M-Instruct.Q4_1.gguf')} --data corpus/train --heldout corpus/heldout "
+                    f"--out runs/{run_dir.name} --from {started_from}{shape} --steps {os.environ.get('PLANNED_STEPS', c['steps'])} --minutes {c['time_limit_min']:g} "
                     f"--eval-every {int(os.environ.get('PLANNED_STEPS', c['steps'])) // 4} {os.environ.get('PPL_ARGS', '--ppl tests/fixtures/ppl_persuasion_60k.txt --ctx 1024')}{probe} "
                     f"--lr {c['lr']:g}{terms}{extra} (started by {os.environ.get('LAUNCHER', 'experiments/gpu/launch.sh')})"),
-        "same_as": (f"focus-lens train --device cuda --init {parent} --data corpus/train --heldout corpus/heldout --seq-len {c['seq_len']} "
+        "same_as": (f"{derive_cmd}focus-lens train --device cuda --init {started_from} --data corpus/train --heldout corpus/heldout --seq-len {c['seq_len']} "
                     f"--batch {c['batch']} --lr {c['lr']:g}{' --cosine-decay' if c['cosine_decay'] else ''} --steps {os.environ.get('PLANNED_STEPS', c['steps'])} --seed {c['seed']}{terms}"
                     f"{' --straight-through ' + str(c['straight_through']) if c.get('straight_through') else ''}"
                     f"{' --time-limit-min ' + format(c['time_limit_min'], 'g') if os.environ.get('PLANNED_STEPS') and c.get('time_limit_min') else ''}"),
@@ -119,6 +129,8 @@ if t.get("init", "").startswith("from "):
         "command": stages[-1]["command"], "same_as": stages[-1]["same_as"],
         "date": os.environ.get("DATE", "2026-12-01"),
     })
+if cfg.get("derived_from"):
+    cfg["derived_from"]["adapter"] = cfg["derived_from"]["adapter"].split("/root/stage/", 1)[-1]
 ppl_rows = json.load(open(src / "ppl.json"))
 ppl_by_ctx = {}
 for p in ppl_rows:
