@@ -42,6 +42,16 @@ where
     (shown, focus_lens(&args))
 }
 
+/// The default adapter with a local window of 64 (`adapter derive`, the weights the same), in
+/// `dir`: short texts then have distant pairs for Focus to route (the shipped window, 512,
+/// covers a 512-token text whole).
+fn narrow_default(dir: &Path) -> std::path::PathBuf {
+    let out = dir.join("k8w64");
+    let src = common::root().join("sample_adapters/smollm2-135m-k8");
+    ok([std::ffi::OsStr::new("adapter"), "derive".as_ref(), src.as_os_str(), "--out".as_ref(), out.as_os_str(), "--window".as_ref(), "64".as_ref()]);
+    out
+}
+
 /// Runs a command that must succeed and returns its stdout.
 fn ok<I, S>(args: I) -> String
 where
@@ -261,7 +271,7 @@ fn ppl_table_of_quality_and_speed_against_length() {
     let tmp = tempfile::tempdir().unwrap();
     // ~1,300 tokens: two chunks of 256 and one of 512 (and ctx 16384 above SmolLM2's 8192).
     let f = persuasion(tmp.path(), "p.txt", 5200);
-    let adapter = common::root().join("sample_adapters/smollm2-135m-k8");
+    let adapter = narrow_default(tmp.path());
     let table = |extra: &[&str]| -> Vec<std::ffi::OsString> {
         let mut args: Vec<std::ffi::OsString> = vec!["ppl".into(), "--adapter".into(), adapter.clone().into()];
         args.extend(extra.iter().map(|s| s.into()));
@@ -918,7 +928,7 @@ fn eval_long_cloze_from_a_text() {
     let words: Vec<&str> = (0..1400).map(|i| match i { 300 | 650 => "Zebulon", 1000 | 1300 => "Ashdown", _ => filler[i % filler.len()] }).collect();
     let text = tmp.path().join("small.txt");
     std::fs::write(&text, words.join(" ")).unwrap();
-    let adapter = common::root().join("sample_adapters/smollm2-135m-k8");
+    let adapter = narrow_default(tmp.path());
     let v = ok_json(["eval", "--suite", "long-cloze", "--long-cloze-text", text.to_str().unwrap(), "--long-ctx", "512", "--adapter", adapter.to_str().unwrap(), "--mode", "topk", "--k", "2", "--json"]);
     let r = v["results"].as_array().unwrap();
     assert_eq!(r.iter().map(|r| (r["suite"].as_str().unwrap(), r["mode"].as_str().unwrap(), r["items"].as_u64().unwrap())).collect::<Vec<_>>(), [("long-cloze", "dense", 2), ("long-cloze", "topk(2)", 2)]);

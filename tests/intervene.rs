@@ -247,11 +247,12 @@ fn ablating_a_centroid_of_the_shipped_adapter_changes_only_what_it_should() {
     let text = std::fs::read_to_string(common::fixture("ppl_persuasion_60k.txt")).unwrap();
     let tok = model.tokenizer().unwrap();
     let mut ids = tok.encode(&text[..4000], false).unwrap().ids;
-    ids.truncate(300);
+    // 172 tokens beyond the adapter's window (300 at a window of 128).
+    let window = adapter.config.window;
+    ids.truncate(window + 172);
     let texts: Vec<String> = ids.iter().map(|&i| tok.token_text(i)).collect();
     let (layer, k) = (9, adapter.config.top_k);
     let mode = Mode::TopK(adapter.config.topk(k).unwrap());
-    let window = adapter.config.window;
     assert!(ids.len() > window + 50);
     // The layer's routing, to pick a group with members beyond the window.
     let out = model.decoder.forward(&ids, &ForwardOptions { record_routing: true, ..ForwardOptions::new(mode, Some(&adapter)) }).unwrap();

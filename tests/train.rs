@@ -400,6 +400,8 @@ fn the_cli_states_the_figures_and_keeps_checkpoints() {
         assert_eq!((s["sharpen"].as_f64(), s["balance"].as_f64(), s["seq_len"].as_u64(), s["freeze_projection"].as_bool()), (Some(0.05), Some(0.5), Some(80), Some(true)), "{s}");
     }
     assert_eq!(t["init_gain"].as_f64(), Some(0.5), "{t}");
+    // --window holds for every stage: the length stage does not widen it.
+    assert!(cfg["window"].as_u64() == Some(16) && stages.iter().all(|s| s.get("window").is_none()), "{t}");
     assert!(cfg["init"].as_str().unwrap().contains("principal directions") && cfg["init"].as_str().unwrap().ends_with("then W_g multiplied by 0.5 [ours]"), "{}", cfg["init"]);
     assert!(cfg["init"].as_str().unwrap().contains("(whitened)") && cfg["training"]["pca_whiten"].as_bool() == Some(true), "{} / {}", cfg["init"], cfg["training"]);
     // --whiten qualifies --pca-init: alone it is refused, naming the flag it needs.
@@ -737,9 +739,10 @@ fn recipe_of(extra: &[&str]) -> focus_lens::training::Recipe {
 }
 
 /// `train` with no option is the `shipped` recipe, and that recipe is how the shipped default
-/// adapter was made: each of its first two stages is what the adapter's own record of that
-/// stage (`training.stages[i].same_as`, the equivalent command of the time) resolves to, on a
-/// base with no terms of ours (the `paper` recipe); the last stage is 300 steps of 2 x 4096.
+/// adapter was made: each of its stages is what the adapter's own record of that stage
+/// (`training.stages[i].same_as`, the equivalent commands of the time) resolves to, on a base
+/// with no terms of ours (the `paper` recipe); a stage that widened the window first records
+/// the `adapter derive` that did it.
 #[test]
 fn the_defaults_are_the_shipped_adapters_recipe() {
     use focus_lens::training::{Init, Recipe};
@@ -748,13 +751,29 @@ fn the_defaults_are_the_shipped_adapters_recipe() {
     assert_eq!(r.stage_names(), ["train", "balance", "long"]);
     let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::root().join("sample_adapters/smollm2-135m-k8/adapter_config.json")).unwrap()).unwrap();
     let recorded = cfg["training"]["stages"].as_array().unwrap();
-    assert_eq!(recorded.len(), 2);
+    assert_eq!(recorded.len(), 3);
     for (i, st) in recorded.iter().enumerate() {
         let same_as = st["same_as"].as_str().unwrap();
-        let argv: Vec<&str> = same_as.split_whitespace().skip(2).collect();
-        assert!(same_as.starts_with("focus-lens train ") && argv.iter().all(|a| !a.contains('(')), "{same_as}");
+        // `focus-lens adapter derive SRC --out DIR --window W; focus-lens train ...`
+        let (derive, train) = same_as.rsplit_once("; ").map_or((None, same_as), |(d, t)| (Some(d), t));
+        let window = derive.map(|d| {
+            let a: Vec<&str> = d.split_whitespace().collect();
+            assert!(d.starts_with("focus-lens adapter derive ") && a.len() == 8 && a[6] == "--window", "{same_as}");
+            a[7].parse::<usize>().unwrap()
+        });
+        assert_eq!(window, r.stages[i].window, "stage {i}'s window: {same_as}");
+        let argv: Vec<&str> = train.split_whitespace().skip(2).collect();
+        assert!(train.starts_with("focus-lens train ") && argv.iter().all(|a| !a.contains('(')), "{same_as}");
         let mut with_base = vec!["--recipe", "paper"];
-        with_base.extend(argv.iter().filter(|a| !a.starts_with("corpus/")).copied().filter(|a| !["--data", "--heldout"].contains(a)));
+        // The data and the run's time limit (the plan's, not the recipe's) aside.
+        let mut it = argv.iter().copied();
+        while let Some(a) = it.next() {
+            if ["--data", "--heldout", "--time-limit-min"].contains(&a) {
+                it.next();
+            } else {
+                with_base.push(a);
+            }
+        }
         let then = recipe_of(&with_base);
         assert_eq!(then.stages.len(), 1);
         assert_eq!(then.stages[0].opts, r.stages[i].opts, "stage {i}: {same_as}");
@@ -763,11 +782,14 @@ fn the_defaults_are_the_shipped_adapters_recipe() {
             assert_eq!((then.spec.clone(), then.init), (r.spec.clone(), Init::Pca), "{same_as}");
         }
     }
-    // The adapter's own configuration agrees.
+    // The adapter's own configuration agrees: the window is the last stage's.
     let s = &r.spec;
-    assert_eq!((cfg["groups"].as_u64(), cfg["sink"].as_u64(), cfg["gate"].as_str(), cfg["lambda"].as_f64(), cfg["window"].as_u64()), (Some(s.groups as u64), Some(s.sink as u64), Some("paper"), Some(s.lambda), Some(s.window as u64)));
-    let long = &r.stages[2].opts;
-    assert_eq!((long.steps, long.seq_len, long.batch, long.lr, long.sharpen, long.balance), (300, 4096, 2, 1e-3, 0.05, 0.5));
+    let window = r.stages.iter().rev().find_map(|st| st.window).unwrap_or(s.window);
+    assert_eq!((cfg["groups"].as_u64(), cfg["sink"].as_u64(), cfg["gate"].as_str(), cfg["lambda"].as_f64(), cfg["window"].as_u64()), (Some(s.groups as u64), Some(s.sink as u64), Some("paper"), Some(s.lambda), Some(window as u64)));
+    let long = &r.stages[2];
+    assert_eq!((long.opts.steps, long.opts.seq_len, long.opts.batch, long.opts.lr, long.opts.sharpen, long.opts.balance, long.window), (300, 4096, 2, 1e-3, 0.05, 0.5, Some(512)));
+    // A window given holds for the whole run.
+    assert!(recipe_of(&["--window", "256"]).stages.iter().all(|st| st.window.is_none()));
 }
 
 /// Each option given replaces the recipe's value: per-stage ones in every stage, or one per
@@ -820,6 +842,9 @@ fn a_run_of_two_stages_switches_sequence_length() {
     let mut recipe = Recipe::shipped();
     recipe.select(&["train".into(), "long".into()]).unwrap();
     (recipe.spec.groups, recipe.spec.window) = (4, 8);
+    // The length stage widens the window (the shipped recipe: 512; here within 128 tokens).
+    assert_eq!(recipe.stages[1].window, Some(512));
+    recipe.stages[1].window = Some(16);
     recipe.set_all(|o| (o.eval_every, o.eval_seqs, o.checkpoint_every, o.lr) = (2, 1, 1, 1e-2));
     (recipe.stages[0].opts.steps, recipe.stages[0].opts.seq_len, recipe.stages[0].opts.batch, recipe.stages[1].opts.steps) = (3, 48, 2, 2);
     let plan = |out: &std::path::Path, start: Start| Plan { data: vec![text.clone()], heldout: vec![held.clone()], start, recipe: recipe.clone(), max_seconds: 0.0, out: out.to_path_buf(), keep_checkpoints: true, device: "cpu".into(), recompute: Default::default() };
@@ -852,11 +877,13 @@ fn a_run_of_two_stages_switches_sequence_length() {
     let want: Vec<(String, u64, u64)> = [("train", 0, 0), ("train", 1, 96), ("train", 2, 192), ("train", 3, 288), ("long", 3, 288), ("long", 4, 544), ("long", 5, 800)].iter().map(|&(s, a, b)| (s.to_string(), a, b)).collect();
     assert_eq!(rows, want, "each stage's step and sequence length");
     for step in 1..=5 {
-        focus_core::Adapter::load(&focus_core::train::checkpoint_dir(&out, step), &model.identity(), &Device::Cpu).unwrap();
+        let a = focus_core::Adapter::load(&focus_core::train::checkpoint_dir(&out, step), &model.identity(), &Device::Cpu).unwrap();
+        assert_eq!(a.config.window, if step <= 3 { 8 } else { 16 }, "step {step}: the second stage trains at its window");
     }
     let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("adapter_config.json")).unwrap()).unwrap();
     let t = &cfg["training"];
     assert_eq!((t["recipe"].as_str(), t["steps"].as_u64(), t["tokens_seen"].as_u64(), t["pca_init"].as_bool()), (Some("shipped"), Some(5), Some(800), Some(true)), "{t}");
+    assert_eq!((cfg["window"].as_u64(), t["stages"][0].get("window"), t["stages"][1]["window"].as_u64()), (Some(16), None, Some(16)), "{t}");
     let st = t["stages"].as_array().unwrap();
     assert_eq!(st.iter().map(|s| (s["name"].as_str().unwrap(), s["seq_len"].as_u64().unwrap(), s["batch"].as_u64().unwrap(), s["done"]["steps"].as_u64().unwrap())).collect::<Vec<_>>(), [("train", 48, 2, 3), ("long", 128, 2, 2)]);
     assert_eq!((st[0]["balance"].as_f64(), st[1]["balance"].as_f64(), st[1]["sharpen"].as_f64(), st[1]["lr"].as_f64()), (Some(0.0), Some(0.5), Some(0.05), Some(1e-2)));

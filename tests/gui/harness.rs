@@ -16,6 +16,11 @@ pub fn settings(max_tokens: usize) -> Settings {
     let mut s = Settings::default();
     s.inputs.model = Some(super::common::model_path());
     s.setup.params.max_tokens = max_tokens;
+    // The tests' texts are a few hundred tokens: at the default adapter's own window (512 since
+    // 2026-12-07) every pair of them is local and nothing is routed, so they run at the window
+    // the views were built around, 128, as the controls' "window w" sets it (a new adapter
+    // brings its own; `window::the_default_window_is_the_adapters` checks the default itself).
+    s.setup.params.window = Some(128);
     s
 }
 

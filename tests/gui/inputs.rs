@@ -193,7 +193,9 @@ fn adapter_pickers_fit_the_model_and_compare_like_with_like() -> TestResult {
     // a retrained adapter with new recorded figures needs no change here).
     let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(common::root().join("sample_adapters/smollm2-135m-k8/adapter_config.json"))?)?;
     let ppl = &cfg["results"]["ppl"]["ctx1024"];
-    let line = format!("held-out PPL on ppl_persuasion_60k.txt, ctx 1024: dense {:.2}, soft {:.2}, top-2 {:.2}", ppl["dense"].as_f64().unwrap(), ppl["soft"].as_f64().unwrap(), ppl["topk2"].as_f64().unwrap());
+    // The text's file name, as the picker shows it (`results.ppl_file` up to its first " (").
+    let file = cfg["results"]["ppl_file"].as_str().unwrap().split(" (").next().unwrap().rsplit('/').next().unwrap();
+    let line = format!("held-out PPL on {file}, ctx 1024: dense {:.2}, soft {:.2}, top-2 {:.2}", ppl["dense"].as_f64().unwrap(), ppl["soft"].as_f64().unwrap(), ppl["topk2"].as_f64().unwrap());
     assert!(has(&h, &line), "the sample adapter's figures, alike: {line}");
     assert!(!has(&h, "held-out PPL 3"), "the training log's figure beside the measured ones");
     h.get_by_label("Cancel").click();

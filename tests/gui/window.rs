@@ -321,3 +321,22 @@ fn nothing_flips_under_a_still_mouse() {
     h.step();
     assert_eq!(h.state().session.result.as_ref().unwrap().tokens(), PREVIEW_TOKENS + 100, "the full result once the mouse moved");
 }
+
+/// With no window set, the analysis runs at the adapter's own (the default adapter's, read from
+/// its config: 512 since 2026-12-07), and the controls offer no way back to it (there is nothing
+/// to go back from). The other tests pin 128 (`harness::settings`).
+#[test]
+fn the_default_window_is_the_adapters() -> TestResult {
+    let mut s = settings(64);
+    s.setup.params.window = None;
+    let dir = tempfile::tempdir()?;
+    let mut h = harness(s, dir.path());
+    settle(&mut h);
+    no_errors(&h);
+    let cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(crate::common::root().join("sample_adapters/smollm2-135m-k8/adapter_config.json"))?)?;
+    let w = cfg["window"].as_u64().unwrap() as usize;
+    let res = h.state().session.result.clone().expect("an analysis");
+    assert_eq!((res.window(), res.adapter.config.window), (w, w));
+    assert!(h.query_by_label("adapter's").is_none(), "no override to undo");
+    Ok(())
+}

@@ -251,7 +251,8 @@ pub struct SpecArgs {
     #[arg(long, value_parser = count::<0, 1000>)]
     pub sinkhorn_iters: Option<usize>,
     /// Local window w (pairs with i - j <= w always attend), 0..=16777216 [default: 128;
-    /// `train`: the recipe's].
+    /// `train`: the recipe's, which may widen it for a stage (`shipped`: 512 from `long` on); a
+    /// window given holds for every stage].
     #[arg(long, value_parser = count::<0, 16777216>)]
     pub window: Option<usize>,
     /// The distant-pair gate [default: log; `train`: the recipe's].

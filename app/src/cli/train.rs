@@ -179,6 +179,10 @@ impl Args {
             r.select(&self.stages)?;
         }
         r.spec = self.spec.spec(r.spec.clone());
+        if self.spec.window.is_some() {
+            // A window given is the run's: no stage widens it.
+            r.stages.iter_mut().for_each(|s| s.window = None);
+        }
         if self.random_init {
             r.init = Init::Random;
         } else if self.kmeans_init {

@@ -169,6 +169,13 @@ impl TrainView {
         if let Some(seq) = f.recipe.stages.iter().map(|s| s.opts.seq_len.min(context)).min() {
             f.recipe.spec.window = f.recipe.spec.window.min(seq / 4);
         }
+        // A stage that widens the window (the shipped recipe's `long`) likewise, at its length.
+        for st in f.recipe.stages.iter_mut() {
+            let seq = st.opts.seq_len.min(context);
+            if let Some(w) = st.window.as_mut() {
+                *w = (*w).min(seq / 4);
+            }
+        }
         f.device = m.device;
     }
 
@@ -277,9 +284,12 @@ impl TrainView {
                 }
             });
             for st in r.stages.iter_mut() {
-                let o = &mut st.opts;
+                let (o, window) = (&mut st.opts, &mut st.window);
                 ui.horizontal_wrapped(|ui| {
                     ui.label(format!("stage {}", st.name)).on_hover_text("each stage trains on the adapter the one before left, with a fresh optimiser and its own learning-rate schedule");
+                    if let Some(w) = window.as_mut() {
+                        ui.add(egui::DragValue::new(w).range(0..=1 << 20).prefix("window ")).on_hover_text("the adapter's local window from this stage on (the shipped recipe widens it to 512 for its 4,096-token stage)");
+                    }
                     ui.add(egui::DragValue::new(&mut o.steps).range(1..=10_000_000).prefix("steps "));
                     ui.add(egui::DragValue::new(&mut o.lr).range(1e-6..=10.0).speed(1e-4).max_decimals(5).prefix("lr ")).on_hover_text("AdamW learning rate");
                     ui.checkbox(&mut o.cosine_decay, "cosine").on_hover_text("the learning rate decays along a cosine to lr/10 at the stage's last step");
