@@ -51,7 +51,8 @@ else
   unset _stubs _pair
 fi
 if [ -z "${CUDA_COMPUTE_CAP:-}" ]; then
-  _cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')
+  # (`|| true`: a caller under `set -e -o pipefail` on a machine without nvidia-smi goes on.)
+  _cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .' || true)
   export CUDA_COMPUTE_CAP=${_cap:-90}
   unset _cap
 fi
