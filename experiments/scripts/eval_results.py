@@ -7,16 +7,21 @@ The JSON files are those of experiments/gpu/length52_round3.sh's evals: soft (`-
 base model's rows beside), topk (`--suite all --no-base`), and the same two with `--suite
 truthfulqa-mc --few-shot` (suite truthfulqa-mc-6shot); any may be missing (then the table and
 the config's `not_run` say which were not run). Plain or .xz.
-Usage: eval_results.py ADAPTER_DIR MEASURED_ON EVAL.json[.xz]... [--write]"""
+Usage: eval_results.py ADAPTER_DIR MEASURED_ON EVAL.json[.xz]... [--base=EVAL.json[.xz]]... [--write]"""
 import json, lzma, sys
 from pathlib import Path
 
-args = [a for a in sys.argv[1:] if a != "--write"]
+args = [a for a in sys.argv[1:] if a != "--write" and not a.startswith("--base=")]
 adapter, measured_on, files = Path(args[0]), args[1], args[2:]
+# --base=FILE: only the base model's (dense) rows of FILE, e.g. another adapter's run of a suite
+# whose base rows this adapter's runs lack (the base model's scores do not depend on the adapter).
+bases = [a[len("--base="):] for a in sys.argv[1:] if a.startswith("--base=")]
 rows = []
-for f in files:
+for f in files + bases:
     d = json.loads((lzma.open if f.endswith(".xz") else open)(f, "rt").read())
     for r in d["results"]:
+        if f in bases and r["mode"] != "dense":
+            continue
         rows.append({k: r[k] for k in ("suite", "mode", "items", "accuracy", "accuracy_se", "score", "score_se")})
 # What the round runs for every adapter: a suite or mode without results is listed as not run.
 SUITES = ["truthfulqa-mc", "cloze", "long-cloze", "truthfulqa-mc-6shot"]
