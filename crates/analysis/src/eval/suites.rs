@@ -164,7 +164,7 @@ pub fn long_cloze_items(tok: &crate::model::tokenizer::Tokenizer, text: &str, so
         if t < tj + min_distance || picked.is_some_and(|p| t < p + spec.spacing) {
             continue;
         }
-        let target_tokens = without_bos(tok, tok.encode(&format!(" {word}"), false)?.ids).len();
+        let target_tokens = tok.encode_continuation(&format!(" {word}"))?.len();
         let Some(budget) = spec.context.checked_sub(target_tokens + SLACK) else { continue };
         if t < budget || tj < t - budget {
             // No full context before the target, or its evidence outside the item.
@@ -214,22 +214,14 @@ pub struct Continuation {
     pub total_tokens: usize,
 }
 
-/// `ids` less the BOS that the tokenizer puts first where the model wants one (Gemma, Llama 3):
-/// a continuation follows its prompt, and scoring a BOS there costs ~30 nats.
-fn without_bos(tok: &crate::model::tokenizer::Tokenizer, mut ids: Vec<u32>) -> Vec<u32> {
-    if tok.add_bos() && tok.bos_id().is_some() && ids.first() == tok.bos_id().as_ref() {
-        ids.remove(0);
-    }
-    ids
-}
-
 /// Scores `prompt` followed by `continuation`, each tokenized on its own (the continuation
 /// carries its own leading space), so the split between them is exact. The prompt starts with
 /// the tokenizer's BOS where the model wants one; the continuation does not.
 pub fn score_continuation(model: &Model, prompt: &str, continuation: &str, mode: Mode, adapter: Option<&Adapter>) -> Result<Continuation> {
     let tok = model.tokenizer()?;
     let p = tok.encode(prompt, false)?.ids;
-    let c = without_bos(tok, tok.encode(continuation, false)?.ids);
+    // (Without the BOS its own encoding would start with: scored mid-text it costs ~30 nats.)
+    let c = tok.encode_continuation(continuation)?;
     if p.is_empty() || c.is_empty() {
         return Err(Error::BadText("empty prompt or continuation".into()));
     }

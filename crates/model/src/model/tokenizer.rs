@@ -476,6 +476,17 @@ impl Tokenizer {
         self.encode_chunked(text, parse_special, ENCODE_CHUNK_BYTES)
     }
 
+    /// The ids of `text` where it continues other text (a scored answer after its prompt):
+    /// `encode`'s without the BOS it puts first where the model wants one (Gemma, Llama 3), which
+    /// belongs only at the start of a sequence.
+    pub fn encode_continuation(&self, text: &str) -> Result<Vec<u32>> {
+        let mut ids = self.encode(text, false)?.ids;
+        if self.add_bos && self.bos.is_some() && ids.first() == self.bos.as_ref() {
+            ids.remove(0);
+        }
+        Ok(ids)
+    }
+
     /// `encode` with pieces of about `chunk` bytes: a long text is cut where a pre-tokenizer
     /// would cut it anyway (between a letter or digit and the space or newline after it), so
     /// the ids are those of the whole text while memory stays per piece.
