@@ -23,9 +23,10 @@
 #   the checkout (experiments/results/...); CTX the held-out perplexity
 #   lengths (whole of Persuasion, dense, soft, top-1..3) or `-` for none. The flags come first
 #   on train_paper's line, so a flag there wins over the columns' (`--eval-every N`).
-# EVALS: MODEL:ADAPTER ... (`focus-lens eval`, soft and top-2, every suite with the long cloze on
-#   Persuasion, then TruthfulQA with the few-shot prefix; the base model's scores with the soft
-#   runs only: the top-2 runs take --no-base, their base is the soft run's).
+# EVALS: MODEL:ADAPTER[:RUN,RUN...] ... (`focus-lens eval`, soft and top-2, every suite with the
+#   long cloze on Persuasion, then TruthfulQA with the few-shot prefix; the base model's scores
+#   with the soft runs only: the top-2 runs take --no-base, their base is the soft run's). RUNS,
+#   when given, names the ones to run of soft, soft_fewshot, topk, topk_fewshot.
 # TABLES: MODEL:ADAPTER:CTX,CTX,... ...
 set -uo pipefail
 F=${1:?call folder}; what=${2:?stage|tests|start|collect|table}
@@ -80,7 +81,9 @@ if [ "$what" = start ]; then
     echo "started $name: $model from $from, seq $seq x $batch, $steps steps ($minutes min at most), lr $lr, balance $balance $extra"
   done
   for e in ${EVALS:-}; do
-    model=${e%%:*}; a=${e#*:}; tag=${a##*/}
+    model=${e%%:*}; a=${e#*:}; only=all
+    case $a in *:*) only=${a#*:}; a=${a%%:*} ;; esac
+    tag=${a##*/}
     [ -f $R/eval_${tag}.started ] && continue
     staged $model || { echo "waiting for $model: eval $a"; continue; }
     touch $R/eval_${tag}.started
@@ -88,6 +91,7 @@ if [ "$what" = start ]; then
       while [ ! -f $(where $a)/adapter_model.safetensors ]; do sleep 5; done
       for mode in soft topk; do for shot in '' --few-shot; do
         name=eval_${tag}_\${mode}\${shot:+_fewshot}
+        [ '$only' = all ] || [[ ,$only, == *,\${mode}\${shot:+_fewshot},* ]] || continue
         suite=all; [ -n \"\$shot\" ] && suite=truthfulqa-mc
         base=''; [ \$mode = topk ] && base=--no-base
         $S/focus-lens eval --model $S/$model --device cuda --adapter $(where $a) --mode \$mode --k 2 --suite \$suite \

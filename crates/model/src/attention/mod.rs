@@ -228,6 +228,12 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &LayerA
         );
         return Ok(Tensor::from_vec(out, (h, t, d), q.device())?);
     }
+    // Long sequences: the scores a block of query rows at a time (the whole H x T x T would be
+    // 15 GB at 16K tokens of 14 heads, and this path holds several).
+    let rows = query_rows(h, t);
+    if rows < t {
+        return attend_in_rows(q, k, v, plan, own, causal, rows);
+    }
     // GQA without copying K/V: the query heads sharing a KV head become one taller matrix.
     let rep = h / hkv;
     let qg = q.reshape((hkv, rep * t, d))?;
@@ -271,6 +277,66 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &LayerA
         candle_nn::ops::softmax_last_dim(&x.broadcast_add(causal)?)?
     };
     Ok(p.reshape((hkv, rep * t, t))?.matmul(v)?.reshape((h, t, d))?)
+}
+
+/// Scores the candle path of `attend` holds at a time (2^27: 0.5 GB in f32): longer sequences
+/// are attended `query_rows` rows at a time.
+const CHUNK_SCORES: usize = 1 << 27;
+
+/// Query rows of an H-head, T-token attention whose scores fit `CHUNK_SCORES` (T: all of them).
+fn query_rows(h: usize, t: usize) -> usize {
+    (CHUNK_SCORES / (h * t).max(1)).clamp(1, t.max(1))
+}
+
+/// The candle path of `attend` (a gate, an explicit mask, a sliding window or soft-capping)
+/// `rows` query rows at a time: each block's scores against the keys a causal row of it can
+/// see (the first r0 + m), the plan's and masks' rows narrowed to match. Memory: the scores of
+/// one block, whatever T. The causal mask is built here when not given (the CPU path does
+/// without one).
+#[allow(clippy::too_many_arguments)]
+fn attend_in_rows(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &LayerAttention, causal: Option<&Tensor>, rows: usize) -> Result<Tensor> {
+    let (h, t, d) = q.dims3()?;
+    let hkv = k.dim(0)?;
+    let rep = h / hkv;
+    let scale = 1.0 / (d as f64).sqrt();
+    let built;
+    let causal = match causal {
+        Some(c) => c,
+        None => {
+            built = mask::causal_bias(t, q.device())?;
+            &built
+        }
+    };
+    let own_bias = match own.span(t) {
+        Some(w) => Some(mask::sliding_bias(t, w, q.device())?),
+        None => None,
+    };
+    let mut outs = Vec::new();
+    for r0 in (0..t).step_by(rows.max(1)) {
+        let m = rows.min(t - r0);
+        let n = r0 + m;
+        // Rows r0..r0+m of a T x T (or 1 x T x T) mask or gate, keys 0..n.
+        let block = |x: &Tensor| -> Result<Tensor> {
+            let r = x.rank();
+            Ok(x.narrow(r - 2, r0, m)?.narrow(r - 1, 0, n)?)
+        };
+        let qb = q.narrow(1, r0, m)?.contiguous()?.reshape((hkv, rep * m, d))?;
+        let kb = k.narrow(1, 0, n)?.contiguous()?;
+        let s = cap(&(qb.matmul(&kb.t()?)?.reshape((h, m, n))? * scale)?, own.softcap)?;
+        let s = match plan {
+            LayerPlan::Dense => s,
+            LayerPlan::SoftFactor(f) => s.broadcast_mul(&block(f)?)?,
+            LayerPlan::SoftBias(b) | LayerPlan::Masked(b) => s.broadcast_add(&block(b)?)?,
+            LayerPlan::TopK { .. } => unreachable!("top-k plans run their kernels"),
+        };
+        let s = match &own_bias {
+            Some(b) => s.broadcast_add(&block(b)?)?,
+            None => s,
+        };
+        let p = candle_nn::ops::softmax_last_dim(&s.broadcast_add(&block(causal)?)?.contiguous()?)?;
+        outs.push(p.reshape((hkv, rep * m, n))?.matmul(&v.narrow(1, 0, n)?.contiguous()?)?.reshape((h, m, d))?);
+    }
+    Ok(Tensor::cat(&outs, 1)?)
 }
 
 /// Soft-capping of scaled logits: cap * tanh(s / cap) (differentiable).
@@ -432,6 +498,12 @@ mod soft_tests {
                 let want = reference(&q, &k, &v, s, &g, kk, GateFn::of(&cfg), window, sink);
                 let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
                 assert!(err <= 1e-5, "case {case} t {t} w {window} s {sink} {gate:?}: {err}");
+                // The long-sequence path (a block of query rows at a time; the last block short).
+                let rows = [1, 7, t - 1][case % 3];
+                let blocks = attend_in_rows(&ten(&q, heads), &ten(&k, kv_heads), &ten(&v, kv_heads), &plan, &Default::default(), None, rows).unwrap();
+                let blocks = blocks.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let err = blocks.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(err <= 1e-5, "case {case} t {t} in blocks of {rows} rows: {err}");
                 outs.push(got);
             }
             // With distant pairs, sinks change the output.
@@ -440,5 +512,37 @@ mod soft_tests {
                 assert!(diff > 1e-4, "case {case}: sink 4 gives the output of sink 0");
             }
         }
+    }
+
+    #[test]
+    fn attention_in_blocks_of_rows_equals_the_whole() {
+        // A sliding window and soft-capping (Gemma 2's candle path) with each plan kind, whole
+        // and a block of rows at a time; and the blocks' size at the lengths that need them.
+        let mut rng = StdRng::seed_from_u64(5);
+        let dev = Device::Cpu;
+        let (heads, kv_heads, t, d, kk) = (4, 2, 41, 8, 4);
+        let mut r = |n: usize, a: f32| (0..n).map(|_| (rng.gen::<f32>() * 2.0 - 1.0) * a).collect::<Vec<f32>>();
+        let ten = |x: Vec<f32>, h: usize| Tensor::from_vec(x, (h, t, d), &dev).unwrap();
+        let (q, k, v) = (ten(r(heads * t * d, 2.0), heads), ten(r(kv_heads * t * d, 2.0), kv_heads), ten(r(kv_heads * t * d, 1.0), kv_heads));
+        let g = candle_nn::ops::softmax_last_dim(&Tensor::from_vec(r(t * kk, 3.0), (t, kk), &dev).unwrap()).unwrap();
+        let masks: Vec<u64> = (0..t).map(|i| 1 << (i % kk)).collect();
+        let plans = [
+            LayerPlan::Dense,
+            soft_plan(&g, &adapter_cfg(kk, 3, 1, Gate::Paper)).unwrap(),
+            soft_plan(&g, &adapter_cfg(kk, 3, 0, Gate::Log)).unwrap(),
+            LayerPlan::Masked(mask::topk_mask_bias(&masks, 3, 1, &dev).unwrap()),
+        ];
+        let own = LayerAttention { window: Some(9), softcap: Some(2.0), ..Default::default() };
+        for (i, plan) in plans.iter().enumerate() {
+            let whole = attend(&q, &k, &v, plan, &own, None).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+            for rows in [1, 5, 40] {
+                let got = attend_in_rows(&q, &k, &v, plan, &own, None, rows).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let err = got.iter().zip(&whole).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                assert!(err <= 1e-5, "plan {i}, blocks of {rows} rows: {err}");
+            }
+        }
+        assert_eq!(query_rows(9, 2048), 2048, "SmolLM2 at 2,048 tokens: one block");
+        let rows = query_rows(14, 32768);
+        assert!(rows < 32768 && rows * 14 * 32768 <= CHUNK_SCORES, "Qwen2.5 at 32K: {rows} rows a block");
     }
 }
