@@ -26,7 +26,8 @@
 # EVALS: MODEL:ADAPTER[:RUN,RUN...] ... (`focus-lens eval`, soft and top-2, every suite with the
 #   long cloze on Persuasion, then TruthfulQA with the few-shot prefix; the base model's scores
 #   with the soft runs only: the top-2 runs take --no-base, their base is the soft run's). RUNS,
-#   when given, names the ones to run of soft, soft_fewshot, topk, topk_fewshot.
+#   when given, names the ones to run of soft, soft_fewshot, topk, topk_fewshot. EVAL_SUITE: the
+#   suite of the runs without the prefix (default all; e.g. long-cloze).
 # TABLES: MODEL:ADAPTER:CTX,CTX,... ...
 set -uo pipefail
 F=${1:?call folder}; what=${2:?stage|tests|start|collect|table}
@@ -92,7 +93,7 @@ if [ "$what" = start ]; then
       for mode in soft topk; do for shot in '' --few-shot; do
         name=eval_${tag}_\${mode}\${shot:+_fewshot}
         [ '$only' = all ] || [[ ,$only, == *,\${mode}\${shot:+_fewshot},* ]] || continue
-        suite=all; [ -n \"\$shot\" ] && suite=truthfulqa-mc
+        suite=${EVAL_SUITE:-all}; [ -n \"\$shot\" ] && suite=truthfulqa-mc
         base=''; [ \$mode = topk ] && base=--no-base
         $S/focus-lens eval --model $S/$model --device cuda --adapter $(where $a) --mode \$mode --k 2 --suite \$suite \
           \$shot \$base --long-cloze-text $BOOK --json > $R/\$name.json 2> $R/\$name.log
