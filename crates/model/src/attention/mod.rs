@@ -281,10 +281,10 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &LayerA
 
 /// Scores the candle path of `attend` holds at a time (2^27: 0.5 GB in f32): longer sequences
 /// are attended `query_rows` rows at a time.
-const CHUNK_SCORES: usize = 1 << 27;
+pub const CHUNK_SCORES: usize = 1 << 27;
 
 /// Query rows of an H-head, T-token attention whose scores fit `CHUNK_SCORES` (T: all of them).
-fn query_rows(h: usize, t: usize) -> usize {
+pub fn query_rows(h: usize, t: usize) -> usize {
     (CHUNK_SCORES / (h * t).max(1)).clamp(1, t.max(1))
 }
 

@@ -16,9 +16,10 @@
 //!   and product rows (2.5 times over: the measured growth of peak RSS), whichever is
 //!   larger; the dense CPU kernel (`attention::cpu::dense`) is
 //!   tiled and holds no T x T block, but the explicit path (`attention::attend`: soft mode,
-//!   soft-capped models, GPUs) holds each head's T x T scores about three times over, and soft
-//!   mode's plan (`attention::soft`) four T x T tensors more; plus the logits of the scored rows
-//!   and their log-softmax;
+//!   soft-capped models, GPUs) holds each head's T x T scores about three times over (past
+//!   `attention::CHUNK_SCORES` scores, a block of query rows at a time: `explicit_scores`), and
+//!   soft mode's plan (`attention::soft`) four T x T tensors more; plus the logits of the scored
+//!   rows and their log-softmax;
 //! - kept: an analysis keeps every layer's routing of every token (scores, memberships and
 //!   routing vectors, f32, `analysis::analyze_tokens_keeping`), once per analysis it holds, and
 //!   the kept passes its caller allows (`analysis::kept`).
@@ -370,6 +371,13 @@ pub fn matrix_params(s: &Shape) -> (u64, u64) {
     (s.n_layers as u64 * block, (if s.tied { 1 } else { 2 }) * s.vocab as u64 * d)
 }
 
+/// Scores the explicit attention path holds at once for `heads` heads over `t` tokens: H x T x
+/// T, or past `attention::CHUNK_SCORES` one block of query rows (`attention::query_rows`)
+/// against the keys, whatever T.
+pub fn explicit_scores(heads: usize, t: usize) -> u64 {
+    (heads * crate::attention::query_rows(heads, t) * t) as u64
+}
+
 /// Bytes one layer's activations hold at one pass's tokens (f32), and the logits.
 pub fn activation_bytes(s: &Shape, w: &Workload) -> u64 {
     let t = w.pass_tokens as u64;
@@ -377,9 +385,11 @@ pub fn activation_bytes(s: &Shape, w: &Workload) -> u64 {
     // Attention: residual and its norm; Q and K with their RoPE'd copies, V; the kernel's
     // transposed keys (padded to its 64-key tiles); the output and its transposed copy.
     let attn = t * (2 * d + 4 * q_w + 3 * kv_w) + kv_w * t.div_ceil(64) * 64;
-    // The explicit path: each head's T x T scores, their scaled/gated copy and the softmax.
+    // The explicit path: each head's scores, their scaled/gated copy and the softmax.
     let explicit = w.soft || s.attn_softcap;
-    let scores = if explicit { 3 * s.n_heads as u64 * t * t } else { 0 };
+    // In blocks (past `attention::CHUNK_SCORES`), the CPU path makes the causal mask (T x T).
+    let blocked = crate::attention::query_rows(s.n_heads, w.pass_tokens) < w.pass_tokens;
+    let scores = if explicit { 3 * explicit_scores(s.n_heads, w.pass_tokens) + if blocked { t * t } else { 0 } } else { 0 };
     // Soft mode's plan: affinity, gate, ones and the selected plan (T x T each), the local mask.
     let plan = if w.soft { 5 * t * t } else { 0 };
     // MLP: by the code's count three rows of each width are live (the residual, its norm and
@@ -443,7 +453,7 @@ impl DeviceEstimate {
 /// GPU), with the adapters' routers and the logits.
 pub fn device_activation_bytes(s: &Shape, w: &Workload) -> u64 {
     let t = w.pass_tokens as u64;
-    let (d, ffn, h, q_w, kv_w) = (s.d_model as u64, s.ffn_dim as u64, s.n_heads as u64, (s.n_heads * s.head_dim) as u64, (s.n_kv_heads * s.head_dim) as u64);
+    let (d, ffn, q_w, kv_w) = (s.d_model as u64, s.ffn_dim as u64, (s.n_heads * s.head_dim) as u64, (s.n_kv_heads * s.head_dim) as u64);
     // Attention, f32: the residual and its norm, Q, K and V as heads (RoPE'd), and the causal
     // mask (T x T), which a pass off the CPU makes for its first layer and keeps.
     let mut attn = 4 * t * (2 * d + q_w + 2 * kv_w) + 4 * t * t;
@@ -455,7 +465,7 @@ pub fn device_activation_bytes(s: &Shape, w: &Workload) -> u64 {
     let windowed = s.window.is_some_and(|win| (win as u64) < t);
     let adjusted = w.soft || s.attn_softcap || windowed;
     if adjusted || s.head_dim != FLASH_HEAD_DIM {
-        attn += 4 * h * t * t * if adjusted { 4 } else { 3 } + if windowed { 4 * t * t } else { 0 };
+        attn += 4 * explicit_scores(s.n_heads, w.pass_tokens) * if adjusted { 4 } else { 3 } + if windowed { 4 * t * t } else { 0 };
     }
     // Soft mode's plan: affinity, gate, ones and the selected plan (T x T each), the local mask.
     if w.soft {
@@ -608,6 +618,16 @@ mod tests {
         let soft = estimate(&s, 0, &Workload::perplexity(2048, true));
         let attn = 2048 * (2 * 4096 + 4 * 4096 + 3 * 1024) + 1024 * 2048 + 3 * 32 * 2048 * 2048 + 5 * 2048 * 2048;
         assert_eq!(soft.activations, 4 * (attn + 2 * 1024 * 128256));
+        // Past 2^27 scores the explicit path takes a block of query rows at a time: Qwen2.5's
+        // 14 heads at 32,768 tokens hold 292 rows' scores (and the T x T causal mask), not
+        // 14 x 32,768^2; the CPU's count adds the causal mask it then makes.
+        assert_eq!(explicit_scores(32, 2048), 32 * 2048 * 2048);
+        assert_eq!(explicit_scores(14, 32768), 14 * 292 * 32768);
+        let q = Shape { n_layers: 24, d_model: 896, n_heads: 14, n_kv_heads: 2, head_dim: 64, ffn_dim: 4864, vocab: 151936, attn_softcap: false, window: None, gated: true, tied: true };
+        let (dense, soft) = (estimate(&q, 0, &Workload::perplexity(32768, false)), estimate(&q, 0, &Workload::perplexity(32768, true)));
+        let attn = 32768 * (2 * 896 + 4 * 896 + 3 * 128) + 128 * 32768 + 3 * 14 * 292 * 32768 + 32768 * 32768 + 5 * 32768 * 32768;
+        let mlp = 32768 * (3 * 896 + 3 * 4864) * 5 / 2;
+        assert_eq!(soft.activations - dense.activations, 4 * (attn - mlp), "soft at 32K: the plan, the mask and one block of scores above dense's MLP");
         let r = RoutingKept { tokens: 10_000, groups: 8, d_g: 16, copies: 2 };
         let a = estimate(&s, 7, &Workload::analysis(10_000, 2048, false, r, 0));
         assert_eq!(a.kept, 4 * 32 * 10_000 * (2 * 8 + 16) * 2);
