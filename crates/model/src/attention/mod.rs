@@ -249,16 +249,7 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &LayerA
         (LayerPlan::Dense, None, None) => None,
         _ => {
             let s = cap(&(&scores * scale)?, own.softcap)?;
-            let s = match plan {
-                LayerPlan::Dense => s,
-                LayerPlan::SoftFactor(f) => s.broadcast_mul(f)?,
-                LayerPlan::SoftBias(b) | LayerPlan::Masked(b) => s.broadcast_add(b)?,
-                LayerPlan::TopK { .. } => unreachable!(),
-            };
-            Some(match &own_bias {
-                Some(b) => s.broadcast_add(b)?,
-                None => s,
-            })
+            Some(gated(s, plan, own_bias.as_ref(), |x| Ok(x.clone()))?)
         }
     };
     let p = if fast_cpu {
@@ -323,20 +314,26 @@ fn attend_in_rows(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &La
         let qb = q.narrow(1, r0, m)?.contiguous()?.reshape((hkv, rep * m, d))?;
         let kb = k.narrow(1, 0, n)?.contiguous()?;
         let s = cap(&(qb.matmul(&kb.t()?)?.reshape((h, m, n))? * scale)?, own.softcap)?;
-        let s = match plan {
-            LayerPlan::Dense => s,
-            LayerPlan::SoftFactor(f) => s.broadcast_mul(&block(f)?)?,
-            LayerPlan::SoftBias(b) | LayerPlan::Masked(b) => s.broadcast_add(&block(b)?)?,
-            LayerPlan::TopK { .. } => unreachable!("top-k plans run their kernels"),
-        };
-        let s = match &own_bias {
-            Some(b) => s.broadcast_add(&block(b)?)?,
-            None => s,
-        };
+        let s = gated(s, plan, own_bias.as_ref(), block)?;
         let p = candle_nn::ops::softmax_last_dim(&s.broadcast_add(&block(causal)?)?.contiguous()?)?;
         outs.push(p.reshape((hkv, rep * m, n))?.matmul(&v.narrow(1, 0, n)?.contiguous()?)?.reshape((h, m, d))?);
     }
     Ok(Tensor::cat(&outs, 1)?)
+}
+
+/// Scaled scores `s` with the plan's gate or mask and the layer's sliding-window mask applied,
+/// each taken through `rows` (the whole tensor, or a block's rows of it: `attend_in_rows`).
+fn gated(s: Tensor, plan: &LayerPlan, own_bias: Option<&Tensor>, rows: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+    let s = match plan {
+        LayerPlan::Dense => s,
+        LayerPlan::SoftFactor(f) => s.broadcast_mul(&rows(f)?)?,
+        LayerPlan::SoftBias(b) | LayerPlan::Masked(b) => s.broadcast_add(&rows(b)?)?,
+        LayerPlan::TopK { .. } => unreachable!("top-k plans run their kernels"),
+    };
+    Ok(match own_bias {
+        Some(b) => s.broadcast_add(&rows(b)?)?,
+        None => s,
+    })
 }
 
 /// Soft-capping of scaled logits: cap * tanh(s / cap) (differentiable).
