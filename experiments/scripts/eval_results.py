@@ -27,7 +27,7 @@ for f in files + bases:
 SUITES = ["truthfulqa-mc", "cloze", "long-cloze", "truthfulqa-mc-6shot"]
 base = {r["suite"]: r for r in rows if r["mode"] == "dense"}
 modes = sorted({r["mode"] for r in rows if r["mode"] != "dense"} | {"soft", "topk(2)"})
-within, missing = True, [f"{suite} (every mode)" for suite in SUITES if suite not in base]
+within, no_worse, missing = True, True, [f"{suite} (every mode)" for suite in SUITES if suite not in base]
 print(f"| {adapter.name}: suite | dense, accuracy ± s.e. (score ± s.e.) | " + " | ".join(modes) + " |")
 print("|---|---|" + "---|" * len(modes))
 for suite, b in base.items():
@@ -37,10 +37,14 @@ for suite, b in base.items():
         if r is None:
             cells.append("not run"); missing.append(f"{suite} {m}"); continue
         ok = abs(r["accuracy"] - b["accuracy"]) <= b["accuracy_se"] and abs(r["score"] - b["score"]) <= b["score_se"]
+        # Outside the base model's s.e. on the better side only (higher accuracy and score) is
+        # still outside: the bar is "within", but the table says which way it went.
+        worse = r["accuracy"] < b["accuracy"] - b["accuracy_se"] or r["score"] < b["score"] - b["score_se"]
         within &= ok
-        cells.append(f"{r['accuracy']:.3f} ({r['score']:.3f})" + ("" if ok else " **outside s.e.**"))
+        no_worse &= not worse
+        cells.append(f"{r['accuracy']:.3f} ({r['score']:.3f})" + ("" if ok else " **outside s.e., worse**" if worse else " **outside s.e., better**"))
     print(f"| {suite}, {b['items']} items | {b['accuracy']:.3f} ± {b['accuracy_se']:.3f} ({b['score']:.3f} ± {b['score_se']:.3f}) | " + " | ".join(cells) + " |")
-print(f"every score within the base model's standard error: {within}" + (f" (not run: {', '.join(missing)})" if missing else ""))
+print(f"every score within the base model's standard error: {within}; none below it by more: {no_worse}" + (f" (not run: {', '.join(missing)})" if missing else ""))
 if "--write" in sys.argv:
     p = adapter / "adapter_config.json"
     cfg = json.loads(p.read_text())
@@ -49,7 +53,8 @@ if "--write" in sys.argv:
         "measured_on": measured_on,
         # Undecided (null) while a suite or mode has not run; then what those that ran show.
         "within_standard_error": within if not missing else None,
-        **({"not_run": missing, "within_standard_error_of_those_run": within} if missing else {}),
+        "none_worse_than_standard_error": no_worse if not missing else None,
+        **({"not_run": missing, "within_standard_error_of_those_run": within, "none_worse_of_those_run": no_worse} if missing else {}),
         "suites": rows,
     }
     p.write_text(json.dumps(cfg, indent=2) + "\n")
