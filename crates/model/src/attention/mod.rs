@@ -165,7 +165,7 @@ pub fn plan(
     }
     match mode {
         Mode::Dense => unreachable!(),
-        Mode::Soft => soft::soft_plan(&Tensor::from_slice(&routing.memberships, (t, cfg.groups), dev)?, cfg),
+        Mode::Soft => Ok(soft::soft_gate(&Tensor::from_slice(&routing.memberships, (t, cfg.groups), dev)?, cfg)),
         Mode::TopK(k) => Ok(LayerPlan::TopK { masks: routing.topk_masks(k.of(cfg.groups)?), window: cfg.window, sink: cfg.sink }),
     }
 }
@@ -232,25 +232,18 @@ pub fn attend(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &LayerA
     // 15 GB at 16K tokens of 14 heads, and this path holds several).
     let rows = query_rows(h, t);
     if rows < t {
-        return attend_in_rows(q, k, v, plan, own, causal, rows);
+        return attend_in_rows(q, k, v, plan, own, rows);
     }
     // GQA without copying K/V: the query heads sharing a KV head become one taller matrix.
     let rep = h / hkv;
     let qg = q.reshape((hkv, rep * t, d))?;
     let scale = 1.0 / (d as f64).sqrt();
     let scores = qg.matmul(&k.t()?)?.reshape((h, t, t))?;
-    let own_bias = match span {
-        Some(w) => Some(mask::sliding_bias(t, w, q.device())?),
-        None => None,
-    };
     // Scaled (and capped) scores with the plan's gate or mask and the sliding window; `None`
     // means plain scaled scores.
-    let adjusted = match (plan, own.softcap, &own_bias) {
+    let adjusted = match (plan, own.softcap, span) {
         (LayerPlan::Dense, None, None) => None,
-        _ => {
-            let s = cap(&(&scores * scale)?, own.softcap)?;
-            Some(gated(s, plan, own_bias.as_ref(), |x| Ok(x.clone()))?)
-        }
+        _ => Some(gated(cap(&(&scores * scale)?, own.softcap)?, plan, span, 0, t)?),
     };
     let p = if fast_cpu {
         // Fused scale + causal mask + softmax over the causal triangle only.
@@ -281,57 +274,50 @@ pub fn query_rows(h: usize, t: usize) -> usize {
 
 /// The candle path of `attend` (a gate, an explicit mask, a sliding window or soft-capping)
 /// `rows` query rows at a time: each block's scores against the keys a causal row of it can
-/// see (the first r0 + m), the plan's and masks' rows narrowed to match. Memory: the scores of
-/// one block, whatever T. The causal mask is built here when not given (the CPU path does
-/// without one).
-#[allow(clippy::too_many_arguments)]
-fn attend_in_rows(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &LayerAttention, causal: Option<&Tensor>, rows: usize) -> Result<Tensor> {
+/// see (the first r0 + m), with the gate and masks of those rows only. Memory: one block's
+/// scores, gate and masks, whatever T.
+fn attend_in_rows(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &LayerAttention, rows: usize) -> Result<Tensor> {
     let (h, t, d) = q.dims3()?;
     let hkv = k.dim(0)?;
     let rep = h / hkv;
     let scale = 1.0 / (d as f64).sqrt();
-    let built;
-    let causal = match causal {
-        Some(c) => c,
-        None => {
-            built = mask::causal_bias(t, q.device())?;
-            &built
-        }
-    };
-    let own_bias = match own.span(t) {
-        Some(w) => Some(mask::sliding_bias(t, w, q.device())?),
-        None => None,
-    };
+    let span = own.span(t);
     let mut outs = Vec::new();
     for r0 in (0..t).step_by(rows.max(1)) {
         let m = rows.min(t - r0);
         let n = r0 + m;
-        // Rows r0..r0+m of a T x T (or 1 x T x T) mask or gate, keys 0..n.
-        let block = |x: &Tensor| -> Result<Tensor> {
-            let r = x.rank();
-            Ok(x.narrow(r - 2, r0, m)?.narrow(r - 1, 0, n)?)
-        };
         let qb = q.narrow(1, r0, m)?.contiguous()?.reshape((hkv, rep * m, d))?;
         let kb = k.narrow(1, 0, n)?.contiguous()?;
         let s = cap(&(qb.matmul(&kb.t()?)?.reshape((h, m, n))? * scale)?, own.softcap)?;
-        let s = gated(s, plan, own_bias.as_ref(), block)?;
-        let p = candle_nn::ops::softmax_last_dim(&s.broadcast_add(&block(causal)?)?.contiguous()?)?;
+        let s = gated(s, plan, span, r0, n)?;
+        let causal = mask::causal_bias_rows(r0, m, n, q.device())?;
+        let p = candle_nn::ops::softmax_last_dim(&s.broadcast_add(&causal)?.contiguous()?)?;
         outs.push(p.reshape((hkv, rep * m, n))?.matmul(&v.narrow(1, 0, n)?.contiguous()?)?.reshape((h, m, d))?);
     }
     Ok(Tensor::cat(&outs, 1)?)
 }
 
-/// Scaled scores `s` with the plan's gate or mask and the layer's sliding-window mask applied,
-/// each taken through `rows` (the whole tensor, or a block's rows of it: `attend_in_rows`).
-fn gated(s: Tensor, plan: &LayerPlan, own_bias: Option<&Tensor>, rows: impl Fn(&Tensor) -> Result<Tensor>) -> Result<Tensor> {
+/// Scaled scores `s` (H x m x n: query rows r0..r0+m against keys 0..n) with the plan's gate
+/// or mask and the layer's sliding window (`span`) applied: a T x T plan's block of rows, or a
+/// soft gate's rows made here.
+fn gated(s: Tensor, plan: &LayerPlan, span: Option<usize>, r0: usize, n: usize) -> Result<Tensor> {
+    let m = s.dim(1)?;
+    let block = |x: &Tensor| -> Result<Tensor> {
+        let r = x.rank();
+        Ok(x.narrow(r - 2, r0, m)?.narrow(r - 1, 0, n)?)
+    };
     let s = match plan {
         LayerPlan::Dense => s,
-        LayerPlan::SoftFactor(f) => s.broadcast_mul(&rows(f)?)?,
-        LayerPlan::SoftBias(b) | LayerPlan::Masked(b) => s.broadcast_add(&rows(b)?)?,
+        LayerPlan::SoftFactor(f) => s.broadcast_mul(&block(f)?)?,
+        LayerPlan::SoftBias(b) | LayerPlan::Masked(b) => s.broadcast_add(&block(b)?)?,
+        LayerPlan::SoftGate(g) => match g.rows(r0, m, n)? {
+            soft::GateRows::Factor(f) => s.broadcast_mul(&f)?,
+            soft::GateRows::Bias(b) => s.broadcast_add(&b)?,
+        },
         LayerPlan::TopK { .. } => unreachable!("top-k plans run their kernels"),
     };
-    Ok(match own_bias {
-        Some(b) => s.broadcast_add(&rows(b)?)?,
+    Ok(match span {
+        Some(w) => s.broadcast_add(&mask::sliding_bias_rows(r0, m, n, w, s.device())?)?,
         None => s,
     })
 }
@@ -358,8 +344,8 @@ pub fn attend_batch(q: &Tensor, k: &Tensor, v: &Tensor, plan: &LayerPlan, own: &
         LayerPlan::Dense => scores,
         LayerPlan::SoftFactor(f) => scores.broadcast_mul(&f.unsqueeze(1)?)?,
         LayerPlan::SoftBias(bias) => scores.broadcast_add(&bias.unsqueeze(1)?)?,
-        LayerPlan::TopK { .. } | LayerPlan::Masked(_) => {
-            return Err(Error::Invalid("batched attention takes dense or soft plans (training)".into()))
+        LayerPlan::TopK { .. } | LayerPlan::Masked(_) | LayerPlan::SoftGate(_) => {
+            return Err(Error::Invalid("batched attention takes dense or training's soft plans".into()))
         }
     };
     // The sliding window joins the causal mask after the gate: a gate times -inf would give the
@@ -488,20 +474,25 @@ mod soft_tests {
             let mut outs = Vec::new();
             for sink in [0, 1, 4] {
                 let cfg = adapter_cfg(kk, window, sink, gate);
-                let plan = soft_plan(&Tensor::from_slice(&g, (t, kk), &dev).unwrap(), &cfg).unwrap();
+                let gt = Tensor::from_slice(&g, (t, kk), &dev).unwrap();
                 let ten = |x: &[f32], h: usize| Tensor::from_slice(x, (h, t, d), &dev).unwrap();
-                let got = attend(&ten(&q, heads), &ten(&k, kv_heads), &ten(&v, kv_heads), &plan, &Default::default(), None).unwrap();
-                let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
                 let want = reference(&q, &k, &v, s, &g, kk, GateFn::of(&cfg), window, sink);
-                let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                assert!(err <= 1e-5, "case {case} t {t} w {window} s {sink} {gate:?}: {err}");
-                // The long-sequence path (a block of query rows at a time; the last block short).
+                // Training's T x T plan and inference's gate made per block of rows, whole and
+                // on the long-sequence path (a block of query rows at a time; the last short).
                 let rows = [1, 7, t - 1][case % 3];
-                let blocks = attend_in_rows(&ten(&q, heads), &ten(&k, kv_heads), &ten(&v, kv_heads), &plan, &Default::default(), None, rows).unwrap();
-                let blocks = blocks.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-                let err = blocks.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
-                assert!(err <= 1e-5, "case {case} t {t} in blocks of {rows} rows: {err}");
-                outs.push(got);
+                for (name, plan) in [("T x T plan", soft_plan(&gt, &cfg).unwrap()), ("gate by rows", soft_gate(&gt, &cfg))] {
+                    let got = attend(&ten(&q, heads), &ten(&k, kv_heads), &ten(&v, kv_heads), &plan, &Default::default(), None).unwrap();
+                    let got = got.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                    let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                    assert!(err <= 1e-5, "{name}: case {case} t {t} w {window} s {sink} {gate:?}: {err}");
+                    let blocks = attend_in_rows(&ten(&q, heads), &ten(&k, kv_heads), &ten(&v, kv_heads), &plan, &Default::default(), rows).unwrap();
+                    let blocks = blocks.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                    let err = blocks.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+                    assert!(err <= 1e-5, "{name}: case {case} t {t} in blocks of {rows} rows: {err}");
+                    if name == "gate by rows" {
+                        outs.push(got);
+                    }
+                }
             }
             // With distant pairs, sinks change the output.
             if t > window + 2 {
@@ -527,13 +518,15 @@ mod soft_tests {
             LayerPlan::Dense,
             soft_plan(&g, &adapter_cfg(kk, 3, 1, Gate::Paper)).unwrap(),
             soft_plan(&g, &adapter_cfg(kk, 3, 0, Gate::Log)).unwrap(),
+            soft_gate(&g, &adapter_cfg(kk, 3, 1, Gate::Paper)),
+            soft_gate(&g, &adapter_cfg(kk, 3, 0, Gate::Log)),
             LayerPlan::Masked(mask::topk_mask_bias(&masks, 3, 1, &dev).unwrap()),
         ];
         let own = LayerAttention { window: Some(9), softcap: Some(2.0), ..Default::default() };
         for (i, plan) in plans.iter().enumerate() {
             let whole = attend(&q, &k, &v, plan, &own, None).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
             for rows in [1, 5, 40] {
-                let got = attend_in_rows(&q, &k, &v, plan, &own, None, rows).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+                let got = attend_in_rows(&q, &k, &v, plan, &own, rows).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
                 let err = got.iter().zip(&whole).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
                 assert!(err <= 1e-5, "plan {i}, blocks of {rows} rows: {err}");
             }

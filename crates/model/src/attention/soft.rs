@@ -5,39 +5,77 @@
 use super::layer_plan::LayerPlan;
 use crate::error::Result;
 use crate::focus::adapter::{AdapterConfig, Gate};
-use crate::focus::mask::{local_mask, topk_mask, TopK};
+use crate::focus::mask::{local_mask, local_mask_rows, topk_mask, TopK};
 use candle_core::Tensor;
 
 /// The soft gate of FOCUS-METHOD section 1 from memberships `g` (T x K), as a T x T plan
 /// (B x T x K gives B x T x T, for a batch of sequences). Built from candle ops, so gradients
-/// flow to `g` when it comes from trainable routers.
+/// flow to `g` when it comes from trainable routers. Training's plan; inference keeps the
+/// memberships instead (`soft_gate`).
 pub fn soft_plan(g: &Tensor, cfg: &AdapterConfig) -> Result<LayerPlan> {
     gate_plan(g, cfg, &local_mask(g.dim(g.rank() - 2)?, cfg.window, cfg.sink, g.device())?)
 }
 
-/// `soft_plan` with the affinity of query memberships `gq` and key memberships `gk` (T x K
-/// each): a_ij = gq_i . gk_j. The same as `soft_plan` when they are equal; an intervention
+/// Inference's soft plan from memberships `g` (T x K): the gate of each block of query rows is
+/// made as `attention::attend` applies it (`SoftGate::rows`), so no T x T tensor is held.
+pub fn soft_gate(g: &Tensor, cfg: &AdapterConfig) -> LayerPlan {
+    LayerPlan::SoftGate(SoftGate { gq: g.clone(), gk: g.clone(), gate: cfg.gate, lambda: cfg.lambda, log_eps: cfg.log_eps, window: cfg.window, sink: cfg.sink })
+}
+
+/// `soft_gate` with the affinity of query memberships `gq` and key memberships `gk` (T x K
+/// each): a_ij = gq_i . gk_j. The same as `soft_gate` when they are equal; an intervention
 /// (`analysis::intervene`) edits one side.
-pub fn soft_plan_pair(gq: &Tensor, gk: &Tensor, cfg: &AdapterConfig) -> Result<LayerPlan> {
-    affinity_plan(gq.matmul(&gk.t()?)?, cfg, &local_mask(gq.dim(gq.rank() - 2)?, cfg.window, cfg.sink, gq.device())?)
+pub fn soft_plan_pair(gq: &Tensor, gk: &Tensor, cfg: &AdapterConfig) -> LayerPlan {
+    LayerPlan::SoftGate(SoftGate { gq: gq.clone(), gk: gk.clone(), gate: cfg.gate, lambda: cfg.lambda, log_eps: cfg.log_eps, window: cfg.window, sink: cfg.sink })
+}
+
+/// A soft gate kept as the memberships of the queries and the keys (T x K each): at 32K tokens
+/// one T x T plan is 4 GB, and the gate of a block of rows is all the attention needs at once.
+pub struct SoftGate {
+    gq: Tensor,
+    gk: Tensor,
+    gate: Gate,
+    lambda: f64,
+    log_eps: f64,
+    window: usize,
+    sink: usize,
+}
+
+/// A block of a gate: it multiplies the scaled scores (the paper's gate) or adds to them (log).
+pub enum GateRows {
+    Factor(Tensor),
+    Bias(Tensor),
+}
+
+impl SoftGate {
+    /// The gate of query rows r0..r0+m against keys 0..n (m x n).
+    pub fn rows(&self, r0: usize, m: usize, n: usize) -> Result<GateRows> {
+        let affinity = self.gq.narrow(0, r0, m)?.matmul(&self.gk.narrow(0, 0, n)?.t()?)?;
+        let local = local_mask_rows(r0, m, n, self.window, self.sink, affinity.device())?;
+        gate_of(affinity, &local, self.gate, self.lambda, self.log_eps)
+    }
 }
 
 /// `soft_plan` with the local mask (`local_mask`, T x T) given.
 fn gate_plan(g: &Tensor, cfg: &AdapterConfig, local: &Tensor) -> Result<LayerPlan> {
-    affinity_plan(g.matmul(&g.t()?)?, cfg, local)
+    Ok(match gate_of(g.matmul(&g.t()?)?, local, cfg.gate, cfg.lambda, cfg.log_eps)? {
+        GateRows::Factor(f) => LayerPlan::SoftFactor(f),
+        GateRows::Bias(b) => LayerPlan::SoftBias(b),
+    })
 }
 
-/// The gate of the memberships' affinities (T x T, or B x T x T), local pairs left alone.
-fn affinity_plan(affinity: Tensor, cfg: &AdapterConfig, local: &Tensor) -> Result<LayerPlan> {
+/// The gate of the memberships' affinities (m x n, or B x T x T), local pairs left alone: the
+/// one definition both plans use.
+fn gate_of(affinity: Tensor, local: &Tensor, gate: Gate, lambda: f64, log_eps: f64) -> Result<GateRows> {
     let local = local.broadcast_as(affinity.shape())?;
-    Ok(match cfg.gate {
+    Ok(match gate {
         Gate::Paper => {
-            let f = candle_nn::ops::sigmoid(&(affinity * cfg.lambda)?)?;
-            LayerPlan::SoftFactor(local.where_cond(&f.ones_like()?, &f)?)
+            let f = candle_nn::ops::sigmoid(&(affinity * lambda)?)?;
+            GateRows::Factor(local.where_cond(&f.ones_like()?, &f)?)
         }
         Gate::Log => {
-            let b = (affinity + cfg.log_eps)?.log()?;
-            LayerPlan::SoftBias(local.where_cond(&b.zeros_like()?, &b)?)
+            let b = (affinity + log_eps)?.log()?;
+            GateRows::Bias(local.where_cond(&b.zeros_like()?, &b)?)
         }
     })
 }

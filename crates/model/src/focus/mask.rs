@@ -250,18 +250,45 @@ pub fn pair_stats_within(masks: &[u64], window: usize, sink: usize, span: Option
     PairStats { causal, local, same_group_distant: distant, retained }
 }
 
+/// Query positions r0..r0+m as an (m, 1) column and key positions 0..n as a (1, n) row, f32 on
+/// `dev`: the masks below are comparisons of the two, made on the device (built pair by pair on
+/// the host, a T x T mask took seconds a layer at 16K tokens and then crossed to the GPU).
+/// Positions are exact in f32 below 2^24.
+fn positions(r0: usize, m: usize, n: usize, dev: &Device) -> Result<(Tensor, Tensor)> {
+    if (r0 + m).max(n) >= 1 << 24 {
+        return Err(Error::Invalid(format!("{} positions: the attention masks take fewer than 2^24", (r0 + m).max(n))));
+    }
+    Ok((Tensor::arange(r0 as f32, (r0 + m) as f32, dev)?.reshape((m, 1))?, Tensor::arange(0f32, n as f32, dev)?.reshape((1, n))?))
+}
+
+/// 0 where `keep` (u8) is set, -inf elsewhere (f32, `keep`'s shape).
+fn additive(keep: &Tensor) -> Result<Tensor> {
+    let (zero, ninf) = (Tensor::new(0f32, keep.device())?, Tensor::new(f32::NEG_INFINITY, keep.device())?);
+    Ok(keep.where_cond(&zero.broadcast_as(keep.shape())?, &ninf.broadcast_as(keep.shape())?)?)
+}
+
 /// Additive causal mask (T x T): 0 on and below the diagonal, -inf above.
 pub fn causal_bias(t: usize, dev: &Device) -> Result<Tensor> {
-    let v: Vec<f32> = (0..t * t).map(|n| if n % t <= n / t { 0.0 } else { f32::NEG_INFINITY }).collect();
-    Ok(Tensor::from_vec(v, (t, t), dev)?)
+    causal_bias_rows(0, t, t, dev)
+}
+
+/// Rows r0..r0+m of `causal_bias`, against keys 0..n.
+pub fn causal_bias_rows(r0: usize, m: usize, n: usize, dev: &Device) -> Result<Tensor> {
+    let (i, j) = positions(r0, m, n, dev)?;
+    additive(&i.broadcast_ge(&j)?)
 }
 
 /// A sliding-window layer's own mask (T x T, additive): -inf where i - j >= w (the keys its
 /// window has left), 0 elsewhere; the causal mask is separate. The Focus mask composes with it:
 /// a sliding layer keeps a pair only when both keep it.
 pub fn sliding_bias(t: usize, w: usize, dev: &Device) -> Result<Tensor> {
-    let v: Vec<f32> = (0..t * t).map(|n| if n / t >= n % t + w { f32::NEG_INFINITY } else { 0.0 }).collect();
-    Ok(Tensor::from_vec(v, (t, t), dev)?)
+    sliding_bias_rows(0, t, t, w, dev)
+}
+
+/// Rows r0..r0+m of `sliding_bias`, against keys 0..n.
+pub fn sliding_bias_rows(r0: usize, m: usize, n: usize, w: usize, dev: &Device) -> Result<Tensor> {
+    let (i, j) = positions(r0, m, n, dev)?;
+    additive(&i.broadcast_lt(&(j + w as f64)?)?)
 }
 
 /// Whether a sliding layer of window `w` (None: a global layer) sees the pair (i, j), j <= i.
@@ -274,8 +301,14 @@ pub fn in_window(i: usize, j: usize, w: Option<usize>) -> bool {
 /// which the causal mask removes anyway), else 0; T x T u8. The soft gates leave these pairs
 /// alone.
 pub fn local_mask(t: usize, window: usize, sink: usize, dev: &Device) -> Result<Tensor> {
-    let v: Vec<u8> = (0..t * t).map(|n| matches!(classify(n / t, n % t, 0, 0, window, sink), PairClass::Local | PairClass::Future) as u8).collect();
-    Ok(Tensor::from_vec(v, (t, t), dev)?)
+    local_mask_rows(0, t, t, window, sink, dev)
+}
+
+/// Rows r0..r0+m of `local_mask`, against keys 0..n.
+pub fn local_mask_rows(r0: usize, m: usize, n: usize, window: usize, sink: usize, dev: &Device) -> Result<Tensor> {
+    let (i, j) = positions(r0, m, n, dev)?;
+    let near = i.broadcast_le(&(&j + window as f64)?)?;
+    Ok(if sink == 0 { near } else { near.broadcast_maximum(&j.lt(sink as f64)?)? })
 }
 
 /// The hard mask as an additive T x T tensor (0 kept, -inf pruned; future pairs are left to the
@@ -352,6 +385,31 @@ fn k_subsets(n: usize, k: usize, limit: usize) -> Option<Vec<u64>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn masks_made_on_the_device_follow_the_pair_rules() {
+        // The causal, sliding-window and local masks (made by comparing position tensors) against
+        // the pair-by-pair rules, whole and as blocks of query rows against the keys they can see.
+        let dev = Device::Cpu;
+        for (t, window, sink, w) in [(1, 0, 0, 1), (9, 2, 1, 3), (40, 5, 0, 7), (40, 0, 3, 40), (33, 40, 2, 1)] {
+            for (r0, m, n) in [(0, t, t), (t / 3, t - t / 3, t), (t / 2, 1, t / 2 + 1)] {
+                let causal = causal_bias_rows(r0, m, n, &dev).unwrap().to_vec2::<f32>().unwrap();
+                let sliding = sliding_bias_rows(r0, m, n, w, &dev).unwrap().to_vec2::<f32>().unwrap();
+                let local = local_mask_rows(r0, m, n, window, sink, &dev).unwrap().to_vec2::<u8>().unwrap();
+                for (a, i) in (r0..r0 + m).enumerate() {
+                    for j in 0..n {
+                        let bias = |keep: bool| if keep { 0.0 } else { f32::NEG_INFINITY };
+                        assert_eq!(causal[a][j], bias(j <= i), "causal ({i}, {j}) of {t}");
+                        assert_eq!(sliding[a][j], bias(j > i || in_window(i, j, Some(w))), "window {w} ({i}, {j}) of {t}");
+                        let want = matches!(classify(i, j, 0, 0, window, sink), PairClass::Local | PairClass::Future);
+                        assert_eq!(local[a][j] == 1, want, "local w {window} s {sink} ({i}, {j}) of {t}");
+                    }
+                }
+            }
+            assert_eq!(causal_bias(t, &dev).unwrap().dims2().unwrap(), (t, t));
+        }
+        assert!(causal_bias_rows(1 << 24, 1, 1, &dev).is_err(), "positions past 2^24 are not exact in f32");
+    }
+
     #[test]
     fn balanced_masks_have_equal_groups_and_k_bits() {
         for (t, g, k) in [(1000, 8, 1), (1200, 4, 2), (700, 8, 3), (50, 6, 6)] {

@@ -18,8 +18,8 @@
 //!   tiled and holds no T x T block, but the explicit path (`attention::attend`: soft mode,
 //!   soft-capped models, GPUs) holds each head's T x T scores about three times over (past
 //!   `attention::CHUNK_SCORES` scores, a block of query rows at a time: `explicit_scores`), and
-//!   soft mode's plan (`attention::soft`) four T x T tensors more; plus the logits of the scored
-//!   rows and their log-softmax;
+//!   soft mode's gate five of its rows x T more (`attention::soft::SoftGate`); plus the logits
+//!   of the scored rows and their log-softmax;
 //! - kept: an analysis keeps every layer's routing of every token (scores, memberships and
 //!   routing vectors, f32, `analysis::analyze_tokens_keeping`), once per analysis it holds, and
 //!   the kept passes its caller allows (`analysis::kept`).
@@ -387,11 +387,12 @@ pub fn activation_bytes(s: &Shape, w: &Workload) -> u64 {
     let attn = t * (2 * d + 4 * q_w + 3 * kv_w) + kv_w * t.div_ceil(64) * 64;
     // The explicit path: each head's scores, their scaled/gated copy and the softmax.
     let explicit = w.soft || s.attn_softcap;
-    // In blocks (past `attention::CHUNK_SCORES`), the CPU path makes the causal mask (T x T).
-    let blocked = crate::attention::query_rows(s.n_heads, w.pass_tokens) < w.pass_tokens;
-    let scores = if explicit { 3 * explicit_scores(s.n_heads, w.pass_tokens) + if blocked { t * t } else { 0 } } else { 0 };
-    // Soft mode's plan: affinity, gate, ones and the selected plan (T x T each), the local mask.
-    let plan = if w.soft { 5 * t * t } else { 0 };
+    // In blocks (past `attention::CHUNK_SCORES`), each block's causal mask (its rows x T).
+    let rows = crate::attention::query_rows(s.n_heads, w.pass_tokens) as u64;
+    let scores = if explicit { 3 * explicit_scores(s.n_heads, w.pass_tokens) + if rows < t { rows * t } else { 0 } } else { 0 };
+    // Soft mode's gate (`attention::soft::SoftGate`), made for the block of rows attended:
+    // affinity, gate, ones and the selected gate, the local mask (rows x T each).
+    let plan = if w.soft { 5 * rows * t } else { 0 };
     // MLP: by the code's count three rows of each width are live (the residual, its norm and
     // the down product; gate, up and their product). Peak RSS grows faster: `analyze` took 49 kB
     // a token on SmolLM2 and 56 kB on Gemma 3, 1.75-1.95 times that count (freed blocks the
@@ -464,12 +465,14 @@ pub fn device_activation_bytes(s: &Shape, w: &Workload) -> u64 {
     // stay and a fourth is live, and the window's own mask is one T x T more.
     let windowed = s.window.is_some_and(|win| (win as u64) < t);
     let adjusted = w.soft || s.attn_softcap || windowed;
+    let rows = crate::attention::query_rows(s.n_heads, w.pass_tokens) as u64;
     if adjusted || s.head_dim != FLASH_HEAD_DIM {
-        attn += 4 * explicit_scores(s.n_heads, w.pass_tokens) * if adjusted { 4 } else { 3 } + if windowed { 4 * t * t } else { 0 };
+        attn += 4 * explicit_scores(s.n_heads, w.pass_tokens) * if adjusted { 4 } else { 3 } + if windowed { 4 * rows * t } else { 0 };
     }
-    // Soft mode's plan: affinity, gate, ones and the selected plan (T x T each), the local mask.
+    // Soft mode's gate, made for the block of rows attended (`attention::soft::SoftGate`):
+    // affinity, gate, ones and the selected gate, the local mask (rows x T each).
     if w.soft {
-        attn += 4 * 5 * t * t;
+        attn += 4 * 5 * rows * t;
     }
     // The MLP (`Block::finish`, T rows): the residual in and out, the attention output and its
     // transposed copy, the O product and the MLP's norm, f32; three f32 rows of the MLP's width
@@ -619,15 +622,21 @@ mod tests {
         let attn = 2048 * (2 * 4096 + 4 * 4096 + 3 * 1024) + 1024 * 2048 + 3 * 32 * 2048 * 2048 + 5 * 2048 * 2048;
         assert_eq!(soft.activations, 4 * (attn + 2 * 1024 * 128256));
         // Past 2^27 scores the explicit path takes a block of query rows at a time: Qwen2.5's
-        // 14 heads at 32,768 tokens hold 292 rows' scores (and the T x T causal mask), not
-        // 14 x 32,768^2; the CPU's count adds the causal mask it then makes.
+        // 14 heads at 32,768 tokens hold 292 rows' scores, gate and masks, not 14 x 32,768^2.
         assert_eq!(explicit_scores(32, 2048), 32 * 2048 * 2048);
         assert_eq!(explicit_scores(14, 32768), 14 * 292 * 32768);
         let q = Shape { n_layers: 24, d_model: 896, n_heads: 14, n_kv_heads: 2, head_dim: 64, ffn_dim: 4864, vocab: 151936, attn_softcap: false, window: None, gated: true, tied: true };
         let (dense, soft) = (estimate(&q, 0, &Workload::perplexity(32768, false)), estimate(&q, 0, &Workload::perplexity(32768, true)));
-        let attn = 32768 * (2 * 896 + 4 * 896 + 3 * 128) + 128 * 32768 + 3 * 14 * 292 * 32768 + 32768 * 32768 + 5 * 32768 * 32768;
+        let attn = 32768 * (2 * 896 + 4 * 896 + 3 * 128) + 128 * 32768 + 3 * 14 * 292 * 32768 + 292 * 32768 + 5 * 292 * 32768;
         let mlp = 32768 * (3 * 896 + 3 * 4864) * 5 / 2;
-        assert_eq!(soft.activations - dense.activations, 4 * (attn - mlp), "soft at 32K: the plan, the mask and one block of scores above dense's MLP");
+        // One block's scores, causal mask and gate stay below the MLP's rows: soft mode at 32K
+        // holds what dense does (with whole T x T plans it held 25 GB more).
+        assert!(attn < mlp, "soft attention {attn} vs MLP {mlp}");
+        assert_eq!(soft.activations, dense.activations);
+        // With a narrow MLP the blocked attention is the widest term, counted as above.
+        let narrow = Shape { ffn_dim: 64, ..q };
+        let soft = estimate(&narrow, 0, &Workload::perplexity(32768, true));
+        assert_eq!(soft.activations, 4 * (attn + 2 * SCORE_ROWS as u64 * 151936));
         let r = RoutingKept { tokens: 10_000, groups: 8, d_g: 16, copies: 2 };
         let a = estimate(&s, 7, &Workload::analysis(10_000, 2048, false, r, 0));
         assert_eq!(a.kept, 4 * 32 * 10_000 * (2 * 8 + 16) * 2);
