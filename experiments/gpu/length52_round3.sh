@@ -10,6 +10,9 @@
 #                                           yet (call again as more models arrive)
 #   length52_round3.sh CALL collect [WAIT]  wait up to WAIT s (default 470) for the runs and evals,
 #                                           print their summaries, bring back $OUT/runs.tgz
+#   length52_round3.sh CALL profile         Nsight Compute's per-kernel times of one chunk of
+#                                           $PROFILE (MODEL:ADAPTER:CTX) in $PROFILE_MODES
+#                                           (default `dense topk:2`)
 #   length52_round3.sh CALL table           `focus-lens ppl --ctx ... --modes ...` of $TABLES, one
 #                                           at a time on the otherwise idle GPU (the speed figures;
 #                                           TABLE_MODES: the runs' --modes, default
@@ -20,7 +23,8 @@
 #   MODEL a staged GGUF's file name; FROM `-` (a new adapter: the flags say how), a shipped
 #   adapter (sample_adapters/NAME), adapters/NAME (prepared by `prep` below), runs/NAME (another
 #   run of the table: it starts once that one saved its adapter) or a stored adapter's folder in
-#   the checkout (experiments/results/...); CTX the held-out perplexity
+#   the checkout (experiments/results/...), any of these but runs/ with `@wN` after it for its
+#   local window set to N (focus-lens must be staged); CTX the held-out perplexity
 #   lengths (whole of Persuasion, dense, soft, top-1..3) or `-` for none. The flags come first
 #   on train_paper's line, so a flag there wins over the columns' (`--eval-every N`).
 # EVALS: MODEL:ADAPTER[:RUN,RUN...] ... (`focus-lens eval`, soft and top-2, every suite with the
@@ -30,7 +34,7 @@
 #   suite of the runs without the prefix (default all; e.g. long-cloze).
 # TABLES: MODEL:ADAPTER:CTX,CTX,... ...
 set -uo pipefail
-F=${1:?call folder}; what=${2:?stage|tests|start|collect|table}
+F=${1:?call folder}; what=${2:?stage|tests|start|collect|table|profile}
 S=/root/stage; R=$S/runs
 BOOK=$S/corpus/heldout/austen__persuasion.txt
 PROBE=$S/corpus/heldout/austen__persuasion.txt,$S/corpus/heldout/shakespeare__hamlet.txt
@@ -71,6 +75,13 @@ if [ "$what" = start ]; then
     [ -n "$name" ] || continue
     [ -f $R/$name.log ] && continue
     staged $model || { echo "waiting for $model: $name"; continue; }
+    # FROM@wN: a stored or shipped adapter with its local window set to N (`focus-lens adapter
+    # derive`: the weights the same), made here as adapters/NAME-wN.
+    case $from in *@w*)
+      src=${from%@w*}; w=${from##*@w}; d=adapters/${src##*/}-w$w
+      [ -d $S/$d ] || $S/focus-lens adapter derive $(where $src) --model $S/$model --out $S/$d --window $w || { echo "could not derive $from: $name not started"; continue; }
+      from=$d ;;
+    esac
     fromflag=""; wait_for=""
     [ "$from" != - ] && { fromflag="--from $(where $from)"; wait_for="$(where $from)/adapter_model.safetensors"; }
     pplflags=""; [ "$ctx" != - ] && pplflags="--ppl $BOOK --ctx $ctx"
@@ -122,7 +133,25 @@ if [ "$what" = table ]; then
     done
   done
   nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv,noheader
-  tar czf $OUT/tables.tgz -C $S runs/table_*
+  (cd $S && tar czf $OUT/tables.tgz runs/table_*)
+  exit 0
+fi
+
+if [ "$what" = profile ]; then
+  # Where one pass's time goes: Nsight Compute's per-kernel durations (clocks left alone) over
+  # one chunk of $PROFILE (MODEL:ADAPTER:CTX) in each of $PROFILE_MODES (focus-lens ppl --mode
+  # M --k N), the GPU otherwise idle. The summaries come back in $OUT/profile.tgz.
+  IFS=: read -r model a ctx <<< "${PROFILE:?MODEL:ADAPTER:CTX}"
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+  for m in ${PROFILE_MODES:-dense topk:2}; do
+    mode=${m%%:*}; k=${m#*:}; [ "$k" = "$m" ] && k=""
+    f=$R/profile_${a##*/}_${ctx}_${mode}${k}.txt
+    timeout ${PROFILE_TIMEOUT:-280} $NCU --clock-control none --cache-control none --csv --page raw --metrics gpu__time_duration.sum --log-file $f \
+      $S/focus-lens ppl --model $S/$model --device cuda --adapter $(where $a) --ctx $ctx --chunks 1 --mode $mode ${k:+--k $k} $BOOK > $f.log 2>&1
+    echo "profile $mode$k: exit $?"; tail -3 $f.log
+    python3 experiments/gpu/kernel_summary.py $f | head -25
+  done
+  (cd $S && tar czf $OUT/profile.tgz runs/profile_*)
   exit 0
 fi
 
