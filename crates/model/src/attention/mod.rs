@@ -311,8 +311,8 @@ fn gated(s: Tensor, plan: &LayerPlan, span: Option<usize>, r0: usize, n: usize) 
         LayerPlan::SoftFactor(f) => s.broadcast_mul(&block(f)?)?,
         LayerPlan::SoftBias(b) | LayerPlan::Masked(b) => s.broadcast_add(&block(b)?)?,
         LayerPlan::SoftGate(g) => match g.rows(r0, m, n)? {
-            soft::GateRows::Factor(f) => s.broadcast_mul(&f)?,
-            soft::GateRows::Bias(b) => s.broadcast_add(&b)?,
+            layer_plan::GateRows::Factor(f) => s.broadcast_mul(&f)?,
+            layer_plan::GateRows::Bias(b) => s.broadcast_add(&b)?,
         },
         LayerPlan::TopK { .. } => unreachable!("top-k plans run their kernels"),
     };

@@ -2,10 +2,10 @@
 //! to the memberships when they come from trainable routers: the paper's multiplicative gate,
 //! our additive log gate, and the straight-through plan that trains through the hard mask.
 
-use super::layer_plan::LayerPlan;
+use super::layer_plan::{gate_of, GateRows, LayerPlan, SoftGate};
 use crate::error::Result;
 use crate::focus::adapter::{AdapterConfig, Gate};
-use crate::focus::mask::{local_mask, local_mask_rows, topk_mask, TopK};
+use crate::focus::mask::{local_mask, topk_mask, TopK};
 use candle_core::Tensor;
 
 /// The soft gate of FOCUS-METHOD section 1 from memberships `g` (T x K), as a T x T plan
@@ -19,41 +19,14 @@ pub fn soft_plan(g: &Tensor, cfg: &AdapterConfig) -> Result<LayerPlan> {
 /// Inference's soft plan from memberships `g` (T x K): the gate of each block of query rows is
 /// made as `attention::attend` applies it (`SoftGate::rows`), so no T x T tensor is held.
 pub fn soft_gate(g: &Tensor, cfg: &AdapterConfig) -> LayerPlan {
-    LayerPlan::SoftGate(SoftGate { gq: g.clone(), gk: g.clone(), gate: cfg.gate, lambda: cfg.lambda, log_eps: cfg.log_eps, window: cfg.window, sink: cfg.sink })
+    soft_plan_pair(g, g, cfg)
 }
 
 /// `soft_gate` with the affinity of query memberships `gq` and key memberships `gk` (T x K
 /// each): a_ij = gq_i . gk_j. The same as `soft_gate` when they are equal; an intervention
 /// (`analysis::intervene`) edits one side.
 pub fn soft_plan_pair(gq: &Tensor, gk: &Tensor, cfg: &AdapterConfig) -> LayerPlan {
-    LayerPlan::SoftGate(SoftGate { gq: gq.clone(), gk: gk.clone(), gate: cfg.gate, lambda: cfg.lambda, log_eps: cfg.log_eps, window: cfg.window, sink: cfg.sink })
-}
-
-/// A soft gate kept as the memberships of the queries and the keys (T x K each): at 32K tokens
-/// one T x T plan is 4 GB, and the gate of a block of rows is all the attention needs at once.
-pub struct SoftGate {
-    gq: Tensor,
-    gk: Tensor,
-    gate: Gate,
-    lambda: f64,
-    log_eps: f64,
-    window: usize,
-    sink: usize,
-}
-
-/// A block of a gate: it multiplies the scaled scores (the paper's gate) or adds to them (log).
-pub enum GateRows {
-    Factor(Tensor),
-    Bias(Tensor),
-}
-
-impl SoftGate {
-    /// The gate of query rows r0..r0+m against keys 0..n (m x n).
-    pub fn rows(&self, r0: usize, m: usize, n: usize) -> Result<GateRows> {
-        let affinity = self.gq.narrow(0, r0, m)?.matmul(&self.gk.narrow(0, 0, n)?.t()?)?;
-        let local = local_mask_rows(r0, m, n, self.window, self.sink, affinity.device())?;
-        gate_of(affinity, &local, self.gate, self.lambda, self.log_eps)
-    }
+    LayerPlan::SoftGate(SoftGate::new(gq, gk, cfg))
 }
 
 /// `soft_plan` with the local mask (`local_mask`, T x T) given.
@@ -61,22 +34,6 @@ fn gate_plan(g: &Tensor, cfg: &AdapterConfig, local: &Tensor) -> Result<LayerPla
     Ok(match gate_of(g.matmul(&g.t()?)?, local, cfg.gate, cfg.lambda, cfg.log_eps)? {
         GateRows::Factor(f) => LayerPlan::SoftFactor(f),
         GateRows::Bias(b) => LayerPlan::SoftBias(b),
-    })
-}
-
-/// The gate of the memberships' affinities (m x n, or B x T x T), local pairs left alone: the
-/// one definition both plans use.
-fn gate_of(affinity: Tensor, local: &Tensor, gate: Gate, lambda: f64, log_eps: f64) -> Result<GateRows> {
-    let local = local.broadcast_as(affinity.shape())?;
-    Ok(match gate {
-        Gate::Paper => {
-            let f = candle_nn::ops::sigmoid(&(affinity * lambda)?)?;
-            GateRows::Factor(local.where_cond(&f.ones_like()?, &f)?)
-        }
-        Gate::Log => {
-            let b = (affinity + log_eps)?.log()?;
-            GateRows::Bias(local.where_cond(&b.zeros_like()?, &b)?)
-        }
     })
 }
 
