@@ -142,7 +142,7 @@ impl Intervention {
             Mode::Soft => {
                 let (q, k) = self.memberships(routing, cfg.top_k);
                 let tensor = |v: Vec<f32>| Tensor::from_vec(v, (t, cfg.groups), dev);
-                Ok(soft::soft_plan_pair(&tensor(q)?, &tensor(k)?, cfg))
+                Ok(soft::soft_gate_pair(&tensor(q)?, &tensor(k)?, cfg))
             }
             Mode::TopK(k) => {
                 let (q, kset) = self.sets(routing, k.of(cfg.groups)?);

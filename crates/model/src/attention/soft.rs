@@ -19,13 +19,13 @@ pub fn soft_plan(g: &Tensor, cfg: &AdapterConfig) -> Result<LayerPlan> {
 /// Inference's soft plan from memberships `g` (T x K): the gate of each block of query rows is
 /// made as `attention::attend` applies it (`SoftGate::rows`), so no T x T tensor is held.
 pub fn soft_gate(g: &Tensor, cfg: &AdapterConfig) -> LayerPlan {
-    soft_plan_pair(g, g, cfg)
+    soft_gate_pair(g, g, cfg)
 }
 
 /// `soft_gate` with the affinity of query memberships `gq` and key memberships `gk` (T x K
 /// each): a_ij = gq_i . gk_j. The same as `soft_gate` when they are equal; an intervention
 /// (`analysis::intervene`) edits one side.
-pub fn soft_plan_pair(gq: &Tensor, gk: &Tensor, cfg: &AdapterConfig) -> LayerPlan {
+pub fn soft_gate_pair(gq: &Tensor, gk: &Tensor, cfg: &AdapterConfig) -> LayerPlan {
     LayerPlan::SoftGate(SoftGate::new(gq, gk, cfg))
 }
 
