@@ -6,7 +6,7 @@ launches, the heaviest first. ncu runs each kernel alone, so the total is the ke
 the pass's wall clock. Usage: kernel_summary.py CSV [N]"""
 import collections, csv, sys
 
-MS = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}
+MS = {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3, "ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}
 path, n = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 25
 with open(path, errors="replace") as f:
     rows = list(csv.reader(l for l in f if not l.startswith("==")))

@@ -34,6 +34,10 @@ pub struct ForwardArgs {
     /// Text to run (default: the embedded sample, repeated to length).
     #[arg(long)]
     pub text: Option<PathBuf>,
+    /// Also split one more pass of each mode by stage (embedding, Q/K/V, routing, plan,
+    /// attention, MLP), waiting for the device at each stage's end: where the time goes.
+    #[arg(long)]
+    pub stages: bool,
     #[arg(long)]
     pub json: bool,
 }
@@ -55,7 +59,7 @@ pub fn forward(a: ForwardArgs) -> Result<()> {
         anyhow::bail!("--lengths {bad} must be in 1..={} (the model's context)", model.config().context);
     }
     let threads = rayon::current_num_threads();
-    let opts = BenchOptions { lengths: a.lengths.clone(), repeats: a.repeats, k, cancel: None };
+    let opts = BenchOptions { lengths: a.lengths.clone(), repeats: a.repeats, k, cancel: None, stages: a.stages };
     let quiet = a.json;
     let rows = forward_bench(&model, &adapter, &base, &opts, |_, _| {}, |r| {
         if !quiet {
@@ -65,6 +69,14 @@ pub fn forward(a: ForwardArgs) -> Result<()> {
                 "{n:>6} tokens: dense {:>8.1} tok/s ({:.3} s, {:.3}-{:.3})  topk(k={k}) {:>8.1} tok/s ({:.3} s, {:.3}-{:.3})  ratio {:.2}x ({:.2}-{:.2}); median (min-max) of {} repeat(s)",
                 r.dense_tokens_per_s, r.dense_s, d.0, d.2, r.topk_tokens_per_s, r.topk_s, t.0, t.2, r.topk_over_dense_speed, s.0, s.2, r.repeats.unwrap_or(1)
             );
+            for (mode, st) in [("dense", r.dense_stages), ("topk", r.topk_stages)] {
+                if let Some(st) = st {
+                    eprintln!(
+                        "        {mode:>5} by stage: embed {:.3} s, qkv {:.3}, route {:.3}, plan {:.3}, attend {:.3}, mlp {:.3}; {:.3} s in all (synchronised)",
+                        st.embed_s, st.qkv_s, st.route_s, st.plan_s, st.attend_s, st.finish_s, st.total_s()
+                    );
+                }
+            }
         }
     })
     .context("forward benchmark")?;

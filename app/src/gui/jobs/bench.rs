@@ -35,7 +35,7 @@ pub fn bench(
 ) -> Result<(Vec<BenchRow>, String), JobError> {
     let base: Vec<u32> = res.analysis.tokens.iter().map(|t| t.id).collect();
     let k = res.key.params.k;
-    let opts = BenchOptions { lengths, repeats, k, cancel: Some(&h.cancel) };
+    let opts = BenchOptions { lengths, repeats, k, cancel: Some(&h.cancel), stages: false };
     let settings = format!(
         "{}; device {}; model {}; K={} k={k} w={}; {repeats} timed repeat(s) after a warm-up: median, with min and max; text: the analysed text cycled to length",
         machine(),

@@ -55,7 +55,9 @@ fn chunk_ids(model: &Model, ids: &[u32], ctx: usize, c: usize) -> Vec<u32> {
 fn score_chunk(model: &Model, chunk: &[u32], mode: Mode, adapter: Option<&Adapter>, cancel: Option<&AtomicBool>) -> Result<(f64, usize, f64)> {
     let ctx = chunk.len();
     let first = ctx / 2;
-    let mut opts = ForwardOptions::new(mode, adapter);
+    // Dense runs without the adapter: with it every layer would still route (to no use) and
+    // the GPU would wait for each layer's Sinkhorn on the host, charging dense for the router.
+    let mut opts = ForwardOptions::new(mode, adapter.filter(|_| mode != Mode::Dense));
     opts.logits_from = first;
     opts.cancel = cancel;
     let dec = &model.decoder;

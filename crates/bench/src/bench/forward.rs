@@ -7,6 +7,7 @@ use super::median;
 use crate::focus::adapter::Adapter;
 use crate::attention::Mode;
 use crate::error::{Error, Result};
+use crate::model::decoder::StageTimes;
 use crate::model::{ForwardOptions, Model};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::AtomicBool;
@@ -41,6 +42,12 @@ pub struct BenchRow {
     pub speedup_min: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speedup_max: Option<f64>,
+    /// With `BenchOptions::stages`: one more pass of each mode, its time split by stage
+    /// (waiting for the device at each stage's end, so its total exceeds the timed passes').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dense_stages: Option<StageTimes>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topk_stages: Option<StageTimes>,
 }
 
 impl BenchRow {
@@ -68,6 +75,8 @@ pub struct BenchOptions<'a> {
     pub repeats: usize,
     pub k: usize,
     pub cancel: Option<&'a AtomicBool>,
+    /// After the timed repeats, one pass of each mode split by stage (`StageTimes`).
+    pub stages: bool,
 }
 
 /// Runs `base` (token ids, cycled to each length) through the model. `progress(done, total)`
@@ -89,7 +98,7 @@ pub fn forward_bench(
     }
     let k = adapter.config.topk(opts.k)?;
     let reps = opts.repeats.max(1);
-    let total = opts.lengths.len() * (reps + 1) * 2;
+    let total = opts.lengths.len() * (reps + 1 + opts.stages as usize) * 2;
     let mut done = 0;
     let mut rows = Vec::new();
     for &n in &opts.lengths {
@@ -98,12 +107,25 @@ pub fn forward_bench(
         let mut times = vec![Vec::new(); modes.len()];
         for rep in 0..=reps {
             for (m, &mode) in modes.iter().enumerate() {
-                let fo = ForwardOptions { logits_from: n - 1, cancel: opts.cancel, ..ForwardOptions::new(mode, Some(adapter)) };
+                // Dense without the adapter, as the base model runs: with it every layer would
+                // still route, and dense would pay for the router.
+                let fo = ForwardOptions { logits_from: n - 1, cancel: opts.cancel, ..ForwardOptions::new(mode, Some(adapter).filter(|_| mode != Mode::Dense)) };
                 let t0 = Instant::now();
                 model.decoder.forward(&ids, &fo)?;
                 if rep > 0 {
                     times[m].push(t0.elapsed().as_secs_f64());
                 }
+                done += 1;
+                progress(done, total);
+            }
+        }
+        let mut stages = [None, None];
+        if opts.stages {
+            for (m, &mode) in modes.iter().enumerate() {
+                let times = std::sync::Mutex::new(StageTimes::default());
+                let fo = ForwardOptions { logits_from: n - 1, cancel: opts.cancel, stage_times: Some(&times), ..ForwardOptions::new(mode, Some(adapter).filter(|_| mode != Mode::Dense)) };
+                model.decoder.forward(&ids, &fo)?;
+                stages[m] = Some(times.into_inner().expect("stage times"));
                 done += 1;
                 progress(done, total);
             }
@@ -130,6 +152,8 @@ pub fn forward_bench(
             topk_max_s: tmax,
             speedup_min: smin,
             speedup_max: smax,
+            dense_stages: stages[0],
+            topk_stages: stages[1],
         };
         row(&r);
         rows.push(r);

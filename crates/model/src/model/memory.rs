@@ -456,8 +456,11 @@ pub fn device_activation_bytes(s: &Shape, w: &Workload) -> u64 {
     let t = w.pass_tokens as u64;
     let (d, ffn, q_w, kv_w) = (s.d_model as u64, s.ffn_dim as u64, (s.n_heads * s.head_dim) as u64, (s.n_kv_heads * s.head_dim) as u64);
     // Attention, f32: the residual and its norm, Q, K and V as heads (RoPE'd), and the causal
-    // mask (T x T), which a pass off the CPU makes for its first layer and keeps.
-    let mut attn = 4 * t * (2 * d + q_w + 2 * kv_w) + 4 * t * t;
+    // mask (T x T), which a pass off the CPU makes for its first layer and keeps where the
+    // explicit path attends all T rows at once (past `attention::CHUNK_SCORES` each block makes
+    // its own rows').
+    let rows = crate::attention::query_rows(s.n_heads, w.pass_tokens) as u64;
+    let mut attn = 4 * t * (2 * d + q_w + 2 * kv_w) + if rows >= t { 4 * t * t } else { 0 };
     // The explicit path (`attention::attend`): where the flash kernels do not apply (another head
     // width, soft-capping, a window shorter than the pass, soft mode). Dense, its scores, their
     // scaled copy, the masked copy and the softmax: three T x T per head live at once (the
@@ -465,7 +468,6 @@ pub fn device_activation_bytes(s: &Shape, w: &Workload) -> u64 {
     // stay and a fourth is live, and the window's own mask is one T x T more.
     let windowed = s.window.is_some_and(|win| (win as u64) < t);
     let adjusted = w.soft || s.attn_softcap || windowed;
-    let rows = crate::attention::query_rows(s.n_heads, w.pass_tokens) as u64;
     if adjusted || s.head_dim != FLASH_HEAD_DIM {
         attn += 4 * explicit_scores(s.n_heads, w.pass_tokens) * if adjusted { 4 } else { 3 } + if windowed { 4 * rows * t } else { 0 };
     }
