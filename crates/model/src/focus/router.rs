@@ -64,9 +64,11 @@ impl LayerRouting {
         super::mask::top_k_indices(self.row(i), k)
     }
 
-    /// Per-token bitmasks of the top-k groups (K <= 64 is enforced by the adapter).
+    /// Per-token bitmasks of the top-k groups (K <= 64 is enforced by the adapter), in
+    /// parallel: at 32K tokens on one thread, 3.3 ms a layer that the GPU waited for.
     pub fn topk_masks(&self, k: usize) -> Vec<u64> {
-        (0..self.t).map(|i| topk_mask(self.row(i), k)).collect()
+        use rayon::prelude::*;
+        (0..self.t).into_par_iter().with_min_len(1024).map(|i| topk_mask(self.row(i), k)).collect()
     }
 }
 
