@@ -738,6 +738,29 @@ fn adapter_rebase_moves_an_adapter_to_other_weights_of_the_same_shape() {
     assert!(!refused.exists());
 }
 
+/// `bench forward --stages`: one more pass of each mode split by stage, every stage in the JSON.
+/// Dense runs as the base model does, without the router: until 8643ab3 it routed every layer
+/// to no use (on a GPU the host's Sinkhorn was 40% of a dense 32K pass of Qwen2.5), so its
+/// routing stage must be empty beside top-k's, which routes each of the 30 layers.
+#[test]
+fn bench_forward_stages_and_dense_without_the_router() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ad = narrow_default(tmp.path());
+    let v = ok_json([std::ffi::OsStr::new("bench"), "forward".as_ref(), "--json".as_ref(), "--lengths".as_ref(), "256".as_ref(), "--repeats".as_ref(), "1".as_ref(), "--stages".as_ref(), "--adapter".as_ref(), ad.as_os_str()]);
+    let r = &v["rows"][0];
+    let stage = |m: &str, s: &str| r[m][s].as_f64().unwrap_or_else(|| panic!("{m}.{s} missing: {r}"));
+    for m in ["dense_stages", "topk_stages"] {
+        for s in ["embed_s", "qkv_s", "route_s", "plan_s", "attend_s", "finish_s"] {
+            assert!(stage(m, s) >= 0.0, "{m}.{s}");
+        }
+        assert!(stage(m, "attend_s") > 0.0 && stage(m, "finish_s") > 0.0, "{r}");
+    }
+    assert!(stage("dense_stages", "route_s") < stage("topk_stages", "route_s"), "dense routed: {r}");
+    // Without --stages the rows carry none.
+    let plain = ok_json(["bench", "forward", "--json", "--lengths", "64", "--repeats", "1"]);
+    assert!(plain["rows"][0].get("dense_stages").is_none(), "{plain}");
+}
+
 /// `bench attention --json`: one JSON object per (length, K, k) row with the documented keys;
 /// bad settings are one-line errors.
 #[test]
