@@ -13,6 +13,9 @@
 #   length52_round3.sh CALL profile         Nsight Compute's per-kernel times of one chunk of
 #                                           $PROFILE (MODEL:ADAPTER:CTX) in $PROFILE_MODES
 #                                           (default `dense topk:2`)
+#   length52_round3.sh CALL bench           `focus-lens bench forward --stages` of $BENCH
+#                                           (MODEL:ADAPTER:LENGTHS ...; BENCH_K, default 2):
+#                                           $OUT/bench_ADAPTER.json
 #   length52_round3.sh CALL table           `focus-lens ppl --ctx ... --modes ...` of $TABLES, one
 #                                           at a time on the otherwise idle GPU (the speed figures;
 #                                           TABLE_MODES: the runs' --modes, default
@@ -134,6 +137,18 @@ if [ "$what" = table ]; then
   done
   nvidia-smi --query-gpu=name,utilization.gpu,memory.used --format=csv,noheader
   (cd $S && tar czf $OUT/tables.tgz runs/table_*)
+  exit 0
+fi
+
+if [ "$what" = bench ]; then
+  # `bench forward --stages`: dense (without the router) and top-k alternated, then one pass of
+  # each split by stage, on the book's first tokens.
+  for b in ${BENCH:-}; do
+    IFS=: read -r model a lengths <<< "$b"; tag=${a##*/}
+    timeout ${BENCH_TIMEOUT:-300} $S/focus-lens bench forward --device cuda --model $S/$model --adapter $(where $a) \
+      --k ${BENCH_K:-2} --lengths $lengths --repeats ${BENCH_REPEATS:-2} --stages --text $BOOK --json > $OUT/bench_$tag.json 2> $OUT/bench_$tag.log
+    echo "bench_$tag: exit $?"; tail -3 $OUT/bench_$tag.log; python3 experiments/gpu/bench_stages.py $OUT/bench_$tag.json
+  done
   exit 0
 fi
 
