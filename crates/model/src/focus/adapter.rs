@@ -639,9 +639,15 @@ impl Adapter {
 
     /// Routes the normalised attention input `h` (T x d_model) of layer `l`.
     pub fn route(&self, l: usize, h: &Tensor, keep_vectors: bool) -> Result<LayerRouting> {
-        let c = &self.config;
-        let t = h.dim(0)?;
         let (vecs, scores) = self.scores(l, h)?;
+        self.route_scores(l, vecs, scores, keep_vectors)
+    }
+
+    /// `route` from `scores`' output (T x K scores): Sinkhorn on the host, the memberships
+    /// checked. Apart so that a pass can queue device work between the two (`Decoder::run`).
+    pub fn route_scores(&self, l: usize, vecs: Tensor, scores: Vec<f32>, keep_vectors: bool) -> Result<LayerRouting> {
+        let c = &self.config;
+        let t = scores.len() / c.groups;
         let memberships = sinkhorn(&scores, t, c.groups, c.tau, c.sinkhorn_iters, c.causal_sinkhorn);
         self.check_memberships(l, &memberships)?;
         let vectors = if keep_vectors { Some(vecs.flatten_all()?.to_vec1::<f32>()?) } else { None };

@@ -99,7 +99,8 @@ pub struct StageTimes {
     pub embed_s: f64,
     /// Each layer's attention pre-norm and its Q, K, V products (RoPE applied).
     pub qkv_s: f64,
-    /// The adapter's routing (projection, scores, Sinkhorn, memberships).
+    /// The adapter's routing: Sinkhorn and the memberships (a sequence's scores are made and
+    /// copied to the host before its Q/K/V products, in `qkv_s`).
     pub route_s: f64,
     /// The attention plan (top-k's group segments, soft gates, masks).
     pub plan_s: f64,
@@ -359,6 +360,13 @@ impl Decoder {
             if !train {
                 hook.normed(l, &h, h_norm.as_ref())?;
             }
+            // A sequence's routing scores come before its Q/K/V products are queued: copying
+            // them to the host waits for the device, and with the products queued after it the
+            // GPU computes them while the host balances the scores (Sinkhorn), where it idled.
+            let early = match opts.adapter {
+                Some(a) if !train && t > 1 && h_norm.is_none() => Some(a.scores(l, &h)?),
+                _ => None,
+            };
             let inp = blk.attention_heads_with(h, h_norm, &pass)?;
             clock.mark(|s| &mut s.qkv_s)?;
             // A hook may attend the layer itself (generation's step, over its cache).
@@ -385,9 +393,10 @@ impl Decoder {
                 };
                 attention::attend_batch(&inp.q, &inp.k, &inp.v, &plan, &blk.attn, causal.as_ref().expect("training has the causal mask"))?
             } else {
-                let layer_routing = match opts.adapter {
-                    Some(a) => Some(a.route(l, &inp.normed()?, opts.record_routing)?),
-                    None => None,
+                let layer_routing = match (opts.adapter, early) {
+                    (Some(a), Some((vecs, scores))) => Some(a.route_scores(l, vecs, scores, opts.record_routing)?),
+                    (Some(a), None) => Some(a.route(l, &inp.normed()?, opts.record_routing)?),
+                    (None, _) => None,
                 };
                 clock.mark(|s| &mut s.route_s)?;
                 if hook.inputs(l, &inp, layer_routing.as_ref()).is_break() {
