@@ -79,6 +79,13 @@ pub struct BenchOptions<'a> {
     pub stages: bool,
 }
 
+/// One benchmarked pass of `n` tokens, only the last row's logits. Dense runs without the
+/// adapter, as the base model does: with it every layer would still route, and dense would pay
+/// for the router.
+fn pass<'a>(mode: Mode, adapter: &'a Adapter, n: usize, cancel: Option<&'a AtomicBool>, stage_times: Option<&'a std::sync::Mutex<StageTimes>>) -> ForwardOptions<'a> {
+    ForwardOptions { logits_from: n - 1, cancel, stage_times, ..ForwardOptions::new(mode, Some(adapter).filter(|_| mode != Mode::Dense)) }
+}
+
 /// Runs `base` (token ids, cycled to each length) through the model. `progress(done, total)`
 /// counts forward passes; `row(r)` is called as each length finishes.
 pub fn forward_bench(
@@ -107,11 +114,8 @@ pub fn forward_bench(
         let mut times = vec![Vec::new(); modes.len()];
         for rep in 0..=reps {
             for (m, &mode) in modes.iter().enumerate() {
-                // Dense without the adapter, as the base model runs: with it every layer would
-                // still route, and dense would pay for the router.
-                let fo = ForwardOptions { logits_from: n - 1, cancel: opts.cancel, ..ForwardOptions::new(mode, Some(adapter).filter(|_| mode != Mode::Dense)) };
                 let t0 = Instant::now();
-                model.decoder.forward(&ids, &fo)?;
+                model.decoder.forward(&ids, &pass(mode, adapter, n, opts.cancel, None))?;
                 if rep > 0 {
                     times[m].push(t0.elapsed().as_secs_f64());
                 }
@@ -123,8 +127,7 @@ pub fn forward_bench(
         if opts.stages {
             for (m, &mode) in modes.iter().enumerate() {
                 let times = std::sync::Mutex::new(StageTimes::default());
-                let fo = ForwardOptions { logits_from: n - 1, cancel: opts.cancel, stage_times: Some(&times), ..ForwardOptions::new(mode, Some(adapter).filter(|_| mode != Mode::Dense)) };
-                model.decoder.forward(&ids, &fo)?;
+                model.decoder.forward(&ids, &pass(mode, adapter, n, opts.cancel, Some(&times)))?;
                 stages[m] = Some(times.into_inner().expect("stage times"));
                 done += 1;
                 progress(done, total);

@@ -21,9 +21,9 @@ fn log_sum_exp(xs: impl Iterator<Item = f64> + Clone) -> f64 {
 ///
 /// Blocks of `SINKHORN_ROWS` rows run in parallel: a layer of 32K tokens balanced on one thread
 /// took ~70 ms, and the GPU waited for it at every routed layer (1.6 s of a 3.9 s prefill of
-/// Qwen2.5 at 32K; blocks of 4,096 rows on the H100 machine's 16 cores: 10 ms a layer). A column's log-sum-exp adds its blocks' sums in block order, so the result
-/// does not depend on the number of threads, and up to `SINKHORN_ROWS` rows it is the serial
-/// sum exactly.
+/// Qwen2.5 at 32K; blocks of 4,096 rows on the H100 machine's 16 cores: 10 ms a layer). A
+/// column's log-sum-exp adds its blocks' sums in block order, so the result does not depend on
+/// the number of threads, and up to `SINKHORN_ROWS` rows it is the serial sum exactly.
 pub fn sinkhorn(scores: &[f32], t: usize, k: usize, tau: f64, iters: usize, causal: bool) -> Vec<f32> {
     use rayon::prelude::*;
     if causal {
@@ -33,32 +33,36 @@ pub fn sinkhorn(scores: &[f32], t: usize, k: usize, tau: f64, iters: usize, caus
     }
     let block = SINKHORN_ROWS * k.max(1);
     let mut l: Vec<f64> = scores[..t * k].par_iter().map(|&s| s as f64 / tau).collect();
-    let row_norm = |l: &mut [f64]| {
+    // Each row less `z` (the columns' log-sum-exps, or none), then normalised over its groups.
+    let rows = |l: &mut [f64], z: Option<&[f64]>| {
         l.par_chunks_mut(block).for_each(|rows| {
             for row in rows.chunks_mut(k) {
-                let z = log_sum_exp(row.iter().cloned());
-                row.iter_mut().for_each(|x| *x -= z);
+                if let Some(z) = z {
+                    row.iter_mut().zip(z).for_each(|(x, z)| *x -= z);
+                }
+                let r = log_sum_exp(row.iter().cloned());
+                row.iter_mut().for_each(|x| *x -= r);
             }
         })
     };
     for _ in 0..iters {
         // Each column's log-sum-exp over the tokens: its max, then the sum of exp(x - max) a
         // block at a time, the blocks' sums added in order.
-        let per_block = |f: &(dyn Fn(&[f64], usize) -> f64 + Sync)| -> Vec<Vec<f64>> { l.par_chunks(block).map(|b| (0..k).map(|g| f(b, g)).collect()).collect() };
-        let m: Vec<f64> = per_block(&|b, g| b.iter().skip(g).step_by(k).cloned().fold(f64::NEG_INFINITY, f64::max)).iter().fold(vec![f64::NEG_INFINITY; k], |a, b| a.iter().zip(b).map(|(x, y)| x.max(*y)).collect());
-        let sums = per_block(&|b, g| if m[g] == f64::NEG_INFINITY { 0.0 } else { b.iter().skip(g).step_by(k).map(|x| (x - m[g]).exp()).sum::<f64>() });
-        let z: Vec<f64> = (0..k).map(|g| if m[g] == f64::NEG_INFINITY { m[g] } else { m[g] + sums.iter().map(|s| s[g]).sum::<f64>().ln() }).collect();
-        l.par_chunks_mut(block).for_each(|rows| {
-            for row in rows.chunks_mut(k) {
-                row.iter_mut().zip(&z).for_each(|(x, z)| *x -= z);
-            }
-        });
-        row_norm(&mut l);
+        let maxes: Vec<Vec<f64>> = l.par_chunks(block).map(|b| (0..k).map(|g| column(b, g, k).fold(f64::NEG_INFINITY, f64::max)).collect()).collect();
+        let m: Vec<f64> = (0..k).map(|g| maxes.iter().map(|b| b[g]).fold(f64::NEG_INFINITY, f64::max)).collect();
+        let sums: Vec<Vec<f64>> = l.par_chunks(block).map(|b| (0..k).map(|g| if m[g] == f64::NEG_INFINITY { 0.0 } else { column(b, g, k).map(|x| (x - m[g]).exp()).sum() }).collect()).collect();
+        let z: Vec<f64> = (0..k).map(|g| if m[g] == f64::NEG_INFINITY { m[g] } else { m[g] + sums.iter().map(|b| b[g]).sum::<f64>().ln() }).collect();
+        rows(&mut l, Some(&z));
     }
     if iters == 0 {
-        row_norm(&mut l);
+        rows(&mut l, None);
     }
     l.par_iter().map(|&x| x.exp() as f32).collect()
+}
+
+/// Column `g` of a block of rows of `k` values.
+fn column(b: &[f64], g: usize, k: usize) -> impl Iterator<Item = f64> + '_ {
+    b.iter().skip(g).step_by(k).cloned()
 }
 
 /// Rows of `sinkhorn`'s parallel blocks; fixed, so that its result does not depend on the
@@ -244,39 +248,17 @@ mod tests {
         }
     }
 
-    /// The serial iteration `sinkhorn` ran before its blocks went parallel, as the reference.
-    fn serial_sinkhorn(scores: &[f32], t: usize, k: usize, tau: f64, iters: usize) -> Vec<f32> {
-        let mut l: Vec<f64> = scores.iter().map(|&s| s as f64 / tau).collect();
-        let row_norm = |l: &mut [f64]| {
-            for row in l.chunks_mut(k) {
-                let z = log_sum_exp(row.iter().cloned());
-                row.iter_mut().for_each(|x| *x -= z);
-            }
-        };
-        for _ in 0..iters {
-            for g in 0..k {
-                let z = log_sum_exp((0..t).map(|i| l[i * k + g]));
-                (0..t).for_each(|i| l[i * k + g] -= z);
-            }
-            row_norm(&mut l);
-        }
-        if iters == 0 {
-            row_norm(&mut l);
-        }
-        l.iter().map(|&x| x.exp() as f32).collect()
-    }
-
     /// Up to one block the parallel Sinkhorn is the serial one bit for bit; past it (blocks'
     /// sums added in order) within 1e-6, and the same whatever the number of threads.
     #[test]
     fn parallel_blocks_equal_the_serial_iteration() {
         for (t, k, iters) in [(1, 8, 10), (SINKHORN_ROWS - 77, 8, 10), (SINKHORN_ROWS, 4, 10), (300, 8, 0)] {
             let s = random_scores(t as u64, t, k);
-            assert_eq!(sinkhorn(&s, t, k, 0.1, iters, false), serial_sinkhorn(&s, t, k, 0.1, iters), "t {t} k {k}");
+            assert_eq!(sinkhorn(&s, t, k, 0.1, iters, false), by_iterations(&s, t, k, 0.1, iters, false), "t {t} k {k}");
         }
         let (t, k) = (30 * SINKHORN_ROWS + 123, 8);
         let s = random_scores(9, t, k);
-        let want = serial_sinkhorn(&s, t, k, 0.1, 10);
+        let want = by_iterations(&s, t, k, 0.1, 10, false);
         let on = |threads| rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap().install(|| sinkhorn(&s, t, k, 0.1, 10, false));
         let (one, three) = (on(1), on(3));
         assert_eq!(one, three, "the result depends on the number of threads");
@@ -299,9 +281,10 @@ mod tests {
         assert_ne!(&whole[..40 * k], &whole_prefix[..]);
     }
 
-    /// The definition iteration by iteration over the whole sequence (prefix sums down each
-    /// column, then row norms), written independently of `CausalSinkhorn`.
-    fn causal_by_iterations(s: &[f32], t: usize, k: usize, tau: f64, iters: usize) -> Vec<f32> {
+    /// The definition iteration by iteration on one thread, written independently of
+    /// `CausalSinkhorn` and of the parallel blocks: each column normalised over the whole
+    /// sequence (or, `causal`, by its prefix sums down the column), then each row.
+    fn by_iterations(s: &[f32], t: usize, k: usize, tau: f64, iters: usize, causal: bool) -> Vec<f32> {
         let mut l: Vec<f64> = s.iter().map(|&x| x as f64 / tau).collect();
         let rows = |l: &mut Vec<f64>| {
             for row in l.chunks_mut(k) {
@@ -311,10 +294,15 @@ mod tests {
         };
         for _ in 0..iters {
             for g in 0..k {
-                let mut run = f64::NEG_INFINITY;
-                for i in 0..t {
-                    run = log_sum_exp([run, l[i * k + g]].into_iter());
-                    l[i * k + g] -= run;
+                if causal {
+                    let mut run = f64::NEG_INFINITY;
+                    for i in 0..t {
+                        run = log_sum_exp([run, l[i * k + g]].into_iter());
+                        l[i * k + g] -= run;
+                    }
+                } else {
+                    let z = log_sum_exp((0..t).map(|i| l[i * k + g]));
+                    (0..t).for_each(|i| l[i * k + g] -= z);
                 }
             }
             rows(&mut l);
@@ -331,7 +319,7 @@ mod tests {
         let (t, k) = (90, 8);
         let s = random_scores(3, t, k);
         for iters in [0, 1, 10] {
-            let want = causal_by_iterations(&s, t, k, 0.1, iters);
+            let want = by_iterations(&s, t, k, 0.1, iters, true);
             let mut st = CausalSinkhorn::new(k, 0.1, iters);
             let pushed: Vec<f32> = s.chunks(k).flat_map(|r| st.push(r)).collect();
             let err = pushed.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
