@@ -2,8 +2,9 @@
 //! inference kernels), focus_train.cu (the training step's), focus_train_cap.cu and
 //! focus_train_hard.cu (its soft-capped and straight-through attention, modules of their own),
 //! focus_decode.cu (a generation
-//! step's attention over a cache on the GPU), focus_route.cu (that step's routing) and
-//! focus_rows.cu (the fused row ops of model::fused), all including cuda/focus_common.cuh.
+//! step's attention over a cache on the GPU), focus_route.cu (that step's routing and a prefill's) and
+//! focus_rows.cu (the fused row ops of model::fused), all including cuda/focus_common.cuh
+//! (focus_train.cu and focus_route.cu cuda/focus_sinkhorn.cuh too).
 //! Without the feature it does nothing, so CPU builds need no CUDA toolchain.
 //!
 //! nvcc is found as candle's build finds it: in `CUDA_ROOT`, `CUDA_PATH` or
@@ -22,6 +23,7 @@ fn main() {
         println!("cargo:rerun-if-changed=cuda/{k}.cu");
     }
     println!("cargo:rerun-if-changed=cuda/focus_common.cuh");
+    println!("cargo:rerun-if-changed=cuda/focus_sinkhorn.cuh");
     for v in TOOLKIT_VARS.iter().chain(&["CUDA_COMPUTE_CAP"]) {
         println!("cargo:rerun-if-env-changed={v}");
     }

@@ -1,7 +1,8 @@
 // One generation step's Focus routing on CUDA (attention::cuda::route): the newest token's router
 // projection, scores, causal Sinkhorn row and top-k set, written into the layer cache's device
 // mirror, so that the decode kernel reads the query's set from device memory and no routing
-// value crosses to the host inside a step.
+// value crosses to the host inside a step. At the end, route_topk_rows: a prefill's top-k
+// routing of T tokens from their scores, so that only the masks cross to the host.
 //
 // One block of ROUTE_THREADS threads per call (the work is d_model x d_g multiply-adds and
 // iters x K Sinkhorn terms). The same arithmetic as the host (focus::router's one-row scores,
@@ -24,7 +25,8 @@
 // step record `rec` (f64): [scores K][memberships K][run iters x K], which the host copies once
 // per step, for all layers at once, to fill its mirror of the routing.
 
-#include "focus_common.cuh"  // rank_in_row
+#include "focus_common.cuh"    // rank_in_row
+#include "focus_sinkhorn.cuh"  // SK_THREADS, sk_layout, sk_forward (training's Sinkhorn)
 
 #define ROUTE_THREADS 1024
 // Groups per lane in the Sinkhorn warp (K <= 64).
@@ -235,5 +237,37 @@ extern "C" __global__ void route_newest(
     for (int x = t; x < iters * groups; x += T) {
         run[x] = (double)srun[x];
         rec[2 * groups + x] = (double)srun[x];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A prefill's top-k routing (attention::cuda::route::topk_masks): the scores of T tokens (T x K
+// f32, s = h W_g . C) balanced by training's Sinkhorn (focus_sinkhorn.cuh: l = s / tau, iters
+// column then row steps, causal or over the whole sequence; f32, the host's in f64), then each
+// token's k largest memberships exp(l) as a bit mask, ties to the lower group (rank_in_row, as
+// focus::mask::topk_mask). A row with a non-finite membership gets mask 0, which no top-k set
+// is (k >= 1): the host refuses the pass (Adapter::check_memberships' error). One block; `l`
+// (T x K f32) is the working space. K <= 32.
+extern "C" __global__ void __launch_bounds__(SK_THREADS) route_topk_rows(const float* __restrict__ s, float* __restrict__ l,
+                                                                         unsigned* __restrict__ masks, int T, int K,
+                                                                         float inv_tau, int iters, int causal, int k) {
+    __shared__ LseAcc part[SK_THREADS];
+    const size_t n = (size_t)T * K;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) l[i] = s[i] * inv_tau;
+    __syncthreads();
+    const SkLayout L = sk_layout(T, K);
+    sk_forward(l, nullptr, T, K, iters, causal != 0, L, part);
+    for (int t = threadIdx.x; t < T; t += blockDim.x) {
+        float g[32];
+        bool finite = true;
+        for (int x = 0; x < K; ++x) {
+            g[x] = __expf(l[(size_t)t * K + x]);
+            finite = finite && isfinite(g[x]);
+        }
+        unsigned m = 0;
+        if (finite)
+            for (int x = 0; x < K; ++x)
+                if (rank_in_row(g, K, x) < k) m |= 1u << x;
+        masks[t] = m;
     }
 }

@@ -60,6 +60,7 @@ fn score_chunk(model: &Model, chunk: &[u32], mode: Mode, adapter: Option<&Adapte
     let mut opts = ForwardOptions::new(mode, adapter.filter(|_| mode != Mode::Dense));
     opts.logits_from = first;
     opts.cancel = cancel;
+    opts.routing_unused = true;
     let dec = &model.decoder;
     let t0 = Instant::now();
     let RunEnd::Finished { x, .. } = dec.run(&[chunk], &opts, &mut NoHook)? else {

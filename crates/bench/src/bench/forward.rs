@@ -81,9 +81,9 @@ pub struct BenchOptions<'a> {
 
 /// One benchmarked pass of `n` tokens, only the last row's logits. Dense runs without the
 /// adapter, as the base model does: with it every layer would still route, and dense would pay
-/// for the router.
+/// for the router. No routing is read, so a top-k pass on CUDA routes on the device.
 fn pass<'a>(mode: Mode, adapter: &'a Adapter, n: usize, cancel: Option<&'a AtomicBool>, stage_times: Option<&'a std::sync::Mutex<StageTimes>>) -> ForwardOptions<'a> {
-    ForwardOptions { logits_from: n - 1, cancel, stage_times, ..ForwardOptions::new(mode, Some(adapter).filter(|_| mode != Mode::Dense)) }
+    ForwardOptions { logits_from: n - 1, cancel, stage_times, routing_unused: true, ..ForwardOptions::new(mode, Some(adapter).filter(|_| mode != Mode::Dense)) }
 }
 
 /// Runs `base` (token ids, cycled to each length) through the model. `progress(done, total)`

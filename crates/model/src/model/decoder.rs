@@ -89,6 +89,10 @@ pub struct ForwardOptions<'a> {
     /// end waits for the device, so the pass runs slower than without; `bench forward --stages`
     /// runs one such pass per mode after its timed ones.
     pub stage_times: Option<&'a std::sync::Mutex<StageTimes>>,
+    /// The caller reads no routing, neither the output's nor a hook's (perplexity, speed): a
+    /// top-k pass on CUDA then routes on the device and only the top-k masks cross to the
+    /// host (`Adapter::device_topk_masks`); the output holds no routing and hooks see none.
+    pub routing_unused: bool,
 }
 
 /// Seconds a pass spent in each stage (`ForwardOptions::stage_times`), summed over layers; each
@@ -136,7 +140,7 @@ impl StageClock<'_> {
 
 impl<'a> ForwardOptions<'a> {
     pub fn new(mode: Mode, adapter: Option<&'a Adapter>) -> Self {
-        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, start: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default(), balance: sinkhorn_composed, straight_through: None, memberships: None, device_step: None, stage_times: None }
+        ForwardOptions { mode, adapter, record_routing: false, logits_from: 0, start: 0, cancel: None, differentiable: false, sinkhorn_grad: Default::default(), balance: sinkhorn_composed, straight_through: None, memberships: None, device_step: None, stage_times: None, routing_unused: false }
     }
 }
 
@@ -360,15 +364,26 @@ impl Decoder {
             if !train {
                 hook.normed(l, &h, h_norm.as_ref())?;
             }
-            // A sequence's routing scores come before its Q/K/V products are queued: copying
-            // them to the host waits for the device, and with the products queued after it the
-            // GPU computes them while the host balances the scores (Sinkhorn), where it idled.
-            let early = match opts.adapter {
-                Some(a) if !train && t > 1 && h_norm.is_none() => Some(a.scores(l, &h)?),
+            // A top-k pass whose routing nobody reads routes on a CUDA device (after the Q/K/V
+            // products, on the same stream): only the masks come back, when the layer attends.
+            let device_route = match (routed, opts.mode) {
+                (Some(a), Mode::TopK(k)) if opts.routing_unused && !train && t > 1 && h_norm.is_none() && dev.is_cuda() && !mask::all_local(t, a.config.window) => Some((a, k.of(a.config.groups)?)),
                 _ => None,
             };
+            // Otherwise a sequence's routing scores come before its Q/K/V products are queued:
+            // copying them to the host waits for the device, and with the products queued
+            // after it the GPU computes them while the host balances the scores (Sinkhorn).
+            let early = match opts.adapter {
+                Some(a) if !train && t > 1 && h_norm.is_none() && device_route.is_none() => Some(a.scores(l, &h)?),
+                _ => None,
+            };
+            let router_in = device_route.map(|_| h.clone());
             let inp = blk.attention_heads_with(h, h_norm, &pass)?;
             clock.mark(|s| &mut s.qkv_s)?;
+            let device_masks = match (device_route, router_in) {
+                (Some((a, k)), Some(h)) => a.device_topk_masks(l, &h, k)?.map(|m| (a, m)),
+                _ => None,
+            };
             // A hook may attend the layer itself (generation's step, over its cache).
             let hooked = if train { None } else { hook.attend(l, &inp, &blk.attn)? };
             if hooked.is_none() && needs_causal && causal.is_none() {
@@ -394,6 +409,7 @@ impl Decoder {
                 attention::attend_batch(&inp.q, &inp.k, &inp.v, &plan, &blk.attn, causal.as_ref().expect("training has the causal mask"))?
             } else {
                 let layer_routing = match (opts.adapter, early) {
+                    _ if device_masks.is_some() => None,
                     (Some(a), Some((vecs, scores))) => Some(a.route_scores(l, vecs, scores, opts.record_routing)?),
                     (Some(a), None) => Some(a.route(l, &inp.normed()?, opts.record_routing)?),
                     (None, _) => None,
@@ -406,6 +422,10 @@ impl Decoder {
                     Some(p) => p,
                     // A layer the adapter does not route attends densely (within its own window).
                     None if routed.is_none() && opts.adapter.is_some() => LayerPlan::Dense,
+                    None if device_masks.is_some() => {
+                        let (a, m) = device_masks.as_ref().expect("device masks");
+                        LayerPlan::TopK { masks: a.masks_on_host(l, m)?, window: a.config.window, sink: a.config.sink }
+                    }
                     None => attention::plan(opts.mode, opts.adapter.map(|a| &a.config), layer_routing.as_ref(), t, dev)?,
                 };
                 let (q, k, v) = (inp.q.squeeze(0)?, inp.k.squeeze(0)?, inp.v.squeeze(0)?);

@@ -49,3 +49,59 @@ fn load_reports_bytes_read() {
         assert_eq!(calls.last(), Some(&(total, total)), "{}", path.display());
     }
 }
+
+/// A top-k prefill whose routing nobody reads (`ForwardOptions::routing_unused`) routes on the
+/// GPU, and only its masks cross to the host: its logits equal the same pass routed on the host
+/// (f64 Sinkhorn), for whole and causal Sinkhorn, k = 1 and 2, a sink, and Gemma 2's soft-capped
+/// attention, wherever no token's k-th and (k+1)-th memberships are within f32 rounding (a tie
+/// may go either way, and the layers after it then differ). It returns no routing.
+#[cfg(feature = "cuda")]
+#[test]
+fn cuda_prefill_routed_on_the_device_equals_host_routing() {
+    use crate::attention::Mode;
+    use crate::focus::adapter::{Adapter, AdapterSpec};
+    use crate::focus::mask::{top_k_indices, TopK};
+    use crate::model::decoder::ForwardOptions;
+    let gpu = Device::new_cuda(0).expect("a CUDA device");
+    // From the crate's folder (the test binary's working directory) or the repository's.
+    let dir = ["../../tests/fixtures/hf_tiny", "tests/fixtures/hf_tiny", concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/hf_tiny")]
+        .into_iter()
+        .map(std::path::PathBuf::from)
+        .find(|d| d.exists())
+        .expect("tests/fixtures/hf_tiny");
+    let (mut compared, mut cases) = (0, 0);
+    for arch in ["llama", "qwen2", "gemma2"] {
+        let m = Model::load_as(&dir.join(arch), &gpu, candle_core::DType::F32, &|_, _| {}).unwrap();
+        let n_layers = m.config().n_layers;
+        // The tiny checkpoints' whole context (128 tokens), most pairs past the window.
+        let ids: Vec<u32> = (0..m.config().context as u32).map(|i| (i * 37 + 11) % m.config().vocab as u32).collect();
+        for causal in [false, true] {
+            let spec = AdapterSpec { groups: 8, window: 8, sink: 1, causal_sinkhorn: causal, ..Default::default() };
+            let a = Adapter::random(&m.identity(), &gpu, &spec, 3).unwrap();
+            for k in [1, 2] {
+                let mode = Mode::TopK(TopK::new(k, 8).unwrap());
+                let host = m.decoder.forward(&ids, &ForwardOptions::new(mode, Some(&a))).unwrap();
+                assert_eq!(host.routing.len(), n_layers, "{arch}: the host pass returns its routing");
+                let on_dev = m.decoder.forward(&ids, &ForwardOptions { routing_unused: true, ..ForwardOptions::new(mode, Some(&a)) }).unwrap();
+                assert!(on_dev.routing.is_empty(), "{arch}: routed on the device, no routing comes back");
+                cases += 1;
+                let tie = host.routing.iter().any(|r| (0..r.t).any(|i| {
+                    let row = r.row(i);
+                    let top = top_k_indices(row, k + 1);
+                    (row[top[k - 1]] - row[top[k]]).abs() < 1e-5
+                }));
+                if tie {
+                    continue;
+                }
+                compared += 1;
+                let (h, d) = (host.logits.to_vec2::<f32>().unwrap(), on_dev.logits.to_vec2::<f32>().unwrap());
+                for (p, (x, y)) in h.iter().zip(&d).enumerate() {
+                    let scale = x.iter().fold(1f32, |a, v| a.max(v.abs()));
+                    let err = x.iter().zip(y).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max) / scale;
+                    assert!(err <= 1e-5, "{arch} causal {causal} k {k} position {p}: relative logit difference {err}");
+                }
+            }
+        }
+    }
+    assert!(compared * 2 >= cases, "only {compared} of {cases} passes free of near-ties: the comparison checks too little");
+}

@@ -4,16 +4,21 @@
 //! its scores, memberships and updated Sinkhorn state into a step record that the host copies
 //! once per step (`generate`). The host twin is `Adapter::scores` + `CausalSinkhorn::push` +
 //! `mask::topk_mask`; the tests check the two agree.
+//!
+//! And a prefill's top-k routing (`topk_masks`): Sinkhorn over a sequence's scores and each
+//! token's top-k set as a bit mask, on the device, so that only the masks cross to the host
+//! (the group segments of `plan` are made from them). Its host twin is `focus::sinkhorn::sinkhorn`
+//! + `LayerRouting::topk_masks`.
 
 use crate::error::{Error, Result};
-use candle_core::cuda_backend::cudarc::driver::{self, CudaView, DevicePtr, DeviceSlice, LaunchConfig};
+use candle_core::cuda_backend::cudarc::driver::{self, CudaView, DevicePtr, DeviceSlice, LaunchConfig, PushKernelArg};
 use candle_core::cuda_backend::WrapErr;
 use super::{storage, view};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{CpuStorage, CudaStorage, CustomOp1, DType, Device, Layout, Shape, Tensor};
 
 const PTX: &str = focus_kernels::ROUTE_PTX;
 const MODULE: &str = "focus_route";
-/// The kernel's block (`ROUTE_THREADS`).
+/// The kernels' block (`ROUTE_THREADS`, and `SK_THREADS` of focus_sinkhorn.cuh).
 const THREADS: usize = 1024;
 /// Centroids (K x d_g values) the kernel copies into shared memory; more are read in place.
 const SHARED_CENTROIDS: usize = 4096;
@@ -165,6 +170,57 @@ pub fn route_newest_on(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>, side:
         side.done()?;
     }
     Ok(())
+}
+
+/// A prefill's top-k routing on the device: the scores of T tokens (T x K, K <= 32, on CUDA)
+/// balanced by Sinkhorn (`tau`, `iters`, causal or over the whole sequence; training's kernel
+/// in f32, the host's in f64) and each token's k largest memberships as a bit mask, ties to the
+/// lower group: (T,) u32 on the device, queued on candle's stream (no synchronisation). A row
+/// whose memberships are not finite gets mask 0, which no top-k set is: the caller refuses it.
+pub fn topk_masks(scores: &Tensor, tau: f64, iters: usize, causal: bool, k: usize) -> Result<Tensor> {
+    let (t, groups) = scores.dims2()?;
+    if !scores.device().is_cuda() || t == 0 || groups == 0 || groups > 32 || k == 0 || k > groups || t * groups > i32::MAX as usize || !(tau > 0.0) {
+        return Err(Error::Invalid(format!(
+            "topk_masks: scores {:?} on {:?}, k {k}, tau {tau}: needs T x K scores on a CUDA device, 1 <= k <= K <= 32, tau > 0",
+            scores.dims(),
+            scores.device().location()
+        )));
+    }
+    let s = scores.to_dtype(DType::F32)?.contiguous()?;
+    Ok(s.apply_op1_no_bwd(&TopKRows { inv_tau: (1.0 / tau) as f32, iters, causal, k })?)
+}
+
+struct TopKRows {
+    inv_tau: f32,
+    iters: usize,
+    causal: bool,
+    k: usize,
+}
+
+impl CustomOp1 for TopKRows {
+    fn name(&self) -> &'static str {
+        "focus-route-topk-rows"
+    }
+
+    fn cpu_fwd(&self, _: &CpuStorage, _: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        candle_core::bail!("focus-route-topk-rows is the CUDA kernel; on the CPU use focus::sinkhorn::sinkhorn and LayerRouting::topk_masks")
+    }
+
+    fn cuda_fwd(&self, st: &CudaStorage, l: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+        let (t, groups) = l.shape().dims2()?;
+        let (a, b) = l.contiguous_offsets().ok_or_else(|| candle_core::Error::Msg("topk_masks needs contiguous scores".into()))?;
+        let scores = st.as_cuda_slice::<f32>()?.slice(a..b);
+        let dev = st.device.clone();
+        let work = unsafe { dev.alloc::<f32>(t * groups)? };
+        let masks = unsafe { dev.alloc::<u32>(t)? };
+        let f = dev.get_or_load_custom_func("route_topk_rows", MODULE, PTX)?;
+        let (t32, g32, it32, c32, k32) = (t as i32, groups as i32, self.iters as i32, self.causal as i32, self.k as i32);
+        let mut bld = f.builder();
+        bld.arg(&scores).arg(&work).arg(&masks).arg(&t32).arg(&g32).arg(&self.inv_tau).arg(&it32).arg(&c32).arg(&k32);
+        // One block: Sinkhorn's column sums run over the whole sequence (SK_THREADS).
+        unsafe { bld.launch(LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: 0 }) }.w()?;
+        Ok((CudaStorage::wrap_cuda_slice(masks, dev), Shape::from(t)))
+    }
 }
 
 /// A view's device address (no event is recorded: candle's context runs one stream as cudarc
@@ -425,6 +481,59 @@ mod tests {
         // decided by the inputs for most tokens, or the test would check little (112 of the
         // tokens tied on the H200, 2026-12-03).
         assert!(ties * 4 < checked, "{ties} of {checked} tokens near a tie: the inputs decide too few sets");
+    }
+
+    /// A prefill's device routing gives the host's top-k sets (Sinkhorn in f64, then
+    /// `topk_mask`) for every token but those whose k-th and (k+1)-th memberships are within
+    /// rounding: whole and causal Sinkhorn, no and ten iterations, K from 2 to 32, one token to
+    /// past a block's 1,024 rows per pass. A non-finite score gives mask 0 where it reaches;
+    /// shapes the kernel cannot take are refused.
+    #[test]
+    fn cuda_topk_masks_equal_the_host_routing() {
+        use crate::focus::sinkhorn::sinkhorn;
+        let dev = crate::device::cuda(0).expect("a CUDA device");
+        let mut rng = StdRng::seed_from_u64(5);
+        let (mut ties, mut checked) = (0usize, 0usize);
+        for case in 0..16 {
+            let t = [1, 37, 1500, 5000][case % 4];
+            let groups = [2, 8, 13, 32][(case / 4) % 4];
+            let iters = [10, 0][case % 2];
+            let causal = case % 3 == 0;
+            let tau = [0.1, 1.0][(case / 2) % 2];
+            let k = rng.gen_range(1..=3.min(groups));
+            // Scores as a router's: a per-group offset (uneven group sizes) plus token noise.
+            let offs: Vec<f32> = (0..groups).map(|_| rng.gen::<f32>() * 0.5).collect();
+            let scores: Vec<f32> = (0..t * groups).map(|i| offs[i % groups] + rng.gen::<f32>() * 2.0 - 1.0).collect();
+            let st = Tensor::from_slice(&scores, (t, groups), &dev).unwrap();
+            let got = topk_masks(&st, tau, iters, causal, k).unwrap().to_vec1::<u32>().unwrap();
+            let want = sinkhorn(&scores, t, groups, tau, iters, causal);
+            for (i, row) in want.chunks(groups).enumerate() {
+                checked += 1;
+                if near_tie(row, k, 1e-5) {
+                    ties += 1;
+                    assert_eq!(got[i].count_ones() as usize, k, "case {case} token {i}: a set of k groups");
+                } else {
+                    assert_eq!(got[i] as u64, topk_mask(row, k), "case {case} (T {t}, K {groups}, k {k}, {iters} iterations, causal {causal}) token {i}");
+                }
+            }
+        }
+        assert!(ties * 100 < checked, "{ties} of {checked} tokens near a tie: the inputs decide too few sets");
+        // A NaN score: its row's mask is 0 (causal: the rows before it are routed).
+        let mut scores: Vec<f32> = (0..50 * 8).map(|_| rng.gen::<f32>()).collect();
+        scores[20 * 8 + 3] = f32::NAN;
+        for causal in [false, true] {
+            let m = topk_masks(&Tensor::from_slice(&scores, (50, 8), &dev).unwrap(), 0.1, 10, causal, 2).unwrap().to_vec1::<u32>().unwrap();
+            assert_eq!(m[20], 0, "causal {causal}: the NaN row");
+            if causal {
+                assert!(m[..20].iter().all(|x| x.count_ones() == 2), "causal: rows before the NaN keep their sets");
+            }
+        }
+        let z = |t: usize, g: usize| Tensor::zeros((t, g), DType::F32, &dev).unwrap();
+        for (s, k) in [(z(4, 33), 2), (z(4, 8), 0), (z(4, 8), 9), (z(0, 8), 1)] {
+            let e = topk_masks(&s, 0.1, 10, false, k).unwrap_err();
+            assert!(e.to_string().contains("topk_masks"), "{e}");
+        }
+        assert!(topk_masks(&Tensor::zeros((4, 8), DType::F32, &Device::Cpu).unwrap(), 0.1, 10, false, 2).is_err(), "CPU scores are refused");
     }
 
     /// The routing kernel's time per call at SmolLM2's and Qwen2.5's shapes (d_model 576 / 896,
