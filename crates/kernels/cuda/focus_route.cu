@@ -247,7 +247,9 @@ extern "C" __global__ void route_newest(
 // token's k largest memberships exp(l) as a bit mask, ties to the lower group (rank_in_row, as
 // focus::mask::topk_mask). A row with a non-finite membership gets mask 0, which no top-k set
 // is (k >= 1): the host refuses the pass (Adapter::check_memberships' error). One block; `l`
-// (T x K f32) is the working space. K <= 32.
+// (T x K f32) is the working space. K <= 32. Causal Sinkhorn's prefix sums take this kernel;
+// Sinkhorn over the whole sequence takes the many-block kernels below (one block holds one SM:
+// at 32K tokens this one took ~3.5 ms a layer on an H100).
 extern "C" __global__ void __launch_bounds__(SK_THREADS) route_topk_rows(const float* __restrict__ s, float* __restrict__ l,
                                                                          unsigned* __restrict__ masks, int T, int K,
                                                                          float inv_tau, int iters, int causal, int k) {
@@ -270,4 +272,123 @@ extern "C" __global__ void __launch_bounds__(SK_THREADS) route_topk_rows(const f
                 if (rank_in_row(g, K, x) < k) m |= 1u << x;
         masks[t] = m;
     }
+}
+
+// Sinkhorn over the whole sequence (not causal) and the top-k masks on many blocks: one thread a
+// token, ROWS_PER_BLOCK tokens a block. Each launch is one iteration: every block first adds up
+// the previous launch's per-block column partials (max, sum of exp) into the columns'
+// log-sum-exps, then takes them off its rows, normalises each row over its groups and writes its
+// own partials of the result for the next launch (two buffers, alternating); the last launch
+// writes the masks as route_topk_rows does. route_rows_init scales the scores by 1 / tau and
+// writes the first partials. The same arithmetic as focus_sinkhorn.cuh's (f32, __expf/__logf),
+// with the column sums added in another order.
+#define ROWS_PER_BLOCK 256
+#define MAX_GROUPS 32
+
+// This block's (max, sum of exp) of each column of its rows' values v (K per thread; rows past
+// T pass valid = false) into part[0..K). `sh` holds 2 x K x (ROWS_PER_BLOCK / 32) floats.
+__device__ void block_column_partials(const float* v, bool valid, int K, LseAcc* part, float* sh) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = ROWS_PER_BLOCK / 32;
+    float* smax = sh;
+    float* ssum = sh + K * warps;
+#pragma unroll
+    for (int k = 0; k < MAX_GROUPS; ++k) {
+        if (k >= K) break;
+        float m = valid ? v[k] : -INFINITY;
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        if (lane == 0) smax[k * warps + warp] = m;
+    }
+    __syncthreads();
+    __shared__ float colmax[MAX_GROUPS];
+    if (threadIdx.x < K) {
+        float m = -INFINITY;
+        for (int w = 0; w < warps; ++w) m = fmaxf(m, smax[threadIdx.x * warps + w]);
+        colmax[threadIdx.x] = m;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < MAX_GROUPS; ++k) {
+        if (k >= K) break;
+        const float m = colmax[k];
+        float e = valid && m != -INFINITY && v[k] != -INFINITY ? __expf(v[k] - m) : 0.f;
+        for (int o = 16; o > 0; o >>= 1) e += __shfl_xor_sync(0xffffffffu, e, o);
+        if (lane == 0) ssum[k * warps + warp] = e;
+    }
+    __syncthreads();
+    if (threadIdx.x < K) {
+        float e = 0.f;
+        for (int w = 0; w < warps; ++w) e += ssum[threadIdx.x * warps + w];
+        part[threadIdx.x] = {colmax[threadIdx.x], e};
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK) route_rows_init(const float* __restrict__ s, float* __restrict__ l,
+                                                                              LseAcc* __restrict__ part, int T, int K, float inv_tau) {
+    __shared__ float sh[2 * MAX_GROUPS * (ROWS_PER_BLOCK / 32)];
+    const int t = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x;
+    const bool valid = t < T;
+    float v[MAX_GROUPS];
+#pragma unroll
+    for (int k = 0; k < MAX_GROUPS; ++k)
+        if (k < K && valid) {
+            v[k] = s[(size_t)t * K + k] * inv_tau;
+            l[(size_t)t * K + k] = v[k];
+        }
+    block_column_partials(v, valid, K, part + (size_t)blockIdx.x * K, sh);
+}
+
+// One iteration (cols = 1: the column step, then the row step; cols = 0: the row step alone,
+// the softmax of zero iterations). `last`: write the masks (k of them a token) instead of
+// partials.
+extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK) route_rows_step(float* __restrict__ l, const LseAcc* __restrict__ pin,
+                                                                              LseAcc* __restrict__ pout, unsigned* __restrict__ masks,
+                                                                              int T, int K, int cols, int last, int k) {
+    __shared__ float sh[2 * MAX_GROUPS * (ROWS_PER_BLOCK / 32)];
+    __shared__ float z[MAX_GROUPS];
+    if (threadIdx.x < K) {
+        LseAcc a = {-INFINITY, 0.f};
+        if (cols)
+            for (int b = 0; b < gridDim.x; ++b) a = lse_join(a, pin[(size_t)b * K + threadIdx.x]);
+        z[threadIdx.x] = cols ? lse_val(a) : 0.f;
+    }
+    __syncthreads();
+    const int t = blockIdx.x * ROWS_PER_BLOCK + threadIdx.x;
+    const bool valid = t < T;
+    float v[MAX_GROUPS];
+    float m = -INFINITY;
+#pragma unroll
+    for (int x = 0; x < MAX_GROUPS; ++x)
+        if (x < K && valid) {
+            v[x] = l[(size_t)t * K + x] - z[x];
+            m = fmaxf(m, v[x]);
+        }
+    float e = 0.f;
+#pragma unroll
+    for (int x = 0; x < MAX_GROUPS; ++x)
+        if (x < K && valid && v[x] != -INFINITY) e += __expf(v[x] - m);
+    const float r = m == -INFINITY ? m : m + __logf(e);
+#pragma unroll
+    for (int x = 0; x < MAX_GROUPS; ++x)
+        if (x < K && valid) {
+            v[x] -= r;
+            if (!last) l[(size_t)t * K + x] = v[x];
+        }
+    if (!last) {
+        block_column_partials(v, valid, K, pout + (size_t)blockIdx.x * K, sh);
+        return;
+    }
+    if (!valid) return;
+    float g[MAX_GROUPS];
+    bool finite = true;
+#pragma unroll
+    for (int x = 0; x < MAX_GROUPS; ++x)
+        if (x < K) {
+            g[x] = __expf(v[x]);
+            finite = finite && isfinite(g[x]);
+        }
+    unsigned mask = 0;
+    if (finite)
+        for (int x = 0; x < K; ++x)
+            if (rank_in_row(g, K, x) < k) mask |= 1u << x;
+    masks[t] = mask;
 }

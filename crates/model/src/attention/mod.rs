@@ -33,7 +33,7 @@ pub mod reference;
 pub mod soft;
 
 use crate::error::{Error, Result};
-use crate::focus::adapter::AdapterConfig;
+use crate::focus::adapter::{Adapter, AdapterConfig};
 use crate::focus::mask::{self, all_local, TopK};
 use crate::focus::router::LayerRouting;
 use cpu::simd::CausalSoftmax;
@@ -168,6 +168,22 @@ pub fn plan(
         Mode::Soft => Ok(soft::soft_gate(&Tensor::from_slice(&routing.memberships, (t, cfg.groups), dev)?, cfg)),
         Mode::TopK(k) => Ok(LayerPlan::TopK { masks: routing.topk_masks(k.of(cfg.groups)?), window: cfg.window, sink: cfg.sink }),
     }
+}
+
+/// Layer `l`'s top-k routing of `h` (T x d_model) on its CUDA device, queued there: the
+/// adapter's scores, then Sinkhorn and each token's k groups as a bit mask ((T,) u32,
+/// `cuda::route::topk_masks`; `Adapter::masks_on_host` reads them). `None` where the device is
+/// not CUDA or K > 32 (the host routes those). No memberships or scores leave the device: for a
+/// pass whose caller reads no routing (`ForwardOptions::routing_unused`).
+pub fn device_topk_masks(a: &Adapter, l: usize, h: &Tensor, k: usize) -> Result<Option<Tensor>> {
+    #[cfg(feature = "cuda")]
+    if h.device().is_cuda() && a.config.groups <= 32 {
+        let c = &a.config;
+        let (_, scores) = a.score_tensors(l, h)?;
+        return Ok(Some(cuda::route::topk_masks(&scores, c.tau, c.sinkhorn_iters, c.causal_sinkhorn, k)?));
+    }
+    let _ = (a, l, h, k);
+    Ok(None)
 }
 
 /// Inference attention of one sequence: q (H, T, D); k, v (Hkv, T, D); returns (H, T, D).

@@ -674,24 +674,8 @@ impl Adapter {
         Ok((vecs, scores))
     }
 
-    /// Layer `l`'s top-k routing of `h` (T x d_model) on its CUDA device, queued there: the
-    /// tokens' bit masks of their k groups ((T,) u32, `attention::cuda::route::topk_masks`;
-    /// `masks_on_host` reads them). `None` where the device is not CUDA or K > 32 (the host
-    /// routes those). No memberships or scores leave the device: a pass whose caller reads no
-    /// routing (`ForwardOptions::routing_unused`).
-    pub fn device_topk_masks(&self, l: usize, h: &Tensor, k: usize) -> Result<Option<Tensor>> {
-        #[cfg(feature = "cuda")]
-        if h.device().is_cuda() && self.config.groups <= 32 {
-            let c = &self.config;
-            let (_, scores) = self.score_tensors(l, h)?;
-            return Ok(Some(crate::attention::cuda::route::topk_masks(&scores, c.tau, c.sinkhorn_iters, c.causal_sinkhorn, k)?));
-        }
-        let _ = (l, h, k);
-        Ok(None)
-    }
-
-    /// `device_topk_masks`' masks on the host; a mask 0 (a token whose memberships are NaN or
-    /// infinite) is `check_memberships`' error.
+    /// `attention::device_topk_masks`' masks on the host; a mask 0 (a token whose memberships
+    /// are NaN or infinite) is `check_memberships`' error.
     pub fn masks_on_host(&self, l: usize, masks: &Tensor) -> Result<Vec<u64>> {
         let m = masks.to_vec1::<u32>()?;
         if m.contains(&0) {

@@ -91,7 +91,7 @@ pub struct ForwardOptions<'a> {
     pub stage_times: Option<&'a std::sync::Mutex<StageTimes>>,
     /// The caller reads no routing, neither the output's nor a hook's (perplexity, speed): a
     /// top-k pass on CUDA then routes on the device and only the top-k masks cross to the
-    /// host (`Adapter::device_topk_masks`); the output holds no routing and hooks see none.
+    /// host (`attention::device_topk_masks`); the output holds no routing and hooks see none.
     pub routing_unused: bool,
 }
 
@@ -381,7 +381,7 @@ impl Decoder {
             let inp = blk.attention_heads_with(h, h_norm, &pass)?;
             clock.mark(|s| &mut s.qkv_s)?;
             let device_masks = match (device_route, router_in) {
-                (Some((a, k)), Some(h)) => a.device_topk_masks(l, &h, k)?.map(|m| (a, m)),
+                (Some((a, k)), Some(h)) => attention::device_topk_masks(a, l, &h, k)?.map(|m| (a, m)),
                 _ => None,
             };
             // A hook may attend the layer itself (generation's step, over its cache).

@@ -20,6 +20,8 @@ const PTX: &str = focus_kernels::ROUTE_PTX;
 const MODULE: &str = "focus_route";
 /// The kernels' block (`ROUTE_THREADS`, and `SK_THREADS` of focus_sinkhorn.cuh).
 const THREADS: usize = 1024;
+/// Tokens a block of `route_rows_step` (`ROWS_PER_BLOCK`).
+const ROWS_PER_BLOCK: usize = 256;
 /// Centroids (K x d_g values) the kernel copies into shared memory; more are read in place.
 const SHARED_CENTROIDS: usize = 4096;
 
@@ -177,6 +179,8 @@ pub fn route_newest_on(h: &Tensor, p: RouteParams<'_>, t: RouteTarget<'_>, side:
 /// in f32, the host's in f64) and each token's k largest memberships as a bit mask, ties to the
 /// lower group: (T,) u32 on the device, queued on candle's stream (no synchronisation). A row
 /// whose memberships are not finite gets mask 0, which no top-k set is: the caller refuses it.
+/// Causal Sinkhorn runs in one block (`route_topk_rows`), the other on a block per 256 tokens,
+/// a launch an iteration (`route_rows_init`, `route_rows_step`).
 pub fn topk_masks(scores: &Tensor, tau: f64, iters: usize, causal: bool, k: usize) -> Result<Tensor> {
     let (t, groups) = scores.dims2()?;
     if !scores.device().is_cuda() || t == 0 || groups == 0 || groups > 32 || k == 0 || k > groups || t * groups > i32::MAX as usize || !(tau > 0.0) {
@@ -213,12 +217,35 @@ impl CustomOp1 for TopKRows {
         let dev = st.device.clone();
         let work = unsafe { dev.alloc::<f32>(t * groups)? };
         let masks = unsafe { dev.alloc::<u32>(t)? };
-        let f = dev.get_or_load_custom_func("route_topk_rows", MODULE, PTX)?;
-        let (t32, g32, it32, c32, k32) = (t as i32, groups as i32, self.iters as i32, self.causal as i32, self.k as i32);
-        let mut bld = f.builder();
-        bld.arg(&scores).arg(&work).arg(&masks).arg(&t32).arg(&g32).arg(&self.inv_tau).arg(&it32).arg(&c32).arg(&k32);
-        // One block: Sinkhorn's column sums run over the whole sequence (SK_THREADS).
-        unsafe { bld.launch(LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: 0 }) }.w()?;
+        let (t32, g32, k32) = (t as i32, groups as i32, self.k as i32);
+        if self.causal {
+            // One block: the prefix sums of causal Sinkhorn run down the whole sequence.
+            let f = dev.get_or_load_custom_func("route_topk_rows", MODULE, PTX)?;
+            let (it32, c32) = (self.iters as i32, 1i32);
+            let mut bld = f.builder();
+            bld.arg(&scores).arg(&work).arg(&masks).arg(&t32).arg(&g32).arg(&self.inv_tau).arg(&it32).arg(&c32).arg(&k32);
+            unsafe { bld.launch(LaunchConfig { grid_dim: (1, 1, 1), block_dim: (THREADS as u32, 1, 1), shared_mem_bytes: 0 }) }.w()?;
+        } else {
+            // A launch an iteration over blocks of `ROWS_PER_BLOCK` tokens, the blocks' column
+            // partials ((max, sum) f32 pairs, K a block) in two alternating buffers.
+            let blocks = t.div_ceil(ROWS_PER_BLOCK);
+            let parts = unsafe { dev.alloc::<f32>(2 * 2 * blocks * groups)? };
+            let half = 2 * blocks * groups;
+            let cfg = LaunchConfig { grid_dim: (blocks as u32, 1, 1), block_dim: (ROWS_PER_BLOCK as u32, 1, 1), shared_mem_bytes: 0 };
+            let init = dev.get_or_load_custom_func("route_rows_init", MODULE, PTX)?;
+            let mut bld = init.builder();
+            bld.arg(&scores).arg(&work).arg(&parts).arg(&t32).arg(&g32).arg(&self.inv_tau);
+            unsafe { bld.launch(cfg) }.w()?;
+            let step = dev.get_or_load_custom_func("route_rows_step", MODULE, PTX)?;
+            let (launches, cols) = (self.iters.max(1), i32::from(self.iters > 0));
+            for i in 0..launches {
+                let (pin, pout) = if i % 2 == 0 { (parts.slice(..half), parts.slice(half..)) } else { (parts.slice(half..), parts.slice(..half)) };
+                let last = i32::from(i + 1 == launches);
+                let mut bld = step.builder();
+                bld.arg(&work).arg(&pin).arg(&pout).arg(&masks).arg(&t32).arg(&g32).arg(&cols).arg(&last).arg(&k32);
+                unsafe { bld.launch(cfg) }.w()?;
+            }
+        }
         Ok((CudaStorage::wrap_cuda_slice(masks, dev), Shape::from(t)))
     }
 }
@@ -486,7 +513,7 @@ mod tests {
     /// A prefill's device routing gives the host's top-k sets (Sinkhorn in f64, then
     /// `topk_mask`) for every token but those whose k-th and (k+1)-th memberships are within
     /// rounding: whole and causal Sinkhorn, no and ten iterations, K from 2 to 32, one token to
-    /// past a block's 1,024 rows per pass. A non-finite score gives mask 0 where it reaches;
+    /// past the one block's 1,024 threads and over 78 blocks of 256 tokens. A non-finite score gives mask 0 where it reaches;
     /// shapes the kernel cannot take are refused.
     #[test]
     fn cuda_topk_masks_equal_the_host_routing() {
@@ -495,7 +522,7 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(5);
         let (mut ties, mut checked) = (0usize, 0usize);
         for case in 0..16 {
-            let t = [1, 37, 1500, 5000][case % 4];
+            let t = [1, 37, 1500, 20_000][case % 4];
             let groups = [2, 8, 13, 32][(case / 4) % 4];
             let iters = [10, 0][case % 2];
             let causal = case % 3 == 0;
@@ -568,6 +595,34 @@ mod tests {
             }
             times.sort_by(f64::total_cmp);
             eprintln!("route_newest d_model {dm}, d_g {dg}, K {groups}, {iters} Sinkhorn iterations: {:.1} us per call", times[4] * 1e6);
+        }
+    }
+
+    /// A prefill's device routing per layer at Qwen2.5's router shape (K 8, 10 iterations, k 2)
+    /// and the lengths of issue 52, whole and causal Sinkhorn: 20 calls between two
+    /// synchronisations, median of 5 rounds. A benchmark: the `--features cuda` test binary with
+    /// `attention::cuda::route::tests::topk_masks_speed --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn topk_masks_speed() {
+        let dev = crate::device::cuda(0).expect("a CUDA device");
+        let mut rng = StdRng::seed_from_u64(4);
+        for t in [4096, 16384, 32768] {
+            let s = Tensor::from_vec((0..t * 8).map(|_| rng.gen::<f32>() - 0.5).collect::<Vec<f32>>(), (t, 8), &dev).unwrap();
+            for causal in [false, true] {
+                let mut times = Vec::new();
+                for _ in 0..5 {
+                    dev.synchronize().unwrap();
+                    let t0 = std::time::Instant::now();
+                    for _ in 0..20 {
+                        topk_masks(&s, 0.1, 10, causal, 2).unwrap();
+                    }
+                    dev.synchronize().unwrap();
+                    times.push(t0.elapsed().as_secs_f64() / 20.0);
+                }
+                times.sort_by(f64::total_cmp);
+                eprintln!("topk_masks T {t}, K 8, 10 iterations, causal {causal}: {:.1} us per layer", times[2] * 1e6);
+            }
         }
     }
 
