@@ -223,7 +223,7 @@ mod tests {
     use super::*;
     use crate::model::qmatvec::tests::random;
     use candle_core::quantized::GgmlDType;
-    use rand::{rngs::StdRng, SeedableRng};
+    use rand::{rngs::StdRng, Rng, SeedableRng};
 
     /// Several projections of one row as one loop (`forward_many`, a decode step's Q, K, V)
     /// give each projection's `forward` bit for bit: types of both X kinds mixed (Q4_K with
@@ -266,8 +266,12 @@ mod tests {
         let (raw, _) = random(GgmlDType::Q4K, out, inp, &mut rng);
         let stored = Weight::Stored(Arc::new(QMatrix::new(GgmlDType::Q4K, &raw, out, inp).unwrap()));
         let dense = Weight::Dense(stored.to_dense(DType::F32, &Device::Cpu).unwrap());
-        let x0 = Tensor::randn(0f32, 1.0, (2, 3, inp), &Device::Cpu).unwrap();
-        let r = Tensor::randn(0f32, 1.0, (2, 3, out), &Device::Cpu).unwrap();
+        // From the seeded generator: with candle's unseeded randn the test failed once in ~20
+        // runs (2026-12-07; a loss drawn near 0 makes the relative bound below tighter than
+        // rounding). Seeded, every run checks the same draw.
+        let mut draw = |n: usize| (0..n).map(|_| rng.gen::<f32>() * 2.0 - 1.0).collect::<Vec<f32>>();
+        let x0 = Tensor::from_vec(draw(2 * 3 * inp), (2, 3, inp), &Device::Cpu).unwrap();
+        let r = Tensor::from_vec(draw(2 * 3 * out), (2, 3, out), &Device::Cpu).unwrap();
         let grads = |w: &Weight| {
             let x = candle_core::Var::from_tensor(&x0).unwrap();
             let y = w.forward(x.as_tensor(), None).unwrap();
