@@ -241,6 +241,26 @@ extern "C" __global__ void route_newest(
 }
 
 // ---------------------------------------------------------------------------------------------
+// A token's top-k mask from its log-memberships l (K <= 32): the k largest exp(l), ties to the
+// lower group (rank_in_row), or 0 when a membership is not finite (no top-k set is 0).
+// Inlined with its loops unrolled, so that a caller's row held in registers stays there.
+__device__ __forceinline__ unsigned topk_mask_of_logs(const float* l, int K, int k) {
+    float g[32];
+    bool finite = true;
+#pragma unroll
+    for (int x = 0; x < 32; ++x)
+        if (x < K) {
+            g[x] = __expf(l[x]);
+            finite = finite && isfinite(g[x]);
+        }
+    unsigned m = 0;
+    if (finite)
+        for (int x = 0; x < K; ++x)
+            if (rank_in_row(g, K, x) < k) m |= 1u << x;
+    return m;
+}
+
+// ---------------------------------------------------------------------------------------------
 // A prefill's top-k routing (attention::cuda::route::topk_masks): the scores of T tokens (T x K
 // f32, s = h W_g . C) balanced by training's Sinkhorn (focus_sinkhorn.cuh: l = s / tau, iters
 // column then row steps, causal or over the whole sequence; f32, the host's in f64), then each
@@ -259,19 +279,7 @@ extern "C" __global__ void __launch_bounds__(SK_THREADS) route_topk_rows(const f
     __syncthreads();
     const SkLayout L = sk_layout(T, K);
     sk_forward(l, nullptr, T, K, iters, causal != 0, L, part);
-    for (int t = threadIdx.x; t < T; t += blockDim.x) {
-        float g[32];
-        bool finite = true;
-        for (int x = 0; x < K; ++x) {
-            g[x] = __expf(l[(size_t)t * K + x]);
-            finite = finite && isfinite(g[x]);
-        }
-        unsigned m = 0;
-        if (finite)
-            for (int x = 0; x < K; ++x)
-                if (rank_in_row(g, K, x) < k) m |= 1u << x;
-        masks[t] = m;
-    }
+    for (int t = threadIdx.x; t < T; t += blockDim.x) masks[t] = topk_mask_of_logs(l + (size_t)t * K, K, k);
 }
 
 // Sinkhorn over the whole sequence (not causal) and the top-k masks on many blocks: one thread a
@@ -377,18 +385,5 @@ extern "C" __global__ void __launch_bounds__(ROWS_PER_BLOCK) route_rows_step(flo
         block_column_partials(v, valid, K, pout + (size_t)blockIdx.x * K, sh);
         return;
     }
-    if (!valid) return;
-    float g[MAX_GROUPS];
-    bool finite = true;
-#pragma unroll
-    for (int x = 0; x < MAX_GROUPS; ++x)
-        if (x < K) {
-            g[x] = __expf(v[x]);
-            finite = finite && isfinite(g[x]);
-        }
-    unsigned mask = 0;
-    if (finite)
-        for (int x = 0; x < K; ++x)
-            if (rank_in_row(g, K, x) < k) mask |= 1u << x;
-    masks[t] = mask;
+    if (valid) masks[t] = topk_mask_of_logs(v, K, k);
 }

@@ -679,7 +679,7 @@ impl Adapter {
     pub fn masks_on_host(&self, l: usize, masks: &Tensor) -> Result<Vec<u64>> {
         let m = masks.to_vec1::<u32>()?;
         if m.contains(&0) {
-            return self.check_memberships(l, &[f32::NAN]).map(|_| Vec::new());
+            return Err(self.non_finite_memberships(l));
         }
         Ok(m.into_iter().map(u64::from).collect())
     }
@@ -687,12 +687,16 @@ impl Adapter {
     /// NaN memberships would give every token every group (silently dense) or none.
     pub fn check_memberships(&self, l: usize, memberships: &[f32]) -> Result<()> {
         if memberships.iter().any(|x| !x.is_finite()) {
-            return Err(crate::error::Error::NonFinite(format!(
-                "layer {l}: the router's group memberships are NaN or infinite (its scores overflow: the model's activations or the adapter's weights are too large for tau = {})",
-                self.config.tau
-            )));
+            return Err(self.non_finite_memberships(l));
         }
         Ok(())
+    }
+
+    fn non_finite_memberships(&self, l: usize) -> crate::error::Error {
+        crate::error::Error::NonFinite(format!(
+            "layer {l}: the router's group memberships are NaN or infinite (its scores overflow: the model's activations or the adapter's weights are too large for tau = {})",
+            self.config.tau
+        ))
     }
 }
 

@@ -103,8 +103,9 @@ pub struct StageTimes {
     pub embed_s: f64,
     /// Each layer's attention pre-norm and its Q, K, V products (RoPE applied).
     pub qkv_s: f64,
-    /// The adapter's routing: Sinkhorn and the memberships (a sequence's scores are made and
-    /// copied to the host before its Q/K/V products, in `qkv_s`).
+    /// The adapter's routing: Sinkhorn and the memberships (a sequence routed on the host has
+    /// its scores made and copied back before its Q/K/V products, in `qkv_s`; one routed on
+    /// the device has scores, Sinkhorn and masks here).
     pub route_s: f64,
     /// The attention plan (top-k's group segments, soft gates, masks).
     pub plan_s: f64,
@@ -367,7 +368,7 @@ impl Decoder {
             // A top-k pass whose routing nobody reads routes on a CUDA device (after the Q/K/V
             // products, on the same stream): only the masks come back, when the layer attends.
             let device_route = match (routed, opts.mode) {
-                (Some(a), Mode::TopK(k)) if opts.routing_unused && !train && t > 1 && h_norm.is_none() && dev.is_cuda() && !mask::all_local(t, a.config.window) => Some((a, k.of(a.config.groups)?)),
+                (Some(a), Mode::TopK(k)) if opts.routing_unused && !train && t > 1 && h_norm.is_none() && dev.is_cuda() && !mask::all_local(t, a.config.window) => Some((a, k.of(a.config.groups)?, h.clone())),
                 _ => None,
             };
             // Otherwise a sequence's routing scores come before its Q/K/V products are queued:
@@ -377,12 +378,11 @@ impl Decoder {
                 Some(a) if !train && t > 1 && h_norm.is_none() && device_route.is_none() => Some(a.scores(l, &h)?),
                 _ => None,
             };
-            let router_in = device_route.map(|_| h.clone());
             let inp = blk.attention_heads_with(h, h_norm, &pass)?;
             clock.mark(|s| &mut s.qkv_s)?;
-            let device_masks = match (device_route, router_in) {
-                (Some((a, k)), Some(h)) => attention::device_topk_masks(a, l, &h, k)?.map(|m| (a, m)),
-                _ => None,
+            let device_masks = match device_route {
+                Some((a, k, h)) => attention::device_topk_masks(a, l, &h, k)?.map(|m| (a, m)),
+                None => None,
             };
             // A hook may attend the layer itself (generation's step, over its cache).
             let hooked = if train { None } else { hook.attend(l, &inp, &blk.attn)? };
